@@ -1,0 +1,5 @@
+"""`python -m tiller` is the `tiller` command."""
+
+from tiller.cli import main
+
+main()

@@ -1,0 +1,112 @@
+"""Every error tiller raises on purpose, under one root.
+
+```
+TillerError
+├── UsageError                 a developer used the API wrongly; the message says how to fix it
+│   ├── HandleClosed           an emitter handle was used after it was closed
+│   └── StatePatchError        RFC 6902 state operations are invalid or do not apply
+├── Cancelled                  raised inside a run once its cancellation token fired
+├── ProtocolViolation          an event would break the AG-UI stream (carries the rule's name)
+├── StateDecodeError           the run's input state does not fit the agent's state type
+├── InvalidResume              a resume does not answer the run's open interrupts correctly
+├── InvalidToolArguments       a tool call's arguments do not fit the tool's parameters
+└── SubscriberLagged           a subscriber fell too far behind and was detached
+```
+
+Signals that a tool raises on purpose (retry with feedback, needs approval) are not
+`TillerError`s, so `except TillerError` never swallows them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Cancelled",
+    "HandleClosed",
+    "InvalidResume",
+    "InvalidToolArguments",
+    "ProtocolViolation",
+    "StateDecodeError",
+    "StatePatchError",
+    "SubscriberLagged",
+    "TillerError",
+    "UsageError",
+]
+
+
+class TillerError(Exception):
+    """The root of every error tiller raises on purpose."""
+
+
+class UsageError(TillerError):
+    """The API was used in a way it does not support; the message says what to do instead."""
+
+
+class HandleClosed(UsageError):
+    """An emitter handle (message, reasoning block, tool call, step, subagent) was used
+    after it was closed. Open a new handle instead."""
+
+
+class StatePatchError(UsageError):
+    """RFC 6902 operations given to `patch_state` are malformed or do not apply to the
+    state (a missing path, a failed `test`, a result the state type rejects).
+
+    Nothing was changed or published. Fix the operations, or change the state and call
+    `publish_state()` to let tiller work out the delta.
+    """
+
+
+class Cancelled(TillerError):
+    """The run's cancellation token fired.
+
+    Raised by an emit or an explicit check inside a run after cancellation. The run's
+    edge (the driver, `agent.run()`) turns it into a cancelled outcome; it never means
+    the work failed.
+    """
+
+    def __init__(self, message: str = "the run was cancelled") -> None:
+        super().__init__(message)
+
+
+class ProtocolViolation(TillerError):
+    """An event was refused because it would make the AG-UI stream invalid.
+
+    `rule` names the broken rule (for example `NotOpen` or `OpenAtFinish`), so a test or a
+    log can tell which guarantee the emitting code got wrong.
+    """
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"{rule}: {message}")
+        self.rule = rule
+        self.detail = message
+
+
+class StateDecodeError(TillerError):
+    """The state sent with a run does not decode into the agent's state type.
+
+    The driver reports it as `RUN_ERROR{code: "SERIALIZATION"}`; fix the client's state or
+    widen the agent's state model.
+    """
+
+
+class InvalidResume(TillerError):
+    """A resume does not fit the run's open interrupts: it misses one, names an unknown
+    one, or answers one twice. Send one resume entry for every open interrupt."""
+
+
+class SubscriberLagged(TillerError):
+    """The subscriber's buffer filled up, so it was detached; the run went on without it.
+
+    Read faster, give the subscription a larger buffer, or reattach from the event log.
+    """
+
+
+class InvalidToolArguments(TillerError):
+    """A tool call's arguments do not validate against the tool's parameters.
+
+    The message is written to be handed back to the model so it can correct the call.
+    """
+
+    def __init__(self, tool_name: str, detail: str) -> None:
+        super().__init__(f"invalid arguments for tool {tool_name!r}: {detail}")
+        self.tool_name = tool_name
+        self.detail = detail

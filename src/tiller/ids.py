@@ -1,0 +1,33 @@
+"""Deterministic ids within a run, so recorded streams diff cleanly (law 10).
+
+`{run_id}-msg-{n}`, `{run_id}-call-{n}`, `{run_id}-sub-{n}`, counting from 1; the prefix is
+`run` when the run id is empty.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RunIds"]
+
+
+class RunIds:
+    """Allocates message, tool call and subagent ids for one run."""
+
+    __slots__ = ("_calls", "_messages", "_subagents", "prefix")
+
+    def __init__(self, run_id: str) -> None:
+        self.prefix = run_id or "run"
+        self._messages = 0
+        self._calls = 0
+        self._subagents = 0
+
+    def message(self) -> str:
+        self._messages += 1
+        return f"{self.prefix}-msg-{self._messages}"
+
+    def tool_call(self) -> str:
+        self._calls += 1
+        return f"{self.prefix}-call-{self._calls}"
+
+    def subagent(self) -> str:
+        self._subagents += 1
+        return f"{self.prefix}-sub-{self._subagents}"
