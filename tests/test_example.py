@@ -137,7 +137,7 @@ async def test_a_bad_resume_runs_nothing(resume: list[dict[str, Any]]) -> None:
 
 def test_tiller_demo_prints_both_runs() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tiller", "demo"],
+        [sys.executable, "-m", "tiller", "demo", "--agui"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -150,7 +150,7 @@ def test_tiller_demo_prints_both_runs() -> None:
 
 def test_tiller_demo_raw_is_a_valid_sse_stream_per_run() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tiller", "demo", "--raw", "--deny"],
+        [sys.executable, "-m", "tiller", "demo", "--agui", "--raw", "--deny"],
         capture_output=True,
         timeout=60,
         check=False,

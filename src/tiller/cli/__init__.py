@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import typer
 
@@ -23,14 +24,62 @@ def _root() -> None:
 
 @app.command()
 def demo(
-    deny: bool = typer.Option(False, "--deny", help="Answer the approval with deny."),
-    raw: bool = typer.Option(False, "--raw", help="Print the SSE frames as a client gets them."),
-    city: str = typer.Option("Oslo", help="Oslo, Lisbon or Tokyo."),
+    agui: bool = typer.Option(
+        False, "--agui", help="Show the AG-UI tour instead: an interrupt and its resume."
+    ),
+    no_steer: bool = typer.Option(False, "--no-steer", help="Do not steer the run midway."),
+    keep: bool = typer.Option(False, "--keep", help="Keep the workspace copy afterwards."),
+    deny: bool = typer.Option(False, "--deny", help="(--agui) Answer the approval with deny."),
+    raw: bool = typer.Option(False, "--raw", help="(--agui) Print the SSE frames a client gets."),
+    city: str = typer.Option("Oslo", help="(--agui) Oslo, Lisbon or Tokyo."),
 ) -> None:
-    """Run the bundled AG-UI example agent offline: two runs, an interrupt and its resume."""
+    """Run offline: a coding agent fixes a bug in a bundled project (scripted model)."""
+    if agui:
+        from ._tour import run_tour
+
+        raise typer.Exit(asyncio.run(run_tour(approve=not deny, raw=raw, city=city)))
     from ._demo import run_demo
 
-    raise typer.Exit(asyncio.run(run_demo(approve=not deny, raw=raw, city=city)))
+    raise typer.Exit(asyncio.run(run_demo(steer=not no_steer, keep=keep)))
+
+
+@app.command()
+def run(
+    task: str = typer.Argument(..., help="What the agent should do."),
+    model: str = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="openai:<model>, anthropic:<model>, ollama:<model>, "
+        "openai-compat:<base_url>#<model> or scripted:<path>.",
+    ),
+    workspace: Path = typer.Option(
+        Path("."), "--workspace", "-w", help="The directory the agent may touch (its jail)."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
+    max_turns: int | None = typer.Option(None, "--max-turns", help="Stop after N model turns."),
+    max_cost: float | None = typer.Option(None, "--max-cost", help="Stop after spending USD."),
+) -> None:
+    """Run the built-in coding agent on TASK in a workspace, with a live view."""
+    from ..errors import TillerError
+    from ._run import run_task
+
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+        code = asyncio.run(
+            run_task(
+                task,
+                model=model,
+                workspace=workspace.resolve(),
+                yes=yes,
+                max_turns=max_turns,
+                max_cost=max_cost,
+            )
+        )
+    except TillerError as exc:
+        typer.echo(f"tiller: {exc}", err=True)
+        code = 2
+    raise typer.Exit(code)
 
 
 def main() -> None:

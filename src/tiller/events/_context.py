@@ -62,7 +62,8 @@ def decode_state(raw: Any, state_type: type[Any] | None) -> Any:
     """
     empty = raw is None or (isinstance(raw, dict) and not raw)
     if state_type is None:
-        return {} if empty else raw
+        # A copy: the run changes its state in place, never the caller's input.
+        return {} if empty else orjson.loads(orjson.dumps(raw))
     if isinstance(state_type, type) and issubclass(state_type, BaseModel):
         try:
             return state_type() if empty else state_type.model_validate(raw)
@@ -95,6 +96,10 @@ class AgUiContext(Generic[S]):
         self._ids = RunIds(input.run_id)
         # Handles still open, in opening order, so the driver can close them on cancel.
         self._open_handles: dict[int, Any] = {}
+        #: Token usage entries (AG-UI `TokenUsage` objects) for the terminal event.
+        self.run_usage: list[dict[str, Any]] | None = None
+        #: The run's return value for `RUN_FINISHED.result`, if it has one.
+        self.run_result: Any = None
 
     @classmethod
     def new(

@@ -21,6 +21,7 @@ through the run's own child token, never a shared one, and waits for it to unwin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -77,12 +78,14 @@ def run_agent(
     cancel: CancellationToken | None = None,
     echo_input: bool = False,
     verify: bool = True,
+    listeners: Sequence[Callable[[Event], object]] = (),
 ) -> RunStream:
     """Run `agent` on `input` and stream its AG-UI events.
 
     `cancel` may be shared (a batch); the run works under its own child of it. The
     agent's state type is `state_type`, else the agent's `state_type` attribute, else
-    plain JSON.
+    plain JSON. `listeners` see every event synchronously as it is emitted
+    (`EventSink.listen`).
     """
     return RunStream(
         agent,
@@ -92,6 +95,7 @@ def run_agent(
         cancel=cancel,
         echo_input=echo_input,
         verify=verify,
+        listeners=listeners,
     )
 
 
@@ -115,7 +119,9 @@ class RunStream:
         cancel: CancellationToken | None,
         echo_input: bool,
         verify: bool,
+        listeners: Sequence[Callable[[Event], object]] = (),
     ) -> None:
+        self._listeners = tuple(listeners)
         self._agent = agent
         self._input = input
         self._state_type = state_type
@@ -177,6 +183,8 @@ class RunStream:
         self._state = _State.OPENED
         sink = EventSink(cancel=self.cancel, transformers=self._transformers, verify=self._verify)
         self._subscription = sink.subscribe(maxsize=None)
+        for listener in self._listeners:
+            sink.listen(listener)
         sink.emit_forced(
             RunStartedEvent(
                 self._input.thread_id,
@@ -239,10 +247,19 @@ class RunStream:
             self._error(sink, str(exc), "INVALID_RESUME")
             return
         except Exception as exc:
-            self._error(sink, f"{type(exc).__name__}: {exc}", "AGENT_ERROR")
+            code = getattr(exc, "agui_code", None)
+            if code is not None:  # an error that names its own code says what it means
+                self._error(sink, str(exc), str(code), ctx.run_usage)
+            else:
+                self._error(sink, f"{type(exc).__name__}: {exc}", "AGENT_ERROR", ctx.run_usage)
             return
         if sink.terminated:
             return  # the agent sent its own terminal event
+        if self.cancel.is_cancelled:
+            # The agent caught the cancellation and returned anyway: the run was still
+            # cancelled, and says so (an interrupt or success now would be a lie).
+            self._finish_cancelled(ctx)
+            return
         if outcome is None:
             outcome = RunOutcome.success()
         if not isinstance(outcome, RunOutcome):
@@ -260,7 +277,15 @@ class RunStream:
                 # The interrupt contract: state before the pausing RUN_FINISHED.
                 ctx.reset_state_stream()
                 ctx.publish_state()
-            sink.emit_forced(RunFinishedEvent(ctx.thread_id, ctx.run_id, outcome=outcome.to_wire()))
+            sink.emit_forced(
+                RunFinishedEvent(
+                    ctx.thread_id,
+                    ctx.run_id,
+                    result=ctx.run_result,
+                    outcome=outcome.to_wire(),
+                    usage=ctx.run_usage,
+                )
+            )
         except ProtocolViolation as exc:
             self._error(sink, str(exc), "PROTOCOL_VIOLATION")
 
@@ -274,26 +299,31 @@ class RunStream:
             if isinstance(handle, ToolCallHandle) and not handle.args_parse():
                 unclosable = True  # no valid TOOL_CALL_END exists for it
                 continue
-            try:
+            # A refusal here means another thread closed it meanwhile; what is still
+            # open is judged below, from the verifier's own books.
+            with contextlib.suppress(ProtocolViolation):
                 handle._close_for_cancel()
-            except ProtocolViolation:
-                unclosable = True
         if unclosable or (sink.verifier is not None and sink.verifier.open_items()):
             self._error(sink, "the run was cancelled", "CANCELLED")
             return
         try:
             sink.emit_forced(
                 RunFinishedEvent(
-                    ctx.thread_id, ctx.run_id, outcome=RunOutcome.cancelled().to_wire()
+                    ctx.thread_id,
+                    ctx.run_id,
+                    outcome=RunOutcome.cancelled().to_wire(),
+                    usage=ctx.run_usage,
                 )
             )
         except ProtocolViolation:
             self._error(sink, "the run was cancelled", "CANCELLED")
 
     @staticmethod
-    def _error(sink: EventSink, message: str, code: str) -> None:
+    def _error(
+        sink: EventSink, message: str, code: str, usage: list[dict[str, Any]] | None = None
+    ) -> None:
         if not sink.terminated:
-            sink.emit_forced(RunErrorEvent(message, code))
+            sink.emit_terminal(RunErrorEvent(message, code, usage))
 
 
 async def _call(agent: AgentLike, ctx: AgUiContext[Any]) -> RunOutcome | None:

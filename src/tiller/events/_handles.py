@@ -265,6 +265,10 @@ class ToolCallHandle(_Handle):
         parent_message_id: str | None = None,
     ) -> None:
         super().__init__(ctx)
+        verifier = ctx.sink.verifier
+        if parent_message_id is not None and verifier is not None:
+            # A call belongs to whoever owns its message (the verifier checks the same).
+            self._owner = verifier.message_owner(parent_message_id) or self._owner
         self.id = call_id
         self.name = name
         self.result_message_id = ctx.new_message_id()

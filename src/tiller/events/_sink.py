@@ -19,19 +19,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..cancel import CancellationToken
-from ..errors import Cancelled, SubscriberLagged, UsageError
+from ..errors import Cancelled, ProtocolViolation, SubscriberLagged, UsageError
 from ._types import Event
 from ._verifier import Verifier
 
 __all__ = ["EventSink", "Subscription", "Transformer"]
+
+_logger = logging.getLogger(__name__)
 
 #: Events that close something, plus the terminal events: always let through after cancel.
 CLOSING_TYPES = frozenset(
@@ -161,6 +164,7 @@ class EventSink:
         self._transformers = tuple(transformers)
         self.verifier: Verifier | None = Verifier() if verify else None
         self._subscribers: list[Subscription] = []
+        self._listeners: list[Callable[[Event], object]] = []
         self._terminated = False
         self._owner_thread = threading.get_ident()
         self._lock = threading.Lock()
@@ -187,6 +191,15 @@ class EventSink:
             self._subscribers.append(subscription)
         return subscription
 
+    def listen(self, listener: Callable[[Event], object]) -> None:
+        """Call `listener` with every delivered event, synchronously, as it is emitted.
+
+        For observers that must see the run as it is now (a terminal view, a test that
+        steers at a given step), unlike a subscription, which is read later. A listener
+        that raises is logged and skipped: an observer never breaks the run.
+        """
+        self._listeners.append(listener)
+
     def emit(self, event: Event, *, attribute: bool = True) -> None:
         """Send one event through the pipeline; raises `Cancelled` or `ProtocolViolation`.
 
@@ -208,6 +221,24 @@ class EventSink:
         if attribute:
             self._attribute(event)
         self._emit(event, forced=True)
+
+    def emit_terminal(self, event: Event) -> None:
+        """Deliver a `RUN_ERROR` that must end the stream whatever the verifier thinks.
+
+        The driver's last resort: if even `RUN_ERROR` is refused (say a chunked tool call's
+        arguments are not JSON), readers would otherwise wait forever. A stream that ends
+        beats one that hangs.
+        """
+        try:
+            self.emit_forced(event)
+        except ProtocolViolation:
+            if self.verifier is not None:
+                self.verifier.ended = True
+            verifier, self.verifier = self.verifier, None
+            try:
+                self._deliver(event)
+            finally:
+                self.verifier = verifier
 
     # ── internals ────────────────────────────────────────────────────────────────
 
@@ -255,6 +286,11 @@ class EventSink:
         if lagged is not None:
             for subscription in lagged:
                 self._subscribers.remove(subscription)
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                _logger.exception("an event listener failed on %s; it was skipped", event.type)
         if event.type in _TERMINAL:
             self._terminated = True
             for subscription in self._subscribers:

@@ -19,6 +19,7 @@ Rules (names as in the `ag-ui` crate, plus the ones `ag-ui-validate` adds):
 | `OutOfOrder` | `TOOL_CALL_RESULT` before that call's `TOOL_CALL_END` |
 | `ArgsNotJson` | `TOOL_CALL_END` whose concatenated arguments do not parse as JSON |
 | `OpenAtFinish` | `RUN_FINISHED` while anything is open (`RUN_ERROR` is exempt) |
+| `RunIdMismatch` | a `RUN_FINISHED` naming another thread or run than `RUN_STARTED` did |
 | `OwnerMismatch` | a continuation or end attributed to another subagent than its opener |
 | `InvalidOutcome` | an interrupt outcome without interrupts |
 | `MissingId` | a first `*_CHUNK` without its id (and name, for tool calls) |
@@ -77,6 +78,7 @@ class Verifier:
     def __init__(self) -> None:
         self.started = False
         self.ended = False
+        self._run_ids: tuple[str, str] | None = None
         self._messages: dict[str, str | None] = {}  # open text message id -> owner
         self._message_owner: dict[str, str | None] = {}  # every text message seen -> owner
         self._closed_messages: set[str] = set()
@@ -128,16 +130,20 @@ class Verifier:
         if self.ended:
             raise ProtocolViolation("RunEnded", f"{event.type} after the run's terminal event")
         kind = event.type
+        if self._tool_chunk is not None and kind != "TOOL_CALL_CHUNK":
+            # Even RUN_ERROR: clients judge the call's arguments when its chunks end. The
+            # driver's last-resort error goes out regardless (`EventSink.emit_terminal`).
+            self._check_tool_chunk(kind)
+        check = self._checks.get(kind)
+        commit = check(event) if check is not None else None
+        # Only now, with the event accepted, does any other event close a chunk stream.
         if self._text_chunk is not None and kind != "TEXT_MESSAGE_CHUNK":
             self._close_text_chunk()
         if self._reasoning_chunk is not None and kind != "REASONING_MESSAGE_CHUNK":
             self._reasoning_chunk = None
         if self._tool_chunk is not None and kind != "TOOL_CALL_CHUNK":
-            self._close_tool_chunk(kind)
-        check = self._checks.get(kind)
-        if check is None:
-            return  # state, activity, raw and custom events are unordered
-        commit = check(event)
+            self._ended_calls.add(self._tool_chunk[0])
+            self._tool_chunk = None
         if commit is not None:
             commit()
 
@@ -153,6 +159,10 @@ class Verifier:
 
     def is_open_subagent(self, subagent_run_id: str) -> bool:
         return subagent_run_id in self._subagents
+
+    def message_owner(self, message_id: str) -> str | None:
+        """The subagent that owns text message `message_id` (None: the agent, or unknown)."""
+        return self._message_owner.get(message_id)
 
     # ── helpers ──────────────────────────────────────────────────────────────────
 
@@ -171,7 +181,8 @@ class Verifier:
         self._closed_messages.add(self._text_chunk)
         self._text_chunk = None
 
-    def _close_tool_chunk(self, kind: str) -> None:
+    def _check_tool_chunk(self, kind: str) -> None:
+        """An open chunked tool call closes when another event comes: its args must parse."""
         assert self._tool_chunk is not None
         call_id, call = self._tool_chunk
         if not _args_parse(call.args):
@@ -180,8 +191,6 @@ class Verifier:
                 f"the chunked arguments of tool call {call_id} are not JSON "
                 f"(the stream went on with {kind})",
             )
-        self._tool_chunk = None
-        self._ended_calls.add(call_id)
 
     def _id_taken_by_call(self, call_id: str) -> bool:
         return call_id in self._calls or call_id in self._ended_calls
@@ -194,10 +203,17 @@ class Verifier:
 
         def commit() -> None:
             self.started = True
+            self._run_ids = (event.thread_id, event.run_id)
 
         return commit
 
     def _run_finished(self, event: RunFinishedEvent) -> Callable[[], None]:
+        if self._run_ids is not None and (event.thread_id, event.run_id) != self._run_ids:
+            raise ProtocolViolation(
+                "RunIdMismatch",
+                f"RUN_FINISHED names thread {event.thread_id!r} run {event.run_id!r}, but the "
+                f"run started as thread {self._run_ids[0]!r} run {self._run_ids[1]!r}",
+            )
         still_open = self.open_items()
         if still_open:
             raise ProtocolViolation(
@@ -227,7 +243,7 @@ class Verifier:
         mid = event.message_id
         if mid in self._messages:
             raise ProtocolViolation("DuplicateStart", f"text message {mid} is already open")
-        if mid in self._closed_messages:
+        if mid in self._closed_messages or mid == self._text_chunk:
             raise ProtocolViolation("ReusedId", f"text message id {mid} was already used")
 
         def commit() -> None:
@@ -284,7 +300,8 @@ class Verifier:
         cid = event.tool_call_id
         if cid in self._calls:
             raise ProtocolViolation("DuplicateStart", f"tool call {cid} is already open")
-        if cid in self._ended_calls:
+        chunked = self._tool_chunk is not None and self._tool_chunk[0] == cid
+        if cid in self._ended_calls or chunked:
             raise ProtocolViolation("ReusedId", f"tool call id {cid} was already used")
         owner = event.subagent_run_id
         parent = event.parent_message_id
@@ -354,9 +371,12 @@ class Verifier:
                 "MissingId", f"the first TOOL_CALL_CHUNK of call {cid} needs toolCallName"
             )
 
+        if self._tool_chunk is not None:
+            self._check_tool_chunk(event.type)
+
         def commit() -> None:
             if self._tool_chunk is not None:
-                self._close_tool_chunk(event.type)
+                self._ended_calls.add(self._tool_chunk[0])
             self._tool_chunk = (cid, _OpenCall(event.subagent_run_id, [event.delta or ""]))
 
         return commit

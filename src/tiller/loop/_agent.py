@@ -1,0 +1,259 @@
+"""`Agent`: a model, tools, a system prompt and an output type — and nothing per run.
+
+An agent holds no run's policy: `agent.run_in(run_ctx, conversation, options)` is the
+per-run entry point, and many runs of one agent go side by side, each with its own
+`RunContext`. `agent.run(prompt, ...)` is the shorthand that builds a context.
+
+Every run goes through the AG-UI driver, so a library call, the terminal and the server
+produce the same event stream; `on_event` sees it live.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from ..cancel import CancellationToken
+from ..conversation import AssistantMessage, UserMessage
+from ..errors import Cancelled, UsageError
+from ..events import AgUiContext, Event, RunOutcome, run_agent
+from ..model import Model, ModelError, RetryPolicy, resolve_model
+from ..policy import Approver
+from ..state import RunState, StopCause
+from ..tools import Registry, Tool
+from ._context import RunContext
+from ._options import RunOptions
+from ._result import RunResult
+from ._run import Loop, LoopFailed, ResponseTooLarge
+
+__all__ = ["Agent"]
+
+_EXHAUSTING = frozenset(
+    {StopCause.MAX_STEPS, StopCause.TURN_BUDGET, StopCause.TOKEN_BUDGET, StopCause.COST_BUDGET}
+)
+
+
+class Agent:
+    """A model with tools. Build once, run many times, each run in its own world."""
+
+    def __init__(
+        self,
+        model: Model | str,
+        tools: Sequence[Tool] = (),
+        *,
+        system_prompt: str | None = None,
+        name: str = "agent",
+        state_type: type[BaseModel] | None = None,
+        output_type: type[BaseModel] | None = None,
+        retry: RetryPolicy | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.model: Model = resolve_model(model) if isinstance(model, str) else model
+        self.registry = Registry(tools)
+        self.system_prompt = system_prompt
+        self.name = name
+        self.state_type = state_type
+        self.output_type = output_type
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.config = dict(config or {})
+
+    def system_prompt_for_run(self) -> str | None:
+        """The system prompt, plus the output schema when a structured answer is required."""
+        if self.output_type is None:
+            return self.system_prompt
+        schema = orjson.dumps(self.output_type.model_json_schema()).decode()
+        instruction = (
+            "When you give your final answer, reply with only a JSON object that validates "
+            f"against this JSON Schema, with no other text:\n{schema}"
+        )
+        return f"{self.system_prompt}\n\n{instruction}" if self.system_prompt else instruction
+
+    # ── entry points ─────────────────────────────────────────────────────────────
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        workspace: str | Path | None = None,
+        approver: Approver | None = None,
+        context: RunContext | None = None,
+        options: RunOptions | None = None,
+        cancel: CancellationToken | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> RunResult:
+        """Run on `prompt`. Without `context`, the run is jailed to `workspace` (a fresh
+        temporary directory if none is given) with `approver` (None: writes are blocked)."""
+        if context is None:
+            root = (
+                Path(workspace)
+                if workspace is not None
+                else Path(tempfile.mkdtemp(prefix="tiller-"))
+            )
+            context = RunContext.sandboxed(root, approver)
+        elif workspace is not None or approver is not None:
+            raise UsageError("pass either a RunContext or workspace/approver, not both")
+        if cancel is not None:
+            context = context.with_cancel(cancel)
+        return await self.run_in(
+            context, prompt, options, on_event=on_event, run_id=run_id, thread_id=thread_id
+        )
+
+    async def run_in(
+        self,
+        run_ctx: RunContext,
+        conversation: str | Sequence[UserMessage | AssistantMessage] | RunState,
+        options: RunOptions | None = None,
+        *,
+        on_event: Callable[[Event], None] | None = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> RunResult:
+        """Run under `run_ctx`. `conversation` is a prompt, a list of messages, or a
+        `RunState` to continue from (its stop cause is cleared)."""
+        options = options if options is not None else RunOptions()
+        state = self._initial_state(conversation, run_id, thread_id, run_ctx)
+        adapter = _LoopRun(self, run_ctx, options, state)
+        stream = run_agent(
+            adapter,
+            {
+                "threadId": state.thread_id,
+                "runId": state.run_id,
+                "messages": [],
+                "state": state.state,
+            },
+            state_type=self.state_type,
+            cancel=run_ctx.cancel,
+            # Synchronous, so the observer sees the run as it is now (a budget line after a
+            # step shows that step's spending; a steer pushed there reaches the next turn).
+            listeners=[on_event] if on_event is not None else (),
+        )
+        async with stream:
+            async for _ in stream:
+                pass
+        return adapter.result()
+
+    def _initial_state(
+        self,
+        conversation: str | Sequence[UserMessage | AssistantMessage] | RunState,
+        run_id: str | None,
+        thread_id: str | None,
+        run_ctx: RunContext,
+    ) -> RunState:
+        if isinstance(conversation, RunState):
+            state = conversation.model_copy(deep=True)
+            state.stop_cause = None
+            state.error = None
+            state.phase = run_ctx.phase  # the loop gates by the context's phase: record it
+            if run_id is not None:
+                state.run_id = run_id
+            return state
+        run_id = run_id or f"run-{uuid.uuid4().hex[:12]}"
+        if isinstance(conversation, str):
+            messages: list[UserMessage | AssistantMessage] = [UserMessage(text=conversation)]
+        else:
+            messages = list(conversation)
+        return RunState(
+            run_id=run_id,
+            thread_id=thread_id or run_id,
+            agent_name=self.name,
+            messages=messages,
+            phase=run_ctx.phase,
+        )
+
+
+class _LoopRun:
+    """The loop as an AG-UI agent: what `run_agent` drives for one run."""
+
+    def __init__(
+        self, agent: Agent, run_ctx: RunContext, options: RunOptions, state: RunState
+    ) -> None:
+        self.agent = agent
+        self.run_ctx = run_ctx
+        self.options = options
+        self.state = state
+        self.loop: Loop | None = None
+
+    async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
+        state = self.state
+        loop = self.loop = Loop(self.agent, self.run_ctx, self.options, ctx, state)
+        try:
+            await loop.run()
+        except BaseException as exc:
+            if ctx.is_cancelled or isinstance(exc, Cancelled):
+                # `usage_complete` stays as the loop left it: false only if a model call
+                # was cut short, not when the cancel came between calls or during tools.
+                state.stop_cause = StopCause.CANCELLED
+                raise
+            if isinstance(exc, ModelError | ResponseTooLarge):
+                code = "MODEL_ERROR" if isinstance(exc, ModelError) else "RESPONSE_TOO_LARGE"
+                raise LoopFailed(str(exc), code) from exc
+            if state.stop_cause is None:
+                state.stop_cause = StopCause.ERROR
+                state.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            state.state = _dump_state(ctx.state)
+            ctx.run_usage = [_token_usage(self.agent.model, state)]
+        if ctx.is_cancelled:
+            # The token fired before the run ended (after its last turn, say): the stream
+            # will end cancelled, and the result must tell the same story.
+            state.stop_cause = StopCause.CANCELLED
+        ctx.run_result = {"stopCause": state.stop_cause.value if state.stop_cause else None}
+        if state.stop_cause is StopCause.ERROR:
+            raise LoopFailed(state.error or "the run failed", "RUN_FAILED")
+        return RunOutcome.success()
+
+    def result(self) -> RunResult:
+        state = self.state
+        loop = self.loop
+        if state.stop_cause is None:
+            # The run ended before the loop set a cause: its token had fired before it
+            # began (the driver then never starts it), or the driver refused something.
+            cancel = self.run_ctx.cancel
+            cancelled = cancel is not None and cancel.is_cancelled
+            state.stop_cause = StopCause.CANCELLED if cancelled else StopCause.ERROR
+        last = state.last_assistant()
+        return RunResult(
+            text=last.text if last is not None else "",
+            stop_cause=state.stop_cause,
+            usage=state.usage,
+            turns=state.step,
+            cost_usd=state.cost_usd,
+            usage_complete=state.usage_complete,
+            state=state,
+            output=loop.final_output if loop is not None else None,
+            exhausted=state.stop_cause in _EXHAUSTING,
+            tool_trace=tuple(loop.trace) if loop is not None else (),
+            error=state.error,
+            handoff=loop.handoff if loop is not None else None,
+        )
+
+
+def _dump_state(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+def _token_usage(model: Model, state: RunState) -> dict[str, Any]:
+    usage = state.usage
+    entry: dict[str, Any] = {
+        "provider": model.provider,
+        "model": model.name,
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.total_tokens,
+    }
+    if usage.cached_input_tokens:
+        entry["cachedInputTokens"] = usage.cached_input_tokens
+    if usage.reasoning_tokens:
+        entry["reasoningTokens"] = usage.reasoning_tokens
+    return entry

@@ -1,0 +1,97 @@
+"""The run's budget: turns, output tokens and cost, shared by every model call of a run tree.
+
+A `Budget` is a ledger as well as a set of ceilings: a nested run (a subagent, a
+classifier call, a summary) gets the same `Budget` object, so the whole tree spends from
+one purse. Ceilings are checked *before* a call (law 7), and each call's `max_tokens` is
+capped at what is left, minus the reserve held back for a tool-less final answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..conversation import Usage
+from ..state import StopCause
+
+__all__ = ["Budget", "Pricing"]
+
+
+@dataclass(slots=True, frozen=True)
+class Pricing:
+    """USD per million tokens. `cached_input` defaults to the input price."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+
+    def cost(self, usage: Usage) -> float:
+        cached = usage.cached_input_tokens
+        fresh = max(usage.input_tokens - cached, 0)
+        cached_price = self.input if self.cached_input is None else self.cached_input
+        return (
+            fresh * self.input + cached * cached_price + usage.output_tokens * self.output
+        ) / 1e6
+
+
+@dataclass(slots=True)
+class Budget:
+    """Ceilings (None: unlimited) and what has been spent against them.
+
+    `final_answer_reserve` output tokens are held back: when a ceiling is reached the loop
+    may make one tool-less final call paid from it; with no reserve, no call is made.
+    `pricing` maps `"provider:model"` or `"model"` to a `Pricing`; a model without a price
+    costs nothing here, and then `max_cost_usd` cannot stop it (the result says so).
+    """
+
+    max_turns: int | None = None
+    max_output_tokens: int | None = None
+    max_cost_usd: float | None = None
+    final_answer_reserve: int = 0
+    pricing: Mapping[str, Pricing] = field(default_factory=dict)
+    # What the run tree has spent.
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    unpriced_models: set[str] = field(default_factory=set)
+
+    @classmethod
+    def turns_only(cls, max_turns: int) -> Budget:
+        return cls(max_turns=max_turns)
+
+    def exceeded(self) -> StopCause | None:
+        """The first ceiling reached (turns, then tokens, then cost), or None."""
+        if self.max_turns is not None and self.turns >= self.max_turns:
+            return StopCause.TURN_BUDGET
+        if self.max_output_tokens is not None and (
+            self.usage.output_tokens >= self.max_output_tokens - self.final_answer_reserve
+        ):
+            return StopCause.TOKEN_BUDGET
+        if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+            return StopCause.COST_BUDGET
+        return None
+
+    def cap_max_tokens(self, requested: int | None, *, final_answer: bool = False) -> int | None:
+        """`requested`, capped at what the budget has left for this kind of call."""
+        if final_answer:
+            return (
+                self.final_answer_reserve
+                if requested is None
+                else min(requested, self.final_answer_reserve)
+            )
+        if self.max_output_tokens is None:
+            return requested
+        left = max(self.max_output_tokens - self.final_answer_reserve - self.usage.output_tokens, 1)
+        return left if requested is None else min(requested, left)
+
+    def charge(self, usage: Usage, *, provider: str, model: str, turn: bool = True) -> float:
+        """Record one call's usage; returns its cost in USD."""
+        price = self.pricing.get(f"{provider}:{model}") or self.pricing.get(model)
+        cost = price.cost(usage) if price is not None else 0.0
+        if price is None and usage.total_tokens:
+            self.unpriced_models.add(f"{provider}:{model}")
+        if turn:
+            self.turns += 1
+        self.usage = self.usage + usage
+        self.cost_usd += cost
+        return cost

@@ -1,0 +1,87 @@
+"""`RunContext`: what one run may touch and spend — per run, never fixed on the agent.
+
+Many runs of one agent go side by side, each with its own jail, approver, budget, cancel
+token, phase, steering queue and withheld tools. A `RunContext` is immutable: every
+`with_*` builder returns a new one (copy-on-write), so a run in flight keeps the policy it
+started with. The budget and the steering queue are *shared objects* on purpose: a nested
+run spends from its parent's budget, and a person steers a run through its queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..cancel import CancellationToken
+from ..phase import Phase
+from ..policy import Approver
+from ..tools import ToolCtx
+from ._budget import Budget
+from ._steering import SteeringQueue
+
+__all__ = ["RunContext"]
+
+
+@dataclass(slots=True, frozen=True)
+class RunContext:
+    """Per-run policy. Build with `RunContext.new(tools, approver)` or `.sandboxed(...)`.
+
+    - `tools`: the jail and tool limits (`ToolCtx`).
+    - `approver`: answers calls that need approval; None means such calls are `Blocked`
+      ("this action needs approval and no approver is attached").
+    - `budget`: ceilings and spending, shared by the run tree.
+    - `cancel`: a token for this run or shared by a batch; the run works under a child.
+    - `phase`: `EXECUTE`, or `PLAN` (writing tools hidden and refused).
+    - `queued_input`: the steering queue.
+    - `withheld`: tool names this run may not see or call.
+    - `compact_at_tokens`: where compaction will trigger (used by the compaction issue).
+    """
+
+    tools: ToolCtx
+    approver: Approver | None = None
+    budget: Budget = field(default_factory=Budget)
+    cancel: CancellationToken | None = None
+    phase: Phase = Phase.EXECUTE
+    queued_input: SteeringQueue = field(default_factory=SteeringQueue)
+    withheld: frozenset[str] = frozenset()
+    compact_at_tokens: int | None = None
+
+    @classmethod
+    def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
+        return cls(tools=tools, approver=approver)
+
+    @classmethod
+    def sandboxed(cls, workspace: str | Path, approver: Approver | None = None) -> RunContext:
+        """A context jailed to `workspace` (created if missing)."""
+        Path(workspace).mkdir(parents=True, exist_ok=True)
+        return cls(tools=ToolCtx(workspace), approver=approver)
+
+    def _with(self, **changes: Any) -> RunContext:
+        return dataclasses.replace(self, **changes)
+
+    def with_tools(self, tools: ToolCtx) -> RunContext:
+        return self._with(tools=tools)
+
+    def with_approver(self, approver: Approver | None) -> RunContext:
+        return self._with(approver=approver)
+
+    def with_budget(self, budget: Budget) -> RunContext:
+        return self._with(budget=budget)
+
+    def with_cancel(self, cancel: CancellationToken | None) -> RunContext:
+        return self._with(cancel=cancel)
+
+    def with_phase(self, phase: Phase) -> RunContext:
+        return self._with(phase=phase)
+
+    def with_queued_input(self, queue: SteeringQueue) -> RunContext:
+        return self._with(queued_input=queue)
+
+    def with_withheld(self, names: Iterable[str]) -> RunContext:
+        return self._with(withheld=frozenset(names))
+
+    def with_compact_at(self, tokens: int | None) -> RunContext:
+        return self._with(compact_at_tokens=tokens)

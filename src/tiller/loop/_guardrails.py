@@ -1,0 +1,121 @@
+"""Guardrails: checks before and after each model call.
+
+Each answers Pass, Refuse(reason) or Handoff(agent, reason); they run in registration order
+and the first non-Pass wins. A refusal stops the run with stop cause `refused`, a handoff
+with `handoff` (the result names the agent to hand to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from ..conversation import AssistantMessage
+from ..model import ModelRequest
+
+__all__ = [
+    "Guardrail",
+    "GuardrailOutcome",
+    "MaxResponseLength",
+    "RefusalKeywords",
+    "run_post",
+    "run_pre",
+]
+
+
+@dataclass(slots=True, frozen=True)
+class GuardrailOutcome:
+    kind: Literal["pass", "refuse", "handoff"]
+    reason: str = ""
+    agent: str | None = None
+
+    @classmethod
+    def passed(cls) -> GuardrailOutcome:
+        return cls("pass")
+
+    @classmethod
+    def refuse(cls, reason: str) -> GuardrailOutcome:
+        return cls("refuse", reason)
+
+    @classmethod
+    def handoff(cls, agent: str, reason: str) -> GuardrailOutcome:
+        return cls("handoff", reason, agent)
+
+
+@runtime_checkable
+class Guardrail(Protocol):
+    """`pre_llm` sees the request; `post_llm` the request and the model's answer."""
+
+    name: str
+
+    async def pre_llm(self, request: ModelRequest) -> GuardrailOutcome: ...
+
+    async def post_llm(
+        self, request: ModelRequest, response: AssistantMessage
+    ) -> GuardrailOutcome: ...
+
+
+class RefusalKeywords:
+    """Refuse a request or response containing any of the keywords (case-insensitive)."""
+
+    def __init__(self, keywords: Sequence[str], *, name: str = "refusal_keywords") -> None:
+        self.name = name
+        self._keywords = [k.lower() for k in keywords if k]
+
+    def _hit(self, text: str) -> str | None:
+        lowered = text.lower()
+        return next((k for k in self._keywords if k in lowered), None)
+
+    async def pre_llm(self, request: ModelRequest) -> GuardrailOutcome:
+        last = request.messages[-1] if request.messages else None
+        hit = self._hit(last.text) if last is not None else None
+        return (
+            GuardrailOutcome.refuse(f"the request mentions {hit!r}")
+            if hit
+            else GuardrailOutcome.passed()
+        )
+
+    async def post_llm(self, request: ModelRequest, response: AssistantMessage) -> GuardrailOutcome:
+        hit = self._hit(response.text)
+        return (
+            GuardrailOutcome.refuse(f"the response mentions {hit!r}")
+            if hit
+            else GuardrailOutcome.passed()
+        )
+
+
+class MaxResponseLength:
+    """Refuse a response longer than `max_chars` characters of text."""
+
+    def __init__(self, max_chars: int, *, name: str = "max_response_length") -> None:
+        self.name = name
+        self._max = max_chars
+
+    async def pre_llm(self, request: ModelRequest) -> GuardrailOutcome:
+        return GuardrailOutcome.passed()
+
+    async def post_llm(self, request: ModelRequest, response: AssistantMessage) -> GuardrailOutcome:
+        if len(response.text) > self._max:
+            return GuardrailOutcome.refuse(
+                f"the response is {len(response.text)} characters; the limit is {self._max}"
+            )
+        return GuardrailOutcome.passed()
+
+
+async def run_pre(guardrails: Sequence[Guardrail], request: ModelRequest) -> GuardrailOutcome:
+    for guardrail in guardrails:
+        outcome = await guardrail.pre_llm(request)
+        if outcome.kind != "pass":
+            return outcome
+    return GuardrailOutcome.passed()
+
+
+async def run_post(
+    guardrails: Sequence[Guardrail], request: ModelRequest, response: AssistantMessage
+) -> GuardrailOutcome:
+    for guardrail in guardrails:
+        outcome = await guardrail.post_llm(request, response)
+        if outcome.kind != "pass":
+            return outcome
+    return GuardrailOutcome.passed()

@@ -1,0 +1,72 @@
+"""`RunOptions`: how the loop behaves for one run (not what it may touch: that is
+`RunContext`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UsageError
+from ._guardrails import Guardrail
+
+__all__ = ["RunOptions"]
+
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(slots=True, frozen=True)
+class RunOptions:
+    """Tunables of the loop. Immutable: `with_*` returns a new value.
+
+    - `max_steps`: hard cap on model turns (the graceful one is `Budget.max_turns`).
+    - `max_history_tokens`: the history window sent to the model (estimated tokens);
+      the window never separates a tool call from its result. None: everything.
+    - `max_response_bytes`: per streaming cycle (text, reasoning and tool arguments);
+      exceeding it ends the run with a clear error.
+    - `guardrails`: checked before and after every model call, in order.
+    - `output_retries`: how often an invalid structured output goes back to the model.
+    - `empty_turn_nudges`: how often an empty answer is nudged before `no_output`.
+    - `max_tokens`: the per-call output cap asked of the model (the budget may lower it).
+    - `temperature`: passed to the model when set.
+    """
+
+    max_steps: int = 100
+    max_history_tokens: int | None = None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    guardrails: Sequence[Guardrail] = field(default_factory=tuple)
+    output_retries: int = 2
+    empty_turn_nudges: int = 3
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise UsageError("max_steps must be at least 1")
+        if self.max_response_bytes < 1:
+            raise UsageError("max_response_bytes must be positive")
+
+    def _with(self, **changes: Any) -> RunOptions:
+        return dataclasses.replace(self, **changes)
+
+    def with_max_steps(self, max_steps: int) -> RunOptions:
+        return self._with(max_steps=max_steps)
+
+    def with_max_history_tokens(self, tokens: int | None) -> RunOptions:
+        return self._with(max_history_tokens=tokens)
+
+    def with_max_response_bytes(self, limit: int) -> RunOptions:
+        return self._with(max_response_bytes=limit)
+
+    def with_guardrails(self, *guardrails: Guardrail) -> RunOptions:
+        return self._with(guardrails=tuple(guardrails))
+
+    def with_output_retries(self, retries: int) -> RunOptions:
+        return self._with(output_retries=retries)
+
+    def with_max_tokens(self, max_tokens: int | None) -> RunOptions:
+        return self._with(max_tokens=max_tokens)
+
+    def with_temperature(self, temperature: float | None) -> RunOptions:
+        return self._with(temperature=temperature)

@@ -1,0 +1,61 @@
+"""`RunResult`: what `agent.run()` returns — the answer and an honest account of the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..conversation import Usage
+from ..state import RunState, StopCause
+
+__all__ = ["RunResult", "ToolTraceEntry"]
+
+
+@dataclass(slots=True, frozen=True)
+class ToolTraceEntry:
+    """One tool call as it happened: refused (and by whom), failed, or run."""
+
+    call_id: str
+    name: str
+    arguments: str
+    turn: int
+    is_error: bool = False
+    refused_by: str | None = None
+    unknown: bool = False
+    malformed_arguments: bool = False
+    staged: bool = False
+
+    @property
+    def denied(self) -> bool:
+        return self.refused_by is not None
+
+
+@dataclass(slots=True, frozen=True)
+class RunResult:
+    """The final text (or validated `output`), usage, cost, why the run stopped, and more.
+
+    `exhausted` is true when a ceiling stopped the run (turns, tokens, cost, steps);
+    `usage_complete` is false when a model call was cut short (its usage is partial).
+    `state` is the whole `RunState`, to inspect, store, or continue from.
+    """
+
+    text: str
+    stop_cause: StopCause
+    usage: Usage
+    turns: int
+    cost_usd: float
+    usage_complete: bool
+    state: RunState
+    output: Any = None
+    exhausted: bool = False
+    tool_trace: tuple[ToolTraceEntry, ...] = field(default_factory=tuple)
+    error: str | None = None
+    handoff: str | None = None
+
+    @property
+    def malformed_arguments(self) -> int:
+        return sum(1 for entry in self.tool_trace if entry.malformed_arguments)
+
+    @property
+    def completed(self) -> bool:
+        return self.stop_cause is StopCause.COMPLETED

@@ -1,0 +1,522 @@
+"""The loop: ask the model, run the tools it asks for, feed back the results.
+
+One `_Loop` drives one run. Its whole memory is the `RunState` (the conversation, the step,
+usage, every call's status): at each step boundary the state is complete, so the run can be
+checkpointed and continued from a copy with an identical result. Everything it does is
+emitted through the run's `AgUiContext`, so the terminal, the server, the tests and the
+captures all see one AG-UI stream.
+
+A step, in order (DESIGN §3): cancelled? → ceilings (and the optional tool-less final
+answer) → steering → the request (system, history window, tools visible in the phase,
+`max_tokens` capped by the budget) → pre-model guardrails → the model stream (text and
+reasoning live; a tool call emitted once its arguments are complete JSON; bytes capped) →
+post-model guardrails → no tool calls: done (or steer / nudge / validate) → gate each
+call, run the allowed ones concurrently, cap their output, append the results in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from ..conversation import (
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    TranscriptChecker,
+    UserMessage,
+)
+from ..errors import Cancelled, TillerError
+from ..events import AgUiContext, CustomEvent, MessageHandle, ReasoningHandle, ToolCallHandle
+from ..model import (
+    ModelError,
+    ModelRequest,
+    ReasoningDelta,
+    ResponseAccumulator,
+    TextDelta,
+    ToolCallEnd,
+    stream_with_retry,
+)
+from ..policy import Decision
+from ..state import CallRecord, RunState, StopCause
+from ..tools import ExecContext, Execution, OutputBudget
+from ._guardrails import run_post, run_pre
+from ._result import ToolTraceEntry
+from ._window import history_window
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._context import RunContext
+    from ._options import RunOptions
+
+__all__ = ["LoopFailed", "ResponseTooLarge", "Loop"]
+
+EMPTY_TURN_NUDGE = "Your last reply was empty. Continue with the task, or give your final answer."
+FINAL_ANSWER_NUDGE = (
+    "The run has reached its budget. Do not call any tools. Give your best final answer now "
+    "from what you already know; an honest 'I could not finish X' is a correct answer."
+)
+
+
+class ResponseTooLarge(TillerError):
+    """One model response exceeded `RunOptions.max_response_bytes`."""
+
+
+class LoopFailed(TillerError):
+    """The run stopped on an error; carries the AG-UI error code for the stream's end."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.agui_code = code
+
+
+@dataclass(slots=True)
+class _TurnOutcome:
+    message: AssistantMessage
+    handles: dict[str, ToolCallHandle] = field(default_factory=dict)
+    #: Calls whose finished arguments were not JSON: call id -> the text the model wrote.
+    malformed: dict[str, str] = field(default_factory=dict)
+
+
+class Loop:
+    """Drives one run of `agent` under `run_ctx` and `options`, emitting through `agui`."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        run_ctx: RunContext,
+        options: RunOptions,
+        agui: AgUiContext[Any],
+        state: RunState,
+    ) -> None:
+        self.agent = agent
+        self.run_ctx = run_ctx
+        self.options = options
+        self.agui = agui
+        self.state = state
+        self.trace: list[ToolTraceEntry] = []
+        self._transcript = TranscriptChecker()
+        self.final_output: Any = None
+        self.handoff: str | None = None
+
+    # ── the run ──────────────────────────────────────────────────────────────────
+
+    async def run(self) -> None:
+        """Run until a stop cause is set on the state. Cancellation propagates (the edge
+        turns it into a cancelled result) after the partial turn was kept."""
+        state = self.state
+        while state.stop_cause is None:
+            self.agui.check_cancelled()
+            if state.step >= self.options.max_steps:
+                state.stop_cause = StopCause.MAX_STEPS
+                break
+            ceiling = self.run_ctx.budget.exceeded()
+            if ceiling is not None:
+                await self._final_answer(ceiling)
+                break
+            self._take_steering()
+            await self._step()
+
+    def _take_steering(self) -> None:
+        drained = self.run_ctx.queued_input.drain()
+        # Into the state before any emit: an emit that raises (a cancel) loses nothing.
+        self.state.pending_input.extend(drained)
+        for text in drained:
+            self.agui.emit(CustomEvent("tiller.queued_input", {"text": text}))
+        if self.state.pending_input:
+            for text in self.state.pending_input:
+                self.state.append_user_text(text)
+            self.state.pending_input.clear()
+
+    async def _step(self) -> None:
+        with self.agui.step(f"turn {self.state.step + 1}"):
+            await self._step_body()
+
+    async def _step_body(self) -> None:
+        state = self.state
+        request = self._request(tools=True)
+        verdict = await run_pre(self.options.guardrails, request)
+        if verdict.kind != "pass":
+            self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
+            return
+        turn = await self._model_turn(request)
+        message = turn.message
+        verdict = await run_post(self.options.guardrails, request, message)
+        if verdict.kind != "pass":
+            self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
+            return
+        if message.tool_calls:
+            state.messages.append(message)
+            results = await self._dispatch(list(message.tool_calls), turn.handles, turn.malformed)
+            state.messages.append(UserMessage(tool_results=tuple(results)))
+            return
+        if message.is_empty:
+            # Law 1: an empty assistant turn is never kept; the nudge joins the user turn.
+            if state.empty_turn_nudges >= self.options.empty_turn_nudges:
+                state.stop_cause = StopCause.NO_OUTPUT
+                return
+            state.empty_turn_nudges += 1
+            state.append_user_text(EMPTY_TURN_NUDGE)
+            return
+        state.messages.append(message)
+        if self.run_ctx.queued_input:
+            return  # steering arrived during the final answer: another turn, not lost
+        self._finish_with(message)
+
+    def _finish_with(self, message: AssistantMessage) -> None:
+        output_type = self.agent.output_type
+        if output_type is None:
+            self.state.stop_cause = StopCause.COMPLETED
+            return
+        try:
+            self.final_output = _validate_output(output_type, message.text)
+        except ValidationError as exc:
+            if self.state.output_retries >= self.options.output_retries:
+                self.state.stop_cause = StopCause.ERROR
+                self.state.error = (
+                    f"the final answer did not validate as {output_type.__name__}: {exc}"
+                )
+                return
+            self.state.output_retries += 1
+            self.state.append_user_text(
+                f"Your answer did not validate against the required schema:\n{exc}\n"
+                "Reply again with only the JSON object."
+            )
+            return
+        self.state.stop_cause = StopCause.COMPLETED
+
+    def _stop_by_guardrail(self, kind: str, reason: str, agent: str | None) -> None:
+        if kind == "handoff":
+            self.state.stop_cause = StopCause.HANDOFF
+            self.handoff = agent
+        else:
+            self.state.stop_cause = StopCause.REFUSED
+        self.state.error = reason
+
+    async def _final_answer(self, ceiling: StopCause) -> None:
+        """The ceiling is reached: one tool-less answer from the reserve, if there is one."""
+        state = self.state
+        state.stop_cause = ceiling
+        budget = self.run_ctx.budget
+        if budget.final_answer_reserve <= 0:
+            return
+        state.append_user_text(FINAL_ANSWER_NUDGE)
+        with self.agui.step("final answer"):
+            turn = await self._model_turn(self._request(tools=False, final_answer=True))
+        # Calls are not run here; a reply that was only calls leaves nothing to keep (law 1).
+        answer = turn.message.model_copy(update={"tool_calls": ()})
+        if not answer.is_empty:
+            state.messages.append(answer)
+        state.stop_cause = ceiling
+
+    # ── the request ──────────────────────────────────────────────────────────────
+
+    def _request(self, *, tools: bool, final_answer: bool = False) -> ModelRequest:
+        state = self.state
+        self._transcript.check(state.messages)
+        specs = (
+            self.agent.registry.specs_for(self.run_ctx.phase, withheld=self.run_ctx.withheld)
+            if tools
+            else []
+        )
+        return ModelRequest(
+            system=self.agent.system_prompt_for_run(),
+            messages=history_window(state.messages, self.options.max_history_tokens),
+            tools=specs,
+            max_tokens=self.run_ctx.budget.cap_max_tokens(
+                self.options.max_tokens, final_answer=final_answer
+            ),
+            temperature=self.options.temperature,
+        )
+
+    # ── one model call ───────────────────────────────────────────────────────────
+
+    async def _model_turn(self, request: ModelRequest) -> _TurnOutcome:
+        """Stream one response: text and reasoning go out live, each tool call once its
+        arguments are complete JSON. On cancel or error, the partial text is kept."""
+        agui = self.agui
+        model = self.agent.model
+        accumulator = ResponseAccumulator()
+        message_id = agui.new_message_id()
+        outcome = _TurnOutcome(AssistantMessage(id=message_id))
+        text: MessageHandle | None = None
+        reasoning: ReasoningHandle | None = None
+        limit = self.options.max_response_bytes
+        try:
+            async for event in stream_with_retry(model, request, self.agent.retry):
+                accumulator.feed(event)
+                if accumulator.bytes > limit:
+                    raise ResponseTooLarge(
+                        f"the model's response passed {limit} bytes "
+                        "(RunOptions.max_response_bytes); the run was stopped"
+                    )
+                if isinstance(event, TextDelta):
+                    if reasoning is not None:
+                        reasoning.end()
+                        reasoning = None
+                    if text is None:
+                        text = agui.message_with_id(message_id, "assistant")
+                    text.delta(event.text)
+                elif isinstance(event, ReasoningDelta):
+                    if event.text:
+                        if reasoning is None:
+                            reasoning = agui.reasoning()
+                        reasoning.delta(event.text)
+                    if event.redacted and reasoning is not None:
+                        reasoning.encrypted_value(event.redacted)
+                elif isinstance(event, ToolCallEnd):
+                    call = accumulator.completed_call(event.index)
+                    if call is not None:
+                        outcome.handles[call.id] = self._announce_call(call, message_id)
+        except BaseException as exc:
+            accumulator.interrupt()
+            self._keep_partial(accumulator, message_id, exc)
+            raise
+        finally:
+            if reasoning is not None:
+                reasoning.end()
+            if text is not None:
+                text.end()
+        response = accumulator.get(id=message_id)
+        self._charge(response.usage)
+        outcome.message = response.message
+        broken = [d for d in response.dropped if d.reason == "invalid_json"]
+        if broken and response.status == "complete":
+            # The model finished writing these calls, but not as JSON: they stay in the
+            # transcript with `{}` and an error result the model can act on (they never
+            # run). A call cut off mid-stream is dropped instead (law 1).
+            calls = [ToolCall(id=d.id, name=d.name, arguments="{}") for d in broken]
+            for dropped, call in zip(broken, calls, strict=True):
+                outcome.malformed[call.id] = dropped.arguments
+                outcome.handles[call.id] = self._announce_call(call, message_id)
+            outcome.message = response.message.model_copy(
+                update={"tool_calls": (*response.message.tool_calls, *calls)}
+            )
+        return outcome
+
+    def _announce_call(self, call: ToolCall, message_id: str) -> ToolCallHandle:
+        handle = self.agui.tool_call_with_id(call.id, call.name, parent_message_id=message_id)
+        handle.args(call.arguments)
+        handle.end()
+        return handle
+
+    def _charge(self, usage: Any) -> None:
+        model = self.agent.model
+        cost = self.run_ctx.budget.charge(usage, provider=model.provider, model=model.name)
+        self.state.step += 1
+        self.state.usage = self.state.usage + usage
+        self.state.cost_usd += cost
+
+    def _keep_partial(
+        self, accumulator: ResponseAccumulator, message_id: str, exc: BaseException
+    ) -> None:
+        """Law 8: the half-written text and its usage stay; unfinished calls are dropped."""
+        state = self.state
+        response = accumulator.get(id=message_id)
+        self._charge(response.usage)
+        state.usage_complete = False
+        partial = response.message.text
+        if partial.strip():
+            state.messages.append(AssistantMessage(id=message_id, text=partial))
+        if isinstance(exc, ModelError | ResponseTooLarge):
+            state.stop_cause = StopCause.ERROR
+            state.error = str(exc)
+
+    # ── tools ────────────────────────────────────────────────────────────────────
+
+    async def _dispatch(
+        self,
+        calls: Sequence[ToolCall],
+        handles: dict[str, ToolCallHandle],
+        malformed: dict[str, str] | None = None,
+    ) -> list[ToolResult]:
+        """Gate every call, run the allowed ones concurrently, return results in call order.
+
+        If the run is cancelled meanwhile (while an approver decides, or while tools run),
+        results already returned are kept and every other call gets a "cancelled" error
+        result, so the transcript stays legal.
+        """
+        state = self.state
+        turn = state.step
+        first_entry = len(self.trace)
+        for call in calls:
+            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=turn)
+        results: dict[str, ToolResult] = {}
+        executed: dict[str, Execution] = {}
+        budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
+        try:
+            allowed: list[tuple[ToolCall, Any]] = []
+            for call in calls:
+                record = state.calls[call.id]
+                if malformed and call.id in malformed:
+                    record.malformed_arguments = True
+                    raw = malformed[call.id]
+                    shown = raw if len(raw) <= 300 else raw[:300] + "…"
+                    text = (
+                        f"The arguments you wrote for {call.name} are not valid JSON, so the "
+                        f"call did not run: {shown!r}. Call it again with a JSON object."
+                    )
+                    results[call.id] = self._finish_call(call, record, handles, text, is_error=True)
+                    continue
+                tool, refusal = await self._gate(call, record)
+                if tool is None:
+                    results[call.id] = self._finish_call(
+                        call, record, handles, refusal, is_error=True
+                    )
+                else:
+                    allowed.append((call, tool))
+            if len(allowed) == 1:  # the common case: no task group, no extra loop pass
+                await self._run_call(*allowed[0], executed)
+            elif allowed:
+                async with asyncio.TaskGroup() as group:
+                    for call, tool in allowed:
+                        group.create_task(self._run_call(call, tool, executed))
+            self._finish_executed(calls, executed, budget, handles, results)
+        except BaseException as exc:
+            # Keep what ran (the stream is closing, so nothing more is emitted for it).
+            self._finish_executed(calls, executed, budget, {}, results)
+            for call in calls:
+                if call.id not in results:
+                    results[call.id] = self._finish_call(
+                        call,
+                        state.calls[call.id],
+                        {},
+                        "The run was cancelled before this call finished.",
+                        is_error=True,
+                    )
+            self._append_results(calls, results)
+            if isinstance(exc, BaseExceptionGroup) and self.agui.is_cancelled:
+                # The task group wraps the calls' `Cancelled` in a group, which the run's
+                # edge would report as a crash: the run was cancelled, so say that.
+                self.agui.check_cancelled()
+            raise
+        finally:
+            # The trace lists a turn's calls in call order, however they finished.
+            order = {call.id: index for index, call in enumerate(calls)}
+            self.trace[first_entry:] = sorted(
+                self.trace[first_entry:], key=lambda entry: order[entry.call_id]
+            )
+        return [results[call.id] for call in calls]
+
+    def _finish_executed(
+        self,
+        calls: Sequence[ToolCall],
+        executed: dict[str, Execution],
+        budget: OutputBudget,
+        handles: dict[str, ToolCallHandle],
+        results: dict[str, ToolResult],
+    ) -> None:
+        """Cap the outputs of the calls that ran in call order, so the transcript does not
+        depend on which call finished first, and record their results."""
+        for call in calls:
+            execution = executed.get(call.id)
+            if execution is None or call.id in results:
+                continue
+            result = budget.cap_result(execution.result, self.run_ctx.tools)
+            results[call.id] = self._finish_call(
+                call, self.state.calls[call.id], handles, result.content, is_error=result.is_error
+            )
+
+    def _append_results(self, calls: Sequence[ToolCall], results: dict[str, ToolResult]) -> None:
+        """On an interrupted dispatch, put the (partial) results into the transcript now,
+        because the normal path that appends them will not run."""
+        self.state.messages.append(
+            UserMessage(tool_results=tuple(results[call.id] for call in calls))
+        )
+
+    async def _gate(self, call: ToolCall, record: CallRecord) -> tuple[Any, str]:
+        """Phase, withheld, unknown, then the approver for calls that are not read-only.
+        Returns the tool to run, or None and the refusal the model will read (law 4: the
+        prefix names who refused)."""
+        lookup = self.agent.registry.lookup(call.name, self.run_ctx.phase, self.run_ctx.withheld)
+        if lookup.tool is None:
+            record.refused_by = lookup.refusal
+            return None, _refusal_text(call.name, lookup.refusal, self.agent.registry)
+        tool = lookup.tool
+        if tool.read_only:
+            return tool, ""
+        approver = self.run_ctx.approver
+        decision = (
+            await approver.approve(call, tool)
+            if approver is not None
+            else Decision.blocked("this action needs approval and no approver is attached")
+        )
+        if decision.allowed:
+            return tool, ""
+        record.refused_by = "user" if decision.kind == "deny" else "policy"
+        prefix = "Denied by the user" if decision.kind == "deny" else "Blocked by policy"
+        remedy = f" {tool.denial_remedy}" if getattr(tool, "denial_remedy", None) else ""
+        return None, f"{prefix}: {decision.reason}.{remedy}"
+
+    async def _run_call(self, call: ToolCall, tool: Any, executed: dict[str, Execution]) -> None:
+        record = self.state.calls[call.id]
+        record.status = "started"
+        ctx = ExecContext(
+            token=self.agui.cancel_token,
+            call_id=call.id,
+            turn=record.turn,
+            workdir=self.run_ctx.tools.root,
+            tools=self.run_ctx.tools,
+            emit=self.agui.emit,
+            state_access=self.agui,
+        )
+        execution = await self.agent.registry.execute(call, ctx)
+        record.malformed_arguments = execution.malformed_arguments
+        executed[call.id] = execution
+
+    def _finish_call(
+        self,
+        call: ToolCall,
+        record: CallRecord,
+        handles: dict[str, ToolCallHandle],
+        content: str,
+        *,
+        is_error: bool,
+    ) -> ToolResult:
+        record.status = "failed" if is_error else "completed"
+        record.is_error = is_error
+        result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
+        handle = handles.get(call.id)
+        if handle is not None:
+            # After a cancel the result cannot be shown, but it is kept (law 8): the loop
+            # stops at its next check.
+            with contextlib.suppress(Cancelled):
+                handle.result(content)
+        self.trace.append(
+            ToolTraceEntry(
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                turn=record.turn,
+                is_error=is_error,
+                refused_by=record.refused_by,
+                unknown=record.refused_by == "unknown",
+                malformed_arguments=record.malformed_arguments,
+            )
+        )
+        return result
+
+
+def _refusal_text(name: str, refusal: str | None, registry: Any) -> str:
+    if refusal == "phase":
+        return (
+            f"Refused by the plan phase: {name} changes things and is not available while planning."
+        )
+    if refusal == "withheld":
+        return f"Refused: the tool {name} is withheld from this run."
+    known = ", ".join(sorted(registry.names())) or "none"
+    return f"Unknown tool {name!r}. The tools you can call are: {known}."
+
+
+def _validate_output(output_type: type[BaseModel], text: str) -> BaseModel:
+    """Validate the final answer as JSON of `output_type`, tolerating a code fence."""
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[1] if "\n" in body else ""
+        body = body.rsplit("```", 1)[0]
+    return output_type.model_validate_json(body)

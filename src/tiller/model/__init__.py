@@ -1,0 +1,94 @@
+"""Models: the seam (`Model`, `ModelRequest`, stream events), its errors, retry, the
+response accumulator, the offline `ScriptedModel`, provider adapters and model strings.
+
+The provider adapters (`OpenAICompatModel`, `AnthropicModel`) are loaded on first use, so
+`import tiller.model` stays cheap for programs that only script or replay.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._accumulate import AccumulatedResponse, DroppedCall, ResponseAccumulator, ResponseStatus
+from ._base import (
+    Finish,
+    FinishReason,
+    Model,
+    ModelRequest,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolSpec,
+    UsageReport,
+)
+from ._errors import (
+    ContextOverflow,
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    ModelProtocolError,
+    ModelTimeout,
+)
+from ._resolve import resolve_model
+from ._retry import RetryPolicy, stream_with_retry
+from .scripted import ScriptedModel, Turn, TurnCall, TurnError, TurnInfo
+
+if TYPE_CHECKING:
+    from .anthropic import AnthropicModel
+    from .openai_compat import OpenAICompatModel
+
+__all__ = [
+    "AccumulatedResponse",
+    "AnthropicModel",
+    "ContextOverflow",
+    "DroppedCall",
+    "Finish",
+    "FinishReason",
+    "Model",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelProtocolError",
+    "ModelRequest",
+    "ModelTimeout",
+    "OpenAICompatModel",
+    "ReasoningDelta",
+    "ResponseAccumulator",
+    "ResponseStatus",
+    "RetryPolicy",
+    "ScriptedModel",
+    "StreamEvent",
+    "TextDelta",
+    "ToolCallArgsDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolSpec",
+    "Turn",
+    "TurnCall",
+    "TurnError",
+    "TurnInfo",
+    "UsageReport",
+    "resolve_model",
+    "stream_with_retry",
+]
+
+_LAZY = {"AnthropicModel": ".anthropic", "OpenAICompatModel": ".openai_compat"}
+
+# Hidden from type checkers, which see the adapters through the imports above: a visible
+# module `__getattr__` would make every misspelt `tiller.model.X` type-check.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """Import a provider adapter the first time it is asked for (PEP 562)."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(module, __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,137 @@
+"""The model seam: one request in, a stream of typed events out.
+
+A `Model` has one async method, `stream(request)`, yielding `StreamEvent`s, plus `aclose`.
+Adapters translate their provider's wire format into these events and their errors into
+`ModelError`s; nothing above `tiller.model` sees httpx or a provider SDK.
+
+Tool call events are keyed by `index` (the position of the call in the response), because
+that is how providers stream parallel calls: a call's id and name arrive first, its
+argument fragments after, possibly interleaved with other calls'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..conversation import AssistantMessage, Usage, UserMessage
+
+__all__ = [
+    "Finish",
+    "FinishReason",
+    "Model",
+    "ModelRequest",
+    "ReasoningDelta",
+    "StreamEvent",
+    "TextDelta",
+    "ToolCallArgsDelta",
+    "ToolCallEnd",
+    "ToolCallStart",
+    "ToolSpec",
+    "UsageReport",
+]
+
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "refusal", "other"]
+
+
+@dataclass(slots=True, frozen=True)
+class ToolSpec:
+    """A tool as the model sees it: name, description, JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    """Everything one model call needs. `max_tokens` is already capped by the budget."""
+
+    system: str | None
+    messages: Sequence[UserMessage | AssistantMessage]
+    tools: Sequence[ToolSpec] = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+    #: Provider-specific extras passed through untouched (e.g. `{"top_p": 0.9}`).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True, frozen=True)
+class ReasoningDelta:
+    """Reasoning text; `signature` (Anthropic) or `redacted` arrive as their own deltas."""
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallArgsDelta:
+    index: int
+    delta: str
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCallEnd:
+    """The call's arguments are complete (adapters emit it for every started call)."""
+
+    index: int
+
+
+@dataclass(slots=True, frozen=True)
+class UsageReport:
+    """Usage for this call; may come more than once (the last report wins per field)."""
+
+    usage: Usage
+
+
+@dataclass(slots=True, frozen=True)
+class Finish:
+    reason: FinishReason
+    #: The provider's own word for it, for logs ("end_turn", "max_tokens", ...).
+    raw: str | None = None
+
+
+StreamEvent = (
+    TextDelta
+    | ReasoningDelta
+    | ToolCallStart
+    | ToolCallArgsDelta
+    | ToolCallEnd
+    | UsageReport
+    | Finish
+)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model that streams.
+
+    `provider` and `name` label usage and pricing; `context_window` (tokens) is None when
+    unknown.
+    """
+
+    provider: str
+    name: str
+    context_window: int | None
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Stream one response. Raises `ModelError` subclasses, before or during the stream."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; idempotent."""
+        ...

@@ -1,0 +1,613 @@
+"""`ScriptedModel`: the offline model that agents are tested with (product code, not a mock).
+
+A script is a list of turns, one per model call, or a function that writes each turn when
+asked. A turn is plain data, so scripts live happily in YAML next to the tests:
+
+```yaml
+name: weather-bot            # optional: the model's name, context_window, when_exhausted
+turns:
+  - tool_calls:
+      - {name: get_weather, arguments: {city: Paris}}
+  - text: It is sunny in Paris.
+    usage: {input_tokens: 120, output_tokens: 9}
+  - error: {status: 429, retry_after: 1}     # the next call fails (stream_with_retry retries)
+  - "A bare string is a text turn."
+```
+
+The stream it produces is shaped like a real provider's, so consumers exercise the same code
+paths: text arrives word by word (or in the `chunks` given), tool call arguments arrive in a
+few fragments, usage is reported, and every stream ends with `Finish`. Nothing depends on
+time or chance: call ids are `call-{turn}-{index}` (turns count from 1, indexes from 0, as
+in the stream), and usage defaults to an estimate from the text lengths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import re
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, Literal, TypeAlias, get_args
+
+import orjson
+import pydantic
+
+from ..conversation import AssistantMessage, Reasoning, Usage, UserMessage
+from ..errors import UsageError
+from ._base import (
+    Finish,
+    FinishReason,
+    ModelRequest,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    ToolSpec,
+    UsageReport,
+)
+from ._errors import (
+    ContextOverflow,
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    ModelProtocolError,
+    ModelTimeout,
+)
+
+__all__ = [
+    "ScriptedModel",
+    "Turn",
+    "TurnCall",
+    "TurnError",
+    "TurnFunction",
+    "TurnInfo",
+    "TurnLike",
+]
+
+ErrorKind = Literal["http", "timeout", "connection", "protocol", "context_overflow"]
+#: What the model does when the script has no more turns: fail (the default, so a test
+#: notices an unexpected extra call), repeat the last turn, or answer "done".
+WhenExhausted = Literal["error", "repeat", "done"]
+
+_FINISH_REASONS: frozenset[str] = frozenset(get_args(FinishReason))
+_ERROR_KINDS: frozenset[str] = frozenset(get_args(ErrorKind))
+_WORDS = re.compile(r"\s*\S+|\s+$")
+_ARG_FRAGMENTS = 3
+_PROVIDER = "scripted"
+
+
+@dataclass(slots=True, frozen=True)
+class TurnCall:
+    """A tool call in a turn. `arguments` is an object, or raw JSON text sent verbatim
+    (raw text lets a script send arguments that are not JSON); `id` defaults to
+    `call-{turn}-{index}`."""
+
+    name: str
+    arguments: Mapping[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+
+    def arguments_text(self) -> str:
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return orjson.dumps(dict(self.arguments)).decode()
+
+
+@dataclass(slots=True, frozen=True)
+class TurnError:
+    """An error the turn raises instead of finishing.
+
+    With `status`, a `ModelHTTPError` (429 and 5xx retryable, as from a provider); with
+    `kind`, a `ModelTimeout`, `ModelConnectionError`, `ModelProtocolError` or
+    `ContextOverflow`. A new exception is built for every call that raises it.
+    """
+
+    status: int | None = None
+    kind: ErrorKind = "http"
+    message: str = "scripted error"
+    retry_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _ERROR_KINDS:
+            raise UsageError(f"error kind {self.kind!r} is not one of {sorted(_ERROR_KINDS)}")
+        if self.kind == "http" and self.status is None:
+            raise UsageError("an error needs a `status` (HTTP) or a `kind`")
+
+    def build(self) -> ModelError:
+        provider = _PROVIDER
+        if self.kind == "timeout":
+            return ModelTimeout(self.message, retry_after=self.retry_after, provider=provider)
+        if self.kind == "connection":
+            return ModelConnectionError(
+                self.message, retry_after=self.retry_after, provider=provider
+            )
+        if self.kind == "protocol":
+            return ModelProtocolError(self.message, provider=provider)
+        if self.kind == "context_overflow":
+            return ContextOverflow(self.message, provider=provider, status=self.status or 400)
+        assert self.status is not None  # checked in __post_init__
+        return ModelHTTPError(
+            self.status, self.message, retry_after=self.retry_after, provider=provider
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class Turn:
+    """One scripted model response. Events stream in this order: `delay`, reasoning, text,
+    tool calls, usage, `Finish`.
+
+    With `error`, the text and reasoning stream, the tool calls start and send their
+    arguments but never end (the connection died mid-call: law 1 drops them), and then the
+    error is raised in place of usage and `Finish`. A turn with only an error fails before
+    its first event, which is the case `stream_with_retry` retries.
+    """
+
+    text: str = ""
+    #: How the text is split into deltas; by default word by word. Sets `text` if empty.
+    chunks: tuple[str, ...] | None = None
+    reasoning: tuple[Reasoning, ...] = ()
+    tool_calls: tuple[TurnCall, ...] = ()
+    #: Reported as is; by default estimated from the lengths (4 characters a token).
+    usage: Usage | None = None
+    #: By default `tool_calls` if the turn has any, else `stop`.
+    finish: FinishReason | None = None
+    error: TurnError | None = None
+    #: Seconds to wait (with `asyncio.sleep`, so a cancel interrupts it) before streaming.
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        # Frozen, but normalized once here so that lists given by hand behave like tuples.
+        if self.chunks is not None:
+            chunks = tuple(self.chunks)
+            object.__setattr__(self, "chunks", chunks)
+            joined = "".join(chunks)
+            if not self.text:
+                object.__setattr__(self, "text", joined)
+            elif joined != self.text:
+                raise UsageError("`chunks` must join up to `text` (or leave `text` out)")
+        object.__setattr__(self, "reasoning", tuple(self.reasoning))
+        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if self.finish is not None and self.finish not in _FINISH_REASONS:
+            raise UsageError(f"finish {self.finish!r} is not one of {sorted(_FINISH_REASONS)}")
+        if self.delay < 0:
+            raise UsageError(f"delay must not be negative, not {self.delay}")
+
+    @classmethod
+    def parse(cls, value: TurnLike) -> Turn:
+        """A turn from a string (its text), a mapping with the field names, or a `Turn`."""
+        if isinstance(value, Turn):
+            return value
+        if isinstance(value, str):
+            return cls(text=value)
+        if not isinstance(value, Mapping):
+            raise UsageError(
+                f"a turn is a string or a mapping, not {type(value).__name__}: {value!r}"
+            )
+        unknown = sorted(set(value) - _TURN_KEYS)
+        if unknown:
+            raise UsageError(f"unknown key(s) {unknown}; a turn may have {sorted(_TURN_KEYS)}")
+        chunks = value.get("chunks")
+        return cls(
+            text=_typed(value, "text", str, ""),
+            chunks=None if chunks is None else tuple(_str_list(chunks, "chunks")),
+            reasoning=_parse_reasoning(value.get("reasoning")),
+            tool_calls=tuple(
+                _parse_call(call) for call in _list(value.get("tool_calls", []), "tool_calls")
+            ),
+            usage=_parse_usage(value.get("usage")),
+            finish=_typed(value, "finish", str, None),
+            error=_parse_error(value.get("error")),
+            delay=float(_typed(value, "delay", (int, float), 0.0)),
+        )
+
+
+_TURN_KEYS = frozenset(
+    {"text", "chunks", "reasoning", "tool_calls", "usage", "finish", "error", "delay"}
+)
+
+#: A turn as a script writes it: text, a mapping of `Turn`'s fields, or a `Turn`.
+TurnLike: TypeAlias = str | Mapping[str, Any] | Turn
+
+
+@dataclass(slots=True, frozen=True)
+class TurnInfo:
+    """What a turn function learns besides the messages: the turn number (from 1) and the
+    whole request."""
+
+    turn: int
+    request: ModelRequest
+
+    @property
+    def system(self) -> str | None:
+        return self.request.system
+
+    @property
+    def tools(self) -> Sequence[ToolSpec]:
+        return self.request.tools
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.request.max_tokens
+
+
+#: `(messages, info) -> turn`, sync or async; or an async generator of text chunks, which
+#: are streamed as they are produced.
+TurnFunction: TypeAlias = Callable[
+    [Sequence[UserMessage | AssistantMessage], TurnInfo],
+    TurnLike | Awaitable[TurnLike] | AsyncIterator[str],
+]
+
+
+class ScriptedModel:
+    """A `Model` that answers from a script instead of a provider.
+
+    ```python
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]},
+        "1 + 2 = 3",
+    ])
+    model = ScriptedModel.from_file("tests/scripts/add.yaml")
+    model = ScriptedModel(lambda messages, info: f"turn {info.turn}")
+    ```
+
+    Every request is recorded (`requests`, `last_request`) for assertions. When the script
+    runs out, the next call raises a `ModelError` by default; `when_exhausted="repeat"`
+    repeats the last turn and `"done"` answers "done". Errors raised by a turn function
+    propagate untouched, so a test sees its own bug (`stream_with_retry` wraps them in a
+    `ModelError` like any adapter's).
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+
+    def __init__(
+        self,
+        turns: Iterable[TurnLike] | TurnLike | TurnFunction = (),
+        *,
+        name: str = "scripted",
+        context_window: int | None = None,
+        when_exhausted: WhenExhausted = "error",
+    ) -> None:
+        if when_exhausted not in get_args(WhenExhausted):
+            raise UsageError(
+                f"when_exhausted must be one of {list(get_args(WhenExhausted))}, "
+                f"not {when_exhausted!r}"
+            )
+        self.provider = _PROVIDER
+        self.name = name
+        self.context_window = context_window
+        self.when_exhausted: WhenExhausted = when_exhausted
+        self.requests: list[ModelRequest] = []
+        self._function: TurnFunction | None = None
+        self._turns: tuple[Turn, ...] = ()
+        if isinstance(turns, str | Mapping | Turn):
+            turns = [turns]
+        if callable(turns):
+            self._function = turns
+        else:
+            parsed: list[Turn] = []
+            for number, turn in enumerate(turns, start=1):
+                try:
+                    parsed.append(Turn.parse(turn))
+                except UsageError as exc:
+                    raise UsageError(f"turn {number}: {exc}") from None
+            self._turns = tuple(parsed)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **options: Any) -> ScriptedModel:
+        """Load a script from YAML (`.yaml`, `.yml`) or JSON (`.json`; anything else is
+        read as YAML, which JSON is nearly a subset of).
+
+        The file holds a list of turns, or a mapping with `turns` and optionally `name`,
+        `context_window` and `when_exhausted`; keyword `options` override the file's.
+        The name defaults to the file's stem.
+        """
+        path = Path(path)
+        try:
+            source = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read the model script {str(path)!r}: {exc}") from exc
+        try:
+            if path.suffix.lower() == ".json":
+                data = orjson.loads(source)
+            else:
+                import yaml  # lazily: only scripts need it, and `import tiller` stays fast
+
+                try:
+                    data = yaml.safe_load(source)
+                except yaml.YAMLError as exc:
+                    raise UsageError(f"{path}: not valid YAML: {exc}") from exc
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"{path}: not valid JSON: {exc}") from exc
+        settings: dict[str, Any] = {"name": path.stem}
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - {"turns", "name", "context_window", "when_exhausted"})
+            if unknown or "turns" not in data:
+                raise UsageError(
+                    f"{path}: a script is a list of turns, or a mapping with `turns` and "
+                    f"optionally `name`, `context_window`, `when_exhausted` (got keys "
+                    f"{sorted(data)})"
+                )
+            settings.update({k: v for k, v in data.items() if k != "turns"})
+            data = data["turns"]
+        if not isinstance(data, list):
+            raise UsageError(f"{path}: a script is a list of turns, not {type(data).__name__}")
+        settings.update(options)
+        try:
+            return cls(data, **settings)
+        except UsageError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+
+    @classmethod
+    def echo(cls, *, name: str = "echo") -> ScriptedModel:
+        """A model that answers every call with the last user message's text: the smallest
+        agent that round-trips, for smoke tests of the plumbing around a model."""
+
+        def reply(messages: Sequence[UserMessage | AssistantMessage], info: TurnInfo) -> str:
+            for message in reversed(messages):
+                if isinstance(message, UserMessage) and message.text:
+                    return message.text
+            return "(nothing to echo)"
+
+        return cls(reply, name=name)
+
+    @property
+    def last_request(self) -> ModelRequest | None:
+        return self.requests[-1] if self.requests else None
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The parsed script (empty for a turn function)."""
+        return self._turns
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Answer `request` with the next turn of the script."""
+        self.requests.append(request)
+        number = len(self.requests)
+        if self._function is None:
+            turn = self._next_turn(number)
+        else:
+            result = self._function(request.messages, TurnInfo(number, request))
+            if inspect.isasyncgen(result):
+                async for event in _stream_chunks(result, request):
+                    yield event
+                return
+            if inspect.isawaitable(result):
+                result = await result
+            if result is None:
+                raise UsageError(
+                    f"the turn function returned None for turn {number}; "
+                    "return a string, a mapping or a Turn"
+                )
+            turn = Turn.parse(result)  # type: ignore[arg-type]  # checked at runtime
+        async for event in _stream_turn(turn, number, request):
+            yield event
+
+    def _next_turn(self, number: int) -> Turn:
+        if number <= len(self._turns):
+            return self._turns[number - 1]
+        if self.when_exhausted == "repeat" and self._turns:
+            return self._turns[-1]
+        if self.when_exhausted == "done":
+            return Turn(text="done")
+        count = len(self._turns)
+        raise ModelError(
+            f"the script has no turn {number}; it has {count} turn{'' if count == 1 else 's'}",
+            provider=self.provider,
+        )
+
+    async def aclose(self) -> None:
+        """Nothing to release; here for the `Model` protocol."""
+
+    async def __aenter__(self) -> ScriptedModel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        script = "function" if self._function is not None else f"{len(self._turns)} turns"
+        return f"ScriptedModel({self.name!r}, {script}, served={len(self.requests)})"
+
+
+# -- streaming -------------------------------------------------------------------------
+
+
+async def _stream_turn(
+    turn: Turn, number: int, request: ModelRequest
+) -> AsyncIterator[StreamEvent]:
+    if turn.delay > 0:
+        await asyncio.sleep(turn.delay)
+    for block in turn.reasoning:
+        if block.text:
+            yield ReasoningDelta(text=block.text)
+        if block.signature is not None:
+            yield ReasoningDelta(signature=block.signature)
+        if block.redacted is not None:
+            yield ReasoningDelta(redacted=block.redacted)
+    for chunk in turn.chunks if turn.chunks is not None else _words(turn.text):
+        yield TextDelta(chunk)
+    for index, call in enumerate(turn.tool_calls):
+        yield ToolCallStart(index, call.id or f"call-{number}-{index}", call.name)
+        for fragment in _fragments(call.arguments_text()):
+            yield ToolCallArgsDelta(index, fragment)
+        if turn.error is None:
+            yield ToolCallEnd(index)
+    if turn.error is not None:
+        raise turn.error.build()
+    yield UsageReport(turn.usage or _estimate(request, _output_chars(turn)))
+    yield Finish(turn.finish or ("tool_calls" if turn.tool_calls else "stop"))
+
+
+async def _stream_chunks(
+    chunks: AsyncIterator[Any], request: ModelRequest
+) -> AsyncIterator[StreamEvent]:
+    written = 0
+    try:
+        async for chunk in chunks:
+            if not isinstance(chunk, str):
+                raise UsageError(
+                    f"a turn generator yields text chunks (str), not {type(chunk).__name__}"
+                )
+            if chunk:
+                written += len(chunk)
+                yield TextDelta(chunk)
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    yield UsageReport(_estimate(request, written))
+    yield Finish("stop")
+
+
+def _words(text: str) -> list[str]:
+    """Word by word, each with the whitespace before it; joins back to `text`."""
+    return _WORDS.findall(text)
+
+
+def _fragments(text: str) -> list[str]:
+    """Up to three nearly equal pieces, so consumers must parse arguments incrementally."""
+    if len(text) < _ARG_FRAGMENTS:
+        return [text] if text else []
+    size = math.ceil(len(text) / _ARG_FRAGMENTS)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _tokens(chars: int) -> int:
+    return math.ceil(chars / 4)
+
+
+def _output_chars(turn: Turn) -> int:
+    return (
+        len(turn.text)
+        + sum(len(block.text) for block in turn.reasoning)
+        + sum(len(call.name) + len(call.arguments_text()) for call in turn.tool_calls)
+    )
+
+
+def _estimate(request: ModelRequest, output_chars: int) -> Usage:
+    """A deterministic stand-in for the provider's count: 4 characters a token."""
+    chars = len(request.system or "")
+    for message in request.messages:
+        chars += len(message.text)
+        if isinstance(message, AssistantMessage):
+            chars += sum(len(call.arguments) for call in message.tool_calls)
+        else:
+            chars += sum(len(result.content) for result in message.tool_results)
+    return Usage(input_tokens=_tokens(chars), output_tokens=_tokens(output_chars), requests=1)
+
+
+# -- parsing ---------------------------------------------------------------------------
+
+
+def _typed(value: Mapping[str, Any], key: str, kind: Any, default: Any) -> Any:
+    item = value.get(key, default)
+    if item is default:
+        return item
+    if not isinstance(item, kind) or isinstance(item, bool):
+        raise UsageError(f"`{key}` has the wrong type: {item!r}")
+    return item
+
+
+def _list(value: Any, key: str) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise UsageError(f"`{key}` must be a list, not {type(value).__name__}")
+    return list(value)
+
+
+def _str_list(value: Any, key: str) -> list[str]:
+    items = _list(value, key)
+    if not all(isinstance(item, str) for item in items):
+        raise UsageError(f"`{key}` must be a list of strings")
+    return items
+
+
+def _parse_reasoning(value: Any) -> tuple[Reasoning, ...]:
+    if value is None:
+        return ()
+    items = value if isinstance(value, list | tuple) else [value]
+    blocks: list[Reasoning] = []
+    for item in items:
+        if isinstance(item, str):
+            blocks.append(Reasoning(text=item))
+        elif isinstance(item, Mapping):
+            try:
+                blocks.append(Reasoning.model_validate(dict(item)))
+            except pydantic.ValidationError as exc:
+                raise UsageError(f"`reasoning`: {_first_error(exc)}") from None
+        else:
+            raise UsageError(f"`reasoning` is text or a mapping, not {item!r}")
+    return tuple(blocks)
+
+
+def _parse_call(value: Any) -> TurnCall:
+    if isinstance(value, TurnCall):
+        return value
+    if not isinstance(value, Mapping):
+        raise UsageError(f"a tool call is a mapping with `name`, not {value!r}")
+    unknown = sorted(set(value) - {"name", "arguments", "id"})
+    if unknown:
+        raise UsageError(f"unknown tool call key(s) {unknown}; use name, arguments, id")
+    name = value.get("name")
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"a tool call needs a `name`: {dict(value)!r}")
+    arguments = value.get("arguments", {})
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, str | Mapping):
+        raise UsageError(f"tool call {name!r}: `arguments` is a mapping or JSON text")
+    call_id = value.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise UsageError(f"tool call {name!r}: `id` must be a string")
+    return TurnCall(name=name, arguments=arguments, id=call_id)
+
+
+def _parse_usage(value: Any) -> Usage | None:
+    if value is None or isinstance(value, Usage):
+        return value
+    if not isinstance(value, Mapping):
+        raise UsageError(f"`usage` is a mapping of token counts, not {value!r}")
+    try:
+        return Usage.model_validate({"requests": 1, **value})
+    except pydantic.ValidationError as exc:
+        raise UsageError(f"`usage`: {_first_error(exc)}") from None
+
+
+def _parse_error(value: Any) -> TurnError | None:
+    if value is None or isinstance(value, TurnError):
+        return value
+    if not isinstance(value, Mapping):
+        raise UsageError(f"`error` is a mapping like {{status: 429}}, not {value!r}")
+    unknown = sorted(set(value) - {"status", "kind", "message", "retry_after"})
+    if unknown:
+        raise UsageError(f"unknown error key(s) {unknown}; use status, kind, message, retry_after")
+    status = _typed(value, "status", int, None)
+    retry_after = _typed(value, "retry_after", (int, float), None)
+    return TurnError(
+        status=status,
+        kind=_typed(value, "kind", str, "http"),
+        message=_typed(value, "message", str, "scripted error"),
+        retry_after=None if retry_after is None else float(retry_after),
+    )
+
+
+def _first_error(exc: pydantic.ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])

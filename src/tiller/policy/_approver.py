@@ -1,0 +1,80 @@
+"""Approvers answer an Ask: Allow, Deny(reason) or Blocked(reason).
+
+`Deny` is a person's answer ("Denied by the user: ..."); `Blocked` is a machine's ("Blocked
+by policy: ..."). The loop chooses the prefix from the kind, never the approver (law 4), so
+a policy refusal is never presented to the model as a user's correction. Read-only calls
+never reach an approver.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..conversation import ToolCall
+
+__all__ = ["AllowAll", "Approver", "Callback", "Decision", "ReadOnly"]
+
+
+@dataclass(slots=True, frozen=True)
+class Decision:
+    """An approver's answer. Build with `Decision.allow()`, `.deny(reason)`, `.blocked(reason)`."""
+
+    kind: Literal["allow", "deny", "blocked"]
+    reason: str = ""
+
+    @classmethod
+    def allow(cls) -> Decision:
+        return cls("allow")
+
+    @classmethod
+    def deny(cls, reason: str) -> Decision:
+        return cls("deny", reason)
+
+    @classmethod
+    def blocked(cls, reason: str) -> Decision:
+        return cls("blocked", reason)
+
+    @property
+    def allowed(self) -> bool:
+        return self.kind == "allow"
+
+
+@runtime_checkable
+class Approver(Protocol):
+    """Decides a call that needs a person's approval."""
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision: ...
+
+
+class AllowAll:
+    """Allows everything (`--yes`). The policy engine still denies destructive actions."""
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        return Decision.allow()
+
+
+class ReadOnly:
+    """Allows nothing that writes: a read-only run."""
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        return Decision.blocked(f"{call.name} changes things, and this run is read-only")
+
+
+class Callback:
+    """Asks a function (sync or async) `(call, tool) -> Decision | bool`."""
+
+    def __init__(
+        self, fn: Callable[[ToolCall, Any], Decision | bool | Awaitable[Decision | bool]]
+    ) -> None:
+        self._fn = fn
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        answer = self._fn(call, tool)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if isinstance(answer, Decision):
+            return answer
+        return Decision.allow() if answer else Decision.deny("the approver said no")

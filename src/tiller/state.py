@@ -1,0 +1,145 @@
+"""`RunState`: everything a run has produced and decided, as one serializable value.
+
+The loop is a function of `RunState` plus the run's contexts: nothing a resume would need
+lives only in local variables. At every step boundary the state is complete, so
+suspending is persisting it and resuming is loading it (durable runs build on this).
+
+Serialization is pydantic JSON with a `schema_version`; `RunState.from_json` refuses a
+version it does not know, with a message saying which it found.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .conversation import AssistantMessage, Message, Taint, ToolCall, Usage, UserMessage
+from .errors import TillerError
+from .phase import Phase
+
+__all__ = ["CallRecord", "CallStatus", "RunState", "RunStateError", "StopCause"]
+
+SCHEMA_VERSION = 1
+
+
+class RunStateError(TillerError):
+    """A serialized run state cannot be loaded (wrong schema version, or corrupt)."""
+
+
+class StopCause(enum.Enum):
+    """Why a run stopped; `RunResult.stop_cause`."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    SUSPENDED = "suspended"
+    MAX_STEPS = "max_steps"
+    TURN_BUDGET = "turn_budget"
+    TOKEN_BUDGET = "token_budget"
+    COST_BUDGET = "cost_budget"
+    LOOP = "loop"
+    NO_OUTPUT = "no_output"
+    REFUSED = "refused"
+    HANDOFF = "handoff"
+    ERROR = "error"
+
+
+CallStatus = Literal["pending", "started", "completed", "failed"]
+
+
+class CallRecord(BaseModel):
+    """One tool call's life: `pending → started → completed | failed`, and what came of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    name: str
+    turn: int
+    status: CallStatus = "pending"
+    is_error: bool = False
+    #: Who refused it, if it was refused: user, policy, hook, phase, withheld, unknown tool.
+    refused_by: str | None = None
+    malformed_arguments: bool = False
+    staged: bool = False
+
+
+class RunState(BaseModel):
+    """The whole of a run, at a step boundary."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    thread_id: str
+    agent_name: str = "agent"
+    messages: list[Message] = Field(default_factory=list)
+    #: Model turns taken so far (each is one model call in this run).
+    step: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float = 0.0
+    #: Whether `usage` counts every model call (false after a cancel mid-stream).
+    usage_complete: bool = True
+    taint: int = Taint.NONE.value
+    phase: Phase = Phase.EXECUTE
+    #: The agent's typed state, as JSON.
+    state: Any = None
+    calls: dict[str, CallRecord] = Field(default_factory=dict)
+    #: Open AG-UI interrupts (wire dicts) while suspended.
+    interrupts: list[dict[str, Any]] = Field(default_factory=list)
+    #: Steering text taken from the queue but not yet sent to the model.
+    pending_input: list[str] = Field(default_factory=list)
+    empty_turn_nudges: int = 0
+    output_retries: int = 0
+    stop_cause: StopCause | None = None
+    error: str | None = None
+
+    # ── convenience ──────────────────────────────────────────────────────────────
+
+    @property
+    def taint_flags(self) -> Taint:
+        return Taint(self.taint)
+
+    def add_taint(self, taint: Taint) -> None:
+        """Taint only grows (law 6)."""
+        self.taint |= taint.value
+
+    def last_assistant(self) -> AssistantMessage | None:
+        for message in reversed(self.messages):
+            if isinstance(message, AssistantMessage):
+                return message
+        return None
+
+    def unanswered_calls(self) -> list[ToolCall]:
+        """Calls of the last assistant turn that have no result in the transcript yet."""
+        if not self.messages or not isinstance(self.messages[-1], AssistantMessage):
+            return []
+        return list(self.messages[-1].tool_calls)
+
+    def append_user_text(self, text: str) -> None:
+        """Fold text into the last user message if the transcript ends with one (law 1:
+        two user messages in a row are invalid), else start a new one."""
+        if self.messages and isinstance(self.messages[-1], UserMessage):
+            last = self.messages[-1]
+            joined = f"{last.text}\n\n{text}" if last.text else text
+            self.messages[-1] = last.model_copy(update={"text": joined})
+        else:
+            self.messages.append(UserMessage(text=text))
+
+    # ── serialization ────────────────────────────────────────────────────────────
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> RunState:
+        try:
+            state = cls.model_validate_json(data)
+        except ValidationError as exc:
+            raise RunStateError(f"the run state is not valid: {exc}") from exc
+        if state.schema_version != SCHEMA_VERSION:
+            raise RunStateError(
+                f"run state schema version {state.schema_version} is not supported "
+                f"(this tiller reads version {SCHEMA_VERSION})"
+            )
+        return state

@@ -1,0 +1,134 @@
+"""Output capping: one byte budget per turn, the overflow spilled to files.
+
+A model's context is the scarcest thing a run has, and one `cat` of a log can eat it. So
+the tool outputs of one turn share one byte budget (`ToolCtx.output_budget_bytes`): a
+result keeps what still fits, and the whole output goes to a file in the run's spill
+dir, with a pointer line where the tail was cut. Nothing is lost; the model can read the
+rest with its file tools, a page at a time.
+
+The budget is consumed first come, first served. Cap the results of a batch in call order
+(after the calls ran concurrently) and the transcript is the same whichever call finished
+first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Final
+
+from ..conversation import ToolResult
+from ..errors import UsageError
+from ._jail import ToolCtx
+
+__all__ = ["OutputBudget"]
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class OutputBudget:
+    """The bytes one turn's tool outputs may still use.
+
+    Safe to share between the concurrent calls of a turn, on the loop or in worker
+    threads: the charge is taken under a lock, and the spill file is written outside it.
+    """
+
+    __slots__ = ("_limit", "_lock", "_remaining")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise UsageError("an output budget cannot be negative")
+        self._limit = limit
+        self._remaining = limit
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_turn(cls, tools: ToolCtx) -> OutputBudget:
+        """A fresh budget for one turn, sized by the run's tool policy."""
+        return cls(tools.output_budget_bytes)
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @property
+    def remaining(self) -> int:
+        """Bytes not yet used by this turn's outputs."""
+        return self._remaining
+
+    def _take(self, size: int) -> int:
+        """Charge up to `size` bytes; return how many were granted."""
+        with self._lock:
+            granted = min(size, self._remaining)
+            self._remaining -= granted
+            return granted
+
+    def cap(
+        self,
+        content: str,
+        call_id: str,
+        spill_dir: Path,
+        *,
+        relative_to: Path | None = None,
+    ) -> str:
+        """`content` if it fits the remaining budget; else the part that fits, then a
+        pointer line to a spill file holding the whole of `content`.
+
+        The pointer reads `[output truncated: N bytes more in <path>]`, where N counts the
+        bytes not shown and the path is relative to `relative_to` (the jail root, so the
+        model can pass it to `read_file`) when the file lies under it. The cut never splits
+        a UTF-8 character. The spill file is named after the call id; `spill_dir` is created
+        if needed.
+        """
+        data = content.encode("utf-8")
+        granted = self._take(len(data))
+        if granted == len(data):
+            return content
+        kept = _utf8_prefix(data, granted)
+        spill_file = _write_spill(spill_dir, call_id, data)
+        shown: str | Path = spill_file
+        if relative_to is not None and spill_file.is_relative_to(relative_to):
+            shown = spill_file.relative_to(relative_to).as_posix()
+        head = kept.decode("utf-8")
+        separator = "" if not head or head.endswith("\n") else "\n"
+        more = len(data) - len(kept)
+        return f"{head}{separator}[output truncated: {more} bytes more in {shown}]"
+
+    def cap_result(self, result: ToolResult, tools: ToolCtx) -> ToolResult:
+        """`result` with its content capped (see `cap`), spilling to the run's spill dir."""
+        capped = self.cap(result.content, result.call_id, tools.spill_dir, relative_to=tools.root)
+        if capped is result.content:
+            return result
+        return result.model_copy(update={"content": capped})
+
+    def __repr__(self) -> str:
+        return f"<OutputBudget {self._remaining}/{self._limit} bytes left>"
+
+
+def _utf8_prefix(data: bytes, size: int) -> bytes:
+    """The longest prefix of `data` no longer than `size` that ends on a character boundary."""
+    end = size
+    # Back up over continuation bytes (0b10xxxxxx) to the start of the cut character.
+    while 0 < end < len(data) and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    return data[:end]
+
+
+def _write_spill(spill_dir: Path, call_id: str, data: bytes) -> Path:
+    """Write `data` to a new file named after the call; never overwrite an earlier spill."""
+    spill_dir.mkdir(parents=True, exist_ok=True)
+    stem = _UNSAFE.sub("_", call_id)[:100] or "call"
+    suffix = 0
+    while True:
+        name = f"{stem}.txt" if suffix == 0 else f"{stem}-{suffix}.txt"
+        path = spill_dir / name
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            suffix += 1
+            continue
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        return path

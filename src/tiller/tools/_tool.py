@@ -1,0 +1,491 @@
+"""The `Tool` protocol, and `@tool`, which turns a typed function into one.
+
+A tool is what the model may call: a name, a description and a JSON Schema it reads, and
+an async `call(args, ctx)` that does the work. Most tools are plain functions:
+
+```python
+@tool(read_only=True)
+def word_count(path: str, ctx: ExecContext) -> int:
+    \"\"\"Count the words in a file of the workspace.
+
+    Args:
+        path: The file, relative to the workspace root.
+    \"\"\"
+    return len(ctx.tools.resolve(path).read_text().split())
+```
+
+The signature is the schema (pydantic builds and validates it), the docstring is the
+description, and a parameter annotated `ExecContext` receives the call's context. A sync
+function runs in a worker thread, so it never blocks the event loop; an async one is
+awaited. What it returns becomes the result the model reads: a `str` as is, a
+`ToolOutput` unchanged, anything else as JSON.
+
+A tool signals an expected failure ("no such file") by raising `ToolError`: the model sees
+the message as an error result and the run goes on. `ToolError` is a plain `Exception`,
+not a `TillerError`, because it is a signal raised on purpose (STYLE.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import re
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Protocol, overload, runtime_checkable
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+from pydantic.fields import FieldInfo
+
+from ..errors import InvalidToolArguments
+from ..model._base import ToolSpec
+from ._docstring import parse_docstring
+from ._errors import ToolDefinitionError
+from ._exec import ExecContext
+
+__all__ = [
+    "BaseTool",
+    "Capability",
+    "FunctionTool",
+    "Tool",
+    "ToolError",
+    "ToolOutput",
+    "tool",
+]
+
+# What OpenAI and Anthropic both accept as a function name.
+_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class Capability(enum.Flag):
+    """What a tool may do that matters to the lethal-trifecta interlock (DESIGN §11).
+
+    The loop ORs the capabilities of a turn's calls into the conversation's taint before
+    gating them, so a read and a send in one turn cannot slip through together.
+    """
+
+    NONE = 0
+    #: Its output may contain the user's private data (files, mail, databases).
+    PRIVATE_DATA = enum.auto()
+    #: Its output may contain text from untrusted sources (web pages, issues, mail).
+    UNTRUSTED_INPUT = enum.auto()
+    #: It can send data out of the machine (HTTP requests, messages, pushes).
+    EXTERNAL_SEND = enum.auto()
+    #: It can destroy data irreversibly.
+    DESTRUCTIVE = enum.auto()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool call produced: `content` as the model reads it, whether it is an
+    error, and optional structured `data` for the program (UI state, tests) that the
+    model does not see."""
+
+    content: str
+    is_error: bool = False
+    data: Any = None
+
+
+class ToolError(Exception):
+    """Raise from a tool to fail the call with `message` as the result the model reads.
+
+    For failures the model can act on ("no such file", "the pattern matched twice"); the
+    run goes on. Anything else a tool raises is reported as a crash with its type. Not a
+    `TillerError` on purpose: `except TillerError` must never swallow it.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """What the loop needs of a tool. Implement it directly (or subclass `BaseTool`) for
+    tools whose schema is not a Python signature, such as proxies to MCP servers.
+
+    - `read_only`: the call changes nothing; shown in Plan phase, never needs approval.
+    - `capabilities`: see `Capability`.
+    - `denial_remedy`: what the model should do instead when the call is refused
+      (appended to the refusal), or `None`.
+    - `call(args, ctx)`: `args` is the parsed JSON object the model sent, not yet
+      validated; raise `InvalidToolArguments` if it does not fit, `ToolError` for an
+      expected failure.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def capabilities(self) -> Capability: ...
+
+    @property
+    def denial_remedy(self) -> str | None: ...
+
+    async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput: ...
+
+    def spec(self) -> ToolSpec: ...
+
+
+class BaseTool:
+    """A convenient base for hand-written tools: set the class attributes, write `call`.
+
+    ```python
+    class Echo(BaseTool):
+        name = "echo"
+        description = "Repeat the text."
+        input_schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+        read_only = True
+
+        async def call(self, args, ctx):
+            return ToolOutput(str(args.get("text", "")))
+    ```
+    """
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    read_only: bool = False
+    capabilities: Capability = Capability.NONE
+    denial_remedy: str | None = None
+
+    async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+        raise NotImplementedError
+
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it."""
+        return ToolSpec(self.name, self.description, self.input_schema)
+
+
+class FunctionTool:
+    """A tool made from a typed function by `@tool`. `function` is the original."""
+
+    __slots__ = (
+        "_ctx_params",
+        "_fields",
+        "_is_async",
+        "_model",
+        "_spec",
+        "capabilities",
+        "denial_remedy",
+        "description",
+        "function",
+        "input_schema",
+        "name",
+        "read_only",
+    )
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        read_only: bool = False,
+        capabilities: Capability = Capability.NONE,
+        denial_remedy: str | None = None,
+        localns: dict[str, Any] | None = None,
+    ) -> None:
+        self.function = function
+        self.name = name if name is not None else getattr(function, "__name__", "")
+        if not _NAME.match(self.name):
+            raise ToolDefinitionError(
+                f"{self.name!r} is not a valid tool name: providers accept 1 to 64 letters, "
+                "digits, '_' and '-'; pass @tool(name=...)"
+            )
+        doc = parse_docstring(inspect.getdoc(function))
+        self.description = description if description is not None else doc.description
+        if not self.description:
+            raise ToolDefinitionError(
+                f"tool {self.name!r} has no description: the model needs one to know when to "
+                "call it; write a docstring or pass @tool(description=...)"
+            )
+        self.read_only = read_only
+        self.capabilities = capabilities
+        self.denial_remedy = denial_remedy
+        self._is_async = inspect.iscoroutinefunction(function)
+        self._model, self._fields, self._ctx_params = _arguments_model(
+            function, self.name, doc.params, localns
+        )
+        self.input_schema = _clean_schema(self._model.model_json_schema())
+        self._spec = ToolSpec(self.name, self.description, self.input_schema)
+
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it."""
+        return self._spec
+
+    def validate(self, args: dict[str, Any]) -> BaseModel:
+        """`args` checked and converted by the signature; raises `InvalidToolArguments`
+        with a message the model can act on."""
+        try:
+            return self._model.model_validate(args)
+        except ValidationError as exc:
+            raise InvalidToolArguments(self.name, _describe(exc)) from None
+
+    async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+        """Validate `args`, run the function (in a worker thread if it is sync) and turn
+        what it returns into a `ToolOutput`."""
+        validated = self.validate(args)
+        positional: list[Any] = []
+        keywords: dict[str, Any] = {}
+        for param, (field_name, kind) in self._fields.items():
+            value = getattr(validated, field_name)
+            if kind is inspect.Parameter.POSITIONAL_ONLY:
+                positional.append(value)
+            else:
+                keywords[param] = value
+        for param in self._ctx_params:
+            keywords[param] = ctx
+        if self._is_async:
+            result = await self.function(*positional, **keywords)
+        else:
+            result = await asyncio.to_thread(self.function, *positional, **keywords)
+            if inspect.isawaitable(result):
+                result = await result
+        return to_output(result)
+
+    def __repr__(self) -> str:
+        return f"<FunctionTool {self.name!r} read_only={self.read_only}>"
+
+
+def to_output(value: Any) -> ToolOutput:
+    """What a tool function returned, as a `ToolOutput`: a `str` as is, a `ToolOutput`
+    unchanged, anything else encoded as JSON (pydantic models through `model_dump`), with
+    the original value kept as `data`."""
+    if isinstance(value, ToolOutput):
+        return value
+    if isinstance(value, str):
+        return ToolOutput(value)
+    encoded = orjson.dumps(value, default=_json_default, option=orjson.OPT_NON_STR_KEYS)
+    return ToolOutput(encoded.decode("utf-8"), data=value)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if hasattr(value, "__fspath__"):
+        return str(value)
+    raise TypeError(f"a tool returned a {type(value).__name__}, which is not JSON-serializable")
+
+
+# ── @tool ──────────────────────────────────────────────────────────────────────────
+
+
+@overload
+def tool(function: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    capabilities: Capability = Capability.NONE,
+    denial_remedy: str | None = None,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    capabilities: Capability = Capability.NONE,
+    denial_remedy: str | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Turn a typed function, sync or async, into a `FunctionTool`. Bare or with options:
+
+    ```python
+    @tool
+    async def now() -> str:
+        \"\"\"The current time, ISO 8601.\"\"\"
+
+    @tool(read_only=True, capabilities=Capability.PRIVATE_DATA)
+    def read_notes(topic: str) -> list[str]: ...
+    ```
+
+    - name: the function's name unless given.
+    - description: the docstring's first paragraph unless given.
+    - schema: a pydantic model built from the signature. Every parameter needs an
+      annotation (`Any` is allowed); defaults make parameters optional; `Annotated[...,
+      Field(...)]` adds constraints; entries of the docstring's `Args:` (Google) or
+      `Parameters` (NumPy) section become property descriptions. Unknown arguments are
+      refused, so a model that misspells one is told so. A parameter annotated
+      `ExecContext` (any name) receives the call's context and is not in the schema.
+
+    Raises `ToolDefinitionError` at definition time if the function cannot be a tool.
+    """
+    if function is not None:
+        return FunctionTool(function, localns=_caller_locals())
+
+    def decorate(fn: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            fn,
+            name=name,
+            description=description,
+            read_only=read_only,
+            capabilities=capabilities,
+            denial_remedy=denial_remedy,
+            localns=_caller_locals(),
+        )
+
+    return decorate
+
+
+def _caller_locals() -> dict[str, Any] | None:
+    """A snapshot of the locals where the decorator was applied (two frames up), so
+    annotations naming classes local to a function resolve, as in pydantic. `None` at
+    module level, where the function's globals already hold everything."""
+    frame = sys._getframe(2)
+    try:
+        if frame.f_locals is frame.f_globals:
+            return None
+        return dict(frame.f_locals)
+    finally:
+        del frame
+
+
+def _is_exec_context(hint: Any) -> bool:
+    if typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    return isinstance(hint, type) and issubclass(hint, ExecContext)
+
+
+def _arguments_model(
+    function: Callable[..., Any],
+    tool_name: str,
+    param_docs: dict[str, str],
+    localns: dict[str, Any] | None,
+) -> tuple[
+    type[BaseModel],
+    dict[str, tuple[str, inspect._ParameterKind]],
+    list[str],
+]:
+    """Build the pydantic model of `function`'s parameters.
+
+    Fields get private names (`p_0`, `p_1`, ...) with the parameter name as alias, so a
+    parameter may be called anything (`schema`, `model_id`, `json`) without clashing
+    with pydantic's own attributes; the schema and the error messages use the alias.
+    Returns the model, the field of each parameter, and the `ExecContext` parameters.
+    """
+    try:
+        signature = inspect.signature(function)
+        hints = typing.get_type_hints(function, localns=localns, include_extras=True)
+    except (NameError, TypeError, ValueError) as exc:
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: cannot read the signature's annotations: {exc}"
+        ) from exc
+    definitions: dict[str, Any] = {}
+    fields: dict[str, tuple[str, inspect._ParameterKind]] = {}
+    ctx_params: list[str] = []
+    for index, (param, info) in enumerate(signature.parameters.items()):
+        if info.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: *{param} / **{param} cannot be described to a model; "
+                "name every parameter"
+            )
+        if param not in hints:
+            raise ToolDefinitionError(
+                f"tool {tool_name!r}: parameter {param!r} has no type annotation; the model "
+                "needs one to know what to send (annotate it, `Any` is allowed)"
+            )
+        hint = hints[param]
+        if _is_exec_context(hint):
+            if info.kind is inspect.Parameter.POSITIONAL_ONLY:
+                raise ToolDefinitionError(
+                    f"tool {tool_name!r}: the ExecContext parameter {param!r} must not be "
+                    "positional-only"
+                )
+            ctx_params.append(param)
+            continue
+        annotated_description = any(
+            isinstance(meta, FieldInfo) and meta.description
+            for meta in getattr(hint, "__metadata__", ())
+        )
+        options: dict[str, Any] = {"alias": param}
+        default = info.default
+        if isinstance(default, FieldInfo):
+            hint = Annotated[hint, default]
+            annotated_description = annotated_description or bool(default.description)
+        elif default is not inspect.Parameter.empty:
+            options["default"] = default
+        if not annotated_description and param in param_docs:
+            options["description"] = param_docs[param]
+        field_name = f"p_{index}"
+        definitions[field_name] = (hint, Field(**options))
+        fields[param] = (field_name, info.kind)
+    model_name = "".join(part.title() for part in tool_name.replace("-", "_").split("_"))
+    try:
+        model = create_model(
+            f"{model_name or 'Tool'}Arguments",
+            __config__=ConfigDict(extra="forbid", protected_namespaces=()),
+            **definitions,
+        )
+        model.model_json_schema()
+    except (PydanticSchemaGenerationError, PydanticUserError, TypeError) as exc:
+        raise ToolDefinitionError(
+            f"tool {tool_name!r}: its parameters cannot be described as JSON Schema: {exc}"
+        ) from exc
+    return model, fields, ctx_params
+
+
+# Keys whose value maps names to subschemas, or holds subschemas.
+_SCHEMA_MAPS: Final = ("properties", "$defs", "definitions", "patternProperties")
+_SCHEMA_LISTS: Final = ("anyOf", "allOf", "oneOf", "prefixItems")
+_SCHEMA_ONE: Final = ("items", "additionalProperties", "not", "contains")
+
+
+def _clean_schema(schema: Any) -> Any:
+    """Drop pydantic's generated `title`s: the model does not need them, and every token
+    of a tool's schema is paid for on every request."""
+    if not isinstance(schema, dict):
+        return schema
+    cleaned: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            cleaned[key] = {name: _clean_schema(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            cleaned[key] = [_clean_schema(sub) for sub in value]
+        elif key in _SCHEMA_ONE:
+            cleaned[key] = _clean_schema(value)
+        else:
+            cleaned[key] = value
+    return cleaned
+
+
+def _describe(exc: ValidationError) -> str:
+    """A validation error as one line per problem, naming the argument and what was sent."""
+    problems: list[str] = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "(the arguments)"
+        message = error["msg"]
+        if error["type"] not in ("missing", "extra_forbidden"):
+            shown = repr(error.get("input"))
+            if len(shown) > 80:
+                shown = shown[:77] + "..."
+            message = f"{message} (got {shown})"
+        elif error["type"] == "extra_forbidden":
+            message = "is not a parameter of this tool"
+        problems.append(f"{where}: {message}")
+    return "; ".join(problems)

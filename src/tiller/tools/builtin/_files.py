@@ -1,0 +1,216 @@
+"""The file tools: read, write, edit and list, all inside the run's jail.
+
+Every path goes through `ctx.tools.resolve`, so `..`, absolute paths elsewhere and
+symlinks that point out are refused before anything is opened. Files are UTF-8 text; a
+binary or undecodable file is refused with a message rather than shown as mojibake or
+silently corrupted by an edit. They are sync functions: file I/O runs in worker threads.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Final
+
+from pydantic import Field
+
+from .._exec import ExecContext
+from .._tool import Capability, ToolError, tool
+from ._text import looks_binary, os_errors
+
+__all__ = ["edit_file", "list_dir", "read_file", "write_file"]
+
+#: Lines `read_file` shows when no `limit` is given.
+DEFAULT_READ_LINES: Final = 2000
+#: Characters of one line `read_file` shows; longer lines (minified files) are cut.
+MAX_LINE_CHARS: Final = 2000
+#: Entries `list_dir` shows.
+MAX_DIR_ENTRIES: Final = 1000
+
+
+def _strip_newline(line: str) -> str:
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+@tool(read_only=True, capabilities=Capability.PRIVATE_DATA)
+def read_file(
+    path: str,
+    offset: Annotated[int, Field(ge=0)] = 0,
+    limit: Annotated[int, Field(ge=1)] | None = None,
+    *,
+    ctx: ExecContext,
+) -> str:
+    """Read a UTF-8 text file of the workspace as numbered lines: each line is shown as
+    its 1-based line number, a tab, then its text (the numbers are not part of the file).
+    Shows at most 2000 lines unless `limit` says otherwise, with a note on how to read
+    on. Binary files are refused.
+
+    The numbered format (as `cat -n`) lets the model cite and page by line; edit_file's
+    description tells it to leave the numbers out of `old`.
+
+    Args:
+        path: The file, relative to the workspace root.
+        offset: How many lines to skip first (0 reads from the start; to continue after
+            line N, pass N).
+        limit: The most lines to show (default 2000).
+    """
+    target = ctx.tools.resolve(path)
+    shown = ctx.tools.relative(target)
+    if not target.exists():
+        raise ToolError(f"no such file: {shown}")
+    if target.is_dir():
+        raise ToolError(f"{shown} is a directory; use list_dir to see what it holds")
+    if not target.is_file():
+        raise ToolError(f"{shown} is not a regular file")
+    count = DEFAULT_READ_LINES if limit is None else limit
+    lines: list[str] = []
+    total = 0
+    with os_errors("read", shown):
+        if looks_binary(target):
+            size = target.stat().st_size
+            raise ToolError(
+                f"{shown} looks like a binary file ({size} bytes); read_file reads text"
+            )
+        try:
+            with target.open(encoding="utf-8", newline="") as file:
+                for total, line in enumerate(file, start=1):
+                    if offset < total <= offset + count:
+                        text = _strip_newline(line)
+                        if len(text) > MAX_LINE_CHARS:
+                            text = (
+                                text[:MAX_LINE_CHARS] + f" [... line cut at {MAX_LINE_CHARS} chars]"
+                            )
+                        lines.append(f"{total:>6}\t{text}")
+                    if total % 4096 == 0:
+                        ctx.token.check()  # a huge file must not outlive a cancel
+        except UnicodeDecodeError as exc:
+            raise ToolError(
+                f"{shown} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                "read_file reads UTF-8 text only"
+            ) from exc
+    if total == 0:
+        return f"({shown} is empty)"
+    if not lines:
+        return f"({shown} has {total} lines; offset {offset} is past the end)"
+    last = offset + len(lines)
+    if last < total:
+        lines.append(f"[lines {offset + 1}-{last} of {total}; pass offset={last} to read on]")
+    return "\n".join(lines)
+
+
+@tool(
+    denial_remedy="Describe the change you would make (the path and the new content) "
+    "instead of writing it.",
+)
+def write_file(path: str, content: str, *, ctx: ExecContext) -> str:
+    """Write a UTF-8 text file of the workspace, replacing it if it exists; missing parent
+    directories are created. To change part of an existing file, prefer edit_file.
+
+    Args:
+        path: The file, relative to the workspace root.
+        content: The whole new content of the file.
+    """
+    target = ctx.tools.resolve(path)
+    shown = ctx.tools.relative(target)
+    if target.is_dir():
+        raise ToolError(f"{shown} is a directory; give the path of a file")
+    existed = target.exists()
+    data = content.encode("utf-8")
+    with os_errors("write", shown):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return f"{'overwrote' if existed else 'created'} {shown} ({len(data)} bytes)"
+
+
+def _occurrences(text: str, old: str) -> list[int]:
+    """Where `old` starts in `text`, overlapping matches included (`str.count` skips
+    them, and then "exactly once" would be a lie for `aa` in `aaa`)."""
+    found: list[int] = []
+    start = text.find(old)
+    while start != -1:
+        found.append(start)
+        start = text.find(old, start + 1)
+    return found
+
+
+@tool(
+    denial_remedy="Describe the edit you would make (the path, the old and the new text) "
+    "instead of making it.",
+)
+def edit_file(path: str, old: str, new: str, *, ctx: ExecContext) -> str:
+    """Replace one exact piece of text in a file of the workspace. `old` must occur in the
+    file exactly once, whitespace included (copy it from read_file's output without the
+    line numbers); if it occurs zero or several times nothing changes and the error says
+    how many times it matched, so add surrounding lines to make it unique.
+
+    Overlapping occurrences count: `aa` occurs twice in `aaa`.
+
+    Args:
+        path: The file, relative to the workspace root.
+        old: The exact text to replace; it must occur exactly once.
+        new: The text to put in its place.
+    """
+    target = ctx.tools.resolve(path)
+    shown = ctx.tools.relative(target)
+    if not target.is_file():
+        raise ToolError(
+            f"no such file: {shown}" if not target.exists() else f"{shown} is not a regular file"
+        )
+    if not old:
+        raise ToolError("old is empty; give the exact text to replace (use write_file to create)")
+    if old == new:
+        raise ToolError("old and new are the same; there is nothing to change")
+    with os_errors("edit", shown):
+        if looks_binary(target):
+            raise ToolError(f"{shown} looks like a binary file; edit_file edits text")
+        try:
+            with target.open(encoding="utf-8", newline="") as file:
+                text = file.read()
+        except UnicodeDecodeError as exc:
+            raise ToolError(f"{shown} is not UTF-8 text; edit_file edits UTF-8 text only") from exc
+        found = _occurrences(text, old)
+        if len(found) != 1:
+            hint = (
+                "read the file and copy the text exactly, whitespace and line endings included"
+                if not found
+                else "include more of the surrounding text so it matches exactly once"
+            )
+            raise ToolError(
+                f"old matches {len(found)} times in {shown}, it must match exactly once; {hint}"
+            )
+        start = found[0]
+        with target.open("w", encoding="utf-8", newline="") as file:
+            file.write(text[:start] + new + text[start + len(old) :])
+    line = text.count("\n", 0, start) + 1
+    return f"edited {shown} at line {line}"
+
+
+@tool(read_only=True, capabilities=Capability.PRIVATE_DATA)
+def list_dir(path: str = ".", *, ctx: ExecContext) -> str:
+    """List a directory of the workspace, one entry per line, sorted by name; directories
+    end with `/` and symlinks show their target as `name -> target`.
+
+    Args:
+        path: The directory, relative to the workspace root (default: the root).
+    """
+    target = ctx.tools.resolve(path)
+    shown = ctx.tools.relative(target)
+    if not target.exists():
+        raise ToolError(f"no such directory: {shown}")
+    if not target.is_dir():
+        raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
+    with os_errors("list", shown):
+        with os.scandir(target) as scan:
+            entries = sorted(scan, key=lambda e: e.name)
+        lines: list[str] = []
+        for entry in entries[:MAX_DIR_ENTRIES]:
+            if entry.is_symlink():
+                lines.append(f"{entry.name} -> {os.readlink(entry.path)}")
+            elif entry.is_dir():
+                lines.append(f"{entry.name}/")
+            else:
+                lines.append(entry.name)
+    if not lines:
+        return f"({shown} is empty)"
+    if len(entries) > MAX_DIR_ENTRIES:
+        lines.append(f"[... and {len(entries) - MAX_DIR_ENTRIES} more entries]")
+    return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""The loop is a function of `RunState` plus the contexts: stopped at any step boundary,
+serialized, loaded and continued, a run ends exactly as an uninterrupted one would."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiller.cancel import CancellationToken
+from tiller.conversation import AssistantMessage, UserMessage
+from tiller.loop import Agent, RunContext, RunOptions
+from tiller.model import ScriptedModel
+from tiller.policy import AllowAll
+from tiller.state import RunState, StopCause
+from tiller.tools import tool
+
+from ._support import Messages, drive
+
+SCRIPT: list[Any] = [
+    {
+        "text": "Let me look.",
+        "tool_calls": [{"id": "c1", "name": "look", "arguments": {"at": "a"}}],
+    },
+    {
+        "tool_calls": [
+            {"id": "c2", "name": "note", "arguments": {"text": "found a"}},
+            {"id": "c3", "name": "look", "arguments": {"at": "b"}},
+        ]
+    },
+    "",  # an empty turn: nudged
+    {"reasoning": "Nearly there.", "text": "Almost.", "tool_calls": [{"id": "c4", "name": "look"}]},
+    "All done: a and b.",
+]
+
+
+class World:
+    """One chain of runs: its tools record their side effects, and steer the run."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.notes: list[str] = []
+        self.ctx = RunContext.sandboxed(workspace, AllowAll())
+        notes = self.notes
+        queue = self.ctx.queued_input
+
+        @tool(read_only=True)
+        def look(at: str = "here") -> str:
+            """Look at something."""
+            return f"saw {at}"
+
+        @tool
+        def note(text: str) -> str:
+            """Write a note (a side effect)."""
+            notes.append(text)
+            queue.push(f"(noted: {text})")
+            return "noted"
+
+        self.tools = [look, note]
+
+    def agent(self, turns: list[Any]) -> Agent:
+        return Agent(ScriptedModel(turns), self.tools, system_prompt="be thorough")
+
+
+def without_ids(messages: Messages) -> list[UserMessage | AssistantMessage]:
+    """Message ids restart with each run's AG-UI context; the content must not."""
+    return [m.model_copy(update={"id": ""}) for m in messages]
+
+
+def comparable(state: RunState) -> tuple[Any, ...]:
+    return (
+        without_ids(state.messages),
+        state.model_dump(mode="json", exclude={"messages"}),
+    )
+
+
+async def test_continuing_from_every_step_boundary(tmp_path: Path) -> None:
+    whole_world = World(tmp_path / "whole")
+    whole = await drive(whole_world.agent(SCRIPT), "Find a and b.", whole_world.ctx)
+    assert whole.result.stop_cause is StopCause.COMPLETED
+    assert whole.result.turns == len(SCRIPT)
+    assert whole_world.notes == ["found a"]
+    expected = comparable(whole.result.state)
+
+    for k in range(1, len(SCRIPT)):
+        world = World(tmp_path / f"split-{k}")
+        first = await drive(
+            world.agent(SCRIPT), "Find a and b.", world.ctx, RunOptions(max_steps=k)
+        )
+        assert first.result.stop_cause is StopCause.MAX_STEPS
+        assert first.result.turns == k
+        saved = first.result.state.to_json()
+        loaded = RunState.from_json(saved)
+        assert loaded == first.result.state
+        rest = await drive(world.agent(SCRIPT[k:]), loaded, world.ctx)
+        assert rest.result.stop_cause is StopCause.COMPLETED, k
+        assert comparable(rest.result.state) == expected, k
+        assert rest.result.text == whole.result.text
+        # No side effect ran twice (law 5), whichever step the run was split at.
+        assert world.notes == ["found a"], k
+
+
+async def test_continuing_after_a_cancel(workspace: Path) -> None:
+    """A cancelled run's state is legal as it stands: the model is told which call was
+    cut, and the run finishes from there."""
+    started = asyncio.Event()
+    cut: list[str] = []
+
+    @tool(read_only=True)
+    async def slow() -> str:
+        """Never return."""
+        started.set()
+        cut.append("started")
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    token = CancellationToken()
+    ctx = RunContext.sandboxed(workspace, AllowAll())
+    model = ScriptedModel([{"text": "Working.", "tool_calls": [{"name": "slow"}]}])
+
+    async def cancel_when_started() -> None:
+        await started.wait()
+        token.cancel()
+
+    first, _ = await asyncio.gather(
+        drive(Agent(model, [slow]), "go", ctx.with_cancel(token)), cancel_when_started()
+    )
+    assert first.result.stop_cause is StopCause.CANCELLED
+    loaded = RunState.from_json(first.result.state.to_json())
+    loaded.append_user_text("Never mind, just say hi.")  # folded: law 1
+
+    resumed = ScriptedModel(["Hi."])
+    rest = await drive(Agent(resumed, [slow]), loaded, ctx, run_id="r2")
+    assert rest.result.stop_cause is StopCause.COMPLETED
+    assert rest.result.text == "Hi."
+    assert rest.result.state.run_id == "r2"
+    assert rest.result.state.thread_id == "r1"
+    assert rest.result.error is None
+    sent = resumed.requests[0].messages[-1]
+    assert isinstance(sent, UserMessage)
+    assert sent.tool_results[0].content == "The run was cancelled before this call finished."
+    assert sent.text == "Never mind, just say hi."
+    assert cut == ["started"]
+
+
+async def test_continuing_a_finished_run_with_a_new_question(ctx: RunContext) -> None:
+    first = await drive(Agent(ScriptedModel(["Paris."])), "Capital of France?", ctx)
+    state = first.result.state
+    state.messages.append(UserMessage(text="And of Italy?"))
+    model = ScriptedModel(["Rome."])
+    rest = await drive(Agent(model), state, ctx, run_id="r2")
+    assert [m.text for m in model.requests[0].messages] == [
+        "Capital of France?",
+        "Paris.",
+        "And of Italy?",
+    ]
+    assert rest.result.text == "Rome."
+    assert rest.result.turns == 2
+    # The caller's state was copied, not changed.
+    assert state.stop_cause is StopCause.COMPLETED
+    assert len(state.messages) == 3
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: message ids come from the AG-UI context's counter, which is not in "
+    "RunState, so a run continued under the same run id numbers its messages from 1 again",
+)
+async def test_a_continued_run_never_reuses_a_message_id(ctx: RunContext) -> None:
+    world_script: list[Any] = [{"tool_calls": [{"id": "c1", "name": "look"}]}, "done"]
+
+    @tool(read_only=True)
+    def look() -> str:
+        """Look."""
+        return "seen"
+
+    first = await drive(
+        Agent(ScriptedModel(world_script), [look]), "go", ctx, RunOptions(max_steps=1)
+    )
+    rest = await drive(Agent(ScriptedModel(world_script[1:]), [look]), first.result.state, ctx)
+    ids = [m.id for m in rest.result.state.messages if isinstance(m, AssistantMessage)]
+    assert len(set(ids)) == len(ids), ids
+
+
+async def test_a_plan_continued_under_execute_records_the_new_phase(ctx: RunContext) -> None:
+    from tiller.phase import Phase
+
+    planned = await drive(
+        Agent(ScriptedModel(["Plan: edit a.py."])), "Plan it.", ctx.with_phase(Phase.PLAN)
+    )
+    assert planned.result.state.phase is Phase.PLAN
+    state = planned.result.state
+    state.append_user_text("Go ahead.")
+    done = await drive(Agent(ScriptedModel(["Done."])), state, ctx, run_id="r2")
+    assert done.result.state.phase is Phase.EXECUTE

@@ -1,0 +1,273 @@
+"""Running tool calls: malformed arguments, failures the model reads, parallel calls in
+call order, the turn's shared output budget, and state published by tools."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from tiller.conversation import UserMessage
+from tiller.loop import Agent, RunContext, RunOptions
+from tiller.model import ScriptedModel
+from tiller.state import StopCause
+from tiller.tools import ExecContext, ToolCtx, ToolError, tool
+
+from ._support import drive
+
+
+@tool(read_only=True)
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+# ── malformed arguments ──────────────────────────────────────────────────────────
+
+
+async def test_arguments_that_end_as_non_json_are_an_error_result(ctx: RunContext) -> None:
+    """A call the model finished writing, but not as JSON, is never run: it stays in the
+    transcript with `{}` and an error result quoting what the model wrote, so the model can
+    correct it, and it counts as malformed. (A call cut off mid-stream is dropped: law 1.)"""
+    model = ScriptedModel([{"tool_calls": [{"name": "add", "arguments": '{"a": 1, "b":'}]}, "3"])
+    run = await drive(Agent(model, [add]), "add", ctx)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    (result,) = run.results()
+    assert result.is_error
+    assert "not valid JSON" in result.content and '{"a": 1, "b":' in result.content
+    assert run.result.malformed_arguments == 1
+    (entry,) = run.result.tool_trace
+    assert entry.malformed_arguments and entry.arguments == "{}"
+    # The model saw the error and answered in the next turn.
+    assert model.requests[1].messages[-1].tool_results[0].is_error
+
+
+async def test_arguments_that_fail_the_schema_are_an_error_result(ctx: RunContext) -> None:
+    model = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"name": "add", "arguments": {"a": "one", "b": 2}},
+                    {"name": "add", "arguments": "[1, 2]"},
+                    {"name": "add", "arguments": {"a": 1, "b": 2, "c": 3}},
+                    {"name": "add", "arguments": {"a": 1, "b": 2}},
+                ]
+            },
+            "3",
+        ]
+    )
+    run = await drive(Agent(model, [add]), "add", ctx)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    wrong_type, not_object, extra, good = run.results()
+    assert wrong_type.is_error
+    assert wrong_type.content.startswith("invalid arguments for tool 'add': a: ")
+    assert "(got 'one')" in wrong_type.content
+    assert not_object.is_error
+    assert "must be a JSON object, not an array" in not_object.content
+    assert extra.is_error
+    assert "c: is not a parameter of this tool" in extra.content
+    assert (good.content, good.is_error) == ("3", False)
+    assert run.result.malformed_arguments == 3
+    flags = [entry.malformed_arguments for entry in run.result.tool_trace]
+    assert flags == [True, True, True, False]
+    assert run.result.state.calls["call-1-0"].malformed_arguments
+    # The model reads every error and the run goes on.
+    assert len(model.requests) == 2
+    assert [r.call_id for r in model.requests[1].messages[-1].tool_results] == [  # type: ignore[union-attr]
+        "call-1-0",
+        "call-1-1",
+        "call-1-2",
+        "call-1-3",
+    ]
+
+
+async def test_tool_failures_are_results_the_model_reads(ctx: RunContext) -> None:
+    @tool(read_only=True)
+    def missing(path: str) -> str:
+        """Read a file."""
+        raise ToolError(f"no such file: {path}")
+
+    @tool(read_only=True)
+    async def broken() -> str:
+        """Crash."""
+        raise RuntimeError("boom")
+
+    model = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"name": "missing", "arguments": {"path": "a.txt"}},
+                    {"name": "broken"},
+                ]
+            },
+            "Both failed.",
+        ]
+    )
+    run = await drive(Agent(model, [missing, broken]), "go", ctx)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert [(r.content, r.is_error) for r in run.results()] == [
+        ("no such file: a.txt", True),
+        ("tool broken failed: RuntimeError: boom", True),
+    ]
+    assert [e.is_error for e in run.result.tool_trace] == [True, True]
+    assert run.result.malformed_arguments == 0
+    assert {r.status for r in run.result.state.calls.values()} == {"failed"}
+
+
+async def test_a_tool_turn_whatever_its_finish_reason(ctx: RunContext) -> None:
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}], "finish": "stop"}, "3"]
+    )
+    run = await drive(Agent(model, [add]), "add", ctx)
+    assert run.results()[0].content == "3"
+    assert len(model.requests) == 2
+
+
+# ── parallel calls ───────────────────────────────────────────────────────────────
+
+
+async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
+    ctx: RunContext,
+) -> None:
+    """Each tool waits for the other's event, so the turn only finishes if they run at
+    the same time; `second` finishes first, yet results follow call order."""
+    first_waiting = asyncio.Event()
+    second_done = asyncio.Event()
+    finished: list[str] = []
+
+    @tool(read_only=True)
+    async def first() -> str:
+        """First."""
+        first_waiting.set()
+        await second_done.wait()
+        finished.append("first")
+        return "one"
+
+    @tool(read_only=True)
+    async def second() -> str:
+        """Second."""
+        await first_waiting.wait()
+        finished.append("second")
+        second_done.set()
+        return "two"
+
+    model = ScriptedModel([{"tool_calls": [{"name": "first"}, {"name": "second"}]}, "done"])
+    run = await drive(Agent(model, [first, second]), "go", ctx)
+    assert finished == ["second", "first"]
+    assert [(r.name, r.content) for r in run.results()] == [("first", "one"), ("second", "two")]
+    assert [e.name for e in run.result.tool_trace] == ["first", "second"]
+    emitted = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"]
+    assert emitted == ["call-1-0", "call-1-1"]
+    assert {r.status for r in run.result.state.calls.values()} == {"completed"}
+
+
+async def test_sync_tools_run_in_worker_threads_concurrently(ctx: RunContext) -> None:
+    import threading
+
+    barrier = threading.Barrier(2, timeout=5)
+
+    @tool(read_only=True)
+    def meet(name: str) -> str:
+        """Wait for the other call at a barrier."""
+        barrier.wait()
+        return name
+
+    model = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"name": "meet", "arguments": {"name": "a"}},
+                    {"name": "meet", "arguments": {"name": "b"}},
+                ]
+            },
+            "done",
+        ]
+    )
+    run = await drive(Agent(model, [meet]), "go", ctx)
+    assert [r.content for r in run.results()] == ["a", "b"]
+
+
+# ── the turn's output budget ─────────────────────────────────────────────────────
+
+
+async def test_the_output_budget_is_shared_in_call_order_and_spills(
+    ctx: RunContext, workspace: Path
+) -> None:
+    """100 bytes for the turn: the first call's 80 fit, the second keeps 20 and points
+    to a spill file with all of its output — even though the second finished first."""
+    second_done = asyncio.Event()
+
+    @tool(read_only=True)
+    async def big_a() -> str:
+        """A lot of a."""
+        await second_done.wait()
+        return "a" * 80
+
+    @tool(read_only=True)
+    async def big_b() -> str:
+        """A lot of b."""
+        second_done.set()
+        return "b" * 80
+
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "big_a"}, {"name": "big_b"}]},
+            {"tool_calls": [{"name": "big_b"}]},
+            "done",
+        ]
+    )
+    context = ctx.with_tools(ToolCtx(workspace, output_budget_bytes=100))
+    run = await drive(Agent(model, [big_a, big_b]), "go", context)
+    a, b, next_turn = run.results()
+    assert a.content == "a" * 80
+    assert (
+        b.content == "b" * 20 + "\n[output truncated: 60 bytes more in .tiller/spill/call-1-1.txt]"
+    )
+    spilled = workspace / ".tiller" / "spill" / "call-1-1.txt"
+    assert spilled.read_text() == "b" * 80
+    # Each turn has a budget of its own.
+    assert next_turn.content == "b" * 80
+    # What the UI saw is what the model read.
+    emitted = {e["toolCallId"]: e["content"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"}
+    assert emitted["call-1-1"] == b.content
+
+
+# ── state ────────────────────────────────────────────────────────────────────────
+
+
+class Counter(BaseModel):
+    count: int = 0
+
+
+@tool(read_only=True)
+def bump(ctx: ExecContext) -> str:
+    """Count one more."""
+
+    def increment(state: Counter) -> None:
+        state.count += 1
+
+    ctx.update_state(increment)
+    return f"count is {ctx.state.count}"
+
+
+async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "bump"}]}, {"tool_calls": [{"name": "bump"}]}, "2"]
+    )
+    agent = Agent(model, [bump], state_type=Counter)
+    run = await drive(agent, "go", ctx)
+    assert [r.content for r in run.results()] == ["count is 1", "count is 2"]
+    assert run.result.state.state == {"count": 2}
+    states = [e for e in run.wire if e["type"] in ("STATE_SNAPSHOT", "STATE_DELTA")]
+    assert states[0] == {"type": "STATE_SNAPSHOT", "snapshot": {"count": 1}}
+    assert len(states) == 2
+
+    # A continued run starts from the state the first one left.
+    again = ScriptedModel([{"tool_calls": [{"name": "bump", "id": "call-3-0"}]}, "3"])
+    state = run.result.state.model_copy(deep=True)
+    state.messages.append(UserMessage(text="once more"))
+    agent = Agent(again, [bump], state_type=Counter)
+    more = await drive(agent, state, ctx, RunOptions(), run_id="r2")
+    assert more.results()[-1].content == "count is 3"
+    assert more.result.state.state == {"count": 3}

@@ -1,0 +1,78 @@
+"""`tiller run` and `tiller demo`, as a user runs them: real processes, real files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+turns:
+  - text: "Writing the file."
+    tool_calls:
+      - {name: write_file, arguments: {path: notes/hello.txt, content: "hi there\\n"}}
+  - "Wrote notes/hello.txt."
+"""
+
+
+def tiller(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tiller", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+    )
+
+
+def test_run_without_a_terminal_blocks_writes_unless_yes(tmp_path: Path) -> None:
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    workspace = tmp_path / "ws"
+    blocked = tiller("run", "write hello", "-m", f"scripted:{script}", "-w", str(workspace))
+    assert blocked.returncode == 0, blocked.stderr
+    assert "Blocked by policy" in blocked.stdout and "--yes" in blocked.stdout
+    assert not (workspace / "notes" / "hello.txt").exists()
+    allowed = tiller(
+        "run", "write hello", "-m", f"scripted:{script}", "-w", str(workspace), "--yes"
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert (workspace / "notes" / "hello.txt").read_text() == "hi there\n"
+    assert "stop cause  completed" in allowed.stdout
+
+
+def test_run_reports_a_bad_model_string(tmp_path: Path) -> None:
+    done = tiller("run", "x", "-m", "nonsense", "-w", str(tmp_path))
+    assert done.returncode == 2
+    assert "openai:" in done.stderr  # the message lists the accepted forms
+
+
+def test_run_stops_at_max_turns(tmp_path: Path) -> None:
+    script = tmp_path / "loop.yaml"
+    script.write_text(
+        "turns:\n  - tool_calls: [{name: list_dir, arguments: {}}]\nwhen_exhausted: repeat\n"
+    )
+    done = tiller(
+        "run", "loop", "-m", f"scripted:{script}", "-w", str(tmp_path), "--max-turns", "3"
+    )
+    assert done.returncode == 1
+    assert "stop cause  turn_budget (exhausted)" in done.stdout
+
+
+def test_demo_fixes_the_bug_and_honours_the_steer() -> None:
+    done = tiller("demo")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "steer Please also add a test" in out
+    assert "+    amount = amount * (1 - discount_percent / 100)" in out
+    assert "+    def test_full_discount_is_free(self):" in out
+    assert "OK" in out and "stop cause  completed" in out
+
+
+def test_demo_without_steering_changes_only_the_code() -> None:
+    done = tiller("demo", "--no-steer")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_full_discount_is_free" not in done.stdout
+    assert "b/invoice.py" in done.stdout

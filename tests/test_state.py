@@ -1,0 +1,208 @@
+"""`RunState`: one serializable value with a schema version, and its small rules."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from tiller.conversation import (
+    AssistantMessage,
+    Reasoning,
+    Taint,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
+from tiller.phase import Phase
+from tiller.state import CallRecord, RunState, RunStateError, StopCause
+
+
+def full_state() -> RunState:
+    """A state with something in every field."""
+    return RunState(
+        run_id="r1",
+        thread_id="t1",
+        agent_name="coder",
+        messages=[
+            UserMessage(text="Fix the bug."),
+            AssistantMessage(
+                id="r1-msg-1",
+                text="Reading.",
+                reasoning=(
+                    Reasoning(text="hmm", signature="sig"),
+                    Reasoning(redacted="opaque"),
+                ),
+                tool_calls=(ToolCall(id="c1", name="read_file", arguments='{"path":"a.py"}'),),
+            ),
+            UserMessage(
+                text="Use tabs.",
+                tool_results=(
+                    ToolResult(call_id="c1", name="read_file", content="x = 1", is_error=False),
+                ),
+            ),
+        ],
+        step=1,
+        usage=Usage(input_tokens=100, output_tokens=20, cached_input_tokens=10, requests=1),
+        cost_usd=0.0012,
+        usage_complete=False,
+        taint=(Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT).value,
+        phase=Phase.PLAN,
+        state={"todo": ["a", "b"], "count": 2},
+        calls={
+            "c1": CallRecord(
+                call_id="c1",
+                name="read_file",
+                turn=1,
+                status="completed",
+                refused_by=None,
+                malformed_arguments=False,
+            )
+        },
+        interrupts=[{"id": "i1", "reason": "tool_call", "toolCallId": "c1"}],
+        pending_input=["later"],
+        empty_turn_nudges=1,
+        output_retries=1,
+        stop_cause=StopCause.SUSPENDED,
+        error="held for approval",
+    )
+
+
+def test_a_full_state_round_trips_through_json() -> None:
+    state = full_state()
+    data = state.to_json()
+    assert isinstance(data, bytes)
+    loaded = RunState.from_json(data)
+    assert loaded == state
+    assert RunState.from_json(data.decode()) == state
+    assert loaded.to_json() == data
+
+
+def test_the_json_carries_its_schema_version() -> None:
+    raw = orjson.loads(full_state().to_json())
+    assert raw["schema_version"] == 1
+    assert raw["stop_cause"] == "suspended"
+    assert raw["phase"] == "plan"
+    assert raw["messages"][1]["role"] == "assistant"
+
+
+def test_defaults() -> None:
+    state = RunState(run_id="r", thread_id="t")
+    assert state.messages == []
+    assert (state.step, state.cost_usd, state.usage) == (0, 0.0, Usage())
+    assert state.usage_complete is True
+    assert state.phase is Phase.EXECUTE
+    assert state.stop_cause is None
+    assert RunState.from_json(state.to_json()) == state
+
+
+@pytest.mark.parametrize("version", [0, 2, 99])
+def test_another_schema_version_is_refused(version: int) -> None:
+    raw = orjson.loads(full_state().to_json())
+    raw["schema_version"] = version
+    with pytest.raises(RunStateError) as caught:
+        RunState.from_json(orjson.dumps(raw))
+    assert str(caught.value) == (
+        f"run state schema version {version} is not supported (this tiller reads version 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not json",
+        b"{}",
+        b'{"run_id": "r", "thread_id": "t", "surprise": 1}',
+        b'{"run_id": "r", "thread_id": "t", "stop_cause": "exploded"}',
+        b'{"run_id": "r", "thread_id": "t", "messages": [{"role": "system", "text": "x"}]}',
+        b'{"run_id": "r", "thread_id": "t", "calls": {"c": {"call_id": "c", "name": "n", '
+        b'"turn": 1, "status": "maybe"}}}',
+    ],
+)
+def test_a_corrupt_state_is_refused(data: bytes) -> None:
+    with pytest.raises(RunStateError, match="the run state is not valid"):
+        RunState.from_json(data)
+
+
+def test_call_records_know_their_statuses() -> None:
+    for status in ("pending", "started", "completed", "failed"):
+        assert CallRecord(call_id="c", name="n", turn=1, status=status).status == status
+    with pytest.raises(ValidationError):
+        CallRecord(call_id="c", name="n", turn=1, status="done")  # type: ignore[arg-type]
+    assert CallRecord(call_id="c", name="n", turn=1).status == "pending"
+
+
+def test_stop_causes_are_the_designed_ones() -> None:
+    assert {cause.value for cause in StopCause} == {
+        "completed",
+        "cancelled",
+        "suspended",
+        "max_steps",
+        "turn_budget",
+        "token_budget",
+        "cost_budget",
+        "loop",
+        "no_output",
+        "refused",
+        "handoff",
+        "error",
+    }
+
+
+def test_user_text_folds_into_a_trailing_user_message() -> None:
+    state = RunState(run_id="r", thread_id="t", messages=[UserMessage(text="first")])
+    state.append_user_text("second")
+    assert state.messages == [UserMessage(text="first\n\nsecond")]
+
+    results = UserMessage(tool_results=(ToolResult(call_id="c", name="n", content="ok"),))
+    state = RunState(
+        run_id="r",
+        thread_id="t",
+        messages=[
+            UserMessage(text="go"),
+            AssistantMessage(tool_calls=(ToolCall(id="c", name="n"),)),
+            results,
+        ],
+    )
+    state.append_user_text("steer")
+    assert state.messages[-1] == results.model_copy(update={"text": "steer"})
+    assert len(state.messages) == 3
+
+
+def test_user_text_after_an_answer_starts_a_user_message() -> None:
+    state = RunState(
+        run_id="r",
+        thread_id="t",
+        messages=[UserMessage(text="q"), AssistantMessage(text="a")],
+    )
+    state.append_user_text("next")
+    assert state.messages[-1] == UserMessage(text="next")
+    state = RunState(run_id="r", thread_id="t")
+    state.append_user_text("hello")
+    assert state.messages == [UserMessage(text="hello")]
+
+
+def test_taint_only_grows() -> None:
+    state = RunState(run_id="r", thread_id="t")
+    state.add_taint(Taint.PRIVATE_DATA)
+    state.add_taint(Taint.NONE)
+    assert state.taint_flags == Taint.PRIVATE_DATA
+    state.add_taint(Taint.UNTRUSTED_INPUT)
+    state.add_taint(Taint.PRIVATE_DATA)
+    assert state.taint_flags == Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
+    assert RunState.from_json(state.to_json()).taint_flags == state.taint_flags
+
+
+def test_last_assistant_and_unanswered_calls() -> None:
+    call = ToolCall(id="c", name="n")
+    asking = AssistantMessage(id="a1", text="calling", tool_calls=(call,))
+    state = RunState(run_id="r", thread_id="t", messages=[UserMessage(text="go"), asking])
+    assert state.last_assistant() == asking
+    assert state.unanswered_calls() == [call]
+    state.messages.append(
+        UserMessage(tool_results=(ToolResult(call_id="c", name="n", content=""),))
+    )
+    assert state.unanswered_calls() == []
+    assert state.last_assistant() == asking
+    assert RunState(run_id="r", thread_id="t").last_assistant() is None

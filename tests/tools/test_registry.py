@@ -1,0 +1,286 @@
+"""`Registry`: names, visibility by phase and restriction, and executing one call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiller import CancellationToken, Cancelled
+from tiller.conversation import ToolCall, ToolResult
+from tiller.phase import Phase
+from tiller.tools import (
+    BaseTool,
+    DuplicateTool,
+    ExecContext,
+    Execution,
+    Lookup,
+    Outcome,
+    Registry,
+    ToolError,
+    ToolOutput,
+    tool,
+)
+
+
+@tool(read_only=True)
+def look(path: str) -> str:
+    """Look at something."""
+    return f"saw {path}"
+
+
+@tool
+def change(path: str, text: str = "") -> str:
+    """Change something."""
+    return f"changed {path}"
+
+
+@tool
+def fail_on_purpose(why: str) -> str:
+    """Fail with a message."""
+    raise ToolError(f"cannot: {why}")
+
+
+@tool
+async def crash() -> str:
+    """Crash."""
+    raise TypeError("unsupported operand")
+
+
+@tool
+def report_error() -> ToolOutput:
+    """Return an error output."""
+    return ToolOutput("it went wrong", is_error=True, data={"code": 7})
+
+
+@tool
+def outside(ctx: ExecContext) -> str:
+    """Touch a path outside the jail."""
+    return str(ctx.tools.resolve("/etc/passwd"))
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry([look, change, fail_on_purpose, crash, report_error, outside])
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ExecContext:
+    return ExecContext.for_test(tmp_path)
+
+
+def call(name: str, arguments: str = "{}", id: str = "c-1") -> ToolCall:
+    return ToolCall(id=id, name=name, arguments=arguments)
+
+
+# ── names and visibility ─────────────────────────────────────────────────────────
+
+
+def test_duplicate_names_are_refused() -> None:
+    registry = Registry([look])
+    with pytest.raises(DuplicateTool, match="'look' is already registered"):
+        registry.add(look)
+    assert registry.names() == ["look"]
+
+
+def test_copy_is_independent(registry: Registry) -> None:
+    extended = registry.copy()
+
+    @tool
+    def extra() -> str:
+        """Extra."""
+        return ""
+
+    extended.add(extra)
+    assert "extra" in extended and "extra" not in registry
+    assert len(extended) == len(registry) + 1
+
+
+def test_specs_for_execute_shows_all_in_registration_order(registry: Registry) -> None:
+    names = [spec.name for spec in registry.specs_for(Phase.EXECUTE)]
+    assert names == ["look", "change", "fail_on_purpose", "crash", "report_error", "outside"]
+
+
+def test_plan_phase_shows_only_read_only_tools(registry: Registry) -> None:
+    assert [spec.name for spec in registry.specs_for(Phase.PLAN)] == ["look"]
+
+
+def test_withheld_tools_are_never_shown(registry: Registry) -> None:
+    specs = registry.specs_for(Phase.EXECUTE, withheld={"change", "crash"})
+    assert [s.name for s in specs] == ["look", "fail_on_purpose", "report_error", "outside"]
+    assert registry.specs_for(Phase.PLAN, withheld={"look"}) == []
+    assert registry.visible_names(Phase.PLAN) == ["look"]
+
+
+def test_lookup_says_why_a_tool_is_unavailable(registry: Registry) -> None:
+    assert registry.lookup("look", Phase.PLAN) == Lookup(look, None)
+    assert registry.lookup("nope", Phase.EXECUTE) == Lookup(None, "unknown")
+    assert registry.lookup("change", Phase.PLAN) == Lookup(None, "phase")
+    assert registry.lookup("change", Phase.EXECUTE, {"change"}) == Lookup(None, "withheld")
+    # Gate order: the phase refuses before the restriction does.
+    assert registry.lookup("change", Phase.PLAN, {"change"}) == Lookup(None, "phase")
+    assert registry.lookup("look", Phase.PLAN, {"look"}).refusal == "withheld"
+    assert registry.available("change", Phase.EXECUTE) is change
+    assert registry.available("change", Phase.PLAN) is None
+    assert not registry.lookup("nope", Phase.EXECUTE).ok
+
+
+# ── execution ────────────────────────────────────────────────────────────────────
+
+
+async def test_a_successful_call(registry: Registry, ctx: ExecContext) -> None:
+    done = await registry.execute(call("look", '{"path": "a.txt"}'), ctx)
+    assert done == Execution(
+        ToolResult(call_id="c-1", name="look", content="saw a.txt"), Outcome.OK
+    )
+    assert not done.is_error and not done.malformed_arguments
+
+
+async def test_empty_arguments_mean_an_empty_object(registry: Registry, ctx: ExecContext) -> None:
+    done = await registry.execute(call("change", ""), ctx)
+    assert done.outcome is Outcome.INVALID_ARGUMENTS
+    assert "path: Field required" in done.result.content
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('{"path": "a', "the arguments are not valid JSON: "),
+        ("[1, 2]", "the arguments must be a JSON object, not an array."),
+        ('"a.txt"', "the arguments must be a JSON object, not a string."),
+    ],
+)
+async def test_malformed_json_is_an_error_result_and_counted(
+    registry: Registry, ctx: ExecContext, arguments: str, expected: str
+) -> None:
+    done = await registry.execute(call("look", arguments), ctx)
+    assert done.outcome is Outcome.MALFORMED_JSON
+    assert done.malformed_arguments and done.is_error
+    assert done.result.content.startswith(expected)
+    assert "as one JSON object" in done.result.content
+
+
+async def test_schema_mismatch_is_an_error_result_and_counted(
+    registry: Registry, ctx: ExecContext
+) -> None:
+    done = await registry.execute(call("look", '{"path": 3, "mode": "x"}'), ctx)
+    assert done.outcome is Outcome.INVALID_ARGUMENTS and done.malformed_arguments
+    assert done.result == ToolResult(
+        call_id="c-1",
+        name="look",
+        content="invalid arguments for tool 'look': path: Input should be a valid string "
+        "(got 3); mode: is not a parameter of this tool",
+        is_error=True,
+    )
+
+
+async def test_unknown_tool_is_an_error_result(registry: Registry, ctx: ExecContext) -> None:
+    done = await registry.execute(call("nope"), ctx)
+    assert done.outcome is Outcome.UNKNOWN_TOOL and done.is_error
+    assert done.result.content.startswith("unknown tool 'nope'; the tools are: look, change")
+    assert not done.malformed_arguments
+
+
+async def test_tool_error_is_the_message(registry: Registry, ctx: ExecContext) -> None:
+    done = await registry.execute(call("fail_on_purpose", '{"why": "locked"}'), ctx)
+    assert done.outcome is Outcome.ERROR
+    assert done.result.content == "cannot: locked" and done.is_error
+
+
+async def test_an_unexpected_exception_is_reported_with_its_type(
+    registry: Registry, ctx: ExecContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="tiller.tools._registry"):
+        done = await registry.execute(call("crash"), ctx)
+    assert done.outcome is Outcome.CRASHED
+    assert done.result.content == "tool crash failed: TypeError: unsupported operand"
+    assert caplog.records[0].exc_info is not None
+
+
+async def test_error_outputs_keep_their_data(registry: Registry, ctx: ExecContext) -> None:
+    done = await registry.execute(call("report_error"), ctx)
+    assert done.outcome is Outcome.ERROR and done.data == {"code": 7}
+    assert done.result.content == "it went wrong"
+
+
+async def test_a_path_outside_the_jail_is_an_error_result(
+    registry: Registry, ctx: ExecContext
+) -> None:
+    done = await registry.execute(call("outside"), ctx)
+    assert done.outcome is Outcome.ERROR
+    assert done.result.content.startswith("path '/etc/passwd' is outside the workspace")
+
+
+async def test_a_tool_returning_garbage_is_a_crash(ctx: ExecContext) -> None:
+    class Sloppy(BaseTool):
+        name = "sloppy"
+        description = "Returns a str instead of a ToolOutput."
+        input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+
+        async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+            return "oops"  # type: ignore[return-value]
+
+    done = await Registry([Sloppy()]).execute(call("sloppy"), ctx)
+    assert done.outcome is Outcome.CRASHED
+    assert "returned a str, not a ToolOutput" in done.result.content
+
+
+async def test_cancelling_the_token_interrupts_an_async_tool(tmp_path: Path) -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Wait."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    token = CancellationToken()
+    ctx = ExecContext.for_test(tmp_path, token=token)
+    async with asyncio.timeout(5):  # hang guard
+        execution = asyncio.ensure_future(
+            Registry([wait_forever]).execute(call("wait_forever"), ctx)
+        )
+        await started.wait()
+        token.cancel("user pressed stop")
+        with pytest.raises(Cancelled, match="user pressed stop"):
+            await execution
+
+
+async def test_a_cancelled_token_stops_the_call_before_it_starts(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    @tool
+    def side_effect() -> str:
+        """Do something."""
+        ran.append("ran")
+        return ""
+
+    token = CancellationToken()
+    token.cancel()
+    ctx = ExecContext.for_test(tmp_path, token=token)
+    with pytest.raises(Cancelled):
+        await Registry([side_effect]).execute(call("side_effect"), ctx)
+    assert ran == []
+
+
+async def test_outside_cancellation_propagates_unchanged(tmp_path: Path) -> None:
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        """Wait."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    ctx = ExecContext.for_test(tmp_path)
+    async with asyncio.timeout(5):  # hang guard
+        task = asyncio.ensure_future(Registry([wait_forever]).execute(call("wait_forever"), ctx))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
