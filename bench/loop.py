@@ -511,8 +511,10 @@ def report(args: argparse.Namespace) -> None:
     for label, short, long in suspects:
         print(f"| {label} | {short:.2f} | {long:.2f} | {long / short:.1f}x |")
     print(
-        "\nThe loop calls `check_transcript` on the whole history before every request, and "
-        "`history_window` with `RunOptions.max_history_tokens` set (without it, a list copy)."
+        "\nThe loop checks the transcript incrementally (`TranscriptChecker`: only new "
+        "messages), so the whole-history `check_transcript` above is what it avoids; "
+        "`history_window` runs over the history only with `RunOptions.max_history_tokens` "
+        "set (without it, a list copy)."
     )
 
     if args.profile:
