@@ -169,7 +169,9 @@ async def run_demo(
         diff = _diff(PROJECT, tools.root)
         console.print("files changed:" if diff else "no files changed")
         if diff:
-            console.print(Syntax(diff, "diff", theme="ansi_dark", background_color="default"))
+            console.print(
+                Syntax(diff, "diff", theme="ansi_dark", background_color="default", word_wrap=True)
+            )
         passed = (
             result.completed
             and diff != ""
