@@ -31,3 +31,13 @@ class RunIds:
     def subagent(self) -> str:
         self._subagents += 1
         return f"{self.prefix}-sub-{self._subagents}"
+
+    def counters(self) -> dict[str, int]:
+        """How many of each id were handed out, to store with the run's state."""
+        return {"msg": self._messages, "call": self._calls, "sub": self._subagents}
+
+    def restore(self, counters: dict[str, int]) -> None:
+        """Go on from stored counters, so a continued run never reuses an id."""
+        self._messages = max(self._messages, counters.get("msg", 0))
+        self._calls = max(self._calls, counters.get("call", 0))
+        self._subagents = max(self._subagents, counters.get("sub", 0))

@@ -89,6 +89,9 @@ class RunState(BaseModel):
     interrupts: list[dict[str, Any]] = Field(default_factory=list)
     #: Steering text taken from the queue but not yet sent to the model.
     pending_input: list[str] = Field(default_factory=list)
+    #: How many message, call and subagent ids this run id has handed out (`RunIds`), so
+    #: a continued run goes on numbering instead of reusing ids.
+    id_counters: dict[str, int] = Field(default_factory=dict)
     empty_turn_nudges: int = 0
     output_retries: int = 0
     stop_cause: StopCause | None = None

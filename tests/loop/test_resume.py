@@ -7,8 +7,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tiller.cancel import CancellationToken
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.loop import Agent, RunContext, RunOptions
@@ -162,11 +160,6 @@ async def test_continuing_a_finished_run_with_a_new_question(ctx: RunContext) ->
     assert len(state.messages) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: message ids come from the AG-UI context's counter, which is not in "
-    "RunState, so a run continued under the same run id numbers its messages from 1 again",
-)
 async def test_a_continued_run_never_reuses_a_message_id(ctx: RunContext) -> None:
     world_script: list[Any] = [{"tool_calls": [{"id": "c1", "name": "look"}]}, "done"]
 
@@ -181,6 +174,14 @@ async def test_a_continued_run_never_reuses_a_message_id(ctx: RunContext) -> Non
     rest = await drive(Agent(ScriptedModel(world_script[1:]), [look]), first.result.state, ctx)
     ids = [m.id for m in rest.result.state.messages if isinstance(m, AssistantMessage)]
     assert len(set(ids)) == len(ids), ids
+    # The continued stream starts with the conversation so far, so the client knows the
+    # earlier call and its result (law 2).
+    snapshot = rest.events[1].to_wire()
+    assert snapshot["type"] == "MESSAGES_SNAPSHOT"
+    roles = [m["role"] for m in snapshot["messages"]]
+    assert roles == ["user", "assistant", "tool"]
+    assert snapshot["messages"][1]["toolCalls"][0]["id"] == "c1"
+    assert snapshot["messages"][2]["toolCallId"] == "c1"
 
 
 async def test_a_plan_continued_under_execute_records_the_new_phase(ctx: RunContext) -> None:

@@ -316,6 +316,11 @@ class AgUiContext(Generic[S]):
         """`{run_id}-sub-{n}`."""
         return self._ids.subagent()
 
+    @property
+    def ids(self) -> RunIds:
+        """The run's id allocator (its counters travel with a run's stored state)."""
+        return self._ids
+
     def subagent_run_id(self) -> str | None:
         """The subagent the calling task's events are attributed to now (None: the agent)."""
         scope = self.sink.current_scope()

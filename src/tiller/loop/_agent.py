@@ -27,6 +27,7 @@ from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
 from ..tools import Registry, Tool
+from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._options import RunOptions
 from ._result import RunResult
@@ -183,6 +184,10 @@ class _LoopRun:
 
     async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
         state = self.state
+        ctx.ids.restore(state.id_counters)
+        if state.step > 0:
+            # A continued run starts with the conversation so far (law 2).
+            ctx.messages_snapshot(agui_messages(state.messages, id_prefix=state.run_id))
         loop = self.loop = Loop(self.agent, self.run_ctx, self.options, ctx, state)
         try:
             await loop.run()
@@ -201,6 +206,7 @@ class _LoopRun:
             raise
         finally:
             state.state = _dump_state(ctx.state)
+            state.id_counters = ctx.ids.counters()
             ctx.run_usage = [_token_usage(self.agent.model, state)]
         if ctx.is_cancelled:
             # The token fired before the run ended (after its last turn, say): the stream

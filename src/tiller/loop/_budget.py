@@ -4,6 +4,12 @@ A `Budget` is a ledger as well as a set of ceilings: a nested run (a subagent, a
 classifier call, a summary) gets the same `Budget` object, so the whole tree spends from
 one purse. Ceilings are checked *before* a call (law 7), and each call's `max_tokens` is
 capped at what is left, minus the reserve held back for a tool-less final answer.
+
+Calls of concurrent runs overlap, so a check before a call is not enough on its own: the
+call also *reserves* its turn and its `max_tokens` at once (`reserve_call`, in the same
+synchronous step as the check), and `settle` swaps the reservation for what was really
+spent. Cost cannot be reserved before the response is priced; it is checked against what
+was spent, so concurrent calls can overshoot the cost ceiling by what they cost.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ class Budget:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     unpriced_models: set[str] = field(default_factory=set)
+    # Reserved by calls in flight, released by `settle` or `release`.
+    turns_in_flight: int = 0
+    tokens_in_flight: int = 0
 
     @classmethod
     def turns_only(cls, max_turns: int) -> Budget:
@@ -61,10 +70,11 @@ class Budget:
 
     def exceeded(self) -> StopCause | None:
         """The first ceiling reached (turns, then tokens, then cost), or None."""
-        if self.max_turns is not None and self.turns >= self.max_turns:
+        if self.max_turns is not None and self.turns + self.turns_in_flight >= self.max_turns:
             return StopCause.TURN_BUDGET
+        spent = self.usage.output_tokens + self.tokens_in_flight
         if self.max_output_tokens is not None and (
-            self.usage.output_tokens >= self.max_output_tokens - self.final_answer_reserve
+            spent >= self.max_output_tokens - self.final_answer_reserve
         ):
             return StopCause.TOKEN_BUDGET
         if self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
@@ -81,8 +91,29 @@ class Budget:
             )
         if self.max_output_tokens is None:
             return requested
-        left = max(self.max_output_tokens - self.final_answer_reserve - self.usage.output_tokens, 1)
+        spent = self.usage.output_tokens + self.tokens_in_flight
+        left = max(self.max_output_tokens - self.final_answer_reserve - spent, 1)
         return left if requested is None else min(requested, left)
+
+    def reserve_call(self, max_tokens: int | None) -> int:
+        """Hold a turn and `max_tokens` for a call about to be made; returns the tokens held.
+
+        Call it right after `exceeded()` returned None, with no `await` between, so two
+        concurrent runs cannot both take the last turn."""
+        held = max_tokens or 0
+        self.turns_in_flight += 1
+        self.tokens_in_flight += held
+        return held
+
+    def release(self, held_tokens: int) -> None:
+        """Give back a reservation whose call was never made (a guardrail refused it)."""
+        self.turns_in_flight -= 1
+        self.tokens_in_flight -= held_tokens
+
+    def settle(self, usage: Usage, *, provider: str, model: str, held_tokens: int) -> float:
+        """Replace a call's reservation by what it really spent; returns its cost."""
+        self.release(held_tokens)
+        return self.charge(usage, provider=provider, model=model)
 
     def charge(self, usage: Usage, *, provider: str, model: str, turn: bool = True) -> float:
         """Record one call's usage; returns its cost in USD."""

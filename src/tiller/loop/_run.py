@@ -101,6 +101,8 @@ class Loop:
         self.state = state
         self.trace: list[ToolTraceEntry] = []
         self._transcript = TranscriptChecker()
+        #: Output tokens this run holds on the shared budget for the call being made.
+        self._held: int | None = None
         self.final_output: Any = None
         self.handoff: str | None = None
 
@@ -120,7 +122,16 @@ class Loop:
                 await self._final_answer(ceiling)
                 break
             self._take_steering()
-            await self._step()
+            try:
+                await self._step()  # runs to its budget hold with no `await` in between
+            finally:
+                self._release_unspent()
+
+    def _release_unspent(self) -> None:
+        """A step that made no model call (a guardrail refused first) gives its hold back."""
+        if self._held is not None:
+            self.run_ctx.budget.release(self._held)
+            self._held = None
 
     def _take_steering(self) -> None:
         drained = self.run_ctx.queued_input.drain()
@@ -207,7 +218,11 @@ class Loop:
             return
         state.append_user_text(FINAL_ANSWER_NUDGE)
         with self.agui.step("final answer"):
-            turn = await self._model_turn(self._request(tools=False, final_answer=True))
+            request = self._request(tools=False, final_answer=True)
+            try:
+                turn = await self._model_turn(request)
+            finally:
+                self._release_unspent()
         # Calls are not run here; a reply that was only calls leaves nothing to keep (law 1).
         answer = turn.message.model_copy(update={"tool_calls": ()})
         if not answer.is_empty:
@@ -224,13 +239,15 @@ class Loop:
             if tools
             else []
         )
+        budget = self.run_ctx.budget
+        max_tokens = budget.cap_max_tokens(self.options.max_tokens, final_answer=final_answer)
+        # Held from here until the call is settled: no `await` since the ceiling check.
+        self._held = budget.reserve_call(max_tokens)
         return ModelRequest(
             system=self.agent.system_prompt_for_run(),
             messages=history_window(state.messages, self.options.max_history_tokens),
             tools=specs,
-            max_tokens=self.run_ctx.budget.cap_max_tokens(
-                self.options.max_tokens, final_answer=final_answer
-            ),
+            max_tokens=max_tokens,
             temperature=self.options.temperature,
         )
 
@@ -307,7 +324,10 @@ class Loop:
 
     def _charge(self, usage: Any) -> None:
         model = self.agent.model
-        cost = self.run_ctx.budget.charge(usage, provider=model.provider, model=model.name)
+        held, self._held = self._held or 0, None
+        cost = self.run_ctx.budget.settle(
+            usage, provider=model.provider, model=model.name, held_tokens=held
+        )
         self.state.step += 1
         self.state.usage = self.state.usage + usage
         self.state.cost_usd += cost
