@@ -176,6 +176,7 @@ async def run_task(
     try:
         result = await agent.run_in(run_ctx, task, on_event=on_event)
     finally:
+        view.close()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
         await agent.model.aclose()

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 from rich.console import Console
+from rich.status import Status
 from rich.text import Text
 
 from ..events import Event
@@ -28,6 +29,8 @@ class RunView:
     def __init__(self, console: Console, *, budget: Budget | None = None) -> None:
         self.console = console
         self.budget = budget
+        # A spinner while the model has not answered yet; only on a terminal.
+        self._waiting: Status | None = None
         self._calls: dict[str, tuple[str, list[str]]] = {}
         self._in_text = False
         self._in_reasoning = False
@@ -35,9 +38,21 @@ class RunView:
     def on_event(self, event: Event) -> None:
         wire = event.to_wire()
         kind = wire["type"]
+        if self._waiting is not None and kind not in ("STEP_STARTED", "STATE_SNAPSHOT"):
+            self._waiting.stop()
+            self._waiting = None
         handler = getattr(self, f"_on_{kind.lower()}", None)
         if handler is not None:
             handler(wire)
+        if kind == "STEP_STARTED" and self.console.is_terminal:
+            self._waiting = self.console.status("waiting for the model…", spinner="dots")
+            self._waiting.start()
+
+    def close(self) -> None:
+        """Stop the spinner, if one is turning."""
+        if self._waiting is not None:
+            self._waiting.stop()
+            self._waiting = None
 
     # ── text and reasoning ───────────────────────────────────────────────────────
 
