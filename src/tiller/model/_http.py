@@ -19,15 +19,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
+from types import TracebackType
+from typing import Self
 
 import httpx
 import orjson
 
+from ..errors import UsageError
 from ._errors import (
     ContextOverflow,
     ModelConnectionError,
@@ -38,6 +41,7 @@ from ._errors import (
 )
 
 __all__ = [
+    "HttpModel",
     "ServerSentEvent",
     "error_from_payload",
     "error_from_response",
@@ -419,3 +423,67 @@ async def iter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEve
             event = value
         elif name == "id" and "\0" not in value:
             last_id = value
+
+
+class HttpModel:
+    """What both HTTP adapters share: their client, timeout, headers, and closed state.
+
+    The client is made here unless the caller lends one, which then stays the caller's to
+    close. `timeout` bounds connecting and each wait for bytes, also on a lent client.
+    Extra headers are lower-cased, so an `Authorization` given there replaces the
+    adapter's own instead of doubling it.
+    """
+
+    provider: str
+    name: str
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        headers: Mapping[str, str],
+        client: httpx.AsyncClient | None,
+        timeout: float,
+        extra_headers: Mapping[str, str] | None,
+    ) -> None:
+        self._url = url
+        self._timeout = httpx.Timeout(timeout)
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient(timeout=self._timeout)
+        self._closed = False
+        self._headers = {
+            **headers,
+            **{name.lower(): value for name, value in (extra_headers or {}).items()},
+        }
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this model made it; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.aclose()
+
+    def _post(self, body: bytes) -> AbstractAsyncContextManager[AsyncIterator[ServerSentEvent]]:
+        """Open the response to `body` as server-sent events (see `open_event_stream`)."""
+        if self._closed:
+            raise UsageError(f"{self!r} is closed; make a new model to send more requests")
+        return open_event_stream(
+            self._client,
+            self._url,
+            body=body,
+            headers=self._headers,
+            http_timeout=self._timeout,
+            provider=self.provider,
+        )

@@ -21,8 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 import orjson
@@ -42,7 +41,7 @@ from ._base import (
     UsageReport,
 )
 from ._errors import ModelConnectionError, ModelProtocolError
-from ._http import ServerSentEvent, error_from_payload, open_event_stream
+from ._http import HttpModel, ServerSentEvent, error_from_payload
 
 __all__ = ["AnthropicModel"]
 
@@ -61,7 +60,7 @@ _STOP_REASONS: dict[str, FinishReason] = {
 }
 
 
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """A Claude model behind the Messages API (`POST {base_url}/v1/messages`).
 
     `api_key` and `base_url` default to `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL`, read
@@ -101,11 +100,6 @@ class AnthropicModel:
             base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         ).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        self._url = f"{self.base_url}/v1/messages"
-        self._timeout = httpx.Timeout(timeout)
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=self._timeout)
-        self._closed = False
         headers = {
             "content-type": "application/json",
             "accept": "text/event-stream",
@@ -113,46 +107,22 @@ class AnthropicModel:
         }
         if key:
             headers["x-api-key"] = key
-        # Lower-cased so an `Authorization` given here replaces ours instead of doubling it.
-        headers.update({name.lower(): value for name, value in (extra_headers or {}).items()})
-        self._headers = headers
+        super().__init__(
+            url=f"{self.base_url}/v1/messages",
+            headers=headers,
+            client=client,
+            timeout=timeout,
+            extra_headers=extra_headers,
+        )
 
     def __repr__(self) -> str:  # never shows the key
         return f"AnthropicModel({self.name!r}, base_url={self.base_url!r})"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this model made it; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_client:
-            await self._client.aclose()
-
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream one message as tiller events; raises `ModelError`s (see `_errors`)."""
-        if self._closed:
-            raise UsageError(f"{self!r} is closed; make a new model to send more requests")
-        body = orjson.dumps(self.request_body(request))
+        opened = self._post(orjson.dumps(self.request_body(request)))
         decoder = _EventDecoder(self.provider)
-        async with open_event_stream(
-            self._client,
-            self._url,
-            body=body,
-            headers=self._headers,
-            http_timeout=self._timeout,
-            provider=self.provider,
-        ) as events:
+        async with opened as events:
             async for sse in events:
                 for event in decoder.feed(sse):
                     yield event

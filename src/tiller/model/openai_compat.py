@@ -21,14 +21,12 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 import orjson
 
 from ..conversation import AssistantMessage, Usage, UserMessage
-from ..errors import UsageError
 from ._base import (
     Finish,
     FinishReason,
@@ -42,7 +40,7 @@ from ._base import (
     UsageReport,
 )
 from ._errors import ModelConnectionError, ModelProtocolError
-from ._http import error_from_payload, open_event_stream
+from ._http import HttpModel, error_from_payload
 
 __all__ = ["OpenAICompatModel"]
 
@@ -62,7 +60,7 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 }
 
 
-class OpenAICompatModel:
+class OpenAICompatModel(HttpModel):
     """A chat model behind an OpenAI-compatible `/chat/completions` endpoint.
 
     `base_url` and `api_key` default to `OPENAI_BASE_URL` and `OPENAI_API_KEY`, read when
@@ -94,17 +92,16 @@ class OpenAICompatModel:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base.rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._url = f"{self.base_url}/chat/completions"
-        self._timeout = httpx.Timeout(timeout)
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=self._timeout)
-        self._closed = False
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if key:
             headers["authorization"] = f"Bearer {key}"
-        # Lower-cased so an `Authorization` given here replaces ours instead of doubling it.
-        headers.update({name.lower(): value for name, value in (extra_headers or {}).items()})
-        self._headers = headers
+        super().__init__(
+            url=f"{self.base_url}/chat/completions",
+            headers=headers,
+            client=client,
+            timeout=timeout,
+            extra_headers=extra_headers,
+        )
 
     def __repr__(self) -> str:  # never shows the key
         return (
@@ -112,39 +109,11 @@ class OpenAICompatModel:
             f"base_url={self.base_url!r})"
         )
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this model made it; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_client:
-            await self._client.aclose()
-
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Stream one completion as tiller events; raises `ModelError`s (see `_errors`)."""
-        if self._closed:
-            raise UsageError(f"{self!r} is closed; make a new model to send more requests")
-        body = orjson.dumps(self.request_body(request))
+        opened = self._post(orjson.dumps(self.request_body(request)))
         decoder = _ChunkDecoder(self.provider)
-        async with open_event_stream(
-            self._client,
-            self._url,
-            body=body,
-            headers=self._headers,
-            http_timeout=self._timeout,
-            provider=self.provider,
-        ) as events:
+        async with opened as events:
             async for sse in events:
                 if sse.data.strip() == "[DONE]":
                     decoder.done = True
