@@ -10,6 +10,7 @@ produce the same event stream; `on_event` sees it live.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -90,22 +91,25 @@ class Agent:
         run_id: str | None = None,
         thread_id: str | None = None,
     ) -> RunResult:
-        """Run on `prompt`. Without `context`, the run is jailed to `workspace` (a fresh
-        temporary directory if none is given) with `approver` (None: writes are blocked)."""
+        """Run on `prompt`. Without `context`, the run is jailed to `workspace` with
+        `approver` (None: calls that need approval are blocked); with no workspace either,
+        to a fresh temporary directory that is removed when the run ends."""
+        scratch: Path | None = None
         if context is None:
-            root = (
-                Path(workspace)
-                if workspace is not None
-                else Path(tempfile.mkdtemp(prefix="tiller-"))
-            )
-            context = RunContext.sandboxed(root, approver)
+            if workspace is None:
+                scratch = Path(tempfile.mkdtemp(prefix="tiller-"))
+            context = RunContext.sandboxed(scratch or Path(workspace or "."), approver)
         elif workspace is not None or approver is not None:
             raise UsageError("pass either a RunContext or workspace/approver, not both")
         if cancel is not None:
             context = context.with_cancel(cancel)
-        return await self.run_in(
-            context, prompt, options, on_event=on_event, run_id=run_id, thread_id=thread_id
-        )
+        try:
+            return await self.run_in(
+                context, prompt, options, on_event=on_event, run_id=run_id, thread_id=thread_id
+            )
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
 
     async def run_in(
         self,
