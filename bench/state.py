@@ -2,10 +2,12 @@
 
 DESIGN §10: "State publishing: one serialization plus O(change)". The run changes one leaf
 deep inside a ~1 KB and a ~1 MB state and publishes after each change. A publish encodes
-the state once (`orjson.dumps`) and diffs it against the manager's copy, where unchanged
-subtrees cost one C-level comparison (the `==` column: a whole-state comparison with an
-equal copy); what is left is proportional to the change. A Python walk or a deep copy per
-publish would instead put the 1 MB row near `jsonpatch.make_patch`, shown for scale.
+the state once (`orjson.dumps`), compares the bytes with the last encoding (C `memcmp`)
+and diffs only the members whose bytes changed, found through their encoded lengths; what
+is left is proportional to the change. (The `==` column, a whole-state comparison with an
+equal copy, is what a diff that compares unchanged subtrees would pay on top.) A Python
+walk or a deep copy per publish would instead put the 1 MB row near
+`jsonpatch.make_patch`, shown for scale.
 
 Run: `python bench/state.py` (add `--quick` for fewer iterations). Prints a markdown table.
 """

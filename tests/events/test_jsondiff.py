@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from tiller.errors import StatePatchError, UsageError
 from tiller.events._jsondiff import (
+    Index,
     apply,
     apply_edits,
     diff,
+    diff_encoded,
     diff_shadow,
     dumps_shadow,
     shadow,
@@ -426,3 +428,161 @@ def test_apply_rejects_bad_operations_and_changes_nothing(ops: list[Any]) -> Non
         apply(root, ops)
     assert isinstance(info.value, UsageError)
     assert dumps_shadow(root) == before
+
+
+# ── the byte-guided diff ────────────────────────────────────────────────────────
+
+
+def check_index(index: Index | None, doc: Any) -> None:
+    """Every length an index holds is the member's true encoded length (plus one)."""
+    if index is None:
+        return
+    if isinstance(doc, dict):
+        assert index.names == list(doc)
+        members = list(doc.items())
+        assert index.lengths == [
+            len(orjson.dumps(k)) + len(orjson.dumps(v)) + 2 for k, v in members
+        ]
+        values = [v for _, v in members]
+    else:
+        assert index.names is None
+        assert index.lengths == [len(orjson.dumps(v)) + 1 for v in doc]
+        values = list(doc)
+    assert len(index.children) == len(values)
+    for child, value in zip(index.children, values, strict=True):
+        check_index(child, value)
+
+
+class Guided:
+    """Publishes a sequence of documents through `diff_encoded`, keeping the index."""
+
+    def __init__(self, doc: Any) -> None:
+        self.root = shadow(doc)
+        self.encoded = orjson.dumps(doc)
+        self.index: Index | None = None
+        self.doc = copy.deepcopy(doc)
+
+    def step(self, new: Any) -> list[dict[str, Any]]:
+        after = orjson.dumps(new)
+        if after == self.encoded:
+            assert diff(self.doc, new) == []
+            return []
+        found = diff_encoded(self.root, new, self.encoded, after, self.index)
+        if found is None:
+            assert not (isinstance(new, (dict, list)) and type(self.root) is type(new))
+            ops, edits = diff_shadow(self.root, new)
+            self.index = None
+        else:
+            ops, edits, self.index = found
+            assert self.index is not None  # kept true, never given up
+        check_patch(self.doc, new, ops)
+        self.root = apply_edits(self.root, edits)
+        self.encoded = after
+        self.doc = copy.deepcopy(new)
+        check_index(self.index, new)
+        assert diff_shadow(self.root, new) == ([], [])
+        return ops
+
+
+@st.composite
+def guided_histories(draw: st.DrawFn) -> list[Any]:
+    docs = [draw(JSON)]
+    for _ in range(draw(st.integers(1, 10))):
+        docs.append(draw(edited(docs[-1])) if draw(st.integers(0, 5)) else draw(JSON))
+    return docs
+
+
+@SETTINGS
+@given(guided_histories())
+def test_the_byte_guided_diff_is_exact_and_keeps_its_index_true(docs: list[Any]) -> None:
+    guided = Guided(docs[0])
+    for doc in docs[1:]:
+        guided.step(doc)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "ops"),
+    [
+        ({"a": 1, "b": 2}, {"a": 0, "b": 2}, [{"op": "replace", "path": "/a", "value": 0}]),
+        ({"a": 1, "b": 2}, {"a": 1, "b": 3}, [{"op": "replace", "path": "/b", "value": 3}]),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, []),
+        ({"a": [1, 2]}, {"a": [1.0, 2]}, []),
+        ({"a": [True]}, {"a": [1]}, [{"op": "replace", "path": "/a/0", "value": 1}]),
+        ({"a": [0]}, {"a": [False]}, [{"op": "replace", "path": "/a/0", "value": False}]),
+        (
+            {"s": 'x"],"t":{"u', "t": 1},
+            {"s": 'x"],"t":{"v', "t": 1},
+            [{"op": "replace", "path": "/s", "value": 'x"],"t":{"v'}],
+        ),
+        (
+            {"s": "\\", "t": ["\\"]},
+            {"s": "\\", "t": ['\\"']},
+            [{"op": "replace", "path": "/t/0", "value": '\\"'}],
+        ),
+        ({"é": "ü✓"}, {"é": "ü✗"}, [{"op": "replace", "path": "/é", "value": "ü✗"}]),
+        (
+            {"a": {"b": 1}},
+            {"a": {"c": 1}},
+            [
+                {"op": "remove", "path": "/a/b"},
+                {"op": "add", "path": "/a/c", "value": 1},
+            ],
+        ),
+        ({"a": {"b": 1}}, {"a": [1]}, [{"op": "replace", "path": "/a", "value": [1]}]),
+        ([[1], [2]], [[1], [2, 3]], [{"op": "add", "path": "/1/1", "value": 3}]),
+        ([1, 2, 3], [2, 3], [{"op": "remove", "path": "/0"}]),
+        ([1, 2, 3], [1, 2, 3, 4], [{"op": "add", "path": "/3", "value": 4}]),
+    ],
+)
+def test_byte_guided_cases(old: Any, new: Any, ops: list[dict[str, Any]]) -> None:
+    guided = Guided(old)
+    assert guided.step(new) == ops
+    assert guided.step(old) == diff(new, old)  # and back, with the index kept
+
+
+def test_a_change_in_a_huge_list_is_found_by_its_bytes() -> None:
+    items = [{"id": i, "done": i % 2 == 0, "tags": ["a", "b"]} for i in range(5000)]
+    doc = {"head": "h", "items": items, "end": [True, 0]}
+    guided = Guided(doc)
+    for index, value in [(2500, False), (2500, 0), (0, 1), (4999, True), (17, 1.0)]:
+        new = copy.deepcopy(guided.doc)
+        new["items"][index]["done"] = value
+        assert guided.step(new) == [
+            {"op": "replace", "path": f"/items/{index}/done", "value": value}
+        ]
+    # Several distant changes at once.
+    new = copy.deepcopy(guided.doc)
+    new["items"][1]["tags"].append("c")
+    new["items"][4000]["id"] = "x"
+    new["end"][1] = False
+    assert guided.step(new) == [
+        {"op": "add", "path": "/items/1/tags/2", "value": "c"},
+        {"op": "replace", "path": "/items/4000/id", "value": "x"},
+        {"op": "replace", "path": "/end/1", "value": False},
+    ]
+
+
+def test_unchanged_members_are_not_read_by_the_byte_guided_diff() -> None:
+    items = [{"id": i, "tags": ["x"]} for i in range(1000)]
+    old = {"items": items, "other": {"deep": items}}
+    root = shadow(old)
+    new = {
+        "items": [SpyDict(item, tags=SpyList(["x"])) for item in items],
+        "other": {"deep": [SpyDict(item) for item in items]},
+    }
+    new["items"][500] = {"id": 500, "tags": ["y"]}
+    encoded = orjson.dumps(old)
+    found = diff_encoded(root, new, encoded, orjson.dumps(new), None)
+    assert found is not None
+    ops, edits, index = found
+    assert ops == [{"op": "replace", "path": "/items/500/tags/0", "value": "y"}]
+    # With the index kept, the next change reads no spy at all: nothing is measured.
+    root = apply_edits(root, edits)
+    encoded = orjson.dumps(new)
+    new["items"][500]["tags"][0] = "z"
+    Spy.reads = 0
+    found = diff_encoded(root, new, encoded, orjson.dumps(new), index)
+    assert found is not None and found[0] == [
+        {"op": "replace", "path": "/items/500/tags/0", "value": "z"}
+    ]
+    assert Spy.reads == 0

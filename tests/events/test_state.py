@@ -14,9 +14,21 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from tiller.errors import StatePatchError, UsageError
+from tiller.events import _state
 from tiller.events._state import StateManager, StatePublish, apply_to_live
 
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True)
+
+
+@pytest.fixture(autouse=True, scope="module", params=["byte-guided", "whole-document"])
+def diff_mode(request: pytest.FixtureRequest) -> Any:
+    """Every test runs twice: with every state diffed guided by its encoding, and with
+    every state diffed against the whole shadow (the two ways `publish` chooses from)."""
+    saved = _state.GUIDED_MIN_BYTES
+    _state.GUIDED_MIN_BYTES = 0 if request.param == "byte-guided" else 1 << 62
+    yield request.param
+    _state.GUIDED_MIN_BYTES = saved
+
 
 KEYS = st.one_of(
     st.sampled_from(["a", "b", "c", "", "/", "~", "a/b", "~0", "~1", "0", "-"]),
@@ -557,3 +569,101 @@ def test_apply_to_live_changes_a_dict_in_place_and_atomically() -> None:
 def test_apply_to_live_can_replace_the_root() -> None:
     assert apply_to_live({"a": 1}, [{"op": "replace", "path": "", "value": [1]}]) == [1]
     assert apply_to_live(3, [{"op": "replace", "path": "", "value": 4}]) == 4
+
+
+# ── big states: the byte-guided diff ────────────────────────────────────────────
+
+
+def big_state() -> dict[str, Any]:
+    return {
+        "title": "board",
+        "todos": [
+            {"id": i, "title": f"task {i}", "done": i % 2 == 0, "meta": {"n": i % 3}}
+            for i in range(2000)
+        ],
+        "tail": {"flag": True, "zero": 0},
+    }
+
+
+def test_a_leaf_deep_in_a_big_state_is_one_operation_each_time() -> None:
+    manager, client = StateManager(), Client()
+    state = big_state()
+    client.receive(manager.publish(state) or pytest.fail("no snapshot"))
+    for tick, index in enumerate([1000, 1000, 3, 1999, 0, 1000]):
+        state["todos"][index]["meta"]["n"] = 10 + tick
+        pub = manager.publish(state)
+        assert pub is not None and pub.delta == [
+            {"op": "replace", "path": f"/todos/{index}/meta/n", "value": 10 + tick}
+        ]
+        client.receive(pub)
+        assert manager.publish(state) is None
+    assert strict_equal(client.state, state)
+
+
+def test_big_state_edits_of_every_kind_rebuild_it_exactly() -> None:
+    manager, client = StateManager(), Client()
+    state = big_state()
+    client.receive(manager.publish(state) or pytest.fail("no snapshot"))
+    todos = state["todos"]
+
+    def edits() -> list[Any]:
+        return [
+            lambda: state.update(title="a new title"),  # the very start
+            lambda: state["tail"].update(zero=False),  # the very end, 0 becomes false
+            lambda: state["tail"].update(flag=1),  # true becomes 1
+            lambda: state["tail"].update(flag=1.0),  # the same number: nothing
+            lambda: todos.insert(0, {"id": -1}),
+            lambda: todos.pop(500),
+            lambda: todos.append({"id": 2000, "title": '"],"x":{"y":[1,"\\'}),
+            lambda: todos[7].update(title='ünïcödé ✓ \u2028 \x00 \\"'),
+            lambda: (todos[3]["meta"].update(n=99), todos[1900]["meta"].update(n=98)),
+            lambda: state.update(todos=todos[::-1]),
+            lambda: todos[10].update(meta={"n": 1, "m": [True, 0]}),
+            lambda: todos.__setitem__(11, [1, 2]),  # an object becomes an array
+            lambda: state.__setitem__("tail", dict(reversed(state["tail"].items()))),
+            lambda: state.__setitem__("new", {"k": "v"}),
+            lambda: state.pop("title"),
+            lambda: todos[20].pop("meta"),
+            lambda: todos[21].update({"meta": todos[21].pop("meta")}),  # moved last
+        ]
+
+    for edit in edits():
+        before = copy.deepcopy(state)
+        edit()
+        todos = state["todos"]
+        pub = manager.publish(state)
+        if pub is None:
+            assert strict_equal(before, state)
+        else:
+            client.receive(pub)
+        assert strict_equal(client.state, state)
+        assert manager.publish(state) is None
+    assert strict_equal(manager.published, state)
+
+
+def test_a_big_state_after_a_patch_is_still_diffed_exactly() -> None:
+    manager, client = StateManager(), Client()
+    state = big_state()
+    client.receive(manager.publish(state) or pytest.fail("no snapshot"))
+    ops = [{"op": "replace", "path": "/todos/5/done", "value": 1}]
+    state = apply_to_live(state, ops)
+    client.receive(manager.patch(ops) or pytest.fail("no delta"))
+    state["todos"][6]["done"] = 0
+    pub = manager.publish(state)
+    assert pub is not None and pub.delta == [{"op": "replace", "path": "/todos/6/done", "value": 0}]
+    client.receive(pub)
+    assert strict_equal(client.state, state)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(histories())
+def test_states_inside_a_big_one_rebuild_exactly(docs: list[Any]) -> None:
+    # The random states sit between big unchanged neighbours, so each change is located
+    # by its bytes inside a big encoding.
+    manager, client = StateManager(), Client()
+    pad = ["x" * 40] * 100
+    previous: Any = None
+    for doc in docs:
+        state = {"before": pad, "doc": [pad, doc, pad], "after": {"p": pad}}
+        check_publish(manager, client, previous, state)
+        previous = state

@@ -28,8 +28,9 @@ their JSON form, so they cost a Python-level look each time (and can add redunda
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
-from itertools import compress, count, filterfalse, islice, repeat
+from itertools import accumulate, compress, count, filterfalse, islice, repeat
 from operator import ne
 from typing import Any, Final
 
@@ -41,10 +42,12 @@ from ..errors import StatePatchError
 
 __all__ = [
     "Edit",
+    "Index",
     "JsonOp",
     "apply",
     "apply_edits",
     "diff",
+    "diff_encoded",
     "diff_shadow",
     "dumps_shadow",
     "shadow",
@@ -343,12 +346,30 @@ def _diff_list(
     # Not an LCS: the common prefix and suffix are matched (so appending, and removing or
     # inserting one item anywhere, stay small), and the middle is compared item by item,
     # with the surplus added or removed at its end.
+    _diff_list_middle(old, new, 0, 0, path, ops, edits)
+
+
+def _diff_list_middle(
+    old: list[Any],
+    new: list[Any] | tuple[Any, ...],
+    start: int,
+    tail: int,
+    path: str,
+    ops: list[JsonOp],
+    edits: list[Edit],
+) -> None:
+    """Diff two lists known to agree on their first `start` and last `tail` items."""
     n_old, n_new = len(old), len(new)
-    shorter = min(n_old, n_new)
-    start = _first_difference(map(ne, old, new), shorter)
+    shorter = min(n_old, n_new) - tail
+    start += _first_difference(
+        map(ne, islice(old, start, None), islice(new, start, None)), shorter - start
+    )
     if start == shorter and n_old == n_new:
         return
-    tail = _first_difference(map(ne, reversed(old), reversed(new)), shorter - start)
+    tail += _first_difference(
+        map(ne, islice(reversed(old), tail, None), islice(reversed(new), tail, None)),
+        shorter - start,
+    )
     mid_old, mid_new = n_old - start - tail, n_new - start - tail
     common = min(mid_old, mid_new)
     end = start + common
@@ -394,6 +415,337 @@ def diff(old: Any, new: Any) -> list[JsonOp]:
     The operations' values are `new`'s own objects.
     """
     return diff_shadow(shadow(old), new)[0]
+
+
+# ── the byte-guided diff ──────────────────────────────────────────────────────────
+#
+# `StateManager` encodes every state it publishes, and keeps the encoding it last sent.
+# Two encodings compared byte for byte (C `memcmp`) give the common prefix and suffix; the
+# change lies between them. With the encoded length of each member of the containers on
+# the way down (an `Index`, kept from publish to publish), that byte range names the
+# members that changed, so the diff descends straight to them and compares nothing else.
+#
+# Why bytes that agree name members that agree (O: the old encoding, N: the new one):
+# - Head. A member whose bytes and trailing delimiter (`,` or the closing bracket) lie in
+#   the common prefix reads the same in N as in O: a parser reading left to right is in
+#   the same state after the same bytes.
+# - Tail. Let y in the common suffix hold a structural `,`, `[` or `{` of O. Since O[y] is
+#   no backslash, every quote after y is escaped in N exactly when it is in O, so from y
+#   to the end the unescaped quotes toggle "inside a string" the same number of times in
+#   both. Both documents end outside a string, so N[y + shift] is outside one too, and the
+#   brackets and separators after it match one for one: the members after y are the same
+#   members of the same containers. (So the rule below asks for a member's *preceding*
+#   delimiter to lie in the suffix, not only its bytes.)
+# - Bytes are type-exact (`true` is not `1`, `1` is not `1.0`), so equal bytes are equal
+#   JSON values; different bytes may still be equal values (`1` versus `1.0`, member
+#   order), which the diff of what is left sorts out.
+
+
+def _prefix_length(old: bytes, new: bytes) -> int:
+    """The length of the longest common prefix: a binary search of C comparisons."""
+    low, high = 0, min(len(old), len(new))
+    view = memoryview(old)
+    startswith = new.startswith
+    while low < high:
+        middle = (low + high + 1) >> 1
+        if startswith(view[low:middle], low):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _suffix_length(old: bytes, new: bytes, limit: int) -> int:
+    """The length of the longest common suffix, at most `limit`."""
+    low, high = 0, limit
+    n_old, n_new = len(old), len(new)
+    view = memoryview(old)
+    endswith = new.endswith
+    while low < high:
+        middle = (low + high + 1) >> 1
+        if endswith(view[n_old - middle : n_old - low], 0, n_new - low):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+class Index:
+    """The encoded layout of one object or array of the last published encoding.
+
+    `lengths[m]` is the length of member `m` (`"name":value` or the item) plus its
+    trailing delimiter; `names` lists an object's member names in encoding order (None
+    for arrays); `children[m]` is the index of member `m` when it was needed (else None).
+    `ends` (running sums of `lengths` from the front) and `tails` (from the back) are kept
+    for bisection and are valid for their first `ends_ok` and `tails_ok` entries.
+    """
+
+    __slots__ = ("children", "ends", "ends_ok", "lengths", "names", "tails", "tails_ok")
+
+    def __init__(self, lengths: list[int], names: list[str] | None) -> None:
+        self.lengths = lengths
+        self.names = names
+        self.children: list[Index | None] = [None] * len(lengths)
+        self.ends: list[int] = []
+        self.ends_ok = 0
+        self.tails: list[int] = []
+        self.tails_ok = 0
+
+    def head(self, limit: int) -> int:
+        """How many leading members end (delimiter included) before offset `limit`.
+
+        Afterwards `ends` is valid at least up to the returned index.
+        """
+        count = bisect_left(self.ends, limit, 0, self.ends_ok)
+        if count == self.ends_ok and count < len(self.lengths):
+            # Usually the member at `count` is the one that changed last time: extend the
+            # running sums by it alone before summing everything again.
+            end = (self.ends[count - 1] if count else 0) + self.lengths[count]
+            if count < len(self.ends):
+                self.ends[count] = end
+            else:
+                self.ends.append(end)
+            self.ends_ok = count + 1
+            if end >= limit:
+                return count
+            self.ends = list(accumulate(self.lengths))
+            self.ends_ok = len(self.lengths)
+            count = bisect_left(self.ends, limit)
+        return count
+
+    def tail(self, limit: int) -> int:
+        """How many trailing members start (preceding delimiter included) at most
+        `limit` bytes before the closing bracket.
+
+        Afterwards `tails` is valid at least up to the returned index.
+        """
+        count = bisect_right(self.tails, limit, 0, self.tails_ok)
+        if count == self.tails_ok and count < len(self.lengths):
+            tail = (self.tails[count - 1] if count else 0) + self.lengths[-1 - count]
+            if count < len(self.tails):
+                self.tails[count] = tail
+            else:
+                self.tails.append(tail)
+            self.tails_ok = count + 1
+            if tail > limit:
+                return count
+            self.tails = list(accumulate(reversed(self.lengths)))
+            self.tails_ok = len(self.lengths)
+            count = bisect_right(self.tails, limit)
+        return count
+
+    def resize(self, member: int, change: int) -> None:
+        """Member `member` grew by `change` bytes."""
+        self.lengths[member] += change
+        self.ends_ok = min(self.ends_ok, member)
+        self.tails_ok = min(self.tails_ok, len(self.lengths) - 1 - member)
+
+    def splice(self, start: int, stop: int, lengths: list[int], names: list[str] | None) -> None:
+        """Members `start:stop` became members with these `lengths` (and `names`)."""
+        after = len(self.lengths) - stop
+        self.lengths[start:stop] = lengths
+        if self.names is not None and names is not None:
+            self.names[start:stop] = names
+        self.children[start:stop] = [None] * len(lengths)
+        self.ends_ok = min(self.ends_ok, start)
+        self.tails_ok = min(self.tails_ok, after)
+
+
+def _size_hint(value: Any) -> int:
+    kind = value.__class__
+    return len(value) if kind is dict or kind is list or kind is str else 0
+
+
+def _measure(items: Iterable[Any]) -> list[int]:
+    return [len(orjson.dumps(item)) + 1 for item in items]
+
+
+def _measure_members(members: Iterable[tuple[str, Any]]) -> list[int]:
+    dumps = orjson.dumps
+    return [len(dumps(name)) + len(dumps(value)) + 2 for name, value in members]
+
+
+def _build(value: dict[str, Any] | list[Any], size: int) -> Index | None:
+    """The index of a container whose encoding (brackets included) is `size + 1` bytes.
+
+    Every member is encoded once, except the one that looks biggest, whose length is what
+    is left: usually the one holding the change, whose encoding is the costly one.
+    """
+    if not value:
+        return Index([], [] if value.__class__ is dict else None) if size == 1 else None
+    hints = list(map(_size_hint, value.values() if value.__class__ is dict else value))
+    biggest = hints.index(max(hints))
+    if value.__class__ is dict:
+        members = list(value.items())
+        names: list[str] | None = [name for name, _ in members]
+        lengths = _measure_members(members[:biggest])
+        rest = _measure_members(members[biggest + 1 :])
+    else:
+        names = None
+        lengths = _measure(value[:biggest])  # type: ignore[index]
+        rest = _measure(value[biggest + 1 :])  # type: ignore[index]
+    left = size - sum(lengths) - sum(rest)
+    if left < 2:
+        return None
+    lengths.append(left)
+    lengths += rest
+    return Index(lengths, names)
+
+
+class _Inconsistent(Exception):
+    """The index does not describe the old encoding: diff the whole document instead."""
+
+
+_OPENERS: Final = {dict: ord("{"), list: ord("[")}
+_CLOSERS: Final = {dict: ord("}"), list: ord("]")}
+
+
+def diff_encoded(
+    root: Any, new: Any, before: bytes, after: bytes, index: Index | None
+) -> tuple[list[JsonOp], list[Edit], Index | None] | None:
+    """Like `diff_shadow`, guided by the two documents' compact encodings.
+
+    `before` is an `orjson` encoding of the document the shadow `root` stands for, `index`
+    its layout (or None, then it is built as needed) and `after` is `orjson.dumps(new)`;
+    they differ. Only the members whose bytes changed are compared, so the cost is the
+    two byte comparisons plus the size of the change. Returns the operations, the edits
+    and the index of `after` (None if it could not be kept); or None when this way does
+    not apply (e.g. a root that is no container), in which case `diff_shadow` does.
+    """
+    kind = new.__class__
+    if (kind is not dict and kind is not list) or root.__class__ is not kind:
+        return None
+    prefix = _prefix_length(before, after)
+    suffix = _suffix_length(before, after, min(len(before), len(after)) - prefix)
+    shift = len(after) - len(before)
+    suffix_start = len(before) - suffix  # where the common suffix begins in `before`
+    ops: list[JsonOp] = []
+    edits: list[Edit] = []
+    fresh = index is None  # a fresh index describes `after`, not `before`
+    if index is None:
+        index = _build(new, len(after) - 1)
+        if index is None:
+            return None
+    node = index
+    old: Any = root
+    start, end = 0, len(before) - 1  # the container's brackets in `before`
+    path = ""
+    trail: list[tuple[Index, int]] = []  # members on the way down, in indexes of `before`
+    try:
+        while True:
+            n_old, n_new = len(old), len(new)
+            if len(node.lengths) != (n_new if fresh else n_old):
+                raise _Inconsistent
+            head = node.head(prefix - start)
+            tail = node.tail(end - suffix_start)
+            if head + tail > min(n_old, n_new):
+                raise _Inconsistent
+            is_dict = new.__class__ is dict
+            if n_old - head - tail == 1 == n_new - head - tail:
+                if is_dict:
+                    key = next(islice(new, head, None))
+                    if not fresh and node.names[head] != key:  # type: ignore[index]
+                        # renamed: not the same member
+                        key = _ABSENT
+                    elif key not in old:
+                        key = _ABSENT
+                else:
+                    key = head
+                if key is not _ABSENT:
+                    before_value, value = old[key], new[key]
+                    value_kind = value.__class__
+                    if (value_kind is dict or value_kind is list) and (
+                        before_value.__class__ is value_kind
+                    ):
+                        # One member changed, a container both times: go down into it.
+                        opening = start + 1 + (node.ends[head - 1] if head else 0)
+                        if is_dict:
+                            opening += len(orjson.dumps(key)) + 1
+                        closing = end - (node.tails[tail - 1] if tail else 0) - 1
+                        if not (
+                            before[opening] == after[opening] == _OPENERS[value_kind]
+                            and before[closing] == after[closing + shift] == _CLOSERS[value_kind]
+                        ):
+                            raise _Inconsistent
+                        if not fresh:
+                            trail.append((node, head))
+                        child = node.children[head]
+                        if child is None:
+                            child = _build(value, closing + shift - opening)
+                            if child is None:
+                                raise _Inconsistent
+                            node.children[head] = child
+                            fresh = True
+                        node, old, new = child, before_value, value
+                        start, end = opening, closing
+                        path = f"{path}/{_token(key) if is_dict else key}"
+                        continue
+                    if before_value is not value and before_value != value:
+                        _diff(
+                            before_value,
+                            value,
+                            f"{path}/{_token(key) if is_dict else key}",
+                            old,
+                            key,
+                            ops,
+                            edits,
+                        )
+                    if not fresh:
+                        trail.append((node, head))
+                        node.children[head] = None
+                    break
+            # Several members changed (or one changed its name or kind): diff them.
+            stop_old, stop_new = n_old - tail, n_new - tail
+            if is_dict:
+                members = list(islice(new.items(), head, stop_new))
+                gone = (
+                    list(old) if fresh else node.names[head:stop_old]  # type: ignore[index]
+                )
+                _diff_dict_members(old, new, gone, members, path, ops, edits)
+                if not fresh:
+                    lengths = _measure_members(members)
+                    names: list[str] | None = [name for name, _ in members]
+            else:
+                _diff_list_middle(old, new, head, tail, path, ops, edits)
+                if not fresh:
+                    lengths, names = _measure(new[head:stop_new]), None
+            if not fresh:
+                # An empty container is 2 bytes, not 1 + the sum of no lengths.
+                grown = sum(lengths) + (n_new == 0) - (n_old == 0)
+                if grown != sum(node.lengths[head:stop_old]) + shift:
+                    return ops, edits, None  # the operations stand; the index does not
+                node.splice(head, stop_old, lengths, names)
+            break
+    except _Inconsistent:
+        return None
+    for parent, member in trail:
+        parent.resize(member, shift)
+    return ops, edits, index
+
+
+def _diff_dict_members(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    gone: Iterable[str],
+    members: Iterable[tuple[str, Any]],
+    path: str,
+    ops: list[JsonOp],
+    edits: list[Edit],
+) -> None:
+    """Diff some members of two objects: `gone` holds every name of `old` that may be
+    missing from `new`, `members` every member of `new` that may differ from `old`."""
+    for key in gone:
+        if key not in new:
+            ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
+            edits.append((old, key, _DELETE, None))
+    get = old.get
+    for key, value in members:
+        before = get(key, _ABSENT)
+        if before is _ABSENT:
+            ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
+            edits.append((old, key, _SET, value))
+        elif before is not value and before != value:
+            _diff(before, value, f"{path}/{_token(key)}", old, key, ops, edits)
 
 
 # ── applying operations to a shadow ───────────────────────────────────────────────

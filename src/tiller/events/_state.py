@@ -9,8 +9,12 @@ The cost of one publish is one `orjson` encoding of the new state plus work prop
 to the change. The manager keeps a *shadow* of the last published document (see
 `_jsondiff`): a private copy the caller cannot reach, brought up to date by applying the
 change rather than by copying the state again. An unchanged state is recognized by
-comparing encodings; a changed one is diffed against the shadow, which descends only into
-subtrees that differ.
+comparing encodings. For a changed one, the new encoding is compared byte for byte with
+the last one (C `memcmp`): the differing byte range, mapped through the encoded lengths of
+the members on the way down (kept from publish to publish), names the members that
+changed, and only those are diffed against the shadow (`_jsondiff.diff_encoded`). States
+under `GUIDED_MIN_BYTES` are diffed against the shadow directly, with C-level `==` on
+unchanged subtrees.
 
 This module builds no events: `publish` and `patch` return a `StatePublish` and the run
 context wraps it into `STATE_SNAPSHOT` or `STATE_DELTA`.
@@ -33,6 +37,10 @@ from . import _jsondiff
 __all__ = ["StateManager", "StatePublish", "apply_to_live"]
 
 _T = TypeVar("_T")
+
+GUIDED_MIN_BYTES = 4096
+"""From this encoded size on, a changed state is diffed guided by its bytes (see
+`_jsondiff.diff_encoded`); below it the whole-document C comparison is cheaper."""
 
 
 class _Unset:
@@ -106,7 +114,7 @@ class StateManager:
     `1.0`) is not a change. Bools are never equal to numbers.
     """
 
-    __slots__ = ("_encoded", "_published", "_shadow", "_snapshot_next")
+    __slots__ = ("_encoded", "_index", "_published", "_shadow", "_snapshot_next")
 
     def __init__(self) -> None:
         self._shadow: Any = None
@@ -114,6 +122,8 @@ class StateManager:
         # (after `patch`, until someone needs it). Object member order and int/float
         # spelling may differ from the shadow's; the JSON value is the same.
         self._encoded: bytes | None = None
+        # The layout of `_encoded`, as far as publishes needed it (see `_jsondiff`).
+        self._index: _jsondiff.Index | None = None
         self._published = False
         self._snapshot_next = True
 
@@ -130,12 +140,20 @@ class StateManager:
         if not self._published:
             self._shadow = _jsondiff.shadow(doc)
             self._encoded = encoded
+            self._index = None
             self._published = True
             self._snapshot_next = False
             return StatePublish.of_snapshot(encoded)
         if encoded == self._encoded:  # byte-equal: nothing to diff
             return self._snapshot_after_reset(encoded)
-        ops, edits = _jsondiff.diff_shadow(self._shadow, doc)
+        found = None
+        if self._encoded is not None and len(encoded) >= GUIDED_MIN_BYTES:
+            found = _jsondiff.diff_encoded(self._shadow, doc, self._encoded, encoded, self._index)
+        if found is None:
+            ops, edits = _jsondiff.diff_shadow(self._shadow, doc)
+            self._index = None
+        else:
+            ops, edits, self._index = found
         if not ops:  # member order, or int versus float of equal value
             self._encoded = encoded
             return self._snapshot_after_reset(encoded)
@@ -193,6 +211,7 @@ class StateManager:
             # changed in place and not published): fall back to a diff of the live state.
             return self.publish(current)
         self._encoded = None
+        self._index = None
         if self._snapshot_next:
             self._snapshot_next = False
             self._encoded = _jsondiff.dumps_shadow(self._shadow)
