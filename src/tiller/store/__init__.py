@@ -1,0 +1,119 @@
+"""Durable state: the Bus (revisioned KV with leases, pub/sub, job queue) and its backends.
+
+`open_bus(url)` picks the backend from the URL:
+
+- `memory://` — `MemoryBus`, one process, nothing survives it (tests);
+- `sqlite:///relative/path.db`, `sqlite:////absolute/path.db`, `sqlite:///~/.tiller/tiller.db`
+  — `SqliteBus`, the embedded default; options as a query string:
+  `?poll_interval=0.05&busy_timeout=5&retention=60` (seconds);
+- `nats://host:port` — `NatsBus` on NATS JetStream (imported on first use).
+
+See `tiller.store._bus` for the contract every backend keeps.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+from ..errors import UsageError
+from ._bus import (
+    Bus,
+    BusClosed,
+    BusMessage,
+    Clock,
+    Entry,
+    Job,
+    JobQueue,
+    KeyValue,
+    Lease,
+    NotFound,
+    RevisionConflict,
+    StoreError,
+    StoreUnavailable,
+    Subscription,
+    check_bucket,
+    check_namespace,
+    check_subject,
+    decode_key,
+    encode_key,
+    encoded_prefix,
+    wall_clock,
+)
+from ._memory import MemoryBus
+from ._sqlite import SqliteBus
+
+__all__ = [
+    "Bus",
+    "BusClosed",
+    "BusMessage",
+    "Clock",
+    "Entry",
+    "Job",
+    "JobQueue",
+    "KeyValue",
+    "Lease",
+    "MemoryBus",
+    "NotFound",
+    "RevisionConflict",
+    "SqliteBus",
+    "StoreError",
+    "StoreUnavailable",
+    "Subscription",
+    "check_bucket",
+    "check_namespace",
+    "check_subject",
+    "decode_key",
+    "encode_key",
+    "encoded_prefix",
+    "open_bus",
+    "wall_clock",
+]
+
+_SQLITE_OPTIONS = ("poll_interval", "busy_timeout", "retention")
+
+
+async def open_bus(url: str, *, clock: Clock = wall_clock, namespace: str = "") -> Bus:
+    """Open the Bus that `url` names (see the module docstring for the forms).
+
+    `clock` gives lease and job-lease time (inject a fake one in tests); `namespace`
+    prefixes every bucket, subject and queue, so users of one file or server stay apart.
+    """
+    check_namespace(namespace)
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        if parts.netloc or parts.path or parts.query:
+            raise UsageError(f"{url!r}: a memory bus takes no location; write 'memory://'")
+        return MemoryBus(clock=clock, namespace=namespace, url=url)
+    if parts.scheme == "sqlite":
+        if parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:
+            raise UsageError(
+                f"{url!r}: write 'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db'"
+            )
+        options: dict[str, float] = {}
+        for name, raw in parse_qsl(parts.query, keep_blank_values=True):
+            if name not in _SQLITE_OPTIONS:
+                known = ", ".join(_SQLITE_OPTIONS)
+                raise UsageError(f"{url!r}: unknown option {name!r}; the options are {known}")
+            try:
+                options[name] = float(raw)
+            except ValueError:
+                raise UsageError(f"{url!r}: {name} must be a number of seconds") from None
+            if not options[name] > 0:
+                raise UsageError(f"{url!r}: {name} must be positive")
+        return await SqliteBus.open(
+            parts.path[1:],
+            clock=clock,
+            namespace=namespace,
+            url=url,
+            **options,
+        )
+    if parts.scheme == "nats":
+        # Imported here: nats-py is only loaded by programs that use NATS. (The ignore lets
+        # this check before the module exists.)
+        from ._nats import NatsBus  # type: ignore[import-not-found, unused-ignore]
+
+        bus: Bus = await NatsBus.connect(url, clock=clock, namespace=namespace)
+        return bus
+    raise UsageError(
+        f"{url!r}: unknown store; use 'memory://', 'sqlite:///path.db' or 'nats://host:4222'"
+    )

@@ -1,0 +1,425 @@
+"""The Bus: the three ports every durable feature stands on, shaped after NATS JetStream.
+
+- a revisioned **KV** (`Bus.kv(bucket)`): get, create, put, update with an expected revision
+  (compare-and-set, `RevisionConflict` otherwise), delete, key listing, and **leases** —
+  compare-and-set records with an expiry, for "exactly one process proceeds";
+- **pub/sub** subjects (`Bus.publish`, `Bus.subscribe`): fast delivery only; anything that
+  must survive a reconnect is also written to the KV (control messages are);
+- a **job queue** (`Bus.queue(name)`): enqueue, claim with a lease, ack / nak / term, and
+  redelivery when a lease lapses, for worker fleets.
+
+Backends (`open_bus(url)`): `memory://` (tests), `sqlite:///path` (the embedded default),
+`nats://host:port` (JetStream). One contract test suite runs against all three.
+
+Revisions are opaque increasing integers: a later write of a bucket has a larger revision
+than an earlier one, nothing more (they are not per-key counters). Values are bytes;
+records are versioned JSON written by the layers above. Bucket names use
+`[A-Za-z0-9_-]`; keys may be any non-empty string (run and thread ids come from clients)
+and are encoded for the backend with `encode_key`, which maps them into `[-/_=.A-Za-z0-9]`
+as NATS requires, reversibly.
+
+Time comes from a `Clock` (seconds, monotonic enough for leases), so tests move it by
+hand instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ..errors import TillerError, UsageError
+
+__all__ = [
+    "Bus",
+    "BusClosed",
+    "BusMessage",
+    "Clock",
+    "Entry",
+    "Job",
+    "JobQueue",
+    "KeyValue",
+    "Lease",
+    "NotFound",
+    "RevisionConflict",
+    "StoreError",
+    "StoreUnavailable",
+    "Subscription",
+    "check_bucket",
+    "check_namespace",
+    "check_subject",
+    "decode_key",
+    "encode_key",
+    "encoded_prefix",
+    "wall_clock",
+]
+
+
+# ── errors ───────────────────────────────────────────────────────────────────────────
+
+
+class StoreError(TillerError):
+    """A store operation failed; subclasses say how."""
+
+
+class NotFound(StoreError):
+    """The key, bucket or job does not exist (or no longer does)."""
+
+
+class RevisionConflict(StoreError):
+    """A compare-and-set lost: the record's revision is not the one expected.
+
+    `expected` is what the caller assumed (0: "the key must not exist"); `actual` is what
+    the store holds (0: "no such key"), when the backend can tell.
+    """
+
+    def __init__(self, bucket: str, key: str, expected: int, actual: int | None) -> None:
+        super().__init__(
+            f"{bucket}/{key}: expected revision {expected}, the store has "
+            f"{'no record' if actual == 0 else actual if actual is not None else 'another'}"
+        )
+        self.bucket = bucket
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (NATS down, SQLite file locked past its timeout)."""
+
+
+class BusClosed(UsageError):
+    """The bus (or a bucket, queue or subscription taken from it) was used after `aclose`."""
+
+
+# ── names ────────────────────────────────────────────────────────────────────────────
+
+_BUCKET = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_KEY_SAFE = re.compile(r"[-/_.A-Za-z0-9]")
+_SUBJECT = re.compile(r"[-/_=A-Za-z0-9]+(?:\.[-/_=A-Za-z0-9]+)*")
+
+
+def check_bucket(name: str) -> str:
+    """Return `name` if it is a valid bucket name, else raise `UsageError` saying why."""
+    if not _BUCKET.fullmatch(name):
+        raise UsageError(
+            f"bucket name {name!r} must be 1 to 64 characters of letters, digits, '_' and '-'"
+        )
+    return name
+
+
+def check_namespace(namespace: str) -> str:
+    """Return `namespace` if valid (empty, or a bucket-like name), else raise `UsageError`.
+
+    A namespace prefixes every bucket, subject and queue of a bus, so tests (or tenants)
+    sharing one server or file never see each other's records.
+    """
+    if namespace and not _BUCKET.fullmatch(namespace):
+        raise UsageError(
+            f"namespace {namespace!r} must be empty or 1 to 64 characters of letters, "
+            "digits, '_' and '-'"
+        )
+    return namespace
+
+
+def check_subject(subject: str) -> str:
+    """Return `subject` if it is a valid pub/sub subject, else raise `UsageError`.
+
+    Dot-separated tokens of `[-/_=A-Za-z0-9]` (an `encode_key` output is a valid token
+    sequence), at most 255 characters: what every backend accepts, NATS included. Wildcards
+    are not part of the contract, so they are refused here rather than behave differently
+    per backend.
+    """
+    if len(subject) > 255 or not _SUBJECT.fullmatch(subject):
+        raise UsageError(
+            f"subject {subject!r} must be dot-separated tokens of letters, digits, "
+            "'-', '_', '=' and '/' (encode ids with encode_key), at most 255 characters"
+        )
+    return subject
+
+
+def encode_key(key: str) -> str:
+    """Map any non-empty key into `[-/_=.A-Za-z0-9]`, reversibly.
+
+    Safe characters stay as they are (so ordinary run ids stay readable); `=` escapes
+    every other character as `=XXXX` (its code point in hex, four digits, or `==XXXXXX`
+    for those beyond the BMP). Leading/trailing dots and empty path segments, which NATS
+    rejects, are escaped too.
+    """
+    if not key:
+        raise UsageError("a key must not be empty")
+    out: list[str] = []
+    last = len(key) - 1
+    for index, char in enumerate(key):
+        dot_at_edge = char == "." and (index in (0, last) or key[index - 1] == ".")
+        if _KEY_SAFE.fullmatch(char) and not dot_at_edge and char != "=":
+            out.append(char)
+        elif ord(char) <= 0xFFFF:
+            out.append(f"={ord(char):04X}")
+        else:
+            out.append(f"=={ord(char):06X}")
+    return "".join(out)
+
+
+def decode_key(encoded: str) -> str:
+    """The inverse of `encode_key`."""
+    out: list[str] = []
+    index = 0
+    while index < len(encoded):
+        char = encoded[index]
+        if char != "=":
+            out.append(char)
+            index += 1
+        elif encoded.startswith("==", index):
+            out.append(chr(int(encoded[index + 2 : index + 8], 16)))
+            index += 8
+        else:
+            out.append(chr(int(encoded[index + 1 : index + 5], 16)))
+            index += 5
+    return "".join(out)
+
+
+def encoded_prefix(prefix: str) -> str:
+    """A string that `encode_key(k)` starts with for every `k` starting with `prefix`, for
+    backends that list keys by their encoded form (filter the decoded keys afterwards).
+
+    A character encodes the same wherever it sits except a dot, which is escaped at the
+    edges and after another dot; so the prefix is encoded as if more followed, and a final
+    dot (whose encoding depends on whether the key ends there) is left out.
+    """
+    stem = prefix[:-1] if prefix.endswith(".") else prefix
+    return encode_key(stem + "x")[:-1]
+
+
+# ── values ───────────────────────────────────────────────────────────────────────────
+
+Clock = Callable[[], float]
+
+
+def wall_clock() -> float:
+    """Seconds since the epoch: leases must agree across processes and machines."""
+    return time.time()
+
+
+@dataclass(slots=True, frozen=True)
+class Entry:
+    """One KV record: its key (decoded), value and revision."""
+
+    key: str
+    value: bytes
+    revision: int
+
+
+@dataclass(slots=True, frozen=True)
+class Lease:
+    """Proof of holding `key` until `expires_at` (clock seconds); renew before then."""
+
+    bucket: str
+    key: str
+    owner: str
+    revision: int
+    expires_at: float
+
+
+@dataclass(slots=True, frozen=True)
+class BusMessage:
+    subject: str
+    data: bytes
+
+
+@dataclass(slots=True, frozen=True)
+class Job:
+    """A claimed job. `attempt` counts deliveries, from 1; `lease` must be acked, nakked
+    or termed before `lease_expires_at`, or the job is delivered again."""
+
+    queue: str
+    id: str
+    payload: bytes
+    attempt: int
+    worker: str
+    lease_expires_at: float
+
+
+# ── ports ────────────────────────────────────────────────────────────────────────────
+
+
+@runtime_checkable
+class KeyValue(Protocol):
+    """One bucket of the revisioned KV."""
+
+    bucket: str
+
+    async def get(self, key: str) -> Entry | None:
+        """The record, or None if there is none."""
+        ...
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Write unconditionally; returns the new revision."""
+        ...
+
+    async def create(self, key: str, value: bytes) -> int:
+        """Write only if the key does not exist (`RevisionConflict` otherwise)."""
+        ...
+
+    async def update(self, key: str, value: bytes, *, expected: int) -> int:
+        """Write only if the record's revision is `expected` (`RevisionConflict` otherwise)."""
+        ...
+
+    async def delete(self, key: str, *, expected: int | None = None) -> None:
+        """Remove the key (if `expected` is given, only at that revision). Deleting a missing
+        key without `expected` is not an error."""
+        ...
+
+    async def keys(self, prefix: str = "") -> list[str]:
+        """Keys (decoded) that start with `prefix`, sorted."""
+        ...
+
+    async def acquire(self, key: str, owner: str, ttl: float) -> Lease | None:
+        """Take the lease on `key` for `ttl` seconds: a lease if it was free, expired, or
+        already `owner`'s; None if someone else holds it."""
+        ...
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Extend a held lease (`RevisionConflict` if it was lost meanwhile)."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (a lease already lost is not an error)."""
+        ...
+
+
+@runtime_checkable
+class Subscription(Protocol):
+    """Messages published on a subject from the moment of subscribing."""
+
+    def __aiter__(self) -> AsyncIterator[BusMessage]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class JobQueue(Protocol):
+    """A durable work queue: each job is processed by one worker at a time."""
+
+    name: str
+
+    async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
+        """Add a job; returns its id (given ids make enqueueing idempotent)."""
+        ...
+
+    async def claim(self, worker: str, lease: float) -> Job | None:
+        """The next job that is waiting or whose lease lapsed, leased to `worker` for `lease`
+        seconds; None if there is none now."""
+        ...
+
+    async def ack(self, job: Job) -> None:
+        """Done: remove it (`NotFound` if the lease was lost and someone else has it)."""
+        ...
+
+    async def nak(self, job: Job, *, delay: float = 0.0) -> None:
+        """Not done: deliver it again after `delay` seconds."""
+        ...
+
+    async def term(self, job: Job, reason: str) -> None:
+        """Never deliver it again (it cannot succeed); the reason is kept."""
+        ...
+
+
+@runtime_checkable
+class Bus(Protocol):
+    """The store: KV buckets, pub/sub subjects and job queues. An async context manager."""
+
+    url: str
+
+    async def kv(self, bucket: str) -> KeyValue:
+        """The bucket (created on first use)."""
+        ...
+
+    async def publish(self, subject: str, data: bytes) -> None: ...
+
+    async def subscribe(self, subject: str) -> Subscription: ...
+
+    async def queue(self, name: str) -> JobQueue:
+        """The job queue (created on first use)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+    async def __aenter__(self) -> Bus: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+
+# ── leases, on any KeyValue ──────────────────────────────────────────────────────────
+#
+# A lease is an ordinary record whose value holds the owner and the expiry, written by
+# compare-and-set. The expiry comes from the bus's injected clock and is compared on
+# acquire, not enforced by a server-side TTL, so every backend (NATS included) behaves the
+# same under a fake clock, and a lease outlives a reconnect. Backends call these from their
+# `acquire` / `renew` / `release`.
+
+
+def lease_value(owner: str, expires_at: float) -> bytes:
+    """The record a lease is stored as (JSON, so it reads well in a store browser)."""
+    return json.dumps(
+        {"schema_version": 1, "owner": owner, "expires_at": expires_at}, separators=(",", ":")
+    ).encode()
+
+
+def parse_lease(bucket: str, key: str, value: bytes) -> tuple[str, float]:
+    """(owner, expires_at) of a lease record; `UsageError` if the key holds something else."""
+    try:
+        record = json.loads(value)
+        return str(record["owner"]), float(record["expires_at"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"{bucket}/{key} holds a record that is not a lease") from exc
+
+
+def _check_lease_args(owner: str, ttl: float) -> None:
+    if not owner:
+        raise UsageError("a lease owner must not be empty")
+    if not ttl > 0:
+        raise UsageError(f"a lease ttl must be positive seconds, not {ttl!r}")
+
+
+async def acquire_lease(
+    kv: KeyValue, clock: Clock, key: str, owner: str, ttl: float
+) -> Lease | None:
+    """`KeyValue.acquire` on top of get/create/update: loops only while other writers
+    change the record between our read and our compare-and-set."""
+    _check_lease_args(owner, ttl)
+    while True:
+        now = clock()
+        entry = await kv.get(key)
+        value = lease_value(owner, now + ttl)
+        try:
+            if entry is None:
+                revision = await kv.create(key, value)
+            else:
+                holder, expires_at = parse_lease(kv.bucket, key, entry.value)
+                if holder != owner and expires_at > now:
+                    return None
+                revision = await kv.update(key, value, expected=entry.revision)
+        except RevisionConflict:
+            continue
+        return Lease(kv.bucket, key, owner, revision, now + ttl)
+
+
+async def renew_lease(kv: KeyValue, clock: Clock, lease: Lease, ttl: float) -> Lease:
+    """`KeyValue.renew`: `RevisionConflict` if anyone wrote the record since `lease`."""
+    _check_lease_args(lease.owner, ttl)
+    expires_at = clock() + ttl
+    revision = await kv.update(
+        lease.key, lease_value(lease.owner, expires_at), expected=lease.revision
+    )
+    return Lease(lease.bucket, lease.key, lease.owner, revision, expires_at)
+
+
+async def release_lease(kv: KeyValue, lease: Lease) -> None:
+    """`KeyValue.release`: deletes the record only if it is still this lease's."""
+    with contextlib.suppress(RevisionConflict):
+        await kv.delete(lease.key, expected=lease.revision)

@@ -1,0 +1,325 @@
+"""NATS-specific behaviour of the Bus, against the real server on 127.0.0.1:4222.
+
+The contract suite (`test_contract.py`) covers what every backend shares; here: the
+payload-limit path through the object store, namespaces, two connections racing,
+reconnects (through a local TCP proxy the test can cut), and cleanup of the test's
+streams so the shared server does not fill up. `asyncio.timeout` is a hang guard only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import nats
+import pytest
+
+from tiller.store import BusClosed, RevisionConflict, StoreUnavailable
+from tiller.store._nats import NatsBus
+
+from .conftest import NATS_URL, FakeClock
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+MiB = 1024 * 1024
+
+
+def _namespace() -> str:
+    return f"tn{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def open_nats() -> AsyncIterator[Callable[..., Awaitable[NatsBus]]]:
+    """Opens buses (each in a fresh namespace unless given one); at the end deletes every
+    namespace's streams and closes the buses."""
+    opened: list[NatsBus] = []
+
+    async def open_one(
+        namespace: str | None = None, url: str = NATS_URL, **options: Any
+    ) -> NatsBus:
+        async with asyncio.timeout(10):
+            bus = await NatsBus.connect(
+                url,
+                namespace=namespace or _namespace(),
+                **options,
+            )
+        opened.append(bus)
+        return bus
+
+    yield open_one
+    async with asyncio.timeout(30):
+        namespaces = {bus._namespace for bus in opened}
+        for namespace in namespaces:
+            async with await NatsBus.connect(NATS_URL, namespace=namespace) as cleaner:
+                await cleaner.delete_namespace()
+        for bus in opened:
+            await bus.aclose()
+
+
+async def _stream_names(prefix: str) -> list[str]:
+    nc = await nats.connect(NATS_URL)
+    try:
+        names = await NatsBus._stream_names(nc.jetstream())
+        return sorted(name for name in names if prefix in name)
+    finally:
+        await nc.close()
+
+
+async def _object_chunks(stream: str) -> int:
+    """Messages in an object store's stream (chunks and live metadata)."""
+    nc = await nats.connect(NATS_URL)
+    try:
+        info = await nc.jetstream().stream_info(stream)
+        return int(info.state.messages)
+    finally:
+        await nc.close()
+
+
+# ── the payload limit ────────────────────────────────────────────────────────────────
+
+
+async def test_max_payload_comes_from_the_server(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    bus = await open_nats()
+    nc = await nats.connect(NATS_URL)
+    try:
+        assert bus.max_payload == nc.max_payload == MiB  # the server's default
+    finally:
+        await nc.close()
+
+
+async def test_a_large_record_round_trips_with_compare_and_set(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    bus = await open_nats()
+    kv = await bus.kv("big")
+    first = bytes(range(256)) * (9 * 1024)  # 2.25 MiB, over the limit
+    second = b"x" * (3 * MiB)
+    assert len(first) > 2 * MiB
+
+    revision = await kv.put("run/1", first)
+    entry = await kv.get("run/1")
+    assert entry is not None and entry.value == first and entry.revision == revision
+
+    updated = await kv.update("run/1", second, expected=revision)
+    assert updated > revision
+    with pytest.raises(RevisionConflict) as conflict:
+        await kv.update("run/1", first, expected=revision)  # stale: loses
+    assert conflict.value.actual == updated
+    entry = await kv.get("run/1")
+    assert entry is not None and entry.value == second and entry.revision == updated
+    with pytest.raises(RevisionConflict):
+        await kv.create("run/1", first)
+    assert await kv.keys() == ["run/1"]
+
+    # Only the live object's chunks remain: replaced and rejected objects were removed.
+    objects = f"OBJ_{bus._namespace}-big"
+    chunks_of_second = -(-len(second) // (128 * 1024))
+    assert await _object_chunks(objects) == chunks_of_second + 1  # + its metadata
+
+    # Small again: the large object goes; then delete leaves nothing behind.
+    small = await kv.update("run/1", b"small", expected=updated)
+    assert await _object_chunks(objects) == 0
+    big_again = await kv.update("run/1", first, expected=small)
+    await kv.delete("run/1", expected=big_again)
+    assert await kv.get("run/1") is None
+    assert await _object_chunks(objects) == 0
+    assert await kv.create("run/1", second) > big_again
+    entry = await kv.get("run/1")
+    assert entry is not None and entry.value == second
+
+
+async def test_a_large_job_payload_goes_through_the_queue(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    bus = await open_nats(clock=FakeClock())
+    queue = await bus.queue("work")
+    payload = b"p" * (2 * MiB + 1)
+    await queue.enqueue(payload, job_id="big")
+    job = await queue.claim("w1", 30)
+    assert job is not None and job.payload == payload
+    await queue.ack(job)
+    assert await queue.claim("w1", 30) is None
+
+
+# ── two connections, namespaces ──────────────────────────────────────────────────────
+
+
+async def test_a_second_connection_sees_writes_and_loses_a_race(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    namespace = _namespace()
+    one = await open_nats(namespace)
+    two = await open_nats(namespace)
+    kv_one, kv_two = await one.kv("checkpoints"), await two.kv("checkpoints")
+
+    revision = await kv_one.create("run-1", b"v1")
+    seen = await kv_two.get("run-1")
+    assert seen is not None and (seen.value, seen.revision) == (b"v1", revision)
+
+    # Both read revision `revision`; one update wins, the other gets the conflict.
+    results = await asyncio.gather(
+        kv_one.update("run-1", b"one", expected=revision),
+        kv_two.update("run-1", b"two", expected=revision),
+        return_exceptions=True,
+    )
+    wins = [result for result in results if isinstance(result, int)]
+    losses = [result for result in results if isinstance(result, RevisionConflict)]
+    assert len(wins) == 1 and len(losses) == 1
+    assert losses[0].expected == revision and losses[0].actual in (wins[0], None)
+    final = await kv_one.get("run-1")
+    assert final is not None and final.revision == wins[0]
+
+    # A lease taken on one connection is refused on the other.
+    clock_lease = await kv_one.acquire("lock", "a", 30)
+    assert clock_lease is not None
+    assert await kv_two.acquire("lock", "b", 30) is None
+
+
+async def test_two_workers_on_two_connections_claim_a_job_once(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    namespace, clock = _namespace(), FakeClock()
+    one = await open_nats(namespace, clock=clock)
+    two = await open_nats(namespace, clock=clock)
+    await (await one.queue("jobs")).enqueue(b"payload", job_id="j1")
+    queues = [await one.queue("jobs"), await two.queue("jobs")]
+    claims = await asyncio.gather(*(q.claim(f"w{i}", 30) for i, q in enumerate(queues)))
+    assert sorted(job.id if job else "" for job in claims) == ["", "j1"]
+
+
+async def test_namespaces_isolate(open_nats: Callable[..., Awaitable[NatsBus]]) -> None:
+    first, second = await open_nats(), await open_nats()
+    await (await first.kv("shared-name")).put("k", b"first")
+    assert await (await second.kv("shared-name")).get("k") is None
+    assert await (await second.kv("shared-name")).keys() == []
+
+    received: list[bytes] = []
+    subscription = await second.subscribe("run.r1.control")
+    await first.publish("run.r1.control", b"not for you")
+    await second.publish("run.r1.control", b"yours")
+    async with asyncio.timeout(5):
+        async for message in subscription:
+            received.append(message.data)
+            break
+    await subscription.aclose()
+    assert received == [b"yours"]
+
+
+# ── closing and cleanup ──────────────────────────────────────────────────────────────
+
+
+async def test_use_after_close_raises_and_close_is_idempotent(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    bus = await open_nats()
+    kv = await bus.kv("b")
+    await bus.aclose()
+    await bus.aclose()
+    with pytest.raises(BusClosed):
+        await kv.get("k")
+    with pytest.raises(BusClosed):
+        await bus.kv("b")
+    with pytest.raises(BusClosed):
+        await bus.publish("s", b"")
+
+
+async def test_delete_namespace_removes_its_streams_only(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    doomed, kept = await open_nats(), await open_nats()
+    for bus in (doomed, kept):
+        await (await bus.kv("b")).put("big", b"x" * (2 * MiB))
+        await (await bus.queue("q")).enqueue(b"job")
+    removed = await doomed.delete_namespace()
+    assert sorted(removed) == await _stream_names_expected(doomed._namespace)
+    assert await _stream_names(doomed._namespace) == []
+    assert await _stream_names(kept._namespace) == await _stream_names_expected(kept._namespace)
+
+
+async def _stream_names_expected(namespace: str) -> list[str]:
+    return sorted([f"KV_{namespace}-b", f"OBJ_{namespace}-b", f"TQ_{namespace}-q"])
+
+
+async def test_an_unreachable_server_fails_fast_as_unavailable() -> None:
+    async with asyncio.timeout(15):
+        with pytest.raises(StoreUnavailable):
+            await NatsBus.connect("nats://127.0.0.1:1", namespace=_namespace())
+
+
+# ── reconnects ───────────────────────────────────────────────────────────────────────
+
+
+class _Proxy:
+    """A TCP proxy to the NATS server that the test can cut and restore."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, "127.0.0.1", self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        """Stop accepting, drop every proxied connection."""
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 4222)
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_reconnect_buffers_publishes_and_fails_jetstream_calls_meanwhile(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """Documented behaviour: while the connection is down, a core publish is buffered by
+    the client and delivered after the reconnect; a KV call raises `StoreUnavailable` once
+    its request timeout passes. After the reconnect everything works again."""
+    proxy = _Proxy()
+    await proxy.start()
+    namespace = _namespace()
+    flaky = await open_nats(namespace, url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5)
+    steady = await open_nats(namespace)
+    kv = await flaky.kv("b")
+    await kv.put("k", b"before")
+    subscription = await steady.subscribe("events")
+
+    async with asyncio.timeout(20):
+        await proxy.cut()
+        await flaky._disconnected.wait()
+        await flaky.publish("events", b"sent while down")
+        with pytest.raises(StoreUnavailable):
+            await kv.put("k", b"during")
+
+        await proxy.start()  # same port: the client's next attempt gets through
+        await flaky._connected.wait()
+        async for message in subscription:
+            assert message.data == b"sent while down"
+            break
+        await kv.put("k", b"after")
+        entry = await (await steady.kv("b")).get("k")
+        assert entry is not None and entry.value == b"after"
+    await subscription.aclose()
+    await proxy.cut()
