@@ -679,6 +679,194 @@ async def test_one_batch_token_cancels_fifty_runs_each_under_its_own_child() -> 
     )
 
 
+# --- cancellations consumed before the token fired (BUG-7) -------------------------------
+#
+# Python 3.11's TaskGroup (and 3.12's before gh-116720) cancels its parent task when a child
+# fails while the parent waits in `__aexit__`, and never calls `uncancel()` for it: after the
+# agent caught the ExceptionGroup, `cancelling()` stays at 1 though nothing is pending. Code
+# that swallows a CancelledError without `uncancel()` leaves the same trace on every Python,
+# so "swallowed" runs the same checks where the TaskGroup no longer leaks.
+
+
+async def _taskgroup_leaks_a_cancel() -> bool:
+    async def crash() -> None:
+        raise ValueError
+
+    with contextlib.suppress(ExceptionGroup):
+        async with asyncio.TaskGroup() as group:
+            group.create_task(crash())
+    task = asyncio.current_task()
+    assert task is not None
+    return task.cancelling() > 0
+
+
+TASKGROUP_LEAKS_A_CANCEL = asyncio.run(_taskgroup_leaks_a_cancel())
+
+
+async def consume_a_cancel(how: str) -> None:
+    """Leave the current task's `cancelling()` raised by a cancellation that was already
+    delivered and caught ("none": leave it alone)."""
+    if how == "task group":
+
+        async def tool() -> None:
+            raise ValueError("the tool failed")
+
+        with contextlib.suppress(ExceptionGroup):
+            async with asyncio.TaskGroup() as group:
+                group.create_task(tool())
+    elif how == "swallowed":
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+
+
+class AfterAConsumedCancel(Blocked):
+    """A task that enters `token.scope()`, consumes a cancellation inside it (`how`), then
+    blocks: suspended on a sleep, or always ready to run (a loop of `sleep(0)`)."""
+
+    def __init__(self, token: CancellationToken, *, how: str, ready: bool) -> None:
+        self.how = how
+        self.ready = ready
+        self.consumed: int | None = None
+        super().__init__(token)
+
+    async def _run(self) -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            with self.token.scope() as scope:
+                self.scope = scope
+                await consume_a_cancel(self.how)
+                self.consumed = task.cancelling()
+                self.entered.set()
+                if self.ready:
+                    # On purpose: between its steps the task is always ready to run, never
+                    # suspended on a future.
+                    while True:  # noqa: ASYNC110
+                        await asyncio.sleep(0)
+                await asyncio.sleep(3600)
+        finally:
+            self.cancelling_after = task.cancelling()
+        return "finished"
+
+
+CONSUMED = pytest.mark.parametrize("how", ["task group", "swallowed"])
+WAITING = pytest.mark.parametrize("ready", [False, True], ids=["suspended", "ready"])
+
+
+@CONSUMED
+@WAITING
+async def test_a_token_cancel_after_a_consumed_cancel_becomes_cancelled(
+    how: str, ready: bool
+) -> None:
+    token = CancellationToken()
+    run = await AfterAConsumedCancel(token, how=how, ready=ready).started()
+    assert run.consumed == (1 if how == "swallowed" or TASKGROUP_LEAKS_A_CANCEL else 0)
+    token.cancel("stop button")
+    with pytest.raises(Cancelled, match="stop button") as info:
+        await guarded(run.task)
+    assert isinstance(info.value.__cause__, asyncio.CancelledError)
+    assert run.scope is not None
+    assert run.scope.cancelled_caught
+    assert run.cancelling_after == run.consumed  # ours taken back, the consumed one left
+
+
+@CONSUMED
+@WAITING
+@pytest.mark.parametrize("token_first", [True, False], ids=["token-first", "outside-first"])
+async def test_a_token_and_an_outside_cancel_after_a_consumed_cancel_propagate(
+    how: str, ready: bool, token_first: bool
+) -> None:
+    token = CancellationToken()
+    run = await AfterAConsumedCancel(token, how=how, ready=ready).started()
+    if token_first:
+        token.cancel()
+        run.task.cancel()
+    else:
+        run.task.cancel()
+        token.cancel()
+    with pytest.raises(asyncio.CancelledError) as info:
+        await guarded(run.task)
+    if ready and not token_first:
+        # The task was ready to run, so the token's cancel(msg) overwrote the outside one's
+        # message: the message alone would have passed this off as the token's own.
+        assert "cancellation token fired" in str(info.value)
+    assert run.scope is not None
+    assert run.scope.cancel_called
+    assert not run.scope.cancelled_caught
+    assert run.consumed is not None
+    assert run.cancelling_after == run.consumed + 1  # ours taken back, theirs left in place
+
+
+@WAITING
+async def test_an_outside_cancel_then_the_token_propagate_with_nothing_consumed(
+    ready: bool,
+) -> None:
+    # The count alone decides here, as it did before BUG-7's fix.
+    token = CancellationToken()
+    run = await AfterAConsumedCancel(token, how="none", ready=ready).started()
+    run.task.cancel()
+    token.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await guarded(run.task)
+    assert run.scope is not None
+    assert not run.scope.cancelled_caught
+    assert run.cancelling_after == 1
+
+
+async def test_after_a_consumed_cancel_the_outer_scope_catches_its_tokens_cancel() -> None:
+    parent = CancellationToken()
+    child = parent.child()
+    entered = asyncio.Event()
+    scopes: list[CancelScope] = []
+    passed_through: list[type[BaseException]] = []
+
+    async def run() -> None:
+        with parent.scope() as outer:
+            scopes.append(outer)
+            try:
+                with child.scope() as inner:
+                    scopes.append(inner)
+                    await consume_a_cancel("task group")
+                    entered.set()
+                    await asyncio.sleep(3600)
+            except BaseException as exc:
+                passed_through.append(type(exc))
+                raise
+
+    task = asyncio.create_task(run())
+    await guarded(entered.wait())
+    parent.cancel()
+    with pytest.raises(Cancelled):
+        await guarded(task)
+    outer, inner = scopes
+    assert passed_through == [asyncio.CancelledError]
+    assert outer.cancelled_caught
+    assert not inner.cancelled_caught
+
+
+async def test_a_foreign_cancelled_error_after_a_consumed_cancel_is_not_taken_for_ours() -> None:
+    token = CancellationToken()
+    entered = asyncio.Event()
+
+    async def run() -> None:
+        with token.scope():
+            await consume_a_cancel("swallowed")
+            entered.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                raise asyncio.CancelledError("something else") from None
+
+    task = asyncio.create_task(run())
+    await guarded(entered.wait())
+    token.cancel()
+    with pytest.raises(asyncio.CancelledError, match="something else"):
+        await guarded(task)
+
+
 # --- threads -----------------------------------------------------------------------------
 
 

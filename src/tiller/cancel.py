@@ -9,9 +9,11 @@ Cancelling a token is not a flag that code has to poll. Every task that entered
 subprocess, a queue) is interrupted. When the resulting `asyncio.CancelledError` reaches the
 scope's exit, the scope takes back exactly the cancellation it issued (`task.uncancel()`, as
 `asyncio.timeout` does) and raises `tiller.errors.Cancelled` instead. A cancellation that
-came from outside (the task's owner, a `TaskGroup`, `asyncio.timeout`) is still counted by
-`task.cancelling()` after that, and then the `CancelledError` propagates untouched: a token
-never swallows a cancellation it did not cause (DESIGN.md, law 8).
+came from outside (the task's owner, a `TaskGroup`, `asyncio.timeout`) and was still pending
+when the token fired, or came after it, makes the `CancelledError` propagate untouched: a
+token never swallows a cancellation it did not cause (DESIGN.md, law 8). See `CancelScope`
+for how the two are told apart, also on Pythons whose `TaskGroup` leaves `cancelling()`
+raised (3.11, early 3.12).
 
 Tokens are thread-safe: `cancel()` may come from a signal handler's thread, a worker thread
 or another event loop. Whatever must happen on a task's loop (cancelling the task, waking a
@@ -40,8 +42,9 @@ _Ts = TypeVarTuple("_Ts")
 
 _logger: Final = logging.getLogger(__name__)
 
-# The message carried by the `CancelledError` a token injects. If one ever escapes a scope
-# (because an outside cancellation raced in), it tells whoever reads the traceback why.
+# The message carried by the `CancelledError` a token injects, made unique per scope (see
+# `CancelScope._deliver`). If one ever escapes a scope (because an outside cancellation raced
+# in), it tells whoever reads the traceback why.
 _CANCEL_MSG: Final = "tiller: the cancellation token fired"
 
 _ABSENT: Final = object()
@@ -356,10 +359,23 @@ class CancelScope:
     """The part of a task that a token may interrupt. Made by `CancellationToken.scope()`.
 
     Entering registers the current task with the token; if the token fires while the block
-    runs, the task gets `task.cancel()`. At the block's exit the scope undoes exactly that
-    one cancellation with `task.uncancel()` and, if `task.cancelling()` is then back to its
-    value at entry, raises `Cancelled` from the `CancelledError`. Otherwise someone else
-    cancelled the task too, and their `CancelledError` propagates unchanged.
+    runs, the task gets `task.cancel()` with a message unique to this scope. At the block's
+    exit the scope undoes exactly that one cancellation with `task.uncancel()`, then raises
+    `Cancelled` from the `CancelledError` if the cancellation unwinding the block is its own
+    and no one else's is still pending:
+
+    - `task.cancelling()` back at its value at entry: nobody else asked (as in
+      `asyncio.timeout`, which compares the same count);
+    - above its value when the token fired: someone cancelled the task after the token did,
+      and their `CancelledError` propagates;
+    - in between: the count rose inside the block before the token fired. That is either an
+      outside cancellation still pending when the token fired (it propagates), or one that
+      was already delivered and consumed without `uncancel()`: Python 3.11's `TaskGroup`
+      (and 3.12's before gh-116720) cancels its parent task when a child fails while it
+      waits in `__aexit__`, and never takes that back. The scope told the two apart when it
+      fired, by asking the task whether a cancellation was already on its way; a consumed
+      one does not stop the scope from turning its own `CancelledError`, recognised by its
+      message, into `Cancelled`.
 
     Scopes nest, and a task may be in the scopes of several tokens at once. When both an
     outer and an inner scope are cancelled, the inner one lets the `CancelledError` through
@@ -371,9 +387,12 @@ class CancelScope:
 
     __slots__ = (
         "_entry_cancelling",
+        "_fired_cancelling",
         "_handle",
         "_issued",
         "_loop",
+        "_message",
+        "_other_pending",
         "_state",
         "_task",
         "_token",
@@ -384,6 +403,10 @@ class CancelScope:
     _loop: asyncio.AbstractEventLoop
     _entry_cancelling: int
     _handle: CallbackHandle | None
+    # Set when the scope cancels the task (`_deliver`):
+    _fired_cancelling: int  # `task.cancelling()` just before
+    _other_pending: bool | None  # another cancellation was on its way (None: unknowable)
+    _message: str  # the message of our `CancelledError`
 
     def __init__(self, token: CancellationToken) -> None:
         self._token = token
@@ -444,12 +467,27 @@ class CancelScope:
             return False
         # Take back our own cancellation whatever happened, so the task's count stays right
         # for the `asyncio.timeout`s and task groups further out.
-        if self._task.uncancel() > self._entry_cancelling:
-            return False  # an outside cancellation is pending too: it wins
+        remaining = self._task.uncancel()
+        if remaining > self._fired_cancelling:
+            return False  # cancelled again after the token fired: that cancellation wins
         if not isinstance(exc, asyncio.CancelledError):
             return False  # the block swallowed our cancellation, or finished anyway
+        if remaining > self._entry_cancelling and not self._unwound_by_us_alone(exc):
+            return False  # an outside cancellation was pending when the token fired: it wins
         self.cancelled_caught = True
         raise self._token._error() from exc
+
+    def _unwound_by_us_alone(self, exc: asyncio.CancelledError) -> bool:
+        """With `cancelling()` raised since entry by cancellations made before the token
+        fired: whether they were all delivered already (consumed without `uncancel()`, as
+        3.11's `TaskGroup` does), so that `exc` is our own cancellation and nothing else.
+
+        The message alone cannot tell: if the task was ready to run when both cancels came,
+        the later `cancel(msg)` overwrites the earlier one's message, so ours can be the one
+        carried even though an outside cancellation came first. What the task said when the
+        token fired decides; the message rules out a `CancelledError` not caused by us.
+        """
+        return self._other_pending is not True and exc.args[:1] == (self._message,)
 
     def _on_fire(self) -> None:
         """Token callback: get `task.cancel()` to the task, on the task's own loop."""
@@ -467,11 +505,18 @@ class CancelScope:
             self._deliver()
 
     def _deliver(self) -> None:
-        # Runs on the task's loop, where the scope's state changes, so no lock is needed.
+        # Runs on the task's loop, where the scope's state changes, so no lock is needed;
+        # and never inside the task itself, so the task is suspended or ready to run.
         if self._state != _ACTIVE or self._issued:
             return
+        task = self._task
         self._issued = True
-        self._task.cancel(msg=_CANCEL_MSG)
+        self._fired_cancelling = task.cancelling()
+        self._other_pending = _cancel_pending(task)
+        # Unique among live scopes, so nested scopes (and a scope of the same token) each
+        # recognise only their own.
+        self._message = f"{_CANCEL_MSG} (scope {id(self):#x})"
+        task.cancel(msg=self._message)
 
     def __repr__(self) -> str:
         state = {_UNUSED: "unused", _ACTIVE: "active", _EXITED: "exited"}[self._state]
@@ -479,6 +524,25 @@ class CancelScope:
             f"<CancelScope {state} cancel_called={self.cancel_called} "
             f"cancelled_caught={self.cancelled_caught}>"
         )
+
+
+def _cancel_pending(task: asyncio.Task[object]) -> bool | None:
+    """Whether a cancellation of `task`, which is not running, was requested and not yet
+    thrown into it; `None` if this task type does not say.
+
+    No public API tells, so this reads the two private attributes both asyncio `Task`
+    implementations (C and pure Python) keep for it, as anyio's cancel scopes do:
+    `_must_cancel` (the task was ready to run) or an awaited future already cancelled (the
+    task was suspended on it).
+    """
+    try:
+        must_cancel = task._must_cancel  # type: ignore[attr-defined]
+        waiter = task._fut_waiter  # type: ignore[attr-defined]
+    except AttributeError:
+        return None
+    if must_cancel:
+        return True
+    return isinstance(waiter, asyncio.Future) and waiter.cancelled()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -894,11 +894,6 @@ def test_random_programs_give_valid_deterministic_streams(program: Program) -> N
         assert again == wire, "the same program must give the same stream (law 10)"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug BUG-7 (reproduction below): a cancel after a failed TaskGroup (Python "
-    "3.11) breaks the cancellation rules; BUG-2 to BUG-6 are fixed",
-)
 @settings(
     PROGRAM_SETTINGS, phases=[Phase.generate], report_multiple_bugs=False, verbosity=Verbosity.quiet
 )
@@ -1021,14 +1016,6 @@ async def _taskgroup_leaks_a_cancel() -> bool:
 TASKGROUP_LEAKS_A_CANCEL = asyncio.run(_taskgroup_leaks_a_cancel())
 
 
-@pytest.mark.xfail(
-    TASKGROUP_LEAKS_A_CANCEL,
-    strict=True,
-    reason="BUG-7: after a TaskGroup child failed (the agent caught the ExceptionGroup), "
-    "Python 3.11 leaves the run task's cancelling() at 1; the CancelScope then takes the "
-    "token's own cancellation for an outside one and lets CancelledError through, and the "
-    "driver ends RUN_ERROR{CANCELLED} 'the run was stopped' with nothing unclosable",
-)
 async def test_a_cancel_after_a_failed_task_group_finishes_as_cancelled() -> None:
     async def agent(ctx: AgUiContext[Any]) -> None:
         async def tool() -> None:
