@@ -2,10 +2,13 @@
 
 from ._agent import Agent
 from ._budget import Budget, Pricing
+from ._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
 from ._context import RunContext
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
 from ._options import RunOptions
 from ._result import RunResult, ToolTraceEntry
+from ._resume import ResumeDecision, ResumeReplayBlocked, resume
+from ._review import NeverReview, PauseEveryStep, PauseOnTools, PauseOnWrites, ReviewPolicy
 from ._run import LoopFailed, ResponseTooLarge
 from ._steering import SteeringQueue
 from ._window import estimate_tokens, history_window
@@ -13,18 +16,30 @@ from ._window import estimate_tokens, history_window
 __all__ = [
     "Agent",
     "Budget",
+    "CaptureSink",
+    "CaptureSinkFactory",
     "Guardrail",
     "GuardrailOutcome",
     "LoopFailed",
     "MaxResponseLength",
+    "ModelCallRecord",
+    "NeverReview",
+    "PauseEveryStep",
+    "PauseOnTools",
+    "PauseOnWrites",
     "Pricing",
     "RefusalKeywords",
     "ResponseTooLarge",
+    "ResumeDecision",
+    "ResumeReplayBlocked",
+    "ReviewPolicy",
     "RunContext",
     "RunOptions",
     "RunResult",
     "SteeringQueue",
+    "ToolResultRecord",
     "ToolTraceEntry",
     "estimate_tokens",
     "history_window",
+    "resume",
 ]

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, UserMessage
 from ..errors import Cancelled, UsageError
-from ..events import AgUiContext, Event, RunOutcome, run_agent
+from ..events import AgUiContext, Event, Interrupt, RunOutcome, run_agent
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
@@ -219,6 +219,10 @@ class _LoopRun:
         ctx.run_result = {"stopCause": state.stop_cause.value if state.stop_cause else None}
         if state.stop_cause is StopCause.ERROR:
             raise LoopFailed(state.error or "the run failed", "RUN_FAILED")
+        if state.stop_cause is StopCause.SUSPENDED:
+            # One interrupt per pending call, ids stable per call; the driver sends the
+            # state first, and the run's messages let the client show the calls.
+            return RunOutcome.interrupt([Interrupt.from_wire(i) for i in state.interrupts])
         return RunOutcome.success()
 
     def result(self) -> RunResult:
@@ -244,6 +248,8 @@ class _LoopRun:
             tool_trace=tuple(loop.trace) if loop is not None else (),
             error=state.error,
             handoff=loop.handoff if loop is not None else None,
+            checkpoint=state if state.stop_cause is StopCause.SUSPENDED else None,
+            pause_reason=loop.pause_reason if loop is not None else None,
         )
 
 

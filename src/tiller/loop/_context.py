@@ -18,6 +18,7 @@ from typing import Any
 from ..cancel import CancellationToken
 from ..phase import Phase
 from ..policy import Approver
+from ..store import Bus
 from ..tools import ToolCtx
 from ._budget import Budget
 from ._steering import SteeringQueue
@@ -38,6 +39,8 @@ class RunContext:
     - `queued_input`: the steering queue.
     - `withheld`: tool names this run may not see or call.
     - `compact_at_tokens`: where compaction will trigger (used by the compaction issue).
+    - `store`: the `Bus` for durable runs (with `RunOptions.checkpoint_bucket` set, the run
+      is checkpointed at every step and each call's start and completion are recorded).
     """
 
     tools: ToolCtx
@@ -48,6 +51,7 @@ class RunContext:
     queued_input: SteeringQueue = field(default_factory=SteeringQueue)
     withheld: frozenset[str] = frozenset()
     compact_at_tokens: int | None = None
+    store: Bus | None = None
 
     @classmethod
     def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
@@ -85,3 +89,6 @@ class RunContext:
 
     def with_compact_at(self, tokens: int | None) -> RunContext:
         return self._with(compact_at_tokens=tokens)
+
+    def with_store(self, store: Bus | None) -> RunContext:
+        return self._with(store=store)

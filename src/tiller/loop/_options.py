@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from ._capture import CaptureSinkFactory
 from ._guardrails import Guardrail
+from ._review import NeverReview, ReviewPolicy
 
 __all__ = ["RunOptions"]
 
@@ -30,6 +32,7 @@ class RunOptions:
     - `empty_turn_nudges`: how often an empty answer is nudged before `no_output`.
     - `max_tokens`: the per-call output cap asked of the model (the budget may lower it).
     - `temperature`: passed to the model when set.
+    - `capture_sink`: a factory of per-run capture sinks (see `tiller.loop.CaptureSink`).
     """
 
     max_steps: int = 100
@@ -40,6 +43,12 @@ class RunOptions:
     empty_turn_nudges: int = 3
     max_tokens: int | None = None
     temperature: float | None = None
+    #: `(run_id) -> CaptureSink`: one sink per run, recording model calls and tool results.
+    capture_sink: CaptureSinkFactory | None = None
+    #: With `RunContext.store`: the bucket for checkpoints (None: the checkpoint travels
+    #: only inside a suspended result). The CLI and the server use `tiller-run-checkpoints`.
+    checkpoint_bucket: str | None = None
+    review_policy: ReviewPolicy = field(default_factory=NeverReview)
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -70,3 +79,12 @@ class RunOptions:
 
     def with_temperature(self, temperature: float | None) -> RunOptions:
         return self._with(temperature=temperature)
+
+    def with_capture_sink(self, factory: CaptureSinkFactory | None) -> RunOptions:
+        return self._with(capture_sink=factory)
+
+    def with_checkpoint_bucket(self, bucket: str | None) -> RunOptions:
+        return self._with(checkpoint_bucket=bucket)
+
+    def with_review_policy(self, policy: ReviewPolicy) -> RunOptions:
+        return self._with(review_policy=policy)

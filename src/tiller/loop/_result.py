@@ -51,6 +51,9 @@ class RunResult:
     tool_trace: tuple[ToolTraceEntry, ...] = field(default_factory=tuple)
     error: str | None = None
     handoff: str | None = None
+    #: When suspended: the `RunState` to resume from (also in the store, in durable mode).
+    checkpoint: RunState | None = None
+    pause_reason: str | None = None
 
     @property
     def malformed_arguments(self) -> int:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -29,6 +30,7 @@ from ..conversation import (
     ToolCall,
     ToolResult,
     TranscriptChecker,
+    Usage,
     UserMessage,
 )
 from ..errors import Cancelled, TillerError
@@ -38,13 +40,17 @@ from ..model import (
     ModelRequest,
     ReasoningDelta,
     ResponseAccumulator,
+    StreamEvent,
     TextDelta,
     ToolCallEnd,
     stream_with_retry,
 )
+from ..model._codec import stream_event_to_json
 from ..policy import Decision
 from ..state import CallRecord, RunState, StopCause
+from ..store._checkpoints import CheckpointStore
 from ..tools import ExecContext, Execution, OutputBudget
+from ._capture import CaptureSink, ModelCallRecord, ToolResultRecord
 from ._guardrails import run_post, run_pre
 from ._result import ToolTraceEntry
 from ._window import history_window
@@ -54,7 +60,20 @@ if TYPE_CHECKING:
     from ._context import RunContext
     from ._options import RunOptions
 
-__all__ = ["LoopFailed", "ResponseTooLarge", "Loop"]
+__all__ = ["Loop", "LoopFailed", "ResponseTooLarge"]
+
+_logger = logging.getLogger(__name__)
+
+#: What an approval interrupt expects back (DESIGN §3).
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"enum": ["approve", "approve_always", "deny"]},
+        "reason": {"type": "string"},
+        "arguments": {"type": "object"},
+    },
+    "required": ["decision"],
+}
 
 EMPTY_TURN_NUDGE = "Your last reply was empty. Continue with the task, or give your final answer."
 FINAL_ANSWER_NUDGE = (
@@ -79,6 +98,10 @@ class LoopFailed(TillerError):
 class _TurnOutcome:
     message: AssistantMessage
     handles: dict[str, ToolCallHandle] = field(default_factory=dict)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    #: The model's stream events, kept only when the run is captured (for replay).
+    events: list[StreamEvent] | None = None
     #: Calls whose finished arguments were not JSON: call id -> the text the model wrote.
     malformed: dict[str, str] = field(default_factory=dict)
 
@@ -104,6 +127,16 @@ class Loop:
         #: Output tokens this run holds on the shared budget for the call being made.
         self._held: int | None = None
         self.final_output: Any = None
+        self.pause_reason: str | None = None
+        self._orphan_results = False
+        self._checkpoints = (
+            CheckpointStore(run_ctx.store, options.checkpoint_bucket)
+            if run_ctx.store is not None and options.checkpoint_bucket is not None
+            else None
+        )
+        self._capture = _open_capture(options, state.run_id)
+        #: Messages before this index were already captured (or sent before the run).
+        self._capture_from = len(state.messages)
         self.handoff: str | None = None
 
     # ── the run ──────────────────────────────────────────────────────────────────
@@ -111,7 +144,18 @@ class Loop:
     async def run(self) -> None:
         """Run until a stop cause is set on the state. Cancellation propagates (the edge
         turns it into a cancelled result) after the partial turn was kept."""
+        try:
+            await self._run()
+        finally:
+            if self._capture is not None:
+                _quietly(self._capture.close)
+
+    async def _run(self) -> None:
         state = self.state
+        if state.unanswered_calls():
+            # A resumed run: the suspended step's calls go first (the person decided them).
+            await self._finish_suspended_batch()
+            await self._checkpoint("running")
         while state.stop_cause is None:
             self.agui.check_cancelled()
             if state.step >= self.options.max_steps:
@@ -126,6 +170,33 @@ class Loop:
                 await self._step()  # runs to its budget hold with no `await` in between
             finally:
                 self._release_unspent()
+            suspended = state.stop_cause is StopCause.SUSPENDED
+            await self._checkpoint("suspended" if suspended else "running")
+        if state.stop_cause is not StopCause.SUSPENDED:
+            await self._checkpoint("finished")
+
+    async def _checkpoint(self, status: Literal["running", "suspended", "finished"]) -> None:
+        """Durable mode: the state at this step boundary goes to the store."""
+        if self._checkpoints is not None:
+            await self._checkpoints.save(self.state, status)
+
+    async def _finish_suspended_batch(self) -> None:
+        state = self.state
+        calls = state.unanswered_calls()
+        recorded: dict[str, tuple[str, bool]] = {}
+        if self._checkpoints is not None:
+            logs = await self._checkpoints.calls(state.run_id)
+            recorded = {
+                call_id: (log.content or "", log.is_error)
+                for call_id, log in logs.items()
+                if log.status == "completed"
+            }
+        self._orphan_results = True  # their TOOL_CALL_START went out in an earlier run
+        try:
+            results = await self._dispatch(calls, {}, recorded=recorded)
+        finally:
+            self._orphan_results = False
+        state.messages.append(UserMessage(tool_results=tuple(results)))
 
     def _release_unspent(self) -> None:
         """A step that made no model call (a guardrail refused first) gives its hold back."""
@@ -163,11 +234,22 @@ class Loop:
             return
         if message.tool_calls:
             state.messages.append(message)
+            self._capture_call(turn, appended=True)
+            reason = self.options.review_policy.should_pause(
+                state.step, message, self.agent.registry
+            )
+            if reason is not None:
+                self._suspend(message, reason)
+                return
+            # Durable mode: the calls are in the checkpoint before any of them runs, so a
+            # crash leaves them recorded as pending, started or completed — never lost.
+            await self._checkpoint("running")
             results = await self._dispatch(list(message.tool_calls), turn.handles, turn.malformed)
             state.messages.append(UserMessage(tool_results=tuple(results)))
             return
         if message.is_empty:
             # Law 1: an empty assistant turn is never kept; the nudge joins the user turn.
+            self._capture_call(turn, appended=False)
             if state.empty_turn_nudges >= self.options.empty_turn_nudges:
                 state.stop_cause = StopCause.NO_OUTPUT
                 return
@@ -175,6 +257,7 @@ class Loop:
             state.append_user_text(EMPTY_TURN_NUDGE)
             return
         state.messages.append(message)
+        self._capture_call(turn, appended=True)
         if self.run_ctx.queued_input:
             return  # steering arrived during the final answer: another turn, not lost
         self._finish_with(message)
@@ -200,6 +283,24 @@ class Loop:
             )
             return
         self.state.stop_cause = StopCause.COMPLETED
+
+    def _suspend(self, message: AssistantMessage, reason: str) -> None:
+        """Review pause: the step's calls wait for a person; the state is the checkpoint."""
+        state = self.state
+        for call in message.tool_calls:
+            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
+        state.interrupts = [
+            {
+                "id": f"approve-{call.id}",
+                "reason": "tool_call",
+                "toolCallId": call.id,
+                "message": f"Review: {reason}. Allow {call.name}({call.arguments})?",
+                "responseSchema": APPROVAL_SCHEMA,
+            }
+            for call in message.tool_calls
+        ]
+        self.pause_reason = reason
+        state.stop_cause = StopCause.SUSPENDED
 
     def _stop_by_guardrail(self, kind: str, reason: str, agent: str | None) -> None:
         if kind == "handoff":
@@ -264,9 +365,13 @@ class Loop:
         text: MessageHandle | None = None
         reasoning: ReasoningHandle | None = None
         limit = self.options.max_response_bytes
+        recorded: list[StreamEvent] | None = [] if self._capture is not None else None
+        outcome.events = recorded
         try:
             async for event in stream_with_retry(model, request, self.agent.retry):
                 accumulator.feed(event)
+                if recorded is not None:
+                    recorded.append(event)
                 if accumulator.bytes > limit:
                     raise ResponseTooLarge(
                         f"the model's response passed {limit} bytes "
@@ -302,6 +407,8 @@ class Loop:
         response = accumulator.get(id=message_id)
         self._charge(response.usage)
         outcome.message = response.message
+        outcome.usage = response.usage
+        outcome.finish_reason = response.finish_reason
         broken = [d for d in response.dropped if d.reason == "invalid_json"]
         if broken and response.status == "complete":
             # The model finished writing these calls, but not as JSON: they stay in the
@@ -315,6 +422,27 @@ class Loop:
                 update={"tool_calls": (*response.message.tool_calls, *calls)}
             )
         return outcome
+
+    def _capture_call(self, turn: _TurnOutcome, *, appended: bool) -> None:
+        """Record one model call: the messages new since the last one, and the response."""
+        if self._capture is None:
+            return
+        messages = self.state.messages
+        end = len(messages) - 1 if appended else len(messages)
+        new = [m.model_dump(mode="json") for m in messages[self._capture_from : end]]
+        self._capture_from = len(messages)
+        record = ModelCallRecord(
+            run_id=self.state.run_id,
+            step=self.state.step,
+            new_messages=new,
+            response=turn.message.model_dump(mode="json"),
+            usage=turn.usage.model_dump() if turn.usage is not None else {},
+            finish_reason=turn.finish_reason,
+            model=f"{self.agent.model.provider}:{self.agent.model.name}",
+            stream=[stream_event_to_json(e) for e in turn.events or ()],
+        )
+        sink = self._capture
+        _quietly(lambda: sink.model_call(record))
 
     def _announce_call(self, call: ToolCall, message_id: str) -> ToolCallHandle:
         handle = self.agui.tool_call_with_id(call.id, call.name, parent_message_id=message_id)
@@ -354,6 +482,8 @@ class Loop:
         calls: Sequence[ToolCall],
         handles: dict[str, ToolCallHandle],
         malformed: dict[str, str] | None = None,
+        *,
+        recorded: dict[str, tuple[str, bool]] | None = None,
     ) -> list[ToolResult]:
         """Gate every call, run the allowed ones concurrently, return results in call order.
 
@@ -373,6 +503,13 @@ class Loop:
             allowed: list[tuple[ToolCall, Any]] = []
             for call in calls:
                 record = state.calls[call.id]
+                if recorded and call.id in recorded:
+                    # Completed before a crash or suspension: never run twice (law 5).
+                    content, is_error = recorded[call.id]
+                    results[call.id] = self._finish_call(
+                        call, record, handles, content, is_error=is_error
+                    )
+                    continue
                 if malformed and call.id in malformed:
                     record.malformed_arguments = True
                     raw = malformed[call.id]
@@ -485,9 +622,16 @@ class Loop:
             emit=self.agui.emit,
             state_access=self.agui,
         )
+        if self._checkpoints is not None:
+            await self._checkpoints.call_started(self.state.run_id, call.id)
         execution = await self.agent.registry.execute(call, ctx)
         record.malformed_arguments = execution.malformed_arguments
         executed[call.id] = execution
+        if self._checkpoints is not None:
+            result = execution.result
+            await self._checkpoints.call_completed(
+                self.state.run_id, call.id, result.content, is_error=result.is_error
+            )
 
     def _finish_call(
         self,
@@ -501,12 +645,21 @@ class Loop:
         record.status = "failed" if is_error else "completed"
         record.is_error = is_error
         result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
+        sink = self._capture
+        if sink is not None:
+            captured = ToolResultRecord(
+                self.state.run_id, self.state.step, call.id, call.name, content, is_error
+            )
+            _quietly(lambda: sink.tool_result(captured))
         handle = handles.get(call.id)
         if handle is not None:
             # After a cancel the result cannot be shown, but it is kept (law 8): the loop
             # stops at its next check.
             with contextlib.suppress(Cancelled):
                 handle.result(content)
+        elif self._orphan_results:
+            with contextlib.suppress(Cancelled):
+                self.agui.tool_result(call.id, content)
         self.trace.append(
             ToolTraceEntry(
                 call_id=call.id,
@@ -520,6 +673,24 @@ class Loop:
             )
         )
         return result
+
+
+def _open_capture(options: RunOptions, run_id: str) -> CaptureSink | None:
+    if options.capture_sink is None:
+        return None
+    try:
+        return options.capture_sink(run_id)
+    except Exception:
+        _logger.exception("the capture sink factory failed; run %s is not captured", run_id)
+        return None
+
+
+def _quietly(fn: Callable[[], object]) -> None:
+    """Capture never breaks a run: a sink that raises is logged and ignored."""
+    try:
+        fn()
+    except Exception:
+        _logger.exception("the capture sink failed; the run goes on")
 
 
 def _refusal_text(name: str, refusal: str | None, registry: Any) -> str:

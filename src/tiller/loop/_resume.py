@@ -1,0 +1,153 @@
+"""Resume a suspended run with a person's decisions — in this process, or in another one.
+
+`resume(agent, checkpoint, decisions, run_ctx=...)` takes the suspended `RunState` (from a
+`RunResult.checkpoint`, or by run id from the store), claims it with a compare-and-set so
+two racing processes cannot both continue it (`AlreadyResumed`), refuses while a call is
+*uncertain* — recorded as started but never completed, as after a crash —
+(`ResumeReplayBlocked`, until a person marks it), and continues the loop: completed calls
+are not run again, approved calls run through the gate with the person's decision in place
+of the approver (edited arguments are validated against the tool's schema like any
+others), rejected ones answer "Denied by the user: ...". The resumed stream starts with a
+`MESSAGES_SNAPSHOT`, so the results refer to calls the client knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..conversation import AssistantMessage, ToolCall
+from ..errors import TillerError, UsageError
+from ..events import Event
+from ..policy import Approver, Decision
+from ..state import RunState
+from ..store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from ._agent import Agent
+from ._context import RunContext
+from ._options import RunOptions
+from ._result import RunResult
+
+__all__ = ["ResumeDecision", "ResumeReplayBlocked", "resume"]
+
+
+class ResumeReplayBlocked(TillerError):
+    """Calls were recorded as started but never completed (the process died while they
+    ran): whether their side effect happened is unknown. A person must mark each one done
+    (with its result), failed, or to be run again (`CheckpointStore.mark_call` /
+    `forget_call`, or `tiller runs reconcile`) before the run can resume."""
+
+    def __init__(self, run_id: str, calls: list[ToolCall]) -> None:
+        names = ", ".join(f"{c.name} ({c.id})" for c in calls)
+        super().__init__(f"run {run_id}: uncertain calls must be reconciled first: {names}")
+        self.run_id = run_id
+        self.calls = calls
+
+
+@dataclass(slots=True, frozen=True)
+class ResumeDecision:
+    """A person's answer for one pending call."""
+
+    approve: bool
+    reason: str = ""
+    arguments: dict[str, Any] | None = None
+
+    @classmethod
+    def approved(cls, arguments: dict[str, Any] | None = None) -> ResumeDecision:
+        """Run it, with `arguments` in place of the model's if given."""
+        return cls(True, arguments=arguments)
+
+    @classmethod
+    def rejected(cls, reason: str) -> ResumeDecision:
+        return cls(False, reason=reason)
+
+
+class _DecidedApprover:
+    """The person's decisions for the suspended calls, then the run's own approver."""
+
+    def __init__(self, decisions: Mapping[str, ResumeDecision], then: Approver | None) -> None:
+        self._decisions = decisions
+        self._then = then
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        decision = self._decisions.get(call.id)
+        if decision is not None:
+            return Decision.allow() if decision.approve else Decision.deny(decision.reason)
+        if self._then is None:
+            return Decision.blocked("this action needs approval and no approver is attached")
+        return await self._then.approve(call, tool)
+
+
+async def resume(
+    agent: Agent,
+    checkpoint: RunState | str,
+    decisions: Mapping[str, ResumeDecision] | None = None,
+    *,
+    run_ctx: RunContext,
+    options: RunOptions | None = None,
+    bucket: str = DEFAULT_BUCKET,
+    on_event: Callable[[Event], None] | None = None,
+) -> RunResult:
+    """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
+    load from `run_ctx.store` (`bucket`). `decisions` answers every pending call by id.
+
+    With `decisions=None` this *recovers* a run whose process died: a `running` checkpoint
+    is claimed too, and its pending calls go through the run's own gate (calls recorded as
+    completed are not run again; uncertain ones block)."""
+    options = options if options is not None else RunOptions()
+    store = CheckpointStore(run_ctx.store, bucket) if run_ctx.store is not None else None
+    if isinstance(checkpoint, str):
+        if store is None:
+            raise UsageError("resuming by run id needs a store: RunContext.with_store(bus)")
+        loaded = await store.load(checkpoint)
+        await _check_uncertain(store, loaded.state)
+        # AlreadyResumed for the process that loses the race.
+        await store.claim(loaded, recovering=decisions is None)
+        state = loaded.state
+        options = options.with_checkpoint_bucket(options.checkpoint_bucket or bucket)
+    else:
+        state = checkpoint.model_copy(deep=True)
+        if store is not None:
+            await _check_uncertain(store, state)
+    pending = state.unanswered_calls()
+    state.interrupts = []
+    if decisions is None:
+        return await agent.run_in(run_ctx, state, options, on_event=on_event, run_id=state.run_id)
+    if not pending:
+        raise UsageError(f"run {state.run_id} has no calls waiting for a decision")
+    missing = [c.id for c in pending if c.id not in decisions]
+    unknown = sorted(set(decisions) - {c.id for c in pending})
+    if missing or unknown:
+        raise UsageError(
+            f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
+        )
+    _apply_edited_arguments(state, decisions)
+    approver = _DecidedApprover(decisions, run_ctx.approver)
+    return await agent.run_in(
+        run_ctx.with_approver(approver), state, options, on_event=on_event, run_id=state.run_id
+    )
+
+
+async def _check_uncertain(store: CheckpointStore, state: RunState) -> None:
+    logs = await store.calls(state.run_id)
+    uncertain = [
+        call
+        for call in state.unanswered_calls()
+        if (log := logs.get(call.id)) is not None and log.status == "started"
+    ]
+    if uncertain:
+        raise ResumeReplayBlocked(state.run_id, uncertain)
+
+
+def _apply_edited_arguments(state: RunState, decisions: Mapping[str, ResumeDecision]) -> None:
+    last = state.messages[-1]
+    assert isinstance(last, AssistantMessage)
+    calls = tuple(
+        call.model_copy(update={"arguments": orjson.dumps(decisions[call.id].arguments).decode()})
+        if decisions[call.id].arguments is not None
+        else call
+        for call in last.tool_calls
+    )
+    state.messages[-1] = last.model_copy(update={"tool_calls": calls})

@@ -1,0 +1,166 @@
+"""Checkpoints: a run's `RunState` in the store, and a record per tool call.
+
+One bucket (`tiller-run-checkpoints` by default) holds, per run:
+- `<run_id>`: `{"schema_version", "status", "state"}` — the `RunState` at its latest step
+  boundary; `status` is `running`, `suspended`, `resumed` or `finished`;
+- `<run_id>/calls/<call_id>`: `{"status": "started" | "completed", "result"?}` — written
+  before a call runs and after it returns, so a resume never runs a completed call again,
+  and knows which calls are uncertain (started, never completed) after a crash;
+- `thread/<thread_id>`: the thread's latest run id (an AG-UI resume arrives with a new run
+  id on the same thread).
+
+Claiming a checkpoint for a resume is a compare-and-set on its revision: of two processes
+resuming at once, exactly one proceeds; the other gets `AlreadyResumed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from ..state import RunState
+from ._bus import Bus, KeyValue, NotFound, RevisionConflict, StoreError
+
+__all__ = ["AlreadyResumed", "CallLog", "Checkpoint", "CheckpointStore"]
+
+SCHEMA_VERSION = 1
+DEFAULT_BUCKET = "tiller-run-checkpoints"
+
+Status = Literal["running", "suspended", "resumed", "finished"]
+
+
+class AlreadyResumed(StoreError):
+    """Another process claimed this checkpoint first; this one must not run it."""
+
+
+@dataclass(slots=True, frozen=True)
+class Checkpoint:
+    state: RunState
+    status: Status
+    revision: int
+
+
+@dataclass(slots=True, frozen=True)
+class CallLog:
+    """What the store knows of one call: started, or completed with its result."""
+
+    call_id: str
+    status: Literal["started", "completed"]
+    content: str | None = None
+    is_error: bool = False
+
+
+class CheckpointStore:
+    """Reads and writes checkpoints and call records in one bucket of a `Bus`."""
+
+    def __init__(self, bus: Bus, bucket: str = DEFAULT_BUCKET) -> None:
+        self.bus = bus
+        self.bucket = bucket
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await self.bus.kv(self.bucket)
+        return self._kv
+
+    @staticmethod
+    def _encode(state: RunState, status: Status) -> bytes:
+        return orjson.dumps(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "status": status,
+                "state": orjson.Fragment(state.to_json()),
+            }
+        )
+
+    async def save(self, state: RunState, status: Status, *, expected: int | None = None) -> int:
+        """Write the run's checkpoint (at `expected` revision if given); returns the revision."""
+        kv = await self._bucket()
+        data = self._encode(state, status)
+        if expected is None:
+            revision = await kv.put(state.run_id, data)
+        else:
+            revision = await kv.update(state.run_id, data, expected=expected)
+        await kv.put(f"thread/{state.thread_id}", state.run_id.encode())
+        return revision
+
+    async def load(self, run_id: str) -> Checkpoint:
+        """The run's checkpoint (`NotFound` if there is none)."""
+        kv = await self._bucket()
+        entry = await kv.get(run_id)
+        if entry is None:
+            raise NotFound(f"no checkpoint for run {run_id!r} in bucket {self.bucket!r}")
+        record: dict[str, Any] = orjson.loads(entry.value)
+        if record.get("schema_version") != SCHEMA_VERSION:
+            raise StoreError(
+                f"checkpoint {run_id!r} has schema version {record.get('schema_version')}; "
+                f"this tiller reads {SCHEMA_VERSION}"
+            )
+        state = RunState.model_validate(record["state"])
+        return Checkpoint(state, record["status"], entry.revision)
+
+    async def for_thread(self, thread_id: str) -> Checkpoint | None:
+        """The latest checkpoint of a thread, if any."""
+        kv = await self._bucket()
+        entry = await kv.get(f"thread/{thread_id}")
+        if entry is None:
+            return None
+        try:
+            return await self.load(entry.value.decode())
+        except NotFound:
+            return None
+
+    async def claim(self, checkpoint: Checkpoint, *, recovering: bool = False) -> int:
+        """Mark a suspended checkpoint `resumed`, compare-and-set: exactly one caller wins.
+
+        `recovering` also claims a `running` checkpoint: the caller asserts that the process
+        running it died (`tiller runs resume`)."""
+        allowed = ("suspended", "running") if recovering else ("suspended",)
+        if checkpoint.status not in allowed:
+            raise AlreadyResumed(
+                f"run {checkpoint.state.run_id!r} is {checkpoint.status}, not suspended"
+            )
+        try:
+            return await self.save(checkpoint.state, "resumed", expected=checkpoint.revision)
+        except RevisionConflict as exc:
+            raise AlreadyResumed(
+                f"run {checkpoint.state.run_id!r} was already resumed by another process"
+            ) from exc
+
+    async def call_started(self, run_id: str, call_id: str) -> None:
+        kv = await self._bucket()
+        await kv.put(f"{run_id}/calls/{call_id}", orjson.dumps({"status": "started"}))
+
+    async def call_completed(
+        self, run_id: str, call_id: str, content: str, *, is_error: bool
+    ) -> None:
+        kv = await self._bucket()
+        record = {"status": "completed", "content": content, "is_error": is_error}
+        await kv.put(f"{run_id}/calls/{call_id}", orjson.dumps(record))
+
+    async def mark_call(self, run_id: str, call_id: str, *, content: str, is_error: bool) -> None:
+        """A person's verdict on an uncertain call: it is done (or failed) with `content`."""
+        await self.call_completed(run_id, call_id, content, is_error=is_error)
+
+    async def forget_call(self, run_id: str, call_id: str) -> None:
+        """A person's verdict on an uncertain call: run it again."""
+        kv = await self._bucket()
+        await kv.delete(f"{run_id}/calls/{call_id}")
+
+    async def calls(self, run_id: str) -> dict[str, CallLog]:
+        """Every call record of the run, by call id."""
+        kv = await self._bucket()
+        prefix = f"{run_id}/calls/"
+        logs: dict[str, CallLog] = {}
+        for key in await kv.keys(prefix):
+            entry = await kv.get(key)
+            if entry is None:
+                continue
+            record = orjson.loads(entry.value)
+            call_id = key[len(prefix) :]
+            logs[call_id] = CallLog(
+                call_id, record["status"], record.get("content"), bool(record.get("is_error"))
+            )
+        return logs

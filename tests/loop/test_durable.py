@@ -1,0 +1,296 @@
+"""Durable runs: review pauses, resume in this process and in another, races, crashes.
+
+Cross-process tests start real interpreters that share a SQLite file or the NATS server;
+the tool's side effect is a line appended to a file, so "exactly once" is checked on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiller.events import Event
+from tiller.loop import (
+    Agent,
+    PauseOnTools,
+    PauseOnWrites,
+    ResumeDecision,
+    ResumeReplayBlocked,
+    RunContext,
+    RunOptions,
+    resume,
+)
+from tiller.model import ScriptedModel
+from tiller.policy import AllowAll
+from tiller.state import StopCause
+from tiller.store import open_bus
+from tiller.store._checkpoints import AlreadyResumed, CheckpointStore
+from tiller.testing import assert_valid_stream
+from tiller.tools import ExecContext, tool
+
+NATS_URL = "nats://127.0.0.1:4222"
+
+
+@tool
+def append(text: str, ctx: ExecContext) -> str:
+    """Append a line to log.txt (the side effect that must happen exactly once)."""
+    with (ctx.workdir / "log.txt").open("a") as log:
+        log.write(text + "\n")
+    return f"appended {text}"
+
+
+@tool(read_only=True)
+def peek(ctx: ExecContext) -> str:
+    """Read log.txt."""
+    path = ctx.workdir / "log.txt"
+    return path.read_text() if path.exists() else ""
+
+
+def first_turn(*texts: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "append", "arguments": {"text": t}} for t in texts]}
+
+
+def lines(workspace: Path) -> list[str]:
+    path = workspace / "log.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_a_review_pause_suspends_before_any_call_and_resumes_in_process(
+    tmp_path: Path,
+) -> None:
+    events: list[Event] = []
+    ctx = RunContext.sandboxed(tmp_path)
+    agent = Agent(ScriptedModel([first_turn("one", "two"), "done"]), [append, peek])
+    options = RunOptions(review_policy=PauseOnWrites())
+    paused = await agent.run_in(ctx, "go", options, on_event=events.append, run_id="r1")
+    assert paused.stop_cause is StopCause.SUSPENDED
+    assert paused.checkpoint is not None and "append" in (paused.pause_reason or "")
+    assert lines(tmp_path) == []  # nothing ran: the person reviews the whole step
+    wire = assert_valid_stream(events)
+    outcome = wire[-1]["outcome"]
+    assert outcome["type"] == "interrupt"
+    ids = [i["toolCallId"] for i in outcome["interrupts"]]
+    assert [i["id"] for i in outcome["interrupts"]] == [f"approve-{c}" for c in ids]
+    assert all(i["reason"] == "tool_call" for i in outcome["interrupts"])
+
+    resumed_events: list[Event] = []
+    decisions = {ids[0]: ResumeDecision.approved(), ids[1]: ResumeDecision.rejected("not two")}
+    done = await resume(
+        agent, paused.checkpoint, decisions, run_ctx=ctx, on_event=resumed_events.append
+    )
+    assert done.stop_cause is StopCause.COMPLETED
+    assert lines(tmp_path) == ["one"]
+    resumed = assert_valid_stream(resumed_events)
+    assert resumed[1]["type"] == "MESSAGES_SNAPSHOT"
+    results = {e["toolCallId"]: e["content"] for e in resumed if e["type"] == "TOOL_CALL_RESULT"}
+    assert results[ids[0]] == "appended one"
+    assert results[ids[1]] == "Denied by the user: not two."
+
+
+async def test_edited_arguments_replace_the_models(tmp_path: Path) -> None:
+    ctx = RunContext.sandboxed(tmp_path)
+    agent = Agent(ScriptedModel([first_turn("draft"), "done"]), [append])
+    paused = await agent.run_in(ctx, "go", RunOptions(review_policy=PauseOnTools(["append"])))
+    assert paused.checkpoint is not None
+    (call,) = paused.checkpoint.unanswered_calls()
+    await resume(
+        agent, paused.checkpoint, {call.id: ResumeDecision.approved({"text": "final"})}, run_ctx=ctx
+    )
+    assert lines(tmp_path) == ["final"]
+    again = Agent(ScriptedModel([first_turn("draft")]), [append])
+    bad = await again.run_in(ctx, "go", RunOptions(review_policy=PauseOnWrites()), run_id="r2")
+    assert bad.checkpoint is not None
+    (call,) = bad.checkpoint.unanswered_calls()
+    result = await resume(
+        Agent(ScriptedModel(["done"]), [append]),
+        bad.checkpoint,
+        {call.id: ResumeDecision.approved({"text": 3})},  # fails the schema: an error result
+        run_ctx=ctx,
+    )
+    assert result.tool_trace[0].malformed_arguments
+    assert lines(tmp_path) == ["final"]
+
+
+async def test_resume_needs_a_decision_for_every_pending_call(tmp_path: Path) -> None:
+    ctx = RunContext.sandboxed(tmp_path)
+    agent = Agent(ScriptedModel([first_turn("a", "b"), "done"]), [append])
+    paused = await agent.run_in(ctx, "go", RunOptions(review_policy=PauseOnWrites()))
+    assert paused.checkpoint is not None
+    first = paused.checkpoint.unanswered_calls()[0]
+    from tiller.errors import UsageError
+
+    with pytest.raises(UsageError, match="missing"):
+        await resume(agent, paused.checkpoint, {first.id: ResumeDecision.approved()}, run_ctx=ctx)
+
+
+async def test_durable_mode_checkpoints_every_step_and_records_calls(tmp_path: Path) -> None:
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+        ctx = RunContext.sandboxed(tmp_path / "ws", AllowAll()).with_store(bus)
+        agent = Agent(ScriptedModel([first_turn("x"), first_turn("y"), "done"]), [append])
+        options = RunOptions(checkpoint_bucket="tiller-run-checkpoints")
+        result = await agent.run_in(ctx, "go", options, run_id="durable-1", thread_id="t-1")
+        assert result.completed
+        store = CheckpointStore(bus)
+        checkpoint = await store.load("durable-1")
+        assert checkpoint.status == "finished"
+        assert checkpoint.state.messages == result.state.messages
+        assert (await store.for_thread("t-1")) is not None
+        logs = await store.calls("durable-1")
+        assert sorted(log.status for log in logs.values()) == ["completed", "completed"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "nats"])
+async def test_two_racing_resumes_one_proceeds(tmp_path: Path, backend: str) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}" if backend == "sqlite" else NATS_URL
+    namespace = f"race{uuid.uuid4().hex[:10]}" if backend == "nats" else ""
+    workspace = tmp_path / "ws"
+    bus = await open_bus(url, namespace=namespace)
+    try:
+        ctx = RunContext.sandboxed(workspace).with_store(bus)
+        options = RunOptions(review_policy=PauseOnWrites(), checkpoint_bucket="cp")
+        agent = Agent(ScriptedModel([first_turn("once")]), [append])
+        paused = await agent.run_in(ctx, "go", options, run_id="race-1")
+        assert paused.stop_cause is StopCause.SUSPENDED
+        (call,) = paused.state.unanswered_calls()
+        buses = [await open_bus(url, namespace=namespace) for _ in range(2)]
+        try:
+            attempts = [
+                resume(
+                    Agent(ScriptedModel(["done"]), [append]),
+                    "race-1",
+                    {call.id: ResumeDecision.approved()},
+                    run_ctx=RunContext.sandboxed(workspace).with_store(b),
+                    bucket="cp",
+                )
+                for b in buses
+            ]
+            outcomes = await asyncio.gather(*attempts, return_exceptions=True)
+        finally:
+            for b in buses:
+                await b.aclose()
+        assert sum(isinstance(o, AlreadyResumed) for o in outcomes) == 1
+        assert sum(getattr(o, "completed", False) for o in outcomes) == 1
+        assert lines(workspace) == ["once"]
+    finally:
+        if backend == "nats":
+            await bus.delete_namespace()  # type: ignore[attr-defined]
+        await bus.aclose()
+
+
+async def test_an_uncertain_call_blocks_until_reconciled(tmp_path: Path) -> None:
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+        ctx = RunContext.sandboxed(tmp_path / "ws").with_store(bus)
+        options = RunOptions(review_policy=PauseOnWrites(), checkpoint_bucket="cp")
+        agent = Agent(ScriptedModel([first_turn("a", "b", "c")]), [append])
+        paused = await agent.run_in(ctx, "go", options, run_id="crash-1")
+        a, b, c = paused.state.unanswered_calls()
+        store = CheckpointStore(bus, "cp")
+        # As if a process died mid-batch: a completed, b started (unknown), c never started.
+        await store.call_completed("crash-1", a.id, "appended a", is_error=False)
+        await store.call_started("crash-1", b.id)
+        decisions = {x.id: ResumeDecision.approved() for x in (a, b, c)}
+        later = Agent(ScriptedModel(["done"]), [append])
+        with pytest.raises(ResumeReplayBlocked, match=b.id):
+            await resume(later, "crash-1", decisions, run_ctx=ctx, bucket="cp")
+        await store.mark_call("crash-1", b.id, content="appended b", is_error=False)
+        done = await resume(later, "crash-1", decisions, run_ctx=ctx, bucket="cp")
+        assert done.completed
+        assert lines(tmp_path / "ws") == ["c"]  # a and b were done already: never again
+
+
+AGENT_MODULE = """
+from tiller.loop import Agent
+from tiller.model import ScriptedModel
+from tiller.policy import AllowAll
+from tiller.tools import ExecContext, tool
+
+
+@tool
+def append(text: str, ctx: ExecContext) -> str:
+    \"\"\"Append a line to log.txt.\"\"\"
+    with (ctx.workdir / "log.txt").open("a") as log:
+        log.write(text + "\\n")
+    return f"appended {text}"
+
+
+def build(turns):
+    return Agent(ScriptedModel(turns), [append])
+"""
+
+PROCESS = """
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+from agent_def import build
+from tiller.loop import PauseOnWrites, ResumeDecision, RunContext, RunOptions, resume
+from tiller.store import open_bus
+
+BUCKET = "tiller-run-checkpoints"
+FIRST = {"tool_calls": [{"name": "append", "arguments": {"text": "exactly once"}}]}
+
+
+async def main(mode, url, namespace, workspace):
+    async with await open_bus(url, namespace=namespace) as bus:
+        ctx = RunContext.sandboxed(workspace).with_store(bus)
+        if mode == "start":
+            options = RunOptions(review_policy=PauseOnWrites(), checkpoint_bucket=BUCKET)
+            result = await build([FIRST]).run_in(ctx, "go", options, run_id="xproc-1")
+            calls = [c.id for c in result.state.unanswered_calls()]
+            print(json.dumps({"stop": result.stop_cause.value, "calls": calls}))
+        else:
+            decisions = {sys.argv[6]: ResumeDecision.approved()}
+            result = await resume(build(["all done"]), "xproc-1", decisions, run_ctx=ctx)
+            print(json.dumps({"stop": result.stop_cause.value, "text": result.text}))
+
+asyncio.run(main(*sys.argv[2:6]))
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "nats"])
+def test_suspend_in_one_process_resume_in_another(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "agent_def.py").write_text(AGENT_MODULE)
+    script = tmp_path / "process.py"
+    script.write_text(textwrap.dedent(PROCESS))
+    url = f"sqlite:///{tmp_path / 'store.db'}" if backend == "sqlite" else NATS_URL
+    namespace = f"xp{uuid.uuid4().hex[:10]}" if backend == "nats" else ""
+    workspace = tmp_path / "ws"
+
+    def run(*args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    try:
+        started = run("start", url, namespace, str(workspace))
+        assert started["stop"] == "suspended"
+        assert lines(workspace) == []
+        (call_id,) = started["calls"]
+        finished = run("resume", url, namespace, str(workspace), call_id)
+        assert finished == {"stop": "completed", "text": "all done"}
+        assert lines(workspace) == ["exactly once"]
+    finally:
+        if backend == "nats":
+            asyncio.run(_drop_namespace(namespace))
+
+
+async def _drop_namespace(namespace: str) -> None:
+    from tiller.store._nats import NatsBus
+
+    bus = await NatsBus.connect(NATS_URL, namespace=namespace)
+    try:
+        await bus.delete_namespace()
+    finally:
+        await bus.aclose()
