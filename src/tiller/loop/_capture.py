@@ -20,7 +20,11 @@ __all__ = ["CaptureSink", "CaptureSinkFactory", "ModelCallRecord", "ToolResultRe
 @dataclass(slots=True, frozen=True)
 class ModelCallRecord:
     """One model call: the messages added since the previous call (JSON dicts, in the
-    `tiller.conversation` shape), and the response (an `AssistantMessage` as JSON)."""
+    `tiller.conversation` shape), and the response (an `AssistantMessage` as JSON).
+
+    `step` is the 1-based number of the call in the run. Known gap: text folded into a
+    user message that an earlier record already carried (the nudge after an empty turn)
+    is not recorded again."""
 
     run_id: str
     step: int

@@ -135,8 +135,9 @@ class Loop:
             else None
         )
         self._capture = _open_capture(options, state.run_id)
-        #: Messages before this index were already captured (or sent before the run).
-        self._capture_from = len(state.messages)
+        #: Messages before this index were already captured. A fresh run captures its
+        #: prompt with the first call; a continued one starts after what it was given.
+        self._capture_from = 0 if state.step == 0 else len(state.messages)
         self.handoff: str | None = None
 
     # ── the run ──────────────────────────────────────────────────────────────────
@@ -230,6 +231,7 @@ class Loop:
         message = turn.message
         verdict = await run_post(self.options.guardrails, request, message)
         if verdict.kind != "pass":
+            self._capture_call(turn, appended=False)  # the call happened; a replay needs it
             self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
             return
         if message.tool_calls:
@@ -328,6 +330,7 @@ class Loop:
         answer = turn.message.model_copy(update={"tool_calls": ()})
         if not answer.is_empty:
             state.messages.append(answer)
+        self._capture_call(turn, appended=not answer.is_empty)
         state.stop_cause = ceiling
 
     # ── the request ──────────────────────────────────────────────────────────────

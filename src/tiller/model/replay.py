@@ -1,0 +1,268 @@
+"""`ReplayModel`: a model that answers a run's calls from its capture, for offline replay.
+
+The Nth call is answered with the Nth recorded response, streamed as the very stream events
+the real model sent, so a replayed run emits the same AG-UI stream — ids included, when it
+runs under the capture's run id. Order-keyed, like klieo's replay client: a capture holds
+the messages each call *added*, not the system prompt or the tool definitions, so there is
+no fingerprint to key on.
+
+What a replay checks is the *agent*, since the model's side is recorded: each request's new
+messages (what the loop added since the previous call — the previous response, the tool
+results, steering, nudges) must equal the recorded ones. A tool that now returns something
+else, or a tool that is gone (its refusal differs from the recorded result), shows up as
+different new messages at the next call, and the replay raises `Divergence` naming that
+step and the tool result that changed. Asking for more calls than were recorded is a
+divergence too. `Divergence` is a non-retryable `ModelError`, so the run stops with stop
+cause `error` and the stream ends with `RUN_ERROR` (code `MODEL_ERROR`).
+
+With `strict=False` mismatched messages are only collected in `mismatches` and the replay
+goes on (a redacted capture, or tools run live whose output varies); running out of records
+is still a divergence, since there is no response to give.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import orjson
+
+from ..conversation import AssistantMessage, Usage, UserMessage
+from ._base import (
+    Finish,
+    ModelRequest,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+    UsageReport,
+)
+from ._codec import stream_event_from_json
+from ._errors import ModelError
+
+if TYPE_CHECKING:
+    from ..capture import Capture
+    from ..loop._capture import ModelCallRecord
+
+__all__ = ["Divergence", "ReplayModel"]
+
+_PROVIDER = "replay"
+_DIFF_LINES = 40
+_SHOWN = 200
+
+Message = UserMessage | AssistantMessage
+
+
+class Divergence(ModelError):
+    """The run asked the recording something it did not record: the request at `step`
+    (the model call, from 1) brought other new messages than recorded, or there was no
+    recorded call left. `expected` and `got` are the new messages as JSON; `diff` says how
+    they differ, readably."""
+
+    def __init__(
+        self,
+        step: int,
+        reason: str,
+        *,
+        expected: list[dict[str, Any]] | None = None,
+        got: list[dict[str, Any]] | None = None,
+        diff: str = "",
+    ) -> None:
+        message = f"replay diverged at step {step}: {reason}"
+        if diff:
+            message = f"{message}\n{diff}"
+        super().__init__(message, retryable=False, provider=_PROVIDER)
+        self.step = step
+        self.reason = reason
+        self.expected = expected
+        self.got = got
+        self.diff = diff
+
+
+class ReplayModel:
+    """A `Model` answering from a `Capture` (see the module docstring).
+
+    ```python
+    replay = ReplayModel(capture)
+    result = await Agent(replay, tools).run_in(ctx, prompt, options, run_id=capture.run_id)
+    ```
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+
+    def __init__(
+        self,
+        capture: Capture,
+        *,
+        strict: bool = True,
+        provider: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.capture = capture
+        self.strict = strict
+        self._calls: list[ModelCallRecord] = capture.model_calls
+        recorded_provider, _, recorded_name = capture.model.partition(":")
+        # The recorded labels, so usage and pricing in the replayed stream come out the same.
+        self.provider = provider or recorded_provider or _PROVIDER
+        self.name = name or recorded_name or capture.model or _PROVIDER
+        self.context_window: int | None = None
+        #: Calls answered so far.
+        self.served = 0
+        #: Divergences seen by a non-strict replay (a strict one raises the first).
+        self.mismatches: list[Divergence] = []
+        #: What the previous request ended with, to find the messages new in the next one.
+        self._previous_length = 0
+        self._previous_response_id: str | None = None
+
+    @property
+    def remaining(self) -> int:
+        """Recorded calls not yet answered."""
+        return len(self._calls) - self.served
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Check `request` against the next recorded call, then stream its response."""
+        number = self.served + 1
+        if number > len(self._calls):
+            count = len(self._calls)
+            raise Divergence(
+                number,
+                f"the run asked for model call {number}, but the capture of run "
+                f"{self.capture.run_id!r} has only {count} call{'' if count == 1 else 's'}",
+            )
+        record = self._calls[number - 1]
+        new = self._new_messages(request.messages, first=number == 1, expected=record)
+        self.served = number
+        if new is not None and new != record.new_messages:
+            divergence = _diverged(record.step or number, record.new_messages, new)
+            if self.strict:
+                raise divergence
+            self.mismatches.append(divergence)
+        response_id = record.response.get("id")
+        self._previous_response_id = response_id if isinstance(response_id, str) else None
+        self._previous_length = len(request.messages)
+        for event in _events(record):
+            yield event
+
+    def _new_messages(
+        self, messages: Sequence[Message], *, first: bool, expected: ModelCallRecord
+    ) -> list[dict[str, Any]] | None:
+        """The messages this request adds, computed as the loop does when it captures.
+
+        The loop records `history[captured:]`, where `captured` is where the previous
+        call's request ended plus its response if the response was kept. `messages` is the
+        history *window*, which may have lost old messages at its front since the previous
+        call, so the boundary is found from the back: just after the previous response
+        (its id is unique in the run), or, when the response was not kept (an empty turn),
+        at the previous request's length. The first call's boundary is whatever was there
+        before the run, which the recording tells by its length.
+        """
+        if first:
+            count = len(expected.new_messages)
+            if count > len(messages):
+                return _dump(messages)  # fewer messages than recorded: a divergence
+            return _dump(messages[len(messages) - count :])
+        start = self._previous_length
+        wanted = self._previous_response_id
+        if wanted:
+            for index in range(len(messages) - 1, -1, -1):
+                message = messages[index]
+                if isinstance(message, AssistantMessage) and message.id == wanted:
+                    start = index + 1
+                    break
+        return _dump(messages[start:])
+
+    async def aclose(self) -> None:
+        """Nothing to release; here for the `Model` protocol."""
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayModel(run {self.capture.run_id!r}, {len(self._calls)} calls, "
+            f"served={self.served}, strict={self.strict})"
+        )
+
+
+def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json") for m in messages]
+
+
+def _events(record: ModelCallRecord) -> list[StreamEvent]:
+    """The recorded stream; a record without one (written by a loop that did not keep the
+    stream) is streamed from its response, shaped like a provider's."""
+    if record.stream:
+        return [stream_event_from_json(event) for event in record.stream]
+    message = AssistantMessage.model_validate(record.response)
+    events: list[StreamEvent] = []
+    for block in message.reasoning:
+        if block.text:
+            events.append(ReasoningDelta(text=block.text))
+        if block.signature is not None:
+            events.append(ReasoningDelta(signature=block.signature))
+        if block.redacted is not None:
+            events.append(ReasoningDelta(redacted=block.redacted))
+    if message.text:
+        events.append(TextDelta(message.text))
+    for index, call in enumerate(message.tool_calls):
+        events.append(ToolCallStart(index, call.id, call.name))
+        events.append(ToolCallArgsDelta(index, call.arguments))
+        events.append(ToolCallEnd(index))
+    if record.usage:
+        events.append(UsageReport(Usage.model_validate(record.usage)))
+    reason = record.finish_reason or ("tool_calls" if message.tool_calls else "stop")
+    events.append(Finish(reason))  # type: ignore[arg-type]  # recorded from a FinishReason
+    return events
+
+
+def _diverged(step: int, expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> Divergence:
+    return Divergence(
+        step,
+        _what_changed(expected, got),
+        expected=expected,
+        got=got,
+        diff=_diff(expected, got),
+    )
+
+
+def _what_changed(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:
+    """One line naming the first difference: a tool result by call and tool, if it is one."""
+    for index, (want, have) in enumerate(zip(expected, got, strict=False)):
+        if want == have:
+            continue
+        wanted_results = {r["call_id"]: r for r in want.get("tool_results", ())}
+        had_results = {r["call_id"]: r for r in have.get("tool_results", ())}
+        for call_id, result in wanted_results.items():
+            other = had_results.get(call_id)
+            if other != result:
+                name = result.get("name", "?")
+                return (
+                    f"the result of tool call {call_id} ({name}) differs from the recording: "
+                    f"expected {_short(result.get('content'))}, got "
+                    f"{_short(other.get('content')) if other else 'no result'}"
+                )
+        extra = sorted(set(had_results) - set(wanted_results))
+        if extra:
+            return f"the run sent results the recording has not: {', '.join(extra)}"
+        return f"new message {index + 1} differs from the recording"
+    return (
+        f"the run added {len(got)} message(s) since the previous call; "
+        f"the recording has {len(expected)}"
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "…"
+
+
+def _diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:
+    def lines(value: list[dict[str, Any]]) -> list[str]:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode().splitlines()
+
+    diff = list(
+        difflib.unified_diff(lines(expected), lines(got), "recorded", "replayed", lineterm="")
+    )
+    if len(diff) > _DIFF_LINES:
+        diff = [*diff[:_DIFF_LINES], f"… ({len(diff) - _DIFF_LINES} more diff lines)"]
+    return "\n".join(diff)
