@@ -466,3 +466,31 @@ async def test_until_cancelled_and_cancelled() -> None:
     asyncio.get_running_loop().call_soon(ctx.cancel_token.cancel)
     assert await ctx.until_cancelled(asyncio.sleep(3600)) is None
     await ctx.cancelled()
+
+
+def test_a_state_event_that_never_went_out_is_not_counted_as_published() -> None:
+    """If emitting a state event fails, the next publish is a snapshot: a delta would
+    apply to a state the client never received."""
+
+    class FailOnce:
+        failed = False
+
+        def transform(self, event: Event) -> list[Event]:
+            if event.type == "STATE_DELTA" and not self.failed:
+                self.failed = True
+                raise RuntimeError("the transport hiccuped")
+            return [event]
+
+    ctx, rx = AgUiContext.new(
+        {"threadId": "t", "runId": "r", "messages": []},
+        state_type=Counter,
+        transformers=[FailOnce()],
+    )
+    ctx.publish_state()
+    ctx.state_mut().n = 1
+    with pytest.raises(RuntimeError, match="hiccuped"):
+        ctx.publish_state()
+    ctx.state_mut().n = 2
+    ctx.publish_state()
+    kinds = [e.type for e in rx.drain()]
+    assert kinds == ["STATE_SNAPSHOT", "STATE_SNAPSHOT"]

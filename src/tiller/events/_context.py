@@ -273,10 +273,18 @@ class AgUiContext(Generic[S]):
     def _emit_state(self, published: Any) -> None:
         if published is None:
             return
-        if published.kind == "snapshot":
-            self.sink.emit(StateSnapshotEvent(published.snapshot))
-        else:
-            self.sink.emit(StateDeltaEvent(published.delta))
+        event = (
+            StateSnapshotEvent(published.snapshot)
+            if published.kind == "snapshot"
+            else StateDeltaEvent(published.delta)
+        )
+        try:
+            self.sink.emit(event)
+        except BaseException:
+            # The client never got it (a cancel, a refusal): the manager must not believe
+            # it did, or a later delta would apply to a state the client does not have.
+            self._state_manager.reset()
+            raise
 
     # ── cancellation ─────────────────────────────────────────────────────────────
 
