@@ -1389,3 +1389,14 @@ def test_a_refused_event_leaves_an_open_chunk_stream_open() -> None:
     with pytest.raises(ProtocolViolation, match="NotOpen"):
         verifier.check(TextMessageEndEvent("never-opened"))
     verifier.check(TextMessageChunkEvent(delta="b"))  # continues m1, as if nothing happened
+
+
+def test_a_handle_opened_by_a_worker_thread_during_a_cancel_is_closed() -> None:
+    """Found by wider random runs: a worker thread's message started just as the reader
+    cancelled the run; the handle was registered only after its start went out, so the
+    driver missed it and ended RUN_ERROR{CANCELLED} with nothing unparseable (about three
+    runs in four). Handles now register before their start event."""
+    empty = Stream(Open("message", "act", None, None, False), ("",), False, None, False)
+    program = Program((empty, Thread((empty,), False), empty), "function", "none", 3)
+    for _ in range(20):
+        check_played(asyncio.run(play(program)), known_bugs=False)

@@ -100,6 +100,18 @@ class _Handle:
     def _opened(self) -> None:
         self._ctx._open_handles[id(self)] = self
 
+    def _open_with(self, *starts: Event) -> None:
+        """Register, then emit the start event(s). Registering first matters when a worker
+        thread opens a handle while the run is being cancelled: the driver must see every
+        handle whose start went out, or it would leave it open."""
+        self._opened()
+        try:
+            for start in starts:
+                self._emit(start)
+        except BaseException:
+            self._ctx._open_handles.pop(id(self), None)
+            raise
+
     def _mark_closed(self) -> None:
         self._closed = True
         self._ctx._open_handles.pop(id(self), None)
@@ -173,8 +185,7 @@ class MessageHandle(_Handle):
         super().__init__(ctx)
         self.id = message_id
         self.role = role
-        self._emit(TextMessageStartEvent(message_id, role, name, subagent_run_id=self._owner))
-        self._opened()
+        self._open_with(TextMessageStartEvent(message_id, role, name, subagent_run_id=self._owner))
 
     def delta(self, text: str) -> None:
         """Append text. An empty string sends nothing (clients warn on empty deltas)."""
@@ -205,14 +216,14 @@ class ReasoningHandle(_Handle):
     def __init__(self, ctx: AgUiContext[Any], message_id: str) -> None:
         super().__init__(ctx)
         self.id = message_id
-        self._emit(ReasoningStartEvent(message_id, subagent_run_id=self._owner))
+        self._open_with(ReasoningStartEvent(message_id, subagent_run_id=self._owner))
         try:
             self._emit(ReasoningMessageStartEvent(message_id, subagent_run_id=self._owner))
         except TillerError:
             # Keep the stream closed-by-construction even if the second start is refused.
+            self._ctx._open_handles.pop(id(self), None)
             self._emit(ReasoningEndEvent(message_id, subagent_run_id=self._owner))
             raise
-        self._opened()
 
     def delta(self, text: str) -> None:
         """Append reasoning text; an empty string sends nothing."""
@@ -275,10 +286,9 @@ class ToolCallHandle(_Handle):
         self._args: list[str] = []
         self._ended = False
         self._result_sent = False
-        self._emit(
+        self._open_with(
             ToolCallStartEvent(call_id, name, parent_message_id, subagent_run_id=self._owner)
         )
-        self._opened()
 
     @property
     def raw_args(self) -> str:
@@ -377,8 +387,7 @@ class StepHandle(_Handle):
     def __init__(self, ctx: AgUiContext[Any], name: str) -> None:
         super().__init__(ctx)
         self.name = name
-        self._emit(StepStartedEvent(name, subagent_run_id=self._owner))
-        self._opened()
+        self._open_with(StepStartedEvent(name, subagent_run_id=self._owner))
 
     def end(self) -> None:
         """Finish the step; does nothing if already finished."""
@@ -415,10 +424,9 @@ class SubagentHandle(_Handle):
             started.parent_subagent_run_id = parent.subagent_run_id
         self.id = started.subagent_run_id
         self.name = started.name
-        self._emit(started)
         self._scope = SubagentScope(ctx.sink, self.id, parent)
+        self._open_with(started)
         self._token = SCOPE.set(self._scope)
-        self._opened()
 
     def finish(self) -> None:
         """The subagent completed."""
@@ -450,9 +458,10 @@ class SubagentHandle(_Handle):
         self._mark_closed()
         try:
             SCOPE.reset(self._token)
-        except (ValueError, RuntimeError):
-            # Closed from another task or out of order: attribution already skips closed
-            # scopes, so only make sure this task no longer points at it.
+        except (ValueError, RuntimeError, AttributeError):
+            # Closed from another task, out of order, or (by the driver, on a cancel) before
+            # the opening thread set its scope: attribution already skips closed scopes,
+            # so only make sure this task no longer points at it.
             if SCOPE.get() is self._scope:
                 SCOPE.set(self._scope.parent)
 
