@@ -96,6 +96,15 @@ class RunState(BaseModel):
     output_retries: int = 0
     stop_cause: StopCause | None = None
     error: str | None = None
+    #: Where the agent is defined, as `"module:attr"` (an `Agent`, or a zero-argument
+    #: factory returning one): a process that never saw the run's code can load it again
+    #: (`tiller.loop.load_agent`, `tiller runs resume`). None when unknown.
+    agent_ref: str | None = None
+    #: The run's serializable policy — jail root, phase, withheld tools, budget limits and
+    #: what was spent — so a resume in another process can rebuild the `RunContext`
+    #: (`tiller.loop.run_context_from`). The live parts (approver, cancel token, hooks, the
+    #: store) are not data and are given by whoever resumes. None when not recorded.
+    policy: dict[str, Any] | None = None
 
     # ── convenience ──────────────────────────────────────────────────────────────
 

@@ -82,5 +82,17 @@ def run(
     raise typer.Exit(code)
 
 
+def _register_durable_commands() -> None:
+    """`tiller runs …` and `tiller replay` (their module imports the store and the loop
+    when the CLI loads; the commands themselves open the store only when run)."""
+    from ._runs import replay_command, runs_app
+
+    app.add_typer(runs_app, name="runs")
+    app.command("replay")(replay_command)
+
+
+_register_durable_commands()
+
+
 def main() -> None:
     app()

@@ -1,6 +1,7 @@
 """The agent loop: `Agent`, the per-run `RunContext`, `RunOptions`, `Budget`, `RunResult`."""
 
 from ._agent import Agent
+from ._agent_ref import load_agent, options_from, policy_of, record_policy, run_context_from
 from ._budget import Budget, Pricing
 from ._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
 from ._context import RunContext
@@ -41,5 +42,10 @@ __all__ = [
     "ToolTraceEntry",
     "estimate_tokens",
     "history_window",
+    "load_agent",
+    "options_from",
+    "policy_of",
+    "record_policy",
     "resume",
+    "run_context_from",
 ]

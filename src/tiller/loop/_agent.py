@@ -27,6 +27,7 @@ from ..events import AgUiContext, Event, Interrupt, RunOutcome, run_agent
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
+from ..store._event_log import EventLog, EventLogWriter
 from ..tools import Registry, Tool
 from ._agui_messages import agui_messages
 from ._context import RunContext
@@ -55,6 +56,7 @@ class Agent:
         output_type: type[BaseModel] | None = None,
         retry: RetryPolicy | None = None,
         config: dict[str, Any] | None = None,
+        ref: str | None = None,
     ) -> None:
         self.model: Model = resolve_model(model) if isinstance(model, str) else model
         self.registry = Registry(tools)
@@ -64,6 +66,9 @@ class Agent:
         self.output_type = output_type
         self.retry = retry if retry is not None else RetryPolicy()
         self.config = dict(config or {})
+        #: "module:attr" naming this agent (or a factory of it), written into checkpoints so
+        #: another process can load the agent to resume the run (`tiller runs resume`).
+        self.ref = ref
 
     def system_prompt_for_run(self) -> str | None:
         """The system prompt, plus the output schema when a structured answer is required."""
@@ -126,6 +131,14 @@ class Agent:
         options = options if options is not None else RunOptions()
         state = self._initial_state(conversation, run_id, thread_id, run_ctx)
         adapter = _LoopRun(self, run_ctx, options, state)
+        listeners: list[Callable[[Event], None]] = [on_event] if on_event is not None else []
+        # Durable mode: the run's AG-UI stream also goes to the store's event log, in
+        # batches (DESIGN §7), for `tiller runs show`, replay and reattach. The writer is a
+        # synchronous listener that only buffers; its writes are tasks, awaited below.
+        event_log: EventLogWriter | None = None
+        if run_ctx.store is not None and options.checkpoint_bucket is not None:
+            event_log = EventLog(run_ctx.store).writer(state.run_id)
+            listeners.append(event_log)
         stream = run_agent(
             adapter,
             {
@@ -138,11 +151,13 @@ class Agent:
             cancel=run_ctx.cancel,
             # Synchronous, so the observer sees the run as it is now (a budget line after a
             # step shows that step's spending; a steer pushed there reaches the next turn).
-            listeners=[on_event] if on_event is not None else (),
+            listeners=listeners,
         )
         async with stream:
             async for _ in stream:
                 pass
+        if event_log is not None:
+            await event_log.wait()  # the log is complete when the run returns
         return adapter.result()
 
     def _initial_state(
@@ -157,6 +172,8 @@ class Agent:
             state.stop_cause = None
             state.error = None
             state.phase = run_ctx.phase  # the loop gates by the context's phase: record it
+            if state.agent_ref is None:
+                state.agent_ref = self.ref
             if run_id is not None:
                 state.run_id = run_id
             return state
@@ -171,6 +188,7 @@ class Agent:
             agent_name=self.name,
             messages=messages,
             phase=run_ctx.phase,
+            agent_ref=self.ref,
         )
 
 

@@ -9,23 +9,32 @@ are not run again, approved calls run through the gate with the person's decisio
 of the approver (edited arguments are validated against the tool's schema like any
 others), rejected ones answer "Denied by the user: ...". The resumed stream starts with a
 `MESSAGES_SNAPSHOT`, so the results refer to calls the client knows.
+
+A process that never saw the run's code resumes it from the checkpoint alone:
+`resume(None, run_id, decisions, store=bus, approver=...)` loads the agent the checkpoint
+names (`RunState.agent_ref`) and rebuilds the context from its stored policy
+(`RunState.policy`; see `_agent_ref`), the caller giving only what is not data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, ToolCall
 from ..errors import TillerError, UsageError
 from ..events import Event
 from ..policy import Approver, Decision
 from ..state import RunState
-from ..store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from ..store import Bus
+from ..store._checkpoints import DEFAULT_BUCKET, Checkpoint, CheckpointStore
 from ._agent import Agent
+from ._agent_ref import load_agent, options_from, run_context_from
 from ._context import RunContext
 from ._options import RunOptions
 from ._result import RunResult
@@ -81,53 +90,106 @@ class _DecidedApprover:
 
 
 async def resume(
-    agent: Agent,
+    agent: Agent | str | None,
     checkpoint: RunState | str,
     decisions: Mapping[str, ResumeDecision] | None = None,
     *,
-    run_ctx: RunContext,
+    run_ctx: RunContext | None = None,
+    store: Bus | None = None,
+    approver: Approver | None = None,
+    cancel: CancellationToken | None = None,
+    workspace: str | Path | None = None,
     options: RunOptions | None = None,
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
 ) -> RunResult:
     """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
-    load from `run_ctx.store` (`bucket`). `decisions` answers every pending call by id.
+    load from the store (`run_ctx.store` or `store`, bucket `bucket`). `decisions` answers
+    every pending call by id.
 
     With `decisions=None` this *recovers* a run whose process died: a `running` checkpoint
     is claimed too, and its pending calls go through the run's own gate (calls recorded as
-    completed are not run again; uncertain ones block)."""
-    options = options if options is not None else RunOptions()
-    store = CheckpointStore(run_ctx.store, bucket) if run_ctx.store is not None else None
+    completed are not run again; uncertain ones block).
+
+    `agent` may be an `Agent`, a `"module:attr"` reference to one, or None to load the one
+    the checkpoint names (`RunState.agent_ref`). With `run_ctx=None` the context is rebuilt
+    from the checkpoint's stored policy (`run_context_from`), with `store`, `approver`,
+    `cancel` and optionally another `workspace` supplied here, since they are not data; with
+    `options=None` the stored options are used (`options_from`).
+
+    Everything that can fail on the caller's side (the agent, the context, the decisions,
+    uncertain calls) is checked *before* the checkpoint is claimed, so a mistake can be
+    fixed and the resume tried again."""
+    if run_ctx is not None:
+        if store is not None and store is not run_ctx.store:
+            raise UsageError("pass the store in the RunContext or as store=, not both")
+        if approver is not None or cancel is not None or workspace is not None:
+            raise UsageError(
+                "approver, cancel and workspace rebuild a context from the checkpoint; "
+                "with run_ctx given, set them on it (run_ctx.with_approver(...))"
+            )
+        bus = run_ctx.store
+    else:
+        bus = store
+    checkpoints = CheckpointStore(bus, bucket) if bus is not None else None
+    loaded: Checkpoint | None = None
     if isinstance(checkpoint, str):
-        if store is None:
-            raise UsageError("resuming by run id needs a store: RunContext.with_store(bus)")
-        loaded = await store.load(checkpoint)
-        await _check_uncertain(store, loaded.state)
-        # AlreadyResumed for the process that loses the race.
-        await store.claim(loaded, recovering=decisions is None)
-        state = loaded.state
-        options = options.with_checkpoint_bucket(options.checkpoint_bucket or bucket)
+        if checkpoints is None:
+            raise UsageError(
+                "resuming by run id needs a store: store=bus, or RunContext.with_store(bus)"
+            )
+        loaded = await checkpoints.load(checkpoint)
+        state = loaded.state.model_copy(deep=True)
     else:
         state = checkpoint.model_copy(deep=True)
-        if store is not None:
-            await _check_uncertain(store, state)
+    agent, ref = _resolve_agent(agent, state)
+    if ref is not None and state.agent_ref is None:
+        state.agent_ref = ref  # later checkpoints can be resumed without naming it again
+    if run_ctx is None:
+        run_ctx = run_context_from(
+            state, store=bus, approver=approver, cancel=cancel, workspace=workspace
+        )
+    if options is None:
+        options = options_from(state)
+    if loaded is not None:
+        options = options.with_checkpoint_bucket(options.checkpoint_bucket or bucket)
     pending = state.unanswered_calls()
+    if decisions is not None:
+        if not pending:
+            raise UsageError(f"run {state.run_id} has no calls waiting for a decision")
+        missing = [c.id for c in pending if c.id not in decisions]
+        unknown = sorted(set(decisions) - {c.id for c in pending})
+        if missing or unknown:
+            raise UsageError(
+                f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
+            )
+    if checkpoints is not None:
+        await _check_uncertain(checkpoints, state)
+    if loaded is not None and checkpoints is not None:
+        # AlreadyResumed for the process that loses the race.
+        await checkpoints.claim(loaded, recovering=decisions is None)
     state.interrupts = []
     if decisions is None:
         return await agent.run_in(run_ctx, state, options, on_event=on_event, run_id=state.run_id)
-    if not pending:
-        raise UsageError(f"run {state.run_id} has no calls waiting for a decision")
-    missing = [c.id for c in pending if c.id not in decisions]
-    unknown = sorted(set(decisions) - {c.id for c in pending})
-    if missing or unknown:
-        raise UsageError(
-            f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
-        )
     _apply_edited_arguments(state, decisions)
-    approver = _DecidedApprover(decisions, run_ctx.approver)
+    decided = _DecidedApprover(decisions, run_ctx.approver)
     return await agent.run_in(
-        run_ctx.with_approver(approver), state, options, on_event=on_event, run_id=state.run_id
+        run_ctx.with_approver(decided), state, options, on_event=on_event, run_id=state.run_id
     )
+
+
+def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, str | None]:
+    """The agent to continue with, and the reference it was loaded by (if it was)."""
+    if agent is None:
+        if state.agent_ref is None:
+            raise UsageError(
+                f"run {state.run_id!r} does not record its agent (RunState.agent_ref); "
+                "pass the agent, or its 'module:attr' reference"
+            )
+        return load_agent(state.agent_ref), state.agent_ref
+    if isinstance(agent, str):
+        return load_agent(agent), agent
+    return agent, None
 
 
 async def _check_uncertain(store: CheckpointStore, state: RunState) -> None:

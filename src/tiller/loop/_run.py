@@ -50,6 +50,7 @@ from ..policy import Decision
 from ..state import CallRecord, RunState, StopCause
 from ..store._checkpoints import CheckpointStore
 from ..tools import ExecContext, Execution, OutputBudget
+from ._agent_ref import record_policy
 from ._capture import CaptureSink, ModelCallRecord, ToolResultRecord
 from ._guardrails import run_post, run_pre
 from ._result import ToolTraceEntry
@@ -179,6 +180,7 @@ class Loop:
     async def _checkpoint(self, status: Literal["running", "suspended", "finished"]) -> None:
         """Durable mode: the state at this step boundary goes to the store."""
         if self._checkpoints is not None:
+            record_policy(self.state, self.run_ctx, self.options)
             await self._checkpoints.save(self.state, status)
 
     async def _finish_suspended_batch(self) -> None:
@@ -302,6 +304,8 @@ class Loop:
             for call in message.tool_calls
         ]
         self.pause_reason = reason
+        # The run's policy travels with the checkpoint, in the store or in the result.
+        record_policy(state, self.run_ctx, self.options)
         state.stop_cause = StopCause.SUSPENDED
 
     def _stop_by_guardrail(self, kind: str, reason: str, agent: str | None) -> None:

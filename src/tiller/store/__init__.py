@@ -39,15 +39,23 @@ from ._bus import (
     encoded_prefix,
     wall_clock,
 )
+from ._checkpoints import AlreadyResumed, CallLog, Checkpoint, CheckpointStore
+from ._event_log import EventLog, EventLogWriter
 from ._memory import MemoryBus
 from ._sqlite import SqliteBus
 
 __all__ = [
+    "AlreadyResumed",
     "Bus",
     "BusClosed",
     "BusMessage",
+    "CallLog",
+    "Checkpoint",
+    "CheckpointStore",
     "Clock",
     "Entry",
+    "EventLog",
+    "EventLogWriter",
     "Job",
     "JobQueue",
     "KeyValue",

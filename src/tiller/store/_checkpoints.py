@@ -59,6 +59,8 @@ class CheckpointStore:
         self.bus = bus
         self.bucket = bucket
         self._kv: KeyValue | None = None
+        # Thread index entries this store already wrote: one write per thread, not per step.
+        self._indexed: set[tuple[str, str]] = set()
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
@@ -83,7 +85,9 @@ class CheckpointStore:
             revision = await kv.put(state.run_id, data)
         else:
             revision = await kv.update(state.run_id, data, expected=expected)
-        await kv.put(f"thread/{state.thread_id}", state.run_id.encode())
+        if (state.thread_id, state.run_id) not in self._indexed:
+            await kv.put(f"thread/{state.thread_id}", state.run_id.encode())
+            self._indexed.add((state.thread_id, state.run_id))
         return revision
 
     async def load(self, run_id: str) -> Checkpoint:
@@ -117,7 +121,8 @@ class CheckpointStore:
 
         `recovering` also claims a `running` checkpoint: the caller asserts that the process
         running it died (`tiller runs resume`)."""
-        allowed = ("suspended", "running") if recovering else ("suspended",)
+        # A resumer that died before its first checkpoint leaves `resumed`: recoverable too.
+        allowed = ("suspended", "running", "resumed") if recovering else ("suspended",)
         if checkpoint.status not in allowed:
             raise AlreadyResumed(
                 f"run {checkpoint.state.run_id!r} is {checkpoint.status}, not suspended"

@@ -1,0 +1,248 @@
+"""What durable mode costs: checkpoint write and resume latency, and the per-step overhead.
+
+DESIGN §10: "Checkpoint write and resume < 5 ms on SQLite".
+
+(1) Checkpoint latency, on SQLite (a file in a temporary directory, WAL) and on NATS
+JetStream (127.0.0.1:4222, in a namespace of its own, deleted afterwards). The checkpoint is
+a realistic 20-step `RunState`: the state a 20-step scripted run ends with (19 turns that
+stream a sentence and call a tool with a few arguments, the tool's result, a final answer).
+Timed, each a median over repetitions after a warm-up:
+
+- write: `CheckpointStore.save(state, "running")` — what the loop does at every step
+  boundary (the record, plus the thread index);
+- load: `CheckpointStore.load(run_id)` (read and validate the `RunState`);
+- claim: `CheckpointStore.claim(checkpoint)` (the compare-and-set that makes one resumer win);
+- resume = load + claim, what `resume(...)` does before the run continues.
+
+(2) Per-step cost of durable mode: a 50-step run of `bench/loop.py`'s instant model and
+trivial tool on SQLite, with and without `checkpoint_bucket` (with it, each step writes its
+checkpoint, the call's started and completed records, and the event log's batches). The
+difference over 50 steps is the durable cost per step. The same on NATS, for scale.
+
+Replay time of a 100-step capture is measured by `bench/replay.py`.
+
+Run: `python bench/durable.py` (`--quick` for fewer repetitions; `--no-nats` to skip NATS).
+Prints markdown for BENCHMARKS.md; figures with `time.perf_counter_ns`, garbage collector on
+and collected once before each series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from loop import NOOP, InstantModel  # bench/loop.py, beside this script
+
+import tiller
+from tiller.loop import Agent, RunContext, RunOptions
+from tiller.model import ScriptedModel, Turn, TurnCall
+from tiller.policy import AllowAll
+from tiller.state import RunState
+from tiller.store import Bus, open_bus
+from tiller.store._checkpoints import CheckpointStore
+from tiller.tools import tool
+
+NATS_URL = "nats://127.0.0.1:4222"
+BUCKET = "tiller-run-checkpoints"
+TARGET_MS = 5.0
+DURABLE_STEPS = 50
+
+
+@tool(read_only=True)
+def search(query: str, limit: int) -> str:
+    """Search the notes."""
+    return f"{limit} notes match {query!r}: " + "; ".join(f"note {n}" for n in range(limit))
+
+
+async def realistic_state(root: Path, steps: int = 20) -> RunState:
+    """The `RunState` a `steps`-step run ends with: every turn streams a sentence and calls
+    a tool, whose result goes back; then a final answer."""
+    turns = [
+        Turn(
+            text=f"Step {n}: I will search the notes for topic {n} and compare the results.",
+            tool_calls=(TurnCall("search", {"query": f"topic {n}", "limit": 5}),),
+        )
+        for n in range(1, steps)
+    ]
+    turns.append(Turn(text="Here is the summary of everything I found. " * 5))
+    ctx = RunContext.sandboxed(root, AllowAll())
+    result = await Agent(ScriptedModel(turns), [search]).run_in(
+        ctx, "Research every topic and summarize.", RunOptions(max_steps=steps + 1)
+    )
+    if result.turns != steps:
+        raise SystemExit(f"the run took {result.turns} turns, not {steps}: {result.error}")
+    return result.state
+
+
+async def median_ms(
+    fn: Callable[[], Awaitable[object]],
+    repetitions: int,
+    before: Callable[[], Awaitable[object]] | None = None,
+) -> float:
+    """Median wall time of `fn` in ms; `before` runs untimed before each repetition."""
+    if before is not None:
+        await before()
+    await fn()  # warm-up
+    gc.collect()
+    samples = []
+    for _ in range(repetitions):
+        if before is not None:
+            await before()
+        started = time.perf_counter_ns()
+        await fn()
+        samples.append((time.perf_counter_ns() - started) / 1e6)
+    return statistics.median(samples)
+
+
+async def checkpoint_latency(bus: Bus, state: RunState, repetitions: int) -> dict[str, float]:
+    store = CheckpointStore(bus, BUCKET)
+    run_id = state.run_id
+    loaded: list[Any] = []
+
+    async def write() -> None:
+        await store.save(state, "running")
+
+    async def suspend() -> None:
+        await store.save(state, "suspended")
+
+    async def load() -> None:
+        loaded[:] = [await store.load(run_id)]
+
+    async def suspend_and_load() -> None:
+        await suspend()
+        await load()
+
+    async def claim() -> None:
+        await store.claim(loaded[0])
+
+    async def load_and_claim() -> None:
+        await store.claim(await store.load(run_id))
+
+    return {
+        "write": await median_ms(write, repetitions),
+        "load": await median_ms(load, repetitions, before=suspend),
+        "claim": await median_ms(claim, repetitions, before=suspend_and_load),
+        "resume": await median_ms(load_and_claim, repetitions, before=suspend),
+    }
+
+
+class _CountingBus:
+    """A bus that counts KV writes per bucket (for the "writes per step" figure; untimed)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self.url = bus.url
+        self.writes: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bus, name)
+
+    async def kv(self, bucket: str) -> Any:
+        kv = await self._bus.kv(bucket)
+        writes = self.writes
+
+        class Counting:
+            def __getattr__(self, name: str) -> Any:
+                attribute = getattr(kv, name)
+                if name in ("put", "create", "update"):
+                    writes[bucket] = writes.get(bucket, 0) + 1
+                return attribute
+
+        return Counting()
+
+
+async def writes_per_step(bus: Bus, root: Path) -> dict[str, float]:
+    """KV writes per step of one durable `DURABLE_STEPS`-step run, by bucket."""
+    counting = _CountingBus(bus)
+    ctx = RunContext.sandboxed(root, AllowAll()).with_store(counting)  # type: ignore[arg-type]
+    options = RunOptions(max_steps=DURABLE_STEPS + 1, checkpoint_bucket=BUCKET)
+    await Agent(InstantModel(DURABLE_STEPS), [NOOP]).run_in(ctx, "go", options, run_id="count")
+    return {bucket: n / DURABLE_STEPS for bucket, n in counting.writes.items()}
+
+
+async def durable_step_cost(bus: Bus, root: Path, repetitions: int) -> tuple[float, float]:
+    """(plain, durable) µs per step of a `DURABLE_STEPS`-step instant-model run."""
+    model = InstantModel(DURABLE_STEPS)
+    agent = Agent(model, [NOOP])
+    ctx = RunContext.sandboxed(root, AllowAll()).with_store(bus)
+    plain = RunOptions(max_steps=DURABLE_STEPS + 1)
+    durable = plain.with_checkpoint_bucket(BUCKET)
+    counter = iter(range(10**9))
+
+    async def run(options: RunOptions) -> None:
+        result = await agent.run_in(ctx, "go", options, run_id=f"step-{next(counter)}")
+        if result.turns != DURABLE_STEPS:
+            raise SystemExit(f"the run took {result.turns} turns: {result.error}")
+
+    plain_ms = await median_ms(lambda: run(plain), repetitions)
+    durable_ms = await median_ms(lambda: run(durable), repetitions)
+    return plain_ms * 1e3 / DURABLE_STEPS, durable_ms * 1e3 / DURABLE_STEPS
+
+
+async def report(repetitions: int, nats: bool) -> None:
+    rows: dict[str, dict[str, float]] = {}
+    steps: dict[str, tuple[float, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="tiller-bench-") as root_name:
+        root = Path(root_name)
+        state = await realistic_state(root / "ws")
+        size = len(state.to_json())
+        async with await open_bus(f"sqlite:///{root / 'store.db'}") as bus:
+            rows["SQLite"] = await checkpoint_latency(bus, state, repetitions)
+            steps["SQLite"] = await durable_step_cost(bus, root / "ws", max(5, repetitions // 4))
+            writes = await writes_per_step(bus, root / "ws")
+        if nats:
+            namespace = f"bench{uuid.uuid4().hex[:10]}"
+            bus = await open_bus(NATS_URL, namespace=namespace)
+            try:
+                rows["NATS"] = await checkpoint_latency(bus, state, repetitions)
+                steps["NATS"] = await durable_step_cost(bus, root / "ws", max(5, repetitions // 4))
+            finally:
+                await bus.delete_namespace()  # type: ignore[attr-defined]
+                await bus.aclose()
+
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    print(f"## Durable runs ({python}, ", end="")
+    print(f"tiller {tiller.__version__}, {platform.machine()}, median of {repetitions})\n")
+    print(f"Checkpoint: the `RunState` of a 20-step run, {size:,} bytes of JSON.\n")
+    print("| store | write (`save`) | load | claim | resume (load + claim) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, row in rows.items():
+        cells = " | ".join(f"{row[k]:.2f} ms" for k in ("write", "load", "claim", "resume"))
+        print(f"| {name} | {cells} |")
+    print(f"\nPer step of a {DURABLE_STEPS}-step instant-model run (µs/step):\n")
+    print("| store | not durable | durable (`checkpoint_bucket`) | durable cost per step |")
+    print("|---|---:|---:|---:|")
+    for name, (plain, durable) in steps.items():
+        print(f"| {name} | {plain:.0f} | {durable:.0f} | {durable - plain:.0f} |")
+    shown = ", ".join(f"{n:.2f} to `{bucket}`" for bucket, n in writes.items())
+    print(f"\nKV writes per durable step: {sum(writes.values()):.2f} ({shown}).")
+    sqlite = rows["SQLite"]
+    verdict = "within" if max(sqlite["write"], sqlite["resume"]) < TARGET_MS else "OVER"
+    print(
+        f"\nSQLite checkpoint write {sqlite['write']:.2f} ms and resume {sqlite['resume']:.2f} ms: "
+        f"{verdict} the {TARGET_MS:.0f} ms budget."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--no-nats", action="store_true", help="skip the NATS rows")
+    args = parser.parse_args()
+    asyncio.run(report(10 if args.quick else 50, nats=not args.no_nats))
+
+
+if __name__ == "__main__":
+    main()

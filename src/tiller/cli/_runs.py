@@ -1,0 +1,619 @@
+"""`tiller runs …` and `tiller replay`: durable runs in a store, seen and continued by a person.
+
+- `tiller runs list` — every checkpointed run: id, thread, status, step, stop cause;
+- `tiller runs show RUN_ID` — the run's status, its transcript in short, and its pending
+  calls with what the store knows of each (completed, *uncertain*, not started);
+- `tiller runs reconcile RUN_ID` — the uncertain calls (started, never completed: the
+  process died while they ran), and marks them `--done`, `--failed` or `--rerun`;
+- `tiller runs resume RUN_ID` — recovers a run whose process died, or continues one
+  suspended for review; refuses (exit 3) while a call is uncertain, so no side effect runs
+  twice (law 5) without a person deciding it should;
+- `tiller replay RUN_ID` — the run again from its capture, offline: the model's answers
+  come from the recording and, by default, so do the tools' results.
+
+Exit codes: 0 done; 1 the run did not complete (or was already resumed elsewhere); 2 a
+usage error (unknown run, bad store URL or agent reference); 3 uncertain calls block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from ..errors import TillerError, UsageError
+
+# The CLI loads this module for every command (and for --help), so the store, the loop
+# and the capture code are imported inside the commands that use them.
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..capture import Capture
+    from ..conversation import AssistantMessage, ToolCall, UserMessage
+    from ..loop import Agent, RunResult
+    from ..policy import Approver
+    from ..state import RunState
+    from ..store import Bus
+    from ..store._checkpoints import CallLog, CheckpointStore
+    from ._view import RunView
+
+__all__ = ["DEFAULT_STORE", "replay_command", "runs_app"]
+
+DEFAULT_STORE = "sqlite:///~/.tiller/tiller.db"
+#: `tiller.store._checkpoints.DEFAULT_BUCKET` and `tiller.capture.CAPTURE_BUCKET`, written
+#: out so that loading the CLI does not import the store (a test checks they agree).
+CHECKPOINTS_BUCKET = "tiller-run-checkpoints"
+CAPTURES_BUCKET = "tiller-captures"
+
+EXIT_OK = 0
+EXIT_NOT_COMPLETED = 1
+EXIT_USAGE = 2
+EXIT_UNCERTAIN = 3
+
+_SHOWN = 100
+
+runs_app = typer.Typer(
+    name="runs",
+    help="Durable runs in a store: list, show, reconcile and resume them.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+_STORE_HELP = "The store: sqlite:///path.db, nats://host:4222 or memory://."
+_BUCKET_HELP = "The checkpoints bucket."
+_NAMESPACE_HELP = "The store namespace (buckets are prefixed with it)."
+_AGENT_HELP = (
+    "The agent as module:attr (an Agent, or a zero-argument function returning one); "
+    "by default the one the checkpoint records."
+)
+
+
+def _finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
+    """Run `work` and exit with its code; errors a person can fix become a message on
+    stderr and exit code 2, never a traceback."""
+    from ..store._checkpoints import AlreadyResumed
+
+    try:
+        code = asyncio.run(work())
+    except AlreadyResumed as exc:
+        typer.echo(f"tiller: {exc}", err=True)
+        code = EXIT_NOT_COMPLETED
+    except TillerError as exc:
+        typer.echo(f"tiller: {exc}", err=True)
+        code = EXIT_USAGE
+    raise typer.Exit(code)
+
+
+async def _with_store(url: str, namespace: str, work: Callable[[Bus], Awaitable[int]]) -> int:
+    from ..store import open_bus
+
+    bus = await open_bus(url, namespace=namespace)
+    try:
+        return await work(bus)
+    finally:
+        await bus.aclose()
+
+
+def _allow_cwd_imports() -> None:
+    """`--agent mymodule:agent` finds modules in the current directory, as `python -m`
+    would; the `tiller` script's own directory is on the path instead."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+# ── list ─────────────────────────────────────────────────────────────────────────────
+
+
+async def _run_ids(checkpoints: CheckpointStore) -> list[str]:
+    """The bucket's run ids: keys that are neither call records nor thread indexes."""
+    kv = await checkpoints.bus.kv(checkpoints.bucket)
+    return sorted(
+        key for key in await kv.keys() if not key.startswith("thread/") and "/calls/" not in key
+    )
+
+
+@runs_app.command("list")
+def list_runs(
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """List the checkpointed runs: id, thread, status, step, stop cause."""
+    from ..store import NotFound
+    from ..store._checkpoints import CheckpointStore
+
+    async def work(bus: Bus) -> int:
+        checkpoints = CheckpointStore(bus, bucket)
+        rows: list[tuple[str, ...]] = []
+        for run_id in await _run_ids(checkpoints):
+            try:
+                checkpoint = await checkpoints.load(run_id)
+            except NotFound:
+                continue  # deleted meanwhile
+            state = checkpoint.state
+            rows.append(
+                (
+                    run_id,
+                    state.thread_id,
+                    checkpoint.status,
+                    str(state.step),
+                    state.stop_cause.value if state.stop_cause is not None else "-",
+                    state.agent_name,
+                )
+            )
+        if not rows:
+            typer.echo(f"no runs in bucket {bucket!r} of {store}")
+            return EXIT_OK
+        header = ("RUN", "THREAD", "STATUS", "STEP", "STOP", "AGENT")
+        widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+        for row in (header, *rows):
+            cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            typer.echo("  ".join(cells).rstrip())
+        return EXIT_OK
+
+    _finish(lambda: _with_store(store, namespace, work))
+
+
+# ── show ─────────────────────────────────────────────────────────────────────────────
+
+
+def _short(text: str, limit: int = _SHOWN) -> str:
+    flat = text.replace("\n", "⏎ ")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _call_line(call: ToolCall) -> str:
+    return f"{call.name}({_short(call.arguments, 80)}) [{call.id}]"
+
+
+def _transcript(state: RunState) -> list[str]:
+    """One line per message (and per tool result): enough to see where the run stands."""
+    from ..conversation import AssistantMessage, UserMessage
+
+    lines: list[str] = []
+    for message in state.messages:
+        if isinstance(message, UserMessage):
+            if message.text:
+                lines.append(f"user       {_short(message.text)}")
+            for result in message.tool_results:
+                mark = "error " if result.is_error else ""
+                lines.append(f"  ← {result.name}: {mark}{_short(result.content, 80)}")
+        elif isinstance(message, AssistantMessage):
+            shown = message.text or ("(tool calls)" if message.tool_calls else "(reasoning only)")
+            lines.append(f"assistant  {_short(shown)}")
+            for call in message.tool_calls:
+                lines.append(f"  → {_call_line(call)}")
+    return lines
+
+
+def _call_status(call: ToolCall, logs: dict[str, CallLog]) -> str:
+    log = logs.get(call.id)
+    if log is None:
+        return "not started"
+    if log.status == "started":
+        return "UNCERTAIN (started, never completed)"
+    return "failed (recorded)" if log.is_error else "completed (recorded)"
+
+
+@runs_app.command("show")
+def show_run(
+    run_id: str = typer.Argument(..., help="The run id."),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """Show a run: its status, its transcript in short, its pending and uncertain calls."""
+    from ..store._checkpoints import CheckpointStore
+
+    async def work(bus: Bus) -> int:
+        checkpoints = CheckpointStore(bus, bucket)
+        checkpoint = await checkpoints.load(run_id)
+        state = checkpoint.state
+        logs = await checkpoints.calls(run_id)
+        stop = state.stop_cause.value if state.stop_cause is not None else "-"
+        typer.echo(f"run        {state.run_id}")
+        typer.echo(f"thread     {state.thread_id}")
+        typer.echo(f"status     {checkpoint.status}")
+        ref = f" ({state.agent_ref})" if state.agent_ref else ""
+        typer.echo(f"agent      {state.agent_name}{ref}")
+        typer.echo(f"step       {state.step}")
+        typer.echo(f"stop cause {stop}")
+        usage = state.usage
+        typer.echo(
+            f"usage      {usage.input_tokens:,} in / {usage.output_tokens:,} out"
+            f" · ${state.cost_usd:.4f}" + ("" if state.usage_complete else " (partial)")
+        )
+        if state.policy is not None:
+            typer.echo(f"workspace  {state.policy.get('jail_root')}")
+        if state.error:
+            typer.echo(f"error      {state.error}")
+        typer.echo("")
+        typer.echo("transcript")
+        for line in _transcript(state) or ["(empty)"]:
+            typer.echo(f"  {line}")
+        pending = state.unanswered_calls()
+        if pending:
+            typer.echo("")
+            typer.echo("pending calls")
+            for call in pending:
+                typer.echo(f"  {_call_line(call)}: {_call_status(call, logs)}")
+        uncertain = _uncertain(state, logs)
+        if uncertain:
+            typer.echo("")
+            typer.echo(
+                f"{len(uncertain)} uncertain call(s): reconcile them before resuming "
+                f"(tiller runs reconcile {run_id})"
+            )
+        return EXIT_OK
+
+    _finish(lambda: _with_store(store, namespace, work))
+
+
+def _uncertain(state: RunState, logs: dict[str, CallLog]) -> list[ToolCall]:
+    return [
+        call
+        for call in state.unanswered_calls()
+        if (log := logs.get(call.id)) is not None and log.status == "started"
+    ]
+
+
+# ── reconcile ────────────────────────────────────────────────────────────────────────
+
+DONE_DEFAULT = "Completed (marked done by a person after a crash; its output was not recorded)."
+FAILED_DEFAULT = "Failed (marked failed by a person after a crash)."
+
+
+@runs_app.command("reconcile")
+def reconcile_run(
+    run_id: str = typer.Argument(..., help="The run id."),
+    done: list[str] = typer.Option([], "--done", help="Mark CALL_ID done (it did happen)."),
+    failed: list[str] = typer.Option([], "--failed", help="Mark CALL_ID failed."),
+    rerun: list[str] = typer.Option([], "--rerun", help="Run CALL_ID again on resume."),
+    result: str | None = typer.Option(
+        None, "--result", help="The result the model reads for --done / --failed calls."
+    ),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """Show a run's uncertain calls (started, never completed), and mark them.
+
+    A call is uncertain when the process died while it ran: whether its side effect
+    happened is unknown, so only a person can say. --done: it happened (the model reads
+    --result); --failed: it did not, or went wrong (the model reads --result as an error);
+    --rerun: run it again when the run resumes."""
+    from ..store._checkpoints import CheckpointStore
+
+    async def work(bus: Bus) -> int:
+        checkpoints = CheckpointStore(bus, bucket)
+        checkpoint = await checkpoints.load(run_id)
+        logs = await checkpoints.calls(run_id)
+        uncertain = {call.id: call for call in _uncertain(checkpoint.state, logs)}
+        marks = [*((c, "done") for c in done), *((c, "failed") for c in failed)]
+        marks += [(c, "rerun") for c in rerun]
+        seen: set[str] = set()
+        for call_id, _ in marks:
+            if call_id in seen:
+                raise UsageError(f"call {call_id} is marked twice; give each call one verdict")
+            seen.add(call_id)
+            if call_id not in uncertain:
+                known = ", ".join(uncertain) or "none"
+                raise UsageError(
+                    f"call {call_id} of run {run_id} is not uncertain; the uncertain calls "
+                    f"are: {known}"
+                )
+        if result is not None and not (done or failed):
+            raise UsageError("--result goes with --done or --failed")
+        for call_id, verdict in marks:
+            call = uncertain.pop(call_id)
+            if verdict == "rerun":
+                await checkpoints.forget_call(run_id, call_id)
+            else:
+                text = (
+                    result
+                    if result is not None
+                    else (DONE_DEFAULT if verdict == "done" else FAILED_DEFAULT)
+                )
+                await checkpoints.mark_call(
+                    run_id, call_id, content=text, is_error=verdict == "failed"
+                )
+            typer.echo(f"marked {_call_line(call)}: {verdict}")
+        if not uncertain:
+            typer.echo(f"run {run_id} has no uncertain calls; it can be resumed")
+            return EXIT_OK
+        typer.echo(f"uncertain calls of run {run_id} (started, never completed):")
+        for call in uncertain.values():
+            typer.echo(f"  {_call_line(call)}")
+        typer.echo(
+            "mark each: --done CALL_ID [--result TEXT] | --failed CALL_ID [--result TEXT] "
+            "| --rerun CALL_ID"
+        )
+        return EXIT_OK
+
+    _finish(lambda: _with_store(store, namespace, work))
+
+
+# ── resume ───────────────────────────────────────────────────────────────────────────
+
+
+def _resume_view(console: Console) -> RunView:
+    """A `RunView` that learns the names of calls made before the suspension from the
+    resumed run's `MESSAGES_SNAPSHOT`, so their results are labelled."""
+    from ._view import RunView
+
+    class ResumeView(RunView):
+        def _on_messages_snapshot(self, wire: dict[str, Any]) -> None:
+            for message in wire.get("messages", ()):
+                for call in message.get("toolCalls") or ():
+                    function = call.get("function") or {}
+                    self._calls[call["id"]] = (function.get("name", "?"), [])
+
+    return ResumeView(console)
+
+
+def _blocked_approver() -> Approver:
+    from ..policy import Callback, Decision
+
+    return Callback(
+        lambda call, tool: Decision.blocked(
+            "this action needs approval and no one is at a terminal to ask; "
+            "resume with --yes to allow it"
+        )
+    )
+
+
+@runs_app.command("resume")
+def resume_run(
+    run_id: str = typer.Argument(..., help="The run id."),
+    agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
+    workspace: Path | None = typer.Option(
+        None, "--workspace", "-w", help="The jail, if not where the checkpoint says."
+    ),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """Continue a run whose process died (or one suspended for review).
+
+    Calls recorded as completed are not run again. A call recorded as started but never
+    completed is uncertain: the resume refuses (exit 3) until it is reconciled
+    (tiller runs reconcile). Calls that need approval are asked at a terminal, allowed
+    with --yes, and blocked otherwise."""
+    from rich.console import Console
+
+    from ..loop import ResumeReplayBlocked, resume
+    from ..policy import AllowAll
+    from ..store._checkpoints import CheckpointStore
+
+    if agent is not None:
+        _allow_cwd_imports()
+    interactive = sys.stdin.isatty()
+    root = workspace.resolve() if workspace is not None else None
+
+    async def work(bus: Bus) -> int:
+        console = Console(highlight=False)
+        checkpoint = await CheckpointStore(bus, bucket).load(run_id)
+        if checkpoint.status == "suspended" and not (yes or interactive):
+            # Blocking every call would answer the review with refusals nobody gave.
+            raise UsageError(
+                f"run {run_id} is suspended for review; resume it at a terminal (each call "
+                "is asked) or with --yes"
+            )
+        if agent is None and checkpoint.state.agent_ref is None:
+            raise UsageError(f"run {run_id} does not record its agent; pass --agent module:attr")
+        approver: Approver
+        lines = None
+        if yes:
+            approver = AllowAll()
+        elif interactive:
+            from ..loop import SteeringQueue
+            from ._run import LineRouter, TerminalApprover
+
+            lines = LineRouter(asyncio.get_running_loop(), SteeringQueue())
+            approver = TerminalApprover(console, lines)
+        else:
+            approver = _blocked_approver()
+        view = _resume_view(console)
+        if lines is not None:
+            lines.start()
+        try:
+            result = await resume(
+                agent,
+                run_id,
+                store=bus,
+                bucket=bucket,
+                approver=approver,
+                workspace=root,
+                on_event=view.on_event,
+            )
+        except ResumeReplayBlocked as exc:
+            typer.echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
+            for call in exc.calls:
+                typer.echo(f"  {_call_line(call)}: started, never completed", err=True)
+            typer.echo(
+                f"reconcile them: tiller runs reconcile {run_id} --done CALL_ID "
+                "[--result TEXT] | --failed CALL_ID | --rerun CALL_ID",
+                err=True,
+            )
+            return EXIT_UNCERTAIN
+        finally:
+            view.close()
+        return _summary(console, result)
+
+    _finish(lambda: _with_store(store, namespace, work))
+
+
+def _summary(console: Console, result: RunResult) -> int:
+    from rich.text import Text
+
+    console.rule("[bold]summary")
+    console.print(f"stop cause  {result.stop_cause.value}")
+    console.print(f"turns       {result.turns}")
+    if result.pause_reason:
+        console.print(f"paused      {result.pause_reason}")
+    if result.error:
+        console.print(Text(f"error: {result.error}", style="red"))
+    return EXIT_OK if result.completed else EXIT_NOT_COMPLETED
+
+
+# ── replay ───────────────────────────────────────────────────────────────────────────
+
+
+def _replay_agent(capture: Capture, base: Agent | None, *, live: bool) -> Agent:
+    """`base` with the recording as its model (and, unless `live`, as its tools); with no
+    `base`, a stand-in that knows the recorded tools by name only (enough: the model side
+    is recorded, so tool schemas and the system prompt are never sent anywhere)."""
+    import copy
+
+    from ..loop import Agent
+    from ..model.replay import ReplayModel
+    from ..tools import BaseTool, ExecContext, ToolOutput
+
+    results = {r.call_id: (r.content, r.is_error) for r in capture.tool_results}
+
+    class RecordedTool(BaseTool):
+        """Answers with the result the capture recorded for the call id, so a replay with
+        recorded tools touches nothing. A call the recording lacks gets an error result,
+        and the replay then diverges at the next model call, naming the step."""
+
+        def __init__(self, name: str, like: Any) -> None:
+            self.name = name
+            self.description = getattr(like, "description", f"{name} (recorded)")
+            self.input_schema = getattr(like, "input_schema", {"type": "object"})
+            self.read_only = True  # nothing runs: no approval to ask for
+
+        async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+            recorded = results.get(ctx.call_id)
+            if recorded is None:
+                return ToolOutput(f"call {ctx.call_id} is not in the recording", is_error=True)
+            return ToolOutput(recorded[0], is_error=recorded[1])
+
+    model = ReplayModel(capture)
+    if live:
+        if base is None:
+            raise UsageError("--tools live needs the agent: pass --agent module:attr")
+        agent = copy.copy(base)
+        agent.model = model
+        return agent
+    names = sorted({r.name for r in capture.tool_results} | _called_tools(capture))
+    tools = [RecordedTool(n, base.registry.get(n) if base is not None else None) for n in names]
+    if base is None:
+        return Agent(model, tools, name="replay")
+    return Agent(
+        model,
+        tools,
+        system_prompt=base.system_prompt,
+        name=base.name,
+        state_type=base.state_type,
+        output_type=base.output_type,
+        retry=base.retry,
+        config=base.config,
+    )
+
+
+def _called_tools(capture: Capture) -> set[str]:
+    names: set[str] = set()
+    for record in capture.model_calls:
+        for call in record.response.get("tool_calls") or ():
+            names.add(call["name"])
+    return names
+
+
+def replay_command(
+    run_id: str = typer.Argument(..., help="The run id whose capture to replay."),
+    agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
+    tools: str = typer.Option(
+        "recorded", "--tools", help="recorded: tools answer from the capture; live: they run."
+    ),
+    workspace: Path | None = typer.Option(
+        None, "--workspace", "-w", help="(--tools live) The jail; a temporary one by default."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="(--tools live) Allow every call."),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    captures_bucket: str = typer.Option(
+        CAPTURES_BUCKET, "--captures-bucket", help="The captures bucket."
+    ),
+    bucket: str = typer.Option(
+        CHECKPOINTS_BUCKET, "--bucket", help="The checkpoints bucket (to find the agent)."
+    ),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """Replay a captured run offline, showing its stream.
+
+    The model answers from the recording and, with --tools recorded (the default), so do
+    the tools: nothing is touched. A run that now asks the model something else stops
+    with a divergence naming the step (exit 1)."""
+    import shutil
+    import tempfile
+
+    from rich.console import Console
+
+    from ..capture import load_capture
+    from ..loop import RunContext, RunOptions
+    from ..policy import AllowAll
+    from ..store import NotFound
+    from ..store._checkpoints import CheckpointStore
+    from ._view import RunView
+
+    if tools not in ("recorded", "live"):
+        raise typer.BadParameter("--tools is 'recorded' or 'live'")
+    if agent is not None:
+        _allow_cwd_imports()
+    live_root = None
+    if tools == "live" and workspace is not None:
+        live_root = workspace.resolve()
+        live_root.mkdir(parents=True, exist_ok=True)
+
+    async def work(bus: Bus) -> int:
+        from ..loop._agent_ref import load_agent
+
+        capture = await load_capture(bus, run_id, bucket=captures_bucket)
+        if not capture.model_calls:
+            raise UsageError(f"the capture of run {run_id} has no model calls to replay")
+        ref = agent
+        if ref is None:
+            try:
+                ref = (await CheckpointStore(bus, bucket).load(run_id)).state.agent_ref
+            except NotFound:
+                ref = None
+        base = load_agent(ref) if ref is not None else None
+        replayer = _replay_agent(capture, base, live=tools == "live")
+        conversation = [_message(m) for m in capture.model_calls[0].new_messages]
+        scratch = None
+        if live_root is not None:
+            root = live_root
+        else:
+            scratch = root = Path(tempfile.mkdtemp(prefix="tiller-replay-"))
+        approver = AllowAll() if tools == "recorded" or yes else _blocked_approver()
+        console = Console(highlight=False)
+        view = RunView(console)
+        try:
+            result = await replayer.run_in(
+                RunContext.sandboxed(root, approver),
+                conversation,
+                RunOptions(),
+                on_event=view.on_event,
+                run_id=capture.run_id,
+            )
+        finally:
+            view.close()
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+        return _summary(console, result)
+
+    _finish(lambda: _with_store(store, namespace, work))
+
+
+def _message(data: dict[str, Any]) -> UserMessage | AssistantMessage:
+    from ..conversation import AssistantMessage, UserMessage
+
+    if data.get("role") == "assistant":
+        return AssistantMessage.model_validate(data)
+    return UserMessage.model_validate(data)

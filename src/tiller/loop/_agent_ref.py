@@ -1,0 +1,299 @@
+"""What a checkpoint carries so another process can continue the run without its code.
+
+An `Agent` holds live objects (a model client, tool functions) and a `RunContext` holds
+some too (the approver, the cancel token, the store), so neither can be stored. The
+checkpoint carries instead:
+
+- `RunState.agent_ref`: where the agent is defined, `"module:attr"` — an `Agent`, or a
+  zero-argument factory returning one; `load_agent(ref)` imports it again;
+- `RunState.policy`: the run's policy *as data* (`policy_of`): the jail and its limits,
+  the phase, the withheld tools, the budget's limits and what the run tree has spent, and
+  the loop's serializable options (caps and the built-in review policies).
+  `run_context_from(state, store=..., approver=...)` rebuilds the `RunContext`, the caller
+  giving only what is not data; `options_from(state)` rebuilds the `RunOptions`.
+
+The spent budget is restored with the limits on purpose: a resume must not get a fresh
+purse (law 7). A review policy that is not one of the built-ins cannot be rebuilt, and a
+resume that would silently drop it would let the run act unreviewed, so `options_from`
+refuses it (law 3: policy fails closed) and the caller passes its own `RunOptions`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..cancel import CancellationToken
+from ..conversation import Usage
+from ..errors import UsageError
+from ..phase import Phase
+from ..policy import Approver
+from ..state import RunState
+from ..store import Bus
+from ..tools import SPILL_SUBDIR, ToolCtx
+from ._budget import Budget, Pricing
+from ._context import RunContext
+from ._options import RunOptions
+from ._review import NeverReview, PauseEveryStep, PauseOnTools, PauseOnWrites, ReviewPolicy
+
+if TYPE_CHECKING:  # `_agent` imports the loop, which may import this module
+    from ._agent import Agent
+
+__all__ = [
+    "POLICY_VERSION",
+    "load_agent",
+    "options_from",
+    "policy_of",
+    "record_policy",
+    "run_context_from",
+]
+
+#: Bumped when the shape of `RunState.policy` changes; older shapes are refused by name.
+POLICY_VERSION = 1
+
+
+# ── the agent ────────────────────────────────────────────────────────────────────────
+
+
+def load_agent(ref: str) -> Agent:
+    """The `Agent` that `ref` (`"package.module:attr"`, `attr` may be dotted) names: the
+    object itself if it is an `Agent`, else what calling it with no arguments returns.
+
+    Every failure is a `UsageError` saying what to fix (the module cannot be imported, the
+    attribute is missing, the object is not an agent)."""
+    from ._agent import Agent  # here: `_agent` imports the loop, which may import this
+
+    module_name, sep, attr_path = ref.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise UsageError(
+            f"agent reference {ref!r} is not 'module:attr' (for example 'myapp.agents:coder')"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(
+            f"cannot import module {module_name!r} of agent reference {ref!r}: {exc}. "
+            "Is it installed, or is its directory the current one or on PYTHONPATH?"
+        ) from exc
+    target: Any = module
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise UsageError(
+                f"module {module_name!r} has no attribute {attr_path!r} (agent reference {ref!r})"
+            ) from None
+    if isinstance(target, Agent):
+        if target.ref is None:
+            target.ref = ref
+        return target
+    if not callable(target):
+        raise UsageError(
+            f"{ref!r} is a {type(target).__name__}, not an Agent or a zero-argument "
+            "function returning one"
+        )
+    try:
+        built = target()
+    except TypeError as exc:
+        raise UsageError(
+            f"calling {ref!r} with no arguments failed ({exc}); point the reference at an "
+            "Agent or at a zero-argument function returning one"
+        ) from exc
+    if not isinstance(built, Agent):
+        raise UsageError(f"{ref!r}() returned a {type(built).__name__}, not an Agent")
+    if built.ref is None:
+        built.ref = ref
+    return built
+
+
+# ── the policy as data ───────────────────────────────────────────────────────────────
+
+
+def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[str, Any]:
+    """`run_ctx`'s serializable policy (and `options`' serializable part), for
+    `RunState.policy`. JSON-ready: strings, numbers, lists and dicts only."""
+    tools = run_ctx.tools
+    budget = run_ctx.budget
+    default_spill = tools.root / SPILL_SUBDIR  # as ToolCtx makes it (no filesystem call)
+    policy: dict[str, Any] = {
+        "version": POLICY_VERSION,
+        "jail_root": str(tools.root),
+        # Only when chosen: a default spill dir follows the jail if the root is moved.
+        "spill_dir": None if tools.spill_dir == default_spill else str(tools.spill_dir),
+        "output_budget_bytes": tools.output_budget_bytes,
+        "shell_timeout": tools.shell_timeout,
+        "phase": run_ctx.phase.value,
+        "withheld": sorted(run_ctx.withheld),
+        "compact_at_tokens": run_ctx.compact_at_tokens,
+        "budget": {
+            "max_turns": budget.max_turns,
+            "max_output_tokens": budget.max_output_tokens,
+            "max_cost_usd": budget.max_cost_usd,
+            "final_answer_reserve": budget.final_answer_reserve,
+            "pricing": {
+                key: {"input": p.input, "output": p.output, "cached_input": p.cached_input}
+                for key, p in budget.pricing.items()
+            },
+            "spent": {
+                "turns": budget.turns,
+                "usage": budget.usage.model_dump(),
+                "cost_usd": budget.cost_usd,
+                "unpriced_models": sorted(budget.unpriced_models),
+            },
+        },
+    }
+    if options is not None:
+        policy["options"] = {
+            "max_steps": options.max_steps,
+            "max_history_tokens": options.max_history_tokens,
+            "max_response_bytes": options.max_response_bytes,
+            "output_retries": options.output_retries,
+            "empty_turn_nudges": options.empty_turn_nudges,
+            "max_tokens": options.max_tokens,
+            "temperature": options.temperature,
+            "review": _review_to_data(options.review_policy),
+            # Guardrails and capture sinks are code: a resume passes them again.
+            "guardrails": len(options.guardrails),
+        }
+    return policy
+
+
+def record_policy(
+    state: RunState,
+    run_ctx: RunContext,
+    options: RunOptions | None = None,
+    *,
+    agent_ref: str | None = None,
+) -> RunState:
+    """Write `run_ctx`'s policy (and `agent_ref`, if given) into `state`; returns `state`.
+
+    The loop calls this at each checkpoint so the stored budget is current; a caller can
+    also stamp a fresh `RunState` before `agent.run_in(ctx, state, ...)`."""
+    state.policy = policy_of(run_ctx, options)
+    if agent_ref is not None:
+        state.agent_ref = agent_ref
+    return state
+
+
+def _stored_policy(state: RunState) -> dict[str, Any]:
+    policy = state.policy
+    if policy is None:
+        raise UsageError(
+            f"the checkpoint of run {state.run_id!r} has no stored policy (it was written "
+            "without one); pass a RunContext (run_ctx=...) to resume it"
+        )
+    if policy.get("version") != POLICY_VERSION:
+        raise UsageError(
+            f"the checkpoint of run {state.run_id!r} stores policy version "
+            f"{policy.get('version')!r}; this tiller reads version {POLICY_VERSION}"
+        )
+    return policy
+
+
+def run_context_from(
+    state: RunState,
+    *,
+    store: Bus | None,
+    approver: Approver | None = None,
+    cancel: CancellationToken | None = None,
+    workspace: str | Path | None = None,
+) -> RunContext:
+    """Rebuild the `RunContext` a checkpointed run had, from `state.policy`.
+
+    The caller gives what is not data: the `store`, the `approver` (None: calls that need
+    approval are blocked), the `cancel` token. `workspace` replaces the stored jail root
+    (the run continues on another machine, where the project lives elsewhere)."""
+    policy = _stored_policy(state)
+    root = Path(workspace) if workspace is not None else Path(policy["jail_root"])
+    spill = policy.get("spill_dir")
+    tools = ToolCtx(
+        root,
+        spill_dir=spill if spill is not None and workspace is None else None,
+        output_budget_bytes=policy["output_budget_bytes"],
+        shell_timeout=policy["shell_timeout"],
+    )
+    stored = policy["budget"]
+    spent = stored["spent"]
+    budget = Budget(
+        max_turns=stored["max_turns"],
+        max_output_tokens=stored["max_output_tokens"],
+        max_cost_usd=stored["max_cost_usd"],
+        final_answer_reserve=stored["final_answer_reserve"],
+        pricing={
+            key: Pricing(p["input"], p["output"], p.get("cached_input"))
+            for key, p in stored["pricing"].items()
+        },
+        turns=spent["turns"],
+        usage=Usage.model_validate(spent["usage"]),
+        cost_usd=spent["cost_usd"],
+        unpriced_models=set(spent["unpriced_models"]),
+    )
+    return RunContext(
+        tools=tools,
+        approver=approver,
+        budget=budget,
+        cancel=cancel,
+        phase=Phase(policy["phase"]),
+        withheld=frozenset(policy["withheld"]),
+        compact_at_tokens=policy["compact_at_tokens"],
+        store=store,
+    )
+
+
+def options_from(state: RunState, base: RunOptions | None = None) -> RunOptions:
+    """The run's `RunOptions` rebuilt from `state.policy` over `base` (its guardrails,
+    capture sink and checkpoint bucket are kept: they are not data). Without stored
+    options, `base` as it is."""
+    base = base if base is not None else RunOptions()
+    stored = (state.policy or {}).get("options")
+    if stored is None:
+        return base
+    if stored.get("guardrails") and not base.guardrails:
+        raise UsageError(
+            f"run {state.run_id!r} ran with {stored['guardrails']} guardrail(s), which "
+            "cannot be stored; pass RunOptions with them to resume it"
+        )
+    review = _review_from_data(state.run_id, stored["review"])
+    return RunOptions(
+        max_steps=stored["max_steps"],
+        max_history_tokens=stored["max_history_tokens"],
+        max_response_bytes=stored["max_response_bytes"],
+        guardrails=base.guardrails,
+        output_retries=stored["output_retries"],
+        empty_turn_nudges=stored["empty_turn_nudges"],
+        max_tokens=stored["max_tokens"],
+        temperature=stored["temperature"],
+        capture_sink=base.capture_sink,
+        checkpoint_bucket=base.checkpoint_bucket,
+        review_policy=review,
+    )
+
+
+def _review_to_data(policy: ReviewPolicy) -> dict[str, Any]:
+    if isinstance(policy, NeverReview):
+        return {"kind": "never"}
+    if isinstance(policy, PauseOnWrites):
+        return {"kind": "writes"}
+    if isinstance(policy, PauseEveryStep):
+        return {"kind": "every_step"}
+    if isinstance(policy, PauseOnTools):
+        return {"kind": "tools", "names": sorted(policy._names)}
+    kind = type(policy)
+    return {"kind": "custom", "type": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def _review_from_data(run_id: str, data: dict[str, Any]) -> ReviewPolicy:
+    kind = data.get("kind")
+    if kind == "never":
+        return NeverReview()
+    if kind == "writes":
+        return PauseOnWrites()
+    if kind == "every_step":
+        return PauseEveryStep()
+    if kind == "tools":
+        return PauseOnTools(data["names"])
+    raise UsageError(
+        f"run {run_id!r} was reviewed by {data.get('type', kind)!r}, which cannot be rebuilt "
+        "from the checkpoint; pass RunOptions with that review policy to resume it"
+    )
