@@ -294,3 +294,41 @@ async def _drop_namespace(namespace: str) -> None:
         await bus.delete_namespace()
     finally:
         await bus.aclose()
+
+
+async def test_headless_durable_asks_hold_the_call_after_the_allowed_ones_ran(
+    tmp_path: Path,
+) -> None:
+    """DESIGN §3: headless with a store, an Ask suspends the run — after the batch's
+    allowed (read-only) calls finish — and a person's decision resumes it."""
+    events: list[Event] = []
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+        workspace = tmp_path / "ws"
+        ctx = RunContext.sandboxed(workspace).with_store(bus)  # no approver: headless
+        options = RunOptions(checkpoint_bucket="cp")
+        turn = {
+            "tool_calls": [
+                {"name": "peek", "arguments": {}},
+                {"name": "append", "arguments": {"text": "held"}},
+            ]
+        }
+        agent = Agent(ScriptedModel([turn]), [append, peek])
+        paused = await agent.run_in(ctx, "go", options, on_event=events.append, run_id="held-1")
+        assert paused.stop_cause is StopCause.SUSPENDED
+        peek_call, append_call = paused.state.messages[-1].tool_calls  # type: ignore[union-attr]
+        wire = assert_valid_stream(events)
+        results = [e for e in wire if e["type"] == "TOOL_CALL_RESULT"]
+        assert [r["toolCallId"] for r in results] == [peek_call.id]  # the read ran
+        assert [i["toolCallId"] for i in wire[-1]["outcome"]["interrupts"]] == [append_call.id]
+        assert lines(workspace) == []
+        done = await resume(
+            Agent(ScriptedModel(["done"]), [append, peek]),
+            "held-1",
+            {append_call.id: ResumeDecision.approved()},
+            run_ctx=ctx.with_approver(None),
+            bucket="cp",
+        )
+        assert done.completed
+        assert lines(workspace) == ["held"]
+        (batch,) = [m for m in done.state.messages if getattr(m, "tool_results", ())]
+        assert [r.call_id for r in batch.tool_results] == [peek_call.id, append_call.id]

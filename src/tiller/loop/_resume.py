@@ -154,11 +154,21 @@ async def resume(
     if loaded is not None:
         options = options.with_checkpoint_bucket(options.checkpoint_bucket or bucket)
     pending = state.unanswered_calls()
+    if checkpoints is not None:
+        # Calls of the batch that already ran (the allowed ones of a step whose other calls
+        # were held for a person) need no decision: their results are recorded.
+        done = {
+            call_id
+            for call_id, log in (await checkpoints.calls(state.run_id)).items()
+            if log.status == "completed"
+        }
+        pending = [call for call in pending if call.id not in done]
     if decisions is not None:
         if not pending:
             raise UsageError(f"run {state.run_id} has no calls waiting for a decision")
         missing = [c.id for c in pending if c.id not in decisions]
-        unknown = sorted(set(decisions) - {c.id for c in pending})
+        # A decision for a call that already ran is harmless (it is not used).
+        unknown = sorted(set(decisions) - {c.id for c in state.unanswered_calls()})
         if missing or unknown:
             raise UsageError(
                 f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
@@ -207,8 +217,8 @@ def _apply_edited_arguments(state: RunState, decisions: Mapping[str, ResumeDecis
     last = state.messages[-1]
     assert isinstance(last, AssistantMessage)
     calls = tuple(
-        call.model_copy(update={"arguments": orjson.dumps(decisions[call.id].arguments).decode()})
-        if decisions[call.id].arguments is not None
+        call.model_copy(update={"arguments": orjson.dumps(decision.arguments).decode()})
+        if (decision := decisions.get(call.id)) is not None and decision.arguments is not None
         else call
         for call in last.tool_calls
     )

@@ -65,6 +65,9 @@ __all__ = ["Loop", "LoopFailed", "ResponseTooLarge"]
 
 _logger = logging.getLogger(__name__)
 
+#: The gate's answer for a call held for a person (not a refusal text the model reads).
+_HELD = "\x00held-for-approval"
+
 #: What an approval interrupt expects back (DESIGN §3).
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -157,7 +160,8 @@ class Loop:
         if state.unanswered_calls():
             # A resumed run: the suspended step's calls go first (the person decided them).
             await self._finish_suspended_batch()
-            await self._checkpoint("running")
+            suspended = state.stop_cause is StopCause.SUSPENDED
+            await self._checkpoint("suspended" if suspended else "running")
         while state.stop_cause is None:
             self.agui.check_cancelled()
             if state.step >= self.options.max_steps:
@@ -199,7 +203,8 @@ class Loop:
             results = await self._dispatch(calls, {}, recorded=recorded)
         finally:
             self._orphan_results = False
-        state.messages.append(UserMessage(tool_results=tuple(results)))
+        if results is not None:  # None: some calls are held for a person again
+            state.messages.append(UserMessage(tool_results=tuple(results)))
 
     def _release_unspent(self) -> None:
         """A step that made no model call (a guardrail refused first) gives its hold back."""
@@ -243,13 +248,14 @@ class Loop:
                 state.step, message, self.agent.registry
             )
             if reason is not None:
-                self._suspend(message, reason)
+                self._suspend(message.tool_calls, reason)
                 return
             # Durable mode: the calls are in the checkpoint before any of them runs, so a
             # crash leaves them recorded as pending, started or completed — never lost.
             await self._checkpoint("running")
             results = await self._dispatch(list(message.tool_calls), turn.handles, turn.malformed)
-            state.messages.append(UserMessage(tool_results=tuple(results)))
+            if results is not None:
+                state.messages.append(UserMessage(tool_results=tuple(results)))
             return
         if message.is_empty:
             # Law 1: an empty assistant turn is never kept; the nudge joins the user turn.
@@ -288,11 +294,13 @@ class Loop:
             return
         self.state.stop_cause = StopCause.COMPLETED
 
-    def _suspend(self, message: AssistantMessage, reason: str) -> None:
-        """Review pause: the step's calls wait for a person; the state is the checkpoint."""
+    def _suspend(self, calls: Sequence[ToolCall], reason: str) -> None:
+        """`calls` wait for a person (a review pause, or Asks held in a headless durable
+        run); the state is the checkpoint."""
         state = self.state
-        for call in message.tool_calls:
-            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
+        for call in calls:
+            if call.id not in state.calls:
+                state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
         state.interrupts = [
             {
                 "id": f"approve-{call.id}",
@@ -301,7 +309,7 @@ class Loop:
                 "message": f"Review: {reason}. Allow {call.name}({call.arguments})?",
                 "responseSchema": APPROVAL_SCHEMA,
             }
-            for call in message.tool_calls
+            for call in calls
         ]
         self.pause_reason = reason
         # The run's policy travels with the checkpoint, in the store or in the result.
@@ -491,18 +499,21 @@ class Loop:
         malformed: dict[str, str] | None = None,
         *,
         recorded: dict[str, tuple[str, bool]] | None = None,
-    ) -> list[ToolResult]:
+    ) -> list[ToolResult] | None:
         """Gate every call, run the allowed ones concurrently, return results in call order.
 
         If the run is cancelled meanwhile (while an approver decides, or while tools run),
         results already returned are kept and every other call gets a "cancelled" error
-        result, so the transcript stays legal.
+        result, so the transcript stays legal. Returns None when calls were held for a
+        person (a durable run with no approver): the run is then suspended, and the results
+        of the calls that ran are in the store's call records.
         """
         state = self.state
         turn = state.step
         first_entry = len(self.trace)
         for call in calls:
             state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=turn)
+        held: list[ToolCall] = []
         results: dict[str, ToolResult] = {}
         executed: dict[str, Execution] = {}
         budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
@@ -528,7 +539,9 @@ class Loop:
                     results[call.id] = self._finish_call(call, record, handles, text, is_error=True)
                     continue
                 tool, refusal = await self._gate(call, record)
-                if tool is None:
+                if refusal is _HELD:
+                    held.append(call)
+                elif tool is None:
                     results[call.id] = self._finish_call(
                         call, record, handles, refusal, is_error=True
                     )
@@ -541,6 +554,10 @@ class Loop:
                     for call, tool in allowed:
                         group.create_task(self._run_call(call, tool, executed))
             self._finish_executed(calls, executed, budget, handles, results)
+            if held:
+                # The allowed calls ran and are recorded; the held ones wait for a person.
+                self._suspend(held, "these calls need a person's approval")
+                return None
         except BaseException as exc:
             # Keep what ran (the stream is closing, so nothing more is emitted for it).
             self._finish_executed(calls, executed, budget, {}, results)
@@ -605,6 +622,8 @@ class Loop:
         if tool.read_only:
             return tool, ""
         approver = self.run_ctx.approver
+        if approver is None and self._checkpoints is not None:
+            return None, _HELD  # headless and durable: a person answers later (DESIGN §3)
         decision = (
             await approver.approve(call, tool)
             if approver is not None
