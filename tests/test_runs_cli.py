@@ -431,3 +431,16 @@ async def test_resume_rebuilds_agent_and_context_from_the_checkpoint(
         done = await resume(None, "r", decisions, store=bus)  # no agent, no context
         assert done.completed and done.text == "finished"
         assert sorted(lines(workspace)) == ["a", "b", "c"]
+
+
+def test_show_renders_the_run_from_its_event_log(
+    url: str, tmp_path: Path, agent_module: str
+) -> None:
+    suspended_run(url, tmp_path / "ws", f"{agent_module}:build", "r-shown")
+    shown = tiller("runs", "show", "r-shown", "--events", "--store", url)
+    assert shown.exit_code == 0, shown.output
+    assert "→ append(" in shown.output  # the call as it streamed
+    assert "events)" in shown.output
+    missing = tiller("runs", "show", "r-nothing", "--events", "--store", url)
+    assert missing.exit_code == 2
+    assert "no event log" in missing.output

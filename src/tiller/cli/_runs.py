@@ -207,12 +207,18 @@ def show_run(
     store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+    events: bool = typer.Option(
+        False, "--events", help="Render the run from its stored AG-UI event log instead."
+    ),
 ) -> None:
-    """Show a run: its status, its transcript in short, its pending and uncertain calls."""
+    """Show a run: its status, its transcript in short, its pending and uncertain calls;
+    with --events, the run as it streamed, from its event log."""
     from ..store._checkpoints import CheckpointStore
 
     async def work(bus: Bus) -> int:
         checkpoints = CheckpointStore(bus, bucket)
+        if events:
+            return await _show_events(bus, run_id)
         checkpoint = await checkpoints.load(run_id)
         state = checkpoint.state
         logs = await checkpoints.calls(run_id)
@@ -253,6 +259,25 @@ def show_run(
         return EXIT_OK
 
     _finish(lambda: _with_store(store, namespace, work))
+
+
+async def _show_events(bus: Bus, run_id: str) -> int:
+    """Render the stored event log with the terminal view `tiller run` uses."""
+    from rich.console import Console
+
+    from ..events import event_from_wire
+    from ..store._event_log import EventLog
+    from ._view import RunView
+
+    wire = await EventLog(bus).read(run_id)
+    if not wire:
+        typer.echo(f"tiller: no event log for run {run_id!r} (was it durable?)", err=True)
+        return EXIT_USAGE
+    view = RunView(Console(highlight=False))
+    for event in wire:
+        view.on_event(event_from_wire(event))
+    typer.echo(f"({len(wire)} events)")
+    return EXIT_OK
 
 
 def _uncertain(state: RunState, logs: dict[str, CallLog]) -> list[ToolCall]:
