@@ -332,3 +332,40 @@ async def test_headless_durable_asks_hold_the_call_after_the_allowed_ones_ran(
         assert lines(workspace) == ["held"]
         (batch,) = [m for m in done.state.messages if getattr(m, "tool_results", ())]
         assert [r.call_id for r in batch.tool_results] == [peek_call.id, append_call.id]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "nats"])
+def test_two_processes_resume_one_checkpoint_at_once(tmp_path: Path, backend: str) -> None:
+    (tmp_path / "agent_def.py").write_text(AGENT_MODULE)
+    script = tmp_path / "process.py"
+    script.write_text(textwrap.dedent(PROCESS))
+    url = f"sqlite:///{tmp_path / 'store.db'}" if backend == "sqlite" else NATS_URL
+    namespace = f"xr{uuid.uuid4().hex[:10]}" if backend == "nats" else ""
+    workspace = tmp_path / "ws"
+    base = [sys.executable, str(script), str(tmp_path)]
+    try:
+        started = subprocess.run(
+            [*base, "start", url, namespace, str(workspace)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        (call_id,) = json.loads(started.stdout.strip().splitlines()[-1])["calls"]
+        racers = [
+            subprocess.Popen(
+                [*base, "resume", url, namespace, str(workspace), call_id],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [racer.communicate(timeout=120) for racer in racers]
+        codes = sorted(racer.returncode for racer in racers)
+        assert codes[0] == 0 and codes[1] != 0, outputs
+        assert any("AlreadyResumed" in err for _, err in outputs), outputs
+        assert lines(workspace) == ["exactly once"]
+    finally:
+        if backend == "nats":
+            asyncio.run(_drop_namespace(namespace))

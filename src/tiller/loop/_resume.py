@@ -32,7 +32,7 @@ from ..events import Event
 from ..policy import Approver, Decision
 from ..state import RunState
 from ..store import Bus
-from ..store._checkpoints import DEFAULT_BUCKET, Checkpoint, CheckpointStore
+from ..store._checkpoints import DEFAULT_BUCKET, AlreadyResumed, Checkpoint, CheckpointStore
 from ._agent import Agent
 from ._agent_ref import load_agent, options_from, run_context_from
 from ._context import RunContext
@@ -153,6 +153,12 @@ async def resume(
         options = options_from(state)
     if loaded is not None:
         options = options.with_checkpoint_bucket(options.checkpoint_bucket or bucket)
+    if loaded is not None and decisions is not None and loaded.status != "suspended":
+        # Someone else resumed it already (it may even have finished): say so, before
+        # judging decisions against a state that has moved on.
+        raise AlreadyResumed(
+            f"run {state.run_id!r} is {loaded.status}, not suspended: another process resumed it"
+        )
     pending = state.unanswered_calls()
     if checkpoints is not None:
         # Calls of the batch that already ran (the allowed ones of a step whose other calls
