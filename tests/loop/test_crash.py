@@ -190,9 +190,16 @@ def test_a_killed_run_resumes_only_what_did_not_complete(tmp_path: Path, backend
         assert process.returncode == -signal.SIGKILL
         assert asyncio.run(_status(url, namespace)) == "running"
 
-        # The resume refuses while calls are uncertain, naming them (exit 3).
         (workspace / "release").touch()  # from now on the slow tools finish at once
-        refused = tiller(tmp_path, "runs", "resume", RUN_ID, "--yes", *store_args)
+        # The dead process's lease has not lapsed yet: recovery refuses, since for all it
+        # knows that process still runs; --force says the person knows it is dead.
+        held = tiller(tmp_path, "runs", "resume", RUN_ID, "--yes", *store_args)
+        assert held.returncode == 1, held.stdout + held.stderr
+        assert "still held" in held.stderr and "--force" in held.stderr
+        assert logged(workspace) == {"quick": 1, "slow_a": 1, "slow_b": 1}  # nothing ran
+
+        # Forced, it still refuses while calls are uncertain, naming them (exit 3).
+        refused = tiller(tmp_path, "runs", "resume", RUN_ID, "--yes", "--force", *store_args)
         assert refused.returncode == 3, refused.stderr
         assert ids["slow_a"] in refused.stderr and ids["slow_b"] in refused.stderr
         assert ids["quick"] not in refused.stderr
@@ -221,7 +228,15 @@ def test_a_killed_run_resumes_only_what_did_not_complete(tmp_path: Path, backend
 
         # The agent is named by the checkpoint; --agent says it again, as a person would.
         resumed = tiller(
-            tmp_path, "runs", "resume", RUN_ID, "--agent", "crash_agent:build", "--yes", *store_args
+            tmp_path,
+            "runs",
+            "resume",
+            RUN_ID,
+            "--agent",
+            "crash_agent:build",
+            "--yes",
+            "--force",
+            *store_args,
         )
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert "all three handled" in resumed.stdout

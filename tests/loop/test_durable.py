@@ -369,3 +369,48 @@ def test_two_processes_resume_one_checkpoint_at_once(tmp_path: Path, backend: st
     finally:
         if backend == "nats":
             asyncio.run(_drop_namespace(namespace))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_live_run_holds_its_lease_so_recovery_waits_or_is_forced(tmp_path: Path) -> None:
+    """law 5: recovering a run whose process is still alive would run its calls twice."""
+    from tiller.store._checkpoints import RunStillRunning
+
+    clock = _Clock()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow(ctx: ExecContext) -> str:
+        """Take a while."""
+        entered.set()
+        await release.wait()
+        return "slow done"
+
+    async with await open_bus("memory://", clock=clock) as bus:
+        ctx = RunContext.sandboxed(tmp_path, AllowAll()).with_store(bus)
+        options = RunOptions(checkpoint_bucket="cp", lease_ttl=30)
+        turn = {"tool_calls": [{"name": "slow", "arguments": {}}]}
+        running = asyncio.create_task(
+            Agent(ScriptedModel([turn, "done"]), [slow]).run_in(ctx, "go", options, run_id="live")
+        )
+        async with asyncio.timeout(10):
+            await entered.wait()
+        store = CheckpointStore(bus, "cp")
+        holder = await store.holder("live")
+        assert holder is not None and holder[1] == 30
+        recover = Agent(ScriptedModel(["done"]), [slow])
+        with pytest.raises(RunStillRunning, match="--force"):
+            await resume(recover, "live", run_ctx=ctx, bucket="cp")
+        clock.now += 31  # the lease lapsed: as if the process had died 31 s ago
+        assert await store.holder("live") is None
+        release.set()
+        result = await running  # it was alive after all: it finishes and lets go
+        assert result.completed
+        assert await store.holder("live") is None

@@ -76,11 +76,11 @@ _AGENT_HELP = (
 def _finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
     """Run `work` and exit with its code; errors a person can fix become a message on
     stderr and exit code 2, never a traceback."""
-    from ..store._checkpoints import AlreadyResumed
+    from ..store._checkpoints import AlreadyResumed, RunStillRunning
 
     try:
         code = asyncio.run(work())
-    except AlreadyResumed as exc:
+    except (AlreadyResumed, RunStillRunning) as exc:
         typer.echo(f"tiller: {exc}", err=True)
         code = EXIT_NOT_COMPLETED
     except TillerError as exc:
@@ -404,6 +404,9 @@ def resume_run(
     store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+    force: bool = typer.Option(
+        False, "--force", help="Break a live lease: you know the run's process is dead."
+    ),
 ) -> None:
     """Continue a run whose process died (or one suspended for review).
 
@@ -457,6 +460,7 @@ def resume_run(
                 approver=approver,
                 workspace=root,
                 on_event=view.on_event,
+                force=force,
             )
         except ResumeReplayBlocked as exc:
             typer.echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)

@@ -49,6 +49,9 @@ class RunOptions:
     #: only inside a suspended result). The CLI and the server use `tiller-run-checkpoints`.
     checkpoint_bucket: str | None = None
     review_policy: ReviewPolicy = field(default_factory=NeverReview)
+    #: Durable mode: how long the run's lease lasts between renewals (seconds). A crashed
+    #: process's run can be recovered without `--force` once this has passed.
+    lease_ttl: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:

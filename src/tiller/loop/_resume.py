@@ -32,7 +32,13 @@ from ..events import Event
 from ..policy import Approver, Decision
 from ..state import RunState
 from ..store import Bus
-from ..store._checkpoints import DEFAULT_BUCKET, AlreadyResumed, Checkpoint, CheckpointStore
+from ..store._checkpoints import (
+    DEFAULT_BUCKET,
+    AlreadyResumed,
+    Checkpoint,
+    CheckpointStore,
+    RunStillRunning,
+)
 from ._agent import Agent
 from ._agent_ref import load_agent, options_from, run_context_from
 from ._context import RunContext
@@ -102,6 +108,7 @@ async def resume(
     options: RunOptions | None = None,
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
+    force: bool = False,
 ) -> RunResult:
     """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
     load from the store (`run_ctx.store` or `store`, bucket `bucket`). `decisions` answers
@@ -109,7 +116,9 @@ async def resume(
 
     With `decisions=None` this *recovers* a run whose process died: a `running` checkpoint
     is claimed too, and its pending calls go through the run's own gate (calls recorded as
-    completed are not run again; uncertain ones block).
+    completed are not run again; uncertain ones block). While the run's lease is live (its
+    process renews it as it runs) recovery raises `RunStillRunning`, since that process
+    may not be dead; `force=True` breaks the lease, for when you know it is.
 
     `agent` may be an `Agent`, a `"module:attr"` reference to one, or None to load the one
     the checkpoint names (`RunState.agent_ref`). With `run_ctx=None` the context is rebuilt
@@ -179,6 +188,14 @@ async def resume(
             raise UsageError(
                 f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
             )
+    if loaded is not None and checkpoints is not None and decisions is None:
+        # A live process renews the run's lease; its started calls are running, not
+        # uncertain. Only a lapsed lease (or force) means the process is gone.
+        held = await checkpoints.holder(state.run_id)
+        if held is not None and not force:
+            raise RunStillRunning(state.run_id, *held)
+        if held is not None:
+            await checkpoints.break_hold(state.run_id)
     if checkpoints is not None:
         await _check_uncertain(checkpoints, state)
     if loaded is not None and checkpoints is not None:

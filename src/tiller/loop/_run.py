@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -48,6 +51,7 @@ from ..model import (
 from ..model._codec import stream_event_to_json
 from ..policy import Decision
 from ..state import CallRecord, RunState, StopCause
+from ..store._bus import Lease, StoreError
 from ..store._checkpoints import CheckpointStore
 from ..tools import ExecContext, Execution, OutputBudget
 from ._agent_ref import record_policy
@@ -132,6 +136,7 @@ class Loop:
         self._held: int | None = None
         self.final_output: Any = None
         self.pause_reason: str | None = None
+        self._lease: Lease | None = None
         self._orphan_results = False
         self._checkpoints = (
             CheckpointStore(run_ctx.store, options.checkpoint_bucket)
@@ -150,10 +155,19 @@ class Loop:
         """Run until a stop cause is set on the state. Cancellation propagates (the edge
         turns it into a cancelled result) after the partial turn was kept."""
         try:
+            if self._checkpoints is not None:
+                # "A process is running this now": a recovery elsewhere checks it first.
+                self._lease = await self._checkpoints.hold(
+                    self.state.run_id, _lease_owner(), self.options.lease_ttl
+                )
             await self._run()
         finally:
             if self._capture is not None:
                 _quietly(self._capture.close)
+            if self._lease is not None and self._checkpoints is not None:
+                lease, self._lease = self._lease, None
+                with contextlib.suppress(StoreError):
+                    await self._checkpoints.release_hold(lease)
 
     async def _run(self) -> None:
         state = self.state
@@ -186,6 +200,10 @@ class Loop:
         if self._checkpoints is not None:
             record_policy(self.state, self.run_ctx, self.options)
             await self._checkpoints.save(self.state, status)
+            lease = self._lease
+            ttl = self.options.lease_ttl
+            if lease is not None and lease.expires_at - self._checkpoints.bus.clock() < ttl / 2:
+                self._lease = await self._checkpoints.renew_hold(lease, ttl)
 
     async def _finish_suspended_batch(self) -> None:
         state = self.state
@@ -699,6 +717,11 @@ class Loop:
             )
         )
         return result
+
+
+def _lease_owner() -> str:
+    """Who holds a run's lease: enough for a person to find the process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _open_capture(options: RunOptions, run_id: str) -> CaptureSink | None:

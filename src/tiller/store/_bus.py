@@ -334,6 +334,8 @@ class Bus(Protocol):
     """The store: KV buckets, pub/sub subjects and job queues. An async context manager."""
 
     url: str
+    #: The clock leases are written with; compare expiries against it.
+    clock: Clock
 
     async def kv(self, bucket: str) -> KeyValue:
         """The bucket (created on first use)."""

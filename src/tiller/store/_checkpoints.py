@@ -21,9 +21,9 @@ from typing import Any, Literal
 import orjson
 
 from ..state import RunState
-from ._bus import Bus, KeyValue, NotFound, RevisionConflict, StoreError
+from ._bus import Bus, KeyValue, Lease, NotFound, RevisionConflict, StoreError
 
-__all__ = ["AlreadyResumed", "CallLog", "Checkpoint", "CheckpointStore"]
+__all__ = ["AlreadyResumed", "CallLog", "Checkpoint", "CheckpointStore", "RunStillRunning"]
 
 SCHEMA_VERSION = 1
 DEFAULT_BUCKET = "tiller-run-checkpoints"
@@ -33,6 +33,20 @@ Status = Literal["running", "suspended", "resumed", "finished"]
 
 class AlreadyResumed(StoreError):
     """Another process claimed this checkpoint first; this one must not run it."""
+
+
+class RunStillRunning(StoreError):
+    """A live process holds the run's lease: recovering it now could run a side effect
+    twice. Wait for the lease to lapse, or force it if you know that process is dead."""
+
+    def __init__(self, run_id: str, owner: str, seconds_left: float) -> None:
+        super().__init__(
+            f"run {run_id!r} is still held by {owner} for {seconds_left:.0f} more seconds; "
+            "if that process is dead, force the recovery (tiller runs resume --force)"
+        )
+        self.run_id = run_id
+        self.owner = owner
+        self.seconds_left = seconds_left
 
 
 @dataclass(slots=True, frozen=True)
@@ -133,6 +147,43 @@ class CheckpointStore:
             raise AlreadyResumed(
                 f"run {checkpoint.state.run_id!r} was already resumed by another process"
             ) from exc
+
+    # ── the run's lease: "a process is running this now" ─────────────────────────────
+
+    async def hold(self, run_id: str, owner: str, ttl: float) -> Lease:
+        """Take the run's lease for `ttl` seconds (`RunStillRunning` if someone else holds
+        it). A durable run holds it while it runs and renews it at its checkpoints, so a
+        recovery can tell a dead process from a live one."""
+        kv = await self._bucket()
+        lease = await kv.acquire(f"{run_id}/lease", owner, ttl)
+        if lease is None:
+            held = await self.holder(run_id)
+            who, left = held if held is not None else ("another process", ttl)
+            raise RunStillRunning(run_id, who, left)
+        return lease
+
+    async def renew_hold(self, lease: Lease, ttl: float) -> Lease:
+        kv = await self._bucket()
+        return await kv.renew(lease, ttl)
+
+    async def release_hold(self, lease: Lease) -> None:
+        kv = await self._bucket()
+        await kv.release(lease)
+
+    async def holder(self, run_id: str) -> tuple[str, float] | None:
+        """Who holds the run's lease and for how many more seconds, if anyone does."""
+        kv = await self._bucket()
+        entry = await kv.get(f"{run_id}/lease")
+        if entry is None:
+            return None
+        record = orjson.loads(entry.value)
+        left = float(record["expires_at"]) - self.bus.clock()
+        return (str(record["owner"]), left) if left > 0 else None
+
+    async def break_hold(self, run_id: str) -> None:
+        """Drop the run's lease whoever holds it (the caller knows that process is dead)."""
+        kv = await self._bucket()
+        await kv.delete(f"{run_id}/lease")
 
     async def call_started(self, run_id: str, call_id: str) -> None:
         kv = await self._bucket()

@@ -210,6 +210,7 @@ class MemoryBus:
     ) -> None:
         self.url = url
         self._clock = clock
+        self.clock = clock  # public: callers compare lease expiries on the same clock
         self._prefix = f"{check_namespace(namespace)}:" if namespace else ""
         self._revision = 0
         self._buckets: dict[str, dict[str, Entry]] = {}

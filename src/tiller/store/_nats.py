@@ -614,6 +614,7 @@ class NatsBus:
         self._nc = nc
         self._js = js
         self._clock = clock
+        self.clock = clock  # public: callers compare lease expiries on the same clock
         self._namespace = namespace
         self._state = _State.OPENED
         self._request_timeout = request_timeout

@@ -332,6 +332,7 @@ class SqliteBus:
         self.busy_timeout = busy_timeout
         self.retention = retention
         self._clock = clock
+        self.clock = clock  # public: callers compare lease expiries on the same clock
         self._prefix = f"{check_namespace(namespace)}:" if namespace else ""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiller-sqlite")
         self._conn: sqlite3.Connection | None = None
