@@ -10,11 +10,20 @@ and write in `close`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["CaptureSink", "CaptureSinkFactory", "ModelCallRecord", "ToolResultRecord"]
+__all__ = [
+    "CaptureSink",
+    "CaptureSinkFactory",
+    "ModelCallRecord",
+    "ToolResultRecord",
+    "call_quietly",
+]
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True, frozen=True)
@@ -65,3 +74,11 @@ class CaptureSink(Protocol):
 
 #: `(run_id) -> sink`, called once per run.
 CaptureSinkFactory = Callable[[str], CaptureSink]
+
+
+def call_quietly(fn: Callable[[], object]) -> None:
+    """Capture never breaks a run: a sink that raises is logged and ignored."""
+    try:
+        fn()
+    except Exception:
+        _logger.exception("the capture sink failed; the run goes on")

@@ -1,6 +1,6 @@
 """The loop: ask the model, run the tools it asks for, feed back the results.
 
-One `_Loop` drives one run. Its whole memory is the `RunState` (the conversation, the step,
+One `Loop` drives one run. Its whole memory is the `RunState` (the conversation, the step,
 usage, every call's status): at each step boundary the state is complete, so the run can be
 checkpointed and continued from a copy with an identical result. Everything it does is
 emitted through the run's `AgUiContext`, so the terminal, the server, the tests and the
@@ -11,18 +11,17 @@ answer) → steering → the request (system, history window, tools visible in t
 `max_tokens` capped by the budget) → pre-model guardrails → the model stream (text and
 reasoning live; a tool call emitted once its arguments are complete JSON; bytes capped) →
 post-model guardrails → no tool calls: done (or steer / nudge / validate) → gate each
-call, run the allowed ones concurrently, cap their output, append the results in order.
+call, run the allowed ones concurrently, cap their output, append the results in order
+(that last part is `_dispatch.ToolDispatch`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,12 +30,11 @@ from pydantic import BaseModel, ValidationError
 from ..conversation import (
     AssistantMessage,
     ToolCall,
-    ToolResult,
     TranscriptChecker,
     Usage,
     UserMessage,
 )
-from ..errors import Cancelled, TillerError
+from ..errors import TillerError
 from ..events import AgUiContext, CustomEvent, MessageHandle, ReasoningHandle, ToolCallHandle
 from ..model import (
     ModelError,
@@ -49,13 +47,12 @@ from ..model import (
     stream_with_retry,
 )
 from ..model._codec import stream_event_to_json
-from ..policy import Decision
-from ..state import CallRecord, RunState, StopCause
+from ..state import RunState, StopCause
 from ..store._bus import Lease, StoreError
 from ..store._checkpoints import CheckpointStore
-from ..tools import ExecContext, Execution, OutputBudget
 from ._agent_ref import record_policy
-from ._capture import CaptureSink, ModelCallRecord, ToolResultRecord
+from ._capture import CaptureSink, ModelCallRecord, call_quietly
+from ._dispatch import ToolDispatch
 from ._guardrails import run_post, run_pre
 from ._result import ToolTraceEntry
 from ._window import history_window
@@ -68,20 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["Loop", "LoopFailed", "ResponseTooLarge"]
 
 _logger = logging.getLogger(__name__)
-
-#: The gate's answer for a call held for a person (not a refusal text the model reads).
-_HELD = "\x00held-for-approval"
-
-#: What an approval interrupt expects back (DESIGN §3).
-APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {"enum": ["approve", "approve_always", "deny"]},
-        "reason": {"type": "string"},
-        "arguments": {"type": "object"},
-    },
-    "required": ["decision"],
-}
 
 EMPTY_TURN_NUDGE = "Your last reply was empty. Continue with the task, or give your final answer."
 FINAL_ANSWER_NUDGE = (
@@ -114,7 +97,7 @@ class _TurnOutcome:
     malformed: dict[str, str] = field(default_factory=dict)
 
 
-class Loop:
+class Loop(ToolDispatch):
     """Drives one run of `agent` under `run_ctx` and `options`, emitting through `agui`."""
 
     def __init__(
@@ -163,7 +146,7 @@ class Loop:
             await self._run()
         finally:
             if self._capture is not None:
-                _quietly(self._capture.close)
+                call_quietly(self._capture.close)
             if self._lease is not None and self._checkpoints is not None:
                 lease, self._lease = self._lease, None
                 with contextlib.suppress(StoreError):
@@ -312,28 +295,6 @@ class Loop:
             return
         self.state.stop_cause = StopCause.COMPLETED
 
-    def _suspend(self, calls: Sequence[ToolCall], reason: str) -> None:
-        """`calls` wait for a person (a review pause, or Asks held in a headless durable
-        run); the state is the checkpoint."""
-        state = self.state
-        for call in calls:
-            if call.id not in state.calls:
-                state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
-        state.interrupts = [
-            {
-                "id": f"approve-{call.id}",
-                "reason": "tool_call",
-                "toolCallId": call.id,
-                "message": f"Review: {reason}. Allow {call.name}({call.arguments})?",
-                "responseSchema": APPROVAL_SCHEMA,
-            }
-            for call in calls
-        ]
-        self.pause_reason = reason
-        # The run's policy travels with the checkpoint, in the store or in the result.
-        record_policy(state, self.run_ctx, self.options)
-        state.stop_cause = StopCause.SUSPENDED
-
     def _stop_by_guardrail(self, kind: str, reason: str, agent: str | None) -> None:
         if kind == "handoff":
             self.state.stop_cause = StopCause.HANDOFF
@@ -475,7 +436,7 @@ class Loop:
             stream=[stream_event_to_json(e) for e in turn.events or ()],
         )
         sink = self._capture
-        _quietly(lambda: sink.model_call(record))
+        call_quietly(lambda: sink.model_call(record))
 
     def _announce_call(self, call: ToolCall, message_id: str) -> ToolCallHandle:
         handle = self.agui.tool_call_with_id(call.id, call.name, parent_message_id=message_id)
@@ -508,216 +469,6 @@ class Loop:
             state.stop_cause = StopCause.ERROR
             state.error = str(exc)
 
-    # ── tools ────────────────────────────────────────────────────────────────────
-
-    async def _dispatch(
-        self,
-        calls: Sequence[ToolCall],
-        handles: dict[str, ToolCallHandle],
-        malformed: dict[str, str] | None = None,
-        *,
-        recorded: dict[str, tuple[str, bool]] | None = None,
-    ) -> list[ToolResult] | None:
-        """Gate every call, run the allowed ones concurrently, return results in call order.
-
-        If the run is cancelled meanwhile (while an approver decides, or while tools run),
-        results already returned are kept and every other call gets a "cancelled" error
-        result, so the transcript stays legal. Returns None when calls were held for a
-        person (a durable run with no approver): the run is then suspended, and the results
-        of the calls that ran are in the store's call records.
-        """
-        state = self.state
-        turn = state.step
-        first_entry = len(self.trace)
-        for call in calls:
-            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=turn)
-        held: list[ToolCall] = []
-        results: dict[str, ToolResult] = {}
-        executed: dict[str, Execution] = {}
-        budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
-        try:
-            allowed: list[tuple[ToolCall, Any]] = []
-            for call in calls:
-                record = state.calls[call.id]
-                if recorded and call.id in recorded:
-                    # Completed before a crash or suspension: never run twice (law 5).
-                    content, is_error = recorded[call.id]
-                    results[call.id] = self._finish_call(
-                        call, record, handles, content, is_error=is_error
-                    )
-                    continue
-                if malformed and call.id in malformed:
-                    record.malformed_arguments = True
-                    raw = malformed[call.id]
-                    shown = raw if len(raw) <= 300 else raw[:300] + "…"
-                    text = (
-                        f"The arguments you wrote for {call.name} are not valid JSON, so the "
-                        f"call did not run: {shown!r}. Call it again with a JSON object."
-                    )
-                    results[call.id] = self._finish_call(call, record, handles, text, is_error=True)
-                    continue
-                tool, refusal = await self._gate(call, record)
-                if refusal is _HELD:
-                    held.append(call)
-                elif tool is None:
-                    results[call.id] = self._finish_call(
-                        call, record, handles, refusal, is_error=True
-                    )
-                else:
-                    allowed.append((call, tool))
-            if len(allowed) == 1:  # the common case: no task group, no extra loop pass
-                await self._run_call(*allowed[0], executed)
-            elif allowed:
-                async with asyncio.TaskGroup() as group:
-                    for call, tool in allowed:
-                        group.create_task(self._run_call(call, tool, executed))
-            self._finish_executed(calls, executed, budget, handles, results)
-            if held:
-                # The allowed calls ran and are recorded; the held ones wait for a person.
-                self._suspend(held, "these calls need a person's approval")
-                return None
-        except BaseException as exc:
-            # Keep what ran (the stream is closing, so nothing more is emitted for it).
-            self._finish_executed(calls, executed, budget, {}, results)
-            for call in calls:
-                if call.id not in results:
-                    results[call.id] = self._finish_call(
-                        call,
-                        state.calls[call.id],
-                        {},
-                        "The run was cancelled before this call finished.",
-                        is_error=True,
-                    )
-            self._append_results(calls, results)
-            if isinstance(exc, BaseExceptionGroup) and self.agui.is_cancelled:
-                # The task group wraps the calls' `Cancelled` in a group, which the run's
-                # edge would report as a crash: the run was cancelled, so say that.
-                self.agui.check_cancelled()
-            raise
-        finally:
-            # The trace lists a turn's calls in call order, however they finished.
-            order = {call.id: index for index, call in enumerate(calls)}
-            self.trace[first_entry:] = sorted(
-                self.trace[first_entry:], key=lambda entry: order[entry.call_id]
-            )
-        return [results[call.id] for call in calls]
-
-    def _finish_executed(
-        self,
-        calls: Sequence[ToolCall],
-        executed: dict[str, Execution],
-        budget: OutputBudget,
-        handles: dict[str, ToolCallHandle],
-        results: dict[str, ToolResult],
-    ) -> None:
-        """Cap the outputs of the calls that ran in call order, so the transcript does not
-        depend on which call finished first, and record their results."""
-        for call in calls:
-            execution = executed.get(call.id)
-            if execution is None or call.id in results:
-                continue
-            result = budget.cap_result(execution.result, self.run_ctx.tools)
-            results[call.id] = self._finish_call(
-                call, self.state.calls[call.id], handles, result.content, is_error=result.is_error
-            )
-
-    def _append_results(self, calls: Sequence[ToolCall], results: dict[str, ToolResult]) -> None:
-        """On an interrupted dispatch, put the (partial) results into the transcript now,
-        because the normal path that appends them will not run."""
-        self.state.messages.append(
-            UserMessage(tool_results=tuple(results[call.id] for call in calls))
-        )
-
-    async def _gate(self, call: ToolCall, record: CallRecord) -> tuple[Any, str]:
-        """Phase, withheld, unknown, then the approver for calls that are not read-only.
-        Returns the tool to run, or None and the refusal the model will read (law 4: the
-        prefix names who refused)."""
-        lookup = self.agent.registry.lookup(call.name, self.run_ctx.phase, self.run_ctx.withheld)
-        if lookup.tool is None:
-            record.refused_by = lookup.refusal
-            return None, _refusal_text(call.name, lookup.refusal, self.agent.registry)
-        tool = lookup.tool
-        if tool.read_only:
-            return tool, ""
-        approver = self.run_ctx.approver
-        if approver is None and self._checkpoints is not None:
-            return None, _HELD  # headless and durable: a person answers later (DESIGN §3)
-        decision = (
-            await approver.approve(call, tool)
-            if approver is not None
-            else Decision.blocked("this action needs approval and no approver is attached")
-        )
-        if decision.allowed:
-            return tool, ""
-        record.refused_by = "user" if decision.kind == "deny" else "policy"
-        prefix = "Denied by the user" if decision.kind == "deny" else "Blocked by policy"
-        remedy = f" {tool.denial_remedy}" if getattr(tool, "denial_remedy", None) else ""
-        return None, f"{prefix}: {decision.reason}.{remedy}"
-
-    async def _run_call(self, call: ToolCall, tool: Any, executed: dict[str, Execution]) -> None:
-        record = self.state.calls[call.id]
-        record.status = "started"
-        ctx = ExecContext(
-            token=self.agui.cancel_token,
-            call_id=call.id,
-            turn=record.turn,
-            workdir=self.run_ctx.tools.root,
-            tools=self.run_ctx.tools,
-            emit=self.agui.emit,
-            state_access=self.agui,
-        )
-        if self._checkpoints is not None:
-            await self._checkpoints.call_started(self.state.run_id, call.id)
-        execution = await self.agent.registry.execute(call, ctx)
-        record.malformed_arguments = execution.malformed_arguments
-        executed[call.id] = execution
-        if self._checkpoints is not None:
-            result = execution.result
-            await self._checkpoints.call_completed(
-                self.state.run_id, call.id, result.content, is_error=result.is_error
-            )
-
-    def _finish_call(
-        self,
-        call: ToolCall,
-        record: CallRecord,
-        handles: dict[str, ToolCallHandle],
-        content: str,
-        *,
-        is_error: bool,
-    ) -> ToolResult:
-        record.status = "failed" if is_error else "completed"
-        record.is_error = is_error
-        result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
-        sink = self._capture
-        if sink is not None:
-            captured = ToolResultRecord(
-                self.state.run_id, self.state.step, call.id, call.name, content, is_error
-            )
-            _quietly(lambda: sink.tool_result(captured))
-        handle = handles.get(call.id)
-        if handle is not None:
-            # After a cancel the result cannot be shown, but it is kept (law 8): the loop
-            # stops at its next check.
-            with contextlib.suppress(Cancelled):
-                handle.result(content)
-        elif self._orphan_results:
-            with contextlib.suppress(Cancelled):
-                self.agui.tool_result(call.id, content)
-        self.trace.append(
-            ToolTraceEntry(
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                turn=record.turn,
-                is_error=is_error,
-                refused_by=record.refused_by,
-                unknown=record.refused_by == "unknown",
-                malformed_arguments=record.malformed_arguments,
-            )
-        )
-        return result
-
 
 def _lease_owner() -> str:
     """Who holds a run's lease: enough for a person to find the process."""
@@ -732,25 +483,6 @@ def _open_capture(options: RunOptions, run_id: str) -> CaptureSink | None:
     except Exception:
         _logger.exception("the capture sink factory failed; run %s is not captured", run_id)
         return None
-
-
-def _quietly(fn: Callable[[], object]) -> None:
-    """Capture never breaks a run: a sink that raises is logged and ignored."""
-    try:
-        fn()
-    except Exception:
-        _logger.exception("the capture sink failed; the run goes on")
-
-
-def _refusal_text(name: str, refusal: str | None, registry: Any) -> str:
-    if refusal == "phase":
-        return (
-            f"Refused by the plan phase: {name} changes things and is not available while planning."
-        )
-    if refusal == "withheld":
-        return f"Refused: the tool {name} is withheld from this run."
-    known = ", ".join(sorted(registry.names())) or "none"
-    return f"Unknown tool {name!r}. The tools you can call are: {known}."
 
 
 def _validate_output(output_type: type[BaseModel], text: str) -> BaseModel:
