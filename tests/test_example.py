@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tiller.events import MessageLog, run_agent
-from tiller.examples.agui_tour import WeatherTour, approval_interrupt_id
+from tiller.events import MessageLog, approval_interrupt_id, run_agent
+from tiller.examples.agui_tour import WeatherTour
 from tiller.testing import assert_valid_stream
 
 USER = {"id": "u1", "role": "user", "content": "weather in Lisbon please"}

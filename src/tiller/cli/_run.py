@@ -26,7 +26,7 @@ from ..conversation import ToolCall
 from ..events import Event
 from ..loop import Agent, Budget, RunContext, SteeringQueue
 from ..model import resolve_model
-from ..policy import AllowAll, Approver, Callback, Decision
+from ..policy import AllowAll, Approver, Decision, NoOneToAsk
 from ..tools import ToolCtx, coding_tools
 from ._view import RunView, budget_line
 
@@ -136,12 +136,7 @@ async def run_task(
     elif interactive:
         approver = TerminalApprover(console, lines)
     else:
-        approver = Callback(
-            lambda call, tool: Decision.blocked(
-                "this action needs approval and no one is at a terminal to ask; "
-                "rerun with --yes to allow it"
-            )
-        )
+        approver = NoOneToAsk("rerun with --yes to allow it")
     cancel = CancellationToken()
     budget = Budget(max_turns=max_turns, max_cost_usd=max_cost)
     run_ctx = RunContext(

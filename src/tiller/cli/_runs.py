@@ -382,17 +382,6 @@ def _resume_view(console: Console) -> RunView:
     return ResumeView(console)
 
 
-def _blocked_approver() -> Approver:
-    from ..policy import Callback, Decision
-
-    return Callback(
-        lambda call, tool: Decision.blocked(
-            "this action needs approval and no one is at a terminal to ask; "
-            "resume with --yes to allow it"
-        )
-    )
-
-
 @runs_app.command("resume")
 def resume_run(
     run_id: str = typer.Argument(..., help="The run id."),
@@ -417,7 +406,7 @@ def resume_run(
     from rich.console import Console
 
     from ..loop import ResumeReplayBlocked, resume
-    from ..policy import AllowAll
+    from ..policy import AllowAll, NoOneToAsk
     from ..store._checkpoints import CheckpointStore
 
     if agent is not None:
@@ -447,7 +436,7 @@ def resume_run(
             lines = LineRouter(asyncio.get_running_loop(), SteeringQueue())
             approver = TerminalApprover(console, lines)
         else:
-            approver = _blocked_approver()
+            approver = NoOneToAsk("resume with --yes to allow it")
         view = _resume_view(console)
         if lines is not None:
             lines.start()
@@ -586,7 +575,7 @@ def replay_command(
 
     from ..capture import load_capture
     from ..loop import RunContext, RunOptions
-    from ..policy import AllowAll
+    from ..policy import AllowAll, NoOneToAsk
     from ..store import NotFound
     from ..store._checkpoints import CheckpointStore
     from ._view import RunView
@@ -620,7 +609,11 @@ def replay_command(
             root = live_root
         else:
             scratch = root = Path(tempfile.mkdtemp(prefix="tiller-replay-"))
-        approver = AllowAll() if tools == "recorded" or yes else _blocked_approver()
+        approver = (
+            AllowAll()
+            if tools == "recorded" or yes
+            else NoOneToAsk("resume with --yes to allow it")
+        )
         console = Console(highlight=False)
         view = RunView(console)
         try:

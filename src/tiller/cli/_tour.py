@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.console import Console
 
-from ..events import Event, MessageLog, RunOutcome, encode_sse, run_agent
-from ..examples.agui_tour import WeatherTour, approval_interrupt_id
+from ..events import Event, MessageLog, RunOutcome, approval_interrupt_id, encode_sse, run_agent
+from ..examples.agui_tour import WeatherTour
 from ._render import describe
 
 __all__ = ["run_tour"]

@@ -33,7 +33,6 @@ class RunView:
         self._waiting: Status | None = None
         self._calls: dict[str, tuple[str, list[str]]] = {}
         self._in_text = False
-        self._in_reasoning = False
 
     def on_event(self, event: Event) -> None:
         wire = event.to_wire()
@@ -69,14 +68,12 @@ class RunView:
         self._in_text = False
 
     def _on_reasoning_message_start(self, wire: dict[str, Any]) -> None:
-        self._in_reasoning = True
         self.console.print(Text("thinking ", style="dim italic"), end="")
 
     def _on_reasoning_message_content(self, wire: dict[str, Any]) -> None:
         self.console.print(Text(wire["delta"], style="dim"), end="")
 
     def _on_reasoning_message_end(self, wire: dict[str, Any]) -> None:
-        self._in_reasoning = False
         self.console.print()
 
     # ── tools ────────────────────────────────────────────────────────────────────

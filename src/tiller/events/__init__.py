@@ -9,7 +9,13 @@ from ._driver import PROTOCOL_VERSION, AgUiAgent, RunStream, StreamConsumed, run
 from ._encode import SSE_CONTENT_TYPE, encode_json, encode_sse, keep_alive_frame
 from ._handles import MessageHandle, ReasoningHandle, StepHandle, SubagentHandle, ToolCallHandle
 from ._messages import MessageLog
-from ._outcome import Interrupt, ResumeEntry, RunOutcome
+from ._outcome import (
+    APPROVAL_SCHEMA,
+    Interrupt,
+    ResumeEntry,
+    RunOutcome,
+    approval_interrupt_id,
+)
 from ._sink import CLOSING_TYPES, EventSink, Subscription, Transformer
 from ._state import StateManager
 from ._transformers import FilterToolCalls, SubagentVisibility, ToolResultToState
@@ -52,6 +58,7 @@ from ._types import (
 from ._verifier import Verifier
 
 __all__ = [
+    "APPROVAL_SCHEMA",
     "CLOSING_TYPES",
     "EVENT_TYPES",
     "PROTOCOL_VERSION",
@@ -109,6 +116,7 @@ __all__ = [
     "ToolResultToState",
     "Transformer",
     "Verifier",
+    "approval_interrupt_id",
     "decode_state",
     "encode_json",
     "encode_sse",

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import enum
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
@@ -332,8 +332,3 @@ async def _call(agent: AgentLike, ctx: AgUiContext[Any]) -> RunOutcome | None:
     if not callable(target):
         raise UsageError("an agent is an object with `async run(ctx)` or an async function")
     return await target(ctx)
-
-
-async def drain(stream: AsyncIterator[Event]) -> list[Event]:
-    """All events of a stream, in order."""
-    return [event async for event in stream]

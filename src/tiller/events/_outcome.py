@@ -12,7 +12,25 @@ from typing import Any, Literal
 
 from ..errors import UsageError
 
-__all__ = ["Interrupt", "ResumeEntry", "RunOutcome"]
+__all__ = ["APPROVAL_SCHEMA", "Interrupt", "ResumeEntry", "RunOutcome", "approval_interrupt_id"]
+
+#: What an approval interrupt (reason `tool_call`) expects back (DESIGN §3): a decision,
+#: an optional reason, and optionally edited arguments.
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"enum": ["approve", "approve_always", "deny"]},
+        "reason": {"type": "string"},
+        "arguments": {"type": "object"},
+    },
+    "required": ["decision"],
+}
+
+
+def approval_interrupt_id(tool_call_id: str) -> str:
+    """The approval interrupt's id for a call: stable per call, so the answer, which comes
+    back in a later run with a new run id, finds it."""
+    return f"approve-{tool_call_id}"
 
 
 @dataclass(slots=True, frozen=True)

@@ -52,8 +52,6 @@ from ._types import (
 
 __all__ = ["Verifier"]
 
-_TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
-
 
 @dataclass(slots=True)
 class _OpenCall:
@@ -157,9 +155,6 @@ class Verifier:
         items += [f"subagent {i}" for i in self._subagents]
         return items
 
-    def is_open_subagent(self, subagent_run_id: str) -> bool:
-        return subagent_run_id in self._subagents
-
     def message_owner(self, message_id: str) -> str | None:
         """The subagent that owns text message `message_id` (None: the agent, or unknown)."""
         return self._message_owner.get(message_id)
@@ -191,9 +186,6 @@ class Verifier:
                 f"the chunked arguments of tool call {call_id} are not JSON "
                 f"(the stream went on with {kind})",
             )
-
-    def _id_taken_by_call(self, call_id: str) -> bool:
-        return call_id in self._calls or call_id in self._ended_calls
 
     # ── lifecycle ────────────────────────────────────────────────────────────────
 
@@ -550,7 +542,3 @@ class Verifier:
                 self._finished_subagents.add(sid)
 
         return commit
-
-
-def is_terminal(event: Event) -> bool:
-    return event.type in _TERMINAL

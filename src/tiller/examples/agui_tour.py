@@ -22,35 +22,25 @@ async for event in run_agent(WeatherTour(), {"threadId": "t1", "runId": "r1", "m
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tiller.events import AgUiContext, Interrupt, MessageLog, RunOutcome
+from tiller.events import (
+    APPROVAL_SCHEMA,
+    AgUiContext,
+    Interrupt,
+    MessageLog,
+    RunOutcome,
+    approval_interrupt_id,
+)
 
-__all__ = ["APPROVAL_SCHEMA", "TourState", "WeatherTour", "approval_interrupt_id"]
-
-#: What the approval interrupt expects back (DESIGN §3).
-APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {"enum": ["approve", "approve_always", "deny"]},
-        "reason": {"type": "string"},
-        "arguments": {"type": "object"},
-    },
-    "required": ["decision"],
-}
+__all__ = ["TourState", "WeatherTour"]
 
 _FORECASTS: dict[str, tuple[str, int]] = {
     "oslo": ("snow", -2),
     "lisbon": ("sun", 17),
     "tokyo": ("rain", 11),
 }
-
-
-def approval_interrupt_id(tool_call_id: str) -> str:
-    """Stable per call, so the resuming run (with a new run id) can match the answer."""
-    return f"approve-{tool_call_id}"
 
 
 class Forecast(BaseModel):

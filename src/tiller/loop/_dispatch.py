@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..conversation import ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled
-from ..events import AgUiContext, ToolCallHandle
+from ..events import APPROVAL_SCHEMA, AgUiContext, ToolCallHandle, approval_interrupt_id
 from ..policy import Decision
 from ..state import CallRecord, RunState, StopCause
 from ..store._checkpoints import CheckpointStore
@@ -32,21 +32,10 @@ if TYPE_CHECKING:
     from ._context import RunContext
     from ._options import RunOptions
 
-__all__ = ["APPROVAL_SCHEMA", "ToolDispatch"]
+__all__ = ["ToolDispatch"]
 
 #: The gate's answer for a call held for a person (not a refusal text the model reads).
 _HELD = "\x00held-for-approval"
-
-#: What an approval interrupt expects back (DESIGN §3).
-APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {"enum": ["approve", "approve_always", "deny"]},
-        "reason": {"type": "string"},
-        "arguments": {"type": "object"},
-    },
-    "required": ["decision"],
-}
 
 
 class ToolDispatch:
@@ -72,7 +61,7 @@ class ToolDispatch:
                 state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
         state.interrupts = [
             {
-                "id": f"approve-{call.id}",
+                "id": approval_interrupt_id(call.id),
                 "reason": "tool_call",
                 "toolCallId": call.id,
                 "message": f"Review: {reason}. Allow {call.name}({call.arguments})?",

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..conversation import ToolCall
 
-__all__ = ["AllowAll", "Approver", "Callback", "Decision", "ReadOnly"]
+__all__ = ["AllowAll", "Approver", "Callback", "Decision", "NoOneToAsk", "ReadOnly"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -61,6 +61,17 @@ class ReadOnly:
 
     async def approve(self, call: ToolCall, tool: Any) -> Decision:
         return Decision.blocked(f"{call.name} changes things, and this run is read-only")
+
+
+class NoOneToAsk:
+    """Blocks every call that needs approval, saying how to allow it (`remedy`): for
+    headless commands, where nobody is at a terminal to answer."""
+
+    def __init__(self, remedy: str) -> None:
+        self._reason = f"this action needs approval and no one is at a terminal to ask; {remedy}"
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        return Decision.blocked(self._reason)
 
 
 class Callback:
