@@ -193,6 +193,19 @@ def test_list_and_show_runs(url: str, tmp_path: Path, agent_module: str) -> None
     assert "tiller runs reconcile r-crash" in crash.stdout
 
 
+def test_list_skips_a_held_lease(url: str, tmp_path: Path) -> None:
+    """A run that is running holds `<run>/lease` in the same bucket: not a run id."""
+    crashed_run(url, tmp_path / "ws", None)
+
+    async def hold(bus: Bus) -> None:
+        await CheckpointStore(bus).hold("r-crash", "another-process", 600)
+
+    on_store(url, hold)
+    listed = tiller("runs", "list", "--store", url)
+    assert listed.exit_code == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["r-crash"]
+
+
 def test_an_unknown_run_id_is_a_clear_error(url: str) -> None:
     for command in ("show", "reconcile", "resume"):
         done = tiller("runs", command, "nope", "--store", url)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ..policy import Approver
     from ..state import RunState
     from ..store import Bus
-    from ..store._checkpoints import CallLog, CheckpointStore
+    from ..store._checkpoints import CallLog
     from ._view import RunView
 
 __all__ = ["DEFAULT_STORE", "replay_command", "runs_app"]
@@ -110,14 +110,6 @@ def _allow_cwd_imports() -> None:
 # ── list ─────────────────────────────────────────────────────────────────────────────
 
 
-async def _run_ids(checkpoints: CheckpointStore) -> list[str]:
-    """The bucket's run ids: keys that are neither call records nor thread indexes."""
-    kv = await checkpoints.bus.kv(checkpoints.bucket)
-    return sorted(
-        key for key in await kv.keys() if not key.startswith("thread/") and "/calls/" not in key
-    )
-
-
 @runs_app.command("list")
 def list_runs(
     store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
@@ -131,7 +123,7 @@ def list_runs(
     async def work(bus: Bus) -> int:
         checkpoints = CheckpointStore(bus, bucket)
         rows: list[tuple[str, ...]] = []
-        for run_id in await _run_ids(checkpoints):
+        for run_id in await checkpoints.run_ids():
             try:
                 checkpoint = await checkpoints.load(run_id)
             except NotFound:

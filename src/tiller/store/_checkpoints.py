@@ -119,6 +119,16 @@ class CheckpointStore:
         state = RunState.model_validate(record["state"])
         return Checkpoint(state, record["status"], entry.revision)
 
+    async def run_ids(self) -> list[str]:
+        """Every checkpointed run's id, sorted. A run's own records (its lease, its call
+        records) and the thread index live under keys of their own, which are skipped."""
+        kv = await self._bucket()
+        return sorted(
+            key
+            for key in await kv.keys()
+            if not key.startswith("thread/") and "/calls/" not in key and not key.endswith("/lease")
+        )
+
     async def for_thread(self, thread_id: str) -> Checkpoint | None:
         """The latest checkpoint of a thread, if any."""
         kv = await self._bucket()
