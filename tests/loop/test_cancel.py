@@ -264,14 +264,14 @@ async def test_cancel_on_a_tool_progress_event(ctx: RunContext) -> None:
     token = CancellationToken()
 
     def on_event(event: Event) -> None:
-        if event.type == "CUSTOM" and event.name == "tiller.tool_progress":  # type: ignore[attr-defined]
+        if event.type == "CUSTOM" and event.name == "tiller.progress":  # type: ignore[attr-defined]
             token.cancel("the user pressed stop")
 
     run = await drive(Agent(model, [build]), "go", ctx.with_cancel(token), on_event=on_event)
     assert_cancelled(run)
     assert run.results()[0].content == "The run was cancelled before this call finished."
-    assert run.custom("tiller.tool_progress") == [
-        {"toolCallId": "call-1-0", "message": "compiling", "fraction": 0.5}
+    assert run.custom("tiller.progress") == [
+        {"toolCallId": "call-1-0", "kind": "status", "message": "compiling", "fraction": 0.5}
     ]
     assert run.result.error is None
 

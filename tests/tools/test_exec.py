@@ -53,10 +53,16 @@ def test_progress_emits_a_custom_event(tmp_path: Path) -> None:
     assert seen == [
         CustomEvent(
             name=PROGRESS_EVENT,
-            value={"toolCallId": "r1-call-2", "message": "indexing", "fraction": 0.25},
+            value={
+                "toolCallId": "r1-call-2",
+                "kind": "status",
+                "message": "indexing",
+                "fraction": 0.25,
+            },
         ),
         CustomEvent(
-            name=PROGRESS_EVENT, value={"toolCallId": "r1-call-2", "message": "still going"}
+            name=PROGRESS_EVENT,
+            value={"toolCallId": "r1-call-2", "kind": "status", "message": "still going"},
         ),
     ]
     with pytest.raises(UsageError, match="between 0 and 1"):
@@ -106,7 +112,12 @@ async def test_tools_change_the_run_state_and_it_is_published(tmp_path: Path) ->
     events = receiver.drain()
     assert events[0] == CustomEvent(
         name=PROGRESS_EVENT,
-        value={"toolCallId": "r1-call-1", "message": "counting", "fraction": 0.5},
+        value={
+            "toolCallId": "r1-call-1",
+            "kind": "status",
+            "message": "counting",
+            "fraction": 0.5,
+        },
     )
     assert isinstance(events[1], StateSnapshotEvent)
     assert events[1].snapshot == {"count": 1, "thread": threading.get_ident()}

@@ -20,3 +20,14 @@ def test_error_tree() -> None:
     assert issubclass(tiller.tools.PathOutsideJail, TillerError)
     # A signal tools raise on purpose: `except TillerError` must not swallow it.
     assert not issubclass(tiller.tools.ToolError, TillerError)
+    for refusal in (
+        tiller.tools.InvalidPath,
+        tiller.tools.PathTooLong,
+        tiller.tools.SymlinkRefused,
+        tiller.tools.HardLinkRefused,
+    ):
+        assert issubclass(refusal, tiller.tools.PathOutsideJail)
+    assert issubclass(tiller.tools.ChecklistError, TillerError)
+    assert issubclass(tiller.tools.WebBudgetExceeded, TillerError)
+    assert issubclass(tiller.tools.UnknownJob, TillerError)
+    assert issubclass(tiller.tools.SandboxUnavailable, TillerError)

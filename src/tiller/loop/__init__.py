@@ -5,20 +5,24 @@ from ._agent_ref import load_agent, options_from, policy_of, record_policy, run_
 from ._budget import Budget, Pricing
 from ._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
 from ._context import RunContext
+from ._detach import DetachSwitch
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
 from ._options import RunOptions
 from ._result import RunResult, ToolTraceEntry
 from ._resume import ResumeDecision, ResumeReplayBlocked, resume
 from ._review import NeverReview, PauseEveryStep, PauseOnTools, PauseOnWrites, ReviewPolicy
 from ._run import LoopFailed, ResponseTooLarge
+from ._services import SCRATCH_SUBDIR, RunServices
 from ._steering import SteeringQueue
 from ._window import estimate_tokens, history_window
 
 __all__ = [
+    "SCRATCH_SUBDIR",
     "Agent",
     "Budget",
     "CaptureSink",
     "CaptureSinkFactory",
+    "DetachSwitch",
     "Guardrail",
     "GuardrailOutcome",
     "LoopFailed",
@@ -37,6 +41,7 @@ __all__ = [
     "RunContext",
     "RunOptions",
     "RunResult",
+    "RunServices",
     "SteeringQueue",
     "ToolResultRecord",
     "ToolTraceEntry",

@@ -19,8 +19,9 @@ from ..cancel import CancellationToken
 from ..phase import Phase
 from ..policy import Approver
 from ..store import Bus
-from ..tools import ToolCtx
+from ..tools import QuestionBroker, ToolCtx
 from ._budget import Budget
+from ._detach import DetachSwitch
 from ._steering import SteeringQueue
 
 __all__ = ["RunContext"]
@@ -41,6 +42,10 @@ class RunContext:
     - `compact_at_tokens`: where compaction will trigger (used by the compaction issue).
     - `store`: the `Bus` for durable runs (with `RunOptions.checkpoint_bucket` set, the run
       is checkpointed at every step and each call's start and completion are recorded).
+      With a store, file tools also snapshot what they change (`tiller rewind`).
+    - `questions`: where `ask_user` questions go (None: "no one is available", DESIGN §3).
+    - `detach`: the switch a person uses to send the running turn's long work to the
+      background (shared, like the steering queue).
     """
 
     tools: ToolCtx
@@ -52,6 +57,8 @@ class RunContext:
     withheld: frozenset[str] = frozenset()
     compact_at_tokens: int | None = None
     store: Bus | None = None
+    questions: QuestionBroker | None = None
+    detach: DetachSwitch = field(default_factory=DetachSwitch)
 
     @classmethod
     def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
@@ -92,3 +99,9 @@ class RunContext:
 
     def with_store(self, store: Bus | None) -> RunContext:
         return self._with(store=store)
+
+    def with_questions(self, questions: QuestionBroker | None) -> RunContext:
+        return self._with(questions=questions)
+
+    def with_detach(self, detach: DetachSwitch) -> RunContext:
+        return self._with(detach=detach)

@@ -22,7 +22,7 @@ from ..events import APPROVAL_SCHEMA, AgUiContext, ToolCallHandle, approval_inte
 from ..policy import Decision
 from ..state import CallRecord, RunState, StopCause
 from ..store._checkpoints import CheckpointStore
-from ..tools import ExecContext, Execution, OutputBudget
+from ..tools import Execution, OutputBudget, TurnSignals
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ToolResultRecord, call_quietly
 from ._result import ToolTraceEntry
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._context import RunContext
     from ._options import RunOptions
+    from ._services import RunServices
 
 __all__ = ["ToolDispatch"]
 
@@ -51,6 +52,7 @@ class ToolDispatch:
     _checkpoints: CheckpointStore | None
     _capture: CaptureSink | None
     _orphan_results: bool
+    services: RunServices
 
     def _suspend(self, calls: Sequence[ToolCall], reason: str) -> None:
         """`calls` wait for a person (a review pause, or Asks held in a headless durable
@@ -99,6 +101,7 @@ class ToolDispatch:
         results: dict[str, ToolResult] = {}
         executed: dict[str, Execution] = {}
         budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
+        signals = self.services.signals_for_turn()
         try:
             allowed: list[tuple[ToolCall, Any]] = []
             for call in calls:
@@ -130,11 +133,11 @@ class ToolDispatch:
                 else:
                     allowed.append((call, tool))
             if len(allowed) == 1:  # the common case: no task group, no extra loop pass
-                await self._run_call(*allowed[0], executed)
+                await self._run_call(*allowed[0], executed, signals)
             elif allowed:
                 async with asyncio.TaskGroup() as group:
                     for call, tool in allowed:
-                        group.create_task(self._run_call(call, tool, executed))
+                        group.create_task(self._run_call(call, tool, executed, signals))
             self._finish_executed(calls, executed, budget, handles, results)
             if held:
                 # The allowed calls ran and are recorded; the held ones wait for a person.
@@ -218,21 +221,18 @@ class ToolDispatch:
         remedy = f" {tool.denial_remedy}" if getattr(tool, "denial_remedy", None) else ""
         return None, f"{prefix}: {decision.reason}.{remedy}"
 
-    async def _run_call(self, call: ToolCall, tool: Any, executed: dict[str, Execution]) -> None:
+    async def _run_call(
+        self, call: ToolCall, tool: Any, executed: dict[str, Execution], signals: TurnSignals
+    ) -> None:
         record = self.state.calls[call.id]
         record.status = "started"
-        ctx = ExecContext(
-            token=self.agui.cancel_token,
-            call_id=call.id,
-            turn=record.turn,
-            workdir=self.run_ctx.tools.root,
-            tools=self.run_ctx.tools,
-            emit=self.agui.emit,
-            state_access=self.agui,
-        )
+        ctx = self.services.context_for(call.id, record.turn, signals)
         if self._checkpoints is not None:
             await self._checkpoints.call_started(self.state.run_id, call.id)
-        execution = await self.agent.registry.execute(call, ctx)
+        try:
+            execution = await self.agent.registry.execute(call, ctx)
+        finally:
+            ctx.progress.close()  # progress belongs to the call; detached work uses notify
         record.malformed_arguments = execution.malformed_arguments
         executed[call.id] = execution
         if self._checkpoints is not None:

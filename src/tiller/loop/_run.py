@@ -55,6 +55,7 @@ from ._capture import CaptureSink, ModelCallRecord, call_quietly
 from ._dispatch import ToolDispatch
 from ._guardrails import run_post, run_pre
 from ._result import ToolTraceEntry
+from ._services import RunServices
 from ._window import history_window
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class Loop(ToolDispatch):
         #: prompt with the first call; a continued one starts after what it was given.
         self._capture_from = 0 if state.step == 0 else len(state.messages)
         self.handoff: str | None = None
+        self.services = RunServices(agent, run_ctx, agui, state)
 
     # ── the run ──────────────────────────────────────────────────────────────────
 
@@ -143,8 +145,12 @@ class Loop(ToolDispatch):
                 self._lease = await self._checkpoints.hold(
                     self.state.run_id, _lease_owner(), self.options.lease_ttl
                 )
+            await self.services.open()
             await self._run()
         finally:
+            # Background work dies with the run, however it ended (and first, so a
+            # cancelled run's processes are gone before the run reports it stopped).
+            await self.services.close()
             if self._capture is not None:
                 call_quietly(self._capture.close)
             if self._lease is not None and self._checkpoints is not None:
@@ -219,6 +225,13 @@ class Loop(ToolDispatch):
         self.state.pending_input.extend(drained)
         for text in drained:
             self.agui.emit(CustomEvent("tiller.queued_input", {"text": text}))
+        notices = self.services.take_notices()
+        for notice in notices:
+            self.state.pending_input.append(f"[background work: {notice.source}] {notice.text}")
+        for notice in notices:
+            self.agui.emit(
+                CustomEvent("tiller.notice", {"source": notice.source, "text": notice.text})
+            )
         if self.state.pending_input:
             for text in self.state.pending_input:
                 self.state.append_user_text(text)

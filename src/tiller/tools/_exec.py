@@ -1,11 +1,16 @@
 """`ExecContext`: what one tool call receives.
 
 A tool gets everything it may use through this one object (law 9: no globals): the call's
-cancellation token, its id and turn, the jail, a way to report progress, and the run's
-typed state. The loop builds one per call; a test builds one with
-`ExecContext.for_test(workdir=tmp_path)` and needs nothing else.
+cancellation and background tokens, its id and turn, the jail, progress, the channel
+detached work reports through, the run's safety mode and the user's goal, the brokers that
+reach a person (questions, the task checklist), the turn's shared web byte budget, file
+snapshots before writes, and the run's typed state. The loop builds one per call with
+`ExecContext.assemble(...)`; a test builds one with `ExecContext.for_test(workdir=tmp_path)`
+and needs nothing else: every service that is absent degrades gracefully (no question
+broker means "no one is available", no task broker means the task tools say so, no
+snapshotter means no file checkpoints).
 
-Tools do not depend on the loop or on the AG-UI machinery. Progress goes out through an
+Tools do not depend on the loop or on the AG-UI machinery. Events go out through an
 injected `emit` callable (the run's `AgUiContext.emit`), and state through an injected
 `StateAccess`, a two-member protocol that `AgUiContext` satisfies.
 """
@@ -15,22 +20,44 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from ..cancel import CancellationToken
 from ..errors import UsageError
-from ..events import CustomEvent, Event
+from ..events import Event
+from ..phase import Phase
+from ._errors import PathOutsideJail
+from ._file_snapshots import CheckpointOrigin, FileSnapshotter
+from ._goal import UserGoal
 from ._jail import ToolCtx
+from ._notify import Notifier
+from ._progress import PROGRESS_EVENT, Progress
+from ._questions import QuestionBroker
+from ._safety import SafetyMode
+from ._web_budget import WebBudget
 
-__all__ = ["PROGRESS_EVENT", "ExecContext", "LocalState", "StateAccess"]
+if TYPE_CHECKING:
+    from ._background import BackgroundJobs
+    from ._tasks import TaskBroker
+
+__all__ = [
+    "PROGRESS_EVENT",
+    "CallSite",
+    "ExecContext",
+    "LocalState",
+    "StateAccess",
+    "ToolServices",
+    "TurnSignals",
+]
 
 S = TypeVar("S")
+T = TypeVar("T")
 
-#: The name of the `CUSTOM` event `ExecContext.progress` emits.
-PROGRESS_EVENT = "tiller.tool_progress"
+_EMPTY_CONFIG: Mapping[str, Any] = MappingProxyType({})
 
 
 @runtime_checkable
@@ -84,6 +111,54 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+# ── the three bundles `assemble` takes ──────────────────────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSignals:
+    """What one model turn's calls share: the cancel token, the background token (fired
+    to detach long work from the turn), and the turn's web byte budget."""
+
+    token: CancellationToken
+    background: CancellationToken = field(default_factory=CancellationToken)
+    web_bytes: WebBudget = field(default_factory=WebBudget)
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where the call was dispatched: the run's tool policy and phase, the live safety
+    mode read at dispatch, and the transcript's length then (the file checkpoints'
+    anchor)."""
+
+    tools: ToolCtx
+    phase: Phase = Phase.EXECUTE
+    safety_mode: SafetyMode = SafetyMode.ASK
+    message_index: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolServices:
+    """What lives as long as the run: its emitter and state, the notify channel, config
+    and identity, the scratchpad, the user's goal, and the brokers. Every member has a
+    safe default."""
+
+    emit: Callable[[Event], object] = _drop_event
+    state_access: StateAccess[Any] = field(default_factory=lambda: LocalState({}))
+    notify: Notifier | None = None
+    config: Mapping[str, Any] = field(default_factory=lambda: _EMPTY_CONFIG)
+    model_id: str | None = None
+    task_id: str | None = None
+    session_id: str | None = None
+    scratchpad: Path | None = None
+    goal: UserGoal = field(default_factory=UserGoal)
+    classifier: Any = None
+    approval: Any = None
+    questions: QuestionBroker | None = None
+    tasks: TaskBroker | None = None
+    jobs: BackgroundJobs | None = None
+    snapshots: FileSnapshotter | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecContext:
     """What one tool call receives. Declare a parameter of this type (any name) in a
@@ -92,19 +167,27 @@ class ExecContext:
     - `token`: the call's cancellation token. Async tools are interrupted through it
       (the registry runs each call inside `token.scope()`); a sync tool, which runs in a
       worker thread and cannot be interrupted, should call `token.check()` in long loops.
-    - `call_id`, `turn`: which call this is, for progress and logs.
+    - `background`: a second signal, fired when a person asks to detach long work from the
+      turn (a command keeps running; `background_process` reaches it later). It never
+      fires in a test unless the test fires it.
+    - `notify`: the channel that outlives the turn: detached work posts its result there
+      and the run reads it at its next turn (`None`: nothing can be detached).
+    - `progress`: this call's progress channel (`ctx.progress("msg")`, `.output(...)`, ...).
+    - `call_id`, `turn`: which call this is.
     - `workdir`: the jail root (`tools.root`), where relative paths start.
-    - `tools`: the run's `ToolCtx`; file tools pass every path through `tools.resolve`.
-    - `emit`: sends an AG-UI event into the run's stream (the run's `AgUiContext.emit`;
-      it must accept calls from worker threads, which the sink does). By default events
-      are dropped.
-    - `state_access`: the run's typed state (see `state` and `update_state`).
-
-    Room is left for what the tools issue adds, all with safe defaults so tests stay
-    one-liners: a `background` token (detach long commands), `notify` (a channel that
-    outlives the turn), `scratchpad` (a per-session directory), `safety_mode`, `goal`
-    (for the classifier), the approval, question and task brokers, and the turn's shared
-    web byte budget.
+    - `tools`: the run's `ToolCtx`; file tools open every path through it.
+    - `phase`: the run's phase (in Plan, file writes are allowed only in the scratchpad).
+    - `config`, `model_id`: what a subagent inherits.
+    - `task_id`, `session_id`, `message_index`: where this call sits (under a worker task,
+      in a thread, at a transcript length).
+    - `scratchpad`: the session's scratch directory inside the jail, once it exists.
+    - `safety_mode`: the run's live safety mode, read when this call was dispatched.
+    - `goal`: the user's requests, bounded (`UserGoal`), for judging actions.
+    - `classifier`, `approval`: set by the policy issue; `None` for now.
+    - `questions`, `tasks`, `jobs`: the question broker, the task checklist, the run's
+      background jobs (`None` when the run has none).
+    - `web_bytes`: the turn's shared web byte budget (`charge_web_bytes`, `web_budget()`).
+    - `emit`, `state_access`: the run's event stream and typed state.
     """
 
     token: CancellationToken
@@ -114,14 +197,77 @@ class ExecContext:
     tools: ToolCtx
     emit: Callable[[Event], object] = _drop_event
     state_access: StateAccess[Any] = field(default_factory=lambda: LocalState({}))
+    background: CancellationToken = field(default_factory=CancellationToken)
+    notify: Notifier | None = None
+    progress: Progress = field(default=None)  # type: ignore[assignment]  # set in post_init
+    phase: Phase = Phase.EXECUTE
+    config: Mapping[str, Any] = field(default_factory=lambda: _EMPTY_CONFIG)
+    model_id: str | None = None
+    task_id: str | None = None
+    session_id: str | None = None
+    message_index: int | None = None
+    scratchpad: Path | None = None
+    safety_mode: SafetyMode = SafetyMode.ASK
+    goal: UserGoal = field(default_factory=UserGoal)
+    classifier: Any = None
+    approval: Any = None
+    questions: QuestionBroker | None = None
+    tasks: TaskBroker | None = None
+    jobs: BackgroundJobs | None = None
+    snapshots: FileSnapshotter | None = None
+    web_bytes: WebBudget = field(default_factory=WebBudget)
     # The loop this context was built on, so a sync tool in a worker thread can hand
-    # state changes back to it.
+    # work (state changes, snapshots) back to it.
     _loop: asyncio.AbstractEventLoop | None = field(
         default=None, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_loop", _running_loop())
+        if self.progress is None:
+            object.__setattr__(self, "progress", Progress(self.call_id, self.emit))
+
+    @classmethod
+    def assemble(
+        cls,
+        turn: int,
+        call_id: str,
+        progress: Progress | None,
+        signals: TurnSignals,
+        dispatch: CallSite,
+        services: ToolServices,
+    ) -> ExecContext:
+        """The context the loop gives one call: the turn's signals, where the call was
+        dispatched, and the run's services. `progress` defaults to a channel into
+        `services.emit`."""
+        return cls(
+            token=signals.token,
+            call_id=call_id,
+            turn=turn,
+            workdir=dispatch.tools.root,
+            tools=dispatch.tools,
+            emit=services.emit,
+            state_access=services.state_access,
+            background=signals.background,
+            notify=services.notify,
+            progress=progress if progress is not None else Progress(call_id, services.emit),
+            phase=dispatch.phase,
+            config=services.config,
+            model_id=services.model_id,
+            task_id=services.task_id,
+            session_id=services.session_id,
+            message_index=dispatch.message_index,
+            scratchpad=services.scratchpad,
+            safety_mode=dispatch.safety_mode,
+            goal=services.goal,
+            classifier=services.classifier,
+            approval=services.approval,
+            questions=services.questions,
+            tasks=services.tasks,
+            jobs=services.jobs,
+            snapshots=services.snapshots,
+            web_bytes=signals.web_bytes,
+        )
 
     @classmethod
     def for_test(
@@ -135,16 +281,18 @@ class ExecContext:
         emit: Callable[[Event], object] | None = None,
         state: Any = None,
         state_access: StateAccess[Any] | None = None,
+        **services: Any,
     ) -> ExecContext:
         """A context with safe defaults: a fresh token, a `ToolCtx` over `workdir` with
-        default limits, events dropped, and a `LocalState` holding `state` (default `{}`).
-
-        Pass `state_access` (an `AgUiContext`) or `emit` to observe what a tool publishes.
+        default limits, events dropped, a `LocalState` holding `state` (default `{}`),
+        and the safety mode pinned to `full_access` so a tool test exercises the tool,
+        not the gate. Any other field (`notify=`, `tasks=`, `phase=`, ...) may be given.
         """
         if tools is None:
             tools = ToolCtx(workdir)
         if state_access is None:
             state_access = LocalState({} if state is None else state)
+        services.setdefault("safety_mode", SafetyMode.FULL_ACCESS)
         return cls(
             token=token if token is not None else CancellationToken(),
             call_id=call_id,
@@ -153,23 +301,75 @@ class ExecContext:
             tools=tools,
             emit=emit if emit is not None else _drop_event,
             state_access=state_access,
+            **services,
         )
 
-    # ── progress ─────────────────────────────────────────────────────────────────
+    # ── the web byte budget ──────────────────────────────────────────────────────
 
-    def progress(self, message: str, fraction: float | None = None) -> None:
-        """Tell the run's observers how this call is doing.
+    def charge_web_bytes(self, n: int) -> int:
+        """Count `n` downloaded bytes against the turn's shared budget; returns the new
+        total or raises `WebBudgetExceeded` (and leaves the budget exhausted)."""
+        return self.web_bytes.charge(n)
 
-        Emits `CUSTOM` `tiller.tool_progress` with `{"toolCallId", "message"}` and, when
-        given, `"fraction"` (0 to 1). Callable from async tools and from sync tools in
-        worker threads. Raises `Cancelled` if the run was cancelled, like any emit.
+    def web_budget(self) -> WebBudget:
+        """The turn's budget, for transport code that charges each chunk it accepts."""
+        return self.web_bytes
+
+    # ── file checkpoints ─────────────────────────────────────────────────────────
+
+    def checkpoint_origin(self) -> CheckpointOrigin:
+        """Where a snapshot taken now is anchored (unanchored outside a session)."""
+        return CheckpointOrigin(self.task_id, self.session_id, self.message_index)
+
+    def require_writable(self, path: Path) -> None:
+        """Refuse a write the phase does not allow: in Plan, writing tools stay visible
+        but may write only inside the scratchpad. Call it with a resolved path."""
+        if self.phase is not Phase.PLAN:
+            return
+        pad = self.scratchpad
+        if pad is not None and path.is_relative_to(pad):
+            return
+        where = (
+            f"the scratchpad {self.tools.relative(pad)}/"
+            if pad is not None
+            else "the scratchpad (this run has none)"
+        )
+        raise PathOutsideJail(
+            str(path), self.tools.root, f"is a write outside {where} while planning"
+        )
+
+    async def snapshot_before_write_async(
+        self, paths: Sequence[Path], *, reason: str = "write"
+    ) -> str | None:
+        """Snapshot `paths` before an async tool changes them; returns the checkpoint id,
+        or None when the run keeps no file checkpoints."""
+        if self.snapshots is None:
+            return None
+        return await self.snapshots.snapshot(
+            self.checkpoint_origin(), self.tools.root, list(paths), reason=reason
+        )
+
+    def snapshot_before_write(self, paths: Sequence[Path], *, reason: str = "write") -> str | None:
+        """Snapshot `paths` before a sync tool (in a worker thread) changes them.
+
+        The snapshot runs on the run's event loop and this call waits for it; if it
+        fails, the error propagates and the tool must not write. From async code use
+        `snapshot_before_write_async`.
         """
-        if fraction is not None and not 0.0 <= fraction <= 1.0:
-            raise UsageError(f"progress fraction must be between 0 and 1, not {fraction}")
-        value: dict[str, Any] = {"toolCallId": self.call_id, "message": message}
-        if fraction is not None:
-            value["fraction"] = fraction
-        self.emit(CustomEvent(name=PROGRESS_EVENT, value=value))
+        if self.snapshots is None:
+            return None
+        return self._run_on_loop(self.snapshot_before_write_async(paths, reason=reason))
+
+    def _run_on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            return asyncio.run(coro)
+        if _running_loop() is loop:
+            coro.close()
+            raise UsageError(
+                "this call blocks; from async code on the run's loop use the _async variant"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     # ── state ────────────────────────────────────────────────────────────────────
 
@@ -186,23 +386,27 @@ class ExecContext:
         From a sync tool's worker thread, `fn` runs on the run's event loop and this call
         waits for it, so the state is never changed from two threads at once.
         """
+        self.call_on_loop(lambda: self.state_access.update_state(fn))
+
+    def call_on_loop(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the run's event loop and return its result: for a sync tool (in a
+        worker thread) touching something that belongs to the loop (state, a broker).
+        From the loop itself, or with no loop, `fn` simply runs."""
         loop = self._loop
         if loop is None or _running_loop() is loop or not loop.is_running():
-            self.state_access.update_state(fn)
-            return
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            return fn()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def apply() -> None:
             try:
-                self.state_access.update_state(fn)
+                result = fn()
             except BaseException as exc:  # handed back to the calling thread
                 done.set_exception(exc)
             else:
-                done.set_result(None)
+                done.set_result(result)
 
         try:
             loop.call_soon_threadsafe(apply)
-        except RuntimeError:  # the loop closed meanwhile: no one else touches the state
-            self.state_access.update_state(fn)
-            return
-        done.result()
+        except RuntimeError:  # the loop closed meanwhile: no one else touches it
+            return fn()
+        return done.result()

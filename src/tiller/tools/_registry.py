@@ -136,15 +136,22 @@ class Registry:
     @staticmethod
     def _refusal(tool: Tool, phase: Phase, withheld: Collection[str]) -> Refusal | None:
         # Gate order (DESIGN §3): phase first, then withheld.
-        if phase is Phase.PLAN and not tool.read_only:
+        # Plan hides writing tools, except those that may write to the scratchpad (they
+        # refuse any other path themselves, through `ExecContext.require_writable`).
+        if (
+            phase is Phase.PLAN
+            and not tool.read_only
+            and not getattr(tool, "plan_scratchpad", False)
+        ):
             return "phase"
         if tool.name in withheld:
             return "withheld"
         return None
 
     def specs_for(self, phase: Phase, *, withheld: Collection[str] = frozenset()) -> list[ToolSpec]:
-        """The tools the model may see in `phase`: Plan shows only read-only tools, and
-        withheld tools are never shown. In registration order, so requests are stable."""
+        """The tools the model may see in `phase`: Plan shows only read-only tools and
+        scratchpad writers, and withheld tools are never shown. In registration order, so
+        requests are stable."""
         return [t.spec() for t in self._tools.values() if self._refusal(t, phase, withheld) is None]
 
     def visible_names(self, phase: Phase, *, withheld: Collection[str] = frozenset()) -> list[str]:

@@ -162,6 +162,8 @@ class BaseTool:
     read_only: bool = False
     capabilities: Capability = Capability.NONE
     denial_remedy: str | None = None
+    #: Visible in the Plan phase, writing only inside the scratchpad (see `@tool`).
+    plan_scratchpad: bool = False
 
     async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
         raise NotImplementedError
@@ -186,6 +188,7 @@ class FunctionTool:
         "function",
         "input_schema",
         "name",
+        "plan_scratchpad",
         "read_only",
     )
 
@@ -198,6 +201,7 @@ class FunctionTool:
         read_only: bool = False,
         capabilities: Capability = Capability.NONE,
         denial_remedy: str | None = None,
+        plan_scratchpad: bool = False,
         localns: dict[str, Any] | None = None,
     ) -> None:
         self.function = function
@@ -217,6 +221,7 @@ class FunctionTool:
         self.read_only = read_only
         self.capabilities = capabilities
         self.denial_remedy = denial_remedy
+        self.plan_scratchpad = plan_scratchpad
         self._is_async = inspect.iscoroutinefunction(function)
         self._model, self._fields, self._ctx_params = _arguments_model(
             function, self.name, doc.params, localns
@@ -299,6 +304,7 @@ def tool(
     read_only: bool = False,
     capabilities: Capability = Capability.NONE,
     denial_remedy: str | None = None,
+    plan_scratchpad: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -311,6 +317,7 @@ def tool(
     read_only: bool = False,
     capabilities: Capability = Capability.NONE,
     denial_remedy: str | None = None,
+    plan_scratchpad: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function, sync or async, into a `FunctionTool`. Bare or with options:
 
@@ -331,6 +338,8 @@ def tool(
       `Parameters` (NumPy) section become property descriptions. Unknown arguments are
       refused, so a model that misspells one is told so. A parameter annotated
       `ExecContext` (any name) receives the call's context and is not in the schema.
+    - plan_scratchpad: a writing tool that stays visible in the Plan phase, where it may
+      write only inside the run's scratchpad (it must check `ctx.require_writable`).
 
     Raises `ToolDefinitionError` at definition time if the function cannot be a tool.
     """
@@ -345,6 +354,7 @@ def tool(
             read_only=read_only,
             capabilities=capabilities,
             denial_remedy=denial_remedy,
+            plan_scratchpad=plan_scratchpad,
             localns=_caller_locals(),
         )
 

@@ -1,0 +1,163 @@
+"""`RunServices`: what a run gives its tool calls, opened with the run and closed with it.
+
+The loop builds every call's `ExecContext` from three bundles (`ExecContext.assemble`):
+the turn's signals (cancel token, background token, web byte budget), where the call was
+dispatched (the jail, the phase, the live safety mode, the transcript's length), and the
+run's services, which live here: the notify channel detached work reports through, the
+background jobs, the task checklist, the file snapshots, the scratchpad, and the user's goal.
+
+Opening creates the session's scratchpad; closing kills whatever background work is left
+(a run never leaves a process behind, whether it finished, failed, suspended or was
+cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from ..conversation import UserMessage
+from ..store import FileCheckpoints
+from ..tools import (
+    BackgroundJobs,
+    CallSite,
+    ExecContext,
+    Notice,
+    Notifier,
+    TaskBroker,
+    ToolServices,
+    TurnSignals,
+    UserGoal,
+    WebBudget,
+)
+
+if TYPE_CHECKING:
+    from ..events import AgUiContext
+    from ..state import RunState
+    from ._agent import Agent
+    from ._context import RunContext
+
+__all__ = ["SCRATCH_SUBDIR", "RunServices"]
+
+#: Where sessions' scratchpads live, relative to the jail root.
+SCRATCH_SUBDIR: Final = Path(".tiller") / "scratch"
+
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _directory_name(session_id: str) -> str:
+    """A thread id (it comes from clients) as one safe directory name."""
+    name = _UNSAFE.sub("_", session_id)[:100].strip(".")
+    return name or "session"
+
+
+class RunServices:
+    """One run's tool services (see the module docstring)."""
+
+    def __init__(
+        self, agent: Agent, run_ctx: RunContext, agui: AgUiContext[Any], state: RunState
+    ) -> None:
+        self._agent = agent
+        self._run_ctx = run_ctx
+        self._agui = agui
+        self._state = state
+        self.notifier = Notifier()
+        # Commands sent to the background live as long as the run, no longer; when one
+        # exits it posts a note through the notifier, read at the next turn.
+        self.jobs = BackgroundJobs(self.notifier)
+        # With a store, every file mutation is snapshotted first, so `tiller rewind` can
+        # put the workspace back.
+        self.snapshots = (
+            FileCheckpoints(run_ctx.store, run_id=state.run_id)
+            if run_ctx.store is not None
+            else None
+        )
+        self.scratchpad: Path | None = None
+        # The checklist lives in the state, so a resumed run (another process, maybe)
+        # goes on with it; the broker is its one writer and tells observers each change.
+        self.tasks = TaskBroker(publish=self._keep_tasks, emit=agui.emit)
+        self.tasks.seed(state.tasks)
+        self._goal = UserGoal()
+        self._goal_seen = 0
+
+    def _keep_tasks(self, snapshot: list[dict[str, Any]]) -> None:
+        self._state.tasks = snapshot
+
+    async def open(self) -> None:
+        """Create the session's scratchpad inside the jail."""
+        self.scratchpad = self._make_scratchpad()
+
+    async def close(self) -> None:
+        """Stop what the run started and did not finish: every background job is killed
+        with its process tree. Shielded: a cancelled run must still leave nothing behind."""
+        await asyncio.shield(self.jobs.close())
+
+    def _make_scratchpad(self) -> Path | None:
+        root = self._run_ctx.tools.root
+        tiller_dir = root / SCRATCH_SUBDIR.parts[0]
+        pad = root / SCRATCH_SUBDIR / _directory_name(self._state.thread_id)
+        try:
+            pad.mkdir(parents=True, exist_ok=True)
+            ignore = tiller_dir / ".gitignore"
+            if not ignore.exists():
+                # The runtime's own files are never part of the user's project.
+                ignore.write_text("*\n", encoding="utf-8")
+        except OSError:
+            return None  # a read-only workspace: the run goes on without a scratchpad
+        return pad.resolve()
+
+    # ── per call ─────────────────────────────────────────────────────────────────
+
+    def signals_for_turn(self) -> TurnSignals:
+        """The signals one turn's calls share."""
+        return TurnSignals(
+            token=self._agui.cancel_token,
+            background=self._run_ctx.detach.token_for_turn(),
+            web_bytes=WebBudget(),
+        )
+
+    def context_for(self, call_id: str, turn: int, signals: TurnSignals) -> ExecContext:
+        """The `ExecContext` of one call, assembled now (so it reads the live mode now)."""
+        run_ctx = self._run_ctx
+        state = self._state
+        services = ToolServices(
+            emit=self._agui.emit,
+            state_access=self._agui,
+            notify=self.notifier,
+            config=self._agent.config,
+            model_id=getattr(self._agent.model, "name", None),
+            session_id=state.thread_id,
+            scratchpad=self.scratchpad,
+            goal=self.goal(),
+            questions=run_ctx.questions,
+            tasks=self.tasks,
+            jobs=self.jobs,
+            snapshots=self.snapshots,
+        )
+        site = CallSite(
+            tools=run_ctx.tools,
+            phase=run_ctx.phase,
+            safety_mode=run_ctx.tools.safety.mode,
+            message_index=len(state.messages),
+        )
+        return ExecContext.assemble(turn, call_id, None, signals, site, services)
+
+    def goal(self) -> UserGoal:
+        """The user's goal, recomputed only when a person's text arrived since: most
+        turns add only tool results, and a step's cost must not grow with history."""
+        messages = self._state.messages
+        if len(messages) < self._goal_seen:  # history was rewritten (compaction, rewind)
+            self._goal_seen = 0
+        if any(
+            isinstance(message, UserMessage) and message.text
+            for message in messages[self._goal_seen :]
+        ):
+            self._goal = UserGoal.from_messages(messages)
+        self._goal_seen = len(messages)
+        return self._goal
+
+    def take_notices(self) -> list[Notice]:
+        """Notes from detached work, for the top of the next turn."""
+        return self.notifier.drain()

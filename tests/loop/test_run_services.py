@@ -1,0 +1,149 @@
+"""What the loop gives each tool call (`RunServices`): the assembled `ExecContext`, notes
+from detached work at the next turn, the scratchpad and the Plan phase's rule for it, the
+detach switch, and progress that ends with its call."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tiller.conversation import UserMessage
+from tiller.loop import Agent, DetachSwitch, RunContext
+from tiller.model import ScriptedModel
+from tiller.phase import Phase
+from tiller.policy import AllowAll
+from tiller.state import StopCause
+from tiller.tools import ExecContext, SafetyMode, tool
+
+from ._support import drive
+
+
+async def test_every_call_gets_an_assembled_context(ctx: RunContext, workspace: Path) -> None:
+    seen: list[ExecContext] = []
+
+    @tool(read_only=True)
+    def inspect(ctx: ExecContext) -> str:
+        """Look at the context."""
+        seen.append(ctx)
+        return "ok"
+
+    ctx.tools.safety.set(SafetyMode.AUTO)
+    model = ScriptedModel([{"tool_calls": [{"name": "inspect"}, {"name": "inspect"}]}, "done"])
+    agent = Agent(model, [inspect], config={"region": "eu"})
+    run = await drive(agent, "look", ctx, run_id="r7")
+    assert run.result.stop_cause is StopCause.COMPLETED
+    first, second = seen
+    assert first.session_id == run.result.state.thread_id
+    assert first.message_index == 2  # the prompt and the assistant turn with the calls
+    assert first.safety_mode is SafetyMode.AUTO
+    assert first.config == {"region": "eu"} and first.model_id == model.name
+    assert first.goal.requests == ("look",)
+    assert first.notify is not None and first.notify is second.notify
+    # One turn: one background token and one web budget, shared by the batch.
+    assert first.background is second.background and first.web_bytes is second.web_bytes
+    _check_scratchpad(first.scratchpad, workspace)
+
+
+def _check_scratchpad(pad: Path | None, workspace: Path) -> None:
+    assert pad is not None and pad.is_dir()
+    assert pad.is_relative_to(workspace.resolve() / ".tiller" / "scratch")
+    assert (workspace / ".tiller" / ".gitignore").read_text() == "*\n"
+
+
+async def test_a_note_from_detached_work_reaches_the_next_turn(ctx: RunContext) -> None:
+    @tool(read_only=True)
+    async def start_job(ctx: ExecContext) -> str:
+        """Start work that finishes later."""
+        notify = ctx.notify
+        assert notify is not None
+
+        async def later() -> None:
+            await asyncio.sleep(0)
+            notify.send("bg-1", "exited with code 0")
+
+        task = asyncio.get_running_loop().create_task(later())
+        await task
+        return "started bg-1"
+
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "start_job"}]},
+            "Waiting for it.",
+        ]
+    )
+    run = await drive(Agent(model, [start_job]), "build", ctx)
+    # The note arrived after the call returned, so it rides into the *next* request,
+    # folded into the message that carries the tool results (law 1).
+    last = model.requests[-1].messages[-1]
+    assert isinstance(last, UserMessage)
+    assert last.tool_results[0].content == "started bg-1"
+    assert "[background work: bg-1] exited with code 0" in last.text
+    assert run.custom("tiller.notice") == [{"source": "bg-1", "text": "exited with code 0"}]
+
+
+async def test_progress_after_the_call_returned_is_dropped(ctx: RunContext) -> None:
+    kept: list[ExecContext] = []
+
+    @tool(read_only=True)
+    def report(ctx: ExecContext) -> str:
+        """Report progress."""
+        ctx.progress("working")
+        kept.append(ctx)
+        return "ok"
+
+    model = ScriptedModel([{"tool_calls": [{"name": "report"}]}, "done"])
+    run = await drive(Agent(model, [report]), "go", ctx)
+    kept[0].progress("too late")  # a stray thread reporting after the call ended
+    assert [v["message"] for v in run.custom("tiller.progress")] == ["working"]
+
+
+async def test_plan_phase_shows_writers_but_they_write_only_the_scratchpad(
+    workspace: Path,
+) -> None:
+    wrote: list[str] = []
+
+    @tool(plan_scratchpad=True)
+    def jot(path: str, ctx: ExecContext) -> str:
+        """Write a note."""
+        target = ctx.tools.resolve(path)
+        ctx.require_writable(target)
+        wrote.append(path)
+        return "written"
+
+    @tool
+    def deploy() -> str:
+        """Deploy."""
+        return "deployed"
+
+    plan = RunContext.sandboxed(workspace, AllowAll()).with_phase(Phase.PLAN)
+    pad = ".tiller/scratch/t1"
+    model = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"name": "jot", "arguments": {"path": f"{pad}/plan.md"}},
+                    {"name": "jot", "arguments": {"path": "src/app.py"}},
+                ]
+            },
+            "planned",
+        ]
+    )
+    agent = Agent(model, [jot, deploy])
+    result = await agent.run_in(plan, "plan it", thread_id="t1")
+    assert [spec.name for spec in model.requests[0].tools] == ["jot"]
+    assert wrote == [f"{pad}/plan.md"]
+    results = [
+        r for m in result.state.messages if isinstance(m, UserMessage) for r in m.tool_results
+    ]
+    assert results[0].content == "written"
+    assert results[1].is_error and "outside the scratchpad" in results[1].content
+
+
+async def test_the_detach_switch_fires_only_the_running_turn() -> None:
+    switch = DetachSwitch()
+    assert not switch.detach()  # no turn yet
+    first = switch.token_for_turn()
+    assert switch.detach() and first.is_cancelled
+    assert not switch.detach()  # already fired
+    second = switch.token_for_turn()
+    assert not second.is_cancelled
