@@ -6,11 +6,13 @@ budget a turn's outputs share, and the shell timeout. It is immutable; the `with
 builders and `sandboxed()` return new contexts, so a run in flight keeps the policy it
 started with.
 
-`resolve()` is the one door from a path the model wrote to a path on disk. It resolves
-through symlinks and refuses anything that lands outside the root. That is a check, not yet
-a guarantee: a concurrent symlink swap between the check and the open could still redirect
-a tool. The tools issue closes that gap by walking each path from the jail's directory
-descriptor with `O_NOFOLLOW`; until then, the jail keeps honest models honest.
+`resolve()` is the one door from a path the model wrote to a path on disk. It refuses
+paths no tool should open (NUL bytes, control characters, text that is not UTF-8, names
+over 255 bytes, paths over 4096), resolves through symlinks and refuses anything that lands
+outside the root. That is a check, not yet a guarantee: a concurrent symlink swap between
+the check and the open could still redirect a tool. So the file tools then open what
+`resolve()` returned through `fs` (a `JailFS`), which walks it one component at a time
+from the jail's directory descriptor with `O_NOFOLLOW` (DESIGN §11).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ..errors import UsageError
-from ._errors import PathOutsideJail
+from ._errors import PathOutsideJail, PathTooLong
+from ._fs import PATH_MAX, JailFS, check_path_text
+from ._safety import LiveSafetyMode, SafetyMode
 
 __all__ = [
     "DEFAULT_OUTPUT_BUDGET_BYTES",
@@ -56,14 +60,23 @@ class ToolCtx:
       with its file tools. It is created when the first output is spilled.
     - `output_budget_bytes`: the bytes one turn's tool outputs share (see `OutputBudget`).
     - `shell_timeout`: the longest a shell command may run, in seconds.
-
-    The tools issue adds the live safety mode and rules here.
+    - `safety`: the run's live safety mode (`LiveSafetyMode`, shared: a change applies to
+      the next call). A new context gets its own, at `ask`.
+    - `network`: whether shell commands may use the network (the sandbox shares the host's
+      network only when this is granted).
+    - `unsandboxed_shell`: the user explicitly accepts running shell commands without the
+      sandbox where it is unavailable (no `bwrap`, no namespaces). Off by default: then the
+      shell refuses with a message saying how to install `bwrap`.
     """
 
     root: Path
     spill_dir: Path
     output_budget_bytes: int
     shell_timeout: float
+    # Live, shared and changeable: two policies are the same whatever their mode is now.
+    safety: LiveSafetyMode = field(compare=False)
+    network: bool
+    unsandboxed_shell: bool
 
     def __init__(
         self,
@@ -72,6 +85,9 @@ class ToolCtx:
         spill_dir: str | os.PathLike[str] | None = None,
         output_budget_bytes: int = DEFAULT_OUTPUT_BUDGET_BYTES,
         shell_timeout: float = DEFAULT_SHELL_TIMEOUT,
+        safety: LiveSafetyMode | SafetyMode | None = None,
+        network: bool = False,
+        unsandboxed_shell: bool = False,
     ) -> None:
         try:
             real_root = Path(root).resolve(strict=True)
@@ -84,52 +100,68 @@ class ToolCtx:
         if not shell_timeout > 0:
             raise UsageError("shell_timeout must be a positive number of seconds")
         spill = real_root / SPILL_SUBDIR if spill_dir is None else Path(spill_dir).resolve()
+        if safety is None:
+            safety = LiveSafetyMode()
+        elif isinstance(safety, SafetyMode):
+            safety = LiveSafetyMode(safety)
         object.__setattr__(self, "root", real_root)
         object.__setattr__(self, "spill_dir", spill)
         object.__setattr__(self, "output_budget_bytes", output_budget_bytes)
         object.__setattr__(self, "shell_timeout", float(shell_timeout))
+        object.__setattr__(self, "safety", safety)
+        object.__setattr__(self, "network", bool(network))
+        object.__setattr__(self, "unsandboxed_shell", bool(unsandboxed_shell))
 
     # ── builders ─────────────────────────────────────────────────────────────────
+
+    def _replace(self, root: str | os.PathLike[str] | None = None, **changes: Any) -> ToolCtx:
+        fields: dict[str, Any] = {
+            "spill_dir": self.spill_dir,
+            "output_budget_bytes": self.output_budget_bytes,
+            "shell_timeout": self.shell_timeout,
+            "safety": self.safety,
+            "network": self.network,
+            "unsandboxed_shell": self.unsandboxed_shell,
+        }
+        fields.update(changes)
+        return ToolCtx(self.root if root is None else root, **fields)
 
     def sandboxed(self, workspace: str | os.PathLike[str]) -> ToolCtx:
         """The same policy over another jail.
 
         The spill dir moves to the new root's default too: a spill dir shared between
-        runs would let one run (an eval case, a batch item) read another's output.
+        runs would let one run (an eval case, a batch item) read another's output. The
+        new jail gets its own live safety mode, starting at this one's current mode.
         """
-        return ToolCtx(
-            workspace,
-            output_budget_bytes=self.output_budget_bytes,
-            shell_timeout=self.shell_timeout,
-        )
+        return self._replace(workspace, spill_dir=None, safety=LiveSafetyMode(self.safety.mode))
 
     def with_spill_dir(self, spill_dir: str | os.PathLike[str]) -> ToolCtx:
         """The same policy, spilling to `spill_dir` (for example outside the jail, so the
         workspace stays clean; the model then cannot read spilled outputs back)."""
-        return ToolCtx(
-            self.root,
-            spill_dir=spill_dir,
-            output_budget_bytes=self.output_budget_bytes,
-            shell_timeout=self.shell_timeout,
-        )
+        return self._replace(spill_dir=spill_dir)
 
     def with_output_budget(self, output_budget_bytes: int) -> ToolCtx:
         """The same policy with another per-turn output budget."""
-        return ToolCtx(
-            self.root,
-            spill_dir=self.spill_dir,
-            output_budget_bytes=output_budget_bytes,
-            shell_timeout=self.shell_timeout,
-        )
+        return self._replace(output_budget_bytes=output_budget_bytes)
 
     def with_shell_timeout(self, shell_timeout: float) -> ToolCtx:
         """The same policy with another shell timeout."""
-        return ToolCtx(
-            self.root,
-            spill_dir=self.spill_dir,
-            output_budget_bytes=self.output_budget_bytes,
-            shell_timeout=shell_timeout,
-        )
+        return self._replace(shell_timeout=shell_timeout)
+
+    def with_safety_mode(self, mode: SafetyMode | LiveSafetyMode) -> ToolCtx:
+        """The same policy under another safety mode (a `LiveSafetyMode` is shared as is;
+        a `SafetyMode` starts a new live one)."""
+        return self._replace(safety=mode)
+
+    def with_network(self, granted: bool = True) -> ToolCtx:
+        """The same policy, with shell commands allowed (or not) to use the network."""
+        return self._replace(network=granted)
+
+    def with_unsandboxed_shell(self, accepted: bool = True) -> ToolCtx:
+        """The same policy, accepting (or not) an unsandboxed shell where the sandbox is
+        unavailable. Only for machines where you would let the model type into your own
+        terminal."""
+        return self._replace(unsandboxed_shell=accepted)
 
     # ── paths ────────────────────────────────────────────────────────────────────
 
@@ -139,12 +171,16 @@ class ToolCtx:
         A relative path is taken from the root; an absolute one must already point
         inside it. Symlinks are followed (a link inside the jail to a file inside it is
         fine), and the path need not exist yet (for files about to be written). Raises
-        `PathOutsideJail` for anything that resolves outside the root, for a symlink loop
-        and for a path with a NUL byte.
+        `PathOutsideJail` for anything that resolves outside the root and for a symlink
+        loop; its subclass `InvalidPath` for a NUL byte, a control character or text
+        that is not UTF-8, and `PathTooLong` for a name over 255 bytes or a path over
+        4096 (checked before anything on disk is looked at).
+
+        Open what it returns through `fs`, never with a plain `open()`: the walk is what
+        makes the check hold against a symlink swapped in afterwards.
         """
         text = os.fspath(path)
-        if "\x00" in text:
-            raise PathOutsideJail(text, self.root, "contains a NUL byte")
+        check_path_text(text, self.root)
         candidate = Path(text)
         if not candidate.is_absolute():
             candidate = self.root / candidate
@@ -156,7 +192,20 @@ class ToolCtx:
             ) from exc
         if not resolved.is_relative_to(self.root):
             raise PathOutsideJail(text, self.root)
+        size = len(os.fsencode(resolved))
+        if size > PATH_MAX:
+            raise PathTooLong(
+                text,
+                self.root,
+                f"is {size} bytes long from the filesystem root, over the {PATH_MAX}-byte limit",
+            )
         return resolved
+
+    @property
+    def fs(self) -> JailFS:
+        """Descriptor-walked file access under this jail: open what `resolve()`
+        returned through it, so a symlink swapped in after the check is refused."""
+        return JailFS(self.root)
 
     def contains(self, path: str | os.PathLike[str]) -> bool:
         """Whether `resolve(path)` would succeed: a cheap filter for tools that walk."""

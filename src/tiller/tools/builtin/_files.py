@@ -1,21 +1,30 @@
 """The file tools: read, write, edit and list, all inside the run's jail.
 
-Every path goes through `ctx.tools.resolve`, so `..`, absolute paths elsewhere and
-symlinks that point out are refused before anything is opened. Files are UTF-8 text; a
-binary or undecodable file is refused with a message rather than shown as mojibake or
-silently corrupted by an edit. They are sync functions: file I/O runs in worker threads.
+Every path goes through `ctx.tools.resolve` first, so `..`, absolute paths elsewhere,
+symlinks that point out and unusable names are refused before anything is opened; then the
+file is opened through `ctx.tools.fs`, a descriptor walk with `O_NOFOLLOW`, so a symlink
+swapped in after the check cannot redirect the tool (DESIGN §11). Writes replace files
+atomically (a temporary file renamed over the target). Files are UTF-8 text; a binary or
+undecodable file is refused with a message rather than shown as mojibake or silently
+corrupted by an edit. They are sync functions: file I/O runs in worker threads.
+
+The writing tools (`write_file`, `edit_file`, and `apply_patch` in `_patch`) follow one
+order: resolve every path, `ctx.require_writable` each (in Plan, only the scratchpad),
+check everything that can fail, `ctx.snapshot_before_write` once, then write.
 """
 
 from __future__ import annotations
 
-import os
+import io
+import stat
 from typing import Annotated, Final
 
 from pydantic import Field
 
 from .._exec import ExecContext
+from .._fs import display_name
 from .._tool import Capability, ToolError, tool
-from ._text import looks_binary, os_errors
+from ._text import SNIFF_BYTES, decode_text, looks_binary, os_errors
 
 __all__ = ["edit_file", "list_dir", "read_file", "write_file"]
 
@@ -29,6 +38,16 @@ MAX_DIR_ENTRIES: Final = 1000
 
 def _strip_newline(line: str) -> str:
     return line.removesuffix("\n").removesuffix("\r")
+
+
+def encode_content(content: str) -> bytes:
+    """`content` as UTF-8, or a `ToolError` (JSON can carry unpaired surrogates)."""
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"the new content is not valid Unicode text (character {exc.start}: {exc.reason})"
+        ) from exc
 
 
 @tool(read_only=True, capabilities=Capability.PRIVATE_DATA)
@@ -55,23 +74,24 @@ def read_file(
     """
     target = ctx.tools.resolve(path)
     shown = ctx.tools.relative(target)
-    if not target.exists():
-        raise ToolError(f"no such file: {shown}")
-    if target.is_dir():
-        raise ToolError(f"{shown} is a directory; use list_dir to see what it holds")
-    if not target.is_file():
-        raise ToolError(f"{shown} is not a regular file")
     count = DEFAULT_READ_LINES if limit is None else limit
     lines: list[str] = []
     total = 0
-    with os_errors("read", shown):
-        if looks_binary(target):
-            size = target.stat().st_size
+    errors = os_errors(
+        "read",
+        shown,
+        missing=f"no such file: {shown}",
+        directory=f"{shown} is a directory; use list_dir to see what it holds",
+    )
+    with errors, ctx.tools.fs.open_file(target) as raw:
+        if looks_binary(raw.read(SNIFF_BYTES)):
+            size = raw.seek(0, io.SEEK_END)
             raise ToolError(
                 f"{shown} looks like a binary file ({size} bytes); read_file reads text"
             )
+        raw.seek(0)
         try:
-            with target.open(encoding="utf-8", newline="") as file:
+            with io.TextIOWrapper(raw, encoding="utf-8", newline="") as file:
                 for total, line in enumerate(file, start=1):
                     if offset < total <= offset + count:
                         text = _strip_newline(line)
@@ -98,6 +118,7 @@ def read_file(
 
 
 @tool(
+    plan_scratchpad=True,
     denial_remedy="Describe the change you would make (the path and the new content) "
     "instead of writing it.",
 )
@@ -111,13 +132,16 @@ def write_file(path: str, content: str, *, ctx: ExecContext) -> str:
     """
     target = ctx.tools.resolve(path)
     shown = ctx.tools.relative(target)
-    if target.is_dir():
-        raise ToolError(f"{shown} is a directory; give the path of a file")
-    existed = target.exists()
-    data = content.encode("utf-8")
-    with os_errors("write", shown):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+    ctx.require_writable(target)
+    data = encode_content(content)
+    is_dir = f"{shown} is a directory; give the path of a file"
+    with os_errors("write", shown, directory=is_dir):
+        before = ctx.tools.fs.stat(target)
+    if before is not None and stat.S_ISDIR(before.st_mode):
+        raise ToolError(is_dir)
+    ctx.snapshot_before_write([target])
+    with os_errors("write", shown, directory=is_dir):
+        existed = ctx.tools.fs.write_bytes(target, data, create_parents=True)
     return f"{'overwrote' if existed else 'created'} {shown} ({len(data)} bytes)"
 
 
@@ -133,6 +157,7 @@ def _occurrences(text: str, old: str) -> list[int]:
 
 
 @tool(
+    plan_scratchpad=True,
     denial_remedy="Describe the edit you would make (the path, the old and the new text) "
     "instead of making it.",
 )
@@ -151,35 +176,35 @@ def edit_file(path: str, old: str, new: str, *, ctx: ExecContext) -> str:
     """
     target = ctx.tools.resolve(path)
     shown = ctx.tools.relative(target)
-    if not target.is_file():
-        raise ToolError(
-            f"no such file: {shown}" if not target.exists() else f"{shown} is not a regular file"
-        )
+    ctx.require_writable(target)
+    errors = os_errors(
+        "edit",
+        shown,
+        missing=f"no such file: {shown}",
+        directory=f"{shown} is a directory; edit_file edits a file",
+    )
+    with errors:
+        data = ctx.tools.fs.read_bytes(target)
     if not old:
         raise ToolError("old is empty; give the exact text to replace (use write_file to create)")
     if old == new:
         raise ToolError("old and new are the same; there is nothing to change")
+    text = decode_text(data, shown, "edit_file")
+    found = _occurrences(text, old)
+    if len(found) != 1:
+        hint = (
+            "read the file and copy the text exactly, whitespace and line endings included"
+            if not found
+            else "include more of the surrounding text so it matches exactly once"
+        )
+        raise ToolError(
+            f"old matches {len(found)} times in {shown}, it must match exactly once; {hint}"
+        )
+    start = found[0]
+    updated = encode_content(text[:start] + new + text[start + len(old) :])
+    ctx.snapshot_before_write([target])
     with os_errors("edit", shown):
-        if looks_binary(target):
-            raise ToolError(f"{shown} looks like a binary file; edit_file edits text")
-        try:
-            with target.open(encoding="utf-8", newline="") as file:
-                text = file.read()
-        except UnicodeDecodeError as exc:
-            raise ToolError(f"{shown} is not UTF-8 text; edit_file edits UTF-8 text only") from exc
-        found = _occurrences(text, old)
-        if len(found) != 1:
-            hint = (
-                "read the file and copy the text exactly, whitespace and line endings included"
-                if not found
-                else "include more of the surrounding text so it matches exactly once"
-            )
-            raise ToolError(
-                f"old matches {len(found)} times in {shown}, it must match exactly once; {hint}"
-            )
-        start = found[0]
-        with target.open("w", encoding="utf-8", newline="") as file:
-            file.write(text[:start] + new + text[start + len(old) :])
+        ctx.tools.fs.write_bytes(target, updated)
     line = text.count("\n", 0, start) + 1
     return f"edited {shown} at line {line}"
 
@@ -194,21 +219,22 @@ def list_dir(path: str = ".", *, ctx: ExecContext) -> str:
     """
     target = ctx.tools.resolve(path)
     shown = ctx.tools.relative(target)
-    if not target.exists():
-        raise ToolError(f"no such directory: {shown}")
-    if not target.is_dir():
-        raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
     with os_errors("list", shown):
-        with os.scandir(target) as scan:
-            entries = sorted(scan, key=lambda e: e.name)
-        lines: list[str] = []
-        for entry in entries[:MAX_DIR_ENTRIES]:
-            if entry.is_symlink():
-                lines.append(f"{entry.name} -> {os.readlink(entry.path)}")
-            elif entry.is_dir():
-                lines.append(f"{entry.name}/")
-            else:
-                lines.append(entry.name)
+        st = ctx.tools.fs.stat(target)
+        if st is None:
+            raise ToolError(f"no such directory: {shown}")
+        if not stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
+        entries = ctx.tools.fs.listdir(target)
+    lines: list[str] = []
+    for entry in entries[:MAX_DIR_ENTRIES]:
+        name = display_name(entry.name)
+        if entry.kind == "symlink":
+            lines.append(f"{name} -> {display_name(entry.target or '')}")
+        elif entry.kind == "dir":
+            lines.append(f"{name}/")
+        else:
+            lines.append(name)
     if not lines:
         return f"({shown} is empty)"
     if len(entries) > MAX_DIR_ENTRIES:
