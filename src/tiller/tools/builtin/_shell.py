@@ -1,201 +1,270 @@
-"""`run_shell`: run a bash command in the workspace.
+"""`execute_command`: run a bash command in the workspace, inside the bwrap sandbox.
 
-    !!! NOT SANDBOXED YET !!!
-    The command runs as the current user with the current environment, and can read,
-    write and send anything that user can. Its working directory is the jail root, but
-    nothing keeps it there. The tools issue puts it under `bwrap` (DESIGN §11) and refuses
-    it where namespaces are unavailable; until then, give it only to runs you would let
-    type into your own terminal, behind an approver.
+The command runs under `bwrap` (`tiller.tools._sandbox`, DESIGN §11): it sees the system
+read-only, an empty `/tmp` and home directory, the network only if the run grants it, and
+the jail read-write as its working directory. Where the sandbox cannot run (no `bwrap`,
+no user namespaces) the tool refuses, saying how to install it, unless the run explicitly
+accepted an unsandboxed shell (`ToolCtx.with_unsandboxed_shell()`): then the command runs
+as the current user with the current environment, its own session and process group.
 
-What it does guarantee: the command runs in its own session and process group, and when
-it ends, times out or is cancelled, the whole group is killed with SIGKILL, so a runaway
-`sleep`, a forgotten `server &` or a fork bomb's children do not outlive the call.
+Either way the whole process tree is killed when the command ends, times out or is
+cancelled (its group, and under bwrap the sandbox's pid namespace), so a runaway `sleep`,
+a forgotten `server &` or a fork bomb's children do not outlive the call. Its output is
+streamed live to the call's progress channel and returned in full as the result.
+
+A command can leave its turn: started with `background=true`, or detached by a person
+(the turn's background token) while it runs. It then belongs to the run's
+`BackgroundJobs` and `background_process` reaches it.
+
+`execute_command` uses the process-wide default sandbox (probed once); build the tool
+over another one with `execute_command_tool(Sandbox(...))`, for example to show a Python
+installation the home directory's tmpfs would hide (`Sandbox.python_paths()`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
+import enum
 import os
-import signal
-import subprocess
 from typing import Annotated, Final
 
 from pydantic import Field
 
+from ...cancel import CancellationToken
 from .._exec import ExecContext
-from .._tool import Capability, ToolOutput, tool
+from .._process import Command, decode_output, describe_exit, spawn
+from .._progress import Progress
+from .._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
+from .._tool import Capability, FunctionTool, ToolError, ToolOutput, tool
 
-__all__ = ["run_shell"]
+__all__ = ["execute_command", "execute_command_tool"]
 
-#: Output bytes `run_shell` keeps in memory; the rest is counted and dropped. The turn's
-#: output budget caps what the model sees far below this, spilling the rest to a file.
+#: Output bytes a foreground command keeps in memory (its newest); older ones are counted
+#: and dropped. The turn's output budget caps what the model sees far below this,
+#: spilling the rest to a file.
 MAX_SHELL_OUTPUT_BYTES: Final = 8 * 1024 * 1024
-#: How long cleanup may wait for a killed process to be reaped and its pipe to close.
-_CLEANUP_SECONDS: Final = 5.0
+#: Pending output past this many characters is sent as a progress event at once; smaller
+#: reads are coalesced until the event loop has handled everything that arrived.
+PROGRESS_CHUNK_CHARS: Final = 4096
 
-
-class _Output:
-    """The combined stdout and stderr, kept up to a cap; the rest is counted."""
-
-    __slots__ = ("chunks", "dropped", "kept")
-
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-        self.kept = 0
-        self.dropped = 0
-
-    def add(self, data: bytes) -> None:
-        room = MAX_SHELL_OUTPUT_BYTES - self.kept
-        if room >= len(data):
-            self.chunks.append(data)
-            self.kept += len(data)
-            return
-        if room > 0:
-            self.chunks.append(data[:room])
-            self.kept += room
-        self.dropped += len(data) - max(room, 0)
-
-    def text(self) -> str:
-        text = b"".join(self.chunks).decode("utf-8", errors="replace")
-        if self.dropped:
-            text += f"\n[... {self.dropped} more bytes of output dropped]"
-        return text
-
-
-class _ShellProtocol(asyncio.SubprocessProtocol):
-    """Collects the output and reports the two events the call waits for separately:
-    the shell exited, and its output pipe closed.
-
-    They are separate because a background child can hold the pipe open long after the
-    shell exited (`server &`), and `asyncio.subprocess.Process.wait()` waits for both
-    together (up to 3.11 at least), which would hang such a call until its timeout. Never
-    pausing the pipe also means EOF always arrives once every writer is gone.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.output = _Output()
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.closed: asyncio.Future[None] = loop.create_future()
-
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
-        self.output.add(data.encode() if isinstance(data, str) else data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL every process in the command's group; a group already gone is fine."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-async def _clean_up(transport: asyncio.SubprocessTransport, protocol: _ShellProtocol) -> None:
-    """Kill what is left of the command, wait for it to be reaped and its pipe to close,
-    then close the transport.
-
-    Runs in a `finally`, possibly while the call is being cancelled, so the waiting is
-    shielded and bounded: a cancel must not leave a process or an open pipe behind, and
-    cleanup must not hang the cancel either (a process that escaped the group with its
-    own `setsid` may hold the pipe; after the grace period the pipe is closed anyway).
-    """
-    _kill_group(transport.get_pid())
-    try:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_CLEANUP_SECONDS):
-                await asyncio.shield(asyncio.gather(protocol.exited, protocol.closed))
-    finally:
-        transport.close()
-
-
-def _status(returncode: int | None) -> str:
-    if returncode is None:
-        return "[no exit code]"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"[killed by {name}]"
-    return f"[exit code {returncode}]"
-
-
-@tool(
-    capabilities=Capability.PRIVATE_DATA | Capability.UNTRUSTED_INPUT | Capability.EXTERNAL_SEND,
-    denial_remedy="Inspect the workspace with read_file, list_dir and search instead, or "
-    "say which command you would run and why.",
+_NO_JOBS: Final = (
+    "this run cannot keep commands in the background (it has no job registry); run the "
+    "command in the foreground, with a timeout if it may take long"
 )
-async def run_shell(
-    command: str,
-    # The model's own limit, part of the schema; cancellation still comes from the token.
-    timeout: Annotated[float, Field(gt=0)] | None = None,  # noqa: ASYNC109
-    *,
-    ctx: ExecContext,
-) -> ToolOutput:
-    """Run a bash command in the workspace root and return its combined stdout and stderr
-    and its exit code. stdin is empty, so the command must not wait for input, and
-    background processes are killed when it ends. A non-zero exit code is an error.
 
-    WARNING, for developers: NOT SANDBOXED yet. The command runs as the current user, with
-    the current environment and network; the workspace is only its starting directory.
-    The tools issue runs it under bwrap. See this module's docstring.
 
-    Args:
-        command: The bash command line, e.g. `pytest -q tests/test_app.py`.
-        timeout: Seconds before the command is killed (default and maximum: the run's
-            shell timeout).
+class _Relay:
+    """Streams a command's output to the call's progress channel.
+
+    Decoded incrementally, so a UTF-8 character split between two reads stays whole, and
+    coalesced: one event per ~4 KiB, or per burst of reads the loop handles together.
+    `stop()` flushes what is pending and ends the relay (the call returned or the command
+    was detached: the call's progress no longer speaks for it).
     """
-    limit = ctx.tools.shell_timeout if timeout is None else min(timeout, ctx.tools.shell_timeout)
+
+    __slots__ = ("_decoder", "_loop", "_pending", "_progress", "_scheduled", "_size", "_stopped")
+
+    def __init__(self, progress: Progress, loop: asyncio.AbstractEventLoop) -> None:
+        self._progress = progress
+        self._loop = loop
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending: list[str] = []
+        self._size = 0
+        self._scheduled = False
+        self._stopped = False
+
+    def __call__(self, chunk: bytes) -> None:
+        if self._stopped:
+            return
+        text = self._decoder.decode(chunk)
+        if text:
+            self._pending.append(text)
+            self._size += len(text)
+        if self._size >= PROGRESS_CHUNK_CHARS:
+            self._flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._scheduled = False
+        if not self._stopped:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            text = "".join(self._pending)
+            self._pending.clear()
+            self._size = 0
+            self._progress.output(text)
+
+    def stop(self, *, flush: bool = True) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if flush:
+            tail = self._decoder.decode(b"", final=True)
+            if tail:
+                self._pending.append(tail)
+            self._flush()
+
+
+class _Ended(enum.Enum):
+    EXITED = "exited"
+    TIMED_OUT = "timed out"
+    DETACHED = "detached"
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    """Token callback (any thread): resolve `future` on its loop."""
+    with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
+        loop.call_soon_threadsafe(_resolve, future)
+
+
+async def _wait_foreground(
+    process: Command, limit: float, background: CancellationToken | None
+) -> _Ended:
+    """Wait until the command exits, `limit` seconds pass, or `background` fires."""
     loop = asyncio.get_running_loop()
-    spawn = asyncio.ensure_future(
-        loop.subprocess_exec(
-            lambda: _ShellProtocol(loop),
-            "bash",
-            "-c",
-            command,
-            cwd=ctx.tools.root,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so it can be killed as a whole
-            env={**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"},
-        )
-    )
+    detach: asyncio.Future[None] = loop.create_future()
+    handle = background.add_callback(_on_loop, loop, detach) if background is not None else None
     try:
-        transport, protocol = await asyncio.shield(spawn)
-    except asyncio.CancelledError:
-        # Cancelled while the process was starting. It may be running already (asyncio
-        # would kill only the shell, not its children), so let the start finish, which
-        # does not wait for the command, and kill the whole group like any cancelled call.
-        with contextlib.suppress(Exception):
-            started, started_protocol = await asyncio.shield(spawn)
-            await _clean_up(started, started_protocol)
-        raise
-    timed_out = False
-    try:
-        try:
-            async with asyncio.timeout(limit):
-                await asyncio.shield(protocol.exited)
-        except TimeoutError:
-            timed_out = True
+        async with asyncio.timeout(limit):
+            await asyncio.wait([process.exited, detach], return_when=asyncio.FIRST_COMPLETED)
+    except TimeoutError:
+        return _Ended.TIMED_OUT
     finally:
-        # Also on success: whatever the command left running in the background goes too,
-        # which lets its pipe reach EOF.
-        await _clean_up(transport, protocol)
-    text = protocol.output.text()
-    body = text if text.endswith("\n") or not text else text + "\n"
-    if timed_out:
-        note = f"[timed out after {limit:g}s; the command and its processes were killed]"
-        return ToolOutput(f"{body}{note}", is_error=True)
-    returncode = transport.get_returncode()
-    status = _status(returncode)
-    return ToolOutput(
-        f"{body}{status}" if text else f"(no output)\n{status}",
-        is_error=returncode != 0,
+        if handle is not None:
+            handle.remove()
+        detach.cancel()
+    return _Ended.EXITED if process.exited.done() else _Ended.DETACHED
+
+
+async def _command_line(
+    sandbox: Sandbox, command: str, ctx: ExecContext
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment to run `command` with: in the sandbox, or (only where it
+    is unavailable and the run accepted that) as a plain shell."""
+    shell = ["bash", "-c", command]
+    try:
+        await sandbox.require()
+    except SandboxUnavailable as exc:
+        if not ctx.tools.unsandboxed_shell:
+            raise ToolError(str(exc)) from exc
+        return shell, {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}
+    argv = sandbox.command(shell, jail=ctx.tools.root, network=ctx.tools.network)
+    return argv, sandbox.environment()
+
+
+def _render(process: Command, ending: str) -> str:
+    """The command's output, then a bracketed line saying how it ended."""
+    log = process.output
+    data, begin = log.since(log.start)
+    text = decode_output(data, cut=begin > 0)
+    if begin > 0:
+        text = f"[... {begin} earlier bytes of output dropped]\n{text}"
+    return f"{_line_end(text) or _line_end('(no output)')}[{ending}]"
+
+
+def _line_end(text: str) -> str:
+    """`text` ending with a newline, unless it is empty."""
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+async def _execute(
+    sandbox: Sandbox, command: str, limit: float, background: bool, ctx: ExecContext
+) -> ToolOutput:
+    jobs = ctx.jobs if ctx.jobs is not None and not ctx.jobs.closed else None
+    if background and jobs is None:
+        raise ToolError(_NO_JOBS)
+    argv, env = await _command_line(sandbox, command, ctx)
+    if jobs is not None and (background or ctx.background.is_cancelled):
+        job_id = await jobs.start(argv, command=command, cwd=ctx.tools.root, env=env)
+        return ToolOutput(
+            f"[started in the background as {job_id}; use background_process to read its "
+            "output, wait for it or stop it]"
+        )
+    relay = _Relay(ctx.progress, asyncio.get_running_loop())
+    process = await spawn(
+        argv, cwd=ctx.tools.root, env=env, output_limit=MAX_SHELL_OUTPUT_BYTES, listener=relay
     )
+    adopted = False
+    try:
+        ended = await _wait_foreground(process, limit, ctx.background if jobs is not None else None)
+        if ended is _Ended.DETACHED and jobs is not None:
+            relay.stop()
+            job_id = jobs.adopt(process, command=command)
+            adopted = True
+            so_far = jobs.read(job_id)
+            dropped = f"[... {so_far.skipped} earlier bytes]\n" if so_far.skipped else ""
+            return ToolOutput(
+                f"{dropped}{_line_end(so_far.text)}[moved to the background as {job_id} "
+                f"after {process.runtime():.1f}s; it keeps running: use background_process "
+                "to read its output, wait for it or stop it]"
+            )
+    except BaseException:
+        relay.stop(flush=False)  # the call has no result: nothing more to report
+        raise
+    finally:
+        if not adopted:
+            # Also after a normal exit: whatever the command left running goes too, which
+            # lets its pipe reach EOF. On a cancel this is the shielded, bounded cleanup.
+            await process.aclose()
+    relay.stop()
+    if ended is _Ended.TIMED_OUT:
+        note = f"timed out after {limit:g}s; the command and its processes were killed"
+        return ToolOutput(_render(process, note), is_error=True)
+    returncode = process.returncode
+    return ToolOutput(_render(process, describe_exit(returncode)), is_error=returncode != 0)
+
+
+def execute_command_tool(sandbox: Sandbox = DEFAULT_SANDBOX) -> FunctionTool:
+    """The `execute_command` tool, running commands in `sandbox`."""
+
+    @tool(
+        name="execute_command",
+        capabilities=Capability.PRIVATE_DATA
+        | Capability.UNTRUSTED_INPUT
+        | Capability.EXTERNAL_SEND,
+        denial_remedy="Inspect the workspace with read_file, list_dir and search instead, "
+        "or say which command you would run and why.",
+    )
+    async def execute_command(
+        command: str,
+        # The model's own limit, part of the schema; cancellation comes from the token.
+        timeout: Annotated[float, Field(gt=0)] | None = None,  # noqa: ASYNC109
+        background: bool = False,
+        *,
+        ctx: ExecContext,
+    ) -> ToolOutput:
+        """Run a bash command in the workspace root and return its combined stdout and
+        stderr and its exit code; a non-zero exit code is an error. The command runs in a
+        sandbox: the workspace is writable, the rest of the system read-only, /tmp and the
+        home directory are empty and temporary, and the network is off unless this run
+        allows it. stdin is empty, so the command must not wait for input; processes it
+        leaves running are killed when it ends. For a server or a long build, pass
+        background=true and follow it with background_process.
+
+        Args:
+            command: The bash command line, e.g. `pytest -q tests/test_app.py`.
+            timeout: Seconds before the command is killed (default and maximum: the run's
+                shell timeout). Does not apply to background commands.
+            background: Start the command in the background and return at once with its
+                id (bg-1, ...); read, wait for or stop it with background_process.
+        """
+        ceiling = ctx.tools.shell_timeout
+        limit = ceiling if timeout is None else min(timeout, ceiling)
+        return await _execute(sandbox, command, limit, background, ctx)
+
+    return execute_command
+
+
+#: The shell tool, over the process-wide default sandbox.
+execute_command: Final = execute_command_tool()

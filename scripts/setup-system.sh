@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Install what tiller needs from the system, not from PyPI: bubblewrap (`bwrap`), the
+# sandbox every shell command runs in (DESIGN §11).
+#
+# Idempotent: does nothing (and says so) when `bwrap` is already installed. Otherwise it
+# installs Debian's `bubblewrap` package with apt-get, through sudo when not root. Exits
+# non-zero, saying why, when it cannot.
+#
+#   scripts/setup-system.sh
+set -euo pipefail
+
+say() { printf 'setup-system: %s\n' "$*"; }
+fail() {
+    printf 'setup-system: error: %s\n' "$*" >&2
+    exit 1
+}
+
+if command -v bwrap >/dev/null 2>&1; then
+    say "bwrap is already installed ($(command -v bwrap)); nothing to do"
+    exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    fail "bwrap is missing and this is not a Debian-like system (no apt-get); install the" \
+        "'bubblewrap' package with your system's package manager"
+fi
+
+sudo_note=""
+if [ "${EUID}" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        fail "bwrap is missing; installing it needs root, and sudo is not available:" \
+            "run 'apt-get install bubblewrap' as root"
+    fi
+    sudo_note="sudo "
+fi
+
+# Run a command as root: directly when we are root, else through sudo.
+as_root() {
+    if [ "${EUID}" -eq 0 ]; then
+        "$@"
+    else
+        sudo DEBIAN_FRONTEND=noninteractive "$@"
+    fi
+}
+
+export DEBIAN_FRONTEND=noninteractive
+say "bwrap is missing: installing Debian's bubblewrap package"
+say "running: ${sudo_note}apt-get update"
+if ! as_root apt-get update -qq >/dev/null; then
+    fail "'apt-get update' failed; check the network and the apt sources, then run again"
+fi
+say "running: ${sudo_note}apt-get install -y bubblewrap"
+if ! as_root apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; then
+    fail "'apt-get install bubblewrap' failed; see the messages above"
+fi
+
+if ! command -v bwrap >/dev/null 2>&1; then
+    fail "bubblewrap was installed but bwrap is not on PATH ($PATH)"
+fi
+say "installed $(bwrap --version 2>/dev/null || echo bwrap) at $(command -v bwrap)"

@@ -1,0 +1,278 @@
+"""`Sandbox`: the bubblewrap jail shell commands run in (DESIGN §11).
+
+`bwrap` is the security boundary of the shell; the shell lexer only classifies risk. A
+command runs as `bwrap --unshare-all ... bash -c COMMAND` in fresh namespaces with no
+capabilities, in a new session (so it cannot push keystrokes into our terminal with
+`TIOCSTI`), killed if we die. What it sees:
+
+| path | how |
+|---|---|
+| `/usr`, `/etc`, `/opt` | the host's, read-only |
+| `/bin`, `/sbin`, `/lib*` | the host's symlinks (merged-usr), or read-only binds |
+| `/proc`, `/dev` | fresh: its own pid namespace, a minimal `/dev` |
+| `/tmp`, `$HOME`, `/root` | empty tmpfs, gone when the command ends |
+| the jail | the host's directory, read-write, at its real path, as the working directory |
+| anything else | absent; `/` itself is read-only |
+
+The network is a private loopback unless the run grants the network
+(`ToolCtx.with_network()`), nested user namespaces are refused (`--disable-userns`: a
+command cannot make itself root of a namespace of its own and remount what it sees), and
+the environment is rebuilt from scratch (`PATH`, `HOME`, `LANG`, `TERM=dumb`, `PAGER=cat`,
+`GIT_PAGER=cat`), so no token in our environment leaks into a command. Commands run as
+root otherwise keep capabilities that can remount `/`; here `--cap-drop ALL` and the
+read-only binds (locked by the kernel in a less privileged namespace) prevent that.
+
+Whether bwrap works on this machine is probed once per `Sandbox` by running `true` under
+the same flags (bwrap missing, or user namespaces disabled, are the usual failures); the
+module's default sandbox is shared, so a process probes once. Where it does not work,
+`require()` raises `SandboxUnavailable` with what to do about it, and the shell refuses
+to run unless the run explicitly accepts an unsandboxed shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from ..errors import TillerError
+
+__all__ = [
+    "DEFAULT_SANDBOX",
+    "SANDBOX_PATH",
+    "Sandbox",
+    "SandboxProbe",
+    "SandboxUnavailable",
+]
+
+#: `PATH` inside the sandbox (the host's own may name directories the sandbox hides).
+SANDBOX_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Directories bound read-only (or recreated as the same symlinks) when the host has them.
+_SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: Bound read-only only if present: third-party software some hosts keep there.
+_OPTIONAL_DIRS: Final = ("/opt",)
+#: How long the availability probe may take before it counts as a failure.
+_PROBE_SECONDS: Final = 30.0
+_HOW_TO_FIX: Final = (
+    "Install bubblewrap (`scripts/setup-system.sh`, or `apt-get install bubblewrap` on "
+    "Debian and Ubuntu) on a machine where user namespaces are enabled; or, only where "
+    "you would let the model type into your own terminal, accept an unsandboxed shell "
+    "with `ToolCtx.with_unsandboxed_shell()`."
+)
+
+
+class SandboxUnavailable(TillerError):
+    """The shell's sandbox cannot run here: `bwrap` is missing, or the kernel refuses
+    the namespaces it needs. `reason` says which; the message says what to do."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"shell commands run only inside the bubblewrap sandbox, and it is unavailable "
+            f"here: {reason}. {_HOW_TO_FIX}"
+        )
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxProbe:
+    """What probing found: whether the sandbox works, and if not, why."""
+
+    available: bool
+    reason: str = ""
+
+
+class Sandbox:
+    """How shell commands are jailed: a `bwrap` binary, plus the command line around it.
+
+    ```python
+    sandbox = Sandbox()                                  # `bwrap` from PATH
+    sandbox.require()                                    # or SandboxUnavailable
+    argv = sandbox.command(["bash", "-c", "make"], jail=root, network=False)
+    ```
+
+    - `bwrap`: the binary, a name looked up on `PATH` or a path. Point it at a missing
+      file to see the refusal path.
+    - `ro_binds`: more host paths to show read-only at the same place (for example a
+      Python installation under `/root` that the tmpfs over the home directory would
+      hide); missing ones are skipped. `Sandbox.python_paths()` lists the running
+      interpreter's.
+    - `path`: `PATH` inside the sandbox.
+
+    The probe's answer is cached on the instance, so share one (the module's
+    `DEFAULT_SANDBOX`) to probe once per process.
+    """
+
+    __slots__ = ("_bwrap", "_lock", "_probe", "path", "ro_binds")
+
+    def __init__(
+        self,
+        bwrap: str | os.PathLike[str] = "bwrap",
+        *,
+        ro_binds: Sequence[str | os.PathLike[str]] = (),
+        path: str = SANDBOX_PATH,
+    ) -> None:
+        self._bwrap = os.fspath(bwrap)
+        self.ro_binds: tuple[Path, ...] = tuple(Path(p).absolute() for p in ro_binds)
+        self.path = path
+        self._lock = threading.Lock()
+        self._probe: SandboxProbe | None = None
+
+    @staticmethod
+    def python_paths() -> tuple[Path, ...]:
+        """The running interpreter's installation and virtual environment, to pass as
+        `ro_binds` when commands must run this Python (`sys.executable`)."""
+        found = sorted(
+            {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
+        )
+        # A directory inside another one listed is shown with it already.
+        return tuple(p for p in found if not any(p != q and p.is_relative_to(q) for q in found))
+
+    # ── availability ─────────────────────────────────────────────────────────────
+
+    def executable(self) -> str | None:
+        """The absolute path of the `bwrap` binary, or `None` if there is none."""
+        return shutil.which(self._bwrap)
+
+    def probe(self) -> SandboxProbe:
+        """Whether the sandbox works here: runs `true` under the real flags, once.
+
+        Blocks for as long as bwrap takes to start (milliseconds); from async code use
+        `probe_async`. Thread-safe: concurrent first calls run one probe.
+        """
+        with self._lock:
+            if self._probe is None:
+                self._probe = self._run_probe()
+            return self._probe
+
+    async def probe_async(self) -> SandboxProbe:
+        """`probe()`, in a worker thread the first time, so the event loop never waits."""
+        if self._probe is not None:
+            return self._probe
+        return await asyncio.to_thread(self.probe)
+
+    async def require(self) -> None:
+        """Return if the sandbox works; raise `SandboxUnavailable` saying why not."""
+        probe = await self.probe_async()
+        if not probe.available:
+            raise SandboxUnavailable(probe.reason)
+
+    def _run_probe(self) -> SandboxProbe:
+        binary = self.executable()
+        if binary is None:
+            return SandboxProbe(False, f"`{self._bwrap}` is not installed (not found)")
+        with tempfile.TemporaryDirectory(prefix="tiller-probe-") as jail:
+            argv = self.command(["true"], jail=Path(jail).resolve(), network=False)
+            try:
+                done = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=_PROBE_SECONDS,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return SandboxProbe(False, f"`{binary}` could not be run: {exc}")
+        if done.returncode != 0:
+            detail = done.stderr.decode("utf-8", errors="replace").strip() or (
+                f"exit code {done.returncode}"
+            )
+            return SandboxProbe(
+                False, f"`{binary}` cannot create its namespaces on this machine ({detail})"
+            )
+        return SandboxProbe(True)
+
+    # ── the command line ─────────────────────────────────────────────────────────
+
+    def command(self, argv: Sequence[str], *, jail: Path, network: bool) -> list[str]:
+        """`argv` wrapped in bwrap: run in `jail` (an absolute real path, bound
+        read-write), with the host network only if `network` is granted."""
+        binary = self.executable() or self._bwrap
+        home = _home()
+        args = [
+            binary,
+            "--unshare-all",
+            # Explicit, for `--disable-userns` (as root, `--unshare-all` only tries it).
+            "--unshare-user",
+            "--disable-userns",
+            "--cap-drop",
+            "ALL",
+            "--new-session",
+            "--die-with-parent",
+        ]
+        if network:
+            args.append("--share-net")
+        for name in _SYSTEM_DIRS:
+            args += _system_dir(Path(name))
+        for name in _OPTIONAL_DIRS:
+            if Path(name).is_dir():
+                args += ["--ro-bind", name, name]
+        if network:
+            args += _resolver_binds()
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        for hidden in dict.fromkeys((home, Path("/root"))):
+            if hidden != Path("/"):
+                args += ["--tmpfs", str(hidden)]
+        for extra in self.ro_binds:
+            args += ["--ro-bind-try", str(extra), str(extra)]
+        # Last, so a jail under /tmp or the home directory stays visible over the tmpfs.
+        args += ["--bind", str(jail), str(jail), "--chdir", str(jail)]
+        # bwrap's own root (a tmpfs holding the mount points) becomes read-only too, so a
+        # write outside the jail, /tmp and the home directory fails instead of vanishing.
+        args += ["--remount-ro", "/", "--clearenv"]
+        for key, value in self.environment(home).items():
+            args += ["--setenv", key, value]
+        args += ["--", *argv]
+        return args
+
+    def environment(self, home: Path | None = None) -> dict[str, str]:
+        """The whole environment a sandboxed command gets."""
+        return {
+            "PATH": self.path,
+            "HOME": str(home if home is not None else _home()),
+            "LANG": os.environ.get("LANG") or "C.UTF-8",
+            "TERM": "dumb",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+        }
+
+    def __repr__(self) -> str:
+        state = "unprobed" if self._probe is None else repr(self._probe)
+        return f"<Sandbox bwrap={self._bwrap!r} {state}>"
+
+
+def _home() -> Path:
+    home = os.environ.get("HOME", "")
+    return Path(home) if os.path.isabs(home) else Path("/root")
+
+
+def _system_dir(path: Path) -> list[str]:
+    """A system directory as the host has it: the same symlink, or a read-only bind."""
+    if path.is_symlink():
+        return ["--symlink", os.readlink(path), str(path)]
+    if path.is_dir():
+        return ["--ro-bind", str(path), str(path)]
+    return []
+
+
+def _resolver_binds() -> list[str]:
+    """With the network granted, DNS must work: `/etc/resolv.conf` is often a symlink
+    into `/run` (systemd-resolved), which the sandbox does not show; bind its target."""
+    conf = Path("/etc/resolv.conf")
+    if not conf.is_symlink():
+        return []
+    target = conf.resolve()
+    if target.is_relative_to("/etc") or not target.exists():
+        return []
+    return ["--ro-bind-try", str(target), str(target)]
+
+
+#: The sandbox shell commands use unless a tool is built with another.
+DEFAULT_SANDBOX: Final = Sandbox()
