@@ -41,6 +41,14 @@ from ._bus import (
 )
 from ._checkpoints import AlreadyResumed, CallLog, Checkpoint, CheckpointStore
 from ._event_log import EventLog, EventLogWriter
+from ._file_checkpoints import FILE_BLOBS_BUCKET, FILE_CHECKPOINTS_BUCKET, FileCheckpoints
+from ._file_manifest import (
+    FileRecord,
+    FileRestoreFailed,
+    MalformedFileCheckpoint,
+    Manifest,
+    RestoreReport,
+)
 from ._memory import MemoryBus
 from ._sqlite import SqliteBus
 
@@ -56,12 +64,20 @@ __all__ = [
     "Entry",
     "EventLog",
     "EventLogWriter",
+    "FILE_BLOBS_BUCKET",
+    "FILE_CHECKPOINTS_BUCKET",
+    "FileCheckpoints",
+    "FileRecord",
+    "FileRestoreFailed",
     "Job",
     "JobQueue",
     "KeyValue",
     "Lease",
+    "MalformedFileCheckpoint",
+    "Manifest",
     "MemoryBus",
     "NotFound",
+    "RestoreReport",
     "RevisionConflict",
     "SqliteBus",
     "StoreError",

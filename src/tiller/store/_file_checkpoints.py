@@ -1,0 +1,441 @@
+"""File checkpoints: what files held before a tool changed them, so a rewind can put the
+workspace back as it was at any point of the conversation.
+
+`FileCheckpoints` is the store-backed `FileSnapshotter` the loop gives a run's tools
+(`ExecContext.snapshot_before_write`). Before a tool writes, it records each path as it is
+now — a regular file's bytes and mode, a symbolic link's target text, or that the path
+did not exist — anchored to the conversation position (`CheckpointOrigin`: session and
+message index). `restore_to(session, k, root)` then undoes every change made at or after
+message `k`; `fork_at(session, k)` forgets the checkpoints after `k` when a conversation
+branches there (mermaid-cli.md §2.8).
+
+Two buckets hold it (DESIGN §7):
+
+- `tiller-file-checkpoints`: manifests, `{schema_version, id, seq, run_id, session_id,
+  message_index, task_id, root, created_at, reason, files: [...]}`, keyed
+  `session/<session_id>/<seq>` (unanchored ones, a manual snapshot: `manual/<seq>`), with
+  the last sequence number per session in `counter/session/<session_id>` (`counter/manual`),
+  advanced by compare-and-set so concurrent snapshots never share a number. Ids are
+  `<session_id>-fc-<seq>` (`fc-manual-<seq>`); a counter never goes back, so an id is never
+  reused, even after a fork dropped its checkpoint;
+- `tiller-file-blobs`: file contents, content-addressed (`sha256/<hex>`), written once:
+  identical contents are stored once, whichever file or session they came from. Values
+  over the NATS payload limit go through the Bus (its NATS backend keeps them in the
+  object store), so nothing is chunked here.
+
+A manifest's `files` entries: `{path, existed: true, kind: "file", sha256, size, mode}`,
+`{path, existed: true, kind: "symlink", target}` or `{path, existed: false,
+absent_parents}` — `path` relative to the jail root with `/` separators; `absent_parents`
+the directories on the way that did not exist either (deepest first), removed again on a
+rewind when empty. A record that does not have this shape raises
+`MalformedFileCheckpoint` naming its key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from . import _file_ops
+from ._bus import Bus, KeyValue, RevisionConflict
+from ._file_manifest import (
+    FileRecord,
+    FileRestoreFailed,
+    MalformedFileCheckpoint,
+    Manifest,
+    RestoreReport,
+    counter_value,
+    load_record,
+    parse_manifest,
+)
+
+if TYPE_CHECKING:  # the tools package is imported when a snapshot or restore runs
+    from ..tools import CheckpointOrigin, ToolCtx
+
+__all__ = ["FILE_BLOBS_BUCKET", "FILE_CHECKPOINTS_BUCKET", "FileCheckpoints"]
+
+FILE_CHECKPOINTS_BUCKET = "tiller-file-checkpoints"
+FILE_BLOBS_BUCKET = "tiller-file-blobs"
+
+_SEQ_WIDTH = 10
+
+
+# ── the store ────────────────────────────────────────────────────────────────────────
+
+
+def _seq_key(prefix: str, seq: int) -> str:
+    return f"{prefix}{seq:0{_SEQ_WIDTH}d}"
+
+
+class FileCheckpoints:
+    """File snapshots in a `Bus`: the `FileSnapshotter` a run's tools write through, and the
+    restore behind `tiller rewind`.
+
+    ```python
+    files = FileCheckpoints(bus, run_id=state.run_id)
+    await files.snapshot(ctx.checkpoint_origin(), root, [root / "app.py"], reason="edit")
+    report = await files.restore_to(session_id, 4, root)  # the workspace as at message 4
+    ```
+
+    `run_id`, when given, is recorded in each manifest (a session — a thread — may span
+    several runs). Blobs this instance wrote or found are remembered, so a file snapshotted
+    again unchanged costs no store write.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        bucket: str = FILE_CHECKPOINTS_BUCKET,
+        blob_bucket: str = FILE_BLOBS_BUCKET,
+        run_id: str | None = None,
+    ) -> None:
+        if bucket == blob_bucket:
+            raise UsageError("file checkpoints and their blobs need two different buckets")
+        self.bus = bus
+        self.bucket = bucket
+        self.blob_bucket = blob_bucket
+        self.run_id = run_id
+        self._kv: KeyValue | None = None
+        self._blobs: KeyValue | None = None
+        self._known_blobs: set[str] = set()
+
+    async def _manifests(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await self.bus.kv(self.bucket)
+        return self._kv
+
+    async def _blob_bucket(self) -> KeyValue:
+        if self._blobs is None:
+            self._blobs = await self.bus.kv(self.blob_bucket)
+        return self._blobs
+
+    # ── snapshot ─────────────────────────────────────────────────────────────────────
+
+    async def snapshot(
+        self, origin: CheckpointOrigin, root: Path, paths: Sequence[Path], *, reason: str
+    ) -> str:
+        """Record what `paths` (absolute, inside `root`; relative ones are taken from it)
+        hold now, anchored at `origin`, and return the checkpoint's id.
+
+        A regular file is stored by content; a symbolic link as its target text (never
+        followed); a missing path as not existing. A path outside the jail raises
+        `PathOutsideJail`; a directory (tools snapshot the files they change), anything else
+        that is not a file or a link, or a path whose directories are not directories,
+        raises `ToolError` saying so, for the model to read. Either way nothing is recorded
+        and the tool must not write. The files are read before the checkpoint gets its number,
+        so of two calls changing one file the one that wrote first has the smaller number.
+        """
+        from ..tools import ToolCtx, ToolError
+
+        tools = ToolCtx(root)
+        records: list[FileRecord] = []
+        seen: set[str] = set()
+        for path in paths:
+            parts = self._snapshot_parts(tools, Path(path))
+            rel = "/".join(parts)
+            if rel in seen:
+                continue
+            seen.add(rel)
+            try:
+                found = await asyncio.to_thread(_file_ops.observe, tools.root, parts)
+            except _file_ops.FileOpRefused as exc:
+                raise ToolError(f"{rel} cannot be written: {exc}") from None
+            records.append(await self._record(rel, found))
+        anchored = origin.session_id is not None and origin.message_index is not None
+        kv = await self._manifests()
+        if anchored:
+            session = str(origin.session_id)
+            prefix, counter = f"session/{session}/", f"counter/session/{session}"
+        else:
+            prefix, counter = "manual/", "counter/manual"
+        seq = await self._next_seq(kv, counter)
+        manifest = Manifest(
+            id=f"{origin.session_id}-fc-{seq}" if anchored else f"fc-manual-{seq}",
+            seq=seq,
+            session_id=origin.session_id,
+            message_index=origin.message_index,
+            task_id=origin.task_id,
+            run_id=self.run_id,
+            root=str(tools.root),
+            created_at=self.bus.clock(),
+            reason=reason,
+            files=tuple(records),
+        )
+        await kv.create(_seq_key(prefix, seq), manifest.to_json())
+        return manifest.id
+
+    @staticmethod
+    def _snapshot_parts(tools: ToolCtx, path: Path) -> tuple[str, ...]:
+        """`path`'s components relative to the jail's real root, through its real parent
+        directory (so a link in the middle is resolved, and checked, here) and its own name
+        (so a link at the end is recorded as a link)."""
+        from ..tools import ToolError
+
+        if path.name in ("", ".", ".."):
+            raise ToolError(f"{str(path)!r} names a directory; only files can be written")
+        parent = tools.resolve(path.parent if path.is_absolute() else tools.root / path.parent)
+        parts = (parent / path.name).relative_to(tools.root).parts
+        if not parts:
+            raise ToolError("the workspace root is a directory; only files can be written")
+        try:
+            "/".join(parts).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ToolError(f"{str(path)!r} has a name that is not UTF-8 text") from None
+        return parts
+
+    async def _record(self, rel: str, found: _file_ops.Observed) -> FileRecord:
+        from ..tools import ToolError
+
+        if found.kind == "missing":
+            return FileRecord(rel, "missing", absent_parents=found.absent_parents)
+        if found.kind == "symlink" and found.target is not None:
+            try:
+                found.target.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ToolError(f"{rel} is a link whose target is not UTF-8 text") from None
+            return FileRecord(rel, "symlink", target=found.target)
+        if found.kind == "file" and found.data is not None and found.mode is not None:
+            sha = await self._store_blob(found.data)
+            return FileRecord(rel, "file", sha256=sha, size=len(found.data), mode=found.mode)
+        if found.kind == "directory":
+            raise ToolError(f"{rel} is a directory; only files can be written")
+        raise ToolError(f"{rel} is not a regular file (a device, socket or pipe); leave it be")
+
+    async def _store_blob(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        if sha not in self._known_blobs:
+            blobs = await self._blob_bucket()
+            # A conflict means it is stored already (by a twin snapshot, or another run).
+            with contextlib.suppress(RevisionConflict):
+                await blobs.create(f"sha256/{sha}", data)
+            self._known_blobs.add(sha)
+        return sha
+
+    async def _next_seq(self, kv: KeyValue, counter: str) -> int:
+        """The next number of a key space, by compare-and-set on its counter record."""
+        while True:
+            entry = await kv.get(counter)
+            try:
+                if entry is None:
+                    await kv.create(counter, counter_value(1))
+                    return 1
+                seq = load_record(entry.value, self.bucket, counter).integer("last") + 1
+                await kv.update(counter, counter_value(seq), expected=entry.revision)
+                return seq
+            except RevisionConflict:
+                continue  # another snapshot took a number meanwhile
+
+    # ── listing ──────────────────────────────────────────────────────────────────────
+
+    async def list(self, session_id: str | None) -> builtins.list[Manifest]:
+        """The session's checkpoints in the order they were taken (`None`: the unanchored
+        ones)."""
+        prefix = "manual/" if session_id is None else f"session/{session_id}/"
+        return [manifest for _, manifest in await self._listed(prefix)]
+
+    async def _listed(self, prefix: str) -> builtins.list[tuple[str, Manifest]]:
+        kv = await self._manifests()
+        found: builtins.list[tuple[str, Manifest]] = []
+        for key in await kv.keys(prefix):
+            # Keys of a session whose id continues this one's (`a` and `a/b`) share the
+            # prefix; this session's own keys end in a bare number.
+            if not key[len(prefix) :].isdigit():
+                continue
+            entry = await kv.get(key)
+            if entry is None:
+                continue  # dropped meanwhile
+            found.append((key, parse_manifest(entry.value, self.bucket, key)))
+        found.sort(key=lambda item: item[1].seq)
+        return found
+
+    # ── fork and restore ─────────────────────────────────────────────────────────────
+
+    async def fork_at(self, session_id: str, message_index: int) -> builtins.list[str]:
+        """The conversation branches at `message_index`: drop the checkpoints taken after it
+        (`message_index` strictly greater), which describe a future the branch does not
+        have; returns their ids. Checkpoints *at* the index stay: they hold the files as
+        they were when that message was answered, which the branch still shares.
+
+        (`restore_to` drops those at the index too: after a rewind to k, the changes made
+        at k have been undone, so their checkpoints describe nothing that exists.)"""
+        return await self._drop(session_id, lambda index: index > message_index)
+
+    async def _drop(self, session_id: str, doomed: Callable[[int], bool]) -> builtins.list[str]:
+        kv = await self._manifests()
+        dropped: builtins.list[str] = []
+        for key, manifest in await self._listed(f"session/{session_id}/"):
+            if manifest.message_index is not None and doomed(manifest.message_index):
+                await kv.delete(key)
+                dropped.append(manifest.id)
+        return dropped
+
+    async def restore_to(
+        self, session_id: str, message_index: int, root: Path, *, dry_run: bool = False
+    ) -> RestoreReport:
+        """Put the files under `root` back as they were at `message_index`: undo every
+        change made at or after it.
+
+        For each path recorded by any checkpoint at or after the index, the earliest such
+        record is what the path held then: a file is written back byte for byte with its
+        mode (atomically: a temporary file renamed over it), a link is made again, and a
+        path that did not exist is deleted (with the directories made on the way to it,
+        when they are empty). Paths are checked against the jail first (`ToolCtx.resolve`):
+        one that would escape it raises `PathOutsideJail` before anything is touched.
+
+        Then the checkpoints at or after the index are dropped: they describe a future that
+        no longer exists. If any file could not be put back, `FileRestoreFailed` is raised
+        with the report instead, and the checkpoints are kept so the restore can be run
+        again. With `dry_run`, nothing is changed and the report says what would be."""
+        from ..tools import ToolCtx
+
+        if message_index < 0:
+            raise UsageError(f"a message index is 0 or more, not {message_index}")
+        tools = ToolCtx(root)
+        listed = await self._listed(f"session/{session_id}/")
+        at_or_after = [
+            manifest
+            for _, manifest in listed
+            if manifest.message_index is not None and manifest.message_index >= message_index
+        ]
+        earliest: dict[str, FileRecord] = {}
+        for manifest in at_or_after:
+            for record in manifest.files:
+                earliest.setdefault(record.path, record)
+        plan = [(record, _restore_parts(tools, record.path)) for record in earliest.values()]
+        # Deletions first: where the run replaced a file `a` by a directory holding `a/b`,
+        # `a/b` (and the then empty `a/`) must go before `a` is written back.
+        plan.sort(key=lambda item: (item[0].existed, item[0].path))
+        outcome = _Outcome()
+        for record, parts in plan:
+            try:
+                await self._restore_one(tools.root, record, parts, outcome, dry_run=dry_run)
+            except (OSError, _file_ops.FileOpRefused, MalformedFileCheckpoint) as exc:
+                outcome.failed.append((record.path, _reason(exc)))
+        report = RestoreReport(
+            session_id=session_id,
+            message_index=message_index,
+            restored=tuple(outcome.restored),
+            deleted=tuple(outcome.deleted),
+            unchanged=tuple(outcome.unchanged),
+            removed_dirs=tuple(outcome.removed_dirs),
+            failed=tuple(outcome.failed),
+            dry_run=dry_run,
+        )
+        if dry_run:
+            return _with_dropped(report, [m.id for m in at_or_after])
+        if report.failed:
+            raise FileRestoreFailed(report)
+        dropped = await self._drop(session_id, lambda index: index >= message_index)
+        return _with_dropped(report, dropped)
+
+    async def _restore_one(
+        self,
+        root: Path,
+        record: FileRecord,
+        parts: tuple[str, ...],
+        outcome: _Outcome,
+        *,
+        dry_run: bool,
+    ) -> None:
+        now = await asyncio.to_thread(_file_ops.observe, root, parts)
+        if record.kind == "missing":
+            if now.kind == "missing":
+                outcome.unchanged.append(record.path)
+            elif now.kind == "directory":
+                raise _file_ops.FileOpRefused(
+                    "did not exist then but is a directory now; remove it yourself if it should go"
+                )
+            elif dry_run:
+                outcome.deleted.append(record.path)
+            else:
+                await asyncio.to_thread(_file_ops.remove, root, parts)
+                outcome.deleted.append(record.path)
+            if not dry_run and record.absent_parents:
+                removed = await asyncio.to_thread(
+                    _file_ops.remove_empty_dirs, root, record.absent_parents
+                )
+                outcome.removed_dirs.extend(removed)
+            return
+        if now.kind == "directory":
+            raise _file_ops.FileOpRefused(
+                f"was a {record.kind} then but is a directory now; move the directory away"
+            )
+        if record.kind == "symlink":
+            target = str(record.target)
+            if now.kind == "symlink" and now.target == target:
+                outcome.unchanged.append(record.path)
+                return
+            if not dry_run:
+                await asyncio.to_thread(_file_ops.write_symlink, root, parts, target)
+            outcome.restored.append(record.path)
+            return
+        sha, mode = str(record.sha256), int(record.mode or 0)
+        if (
+            now.kind == "file"
+            and now.mode == mode
+            and now.data is not None
+            and hashlib.sha256(now.data).hexdigest() == sha
+        ):
+            outcome.unchanged.append(record.path)
+            return
+        if not dry_run:
+            data = await self._load_blob(sha)
+            await asyncio.to_thread(_file_ops.write_file, root, parts, data, mode)
+        outcome.restored.append(record.path)
+
+    async def _load_blob(self, sha: str) -> bytes:
+        blobs = await self._blob_bucket()
+        key = f"sha256/{sha}"
+        entry = await blobs.get(key)
+        if entry is None:
+            raise MalformedFileCheckpoint(
+                self.blob_bucket, key, "the saved content is missing from the store"
+            )
+        if hashlib.sha256(entry.value).hexdigest() != sha:
+            raise MalformedFileCheckpoint(
+                self.blob_bucket, key, "the saved content does not match its sha256 (damaged)"
+            )
+        return entry.value
+
+
+class _Outcome:
+    """What a restore did so far, path by path."""
+
+    def __init__(self) -> None:
+        self.restored: list[str] = []
+        self.deleted: list[str] = []
+        self.unchanged: list[str] = []
+        self.removed_dirs: list[str] = []
+        self.failed: list[tuple[str, str]] = []
+
+
+def _with_dropped(report: RestoreReport, dropped: Sequence[str]) -> RestoreReport:
+    return dataclasses.replace(report, dropped=tuple(dropped))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def _restore_parts(tools: ToolCtx, rel: str) -> tuple[str, ...]:
+    """`rel`'s components, if writing it stays inside the jail: its directory must
+    resolve inside (`ToolCtx.resolve`) and it must not climb with `..`; else
+    `PathOutsideJail`. The last component is not resolved: a link there is replaced, not
+    followed."""
+    from ..tools import PathOutsideJail
+
+    path = PurePosixPath(rel)
+    tools.resolve(tools.root / Path(*path.parent.parts))
+    if path.is_absolute() or any(part in ("..", ".") for part in path.parts):
+        raise PathOutsideJail(rel, tools.root, "climbs out of its directory with '..'")
+    return path.parts

@@ -1,0 +1,275 @@
+"""The records of file checkpoints — manifests and the paths in them — their JSON shape
+and its validation, and what a restore reports (see `_file_checkpoints` for the store).
+
+Every record is JSON with a `schema_version`. Reading one that lacks a field, has a field
+of the wrong type, or a path that is not relative raises `MalformedFileCheckpoint` naming
+the bucket and key, never a bare `KeyError`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+import orjson
+
+from ..errors import TillerError
+from ._bus import StoreError
+
+__all__ = [
+    "FileRecord",
+    "FileRestoreFailed",
+    "MalformedFileCheckpoint",
+    "Manifest",
+    "RestoreReport",
+    "counter_value",
+    "load_record",
+    "parse_manifest",
+]
+
+SCHEMA_VERSION = 1
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TYPE_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+}
+
+
+class MalformedFileCheckpoint(StoreError):
+    """A file-checkpoint record (manifest, counter or blob) does not have the shape this
+    tiller writes: it was written by something else, or damaged. `bucket` and `key` name it.
+    """
+
+    def __init__(self, bucket: str, key: str, problem: str) -> None:
+        super().__init__(f"{bucket}/{key}: {problem}")
+        self.bucket = bucket
+        self.key = key
+
+
+class FileRestoreFailed(TillerError):
+    """Some files could not be put back; `report` says which (`report.failed`) and what
+    was done. The checkpoints were kept, so the same rewind can be run again once the
+    cause is fixed: restoring is idempotent."""
+
+    def __init__(self, report: RestoreReport) -> None:
+        listed = "; ".join(f"{path}: {why}" for path, why in report.failed)
+        super().__init__(
+            f"{len(report.failed)} file(s) could not be restored to message "
+            f"{report.message_index}: {listed}"
+        )
+        self.report = report
+
+
+# ── records ──────────────────────────────────────────────────────────────────────────
+
+Kind = Literal["file", "symlink", "missing"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """One path as it was when the checkpoint was taken."""
+
+    path: str
+    kind: Kind
+    sha256: str | None = None
+    size: int | None = None
+    mode: int | None = None
+    target: str | None = None
+    absent_parents: tuple[str, ...] = ()
+
+    @property
+    def existed(self) -> bool:
+        return self.kind != "missing"
+
+    def to_data(self) -> dict[str, Any]:
+        if self.kind == "file":
+            return {
+                "path": self.path,
+                "existed": True,
+                "kind": "file",
+                "sha256": self.sha256,
+                "size": self.size,
+                "mode": self.mode,
+            }
+        if self.kind == "symlink":
+            return {"path": self.path, "existed": True, "kind": "symlink", "target": self.target}
+        return {"path": self.path, "existed": False, "absent_parents": list(self.absent_parents)}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """One checkpoint: where it is anchored, and the paths it recorded."""
+
+    id: str
+    seq: int
+    session_id: str | None
+    message_index: int | None
+    task_id: str | None
+    run_id: str | None
+    root: str
+    created_at: float
+    reason: str
+    files: tuple[FileRecord, ...]
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "id": self.id,
+                "seq": self.seq,
+                "run_id": self.run_id,
+                "session_id": self.session_id,
+                "message_index": self.message_index,
+                "task_id": self.task_id,
+                "root": self.root,
+                "created_at": self.created_at,
+                "reason": self.reason,
+                "files": [record.to_data() for record in self.files],
+            }
+        )
+
+
+class _Fields:
+    """Typed reads of one JSON object, every failure a `MalformedFileCheckpoint`."""
+
+    def __init__(self, data: object, bucket: str, key: str, where: str = "") -> None:
+        self.bucket = bucket
+        self.key = key
+        self.where = where
+        if not isinstance(data, dict):
+            raise self.error(f"expected an object, found {type(data).__name__}")
+        self.data: dict[str, Any] = data
+
+    def error(self, problem: str) -> MalformedFileCheckpoint:
+        return MalformedFileCheckpoint(self.bucket, self.key, f"{self.where}{problem}")
+
+    def _get(self, name: str, types: tuple[type, ...], *, optional: bool = False) -> Any:
+        if name not in self.data:
+            if optional:
+                return None
+            raise self.error(f"field {name!r} is missing")
+        value = self.data[name]
+        if value is None and optional:
+            return None
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise self.error(f"field {name!r} is {value!r}, not {_TYPE_NAMES[types[0]]}")
+        return value
+
+    def text(self, name: str) -> str:
+        value: str = self._get(name, (str,))
+        return value
+
+    def maybe_text(self, name: str) -> str | None:
+        value: str | None = self._get(name, (str,), optional=True)
+        return value
+
+    def integer(self, name: str) -> int:
+        value: int = self._get(name, (int,))
+        return value
+
+    def maybe_integer(self, name: str) -> int | None:
+        value: int | None = self._get(name, (int,), optional=True)
+        return value
+
+    def number(self, name: str) -> float:
+        return float(self._get(name, (float, int)))
+
+    def flag(self, name: str) -> bool:
+        value: bool = self._get(name, (bool,))
+        return value
+
+    def items(self, name: str) -> builtins.list[Any]:
+        value: builtins.list[Any] = self._get(name, (list,))
+        return value
+
+
+def load_record(value: bytes, bucket: str, key: str) -> _Fields:
+    """A versioned JSON object, for typed reads of its fields."""
+    try:
+        data = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedFileCheckpoint(bucket, key, f"not JSON ({exc})") from None
+    fields = _Fields(data, bucket, key)
+    if fields.data.get("schema_version") != SCHEMA_VERSION:
+        raise fields.error(
+            f"schema version {fields.data.get('schema_version')!r}; this tiller reads "
+            f"{SCHEMA_VERSION}"
+        )
+    return fields
+
+
+def _parse_record(data: object, bucket: str, key: str, index: int) -> FileRecord:
+    fields = _Fields(data, bucket, key, f"files[{index}]: ")
+    path = fields.text("path")
+    parts = PurePosixPath(path).parts
+    if not parts or PurePosixPath(path).is_absolute() or "\x00" in path:
+        raise fields.error(f"path {path!r} is not a relative path")
+    if not fields.flag("existed"):
+        parents = fields.items("absent_parents")
+        if not all(isinstance(p, str) and p for p in parents):
+            raise fields.error("field 'absent_parents' must list relative directories")
+        return FileRecord(path, "missing", absent_parents=tuple(parents))
+    kind = fields.text("kind")
+    if kind == "symlink":
+        return FileRecord(path, "symlink", target=fields.text("target"))
+    if kind != "file":
+        raise fields.error(f"kind {kind!r} is neither 'file' nor 'symlink'")
+    sha = fields.text("sha256")
+    if not _SHA256.fullmatch(sha):
+        raise fields.error(f"sha256 {sha!r} is not 64 lowercase hex digits")
+    mode = fields.integer("mode")
+    if not 0 <= mode <= 0o7777:
+        raise fields.error(f"mode {mode!r} is not a permission mode")
+    return FileRecord(path, "file", sha256=sha, size=fields.integer("size"), mode=mode)
+
+
+def parse_manifest(value: bytes, bucket: str, key: str) -> Manifest:
+    fields = load_record(value, bucket, key)
+    files = tuple(
+        _parse_record(item, bucket, key, index) for index, item in enumerate(fields.items("files"))
+    )
+    return Manifest(
+        id=fields.text("id"),
+        seq=fields.integer("seq"),
+        session_id=fields.maybe_text("session_id"),
+        message_index=fields.maybe_integer("message_index"),
+        task_id=fields.maybe_text("task_id"),
+        run_id=fields.maybe_text("run_id"),
+        root=fields.text("root"),
+        created_at=fields.number("created_at"),
+        reason=fields.text("reason"),
+        files=files,
+    )
+
+
+# ── the report ───────────────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What a restore did (or, with `dry_run`, would do), path by path (relative to the
+    root): files written back, files deleted (they did not exist then), files already as
+    they were, directories removed (made after the point, and empty now), failures with
+    their reason, and the checkpoints dropped afterwards."""
+
+    session_id: str
+    message_index: int
+    restored: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    removed_dirs: tuple[str, ...] = ()
+    failed: tuple[tuple[str, str], ...] = ()
+    dropped: tuple[str, ...] = ()
+    dry_run: bool = False
+
+
+def counter_value(last: int) -> bytes:
+    """The record of a key space's counter: the last sequence number handed out."""
+    return orjson.dumps({"schema_version": SCHEMA_VERSION, "last": last})
