@@ -69,6 +69,25 @@ def test_demo_fixes_the_bug_and_honours_the_steer() -> None:
     assert "+    amount = amount * (1 - discount_percent / 100)" in out
     assert "+    def test_full_discount_is_free(self):" in out
     assert "OK" in out and "stop cause  completed" in out
+    # It plans a checklist first, and its test runs stream their output under the call.
+    assert "→ task_create(subject='Find why the invoice tests fail')" in out
+    assert "→ execute_command(command=" in out
+    assert "   │ FAILED (failures=2)" in out and "   │ OK" in out
+    assert "← execute_command: [exit code 0]" in out
+
+
+def test_demo_ticks_off_its_checklist() -> None:
+    done = tiller("demo")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "keeps no task checklist" not in out
+    assert "    [~] t1 Find why the invoice tests fail" in out
+    final = out[out.index("  tasks 3/3 done") :]
+    assert final.splitlines()[1:4] == [
+        "    [x] t1 Find why the invoice tests fail",
+        "    [x] t2 Fix the discount calculation",
+        "    [x] t3 Verify with the tests",
+    ]
 
 
 def test_demo_without_steering_changes_only_the_code() -> None:

@@ -92,6 +92,10 @@ class RunState(BaseModel):
     #: How many message, call and subagent ids this run id has handed out (`RunIds`), so
     #: a continued run goes on numbering instead of reusing ids.
     id_counters: dict[str, int] = Field(default_factory=dict)
+    #: The run's task checklist as the `TaskBroker` last published it (`Task` dicts:
+    #: id, subject, description, status, created_turn, updated_turn), so a resumed run
+    #: seeds its broker with it. Plain dicts: the state does not depend on the tools.
+    tasks: list[dict[str, Any]] = Field(default_factory=list)
     empty_turn_nudges: int = 0
     output_retries: int = 0
     stop_cause: StopCause | None = None

@@ -59,8 +59,18 @@ def run(
     yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
     max_turns: int | None = typer.Option(None, "--max-turns", help="Stop after N model turns."),
     max_cost: float | None = typer.Option(None, "--max-cost", help="Stop after spending USD."),
+    network: bool = typer.Option(
+        False, "--network", help="Let shell commands use the network (off in the sandbox)."
+    ),
+    unsandboxed_shell: bool = typer.Option(
+        False,
+        "--unsandboxed-shell",
+        help="Where bwrap cannot run, run shell commands without the sandbox anyway.",
+    ),
+    web: bool = typer.Option(False, "--web", help="Give the agent web_fetch."),
 ) -> None:
-    """Run the built-in coding agent on TASK in a workspace, with a live view."""
+    """Run the built-in coding agent on TASK in a workspace, with a live view. Type a line
+    to steer it, /bg to send a running command to the background, Ctrl+C to cancel."""
     from ..errors import TillerError
     from ._run import run_task
 
@@ -74,6 +84,9 @@ def run(
                 yes=yes,
                 max_turns=max_turns,
                 max_cost=max_cost,
+                network=network,
+                unsandboxed_shell=unsandboxed_shell,
+                web=web,
             )
         )
     except TillerError as exc:
@@ -85,10 +98,12 @@ def run(
 def _register_durable_commands() -> None:
     """`tiller runs …` and `tiller replay` (their module imports the store and the loop
     when the CLI loads; the commands themselves open the store only when run)."""
+    from ._rewind import rewind_command
     from ._runs import replay_command, runs_app
 
     app.add_typer(runs_app, name="runs")
     app.command("replay")(replay_command)
+    app.command("rewind")(rewind_command)
 
 
 _register_durable_commands()

@@ -1,21 +1,24 @@
 """`tiller demo`: the coding agent fixes a real bug in a bundled project, offline.
 
 A scripted model plays the agent's part, so no network and no key are needed; everything
-else is real: the run works on a private copy of `tiller/examples/invoice_project`, reads
-its files, runs its tests with a real shell, edits the code, and re-runs the tests. Midway
-a steering message arrives (as if typed by a person) and is folded into the next turn.
-The run ends with a summary: turns, tokens, stop cause, and the diff of what changed.
+else is real: the run works on a private copy of `tiller/examples/invoice_project`. The
+agent first plans a checklist (find the bug, fix it, verify), then reads the files, runs
+the tests with a real shell (their output streams under the call), edits the code and
+re-runs the tests, ticking the checklist off as it goes. Midway a steering message arrives
+(as if typed by a person) and is folded into the next turn. The run ends with a summary:
+turns, tokens, stop cause, and the diff of what changed.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.syntax import Syntax
@@ -27,10 +30,23 @@ from ..loop import Agent, Budget, Pricing, RunContext
 from ..model import ScriptedModel
 from ..model.scripted import TurnInfo
 from ..policy import AllowAll
-from ..tools import coding_tools, private_copy
+from ..tools import Tool, coding_tools, private_copy
+from ..tools._sandbox import Sandbox
+from ..tools.builtin._shell import execute_command_tool
+from ..tools.builtin._tasks import task_create, task_list, task_update
+from ._run import with_tools
 from ._view import RunView, budget_line
 
-__all__ = ["PROJECT", "STEERING", "TASK", "demo_model", "run_demo"]
+__all__ = [
+    "CHECKLIST",
+    "PROJECT",
+    "SHELL_TOOL",
+    "STEERING",
+    "TASK",
+    "demo_model",
+    "demo_tools",
+    "run_demo",
+]
 
 PROJECT = Path(__file__).resolve().parents[1] / "examples" / "invoice_project"
 TASK = "The invoice tests fail. Find out why and fix the code, then show me the tests pass."
@@ -54,26 +70,71 @@ _NEW_TEST = (
 )
 
 
+#: The shell tool the scripted agent calls.
+SHELL_TOOL: Final = "execute_command"
+#: The checklist the scripted agent plans first: find, fix, verify.
+CHECKLIST: Final = (
+    "Find why the invoice tests fail",
+    "Fix the discount calculation",
+    "Verify with the tests",
+)
+_TASK_LINE: Final = re.compile(r"^\[[ ~x]\] (t\d+) (.+)$")
+
+
 def _steered(messages: Sequence[UserMessage | AssistantMessage]) -> bool:
     return any(isinstance(m, UserMessage) and STEERING in m.text for m in messages)
 
 
+def _task_ids(messages: Sequence[UserMessage | AssistantMessage]) -> dict[str, str]:
+    """The checklist's ids by subject, read from the latest task tool result. Empty when
+    the run keeps no checklist: the agent then simply skips its updates."""
+    for message in reversed(messages):
+        if not isinstance(message, UserMessage):
+            continue
+        for result in reversed(message.tool_results):
+            if result.name.startswith("task_") and not result.is_error:
+                ids = {}
+                for line in result.content.splitlines():
+                    match = _TASK_LINE.match(line)
+                    if match is not None:
+                        ids[match.group(2)] = match.group(1)
+                if ids:
+                    return ids
+    return {}
+
+
+def _set_status(ids: dict[str, str], subject: str, status: str) -> list[dict[str, Any]]:
+    """A `task_update` call, if the checklist has the task."""
+    task_id = ids.get(subject)
+    if task_id is None:
+        return []
+    return [{"name": "task_update", "arguments": {"id": task_id, "status": status}}]
+
+
 def demo_model() -> ScriptedModel:
     """The scripted agent. Turn 4 reads the conversation: it honours the steering message
-    only if the loop really delivered it."""
+    only if the loop really delivered it. Its checklist updates use the ids the task tools
+    reported, so they follow whatever the checklist really holds."""
     test_command = f"{shlex.quote(sys.executable)} -m unittest -q"
+    find, fix, verify = CHECKLIST
 
     def turn(messages: Sequence[UserMessage | AssistantMessage], info: TurnInfo) -> Any:
+        ids = _task_ids(messages)
         if info.turn == 1:
             return {
-                "reasoning": "Start by looking at what is in the project.",
-                "text": "I'll look at the project first.",
-                "tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}],
+                "reasoning": "Plan first: find the bug, fix it, verify the fix. Then look "
+                "at what is in the project.",
+                "text": "I'll plan the work as a checklist, then look at the project.",
+                "tool_calls": [
+                    *({"name": "task_create", "arguments": {"subject": s}} for s in CHECKLIST),
+                    {"name": "list_dir", "arguments": {"path": "."}},
+                ],
             }
         if info.turn == 2:
             return {
                 "text": "Reading the code and its tests.",
                 "tool_calls": [
+                    *_set_status(ids, find, "in_progress"),
                     {"name": "read_file", "arguments": {"path": "invoice.py"}},
                     {"name": "read_file", "arguments": {"path": "test_invoice.py"}},
                 ],
@@ -83,11 +144,16 @@ def demo_model() -> ScriptedModel:
                 "reasoning": "`total` subtracts the discount as an amount; the tests treat it "
                 "as a percentage. Confirm with the tests before changing anything.",
                 "text": "Running the tests to confirm.",
-                "tool_calls": [{"name": "run_shell", "arguments": {"command": test_command}}],
+                "tool_calls": [{"name": SHELL_TOOL, "arguments": {"command": test_command}}],
             }
         if info.turn == 4:
             calls: list[dict[str, Any]] = [
-                {"name": "edit_file", "arguments": {"path": "invoice.py", "old": _BUG, "new": _FIX}}
+                *_set_status(ids, find, "completed"),
+                *_set_status(ids, fix, "in_progress"),
+                {
+                    "name": "edit_file",
+                    "arguments": {"path": "invoice.py", "old": _BUG, "new": _FIX},
+                },
             ]
             text = "Two tests fail: the discount is subtracted as an amount, not a percentage."
             if _steered(messages):
@@ -106,7 +172,17 @@ def demo_model() -> ScriptedModel:
         if info.turn == 5:
             return {
                 "text": "Re-running the tests.",
-                "tool_calls": [{"name": "run_shell", "arguments": {"command": test_command}}],
+                "tool_calls": [
+                    *_set_status(ids, fix, "completed"),
+                    *_set_status(ids, verify, "in_progress"),
+                    {"name": SHELL_TOOL, "arguments": {"command": test_command}},
+                ],
+            }
+        tests = _last_shell_output(messages)
+        if info.turn == 6 and _tests_pass(tests) and verify in ids:
+            return {
+                "text": "All tests pass.",
+                "tool_calls": _set_status(ids, verify, "completed"),
             }
         added = any(
             isinstance(m, AssistantMessage)
@@ -116,7 +192,6 @@ def demo_model() -> ScriptedModel:
             for m in messages
         )
         steered = ", plus a new test that a 100% discount makes the invoice free" if added else ""
-        tests = _last_shell_output(messages)
         if not _tests_pass(tests):
             last_line = (tests.strip().splitlines() or ["no output"])[-1]
             return f"I changed the discount, but the tests still do not pass ({last_line})."
@@ -126,6 +201,15 @@ def demo_model() -> ScriptedModel:
         )
 
     return ScriptedModel(turn, name="demo-coder")
+
+
+def demo_tools() -> list[Tool]:
+    """The coding tools and the checklist tools. The shell's sandbox also shows this
+    Python's installation, which it would otherwise hide, so the tests run with the same
+    interpreter."""
+    shell = execute_command_tool(Sandbox(ro_binds=Sandbox.python_paths()))
+    tools = [tool for tool in coding_tools() if tool.name != SHELL_TOOL]
+    return with_tools(tools, [shell, task_create, task_update, task_list])
 
 
 async def run_demo(
@@ -141,7 +225,7 @@ async def run_demo(
         pricing={"scripted:demo-coder": Pricing(input=3.0, output=15.0)},
     )
     run_ctx = RunContext(tools=tools, approver=AllowAll(), budget=budget)
-    agent = Agent(demo_model(), coding_tools(), system_prompt=SYSTEM_PROMPT, name="coder")
+    agent = Agent(demo_model(), demo_tools(), system_prompt=SYSTEM_PROMPT, name="coder")
     view = RunView(console, budget=budget)
     steps = 0
 
@@ -201,7 +285,7 @@ def _last_shell_output(messages: Sequence[UserMessage | AssistantMessage]) -> st
     for message in reversed(messages):
         if isinstance(message, UserMessage):
             for tool_result in message.tool_results:
-                if tool_result.name == "run_shell":
+                if tool_result.name == SHELL_TOOL:
                     return tool_result.content
     return ""
 

@@ -1,9 +1,12 @@
 """`tiller run "task"`: the built-in coding agent on a workspace, with a live view.
 
-On a terminal: approvals are asked inline (y / a(lways) / n with a reason); any other line
-typed while the run works steers it; Ctrl+C cancels cleanly (what was produced is kept and
-summarised), a second Ctrl+C exits at once. Without a terminal (a pipe, CI), nothing is
-read from stdin and calls that need approval are blocked unless `--yes` is given.
+On a terminal: approvals are asked inline (y / a(lways) / n with a reason), and so are the
+agent's questions (`ask_user`: pick options by number, add a note, or answer in your own
+words); any other line typed while the run works steers it; Ctrl+C cancels cleanly (what
+was produced is kept and summarised), a second Ctrl+C exits at once. Without a terminal
+(a pipe, CI), nothing is read from stdin: calls that need approval are blocked unless
+`--yes` is given, and questions are answered at once with "no one is available to answer;
+proceed on your best judgment" (also with `--yes`, DESIGN §3).
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from rich.console import Console
@@ -23,14 +28,38 @@ from rich.text import Text
 
 from ..cancel import CancellationToken
 from ..conversation import ToolCall
+from ..errors import Cancelled
 from ..events import Event
-from ..loop import Agent, Budget, RunContext, SteeringQueue
+from ..loop import Agent, Budget, DetachSwitch, RunContext, SteeringQueue
 from ..model import resolve_model
 from ..policy import AllowAll, Approver, Decision, NoOneToAsk
-from ..tools import ToolCtx, coding_tools
+from ..tools import Tool, ToolCtx, coding_tools
+from ..tools._question_brokers import CANCELLED_REASON, NoOneToAskQuestions
+from ..tools._questions import (
+    Answer,
+    Answered,
+    Dismissed,
+    Question,
+    QuestionBroker,
+    QuestionOutcome,
+)
+from ..tools.builtin._ask import ask_user
+from ..tools.builtin._tasks import task_create, task_list, task_update
 from ._view import RunView, budget_line
 
-__all__ = ["CODING_PROMPT", "LineRouter", "TerminalApprover", "run_task"]
+__all__ = [
+    "CODING_PROMPT",
+    "LineRouter",
+    "LineSource",
+    "TerminalApprover",
+    "TerminalQuestions",
+    "parse_answer",
+    "run_task",
+    "with_tools",
+]
+
+#: Tools whose "always" covers one exact command line, never the tool as a whole.
+_SHELL_TOOLS = frozenset({"execute_command"})
 
 CODING_PROMPT = (
     "You are tiller's coding agent. You work inside one project directory through your "
@@ -40,13 +69,23 @@ CODING_PROMPT = (
 )
 
 
-class LineRouter:
-    """Reads stdin lines on a thread: a line answers a pending question if there is one,
-    else it steers the run."""
+#: The line that sends the running turn's long command to the background.
+DETACH_LINE = "/bg"
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, queue: SteeringQueue) -> None:
+
+class LineRouter:
+    """Reads stdin lines on a thread: a line answers a pending question if there is one;
+    `/bg` sends the running command to the background; any other line steers the run."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        queue: SteeringQueue,
+        detach: DetachSwitch | None = None,
+    ) -> None:
         self._loop = loop
         self._queue = queue
+        self._detach = detach
         self._pending: asyncio.Future[str] | None = None
         self._thread = threading.Thread(target=self._read, name="tiller-stdin", daemon=True)
 
@@ -61,6 +100,8 @@ class LineRouter:
         pending = self._pending
         if pending is not None and not pending.done():
             pending.set_result(line)
+        elif self._detach is not None and line.strip() == DETACH_LINE:
+            self._detach.detach()
         else:
             self._queue.push(line)
 
@@ -73,20 +114,29 @@ class LineRouter:
             self._pending = None
 
 
+class LineSource(Protocol):
+    """Where typed lines come from: a `LineRouter`, or a test's script."""
+
+    async def ask(self) -> str: ...
+
+
 class TerminalApprover:
     """Asks the person at the terminal. "always" remembers a key as narrow as the danger:
     the full command for the shell, the tool name otherwise."""
 
-    def __init__(self, console: Console, lines: LineRouter) -> None:
+    def __init__(
+        self, console: Console, lines: LineSource, *, lock: asyncio.Lock | None = None
+    ) -> None:
         self._console = console
         self._lines = lines
         self._always: set[str] = set()
-        self._lock = asyncio.Lock()
+        # Shared with the question broker: one prompt on the terminal at a time.
+        self._lock = lock if lock is not None else asyncio.Lock()
 
     @staticmethod
     def _key(call: ToolCall) -> str:
-        if call.name == "run_shell":
-            return f"run_shell:{call.arguments}"
+        if call.name in _SHELL_TOOLS:
+            return f"{call.name}:{call.arguments}"
         return call.name
 
     async def approve(self, call: ToolCall, tool: Any) -> Decision:
@@ -113,6 +163,122 @@ class TerminalApprover:
             return Decision.deny(reason or "no reason given")
 
 
+# Leading option numbers ("2", "1,3", "1 3"), then an optional note after a separator.
+_PICKS = re.compile(r"^\s*(\d+(?:\s*,\s*\d+|\s+\d+)*)(?:\s*[:;,.-]?\s+|\s*[:;,.-]\s*|\s*$)(.*)$")
+
+
+def parse_answer(question: Question, line: str) -> Answer | str:
+    """One typed line as the answer to `question`, or what is wrong with it (to print
+    before asking again).
+
+    - option numbers, one or (if several may be picked) more: `2`, `1,3`; a note may
+      follow: `2: keep it small`;
+    - an option's label, as written;
+    - an empty line: the recommended option(s), or no answer if none is recommended;
+    - anything else: a free-text answer (the note), no option picked.
+    """
+    text = line.strip()
+    labels = [option.label for option in question.options]
+    if not text:
+        picked = tuple(o.label for o in question.options if o.recommended)
+        if picked and not question.multi_select:
+            picked = picked[:1]
+        return Answer(question.header, question.question, selected=picked)
+    match = _PICKS.match(text) if labels else None
+    if match is not None:
+        numbers = [int(n) for n in re.split(r"[\s,]+", match.group(1).strip())]
+        if any(not 1 <= n <= len(labels) for n in numbers):
+            return f"pick options between 1 and {len(labels)}"
+        chosen = tuple(dict.fromkeys(labels[n - 1] for n in numbers))
+        if len(chosen) > 1 and not question.multi_select:
+            return "pick one option"
+        return Answer(question.header, question.question, selected=chosen, note=match.group(2))
+    by_label = {label.casefold(): label for label in labels}
+    if text.casefold() in by_label:
+        return Answer(question.header, question.question, selected=(by_label[text.casefold()],))
+    return Answer(question.header, question.question, note=text)
+
+
+class TerminalQuestions:
+    """Asks the agent's questions (`ask_user`) at the terminal, one after the other.
+
+    Each question is printed with its numbered options; the answer is read from the
+    line router (see `parse_answer` for what may be typed). If every question is left
+    unanswered, the outcome is `Dismissed`. If the call is cancelled while waiting, the
+    question is withdrawn (said on the terminal) and the cancellation goes on.
+    """
+
+    def __init__(
+        self, console: Console, lines: LineSource, *, lock: asyncio.Lock | None = None
+    ) -> None:
+        self._console = console
+        self._lines = lines
+        self._lock = lock if lock is not None else asyncio.Lock()
+
+    async def ask(
+        self, questions: Sequence[Question], *, call_id: str, token: CancellationToken
+    ) -> QuestionOutcome:
+        async with self._lock:  # one prompt at a time, even for parallel calls
+            answers: list[Answer] = []
+            try:
+                for question in questions:
+                    answer = await self._ask_one(question, token)
+                    if answer is None:
+                        return Dismissed(CANCELLED_REASON)
+                    answers.append(answer)
+            except (asyncio.CancelledError, Cancelled):
+                self._console.print(
+                    Text("(question withdrawn: the run was cancelled)", style="dim")
+                )
+                raise
+        if all(not a.selected and not a.note for a in answers):
+            return Dismissed("the person skipped the questions")
+        return Answered(tuple(answers))
+
+    async def _ask_one(self, question: Question, token: CancellationToken) -> Answer | None:
+        self._show(question)
+        while True:
+            line = await token.until_cancelled(self._lines.ask())
+            if line is None:
+                return None
+            answer = parse_answer(question, line)
+            if isinstance(answer, Answer):
+                return answer
+            self._console.print(Text(f"  {answer}: ", style="yellow"), end="")
+
+    def _show(self, question: Question) -> None:
+        self._console.print(
+            Text("? ", style="bold yellow")
+            + Text(f"[{question.header}] ", style="bold")
+            + Text(question.question)
+        )
+        for number, option in enumerate(question.options, start=1):
+            line = Text(f"  {number}. ") + Text(option.label, style="bold")
+            if option.description:
+                line += Text(f" — {option.description}", style="dim")
+            if option.recommended:
+                line += Text(" (recommended)", style="green")
+            self._console.print(line)
+        if not question.options:
+            hint = "type your answer (Enter to skip): "
+        elif question.multi_select:
+            hint = "numbers, e.g. 1,3 (a note may follow), or your own answer: "
+        else:
+            hint = "a number (a note may follow), or your own answer: "
+        if any(option.recommended for option in question.options):
+            hint = hint.replace(": ", "; Enter takes the recommended: ", 1)
+        self._console.print(Text(f"  {hint}", style="dim"), end="")
+
+
+def with_tools(base: Iterable[Tool], extra: Iterable[Tool]) -> list[Tool]:
+    """`base`, then each tool of `extra` whose name `base` does not have yet (so adding
+    a tool that `coding_tools()` already offers does not clash)."""
+    tools = list(base)
+    names = {tool.name for tool in tools}
+    tools.extend(tool for tool in extra if tool.name not in names)
+    return tools
+
+
 async def run_task(
     task: str,
     *,
@@ -123,30 +289,43 @@ async def run_task(
     max_cost: float | None = None,
     console: Console | None = None,
     interactive: bool | None = None,
+    network: bool = False,
+    unsandboxed_shell: bool = False,
+    web: bool = False,
 ) -> int:
-    """Run the coding agent on `task` in `workspace`; returns a process exit code."""
+    """Run the coding agent on `task` in `workspace`; returns a process exit code.
+
+    `network` lets shell commands use the network; `unsandboxed_shell` accepts a shell
+    without the sandbox where `bwrap` cannot run; `web` gives the agent `web_fetch`."""
     console = console or Console(highlight=False)
     interactive = sys.stdin.isatty() if interactive is None else interactive
     loop = asyncio.get_running_loop()
     queue = SteeringQueue()
-    lines = LineRouter(loop, queue)
+    detach = DetachSwitch()
+    lines = LineRouter(loop, queue, detach)
     approver: Approver | None
+    questions: QuestionBroker = NoOneToAskQuestions()
+    prompt_lock = asyncio.Lock()
     if yes:
         approver = AllowAll()
     elif interactive:
-        approver = TerminalApprover(console, lines)
+        approver = TerminalApprover(console, lines, lock=prompt_lock)
+        questions = TerminalQuestions(console, lines, lock=prompt_lock)
     else:
         approver = NoOneToAsk("rerun with --yes to allow it")
     cancel = CancellationToken()
     budget = Budget(max_turns=max_turns, max_cost_usd=max_cost)
     run_ctx = RunContext(
-        tools=ToolCtx(workspace),
+        tools=ToolCtx(workspace, network=network, unsandboxed_shell=unsandboxed_shell),
         approver=approver,
         budget=budget,
         cancel=cancel,
         queued_input=queue,
+        questions=questions,
+        detach=detach,
     )
-    agent = Agent(resolve_model(model), coding_tools(), system_prompt=CODING_PROMPT, name="coder")
+    tools = with_tools(coding_tools(web=web), [ask_user, task_create, task_update, task_list])
+    agent = Agent(resolve_model(model), tools, system_prompt=CODING_PROMPT, name="coder")
     view = RunView(console, budget=budget)
     interrupts = 0
 
@@ -163,7 +342,13 @@ async def run_task(
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     if interactive:
         lines.start()
-        console.print(Text("type a line at any time to steer the run; Ctrl+C cancels", style="dim"))
+        console.print(
+            Text(
+                f"type a line at any time to steer the run; {DETACH_LINE} sends a running "
+                "command to the background; Ctrl+C cancels",
+                style="dim",
+            )
+        )
 
     def on_event(event: Event) -> None:
         view.on_event(event)

@@ -1,9 +1,15 @@
 """The terminal view of a run: streamed text, dimmed reasoning, tool calls and results,
-steering, and a budget line after each turn.
+what running calls report, the task checklist, steering, and a budget line after each
+turn.
 
 It renders the run's AG-UI events, so it shows exactly what a web client would get. It
 prints line by line (no full-screen redraw), which works on a terminal, in a pipe and in
-CI logs alike.
+CI logs alike. The one exception is on a terminal while tools run: a small live region
+under the calls shows their last output lines and status (`ProgressBoard`), and goes away
+when they return.
+
+The checklist (`tiller.tasks`) is printed as a compact block when it has changed, once
+the burst of changes is over (three `task_create`s in one turn print one block).
 """
 
 from __future__ import annotations
@@ -12,15 +18,24 @@ from typing import Any
 
 import orjson
 from rich.console import Console
+from rich.live import Live
 from rich.status import Status
 from rich.text import Text
 
 from ..events import Event
 from ..loop import Budget
+from ..tools._progress import PROGRESS_EVENT
+from ..tools._tasks import TASKS_EVENT
+from ._progress_view import ProgressBoard, checklist_lines
 
 __all__ = ["RunView"]
 
 _RESULT_LINES = 6
+#: Tools whose result repeats the checklist the view already printed: only their first
+#: line is shown.
+_CHECKLIST_TOOLS = frozenset({"task_create", "task_update"})
+#: The name the progress event had before `tiller.progress` (old event logs).
+_LEGACY_PROGRESS = "tiller.tool_progress"
 
 
 class RunView:
@@ -33,6 +48,12 @@ class RunView:
         self._waiting: Status | None = None
         self._calls: dict[str, tuple[str, list[str]]] = {}
         self._in_text = False
+        self._progress = ProgressBoard(live=console.is_terminal)
+        # The live region of running calls' progress, while there is one (a terminal).
+        self._live: Live | None = None
+        # The checklist received but not printed yet, and the one printed last.
+        self._tasks: list[dict[str, Any]] | None = None
+        self._tasks_shown: list[tuple[str, str, str]] = []
 
     def on_event(self, event: Event) -> None:
         wire = event.to_wire()
@@ -40,15 +61,20 @@ class RunView:
         if self._waiting is not None and kind not in ("STEP_STARTED", "STATE_SNAPSHOT"):
             self._waiting.stop()
             self._waiting = None
+        if not (kind == "CUSTOM" and wire.get("name") == TASKS_EVENT):
+            self._print_checklist()
         handler = getattr(self, f"_on_{kind.lower()}", None)
         if handler is not None:
             handler(wire)
         if kind == "STEP_STARTED" and self.console.is_terminal:
+            self._stop_live()  # one live display at a time: the spinner's turn
             self._waiting = self.console.status("waiting for the model…", spinner="dots")
             self._waiting.start()
 
     def close(self) -> None:
-        """Stop the spinner, if one is turning."""
+        """Print a checklist change not yet shown; stop the spinner and the live region."""
+        self._print_checklist()
+        self._stop_live()
         if self._waiting is not None:
             self._waiting.stop()
             self._waiting = None
@@ -99,8 +125,20 @@ class RunView:
         self.console.print(Text("→ ", style="yellow") + Text(f"{name}({shown})", style="yellow"))
 
     def _on_tool_call_result(self, wire: dict[str, Any]) -> None:
-        name, _ = self._calls.get(wire["toolCallId"], ("?", []))
+        call_id = wire["toolCallId"]
+        name, _ = self._calls.get(call_id, ("?", []))
+        streamed = self._progress.output_lines(call_id)
+        progress = self._progress.finish(call_id)
+        self._refresh_live()  # first, so the region is gone before its lines are printed
+        self._print_lines(progress)
         lines = wire["content"].splitlines() or [""]
+        note = ""
+        if name in _CHECKLIST_TOOLS:
+            lines = lines[:1]  # the rest is the checklist, printed as its own block
+        elif streamed:
+            # The output was shown as it came: its last line (the exit status) is enough.
+            lines = lines[-1:]
+            note = f"  ({streamed} line{'s' * (streamed != 1)} of output)"
         more = len(lines) - _RESULT_LINES
         shown = lines[:_RESULT_LINES]
         style = (
@@ -108,7 +146,9 @@ class RunView:
             if wire["content"].startswith(("Denied", "Blocked", "Refused", "Unknown"))
             else "cyan"
         )
-        self.console.print(Text(f"← {name}: ", style=style) + Text(shown[0], style="dim"))
+        self.console.print(
+            Text(f"← {name}: ", style=style) + Text(shown[0], style="dim") + Text(note, style="dim")
+        )
         for line in shown[1:]:
             self.console.print(Text("   " + line, style="dim"))
         if more > 0:
@@ -117,17 +157,73 @@ class RunView:
     # ── the run ──────────────────────────────────────────────────────────────────
 
     def _on_custom(self, wire: dict[str, Any]) -> None:
-        if wire["name"] == "tiller.queued_input":
-            self.console.print(Text("steer ", style="bold magenta") + Text(wire["value"]["text"]))
-        elif wire["name"] == "tiller.tool_progress":
-            value = wire.get("value") or {}
-            self.console.print(Text(f"   … {value.get('message', '')}", style="dim"))
+        name = wire["name"]
+        value: Any = wire.get("value")
+        if name == "tiller.queued_input" and isinstance(value, dict):
+            self.console.print(Text("steer ", style="bold magenta") + Text(str(value["text"])))
+        elif name in (PROGRESS_EVENT, _LEGACY_PROGRESS) and isinstance(value, dict):
+            call_name, _ = self._calls.get(str(value.get("toolCallId")), ("?", []))
+            self._print_lines(self._progress.report(call_name, value))
+            self._refresh_live()
+        elif name == TASKS_EVENT and isinstance(value, dict):
+            tasks = value.get("tasks")
+            if isinstance(tasks, list):
+                self._tasks = [task for task in tasks if isinstance(task, dict)]
+
+    # ── progress and the checklist ───────────────────────────────────────────────
+
+    def _print_lines(self, lines: list[Text]) -> None:
+        if lines and self._in_text:
+            self.console.print()
+            self._in_text = False
+        for line in lines:
+            # One line each, cut at the console's width rather than wrapped.
+            self.console.print(line, no_wrap=True, overflow="ellipsis")
+
+    def _refresh_live(self) -> None:
+        """Show the running calls' progress in the live region, or close it when there
+        is nothing left to show."""
+        if not self._progress.live:
+            return
+        if not self._progress.active:
+            self._stop_live()
+            return
+        if self._live is None:
+            self._live = Live(
+                console=self.console,
+                auto_refresh=False,  # redrawn on each report, not on a timer
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
+        self._live.update(self._progress.render(), refresh=True)
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def _print_checklist(self) -> None:
+        """Print the checklist if it changed since it was last printed."""
+        tasks, self._tasks = self._tasks, None
+        if tasks is None:
+            return
+        shown = [(str(t.get("id")), str(t.get("subject")), str(t.get("status"))) for t in tasks]
+        if shown == self._tasks_shown:
+            return
+        self._tasks_shown = shown
+        self._print_lines(checklist_lines(tasks))
 
     def _on_step_finished(self, wire: dict[str, Any]) -> None:
         if self.budget is not None:
             self.console.print(Text(budget_line(self.budget), style="dim"))
 
+    def _on_run_finished(self, wire: dict[str, Any]) -> None:
+        self._stop_live()
+
     def _on_run_error(self, wire: dict[str, Any]) -> None:
+        self._stop_live()
         self.console.print(
             Text(f"error [{wire.get('code', '?')}]: {wire['message']}", style="bold red")
         )
