@@ -18,8 +18,10 @@ def opening_commands() -> list[str]:
 
 def test_two_commands_install_and_run() -> None:
     demo, tests = opening_commands()
-    assert demo.startswith("python3 -m venv .venv") and demo.endswith("tiller demo")
-    assert tests.startswith("python3 -m venv .venv") and "'.[dev]'" in tests
+    setup = "scripts/setup-system.sh && python3 -m venv .venv"
+    assert demo.startswith(setup) and demo.endswith("tiller demo")
+    assert tests.startswith(setup) and "'.[dev]'" in tests
+    assert (ROOT / "scripts" / "setup-system.sh").stat().st_mode & 0o111, "must be executable"
     for tool in ("ruff check", "ruff format --check", "mypy", "pytest"):
         assert tool in tests
 

@@ -1,30 +1,68 @@
-"""The built-in coding tools: read, write, edit, list, search, and a shell.
+"""The built-in tools: files, search, a sandboxed shell, background jobs, the web, the task
+checklist and questions for the person.
 
-`coding_tools()` is the set the built-in coding agent uses. Every file tool stays inside the
-run's jail (`ToolCtx.resolve`). The shell is **not sandboxed yet** (see `run_shell`); the
-tools issue hardens all of them (an `O_NOFOLLOW` walk from the jail's descriptor, bwrap,
-file checkpoints).
+`coding_tools()` is the set the built-in coding agent uses. Every file tool opens its paths
+by walking them from the jail's directory descriptor (`ToolCtx.fs`), so nothing outside the
+run's jail can be read or written, even by a symlink swapped in mid-call; writes snapshot
+the files first when the run keeps file checkpoints. `execute_command` runs under `bwrap`
+(no network unless granted) and refuses where the sandbox is unavailable, unless the user
+accepted an unsandboxed shell. `web_fetch` is not in `coding_tools()`: it sends data off
+the machine, so add it knowingly (`coding_tools(web=True)`).
 """
 
 from __future__ import annotations
 
 from .._tool import Tool
+from ._ask import ask_user
+from ._background import background_process
 from ._files import edit_file, list_dir, read_file, write_file
-from ._search import search
-from ._shell import run_shell
+from ._glob import glob
+from ._patch import apply_patch
+from ._search import grep
+from ._shell import execute_command, execute_command_tool
+from ._tasks import task_create, task_list, task_update
+from ._web import web_fetch
 
 __all__ = [
+    "apply_patch",
+    "ask_user",
+    "background_process",
     "coding_tools",
     "edit_file",
+    "execute_command",
+    "execute_command_tool",
+    "glob",
+    "grep",
     "list_dir",
     "read_file",
-    "run_shell",
-    "search",
+    "task_create",
+    "task_list",
+    "task_update",
+    "web_fetch",
     "write_file",
 ]
 
 
-def coding_tools() -> list[Tool]:
-    """The built-in coding tools, read-only ones first: read_file, list_dir, search,
-    write_file, edit_file, run_shell. A new list each time, to extend freely."""
-    return [read_file, list_dir, search, write_file, edit_file, run_shell]
+def coding_tools(*, web: bool = False) -> list[Tool]:
+    """The built-in coding tools, read-only ones first: read_file, list_dir, glob, grep,
+    task_create, task_update, task_list, ask_user, write_file, edit_file, apply_patch,
+    execute_command, background_process — and web_fetch when `web` is true. A new list
+    each time, to extend freely."""
+    tools: list[Tool] = [
+        read_file,
+        list_dir,
+        glob,
+        grep,
+        task_create,
+        task_update,
+        task_list,
+        ask_user,
+        write_file,
+        edit_file,
+        apply_patch,
+        execute_command,
+        background_process,
+    ]
+    if web:
+        tools.append(web_fetch)
+    return tools
