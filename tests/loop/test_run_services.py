@@ -6,14 +6,28 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
+
+import jsonpatch
 
 from tiller.conversation import UserMessage
-from tiller.loop import Agent, DetachSwitch, RunContext
+from tiller.events import Event
+from tiller.loop import (
+    Agent,
+    DetachSwitch,
+    PauseOnTools,
+    ResumeDecision,
+    RunContext,
+    RunOptions,
+    resume,
+)
 from tiller.model import ScriptedModel
 from tiller.phase import Phase
 from tiller.policy import AllowAll
 from tiller.state import StopCause
+from tiller.testing import assert_valid_stream
 from tiller.tools import ExecContext, SafetyMode, tool
+from tiller.tools.builtin import task_create, task_update
 
 from ._support import drive
 
@@ -147,3 +161,53 @@ async def test_the_detach_switch_fires_only_the_running_turn() -> None:
     assert not switch.detach()  # already fired
     second = switch.token_for_turn()
     assert not second.is_cancelled
+
+
+async def test_the_checklist_is_in_the_state_document_and_survives_resume(
+    ctx: RunContext,
+) -> None:
+    update = {"id": "t1", "status": "completed"}
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "task_create", "arguments": {"subject": "Fix it"}}]},
+            {"tool_calls": [{"name": "task_update", "arguments": update}]},
+            "Done.",
+        ]
+    )
+    options = RunOptions(review_policy=PauseOnTools(["task_update"]))
+    agent = Agent(model, [task_create, task_update])
+    paused_events: list[Event] = []
+    paused = await agent.run_in(ctx, "fix it", options, on_event=paused_events.append)
+    assert paused.stop_cause is StopCause.SUSPENDED
+    wire = assert_valid_stream(paused_events)
+    snapshots = [e["snapshot"] for e in wire if e["type"] == "STATE_SNAPSHOT"]
+    assert snapshots[-1]["tiller"]["tasks"][0]["status"] == "pending"
+    assert paused.state.tasks[0]["subject"] == "Fix it"
+    assert paused.state.state == {}  # the agent's own state never holds it
+
+    # Resumed: the checklist is shown at once, then the change is a delta on it.
+    (call,) = paused.state.unanswered_calls()
+    events: list[Event] = []
+    done = await resume(
+        agent,
+        paused.state,
+        {call.id: ResumeDecision.approved()},
+        run_ctx=ctx,
+        on_event=events.append,
+    )
+    assert done.stop_cause is StopCause.COMPLETED
+    state_events = [
+        e for e in assert_valid_stream(events) if e["type"] in ("STATE_SNAPSHOT", "STATE_DELTA")
+    ]
+    assert state_events[0]["type"] == "STATE_SNAPSHOT"
+    assert state_events[0]["snapshot"]["tiller"]["tasks"][0]["status"] == "pending"
+    # What a client holds after the run (a delta or a snapshot, whichever was smaller).
+    document: Any = None
+    for event in state_events:
+        document = (
+            event["snapshot"]
+            if event["type"] == "STATE_SNAPSHOT"
+            else jsonpatch.apply_patch(document, event["delta"])
+        )
+    assert document["tiller"]["tasks"][0]["status"] == "completed"
+    assert done.state.tasks[0]["status"] == "completed"

@@ -4,7 +4,7 @@ Everything tiller does is seen through one AG-UI 1.0 event stream; this package 
 stream valid by construction and cheap to produce.
 """
 
-from ._context import AgUiContext, decode_state, parse_input
+from ._context import RUNTIME_STATE_KEY, AgUiContext, decode_state, parse_input
 from ._driver import PROTOCOL_VERSION, AgUiAgent, RunStream, StreamConsumed, run_agent
 from ._encode import SSE_CONTENT_TYPE, encode_json, encode_sse, keep_alive_frame
 from ._handles import MessageHandle, ReasoningHandle, StepHandle, SubagentHandle, ToolCallHandle
@@ -62,6 +62,7 @@ __all__ = [
     "CLOSING_TYPES",
     "EVENT_TYPES",
     "PROTOCOL_VERSION",
+    "RUNTIME_STATE_KEY",
     "SSE_CONTENT_TYPE",
     "ActivityDeltaEvent",
     "ActivitySnapshotEvent",

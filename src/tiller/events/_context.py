@@ -27,7 +27,7 @@ from ._handles import (
 )
 from ._outcome import ResumeEntry
 from ._sink import EventSink, Subscription, Transformer
-from ._state import StateManager, apply_to_live
+from ._state import StateManager, apply_to_live, state_as_json
 from ._types import (
     Event,
     MessagesSnapshotEvent,
@@ -38,7 +38,12 @@ from ._types import (
     jsonable,
 )
 
-__all__ = ["AgUiContext", "decode_state", "parse_input"]
+__all__ = ["RUNTIME_STATE_KEY", "AgUiContext", "decode_state", "parse_input"]
+
+#: The top-level key of the published state under which the runtime's own facts ride
+#: (the task checklist, ...), next to the agent's typed state. Reserved: a client that
+#: sends the state back has it stripped before the agent's state is decoded.
+RUNTIME_STATE_KEY = "tiller"
 
 S = TypeVar("S")
 _T = TypeVar("_T")
@@ -58,8 +63,12 @@ def decode_state(raw: Any, state_type: type[Any] | None) -> Any:
     """Decode the input state: `null` or `{}` give the default, anything else must fit.
 
     With no state type the state is plain JSON (default `{}`); with a pydantic model it is
-    validated into that model (default: the model built with no arguments).
+    validated into that model (default: the model built with no arguments). The runtime's
+    own section (`RUNTIME_STATE_KEY`) is dropped first.
     """
+    if isinstance(raw, dict) and RUNTIME_STATE_KEY in raw:
+        # The runtime's section, echoed back by the client: not the agent's to decode.
+        raw = {key: value for key, value in raw.items() if key != RUNTIME_STATE_KEY}
     empty = raw is None or (isinstance(raw, dict) and not raw)
     if state_type is None:
         # A copy: the run changes its state in place, never the caller's input.
@@ -93,6 +102,8 @@ class AgUiContext(Generic[S]):
         self.sink = sink
         self._state = state
         self._state_manager = StateManager()
+        # The runtime's facts published beside the typed state (see `set_runtime_state`).
+        self._runtime: dict[str, Any] = {}
         self._ids = RunIds(input.run_id)
         # Handles still open, in opening order, so the driver can close them on cancel.
         self._open_handles: dict[int, Any] = {}
@@ -259,12 +270,42 @@ class AgUiContext(Generic[S]):
         self._state = apply_to_live(self._state, ops)
         # `current` lets the manager fall back to a full publish when the live state was
         # changed in place since the last publish (the ops then fit it, not the copy).
-        self._emit_state(self._state_manager.patch(ops, current=self._state))
+        self._emit_state(self._state_manager.patch(ops, current=self._published_value()))
 
     def publish_state(self) -> None:
         """Send the state if it changed since the last publish: a snapshot first, then a
         delta when the delta is smaller, else a snapshot. Unchanged state sends nothing."""
-        self._emit_state(self._state_manager.publish(self._state))
+        self._emit_state(self._state_manager.publish(self._published_value()))
+
+    def set_runtime_state(self, key: str, value: Any) -> None:
+        """Publish one of the runtime's own facts (`key` = "tasks": the checklist) in the
+        run's state document, under `RUNTIME_STATE_KEY`, beside the agent's typed state;
+        `None` removes it. The agent's state itself is untouched.
+
+        A state that is not a JSON object (a list, a number) has no room for it: then the
+        fact is kept but not published in the state (the runtime also sends its facts as
+        `tiller.*` custom events)."""
+        if value is None:
+            if self._runtime.pop(key, None) is None:
+                return
+        else:
+            self._runtime[key] = value
+        self.publish_state()
+
+    @property
+    def runtime_state(self) -> dict[str, Any]:
+        """The runtime's facts, as `set_runtime_state` last set them (a copy)."""
+        return dict(self._runtime)
+
+    def _published_value(self) -> Any:
+        """The document clients see: the typed state, plus the runtime's section when
+        there is one and the state is a JSON object."""
+        if not self._runtime:
+            return self._state
+        document = state_as_json(self._state)
+        if not isinstance(document, dict):
+            return self._state
+        return {**document, RUNTIME_STATE_KEY: dict(self._runtime)}
 
     def reset_state_stream(self) -> None:
         """Make the next publish a full snapshot (after a reconnect or a hand-sent one)."""

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import StatePatchError, UsageError
 from . import _jsondiff
 
-__all__ = ["StateManager", "StatePublish", "apply_to_live"]
+__all__ = ["StateManager", "StatePublish", "apply_to_live", "state_as_json"]
 
 _T = TypeVar("_T")
 
@@ -80,7 +80,7 @@ class StatePublish:
         return cls("delta", None, orjson.loads(encoded), encoded)
 
 
-def _as_json(value: Any) -> Any:
+def state_as_json(value: Any) -> Any:
     """The JSON form of a state: pydantic models by their aliases, as the client sees them.
 
     Aliases are used because the client's state and the run's input state are the same
@@ -135,7 +135,7 @@ class StateManager:
         Costs one encoding of `value` plus work proportional to what changed since the
         last publish (or `patch`).
         """
-        doc = _as_json(value)
+        doc = state_as_json(value)
         encoded = _encode(doc)
         if not self._published:
             self._shadow = _jsondiff.shadow(doc)

@@ -47,6 +47,13 @@ SCRATCH_SUBDIR: Final = Path(".tiller") / "scratch"
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _directory_name(session_id: str) -> str:
     """A thread id (it comes from clients) as one safe directory name."""
     name = _UNSAFE.sub("_", session_id)[:100].strip(".")
@@ -75,6 +82,7 @@ class RunServices:
             else None
         )
         self.scratchpad: Path | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         # The checklist lives in the state, so a resumed run (another process, maybe)
         # goes on with it; the broker is its one writer and tells observers each change.
         self.tasks = TaskBroker(publish=self._keep_tasks, emit=agui.emit)
@@ -83,11 +91,23 @@ class RunServices:
         self._goal_seen = 0
 
     def _keep_tasks(self, snapshot: list[dict[str, Any]]) -> None:
+        """The broker changed the checklist: keep it in the state (it is checkpointed with
+        the run) and publish it in the AG-UI state document, on the run's loop (the
+        broker may be called from another thread; the state stream belongs to the loop)."""
         self._state.tasks = snapshot
+        loop = self._loop
+        if loop is None or _running_loop() is loop:
+            self._agui.set_runtime_state("tasks", snapshot)
+        else:
+            loop.call_soon_threadsafe(self._agui.set_runtime_state, "tasks", snapshot)
 
     async def open(self) -> None:
-        """Create the session's scratchpad inside the jail."""
+        """Create the session's scratchpad inside the jail; show a resumed run's
+        checklist."""
+        self._loop = asyncio.get_running_loop()
         self.scratchpad = self._make_scratchpad()
+        if self._state.tasks:
+            self._agui.set_runtime_state("tasks", self._state.tasks)
 
     async def close(self) -> None:
         """Stop what the run started and did not finish: every background job is killed

@@ -10,11 +10,11 @@ After each change it publishes the whole checklist twice over:
 
 - through `publish(snapshot)`, given at construction. The loop passes one that stores the
   snapshot in `RunState.tasks`, so a suspended or crashed run resumes with its checklist
-  (`seed()` puts it back without publishing, as on rewind and fork);
+  (`seed()` puts it back without publishing, as on rewind and fork), and publishes it in
+  the run's AG-UI state document under `tiller.tasks` (beside the agent's typed state), so
+  a client that joins late sees it in the snapshot;
 - as an AG-UI `CUSTOM` event named `tiller.tasks` with `{"tasks": [...]}`, through `emit`,
-  which the terminal view and the web console draw. The server issue will also fold the
-  checklist into the run's AG-UI state, so a client that joins late sees it in the
-  snapshot.
+  which the terminal view draws.
 
 Rules. Ids are `t1`, `t2`, ... in creation order and never reused. A task is `pending`,
 `in_progress` or `completed`, and may move between any of them (a completed task can be
