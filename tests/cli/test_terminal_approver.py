@@ -1,4 +1,5 @@
-"""`TerminalApprover`: "always" for the shell covers one exact command, not the tool."""
+"""`TerminalApprover` behind the run's `ApprovalBroker`: "always" for the shell covers one
+exact command (whitespace aside), not the tool; the web is never "always"."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.console import Console
 
 from tiller.cli._run import TerminalApprover
 from tiller.conversation import ToolCall
+from tiller.policy import ApprovalBroker
 
 
 class ScriptedLines:
@@ -20,14 +22,25 @@ class ScriptedLines:
         return self.lines.pop(0)
 
 
+def shell(call_id: str, command: str) -> ToolCall:
+    return ToolCall(id=call_id, name="execute_command", arguments=f'{{"command": "{command}"}}')
+
+
 async def test_always_for_a_command_does_not_allow_other_commands() -> None:
     lines = ScriptedLines(["a", "n", ""])
-    approver = TerminalApprover(Console(file=io.StringIO()), lines)
+    broker = ApprovalBroker(TerminalApprover(Console(file=io.StringIO()), lines))
+    assert (await broker.approve(shell("c1", "make test"), None)).allowed
+    assert (await broker.approve(shell("c2", "make   test"), None)).allowed  # not asked
+    assert not (await broker.approve(shell("c3", "rm -rf build"), None)).allowed
+    assert lines.lines == []
 
-    def shell(call_id: str, command: str) -> ToolCall:
-        return ToolCall(id=call_id, name="execute_command", arguments=f'{{"command": "{command}"}}')
 
-    assert (await approver.approve(shell("c1", "make test"), None)).allowed
-    assert (await approver.approve(shell("c2", "make test"), None)).allowed  # not asked
-    assert not (await approver.approve(shell("c3", "rm -rf build"), None)).allowed
+async def test_the_web_is_never_approved_always() -> None:
+    out = io.StringIO()
+    lines = ScriptedLines(["a", "", "y"])
+    broker = ApprovalBroker(TerminalApprover(Console(file=out, width=200), lines))
+    fetch = ToolCall(id="c1", name="web_fetch", arguments='{"url": "https://example.org"}')
+    assert not (await broker.approve(fetch, None)).allowed  # "a" is not offered: a no
+    assert "[a]lways" not in out.getvalue()
+    assert (await broker.approve(fetch, None)).allowed  # asked again
     assert lines.lines == []

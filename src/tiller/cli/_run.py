@@ -32,7 +32,7 @@ from ..errors import Cancelled
 from ..events import Event
 from ..loop import Agent, Budget, DetachSwitch, RunContext, SteeringQueue
 from ..model import resolve_model
-from ..policy import AllowAll, Approver, Decision, NoOneToAsk
+from ..policy import AllowAll, Approver, Decision, NoOneToAsk, approval_key
 from ..tools import Tool, ToolCtx, coding_tools
 from ..tools._question_brokers import CANCELLED_REASON, NoOneToAskQuestions
 from ..tools._questions import (
@@ -57,9 +57,6 @@ __all__ = [
     "run_task",
     "with_tools",
 ]
-
-#: Tools whose "always" covers one exact command line, never the tool as a whole.
-_SHELL_TOOLS = frozenset({"execute_command"})
 
 CODING_PROMPT = (
     "You are tiller's coding agent. You work inside one project directory through your "
@@ -121,43 +118,36 @@ class LineSource(Protocol):
 
 
 class TerminalApprover:
-    """Asks the person at the terminal. "always" remembers a key as narrow as the danger:
-    the full command for the shell, the tool name otherwise."""
+    """Asks the person at the terminal: `y`es, `a`lways (the run's approval broker keeps
+    it, keyed as narrowly as the danger: the whole command for the shell), or `n`o with a
+    reason."""
 
     def __init__(
         self, console: Console, lines: LineSource, *, lock: asyncio.Lock | None = None
     ) -> None:
         self._console = console
         self._lines = lines
-        self._always: set[str] = set()
         # Shared with the question broker: one prompt on the terminal at a time.
         self._lock = lock if lock is not None else asyncio.Lock()
 
-    @staticmethod
-    def _key(call: ToolCall) -> str:
-        if call.name in _SHELL_TOOLS:
-            return f"{call.name}:{call.arguments}"
-        return call.name
-
     async def approve(self, call: ToolCall, tool: Any) -> Decision:
         async with self._lock:  # one question at a time, even for a parallel batch
-            if self._key(call) in self._always:
-                return Decision.allow()
             try:
                 shown = ", ".join(f"{k}={v!r}" for k, v in orjson.loads(call.arguments).items())
             except (orjson.JSONDecodeError, AttributeError):
                 shown = call.arguments
+            always = approval_key(call) is not None
+            choices = "[y]es / [a]lways / [n]o " if always else "[y]es / [n]o "
             self._console.print(
                 Text("? ", style="bold yellow")
                 + Text(f"allow {call.name}({shown})? ")
-                + Text("[y]es / [a]lways / [n]o ", style="bold")
+                + Text(choices, style="bold")
             )
             answer = (await self._lines.ask()).strip().lower()
             if answer in ("y", "yes"):
                 return Decision.allow()
-            if answer in ("a", "always"):
-                self._always.add(self._key(call))
-                return Decision.allow()
+            if always and answer in ("a", "always"):
+                return Decision.allow(always=True)
             self._console.print(Text("reason (optional): ", style="bold"), end="")
             reason = (await self._lines.ask()).strip()
             return Decision.deny(reason or "no reason given")

@@ -24,10 +24,12 @@ class Decision:
 
     kind: Literal["allow", "deny", "blocked"]
     reason: str = ""
+    #: "Approve always": the approval broker remembers the call's key for the run.
+    always: bool = False
 
     @classmethod
-    def allow(cls) -> Decision:
-        return cls("allow")
+    def allow(cls, *, always: bool = False) -> Decision:
+        return cls("allow", always=always)
 
     @classmethod
     def deny(cls, reason: str) -> Decision:

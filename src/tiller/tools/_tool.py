@@ -164,6 +164,8 @@ class BaseTool:
     denial_remedy: str | None = None
     #: Visible in the Plan phase, writing only inside the scratchpad (see `@tool`).
     plan_scratchpad: bool = False
+    #: The risk class for the policy engine, by name (see `@tool`).
+    risk: str | None = None
 
     async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
         raise NotImplementedError
@@ -190,6 +192,7 @@ class FunctionTool:
         "name",
         "plan_scratchpad",
         "read_only",
+        "risk",
     )
 
     def __init__(
@@ -202,6 +205,7 @@ class FunctionTool:
         capabilities: Capability = Capability.NONE,
         denial_remedy: str | None = None,
         plan_scratchpad: bool = False,
+        risk: str | None = None,
         localns: dict[str, Any] | None = None,
     ) -> None:
         self.function = function
@@ -222,6 +226,7 @@ class FunctionTool:
         self.capabilities = capabilities
         self.denial_remedy = denial_remedy
         self.plan_scratchpad = plan_scratchpad
+        self.risk = risk
         self._is_async = inspect.iscoroutinefunction(function)
         self._model, self._fields, self._ctx_params = _arguments_model(
             function, self.name, doc.params, localns
@@ -305,6 +310,7 @@ def tool(
     capabilities: Capability = Capability.NONE,
     denial_remedy: str | None = None,
     plan_scratchpad: bool = False,
+    risk: str | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -318,6 +324,7 @@ def tool(
     capabilities: Capability = Capability.NONE,
     denial_remedy: str | None = None,
     plan_scratchpad: bool = False,
+    risk: str | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function, sync or async, into a `FunctionTool`. Bare or with options:
 
@@ -340,6 +347,9 @@ def tool(
       `ExecContext` (any name) receives the call's context and is not in the schema.
     - plan_scratchpad: a writing tool that stays visible in the Plan phase, where it may
       write only inside the run's scratchpad (it must check `ctx.require_writable`).
+    - risk: the tool's risk class for the policy engine (`"file_mutation"`, `"network"`,
+      ... see `tiller.policy.RiskClass`); by default read-only tools are `read_only` and
+      the others are classified by the engine (unknown ones as `external_access`).
 
     Raises `ToolDefinitionError` at definition time if the function cannot be a tool.
     """
@@ -355,6 +365,7 @@ def tool(
             capabilities=capabilities,
             denial_remedy=denial_remedy,
             plan_scratchpad=plan_scratchpad,
+            risk=risk,
             localns=_caller_locals(),
         )
 

@@ -1,0 +1,68 @@
+"""`ApprovalBroker`: parks a call until a person answers, and remembers "always".
+
+The approver (a terminal prompt, a program's callback) gives one answer; the broker wraps
+it with what every approval needs: a cancelled run answers deny (the person is not asked
+about a call that will never run), and "approve always" is remembered for the run under a
+key *as narrow as the danger*: the whole command, whitespace-normalized, for the shell (so
+approving `pytest -q` never approves `pytest -q; rm -rf ~`); the tool's name for other
+tools; and never for the web or MCP tools, whose every call reaches somewhere new.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..cancel import CancellationToken
+from ..conversation import ToolCall
+from ._approver import Approver, Decision
+
+__all__ = ["ApprovalBroker", "approval_key"]
+
+#: Tools whose calls can never be approved "always": each reaches somewhere new.
+_NEVER_ALWAYS = frozenset({"web_fetch"})
+_SHELL = frozenset({"execute_command"})
+
+
+def approval_key(call: ToolCall) -> str | None:
+    """What "approve always" remembers for `call`, or None if it cannot be remembered."""
+    if call.name in _NEVER_ALWAYS or "__" in call.name:  # the web, MCP (`server__tool`)
+        return None
+    if call.name in _SHELL:
+        try:
+            command = orjson.loads(call.arguments).get("command")
+        except (orjson.JSONDecodeError, AttributeError):
+            return None
+        if not isinstance(command, str):
+            return None
+        return f"{call.name}:{' '.join(command.split())}"
+    return call.name
+
+
+class ApprovalBroker:
+    """An `Approver` that asks `approver`, raced against the run's cancel token, and
+    keeps the run's "always" answers."""
+
+    def __init__(self, approver: Approver, cancel: CancellationToken | None = None) -> None:
+        self._approver = approver
+        self._cancel = cancel
+        self._always: set[str] = set()
+
+    @property
+    def remembered(self) -> frozenset[str]:
+        return frozenset(self._always)
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        key = approval_key(call)
+        if key is not None and key in self._always:
+            return Decision.allow()
+        if self._cancel is not None:
+            answer = await self._cancel.until_cancelled(self._approver.approve(call, tool))
+            if answer is None:
+                return Decision.deny("the run was cancelled before anyone answered")
+        else:
+            answer = await self._approver.approve(call, tool)
+        if answer.allowed and answer.always and key is not None:
+            self._always.add(key)
+        return answer
