@@ -104,6 +104,9 @@ class RunState(BaseModel):
     #: factory returning one): a process that never saw the run's code can load it again
     #: (`tiller.loop.load_agent`, `tiller runs resume`). None when unknown.
     agent_ref: str | None = None
+    #: The model string the agent was built from (`"ollama:qwen2.5-coder"`), so a resume
+    #: elsewhere can rebuild that model for a factory that takes one. None when unknown.
+    model_spec: str | None = None
     #: The run's serializable policy — jail root, phase, withheld tools, budget limits and
     #: what was spent — so a resume in another process can rebuild the `RunContext`
     #: (`tiller.loop.run_context_from`). The live parts (approver, cancel token, hooks, the

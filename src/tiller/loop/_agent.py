@@ -59,6 +59,10 @@ class Agent:
         ref: str | None = None,
     ) -> None:
         self.model: Model = resolve_model(model) if isinstance(model, str) else model
+        #: The model string the agent was built from (`"openai:gpt-4.1"`), if it was: kept
+        #: in checkpoints so a process that loads the agent to resume a run can rebuild
+        #: the same model (`load_agent(ref, model=...)`).
+        self.model_spec = model if isinstance(model, str) else None
         self.registry = Registry(tools)
         self.system_prompt = system_prompt
         self.name = name
@@ -174,6 +178,8 @@ class Agent:
             state.phase = run_ctx.phase  # the loop gates by the context's phase: record it
             if state.agent_ref is None:
                 state.agent_ref = self.ref
+            if state.model_spec is None:
+                state.model_spec = self.model_spec
             if run_id is not None:
                 state.run_id = run_id
             return state
@@ -189,6 +195,7 @@ class Agent:
             messages=messages,
             phase=run_ctx.phase,
             agent_ref=self.ref,
+            model_spec=self.model_spec,
         )
 
 

@@ -21,6 +21,7 @@ refuses it (law 3: policy fails closed) and the caller passes its own `RunOption
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,9 +57,12 @@ POLICY_VERSION = 1
 # ── the agent ────────────────────────────────────────────────────────────────────────
 
 
-def load_agent(ref: str) -> Agent:
+def load_agent(ref: str, *, model: str | None = None) -> Agent:
     """The `Agent` that `ref` (`"package.module:attr"`, `attr` may be dotted) names: the
-    object itself if it is an `Agent`, else what calling it with no arguments returns.
+    object itself if it is an `Agent`, else what calling it returns — with `model=` when
+    a model string is given and the factory takes a `model` parameter (so one factory
+    serves runs on different models: the run records its `model_spec`), else with no
+    arguments.
 
     Every failure is a `UsageError` saying what to fix (the module cannot be imported, the
     attribute is missing, the object is not an agent)."""
@@ -94,7 +98,7 @@ def load_agent(ref: str) -> Agent:
             "function returning one"
         )
     try:
-        built = target()
+        built = target(model=model) if model is not None and _takes_model(target) else target()
     except TypeError as exc:
         raise UsageError(
             f"calling {ref!r} with no arguments failed ({exc}); point the reference at an "
@@ -105,6 +109,13 @@ def load_agent(ref: str) -> Agent:
     if built.ref is None:
         built.ref = ref
     return built
+
+
+def _takes_model(factory: Any) -> bool:
+    try:
+        return "model" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or a C callable: no signature to read
+        return False
 
 
 # ── the policy as data ───────────────────────────────────────────────────────────────

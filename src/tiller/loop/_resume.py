@@ -219,9 +219,9 @@ def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, s
                 f"run {state.run_id!r} does not record its agent (RunState.agent_ref); "
                 "pass the agent, or its 'module:attr' reference"
             )
-        return load_agent(state.agent_ref), state.agent_ref
+        return load_agent(state.agent_ref, model=state.model_spec), state.agent_ref
     if isinstance(agent, str):
-        return load_agent(agent), agent
+        return load_agent(agent, model=state.model_spec), agent
     return agent, None
 
 
