@@ -1,0 +1,279 @@
+"""`PolicyEngine`: what the safety mode and the user's rules say about one tool call.
+
+The gate (DESIGN §3) asks the engine after the interlock and the `pre_tool` hooks; the
+engine answers `Allow`, `Ask` (a person decides), `Classify` (the auto classifier may
+turn it into Allow, else Ask) or `Deny`, always with the call's risk class. It is pure
+and synchronous: no I/O, no model, no clock.
+
+**1. The call's risk** (`assess`):
+
+- a tool named `server__tool` (MCP): `external_access`, or its declared risk if higher (a
+  server's read-only hint never lowers it);
+- `execute_command`: `classify_command(command)` (`_shell_risk`); `background=true` raises
+  it to at least `process`; a declared risk can only raise it;
+- a tool declaring `risk` (`@tool(risk="network")`): that class;
+- `background_process`: `list`, `read` and `wait` are `read_only` (they watch a command the
+  run was already allowed to start); `stop` and anything else is `process`;
+- `read_file`, `list_dir`, `glob`, `grep`, `ask_user`, `task_*`: `read_only`;
+- `write_file`, `edit_file`, `apply_patch`: `file_mutation`;
+- `web_fetch`, `web_search`: `network`;
+- any other tool marked `read_only`: `read_only`;
+- any other tool: `external_access` (fail closed: an unknown tool may do anything).
+
+A tool declaring a risk that is not a `RiskClass` is denied with a message saying so.
+
+**2. Destructive is denied**, in every mode, before any rule: the reason names the part
+of the command that was dangerous.
+
+**3. User rules** (`PolicyRules`, `_rules`), first match wins: `deny` denies; `ask` asks
+(or keeps the mode's answer if that is stricter: Deny in `read_only` mode); `allow`
+allows, except that it never lifts a floor (external access and system installs still
+ask) and never widens `read_only` mode (anything but a read-only call is still denied).
+
+**4. The mode's default**:
+
+| risk \\ mode | read_only | ask | auto | full_access |
+|---|---|---|---|---|
+| read_only | Allow | Allow | Allow | Allow |
+| low_mutation | Deny | Ask | Allow | Allow |
+| file_mutation | Deny | Ask | Allow | Allow |
+| shell_mutation | Deny | Ask | Classify | Allow |
+| network | Deny | Ask | Classify | Allow |
+| process | Deny | Ask | Classify | Allow |
+| external_access | Deny | Ask | Ask | Ask (floor) |
+| system_install | Deny | Ask | Ask | Ask (floor) |
+| destructive | Deny | Deny | Deny | Deny |
+
+The floors hold in every mode: external access (writes to other systems, MCP tools,
+pushes, uploads) and system installs always reach a person.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..errors import UsageError
+from ..tools._safety import SafetyMode
+from ..tools._tool import ToolError
+from ..tools.builtin._diff import parse_patch
+from ._risk import DecisionKind, PolicyDecision, RiskClass
+from ._rules import PolicyRule, PolicyRules
+from ._shell_risk import ShellRisk, classify_command
+
+__all__ = ["CallRisk", "PolicyEngine", "mode_default"]
+
+R = RiskClass
+_A: Final[DecisionKind] = "allow"
+_Q: Final[DecisionKind] = "ask"
+_C: Final[DecisionKind] = "classify"
+_D: Final[DecisionKind] = "deny"
+
+_MODE_TABLE: Final[dict[SafetyMode, dict[RiskClass, DecisionKind]]] = {
+    SafetyMode.READ_ONLY: {risk: (_A if risk is R.READ_ONLY else _D) for risk in RiskClass},
+    SafetyMode.ASK: {risk: (_A if risk is R.READ_ONLY else _Q) for risk in RiskClass}
+    | {R.DESTRUCTIVE: _D},
+    SafetyMode.AUTO: {
+        R.READ_ONLY: _A,
+        R.LOW_MUTATION: _A,
+        R.FILE_MUTATION: _A,
+        R.SHELL_MUTATION: _C,
+        R.NETWORK: _C,
+        R.PROCESS: _C,
+        R.EXTERNAL_ACCESS: _Q,
+        R.SYSTEM_INSTALL: _Q,
+        R.DESTRUCTIVE: _D,
+    },
+    SafetyMode.FULL_ACCESS: {risk: _A for risk in RiskClass}
+    | {R.EXTERNAL_ACCESS: _Q, R.SYSTEM_INSTALL: _Q, R.DESTRUCTIVE: _D},
+}
+#: Risks that reach a person in every mode, whatever a rule says.
+_FLOORS: Final = frozenset({R.EXTERNAL_ACCESS, R.SYSTEM_INSTALL})
+_STRICTNESS: Final[dict[DecisionKind, int]] = {_A: 0, _C: 1, _Q: 2, _D: 3}
+
+_SHELL: Final = "execute_command"
+_READ_TOOLS: Final = frozenset({"read_file", "list_dir", "glob", "grep", "ask_user"})
+_FILE_TOOLS: Final = frozenset({"write_file", "edit_file", "apply_patch"})
+_NETWORK_TOOLS: Final = frozenset({"web_fetch", "web_search"})
+_WATCHING: Final = frozenset({"list", "read", "wait"})
+
+
+def mode_default(mode: SafetyMode, risk: RiskClass) -> DecisionKind:
+    """What `mode` decides for a call of `risk` when no rule matches (the table above)."""
+    return _MODE_TABLE[mode][risk]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRisk:
+    """A call's risk class and why; `shell` is the command's classification for
+    `execute_command`, `paths` the workspace paths the call names (for path rules)."""
+
+    risk: RiskClass
+    reason: str
+    shell: ShellRisk | None = None
+    paths: tuple[str, ...] = ()
+
+
+def _call_paths(tool_name: str, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    if tool_name == "apply_patch":
+        patch = arguments.get("patch")
+        if not isinstance(patch, str):
+            return ()
+        try:
+            sections = parse_patch(patch)
+        except ToolError:  # an unreadable patch writes nothing: no path to match
+            return ()
+        paths = {p for s in sections for p in (s.old_path, s.new_path) if p is not None}
+        return tuple(sorted(paths))
+    path = arguments.get("path")
+    return (path,) if isinstance(path, str) else ()
+
+
+class PolicyEngine:
+    """Decides one call at a time from its risk, the live safety mode and the user's
+    `rules` (see the module docstring). `workspace`, the directory shell commands run
+    in, lets the shell classifier count absolute paths inside it as inside."""
+
+    __slots__ = ("_rules", "_workspace")
+
+    def __init__(
+        self, rules: PolicyRules | None = None, *, workspace: str | os.PathLike[str] | None = None
+    ) -> None:
+        self._rules = rules if rules is not None else PolicyRules()
+        self._workspace = os.fspath(workspace) if workspace is not None else None
+
+    @property
+    def rules(self) -> PolicyRules:
+        return self._rules
+
+    def assess(self, tool_name: str, arguments: Mapping[str, Any], tool: Any) -> CallRisk:
+        """The call's risk class (step 1 of the module docstring). Raises `UsageError`
+        if the tool declares a risk that is not a `RiskClass`."""
+        declared = self._declared(tool_name, tool)
+        paths = _call_paths(tool_name, arguments)
+        if "__" in tool_name:
+            risk = R.EXTERNAL_ACCESS
+            if declared is not None and declared.rank > risk.rank:
+                risk = declared
+            return CallRisk(
+                risk, f"`{tool_name}` is a tool of an MCP server, outside tiller", paths=paths
+            )
+        if tool_name == _SHELL:
+            call = self._shell(arguments)
+            if declared is not None and declared.rank > call.risk.rank:
+                return CallRisk(declared, f"`{tool_name}` declares the risk {declared.value}")
+            return call
+        if declared is not None:
+            return CallRisk(
+                declared, f"`{tool_name}` declares the risk {declared.value}", paths=paths
+            )
+        if tool_name == "background_process":
+            action = arguments.get("action")
+            if action in _WATCHING:
+                return CallRisk(R.READ_ONLY, f"{action}s a background command of this run")
+            return CallRisk(R.PROCESS, "stops a background command")
+        if tool_name in _READ_TOOLS or tool_name.startswith("task_"):
+            return CallRisk(R.READ_ONLY, f"`{tool_name}` only reads", paths=paths)
+        if tool_name in _FILE_TOOLS:
+            shown = ", ".join(f"`{p}`" for p in paths) or "files"
+            return CallRisk(R.FILE_MUTATION, f"`{tool_name}` writes {shown}", paths=paths)
+        if tool_name in _NETWORK_TOOLS:
+            return CallRisk(R.NETWORK, f"`{tool_name}` reaches the network", paths=paths)
+        if getattr(tool, "read_only", False) is True:
+            return CallRisk(R.READ_ONLY, f"`{tool_name}` is read-only", paths=paths)
+        return CallRisk(
+            R.EXTERNAL_ACCESS,
+            f"`{tool_name}` declares no risk class, so it is treated as external access",
+            paths=paths,
+        )
+
+    def decide(
+        self, tool_name: str, arguments: Mapping[str, Any], tool: Any, mode: SafetyMode
+    ) -> PolicyDecision:
+        """Allow, Ask, Classify or Deny the call in `mode` (the live mode, read when the
+        call is gated). Never raises: a tool with an invalid declared risk is denied."""
+        try:
+            call = self.assess(tool_name, arguments, tool)
+        except UsageError as error:
+            return PolicyDecision.deny(R.EXTERNAL_ACCESS, str(error))
+        if call.risk is R.DESTRUCTIVE:
+            return PolicyDecision.deny(
+                call.risk, f"destructive, so denied in every mode: {call.reason}"
+            )
+        command = arguments.get("command") if tool_name == _SHELL else None
+        match = self._rules.first_match(
+            tool_name,
+            command=command if isinstance(command, str) else None,
+            shell=call.shell,
+            paths=call.paths,
+        )
+        if match is not None:
+            return self._by_rule(match[0], match[1], call, mode)
+        return self._by_mode(call, mode)
+
+    # ── internals ────────────────────────────────────────────────────────────────
+
+    def _declared(self, tool_name: str, tool: Any) -> RiskClass | None:
+        declared = getattr(tool, "risk", None)
+        if declared is None:
+            return None
+        if isinstance(declared, RiskClass):
+            return declared
+        try:
+            return RiskClass.parse(str(declared))
+        except ValueError as error:
+            raise UsageError(f"the tool `{tool_name}` declares an invalid risk: {error}") from None
+
+    def _shell(self, arguments: Mapping[str, Any]) -> CallRisk:
+        command = arguments.get("command")
+        if not isinstance(command, str):
+            return CallRisk(R.SHELL_MUTATION, "`execute_command` without a command string")
+        shell = classify_command(command, workspace=self._workspace)
+        risk, reason = shell.risk, shell.reason
+        if arguments.get("background") is True and risk.rank < R.PROCESS.rank:
+            risk, reason = R.PROCESS, f"runs in the background: {command}"
+        return CallRisk(risk, reason, shell=shell)
+
+    def _by_mode(self, call: CallRisk, mode: SafetyMode) -> PolicyDecision:
+        kind = _MODE_TABLE[mode][call.risk]
+        risk = call.risk.value
+        if kind == _A:
+            return PolicyDecision.allow(
+                call.risk, f"{mode.value} mode allows {risk}: {call.reason}"
+            )
+        if kind == _C:
+            return PolicyDecision.classify(call.risk, f"auto mode vets {risk}: {call.reason}")
+        if kind == _Q:
+            if mode is SafetyMode.ASK:
+                why = f"ask mode asks before {risk}"
+            else:
+                why = f"{risk} needs approval in every mode"
+            return PolicyDecision.ask(call.risk, f"{why}: {call.reason}")
+        return PolicyDecision.deny(
+            call.risk,
+            f"read-only mode allows no {risk}: {call.reason}; switch to another mode to allow it",
+        )
+
+    def _by_rule(
+        self, index: int, rule: PolicyRule, call: CallRisk, mode: SafetyMode
+    ) -> PolicyDecision:
+        named = f"the rule policy.rules[{index}] ({rule.describe()})"
+        why = f": {rule.reason}" if rule.reason else ""
+        if rule.action == "deny":
+            return PolicyDecision.deny(call.risk, f"denied by {named}{why}")
+        default = self._by_mode(call, mode)
+        if rule.action == "ask":
+            if _STRICTNESS[default.kind] > _STRICTNESS[_Q]:
+                return default
+            return PolicyDecision.ask(call.risk, f"{named} asks{why}: {call.reason}")
+        if mode is SafetyMode.READ_ONLY and call.risk is not R.READ_ONLY:
+            return PolicyDecision.deny(
+                call.risk, f"read-only mode allows no {call.risk.value}, whatever {named} says"
+            )
+        if call.risk in _FLOORS:
+            return PolicyDecision.ask(
+                call.risk, f"{call.risk.value} needs approval in every mode, even with {named}"
+            )
+        return PolicyDecision.allow(call.risk, f"allowed by {named}{why}")

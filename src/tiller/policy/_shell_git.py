@@ -1,0 +1,295 @@
+"""The `git` handler (and `gh`): which subcommands read, record, rewrite the working
+tree, throw work away, fetch, or push.
+
+- read_only: status, log, diff, show, blame, grep, ls-files, rev-parse, ..., and the
+  listing forms of branch, tag, remote, stash, reflog, config;
+- low_mutation (recorded, easy to undo): add, commit, stash (push), new branches and tags,
+  remote add, reset (soft or mixed), restore --staged;
+- file_mutation: checkout and switch (to a branch), merge, rebase, cherry-pick, revert, rm,
+  mv, apply, init, stash pop/apply, reset --keep, bisect;
+- shell_mutation: reset --hard, clean (but -n), checkout -f / -- paths / `.`, restore (the
+  working tree), switch --discard-changes, stash drop/clear, branch -D, reflog expire,
+  gc --prune, prune, filter-branch, config (setting), `-c` on the command line,
+  difftool, mergetool, `grep -O`, and subcommands tiller does not know (aliases can run
+  anything); the commands given to `rebase --exec`, `bisect run` and `difftool --extcmd`
+  are classified as parts of their own;
+- network: fetch, pull, clone, ls-remote, remote update, submodule update;
+- external_access: push (forced or not), send-email, lfs push.
+
+Throwing uncommitted work away is a shell mutation rather than destructive: it stays
+inside the project, so a person may approve it, but `auto` never lets it through unvetted.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ._shell_argv import (
+    EXT,
+    FILE,
+    LOW,
+    NET,
+    PROC,
+    READ,
+    SHELL,
+    Env,
+    Handler,
+    Nested,
+    Outcome,
+    options,
+    valued,
+)
+
+__all__ = ["GIT_HANDLERS"]
+
+_GIT_READ: Final = frozenset(
+    {
+        "status", "log", "diff", "show", "blame", "annotate", "grep", "ls-files", "ls-tree",
+        "rev-parse", "describe", "shortlog", "cat-file", "show-ref", "for-each-ref",
+        "merge-base", "rev-list", "name-rev", "count-objects", "check-ignore", "check-attr",
+        "whatchanged", "var", "help", "version", "diff-tree", "diff-files", "diff-index",
+        "show-branch", "cherry", "range-diff", "verify-commit", "verify-tag", "fsck",
+        "check-ref-format", "request-pull", "get-tar-commit-id",
+        "merge-tree", "column", "stripspace",
+    }
+)  # fmt: skip
+_GIT_FILE: Final = frozenset(
+    {
+        "merge", "rebase", "cherry-pick", "revert", "am", "apply", "init", "mv", "rm",
+        "sparse-checkout", "format-patch", "archive", "bundle", "repack", "pack-refs",
+        "commit-graph", "update-index", "replace", "read-tree", "checkout-index", "worktree",
+        "bisect", "maintenance", "gc",
+    }
+)  # fmt: skip
+_GIT_NET: Final = frozenset({"fetch", "pull", "clone", "ls-remote"})
+_GIT_VALUED: Final = valued(
+    "-m", "--message", "-F", "--file", "-C", "-c", "-b", "-B", "--author", "--date", "-o",
+    "--onto", "-s", "--strategy", "-X", "--format", "--pretty", "-n", "--max-count", "-u",
+    "--set-upstream-to", "--depth", "--branch", "--origin", "-t", "--track", "-e",
+)  # fmt: skip
+
+
+def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
+    opts = options(rest, _GIT_VALUED)
+    words = opts.positional
+    verb = words[0] if words else ""
+    if sub in _GIT_READ:
+        if opts.has("--output"):
+            return Outcome(FILE, f"`git {sub} --output` writes a file")
+        if opts.has("-O", "--open-files-in-pager"):
+            return Outcome(SHELL, f"`git {sub} -O` opens the files in a program")
+        return Outcome(READ, f"`git {sub}` only reads")
+    if sub in ("rebase", "bisect", "difftool", "mergetool"):
+        return _runs_commands(sub, rest)
+    if sub in ("add", "commit", "notes"):
+        return Outcome(LOW, f"`git {sub}` records in the repository")
+    if sub == "branch":
+        if opts.has("-D", "-M", "-C") or (opts.has("-d", "--delete") and opts.has("-f", "--force")):
+            return Outcome(SHELL, "deletes or overwrites a branch for good (`git branch -D/-M`)")
+        listing = opts.has(
+            "--list",
+            "-l",
+            "--contains",
+            "--no-contains",
+            "--merged",
+            "--no-merged",
+            "--points-at",
+            "--show-current",
+        )
+        if opts.has(
+            "-d",
+            "--delete",
+            "-m",
+            "--move",
+            "-c",
+            "--copy",
+            "-u",
+            "--set-upstream-to",
+            "--unset-upstream",
+            "--edit-description",
+        ) or (words and not listing):
+            return Outcome(LOW, "creates, renames or deletes a branch")
+        return Outcome(READ, "lists branches")
+    if sub == "tag":
+        if not words or opts.has(
+            "-l", "--list", "-v", "--verify", "--contains", "--no-contains", "--points-at", "-n"
+        ):
+            return Outcome(READ, "lists tags")
+        return Outcome(LOW, "creates or deletes a tag")
+    if sub == "remote":
+        if verb in ("", "show", "get-url"):
+            return Outcome(READ, "lists remotes")
+        if verb in ("update", "prune"):
+            return Outcome(NET, "fetches from remotes")
+        return Outcome(LOW, "changes the remotes")
+    if sub == "config":
+        setting = opts.has(
+            "--unset",
+            "--unset-all",
+            "--add",
+            "--replace-all",
+            "--rename-section",
+            "--remove-section",
+            "--edit",
+            "-e",
+        )
+        getting = opts.has(
+            "--get",
+            "--get-all",
+            "--get-regexp",
+            "--get-urlmatch",
+            "--list",
+            "-l",
+            "--get-color",
+            "--get-colorbool",
+        )
+        if not setting and (verb in ("get", "list") or getting or len(words) <= 1):
+            return Outcome(READ, "reads git configuration")
+        return Outcome(SHELL, "changes git configuration, which can make git run programs")
+    if sub == "stash":
+        verb = verb or "push"
+        if verb in ("list", "show"):
+            return Outcome(READ, "lists stashes")
+        if verb in ("drop", "clear"):
+            return Outcome(SHELL, "discards stashed work for good")
+        if verb in ("pop", "apply", "branch"):
+            return Outcome(FILE, "applies stashed changes to the working tree")
+        return Outcome(LOW, "stashes changes")
+    if sub == "reflog":
+        if verb in ("expire", "delete"):
+            return Outcome(SHELL, "deletes reflog entries, the way back to lost commits")
+        return Outcome(READ, "shows the reflog")
+    if sub == "submodule":
+        if verb == "foreach":
+            script = " ".join(w for w in words[1:])
+            return Outcome(
+                SHELL, "runs a command in every submodule", nested=[Nested(script=script)]
+            )
+        if verb in ("", "status", "summary"):
+            return Outcome(READ, "lists submodules")
+        return Outcome(NET, "fetches or changes submodules")
+    if sub == "reset":
+        if opts.has("--hard"):
+            return Outcome(SHELL, "discards uncommitted work for good (`git reset --hard`)")
+        if opts.has("--keep", "--merge"):
+            return Outcome(FILE, "moves the branch and updates the working tree")
+        return Outcome(LOW, "moves the branch or unstages changes")
+    if sub == "clean":
+        if opts.has("-n", "--dry-run"):
+            return Outcome(READ, "lists untracked files it would delete")
+        return Outcome(SHELL, "deletes untracked files for good (`git clean`)")
+    if sub in ("checkout", "switch"):
+        discards = opts.has(
+            "-f", "--force", "--discard-changes", "-p", "--patch", "--ours", "--theirs"
+        )
+        if discards or "--" in rest or "." in words:
+            return Outcome(SHELL, f"discards uncommitted changes (`git {sub}`)")
+        return Outcome(FILE, f"switches the working tree (`git {sub}`)")
+    if sub == "restore":
+        if opts.has("--staged", "-S") and not opts.has("--worktree", "-W"):
+            return Outcome(LOW, "unstages changes")
+        return Outcome(SHELL, "discards uncommitted changes to files for good (`git restore`)")
+    if sub in ("filter-branch", "filter-repo", "prune") or (
+        sub == "gc" and any(a.startswith("--prune") for a in rest)
+    ):
+        return Outcome(SHELL, f"rewrites or prunes history for good (`git {sub}`)")
+    if sub == "update-ref":
+        return Outcome(SHELL if opts.has("-d") else FILE, "changes a ref directly")
+    if sub in _GIT_FILE:
+        return Outcome(FILE, f"`git {sub}` changes the working tree or the repository")
+    if sub in _GIT_NET:
+        return Outcome(NET, f"`git {sub}` downloads from a remote")
+    if sub == "push":
+        forced = opts.has(
+            "-f", "--force", "--force-with-lease", "--mirror", "--delete", "-d"
+        ) or any(w.startswith("+") for w in words)
+        return Outcome(
+            EXT, "pushes to a remote" + (", rewriting or deleting what is there" if forced else "")
+        )
+    if sub in ("send-email", "imap-send", "svn", "p4", "cvsexportcommit"):
+        return Outcome(EXT, f"`git {sub}` sends to another system")
+    if sub == "lfs":
+        return Outcome(EXT if verb == "push" else NET, f"`git lfs {verb}` talks to the LFS server")
+    if sub in ("daemon", "instaweb"):
+        return Outcome(PROC, f"`git {sub}` starts a server")
+    return Outcome(
+        SHELL, f"`git {sub}` is not a git command tiller knows (an alias can run anything)"
+    )
+
+
+def _runs_commands(sub: str, rest: list[str]) -> Outcome:
+    """Subcommands that can run a command given to them: `rebase --exec`, `bisect run`,
+    `difftool --extcmd`, and the merge and diff tools."""
+    opts = options(rest, valued("-x", "--exec", "--extcmd", "-t", "--tool", "-s", "--strategy"))
+    scripts = opts.values("-x", "--exec", "--extcmd")
+    nested = [Nested(script=script) for script in scripts]
+    if sub == "bisect" and rest[:1] == ["run"]:
+        nested.append(Nested(argv=tuple(rest[1:])))
+    if nested:
+        return Outcome(SHELL, f"`git {sub}` runs the commands given to it", nested=nested)
+    if sub in ("difftool", "mergetool"):
+        return Outcome(SHELL, f"`git {sub}` runs an external tool")
+    return Outcome(FILE, f"`git {sub}` changes the working tree")
+
+
+def _git(name: str, args: list[str], env: Env) -> Outcome:
+    floor: Outcome | None = None
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in ("-C", "--git-dir", "--work-tree", "--namespace", "--super-prefix"):
+            index += 2
+            continue
+        if arg in ("-c", "--config-env") or arg.startswith(("--exec-path", "--config-env=")):
+            floor = Outcome(
+                SHELL, "sets git configuration for the call, which can make git run programs"
+            )
+            index += 2 if arg in ("-c", "--config-env") else 1
+            continue
+        if arg in ("--version", "--help", "-h", "--html-path", "--man-path", "--info-path"):
+            return Outcome(READ, "prints git's version or help")
+        if not arg.startswith("-"):
+            break
+        index += 1
+    if index >= len(args):
+        return Outcome(READ, "git with no subcommand prints its help")
+    return _git_sub(args[index], args[index + 1 :], env).raise_to(floor)
+
+
+def _gh(name: str, args: list[str], env: Env) -> Outcome:
+    takes = valued(
+        "-R", "--repo", "-X", "--method", "-f", "-F", "--field", "--raw-field", "-H", "--header",
+        "--input", "-q", "--jq", "-t", "--template", "-b", "--body", "--title", "-L", "--limit",
+        "-s", "--state", "-a", "--assignee", "-l", "--label", "-B", "--base", "--json",
+    )  # fmt: skip
+    opts = options(args, takes)
+    words = opts.positional
+    if not words or words[0] in ("version", "help") or opts.has("--version", "--help"):
+        return Outcome(READ, "prints gh's version or help")
+    if words[0] == "api":
+        method = (opts.value("-X", "--method") or "GET").upper()
+        if method not in ("GET", "HEAD") or opts.has(
+            "-f", "-F", "--field", "--raw-field", "--input"
+        ):
+            return Outcome(EXT, "sends a request to the GitHub API")
+        return Outcome(NET, "reads from the GitHub API")
+    reading = (
+        "list",
+        "view",
+        "status",
+        "diff",
+        "checks",
+        "search",
+        "ls",
+        "download",
+        "watch",
+        "clone",
+    )
+    if words[0] in ("search", "status") or (len(words) > 1 and words[1] in reading):
+        return Outcome(NET, f"reads from GitHub (`gh {' '.join(words[:2])}`)")
+    if words[0] == "auth" and words[1:2] == ["status"]:
+        return Outcome(NET, "checks the GitHub login")
+    return Outcome(EXT, f"acts on GitHub (`gh {' '.join(words[:2])}`)")
+
+
+GIT_HANDLERS: Final[dict[str, Handler]] = {"git": _git, "gh": _gh, "hub": _gh}
