@@ -16,6 +16,15 @@ from __future__ import annotations
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import UsageError
+from ._approvals import (
+    APPROVALS_BUCKET,
+    AlreadyDecided,
+    ApprovalStatus,
+    ApprovalStore,
+    HeldApproval,
+    MalformedApproval,
+    UnknownApproval,
+)
 from ._bus import (
     Bus,
     BusClosed,
@@ -50,10 +59,24 @@ from ._file_manifest import (
     RestoreReport,
 )
 from ._memory import MemoryBus
+from ._outbox import (
+    OUTBOX_BUCKET,
+    MalformedOutboxItem,
+    OutboxItem,
+    OutboxResult,
+    OutboxStatus,
+    OutboxStatusError,
+    OutboxStore,
+    UnknownOutboxItem,
+)
 from ._sqlite import SqliteBus
 
 __all__ = [
+    "APPROVALS_BUCKET",
+    "AlreadyDecided",
     "AlreadyResumed",
+    "ApprovalStatus",
+    "ApprovalStore",
     "Bus",
     "BusClosed",
     "BusMessage",
@@ -69,20 +92,31 @@ __all__ = [
     "FileCheckpoints",
     "FileRecord",
     "FileRestoreFailed",
+    "HeldApproval",
     "Job",
     "JobQueue",
     "KeyValue",
     "Lease",
+    "MalformedApproval",
     "MalformedFileCheckpoint",
+    "MalformedOutboxItem",
     "Manifest",
     "MemoryBus",
     "NotFound",
+    "OUTBOX_BUCKET",
+    "OutboxItem",
+    "OutboxResult",
+    "OutboxStatus",
+    "OutboxStatusError",
+    "OutboxStore",
     "RestoreReport",
     "RevisionConflict",
     "SqliteBus",
     "StoreError",
     "StoreUnavailable",
     "Subscription",
+    "UnknownApproval",
+    "UnknownOutboxItem",
     "check_bucket",
     "check_namespace",
     "check_subject",

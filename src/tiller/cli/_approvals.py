@@ -1,0 +1,388 @@
+"""`tiller approvals list`, `tiller approve ID`, `tiller deny ID --reason TEXT`: a person
+answers the calls a headless run held, from any process, and the run goes on.
+
+A headless durable run that needs approval suspends, and its gate holds each call in the
+store (`tiller.store.ApprovalStore`). `approve` / `deny` record the person's decision
+(once: a second decision is refused) and, when it was the last one the run waited for,
+resume the run here with every decision (`tiller.loop.resume`): approved calls run —
+with the person's edited arguments if `--args` gave them — and denied ones answer
+"Denied by the user: <reason>". A run holding several calls waits until each is decided;
+`approve` then says which are left. `tiller approvals resume RUN_ID` resumes a run whose
+calls were all decided but whose resume did not happen (it failed, or was interrupted).
+
+Everything that can be refused is checked before the decision is recorded: the record is
+pending, the run is still suspended on that call, the agent loads, edited arguments fit
+the tool's schema. Exit codes are `_held`'s: 0 done (or recorded and waiting), 1 the
+resumed run stopped short, 2 a refusal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from ..errors import TillerError, UsageError
+from ._held import (
+    EXIT_NOT_COMPLETED,
+    EXIT_OK,
+    age,
+    allow_cwd_imports,
+    check_arguments,
+    finish,
+    parse_arguments,
+    print_table,
+    short_json,
+)
+from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE, _resume_view, _with_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..conversation import ToolCall
+    from ..loop import ResumeDecision, RunResult
+    from ..store import Bus
+    from ..store._approvals import ApprovalStore, HeldApproval
+    from ..store._checkpoints import Checkpoint
+
+__all__ = ["APPROVALS_BUCKET", "approvals_app", "approve_command", "deny_command"]
+
+#: `tiller.store._approvals.APPROVALS_BUCKET`, written out so that loading the CLI does
+#: not import the store (a test checks they agree).
+APPROVALS_BUCKET = "tiller-approvals"
+
+approvals_app = typer.Typer(
+    name="approvals",
+    help="Calls held by headless runs, waiting for a person: list them, resume a run.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+_STORE_HELP = "The store: sqlite:///path.db, nats://host:4222 or memory://."
+_BUCKET_HELP = "The held-approvals bucket."
+_CHECKPOINTS_HELP = "The run checkpoints bucket."
+_NAMESPACE_HELP = "The store namespace (buckets are prefixed with it)."
+_AGENT_HELP = (
+    "The agent as module:attr (an Agent, or a zero-argument function returning one); "
+    "by default the one the run's checkpoint records."
+)
+
+
+# ── list ─────────────────────────────────────────────────────────────────────────────
+
+
+@approvals_app.command("list")
+def list_approvals(
+    all_records: bool = typer.Option(False, "--all", help="Decided ones too, not only pending."),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """List held calls: ID, RUN, TOOL, ARGS, AGE, STATUS (by default the pending ones)."""
+    from ..store._approvals import ApprovalStore
+
+    async def work(bus: Bus) -> int:
+        records = await ApprovalStore(bus, bucket).list(None if all_records else "pending")
+        if not records:
+            typer.echo("no pending approvals" if not all_records else "no held approvals")
+            return EXIT_OK
+        now = bus.clock()
+        rows = [
+            (r.id, r.run_id, r.tool, short_json(r.arguments), age(now - r.created_at), r.status)
+            for r in records
+        ]
+        print_table(("ID", "RUN", "TOOL", "ARGS", "AGE", "STATUS"), rows)
+        return EXIT_OK
+
+    finish(lambda: _with_store(store, namespace, work))
+
+
+# ── approve, deny ────────────────────────────────────────────────────────────────────
+
+
+def approve_command(
+    approval_id: str = typer.Argument(..., help="The held approval's id (ap-...)."),
+    args: str | None = typer.Option(
+        None, "--args", help="Run it with these arguments instead (a JSON object)."
+    ),
+    agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    checkpoints_bucket: str = typer.Option(
+        CHECKPOINTS_BUCKET, "--checkpoints-bucket", help=_CHECKPOINTS_HELP
+    ),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """Approve a held call; once the run's held calls are all decided, resume the run.
+
+    With --args the call runs with those arguments (checked against the tool's schema)."""
+    allow_cwd_imports()
+
+    def start() -> Coroutine[Any, Any, int]:
+        edited = parse_arguments(args) if args is not None else None  # before the store
+
+        async def work(bus: Bus) -> int:
+            return await decide_and_resume(
+                bus,
+                approval_id,
+                approve=True,
+                edited_arguments=edited,
+                agent=agent,
+                bucket=bucket,
+                checkpoints_bucket=checkpoints_bucket,
+            )
+
+        return _with_store(store, namespace, work)
+
+    finish(start)
+
+
+def deny_command(
+    approval_id: str = typer.Argument(..., help="The held approval's id (ap-...)."),
+    reason: str = typer.Option(..., "--reason", help="Why not (the model reads it)."),
+    agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    checkpoints_bucket: str = typer.Option(
+        CHECKPOINTS_BUCKET, "--checkpoints-bucket", help=_CHECKPOINTS_HELP
+    ),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """Deny a held call; once the run's held calls are all decided, resume the run.
+
+    The model reads "Denied by the user: REASON"."""
+    allow_cwd_imports()
+
+    async def work(bus: Bus) -> int:
+        return await decide_and_resume(
+            bus,
+            approval_id,
+            approve=False,
+            reason=reason,
+            agent=agent,
+            bucket=bucket,
+            checkpoints_bucket=checkpoints_bucket,
+        )
+
+    finish(lambda: _with_store(store, namespace, work))
+
+
+async def decide_and_resume(
+    bus: Bus,
+    approval_id: str,
+    *,
+    approve: bool,
+    reason: str | None = None,
+    edited_arguments: dict[str, Any] | None = None,
+    agent: str | None = None,
+    bucket: str = APPROVALS_BUCKET,
+    checkpoints_bucket: str = CHECKPOINTS_BUCKET,
+) -> int:
+    """Record the decision on `approval_id`; if the run now has every held call decided,
+    resume it in this process. Returns the exit code."""
+    from ..loop._agent_ref import load_agent
+    from ..store._approvals import AlreadyDecided, ApprovalStore
+    from ..store._checkpoints import CheckpointStore
+
+    approvals = ApprovalStore(bus, bucket)
+    record = await approvals.get(approval_id)
+    if not record.pending:
+        raise AlreadyDecided(record)
+    checkpoint = await CheckpointStore(bus, checkpoints_bucket).load(record.run_id)
+    await _check_waiting(approvals, checkpoint, record)
+    ref = agent if agent is not None else checkpoint.state.agent_ref
+    if ref is None:
+        raise UsageError(
+            f"run {record.run_id} does not record its agent (it is needed to resume the run); "
+            "pass --agent module:attr"
+        )
+    loaded = load_agent(ref, model=checkpoint.state.model_spec)
+    if edited_arguments is not None:
+        tool = loaded.registry.get(record.tool)
+        if tool is None:
+            raise UsageError(f"the agent {ref!r} has no tool {record.tool!r}; check --agent")
+        check_arguments(tool, edited_arguments)
+    pending = await _pending_calls(bus, checkpoint, checkpoints_bucket)
+    await _records_for(approvals, record.run_id, pending)  # every held call has a record
+
+    decided = await approvals.decide(
+        record.id, approve=approve, reason=reason, edited_arguments=edited_arguments
+    )
+    verdict = "approved" if approve else "denied"
+    edited = f" with {short_json(edited_arguments, 200)}" if edited_arguments is not None else ""
+    why = f": {reason}" if reason else ""
+    typer.echo(f"{verdict} {decided.id} ({decided.tool}{edited}, run {decided.run_id}){why}")
+    # Read the run's records again *after* deciding: of two people deciding a run's last
+    # two calls at once, the later one to get here sees both decisions and resumes.
+    records = await _records_for(approvals, record.run_id, pending)
+    waiting = [r.id for r in records.values() if r.pending]
+    if waiting:
+        typer.echo(f"waiting for: {', '.join(waiting)} (the run resumes once each is decided)")
+        return EXIT_OK
+    return await _resume(bus, records, agent, checkpoints_bucket)
+
+
+@approvals_app.command("resume")
+def resume_decided(
+    run_id: str = typer.Argument(..., help="The run id."),
+    agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
+    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
+    checkpoints_bucket: str = typer.Option(
+        CHECKPOINTS_BUCKET, "--checkpoints-bucket", help=_CHECKPOINTS_HELP
+    ),
+    namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
+) -> None:
+    """Resume a suspended run whose held calls are all decided (when the resume that
+    `approve` or `deny` started did not happen: it failed, or was interrupted)."""
+    allow_cwd_imports()
+    from ..store._approvals import ApprovalStore
+    from ..store._checkpoints import CheckpointStore
+
+    async def work(bus: Bus) -> int:
+        checkpoint = await CheckpointStore(bus, checkpoints_bucket).load(run_id)
+        if checkpoint.status != "suspended":
+            raise UsageError(f"run {run_id} is {checkpoint.status}, not suspended")
+        pending = await _pending_calls(bus, checkpoint, checkpoints_bucket)
+        if not pending:
+            raise UsageError(f"run {run_id} has no calls waiting for a decision")
+        records = await _records_for(ApprovalStore(bus, bucket), run_id, pending)
+        waiting = [r.id for r in records.values() if r.pending]
+        if waiting:
+            raise UsageError(
+                f"run {run_id} still waits for: {', '.join(waiting)} (tiller approve | deny)"
+            )
+        return await _resume(bus, records, agent, checkpoints_bucket)
+
+    finish(lambda: _with_store(store, namespace, work))
+
+
+# ── the pieces ───────────────────────────────────────────────────────────────────────
+
+
+async def _check_waiting(
+    approvals: ApprovalStore, checkpoint: Checkpoint, record: HeldApproval
+) -> None:
+    """Refuse a decision the run no longer waits for. A finished run never will: its
+    pending records are marked expired, so they leave `tiller approvals list`."""
+    from ..store._approvals import AlreadyDecided
+
+    state = checkpoint.state
+    if checkpoint.status == "finished":
+        for stale in await approvals.for_run(state.run_id):
+            if stale.pending:
+                with contextlib.suppress(AlreadyDecided):  # decided meanwhile: it stands
+                    await approvals.expire(stale.id, f"run {state.run_id} finished without it")
+        raise UsageError(
+            f"run {state.run_id} has finished; it no longer waits for {record.id} (marked expired)"
+        )
+    if checkpoint.status != "suspended":
+        raise UsageError(
+            f"run {state.run_id} is {checkpoint.status}, not suspended: it was already resumed"
+        )
+    if record.call_id not in {call.id for call in state.unanswered_calls()}:
+        raise UsageError(
+            f"run {state.run_id} does not wait for call {record.call_id} ({record.id}) now"
+        )
+
+
+async def _pending_calls(
+    bus: Bus, checkpoint: Checkpoint, checkpoints_bucket: str
+) -> list[ToolCall]:
+    """The calls the suspended run waits on: its unanswered calls, less those of the
+    batch that ran before it suspended (their results are recorded), as `resume` counts
+    them."""
+    from ..store._checkpoints import CheckpointStore
+
+    state = checkpoint.state
+    logs = await CheckpointStore(bus, checkpoints_bucket).calls(state.run_id)
+    return [
+        call
+        for call in state.unanswered_calls()
+        if (log := logs.get(call.id)) is None or log.status != "completed"
+    ]
+
+
+async def _records_for(
+    approvals: ApprovalStore, run_id: str, pending: list[ToolCall]
+) -> dict[str, HeldApproval]:
+    """The held-approval record of each pending call, by call id; every pending call
+    must have one, or the decisions could never be complete."""
+    by_call = {r.call_id: r for r in await approvals.for_run(run_id)}
+    missing = [call for call in pending if call.id not in by_call]
+    if missing:
+        listed = ", ".join(f"{c.name} [{c.id}]" for c in missing)
+        raise UsageError(
+            f"run {run_id} also waits on calls that are not held for approval ({listed}); "
+            f"resume it with tiller runs resume {run_id}"
+        )
+    return {call.id: by_call[call.id] for call in pending}
+
+
+def _decision(record: HeldApproval) -> ResumeDecision:
+    from ..loop import ResumeDecision
+
+    if record.status == "approved":
+        return ResumeDecision.approved(record.edited_arguments)
+    if record.status == "denied":
+        return ResumeDecision.rejected(record.decision_reason or "no reason given")
+    raise UsageError(f"{record.id} is {record.status}: it cannot be used to resume the run")
+
+
+async def _resume(
+    bus: Bus, records: dict[str, HeldApproval], agent: str | None, checkpoints_bucket: str
+) -> int:
+    """Resume the run with every decision, showing its stream; then say how it ended."""
+    from rich.console import Console
+
+    from ..loop import resume
+    from ..store import AlreadyResumed
+
+    run_id = next(iter(records.values())).run_id
+    decisions = {call_id: _decision(record) for call_id, record in records.items()}
+    console = Console(highlight=False)
+    typer.echo(f"resuming run {run_id}")
+    view = _resume_view(console)
+    try:
+        result = await resume(
+            agent,
+            run_id,
+            decisions,
+            store=bus,
+            bucket=checkpoints_bucket,
+            on_event=view.on_event,
+        )
+    except AlreadyResumed:
+        raise  # someone else continued it: nothing to retry
+    except TillerError:
+        typer.echo(
+            f"tiller: the decisions are recorded; once this is fixed, resume the run with "
+            f"them: tiller approvals resume {run_id}",
+            err=True,
+        )
+        raise
+    finally:
+        view.close()
+    return _summary(console, result)
+
+
+def _summary(console: Console, result: RunResult) -> int:
+    from rich.text import Text
+
+    from ..state import StopCause
+
+    console.rule("[bold]summary")
+    console.print(f"stop cause  {result.stop_cause.value}")
+    if result.text:
+        console.print(Text(f"final text  {result.text}"))
+    if result.error:
+        console.print(Text(f"error: {result.error}", style="red"))
+    if result.stop_cause is StopCause.SUSPENDED:
+        waiting = len(result.state.interrupts)
+        console.print(
+            f"suspended again: {waiting} call(s) wait for a decision (tiller approvals list)"
+        )
+        return EXIT_OK
+    return EXIT_OK if result.completed else EXIT_NOT_COMPLETED
