@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,19 +28,37 @@ def tiller(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[s
     )
 
 
-def test_run_without_a_terminal_blocks_writes_unless_yes(tmp_path: Path) -> None:
+def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) -> None:
+    """Headless approval across processes: the run holds the write and exits; `tiller
+    approve` in another process finishes it; the write happens once."""
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     workspace = tmp_path / "ws"
-    blocked = tiller("run", "write hello", "-m", f"scripted:{script}", "-w", str(workspace))
-    assert blocked.returncode == 0, blocked.stderr
-    assert "Blocked by policy" in blocked.stdout and "--yes" in blocked.stdout
-    assert not (workspace / "notes" / "hello.txt").exists()
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    target = workspace / "notes" / "hello.txt"
+    held = tiller(
+        "run", "write hello", "-m", f"scripted:{script}", "-w", str(workspace), "--store", store
+    )
+    assert held.returncode == 0, held.stderr
+    assert "stop cause  suspended" in held.stdout
+    assert "is waiting for a person" in held.stdout
+    (approval_id,) = re.findall(r"tiller approve (ap-[0-9a-f]+)", held.stdout)
+    assert not target.exists()
+    listed = tiller("approvals", "list", "--store", store)
+    assert approval_id in listed.stdout and "write_file" in listed.stdout
+
+    approved = tiller("approve", approval_id, "--store", store)
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert target.read_text() == "hi there\n"
+    again = tiller("approve", approval_id, "--store", store)
+    assert again.returncode == 2
+    assert target.read_text() == "hi there\n"  # once
+
     allowed = tiller(
-        "run", "write hello", "-m", f"scripted:{script}", "-w", str(workspace), "--yes"
+        "run", "write hello", "-m", f"scripted:{script}", "-w", str(tmp_path / "ws2"), "--yes"
     )
     assert allowed.returncode == 0, allowed.stderr
-    assert (workspace / "notes" / "hello.txt").read_text() == "hi there\n"
+    assert (tmp_path / "ws2" / "notes" / "hello.txt").read_text() == "hi there\n"
     assert "stop cause  completed" in allowed.stdout
 
 

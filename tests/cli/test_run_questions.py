@@ -31,7 +31,18 @@ turns:
 
 def command(script: Path, workspace: Path) -> list[str]:
     tiller = [sys.executable, "-m", "tiller"]
-    return [*tiller, "run", "pick", "-m", f"scripted:{script}", "-w", str(workspace)]
+    store = f"sqlite:///{workspace.parent / 'store.db'}"
+    return [
+        *tiller,
+        "run",
+        "pick",
+        "-m",
+        f"scripted:{script}",
+        "-w",
+        str(workspace),
+        "--store",
+        store,
+    ]
 
 
 def run_piped(script: Path, workspace: Path) -> subprocess.CompletedProcess[str]:

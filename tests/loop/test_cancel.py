@@ -306,12 +306,12 @@ async def test_cancel_while_the_batch_is_gated(ctx: RunContext) -> None:
     run = await drive(Agent(model, [look, write]), "go", context, on_event=on_event)
     assert_cancelled(run)
     assert ran == []
-    # A decided refusal is kept even though, after the cancel, it could not be shown.
-    denied = "Denied by the user: the approver said no."
+    # A decided refusal is kept even though, after the cancel, it could not be shown;
+    # the call still waiting for the approver is answered "deny" by the cancel itself.
     assert [(r.name, r.content) for r in run.results()] == [
         ("look", "The run was cancelled before this call finished."),
-        ("write", denied),
-        ("write", denied),
+        ("write", "Denied by the user: the approver said no."),
+        ("write", "Denied by the user: the run was cancelled before anyone answered."),
     ]
     assert [e.refused_by for e in run.result.tool_trace] == [None, "user", "user"]
     shown = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"]

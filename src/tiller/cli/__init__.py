@@ -68,9 +68,24 @@ def run(
         help="Where bwrap cannot run, run shell commands without the sandbox anyway.",
     ),
     web: bool = typer.Option(False, "--web", help="Give the agent web_fetch."),
+    mode: str | None = typer.Option(
+        None, "--mode", help="Safety mode: read_only, ask (default), auto or full_access."
+    ),
+    config: Path | None = typer.Option(
+        None, "--config", help="A tiller.toml (default: the workspace's, if it has one)."
+    ),
+    store: str = typer.Option(
+        "sqlite:///~/.tiller/tiller.db",
+        "--store",
+        envvar="TILLER_STORE",
+        help="Where the run is checkpointed and approvals are held (sqlite:///PATH, "
+        "nats://HOST:PORT or memory://).",
+    ),
 ) -> None:
     """Run the built-in coding agent on TASK in a workspace, with a live view. Type a line
-    to steer it, /bg to send a running command to the background, Ctrl+C to cancel."""
+    to steer it, /bg to send a running command to the background, Ctrl+C to cancel.
+    Without a terminal (and without --yes), calls that need a person are held and the run
+    suspends: answer them with `tiller approve` / `tiller deny` from any process."""
     from ..errors import TillerError
     from ._run import run_task
 
@@ -87,6 +102,9 @@ def run(
                 network=network,
                 unsandboxed_shell=unsandboxed_shell,
                 web=web,
+                mode=mode,
+                config_path=config,
+                store=store,
             )
         )
     except TillerError as exc:
@@ -96,14 +114,21 @@ def run(
 
 
 def _register_durable_commands() -> None:
-    """`tiller runs …` and `tiller replay` (their module imports the store and the loop
-    when the CLI loads; the commands themselves open the store only when run)."""
+    """`tiller runs …`, `tiller replay`, `tiller rewind`, `tiller approvals list`,
+    `tiller approve | deny` and `tiller outbox …` (the commands open the store, and import
+    the loop, only when run)."""
+    from ._approvals import approvals_app, approve_command, deny_command
+    from ._outbox import outbox_app
     from ._rewind import rewind_command
     from ._runs import replay_command, runs_app
 
     app.add_typer(runs_app, name="runs")
     app.command("replay")(replay_command)
     app.command("rewind")(rewind_command)
+    app.add_typer(approvals_app, name="approvals")
+    app.command("approve")(approve_command)
+    app.command("deny")(deny_command)
+    app.add_typer(outbox_app, name="outbox")
 
 
 _register_durable_commands()

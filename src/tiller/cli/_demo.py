@@ -11,6 +11,7 @@ turns, tokens, stop cause, and the diff of what changed.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import re
 import shlex
@@ -20,21 +21,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.text import Text
 
-from ..conversation import AssistantMessage, UserMessage
+from ..conversation import AssistantMessage, ToolCall, UserMessage
 from ..events import Event
 from ..loop import Agent, Budget, Pricing, RunContext
 from ..model import ScriptedModel
 from ..model.scripted import TurnInfo
-from ..policy import AllowAll
-from ..tools import Tool, coding_tools, private_copy
+from ..policy import Approver, Decision, PolicyEngine, PolicyRules
+from ..tools import SafetyMode, Tool, coding_tools, private_copy
 from ..tools._sandbox import Sandbox
 from ..tools.builtin._shell import execute_command_tool
 from ..tools.builtin._tasks import task_create, task_list, task_update
-from ._run import with_tools
+from ._run import LineRouter, TerminalApprover, with_tools
 from ._view import RunView, budget_line
 
 __all__ = [
@@ -212,11 +214,57 @@ def demo_tools() -> list[Tool]:
     return with_tools(tools, [shell, task_create, task_update, task_list])
 
 
+#: The demo's policy: everything allowed (a private copy of a bundled project), except
+#: that an edit of the project's code asks a person first — so the demo shows an approval.
+DEMO_POLICY: Final = {
+    "mode": "full_access",
+    "rules": [{"action": "ask", "tool": "edit_file", "path": "invoice.py"}],
+}
+
+
+class ScriptedDemoApprover:
+    """Away from a terminal the demo cannot ask anyone: it prints the held call, then
+    approves it on the person's behalf, so the demo finishes."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        self._console.print(Text("⏸ held for approval: ", style="bold yellow") + Text(_shown(call)))
+        self._console.print(
+            Text(
+                "  (no terminal to ask you on: the demo's scripted approver approves it; "
+                "`tiller run` without a terminal would hold it for `tiller approve`)",
+                style="dim",
+            )
+        )
+        return Decision.allow()
+
+
+def _shown(call: ToolCall) -> str:
+    try:
+        arguments = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        return f"{call.name}({call.arguments})"
+    if not isinstance(arguments, dict):
+        return f"{call.name}({call.arguments})"
+    shown = ", ".join(f"{key}={value!r}" for key, value in arguments.items())
+    return f"{call.name}({shown if len(shown) <= 160 else shown[:159] + '…'})"
+
+
 async def run_demo(
-    *, console: Console | None = None, steer: bool = True, keep: bool = False
+    *,
+    console: Console | None = None,
+    steer: bool = True,
+    keep: bool = False,
+    interactive: bool | None = None,
 ) -> int:
-    """Run the demo; returns a process exit code (0 when the fix landed and tests pass)."""
+    """Run the demo; returns a process exit code (0 when the fix landed and tests pass).
+
+    On a terminal the edit of the project's code is asked of you (y / a / n); elsewhere
+    the held call is printed and the demo's scripted approver approves it."""
     console = console or Console(highlight=False)
+    interactive = sys.stdin.isatty() if interactive is None else interactive
     tools = private_copy(PROJECT)
     budget = Budget(
         max_turns=20,
@@ -224,7 +272,16 @@ async def run_demo(
         max_cost_usd=1.0,
         pricing={"scripted:demo-coder": Pricing(input=3.0, output=15.0)},
     )
-    run_ctx = RunContext(tools=tools, approver=AllowAll(), budget=budget)
+    approver: Approver = ScriptedDemoApprover(console)
+    run_ctx = RunContext(tools=tools, budget=budget).with_policy(
+        PolicyEngine(PolicyRules.from_config(DEMO_POLICY), workspace=tools.root)
+    )
+    run_ctx.tools.safety.set(SafetyMode.FULL_ACCESS)
+    if interactive:
+        lines = LineRouter(asyncio.get_running_loop(), run_ctx.queued_input)
+        lines.start()
+        approver = TerminalApprover(console, lines)
+    run_ctx = run_ctx.with_approver(approver)
     agent = Agent(demo_model(), demo_tools(), system_prompt=SYSTEM_PROMPT, name="coder")
     view = RunView(console, budget=budget)
     steps = 0

@@ -27,13 +27,16 @@ from rich.console import Console
 from rich.text import Text
 
 from ..cancel import CancellationToken
+from ..config import find_config, load_config
 from ..conversation import ToolCall
 from ..errors import Cancelled
 from ..events import Event
-from ..loop import Agent, Budget, DetachSwitch, RunContext, SteeringQueue
-from ..model import resolve_model
+from ..loop import Budget, DetachSwitch, RunContext, RunOptions, SteeringQueue
 from ..policy import AllowAll, Approver, Decision, NoOneToAsk, approval_key
-from ..tools import Tool, ToolCtx, coding_tools
+from ..state import StopCause
+from ..store import HeldApproval, open_bus
+from ..store._approvals import ApprovalStore
+from ..tools import SafetyMode, Tool, ToolCtx
 from ..tools._question_brokers import CANCELLED_REASON, NoOneToAskQuestions
 from ..tools._questions import (
     Answer,
@@ -43,8 +46,9 @@ from ..tools._questions import (
     QuestionBroker,
     QuestionOutcome,
 )
-from ..tools.builtin._ask import ask_user
-from ..tools.builtin._tasks import task_create, task_list, task_update
+from ..tools.mcp import open_mcp_tools
+from ._coder import CODING_PROMPT, coding_agent, coding_agent_web
+from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE
 from ._view import RunView, budget_line
 
 __all__ = [
@@ -57,13 +61,6 @@ __all__ = [
     "run_task",
     "with_tools",
 ]
-
-CODING_PROMPT = (
-    "You are tiller's coding agent. You work inside one project directory through your "
-    "tools: read files before editing them, make small exact edits, run the project's "
-    "tests or commands to check your work, and say plainly what you changed and what you "
-    "could not do."
-)
 
 
 #: The line that sends the running turn's long command to the background.
@@ -282,13 +279,22 @@ async def run_task(
     network: bool = False,
     unsandboxed_shell: bool = False,
     web: bool = False,
+    mode: str | None = None,
+    config_path: Path | None = None,
+    store: str | None = None,
 ) -> int:
     """Run the coding agent on `task` in `workspace`; returns a process exit code.
 
     `network` lets shell commands use the network; `unsandboxed_shell` accepts a shell
-    without the sandbox where `bwrap` cannot run; `web` gives the agent `web_fetch`."""
+    without the sandbox where `bwrap` cannot run; `web` gives the agent `web_fetch`;
+    `mode` sets the safety mode; the workspace's `tiller.toml` (or `config_path`) gives
+    the policy, hooks, interlock, MCP servers and outbox routes. With a `store` the run is
+    durable: checkpointed, its file changes snapshotted (`tiller rewind`) and, headless
+    without `--yes`, the calls that need a person are held and the run suspends until
+    `tiller approve` / `tiller deny` in any later process."""
     console = console or Console(highlight=False)
     interactive = sys.stdin.isatty() if interactive is None else interactive
+    config = load_config(config_path) if config_path is not None else find_config(workspace)
     loop = asyncio.get_running_loop()
     queue = SteeringQueue()
     detach = DetachSwitch()
@@ -301,21 +307,26 @@ async def run_task(
     elif interactive:
         approver = TerminalApprover(console, lines, lock=prompt_lock)
         questions = TerminalQuestions(console, lines, lock=prompt_lock)
+    elif store is not None:
+        approver = None  # headless and durable: held for `tiller approve` (DESIGN §3)
     else:
-        approver = NoOneToAsk("rerun with --yes to allow it")
+        approver = NoOneToAsk("rerun with --yes to allow it, or with a store to approve later")
     cancel = CancellationToken()
     budget = Budget(max_turns=max_turns, max_cost_usd=max_cost)
-    run_ctx = RunContext(
-        tools=ToolCtx(workspace, network=network, unsandboxed_shell=unsandboxed_shell),
-        approver=approver,
-        budget=budget,
-        cancel=cancel,
-        queued_input=queue,
-        questions=questions,
-        detach=detach,
+    run_ctx = config.apply(
+        RunContext(
+            tools=ToolCtx(workspace, network=network, unsandboxed_shell=unsandboxed_shell),
+            approver=approver,
+            budget=budget,
+            cancel=cancel,
+            queued_input=queue,
+            questions=questions,
+            detach=detach,
+        )
     )
-    tools = with_tools(coding_tools(web=web), [ask_user, task_create, task_update, task_list])
-    agent = Agent(resolve_model(model), tools, system_prompt=CODING_PROMPT, name="coder")
+    if mode is not None:
+        run_ctx.tools.safety.set(SafetyMode.parse(mode))
+    agent = coding_agent_web(model) if web else coding_agent(model)
     view = RunView(console, budget=budget)
     interrupts = 0
 
@@ -343,8 +354,20 @@ async def run_task(
     def on_event(event: Event) -> None:
         view.on_event(event)
 
+    held: list[HeldApproval] = []
     try:
-        result = await agent.run_in(run_ctx, task, on_event=on_event)
+        async with contextlib.AsyncExitStack() as stack:
+            options = RunOptions()
+            if store is not None:
+                bus = await stack.enter_async_context(await open_bus(store))
+                run_ctx = run_ctx.with_store(bus)
+                options = RunOptions(checkpoint_bucket=CHECKPOINTS_BUCKET)
+            if config.mcp:
+                for each in await stack.enter_async_context(open_mcp_tools(config.mcp)):
+                    agent.registry.add(each)
+            result = await agent.run_in(run_ctx, task, options, on_event=on_event)
+            if result.stop_cause is StopCause.SUSPENDED and run_ctx.store is not None:
+                held = await ApprovalStore(run_ctx.store).for_run(result.state.run_id)
     finally:
         view.close()
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -364,4 +387,35 @@ async def run_task(
         )
     if result.error:
         console.print(Text(f"error: {result.error}", style="red"))
+    if result.stop_cause is StopCause.SUSPENDED:
+        _print_held(console, held, result.state.run_id, store)
+        return 0
     return 0 if result.completed else 1
+
+
+def _print_held(
+    console: Console, held: Sequence[HeldApproval], run_id: str, store: str | None
+) -> None:
+    """Say which calls wait for a person, and how to answer them from any process."""
+    where = f" --store {store}" if store is not None and store != DEFAULT_STORE else ""
+    console.print(Text(f"run {run_id} is waiting for a person:", style="bold yellow"))
+    for approval in held:
+        if approval.status != "pending":
+            continue
+        console.print(f"  {approval.id}  {approval.tool}({_short(approval.arguments)})")
+        console.print(
+            Text(
+                f"    tiller approve {approval.id}{where}   |   "
+                f"tiller deny {approval.id} --reason TEXT{where}",
+                style="dim",
+            )
+        )
+
+
+def _short(arguments: Any, limit: int = 120) -> str:
+    text = (
+        ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        if isinstance(arguments, dict)
+        else str(arguments)
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -588,12 +588,15 @@ def replay_command(
         if not capture.model_calls:
             raise UsageError(f"the capture of run {run_id} has no model calls to replay")
         ref = agent
-        if ref is None:
-            try:
-                ref = (await CheckpointStore(bus, bucket).load(run_id)).state.agent_ref
-            except NotFound:
-                ref = None
-        base = load_agent(ref) if ref is not None else None
+        model: str | None = None
+        try:
+            recorded = (await CheckpointStore(bus, bucket).load(run_id)).state
+            model = recorded.model_spec
+            if ref is None:
+                ref = recorded.agent_ref
+        except NotFound:
+            pass
+        base = load_agent(ref, model=model) if ref is not None else None
         replayer = _replay_agent(capture, base, live=tools == "live")
         conversation = [_message(m) for m in capture.model_calls[0].new_messages]
         scratch = None

@@ -8,9 +8,17 @@ from ._context import RunContext
 from ._detach import DetachSwitch
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
 from ._options import RunOptions
+from ._outbox_route import OutboxRoute
 from ._result import RunResult, ToolTraceEntry
 from ._resume import ResumeDecision, ResumeReplayBlocked, resume
-from ._review import NeverReview, PauseEveryStep, PauseOnTools, PauseOnWrites, ReviewPolicy
+from ._review import (
+    NeverReview,
+    PauseEveryStep,
+    PauseOnRisk,
+    PauseOnTools,
+    PauseOnWrites,
+    ReviewPolicy,
+)
 from ._run import LoopFailed, ResponseTooLarge
 from ._services import SCRATCH_SUBDIR, RunServices
 from ._steering import SteeringQueue
@@ -29,7 +37,9 @@ __all__ = [
     "MaxResponseLength",
     "ModelCallRecord",
     "NeverReview",
+    "OutboxRoute",
     "PauseEveryStep",
+    "PauseOnRisk",
     "PauseOnTools",
     "PauseOnWrites",
     "Pricing",

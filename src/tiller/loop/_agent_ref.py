@@ -36,7 +36,14 @@ from ..tools import SPILL_SUBDIR, ToolCtx
 from ._budget import Budget, Pricing
 from ._context import RunContext
 from ._options import RunOptions
-from ._review import NeverReview, PauseEveryStep, PauseOnTools, PauseOnWrites, ReviewPolicy
+from ._review import (
+    NeverReview,
+    PauseEveryStep,
+    PauseOnRisk,
+    PauseOnTools,
+    PauseOnWrites,
+    ReviewPolicy,
+)
 
 if TYPE_CHECKING:  # `_agent` imports the loop, which may import this module
     from ._agent import Agent
@@ -290,6 +297,8 @@ def _review_to_data(policy: ReviewPolicy) -> dict[str, Any]:
         return {"kind": "every_step"}
     if isinstance(policy, PauseOnTools):
         return {"kind": "tools", "names": sorted(policy._names)}
+    if isinstance(policy, PauseOnRisk):
+        return {"kind": "risk", "minimum": policy.minimum.value}
     kind = type(policy)
     return {"kind": "custom", "type": f"{kind.__module__}.{kind.__qualname__}"}
 
@@ -304,6 +313,8 @@ def _review_from_data(run_id: str, data: dict[str, Any]) -> ReviewPolicy:
         return PauseEveryStep()
     if kind == "tools":
         return PauseOnTools(data["names"])
+    if kind == "risk":
+        return PauseOnRisk(data["minimum"])
     raise UsageError(
         f"run {run_id!r} was reviewed by {data.get('type', kind)!r}, which cannot be rebuilt "
         "from the checkpoint; pass RunOptions with that review policy to resume it"

@@ -17,11 +17,12 @@ from typing import Any
 
 from ..cancel import CancellationToken
 from ..phase import Phase
-from ..policy import Approver
+from ..policy import Approver, AutoClassifier, HookSet, Interlock, PolicyEngine
 from ..store import Bus
 from ..tools import QuestionBroker, ToolCtx
 from ._budget import Budget
 from ._detach import DetachSwitch
+from ._outbox_route import OutboxRoute
 from ._steering import SteeringQueue
 
 __all__ = ["RunContext"]
@@ -46,6 +47,12 @@ class RunContext:
     - `questions`: where `ask_user` questions go (None: "no one is available", DESIGN §3).
     - `detach`: the switch a person uses to send the running turn's long work to the
       background (shared, like the steering queue).
+    - `policy`: the policy engine with the user's rules (None: the default engine). The
+      live safety mode it reads is `tools.safety`.
+    - `classifier`: vets Classify decisions (None: the run's own model, built when first
+      needed).
+    - `interlock`: the lethal-trifecta settings; `hooks`: the user's pre/post hooks;
+      `outbox`: which tools are staged instead of executed.
     """
 
     tools: ToolCtx
@@ -59,6 +66,11 @@ class RunContext:
     store: Bus | None = None
     questions: QuestionBroker | None = None
     detach: DetachSwitch = field(default_factory=DetachSwitch)
+    policy: PolicyEngine | None = None
+    classifier: AutoClassifier | None = None
+    interlock: Interlock = field(default_factory=Interlock)
+    hooks: HookSet = field(default_factory=HookSet)
+    outbox: OutboxRoute | None = None
 
     @classmethod
     def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
@@ -105,3 +117,18 @@ class RunContext:
 
     def with_detach(self, detach: DetachSwitch) -> RunContext:
         return self._with(detach=detach)
+
+    def with_policy(self, policy: PolicyEngine | None) -> RunContext:
+        return self._with(policy=policy)
+
+    def with_classifier(self, classifier: AutoClassifier | None) -> RunContext:
+        return self._with(classifier=classifier)
+
+    def with_interlock(self, interlock: Interlock) -> RunContext:
+        return self._with(interlock=interlock)
+
+    def with_hooks(self, hooks: HookSet) -> RunContext:
+        return self._with(hooks=hooks)
+
+    def with_outbox(self, outbox: OutboxRoute | None) -> RunContext:
+        return self._with(outbox=outbox)

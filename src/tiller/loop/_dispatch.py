@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from ..conversation import ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled
 from ..events import APPROVAL_SCHEMA, AgUiContext, ToolCallHandle, approval_interrupt_id
-from ..policy import Decision
+from ..policy import Interlock, RiskClass, capabilities_of, taint_of
 from ..state import CallRecord, RunState, StopCause
 from ..store._checkpoints import CheckpointStore
-from ..tools import Execution, OutputBudget, TurnSignals
+from ..tools import Capability, Execution, OutputBudget, TurnSignals
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ToolResultRecord, call_quietly
 from ._result import ToolTraceEntry
@@ -30,13 +30,11 @@ from ._result import ToolTraceEntry
 if TYPE_CHECKING:
     from ._agent import Agent
     from ._context import RunContext
+    from ._gate import Gate
     from ._options import RunOptions
     from ._services import RunServices
 
 __all__ = ["ToolDispatch"]
-
-#: The gate's answer for a call held for a person (not a refusal text the model reads).
-_HELD = "\x00held-for-approval"
 
 
 class ToolDispatch:
@@ -53,6 +51,9 @@ class ToolDispatch:
     _capture: CaptureSink | None
     _orphan_results: bool
     services: RunServices
+    gate: Gate
+    #: Why each held call needs a person, and its risk (for the held-approval records).
+    _held_reasons: dict[str, tuple[str, RiskClass | None]]
 
     def _suspend(self, calls: Sequence[ToolCall], reason: str) -> None:
         """`calls` wait for a person (a review pause, or Asks held in a headless durable
@@ -66,7 +67,8 @@ class ToolDispatch:
                 "id": approval_interrupt_id(call.id),
                 "reason": "tool_call",
                 "toolCallId": call.id,
-                "message": f"Review: {reason}. Allow {call.name}({call.arguments})?",
+                "message": f"Review: {self._held_reasons.get(call.id, (None,))[0] or reason}. "
+                f"Allow {call.name}({call.arguments})?",
                 "responseSchema": APPROVAL_SCHEMA,
             }
             for call in calls
@@ -102,6 +104,11 @@ class ToolDispatch:
         executed: dict[str, Execution] = {}
         budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
         signals = self.services.signals_for_turn()
+        # The interlock sees the whole batch: a read and a send in one parallel turn
+        # cannot slip through together. Each call is checked with the other calls'
+        # capabilities ORed into the conversation's taint (its own output comes after it).
+        network = self.run_ctx.tools.network
+        able = [capabilities_of(self.agent.registry.get(c.name), network=network) for c in calls]
         try:
             allowed: list[tuple[ToolCall, Any]] = []
             for call in calls:
@@ -123,15 +130,22 @@ class ToolDispatch:
                     )
                     results[call.id] = self._finish_call(call, record, handles, text, is_error=True)
                     continue
-                tool, refusal = await self._gate(call, record)
-                if refusal is _HELD:
+                others = [each for n, each in enumerate(able) if calls[n] is not call]
+                taint = Interlock.batch_taint(state.taint_flags, others)
+                answer = await self.gate.check(call, record, taint, able[calls.index(call)])
+                if answer.held:
                     held.append(call)
-                elif tool is None:
+                    self._held_reasons[call.id] = (answer.ask_reason, answer.risk)
+                elif answer.staged is not None:
                     results[call.id] = self._finish_call(
-                        call, record, handles, refusal, is_error=True
+                        call, record, handles, answer.staged, is_error=False
+                    )
+                elif answer.tool is None:
+                    results[call.id] = self._finish_call(
+                        call, record, handles, answer.refusal or "Refused.", is_error=True
                     )
                 else:
-                    allowed.append((call, tool))
+                    allowed.append((call, answer.tool))
             if len(allowed) == 1:  # the common case: no task group, no extra loop pass
                 await self._run_call(*allowed[0], executed, signals)
             elif allowed:
@@ -184,6 +198,11 @@ class ToolDispatch:
             if execution is None or call.id in results:
                 continue
             result = budget.cap_result(execution.result, self.run_ctx.tools)
+            interlock = self.run_ctx.interlock
+            if interlock.wrap_untrusted and _brings_untrusted(self.agent.registry.get(call.name)):
+                result = result.model_copy(
+                    update={"content": interlock.wrap(call.name, result.content)}
+                )
             results[call.id] = self._finish_call(
                 call, self.state.calls[call.id], handles, result.content, is_error=result.is_error
             )
@@ -194,32 +213,6 @@ class ToolDispatch:
         self.state.messages.append(
             UserMessage(tool_results=tuple(results[call.id] for call in calls))
         )
-
-    async def _gate(self, call: ToolCall, record: CallRecord) -> tuple[Any, str]:
-        """Phase, withheld, unknown, then the approver for calls that are not read-only.
-        Returns the tool to run, or None and the refusal the model will read (law 4: the
-        prefix names who refused)."""
-        lookup = self.agent.registry.lookup(call.name, self.run_ctx.phase, self.run_ctx.withheld)
-        if lookup.tool is None:
-            record.refused_by = lookup.refusal
-            return None, _refusal_text(call.name, lookup.refusal, self.agent.registry)
-        tool = lookup.tool
-        if tool.read_only:
-            return tool, ""
-        approver = self.run_ctx.approver
-        if approver is None and self._checkpoints is not None:
-            return None, _HELD  # headless and durable: a person answers later (DESIGN §3)
-        decision = (
-            await approver.approve(call, tool)
-            if approver is not None
-            else Decision.blocked("this action needs approval and no approver is attached")
-        )
-        if decision.allowed:
-            return tool, ""
-        record.refused_by = "user" if decision.kind == "deny" else "policy"
-        prefix = "Denied by the user" if decision.kind == "deny" else "Blocked by policy"
-        remedy = f" {tool.denial_remedy}" if getattr(tool, "denial_remedy", None) else ""
-        return None, f"{prefix}: {decision.reason}.{remedy}"
 
     async def _run_call(
         self, call: ToolCall, tool: Any, executed: dict[str, Execution], signals: TurnSignals
@@ -233,12 +226,27 @@ class ToolDispatch:
             execution = await self.agent.registry.execute(call, ctx)
         finally:
             ctx.progress.close()  # progress belongs to the call; detached work uses notify
+        # What the call read is now in the conversation (law 6: taint only grows).
+        self.state.add_taint(taint_of(capabilities_of(tool, network=self.run_ctx.tools.network)))
         record.malformed_arguments = execution.malformed_arguments
         executed[call.id] = execution
         if self._checkpoints is not None:
             result = execution.result
             await self._checkpoints.call_completed(
                 self.state.run_id, call.id, result.content, is_error=result.is_error
+            )
+        hooks = self.run_ctx.hooks
+        if hooks.watches("post_tool", call.name):
+            await hooks.post_tool(
+                tool=call.name,
+                arguments=_arguments_or_empty(call),
+                call_id=call.id,
+                run_id=self.state.run_id,
+                thread_id=self.state.thread_id,
+                workspace=self.run_ctx.tools.root,
+                result=execution.result.content,
+                is_error=execution.result.is_error,
+                taint=self.state.taint_flags,
             )
 
     def _finish_call(
@@ -283,12 +291,13 @@ class ToolDispatch:
         return result
 
 
-def _refusal_text(name: str, refusal: str | None, registry: Any) -> str:
-    if refusal == "phase":
-        return (
-            f"Refused by the plan phase: {name} changes things and is not available while planning."
-        )
-    if refusal == "withheld":
-        return f"Refused: the tool {name} is withheld from this run."
-    known = ", ".join(sorted(registry.names())) or "none"
-    return f"Unknown tool {name!r}. The tools you can call are: {known}."
+def _arguments_or_empty(call: ToolCall) -> dict[str, Any]:
+    try:
+        parsed = call.parsed_arguments()
+    except ValueError:  # not JSON: the call was answered with an error anyway
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _brings_untrusted(tool: Any) -> bool:
+    return bool(getattr(tool, "capabilities", Capability.NONE) & Capability.UNTRUSTED_INPUT)

@@ -29,7 +29,7 @@ from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, ToolCall
 from ..errors import TillerError, UsageError
 from ..events import Event
-from ..policy import Approver, Decision
+from ..policy import Approver, DecidedApprover, Decision
 from ..state import RunState
 from ..store import Bus
 from ..store._checkpoints import (
@@ -77,22 +77,6 @@ class ResumeDecision:
     @classmethod
     def rejected(cls, reason: str) -> ResumeDecision:
         return cls(False, reason=reason)
-
-
-class _DecidedApprover:
-    """The person's decisions for the suspended calls, then the run's own approver."""
-
-    def __init__(self, decisions: Mapping[str, ResumeDecision], then: Approver | None) -> None:
-        self._decisions = decisions
-        self._then = then
-
-    async def approve(self, call: ToolCall, tool: Any) -> Decision:
-        decision = self._decisions.get(call.id)
-        if decision is not None:
-            return Decision.allow() if decision.approve else Decision.deny(decision.reason)
-        if self._then is None:
-            return Decision.blocked("this action needs approval and no approver is attached")
-        return await self._then.approve(call, tool)
 
 
 async def resume(
@@ -205,7 +189,13 @@ async def resume(
     if decisions is None:
         return await agent.run_in(run_ctx, state, options, on_event=on_event, run_id=state.run_id)
     _apply_edited_arguments(state, decisions)
-    decided = _DecidedApprover(decisions, run_ctx.approver)
+    decided = DecidedApprover(
+        {
+            call_id: Decision.allow() if decision.approve else Decision.deny(decision.reason)
+            for call_id, decision in decisions.items()
+        },
+        run_ctx.approver,
+    )
     return await agent.run_in(
         run_ctx.with_approver(decided), state, options, on_event=on_event, run_id=state.run_id
     )

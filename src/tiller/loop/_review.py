@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..conversation import AssistantMessage
+from ..policy import PolicyEngine, RiskClass
 
-__all__ = ["NeverReview", "PauseEveryStep", "PauseOnTools", "PauseOnWrites", "ReviewPolicy"]
+__all__ = [
+    "NeverReview",
+    "PauseEveryStep",
+    "PauseOnRisk",
+    "PauseOnTools",
+    "PauseOnWrites",
+    "ReviewPolicy",
+]
 
 
 @runtime_checkable
@@ -67,3 +75,36 @@ class PauseEveryStep:
 
     def should_pause(self, step: int, message: AssistantMessage, registry: Any) -> str | None:
         return f"step {step} review" if message.tool_calls else None
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class PauseOnRisk:
+    """Pause when a call of the step is at least `minimum` risky, as the policy engine
+    classifies it (`RiskClass`: the shell command itself for `execute_command`). A call
+    to a tool the agent lacks counts as risky (it will be refused, but a person sees it)."""
+
+    minimum: RiskClass
+    _engine: PolicyEngine
+
+    def __init__(self, minimum: RiskClass | str, engine: PolicyEngine | None = None) -> None:
+        level = minimum if isinstance(minimum, RiskClass) else RiskClass.parse(minimum)
+        object.__setattr__(self, "minimum", level)
+        object.__setattr__(self, "_engine", engine if engine is not None else PolicyEngine())
+
+    def should_pause(self, step: int, message: AssistantMessage, registry: Any) -> str | None:
+        risky: list[str] = []
+        for call in message.tool_calls:
+            tool = registry.get(call.name)
+            try:
+                arguments = call.parsed_arguments()
+            except ValueError:
+                arguments = {}
+            if tool is None or not isinstance(arguments, dict):
+                risky.append(f"{call.name} (unknown)")
+                continue
+            risk = self._engine.assess(call.name, arguments, tool).risk
+            if risk.at_least(self.minimum):
+                risky.append(f"{call.name} ({risk.value})")
+        if not risky:
+            return None
+        return f"the step is at least {self.minimum.value}: {', '.join(risky)}"

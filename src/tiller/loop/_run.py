@@ -17,6 +17,7 @@ call, run the allowed ones concurrently, cap their output, append the results in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -47,12 +48,15 @@ from ..model import (
     stream_with_retry,
 )
 from ..model._codec import stream_event_to_json
+from ..policy import RiskClass
 from ..state import RunState, StopCause
+from ..store._approvals import ApprovalStore
 from ..store._bus import Lease, StoreError
 from ..store._checkpoints import CheckpointStore
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ModelCallRecord, call_quietly
 from ._dispatch import ToolDispatch
+from ._gate import Gate
 from ._guardrails import run_post, run_pre
 from ._result import ToolTraceEntry
 from ._services import RunServices
@@ -133,6 +137,16 @@ class Loop(ToolDispatch):
         self._capture_from = 0 if state.step == 0 else len(state.messages)
         self.handoff: str | None = None
         self.services = RunServices(agent, run_ctx, agui, state)
+        self.gate = Gate(
+            agent.registry,
+            run_ctx,
+            state,
+            self.services,
+            durable=self._checkpoints is not None,
+            model=agent.model,
+            retry=agent.retry,
+        )
+        self._held_reasons: dict[str, tuple[str, RiskClass | None]] = {}
 
     # ── the run ──────────────────────────────────────────────────────────────────
 
@@ -151,6 +165,7 @@ class Loop(ToolDispatch):
             # Background work dies with the run, however it ended (and first, so a
             # cancelled run's processes are gone before the run reports it stopped).
             await self.services.close()
+            await self._session_end()
             if self._capture is not None:
                 call_quietly(self._capture.close)
             if self._lease is not None and self._checkpoints is not None:
@@ -184,11 +199,41 @@ class Loop(ToolDispatch):
         if state.stop_cause is not StopCause.SUSPENDED:
             await self._checkpoint("finished")
 
+    async def _session_end(self) -> None:
+        """Tell the session_end hooks how the run stopped (their failures are logged)."""
+        hooks = self.run_ctx.hooks
+        if not hooks.watches("session_end"):
+            return
+        cause = self.state.stop_cause or (
+            StopCause.CANCELLED if self.agui.is_cancelled else StopCause.ERROR
+        )
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(
+                hooks.session_end(
+                    run_id=self.state.run_id,
+                    thread_id=self.state.thread_id,
+                    workspace=self.run_ctx.tools.root,
+                    stop_cause=cause,
+                )
+            )
+
     async def _checkpoint(self, status: Literal["running", "suspended", "finished"]) -> None:
-        """Durable mode: the state at this step boundary goes to the store."""
+        """Durable mode: the state at this step boundary goes to the store; a suspended
+        run's held calls become held-approval records (`tiller approvals list`)."""
         if self._checkpoints is not None:
             record_policy(self.state, self.run_ctx, self.options)
             await self._checkpoints.save(self.state, status)
+            if status == "suspended" and self.state.interrupts:
+                # After the save: `tiller approve` checks the run is suspended on the call.
+                await ApprovalStore(self._checkpoints.bus).hold_interrupts(
+                    self.state,
+                    reason=self.pause_reason or "this call needs a person's approval",
+                    risks={
+                        call_id: risk.value
+                        for call_id, (_, risk) in self._held_reasons.items()
+                        if risk is not None
+                    },
+                )
             lease = self._lease
             ttl = self.options.lease_ttl
             if lease is not None and lease.expires_at - self._checkpoints.bus.clock() < ttl / 2:

@@ -16,20 +16,22 @@ parallel batch cannot slip through together), and then each call that can send d
 
 Tool results from untrusted sources can be wrapped and marked as data, so the model reads
 them as quoted text rather than instructions. A taint that cannot be read (a corrupt
-record) counts as untrusted (law 3: fail closed).
+record) counts as untrusted (law 3: fail closed). The sandboxed shell has no network unless
+the run grants it, so without the grant its commands count as neither fetching untrusted
+text nor sending (`capabilities_of`): the sandbox is the boundary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ..conversation import Taint
 from ..errors import UsageError
 from ..tools import Capability
 
-__all__ = ["Interlock", "InterlockVerdict", "taint_of", "taint_names"]
+__all__ = ["Interlock", "InterlockVerdict", "capabilities_of", "taint_names", "taint_of"]
 
 OnTrifecta = Literal["block", "ask", "allow"]
 
@@ -62,9 +64,20 @@ def taint_names(taint: Taint) -> list[str]:
     return names
 
 
-def _capabilities(tool: Any) -> Capability:
+#: Tools whose commands run in the sandbox: without the network grant they can neither
+#: fetch untrusted text nor send anything out, whatever they declare.
+_SANDBOXED: Final = frozenset({"execute_command", "background_process"})
+_NETWORK_ONLY: Final = Capability.UNTRUSTED_INPUT | Capability.EXTERNAL_SEND
+
+
+def capabilities_of(tool: Any, *, network: bool = True) -> Capability:
+    """What `tool` can do in a run that grants the sandbox the network (`network`) or not:
+    its declared capabilities, less what only the network gives for sandboxed tools."""
     found = getattr(tool, "capabilities", Capability.NONE)
-    return found if isinstance(found, Capability) else Capability.NONE
+    declared = found if isinstance(found, Capability) else Capability.NONE
+    if not network and getattr(tool, "name", None) in _SANDBOXED:
+        return declared & ~_NETWORK_ONLY
+    return declared
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,17 +117,23 @@ class Interlock:
     # ── the batch ────────────────────────────────────────────────────────────────
 
     @staticmethod
-    def batch_taint(taint: Taint, tools: Iterable[Any]) -> Taint:
-        """`taint` with the capabilities of every tool of the batch ORed in."""
-        for tool in tools:
-            taint |= taint_of(_capabilities(tool))
+    def batch_taint(taint: Taint, capabilities: Iterable[Capability]) -> Taint:
+        """`taint` with the capabilities of the batch's calls ORed in. For one call's
+        check, pass the *other* calls' capabilities: a call's own output arrives only
+        after it ran (it then grows the taint for every later call)."""
+        for each in capabilities:
+            taint |= taint_of(each)
         return taint
 
     # ── one call ─────────────────────────────────────────────────────────────────
 
-    def check(self, tool: Any, taint: Taint) -> InterlockVerdict:
-        """Whether `tool` may run on a conversation tainted `taint` (the batch's taint)."""
-        if not _capabilities(tool) & Capability.EXTERNAL_SEND:
+    def check(
+        self, tool: Any, taint: Taint, capabilities: Capability | None = None
+    ) -> InterlockVerdict:
+        """Whether `tool` (able to do `capabilities`, by default what it declares) may
+        run on a conversation tainted `taint` (with the rest of its batch ORed in)."""
+        able = capabilities if capabilities is not None else capabilities_of(tool)
+        if not able & Capability.EXTERNAL_SEND:
             return InterlockVerdict("allow")
         private = bool(taint & Taint.PRIVATE_DATA)
         untrusted = bool(taint & Taint.UNTRUSTED_INPUT)

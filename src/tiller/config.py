@@ -1,0 +1,156 @@
+"""`tiller.toml`: a workspace's policy, hooks, interlock, MCP servers and outbox routes.
+
+One file, read with the standard library's `tomllib`; each section is parsed strictly by
+the module that owns it, and every mistake is a `ConfigError` naming the file and the key.
+
+```toml
+[policy]
+mode = "ask"                                  # read_only | ask | auto | full_access
+[[policy.rules]]
+action = "allow"                              # allow | ask | deny; first match wins
+command = "pytest"
+
+[interlock]
+on_trifecta = "block"                         # block | ask | allow
+
+[hooks]
+pre_tool = [{ command = "./check.sh", timeout = 5, tools = ["execute_command"] }]
+
+[mcp.servers.github]
+command = "github-mcp-server"
+args = ["stdio"]
+
+[outbox]
+tools = ["github__create_issue"]              # staged for a person instead of run
+```
+
+`load_config(path)` reads a file; `find_config(workspace)` looks for `tiller.toml` in the
+workspace; `TillerConfig.apply(run_ctx)` puts the policy into a run's context (hooks from
+code are kept, and the file's are added after them).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from .errors import UsageError
+from .loop import RunContext
+from .loop._outbox_route import OutboxRoute
+from .policy import HookSet, Interlock, PolicyEngine, PolicyRules
+from .tools import SafetyMode
+from .tools.mcp import McpServers
+
+__all__ = ["CONFIG_FILE", "ConfigError", "TillerConfig", "find_config", "load_config"]
+
+#: The file `find_config` looks for in a workspace.
+CONFIG_FILE: Final = "tiller.toml"
+
+_SECTIONS: Final = ("hooks", "interlock", "mcp", "outbox", "policy")
+
+
+class ConfigError(UsageError):
+    """`tiller.toml` cannot be used; the message names the file and what to fix."""
+
+
+@dataclass(frozen=True)
+class TillerConfig:
+    """What a `tiller.toml` says (defaults for what it leaves out)."""
+
+    path: Path | None = None
+    mode: SafetyMode | None = None
+    rules: PolicyRules | None = None
+    interlock: Interlock = field(default_factory=Interlock)
+    hooks: HookSet = field(default_factory=HookSet)
+    mcp: McpServers = field(default_factory=McpServers)
+    outbox: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, path: Path | None = None) -> TillerConfig:
+        """Parse an already-read TOML document (`path` is for messages and relative
+        paths)."""
+        where = str(path) if path is not None else "the configuration"
+        unknown = sorted(set(data) - set(_SECTIONS))
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown section(s) {', '.join(unknown)}; "
+                f"the sections are: {', '.join(_SECTIONS)}"
+            )
+        try:
+            # Each section's parser raises its own typed error; here it gains the file.
+            return cls(
+                path=path,
+                mode=_mode(data.get("policy", {})),
+                rules=PolicyRules.from_config(data["policy"]) if "policy" in data else None,
+                interlock=Interlock.from_config(_table(data, "interlock")),
+                hooks=HookSet.from_config(_table(data, "hooks")),
+                mcp=McpServers.from_config(
+                    _table(data, "mcp"), base_dir=path.parent if path is not None else None
+                ),
+                outbox=_outbox(_table(data, "outbox")),
+            )
+        except (UsageError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
+    def apply(self, run_ctx: RunContext) -> RunContext:
+        """`run_ctx` with this configuration's policy: the safety mode (set on the live
+        mode), the engine's rules, the interlock, the hooks (code's first, then the
+        file's) and the outbox routes."""
+        if self.mode is not None:
+            run_ctx.tools.safety.set(self.mode)
+        updated = run_ctx.with_interlock(self.interlock).with_hooks(run_ctx.hooks.merge(self.hooks))
+        if self.rules is not None:
+            updated = updated.with_policy(PolicyEngine(self.rules, workspace=run_ctx.tools.root))
+        if self.outbox:
+            updated = updated.with_outbox(OutboxRoute(self.outbox))
+        return updated
+
+
+def _table(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = data.get(name, {})
+    if not isinstance(value, Mapping):
+        raise UsageError(f"[{name}] must be a table")
+    return value
+
+
+def _mode(section: Any) -> SafetyMode | None:
+    if not isinstance(section, Mapping) or "mode" not in section:
+        return None
+    value = section["mode"]
+    if not isinstance(value, str):
+        raise UsageError("[policy] mode must be a string: read_only, ask, auto or full_access")
+    try:
+        return SafetyMode.parse(value)
+    except ValueError as exc:
+        raise UsageError(f"[policy] mode: {exc}") from None
+
+
+def _outbox(section: Mapping[str, Any]) -> frozenset[str]:
+    unknown = sorted(set(section) - {"tools"})
+    if unknown:
+        raise UsageError(f"[outbox] has unknown key(s) {', '.join(unknown)}; the key is: tools")
+    tools = section.get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
+        raise UsageError("[outbox] tools must be a list of tool names")
+    return frozenset(tools)
+
+
+def load_config(path: str | Path) -> TillerConfig:
+    """Read and parse the `tiller.toml` at `path`."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {file}: {exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
+    return TillerConfig.from_mapping(data, path=file)
+
+
+def find_config(workspace: str | Path) -> TillerConfig:
+    """The workspace's `tiller.toml`, or the defaults when it has none."""
+    file = Path(workspace) / CONFIG_FILE
+    return load_config(file) if file.is_file() else TillerConfig()

@@ -1,0 +1,310 @@
+"""The gate: may this call run? One fixed order, structural before human, cheap before
+expensive, failing closed (DESIGN §3, laws 3 and 4).
+
+```
+phase (hidden tools) ─► withheld / unknown tool
+  ├─ routed to the outbox? ─► pre_tool hooks ─► stage (nothing is sent)
+  └─ otherwise ─► interlock (the batch's taint) ─► pre_tool hooks
+                 ─► policy engine: Allow | Ask | Classify | Deny (with the risk class)
+                 ─► classifier turns Classify into Allow or Ask (never Deny; fails to Ask)
+                 ─► approver answers Ask: Allow | Deny(reason) | Blocked(reason)
+```
+
+Each refusal names who refused (law 4) — the gate writes the prefix, never the refuser:
+"Refused by the plan phase", "Refused: ... withheld", "Unknown tool", "Blocked by the
+interlock", "Refused by hook <name>", "Blocked by policy", "Denied by the user". An Ask
+with no approver goes to a person later when the run is durable (the call is *held* and
+the run suspends after the allowed calls ran), and is blocked otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..conversation import Taint, ToolCall
+from ..policy import (
+    ApprovalBroker,
+    AutoClassifier,
+    DecidedApprover,
+    Decision,
+    PolicyDecision,
+    PolicyEngine,
+    RiskClass,
+    VetRequest,
+)
+from ..state import CallRecord, RunState
+from ..tools import Capability, Registry, SafetyMode
+
+if TYPE_CHECKING:
+    from ._context import RunContext
+    from ._services import RunServices
+
+__all__ = ["Gate", "GateAnswer"]
+
+
+@dataclass(frozen=True, slots=True)
+class GateAnswer:
+    """The gate's answer for one call: run `tool`; or answer the model with `refusal`
+    (an error result); or `held` for a person (a durable run suspends); or `staged` in
+    the outbox (`staged` is the result the model reads: not an error, not a success)."""
+
+    tool: Any = None
+    refusal: str | None = None
+    held: bool = False
+    staged: str | None = None
+    risk: RiskClass | None = None
+    #: Why a person is asked (the interlock's, the policy's or the classifier's reason).
+    ask_reason: str = ""
+
+
+def _arguments(call: ToolCall) -> Mapping[str, Any] | None:
+    try:
+        parsed = orjson.loads(call.arguments or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+class Gate:
+    """One run's gate (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        run_ctx: RunContext,
+        state: RunState,
+        services: RunServices,
+        *,
+        durable: bool,
+        model: Any,
+        retry: Any,
+    ) -> None:
+        self._registry = registry
+        self._run_ctx = run_ctx
+        self._state = state
+        self._services = services
+        self._durable = durable
+        self._engine = (
+            run_ctx.policy
+            if run_ctx.policy is not None
+            else PolicyEngine(workspace=run_ctx.tools.root)
+        )
+        approver = run_ctx.approver
+        # A resume's decisions answer their own calls; any other call goes on as in any
+        # run (with no approver and a store: held again, not blocked).
+        self._decided: DecidedApprover | None = None
+        if isinstance(approver, DecidedApprover):
+            self._decided, approver = approver, approver.then
+        self._approver = ApprovalBroker(approver, run_ctx.cancel) if approver is not None else None
+        self._classifier = run_ctx.classifier
+        self._model = model
+        self._retry = retry
+
+    def classifier(self) -> AutoClassifier:
+        """The run's classifier: the one given, else the run's own model (built once)."""
+        if self._classifier is None:
+            self._classifier = AutoClassifier(
+                self._model, budget=self._run_ctx.budget, retry=self._retry
+            )
+        return self._classifier
+
+    def risk_of(self, call: ToolCall) -> RiskClass | None:
+        """The call's risk class, as the engine sees it (None for an unknown tool)."""
+        tool = self._registry.get(call.name)
+        arguments = _arguments(call)
+        if tool is None or arguments is None:
+            return None
+        return self._engine.decide(call.name, arguments, tool, self._mode()).risk
+
+    def _mode(self) -> SafetyMode:
+        return self._run_ctx.tools.safety.mode
+
+    async def check(
+        self,
+        call: ToolCall,
+        record: CallRecord,
+        batch_taint: Taint,
+        capabilities: Capability | None = None,
+    ) -> GateAnswer:
+        """Decide one call: `batch_taint` is the conversation's taint with the rest of its
+        batch ORed in; `capabilities`, what the call can do in this run."""
+        run_ctx = self._run_ctx
+        lookup = self._registry.lookup(call.name, run_ctx.phase, run_ctx.withheld)
+        if lookup.tool is None:
+            record.refused_by = lookup.refusal
+            return GateAnswer(refusal=_lookup_refusal(call.name, lookup.refusal, self._registry))
+        tool = lookup.tool
+        arguments = _arguments(call)
+        if arguments is None:
+            # Not a JSON object: the registry answers it with an error, running nothing.
+            return GateAnswer(tool=tool)
+        outbox = run_ctx.outbox
+        if outbox is not None and outbox.routes(call.name):
+            refused = await self._hooks(call, arguments, batch_taint, None, record)
+            if refused is not None:
+                return refused
+            return await self._stage(call, batch_taint, record)
+        ask_reason = ""
+        verdict = run_ctx.interlock.check(tool, batch_taint, capabilities)
+        if verdict.kind == "block":
+            record.refused_by = "policy"
+            return GateAnswer(refusal=f"Blocked by the interlock: {verdict.reason}")
+        if verdict.kind == "ask":
+            ask_reason = verdict.reason
+        decision = self._engine.decide(call.name, arguments, tool, self._mode())
+        refused = await self._hooks(call, arguments, batch_taint, decision.risk, record)
+        if refused is not None:
+            return refused
+        if decision.kind == "deny":
+            record.refused_by = "policy"
+            return GateAnswer(
+                refusal=f"Blocked by policy: {decision.reason} (risk: {decision.risk.value})."
+                + _remedy(tool),
+                risk=decision.risk,
+            )
+        decided = self._decided.decision_for(call.id) if self._decided is not None else None
+        if decided is not None:
+            # A person already answered this call (a resume): their answer replaces the
+            # approver's, whatever the mode says now; the checks above still applied.
+            if decided.allowed:
+                return GateAnswer(tool=tool, risk=decision.risk)
+            record.refused_by = "user"
+            return GateAnswer(
+                refusal=f"Denied by the user: {decided.reason}." + _remedy(tool),
+                risk=decision.risk,
+            )
+        if not ask_reason:
+            if decision.kind == "allow":
+                return GateAnswer(tool=tool, risk=decision.risk)
+            if decision.kind == "classify":
+                vetted = await self._vet(call, arguments, decision)
+                if vetted is None:
+                    return GateAnswer(tool=tool, risk=decision.risk)
+                ask_reason = vetted
+            else:
+                ask_reason = decision.reason
+        return await self._ask(call, tool, record, decision.risk, ask_reason)
+
+    # ── the stages ───────────────────────────────────────────────────────────────
+
+    async def _hooks(
+        self,
+        call: ToolCall,
+        arguments: Mapping[str, Any],
+        taint: Taint,
+        risk: RiskClass | None,
+        record: CallRecord,
+    ) -> GateAnswer | None:
+        hooks = self._run_ctx.hooks
+        if not hooks.watches("pre_tool", call.name):
+            return None
+        outcome = await hooks.pre_tool(
+            tool=call.name,
+            arguments=arguments,
+            call_id=call.id,
+            run_id=self._state.run_id,
+            thread_id=self._state.thread_id,
+            workspace=self._run_ctx.tools.root,
+            taint=taint,
+            risk=risk,
+        )
+        if outcome.allowed:
+            return None
+        record.refused_by = "hook"
+        return GateAnswer(refusal=f"Refused by hook {outcome.hook}: {outcome.reason}", risk=risk)
+
+    async def _vet(
+        self, call: ToolCall, arguments: Mapping[str, Any], decision: PolicyDecision
+    ) -> str | None:
+        """Ask the classifier; None if it allows, else the reason a person is asked."""
+        command = arguments.get("command") if call.name == "execute_command" else None
+        paths = tuple(
+            str(value)
+            for key, value in arguments.items()
+            if key in ("path", "paths") and isinstance(value, str)
+        )
+        request = VetRequest(
+            tool=call.name,
+            summary=_summary(call.name, arguments),
+            risk=decision.risk,
+            goal=self._services.goal(),
+            command=command if isinstance(command, str) else None,
+            paths=paths,
+        )
+        verdict = await self.classifier().vet(request)
+        if verdict.usage is not None:
+            # Charged to the budget already; the run's own usage counts it too (law 7).
+            self._state.usage = self._state.usage + verdict.usage
+            self._state.cost_usd += verdict.cost_usd
+        if verdict.allow:
+            return None
+        return f"[auto-review: {verdict.reason}]"
+
+    async def _ask(
+        self, call: ToolCall, tool: Any, record: CallRecord, risk: RiskClass, reason: str
+    ) -> GateAnswer:
+        approver = self._approver
+        if approver is None:
+            if self._durable:
+                return GateAnswer(held=True, risk=risk, ask_reason=reason)
+            record.refused_by = "policy"
+            return GateAnswer(
+                refusal="Blocked by policy: this action needs approval and no approver is "
+                "attached." + _remedy(tool),
+                risk=risk,
+            )
+        answer: Decision = await approver.approve(call, tool)
+        if answer.allowed:
+            return GateAnswer(tool=tool, risk=risk)
+        record.refused_by = "user" if answer.kind == "deny" else "policy"
+        prefix = "Denied by the user" if answer.kind == "deny" else "Blocked by policy"
+        return GateAnswer(refusal=f"{prefix}: {answer.reason}." + _remedy(tool), risk=risk)
+
+    async def _stage(self, call: ToolCall, taint: Taint, record: CallRecord) -> GateAnswer:
+        outbox = self._run_ctx.outbox
+        assert outbox is not None
+        try:
+            item_id = await outbox.stage(
+                call,
+                run_id=self._state.run_id,
+                thread_id=self._state.thread_id,
+                taint=taint,
+                workspace=self._run_ctx.tools.root,
+                store=self._run_ctx.store,
+            )
+        except Exception as exc:  # a staging failure never executes (law 3)
+            record.refused_by = "policy"
+            return GateAnswer(
+                refusal=f"Blocked by policy: {call.name} is routed to the outbox and could "
+                f"not be staged ({type(exc).__name__}: {exc}); nothing was sent."
+            )
+        record.staged = True
+        return GateAnswer(
+            staged=f"Staged in the outbox as {item_id}: the draft awaits a person's release "
+            f"(tiller outbox send {item_id}). It has NOT been sent; do not report it as done."
+        )
+
+
+def _remedy(tool: Any) -> str:
+    remedy = getattr(tool, "denial_remedy", None)
+    return f" {remedy}" if remedy else ""
+
+
+def _summary(name: str, arguments: Mapping[str, Any]) -> str:
+    shown = ", ".join(f"{key}={value!r}" for key, value in arguments.items())
+    return f"{name}({shown})"[:300]
+
+
+def _lookup_refusal(name: str, refusal: str | None, registry: Registry) -> str:
+    if refusal == "phase":
+        return (
+            f"Refused by the plan phase: {name} changes things and is not available while planning."
+        )
+    if refusal == "withheld":
+        return f"Refused: the tool {name} is withheld from this run."
+    known = ", ".join(sorted(registry.names())) or "none"
+    return f"Unknown tool {name!r}. The tools you can call are: {known}."
