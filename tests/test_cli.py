@@ -114,3 +114,26 @@ def test_demo_without_steering_changes_only_the_code() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "test_full_discount_is_free" not in done.stdout
     assert "b/invoice.py" in done.stdout
+
+
+def test_run_takes_mcp_tools_and_policy_from_the_workspaces_tiller_toml(tmp_path: Path) -> None:
+    """`[mcp.servers]` tools join the agent as `server__tool`; MCP tools are external
+    access, so without --yes and a terminal the call is held, not run."""
+    fixture = Path(__file__).parent / "tools" / "mcp_server_fixture.py"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "tiller.toml").write_text(
+        f'[mcp.servers.fx]\ncommand = "{sys.executable}"\nargs = ["{fixture}"]\n'
+    )
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        "turns:\n  - tool_calls: [{name: fx__echo, arguments: {text: hi, times: 2}}]\n  - Echoed.\n"
+    )
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    base = ("run", "echo", "-m", f"scripted:{script}", "-w", str(workspace), "--store", store)
+    allowed = tiller(*base, "--yes")
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "← fx__echo:" in allowed.stdout and "hihi" in allowed.stdout.replace(" ", "")
+    held = tiller(*base)
+    assert held.returncode == 0, held.stdout + held.stderr
+    assert "stop cause  suspended" in held.stdout and "fx__echo" in held.stdout

@@ -195,3 +195,29 @@ async def test_held_calls_become_approval_records(workspace: Path) -> None:
     assert held.taint & Taint.PRIVATE_DATA
     # The allowed read ran before the run suspended for the held send.
     assert result.state.calls[next(iter(result.state.calls))].status == "completed"
+
+
+async def test_edited_arguments_pass_the_whole_gate_again(workspace: Path) -> None:
+    """A person approves a held command but edits it into a destructive one: the policy
+    engine still denies it; their decision replaced only the approver."""
+    from tiller.loop import ResumeDecision, resume
+
+    bus = MemoryBus()
+    ctx = RunContext.sandboxed(workspace).with_store(bus)
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "execute_command", "arguments": {"command": "make"}}]}, "ok"]
+    )
+    agent = Agent(model, [execute_command])
+    options = RunOptions(checkpoint_bucket=DEFAULT_BUCKET)
+    paused = await agent.run_in(ctx, "build", options, run_id="r-edit")
+    assert paused.stop_cause is StopCause.SUSPENDED
+    (call,) = paused.state.unanswered_calls()
+    done = await resume(
+        agent,
+        "r-edit",
+        {call.id: ResumeDecision.approved({"command": "rm -rf /"})},
+        run_ctx=ctx,
+        options=options,
+    )
+    (result,) = [r for m in done.state.messages for r in getattr(m, "tool_results", ())]
+    assert result.content.startswith("Blocked by policy:") and "destructive" in result.content
