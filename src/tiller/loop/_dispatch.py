@@ -111,7 +111,7 @@ class ToolDispatch:
         able = [capabilities_of(self.agent.registry.get(c.name), network=network) for c in calls]
         try:
             allowed: list[tuple[ToolCall, Any]] = []
-            for call in calls:
+            for index, call in enumerate(calls):
                 record = state.calls[call.id]
                 if recorded and call.id in recorded:
                     # Completed before a crash or suspension: never run twice (law 5).
@@ -130,9 +130,8 @@ class ToolDispatch:
                     )
                     results[call.id] = self._finish_call(call, record, handles, text, is_error=True)
                     continue
-                others = [each for n, each in enumerate(able) if calls[n] is not call]
-                taint = Interlock.batch_taint(state.taint_flags, others)
-                answer = await self.gate.check(call, record, taint, able[calls.index(call)])
+                taint = Interlock.batch_taint(state.taint_flags, able[:index] + able[index + 1 :])
+                answer = await self.gate.check(call, record, taint, able[index])
                 if answer.held:
                     held.append(call)
                     self._held_reasons[call.id] = (answer.ask_reason, answer.risk)
