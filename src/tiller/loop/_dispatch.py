@@ -235,7 +235,7 @@ class ToolDispatch:
                 self.state.run_id, call.id, result.content, is_error=result.is_error
             )
         hooks = self.run_ctx.hooks
-        if hooks.watches("post_tool", call.name):
+        if hooks and hooks.watches("post_tool", call.name):
             await hooks.post_tool(
                 tool=call.name,
                 arguments=_arguments_or_empty(call),

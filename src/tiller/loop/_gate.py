@@ -200,7 +200,7 @@ class Gate:
         record: CallRecord,
     ) -> GateAnswer | None:
         hooks = self._run_ctx.hooks
-        if not hooks.watches("pre_tool", call.name):
+        if not hooks or not hooks.watches("pre_tool", call.name):  # most runs have none
             return None
         outcome = await hooks.pre_tool(
             tool=call.name,

@@ -14,6 +14,7 @@ cancelled).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -89,6 +90,7 @@ class RunServices:
         self.tasks.seed(state.tasks)
         self._goal = UserGoal()
         self._goal_seen = 0
+        self._cached_services: ToolServices | None = None
 
     def _keep_tasks(self, snapshot: list[dict[str, Any]]) -> None:
         """The broker changed the checklist: keep it in the state (it is checkpointed with
@@ -112,21 +114,27 @@ class RunServices:
     async def close(self) -> None:
         """Stop what the run started and did not finish: every background job is killed
         with its process tree. Shielded: a cancelled run must still leave nothing behind."""
-        await asyncio.shield(self.jobs.close())
+        if self.jobs.list():
+            await asyncio.shield(self.jobs.close())
+        else:
+            await self.jobs.close()  # nothing to kill: no task to shield
 
     def _make_scratchpad(self) -> Path | None:
+        # The root is already real and the name has no separators or dots to resolve, so
+        # the path is final; one stat when it exists (most runs of a thread after the first).
         root = self._run_ctx.tools.root
-        tiller_dir = root / SCRATCH_SUBDIR.parts[0]
         pad = root / SCRATCH_SUBDIR / _directory_name(self._state.thread_id)
+        if os.path.isdir(pad):
+            return pad
         try:
             pad.mkdir(parents=True, exist_ok=True)
-            ignore = tiller_dir / ".gitignore"
+            ignore = root / SCRATCH_SUBDIR.parts[0] / ".gitignore"
             if not ignore.exists():
                 # The runtime's own files are never part of the user's project.
                 ignore.write_text("*\n", encoding="utf-8")
         except OSError:
             return None  # a read-only workspace: the run goes on without a scratchpad
-        return pad.resolve()
+        return pad
 
     # ── per call ─────────────────────────────────────────────────────────────────
 
@@ -138,24 +146,34 @@ class RunServices:
             web_bytes=WebBudget(),
         )
 
-    def context_for(self, call_id: str, turn: int, signals: TurnSignals) -> ExecContext:
-        """The `ExecContext` of one call, assembled now (so it reads the live mode now)."""
+    def _tool_services(self) -> ToolServices:
+        """The run's services for its calls: built once, again only when the goal moved."""
+        goal = self.goal()
+        cached = self._cached_services
+        if cached is not None and cached.goal is goal:
+            return cached
         run_ctx = self._run_ctx
-        state = self._state
-        services = ToolServices(
+        cached = self._cached_services = ToolServices(
             emit=self._agui.emit,
             state_access=self._agui,
             notify=self.notifier,
             config=self._agent.config,
             model_id=getattr(self._agent.model, "name", None),
-            session_id=state.thread_id,
+            session_id=self._state.thread_id,
             scratchpad=self.scratchpad,
-            goal=self.goal(),
+            goal=goal,
             questions=run_ctx.questions,
             tasks=self.tasks,
             jobs=self.jobs,
             snapshots=self.snapshots,
         )
+        return cached
+
+    def context_for(self, call_id: str, turn: int, signals: TurnSignals) -> ExecContext:
+        """The `ExecContext` of one call, assembled now (so it reads the live mode now)."""
+        run_ctx = self._run_ctx
+        state = self._state
+        services = self._tool_services()
         site = CallSite(
             tools=run_ctx.tools,
             phase=run_ctx.phase,
