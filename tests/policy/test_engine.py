@@ -212,8 +212,13 @@ def test_the_risk_of_a_call(
 def test_an_invalid_declared_risk_is_denied() -> None:
     decision = decide("custom", {}, Declared("kinda_risky"), M.FULL_ACCESS)
     assert decision.kind == "deny"
+    assert decision.risk is R.EXTERNAL_ACCESS
     assert "declares an invalid risk" in decision.reason
     assert "kinda_risky" in decision.reason
+    # Assessing it (a review policy does) never raises: it is external access.
+    call = PolicyEngine().assess("custom", {}, Declared("kinda_risky"))
+    assert call.risk is R.EXTERNAL_ACCESS
+    assert call.reason == decision.reason
 
 
 def test_an_mcp_tool_asks_even_in_full_access() -> None:

@@ -55,7 +55,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..errors import UsageError
 from ..tools._safety import SafetyMode
 from ..tools._tool import ToolError
 from ..tools.builtin._diff import parse_patch
@@ -131,6 +130,29 @@ def _call_paths(tool_name: str, arguments: Mapping[str, Any]) -> tuple[str, ...]
     return (path,) if isinstance(path, str) else ()
 
 
+def _declared(tool: Any) -> RiskClass | None:
+    """The risk class the tool declares (`None`: none, or not a valid one)."""
+    declared = getattr(tool, "risk", None)
+    if declared is None or isinstance(declared, RiskClass):
+        return declared
+    try:
+        return RiskClass.parse(str(declared))
+    except ValueError:
+        return None
+
+
+def _invalid_risk(tool_name: str, tool: Any) -> str | None:
+    """Why the tool's declared risk is no risk class, or `None` if it is fine."""
+    declared = getattr(tool, "risk", None)
+    if declared is None or isinstance(declared, RiskClass):
+        return None
+    try:
+        RiskClass.parse(str(declared))
+    except ValueError as error:
+        return f"the tool `{tool_name}` declares an invalid risk: {error}; fix its `risk`"
+    return None
+
+
 class PolicyEngine:
     """Decides one call at a time from its risk, the live safety mode and the user's
     `rules` (see the module docstring). `workspace`, the directory shell commands run
@@ -149,9 +171,13 @@ class PolicyEngine:
         return self._rules
 
     def assess(self, tool_name: str, arguments: Mapping[str, Any], tool: Any) -> CallRisk:
-        """The call's risk class (step 1 of the module docstring). Raises `UsageError`
-        if the tool declares a risk that is not a `RiskClass`."""
-        declared = self._declared(tool_name, tool)
+        """The call's risk class (step 1 of the module docstring). Never raises: a tool
+        declaring a risk that is not a `RiskClass` is assessed as external access (and
+        `decide` denies it)."""
+        invalid = _invalid_risk(tool_name, tool)
+        if invalid is not None:
+            return CallRisk(R.EXTERNAL_ACCESS, invalid)
+        declared = _declared(tool)
         paths = _call_paths(tool_name, arguments)
         if "__" in tool_name:
             risk = R.EXTERNAL_ACCESS
@@ -194,10 +220,10 @@ class PolicyEngine:
     ) -> PolicyDecision:
         """Allow, Ask, Classify or Deny the call in `mode` (the live mode, read when the
         call is gated). Never raises: a tool with an invalid declared risk is denied."""
-        try:
-            call = self.assess(tool_name, arguments, tool)
-        except UsageError as error:
-            return PolicyDecision.deny(R.EXTERNAL_ACCESS, str(error))
+        invalid = _invalid_risk(tool_name, tool)
+        if invalid is not None:
+            return PolicyDecision.deny(R.EXTERNAL_ACCESS, invalid)
+        call = self.assess(tool_name, arguments, tool)
         if call.risk is R.DESTRUCTIVE:
             return PolicyDecision.deny(
                 call.risk, f"destructive, so denied in every mode: {call.reason}"
@@ -214,17 +240,6 @@ class PolicyEngine:
         return self._by_mode(call, mode)
 
     # ── internals ────────────────────────────────────────────────────────────────
-
-    def _declared(self, tool_name: str, tool: Any) -> RiskClass | None:
-        declared = getattr(tool, "risk", None)
-        if declared is None:
-            return None
-        if isinstance(declared, RiskClass):
-            return declared
-        try:
-            return RiskClass.parse(str(declared))
-        except ValueError as error:
-            raise UsageError(f"the tool `{tool_name}` declares an invalid risk: {error}") from None
 
     def _shell(self, arguments: Mapping[str, Any]) -> CallRisk:
         command = arguments.get("command")

@@ -24,11 +24,17 @@ and removals judged by `_shell_paths`), after stripping wrappers (`sudo`, `env`,
 
 The command's risk is the highest of its parts' (never lower than any part), and the
 parts keep their text and a short reason, so a refusal can say which one was dangerous.
-A variable assigned a literal earlier in the same script is substituted when a word is
-exactly `$NAME` (`R=rm; $R -rf /`); any other expansion leaves the word unknown, and a
-command whose name is unknown is a shell mutation. Text that cannot be parsed (an
-unclosed quote or paren, a dangling `|`) is at least a shell mutation, noted "could not
-be parsed", on top of whatever parts were read before the fault; nothing here raises.
+Words are read the way bash reads them before running them: quotes, escapes and
+`$'\\x72m'` are undone, braces are expanded (`{rm,-rf,/}`), a command name given as a
+glob counts as the riskiest known command it matches (`/bin/r? -rf /`), a variable
+assigned a literal earlier in the script (or `export`ed) is substituted when a word is
+exactly `$NAME` (`R=rm; $R -rf /`), and relative paths after a `cd` are judged from where
+it went (`cd /etc && rm passwd`; a `cd` inside `( )` ends with the subshell). Any other
+expansion leaves a word unknown, and a command whose name is unknown is a shell mutation.
+
+Text that cannot be parsed (an unclosed quote or paren, a dangling `|`) is at least a
+shell mutation, noted "could not be parsed", on top of whatever parts were read before
+the fault; nothing here raises.
 
 This classifies risk to decide whom to ask; it is not a security boundary. Aliases,
 scripts on disk, `python -c` code and programs tiller does not know are opaque to it. The
@@ -43,6 +49,7 @@ from typing import Final
 
 from ._risk import RiskClass
 from ._shell_argv import BOOM, PROC, READ, SHELL, SYS, Nested, Outcome, dangerous_assignment
+from ._shell_braces import expand_braces
 from ._shell_commands import CommandRisk, classify_argv
 from ._shell_paths import Env, Verdict, chdir, write_verdict
 from ._shell_syntax import (
@@ -52,7 +59,6 @@ from ._shell_syntax import (
     Script,
     Substitution,
     Word,
-    expand_braces,
     parse_script,
 )
 

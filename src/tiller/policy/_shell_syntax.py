@@ -32,7 +32,6 @@ from ._shell_lexer import (
     Substitution,
     Token,
     Word,
-    expand_braces,
 )
 
 __all__ = [
@@ -44,7 +43,6 @@ __all__ = [
     "Script",
     "Substitution",
     "Word",
-    "expand_braces",
     "parse_script",
 ]
 
