@@ -112,14 +112,6 @@ class Gate:
             )
         return self._classifier
 
-    def risk_of(self, call: ToolCall) -> RiskClass | None:
-        """The call's risk class, as the engine sees it (None for an unknown tool)."""
-        tool = self._registry.get(call.name)
-        arguments = _arguments(call)
-        if tool is None or arguments is None:
-            return None
-        return self._engine.decide(call.name, arguments, tool, self._mode()).risk
-
     def _mode(self) -> SafetyMode:
         return self._run_ctx.tools.safety.mode
 

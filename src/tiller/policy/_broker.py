@@ -1,11 +1,12 @@
 """`ApprovalBroker`: parks a call until a person answers, and remembers "always".
 
 The approver (a terminal prompt, a program's callback) gives one answer; the broker wraps
-it with what every approval needs: a cancelled run answers deny (the person is not asked
-about a call that will never run), and "approve always" is remembered for the run under a
-key *as narrow as the danger*: the whole command, whitespace-normalized, for the shell (so
-approving `pytest -q` never approves `pytest -q; rm -rf ~`); the tool's name for other
-tools; and never for the web or MCP tools, whose every call reaches somewhere new.
+it with what every approval needs: a cancelled run ends the wait and the call never runs
+(the person is not asked about a call that will never run), and "approve always" is
+remembered for the run under a key *as narrow as the danger*: the whole command,
+whitespace-normalized, for the shell (so approving `pytest -q` never approves
+`pytest -q; rm -rf ~`); the tool's name for other tools; and never for the web or MCP
+tools, whose every call reaches somewhere new.
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ class ApprovalBroker:
         if key is not None and key in self._always:
             return Decision.allow()
         if self._cancel is not None:
-            answer = await self._cancel.until_cancelled(self._approver.approve(call, tool))
-            if answer is None:
-                return Decision.deny("the run was cancelled before anyone answered")
+            # A cancel while the person thinks is a "no": the call never runs. It ends the
+            # wait with the run's `Cancelled`, so the call is answered as cut by the cancel
+            # (law 8), not as a person's refusal nobody gave.
+            answer = await self._cancel.race(self._approver.approve(call, tool))
         else:
             answer = await self._approver.approve(call, tool)
         if answer.allowed and answer.always and key is not None:
