@@ -47,6 +47,7 @@ from ._hook_events import (
     clip_output,
     watches_tool,
 )
+from ._interlock import taint_names
 from ._risk import RiskClass
 from ._shell_hook import ShellHook
 
@@ -68,14 +69,7 @@ class HookConfigError(UsageError):
 
 
 def _taint_names(taint: Taint | Iterable[str]) -> tuple[str, ...]:
-    if isinstance(taint, Taint):
-        names = []
-        if taint & Taint.PRIVATE_DATA:
-            names.append("private")
-        if taint & Taint.UNTRUSTED_INPUT:
-            names.append("untrusted")
-        return tuple(names)
-    return tuple(taint)
+    return tuple(taint_names(taint)) if isinstance(taint, Taint) else tuple(taint)
 
 
 def _name_of(fn: Callable[..., object]) -> str:
