@@ -101,6 +101,10 @@ class Gate:
             self._decided, approver = approver, approver.then
         self._approver = ApprovalBroker(approver, run_ctx.cancel) if approver is not None else None
         self._classifier = run_ctx.classifier
+        #: No rules, hooks or outbox: a read-only call needs no more than the lookup.
+        self._plain_reads = (
+            not self._engine.rules.rules and not run_ctx.hooks and run_ctx.outbox is None
+        )
         self._model = model
         self._retry = retry
 
@@ -130,6 +134,17 @@ class Gate:
             record.refused_by = lookup.refusal
             return GateAnswer(refusal=_lookup_refusal(call.name, lookup.refusal, self._registry))
         tool = lookup.tool
+        if (
+            self._plain_reads
+            and tool.read_only is True
+            and getattr(tool, "risk", None) is None
+            and not (capabilities or Capability.NONE) & Capability.EXTERNAL_SEND
+            and "__" not in call.name
+            and (self._decided is None or self._decided.decision_for(call.id) is None)
+        ):
+            # A plain read in a run with no rules, hooks or outbox: every mode allows it
+            # and nothing else could refuse it, so the per-call work is skipped.
+            return GateAnswer(tool=tool, risk=RiskClass.READ_ONLY)
         arguments = _arguments(call)
         if arguments is None:
             # Not a JSON object: the registry answers it with an error, running nothing.
