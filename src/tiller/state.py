@@ -61,6 +61,9 @@ class CallRecord(BaseModel):
     #: Who refused it, if it was refused: user, policy, hook, phase, withheld, unknown tool.
     refused_by: str | None = None
     malformed_arguments: bool = False
+    #: What the model wrote instead of JSON arguments, kept so a resumed run answers the
+    #: call with the same error instead of running it (its transcript holds `{}`).
+    malformed_text: str | None = None
     staged: bool = False
 
 

@@ -251,3 +251,53 @@ async def test_a_deny_rule_reaches_read_only_tools_too(ctx: RunContext, workspac
     assert results(run)["read_file"].content.startswith("Blocked by policy:")
     free = await drive(Agent(ScriptedModel(script), [read_file]), "read", ctx)
     assert "SECRET=1" in results(free)["read_file"].content
+
+
+async def test_a_held_call_beside_a_refused_one_can_be_decided_alone(workspace: Path) -> None:
+    """The refused (unknown) call of the batch is answered and recorded before the run
+    suspends, so the person decides only the held call — in any process."""
+    from tiller.loop import ResumeDecision, resume
+
+    sent.clear()
+    bus = MemoryBus()
+    ctx = RunContext.sandboxed(workspace).with_store(bus)
+    options = RunOptions(checkpoint_bucket=DEFAULT_BUCKET)
+    batch = [mail("me@x"), {"name": "no_such_tool"}]
+    agent = Agent(ScriptedModel([{"tool_calls": batch}, "done"]), TOOLS)
+    paused = await agent.run_in(ctx, "go", options, run_id="r-mixed")
+    assert paused.stop_cause is StopCause.SUSPENDED
+    (held,) = await ApprovalStore(bus).for_run("r-mixed")
+    done = await resume(
+        agent,
+        "r-mixed",
+        {held.call_id: ResumeDecision.approved()},
+        run_ctx=ctx.with_approver(AllowAll()),
+        options=options,
+    )
+    assert done.stop_cause is StopCause.COMPLETED
+    answers = {
+        r.name: r.content for m in done.state.messages for r in getattr(m, "tool_results", ())
+    }
+    assert answers["send_mail"] == "sent" and answers["no_such_tool"].startswith("Unknown tool")
+    assert sent == ["me@x: 1234"]
+
+
+async def test_a_call_whose_arguments_were_not_json_never_runs_after_a_review_pause(
+    ctx: RunContext,
+) -> None:
+    from tiller.loop import PauseEveryStep, ResumeDecision, resume
+
+    sent.clear()
+    broken = {"name": "send_mail", "arguments": '{"to": "x" oops'}
+    model = ScriptedModel([{"tool_calls": [broken]}, "done"])
+    options = RunOptions(review_policy=PauseEveryStep())
+    agent = Agent(model, TOOLS)
+    paused = await agent.run_in(ctx, "go", options)
+    assert paused.stop_cause is StopCause.SUSPENDED
+    (call,) = paused.state.unanswered_calls()
+    done = await resume(
+        agent, paused.state, {call.id: ResumeDecision.approved()}, run_ctx=ctx, options=options
+    )
+    (answer,) = [r for m in done.state.messages for r in getattr(m, "tool_results", ())]
+    assert answer.is_error and "not valid JSON" in answer.content and "oops" in answer.content
+    assert sent == []

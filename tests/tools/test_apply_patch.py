@@ -334,3 +334,18 @@ async def test_a_patch_that_undoes_itself_writes_nothing(ctx: ExecContext, root:
         "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-# X\n+# Title\n"
     )
     assert await patched(ctx, patch) == "the patch leaves every file as it was; nothing was written"
+
+
+async def test_a_far_off_hunk_header_neither_hangs_nor_crashes(tmp_path: Path) -> None:
+    """Found in review: a header line number far past the end made the search count up
+    to it; an over-long number crashed the parser."""
+    from tiller.tools import ExecContext, ToolError
+    from tiller.tools.builtin._patch import apply_patch as patch_tool
+
+    (tmp_path / "a.txt").write_text("one\ntwo\nthree\n")
+    ctx = ExecContext.for_test(tmp_path)
+    far = "--- a/a.txt\n+++ b/a.txt\n@@ -100000000000,1 +100000000000,1 @@\n-two\n+TWO\n"
+    done = await patch_tool.call({"patch": far.replace("100000000000", "999999999")}, ctx)
+    assert not done.is_error and (tmp_path / "a.txt").read_text() == "one\nTWO\nthree\n"
+    with pytest.raises(ToolError, match="not a hunk header"):
+        await patch_tool.call({"patch": far.replace("100000000000", "9" * 5000)}, ctx)

@@ -55,6 +55,20 @@ class ToolDispatch:
     #: Why each held call needs a person, and its risk (for the held-approval records).
     _held_reasons: dict[str, tuple[str, RiskClass | None]]
 
+    def _remember_malformed(
+        self, calls: Sequence[ToolCall], malformed: dict[str, str] | None
+    ) -> None:
+        """Keep the calls of a step about to suspend whose arguments were not JSON."""
+        for call in calls:
+            if malformed and call.id in malformed:
+                self.state.calls[call.id] = CallRecord(
+                    call_id=call.id,
+                    name=call.name,
+                    turn=self.state.step,
+                    malformed_arguments=True,
+                    malformed_text=malformed[call.id],
+                )
+
     def _suspend(self, calls: Sequence[ToolCall], reason: str) -> None:
         """`calls` wait for a person (a review pause, or Asks held in a headless durable
         run); the state is the checkpoint."""
@@ -153,7 +167,19 @@ class ToolDispatch:
                         group.create_task(self._run_call(call, tool, executed, signals))
             self._finish_executed(calls, executed, budget, handles, results)
             if held:
-                # The allowed calls ran and are recorded; the held ones wait for a person.
+                # The allowed calls ran and are recorded; the refused, staged and malformed
+                # ones are answered: record them too, so a resume (in any process) answers
+                # them from the log and only the held ones wait for a person.
+                if self._checkpoints is not None:
+                    for call in calls:
+                        answered = results.get(call.id)
+                        if answered is not None and call.id not in executed:
+                            await self._checkpoints.call_completed(
+                                state.run_id,
+                                call.id,
+                                answered.content,
+                                is_error=answered.is_error,
+                            )
                 self._suspend(held, "these calls need a person's approval")
                 return None
         except BaseException as exc:

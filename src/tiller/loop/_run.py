@@ -250,9 +250,16 @@ class Loop(ToolDispatch):
                 for call_id, log in logs.items()
                 if log.status == "completed"
             }
+        # Calls whose arguments never were JSON are answered with that error again (the
+        # transcript holds `{}` for them: run, they would run with no arguments at all).
+        malformed = {
+            call.id: record.malformed_text or ""
+            for call in calls
+            if (record := state.calls.get(call.id)) is not None and record.malformed_arguments
+        }
         self._orphan_results = True  # their TOOL_CALL_START went out in an earlier run
         try:
-            results = await self._dispatch(calls, {}, recorded=recorded)
+            results = await self._dispatch(calls, {}, malformed, recorded=recorded)
         finally:
             self._orphan_results = False
         if results is not None:  # None: some calls are held for a person again
@@ -307,6 +314,7 @@ class Loop(ToolDispatch):
                 state.step, message, self.agent.registry
             )
             if reason is not None:
+                self._remember_malformed(message.tool_calls, turn.malformed)
                 self._suspend(message.tool_calls, reason)
                 return
             # Durable mode: the calls are in the checkpoint before any of them runs, so a

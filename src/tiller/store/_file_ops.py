@@ -189,7 +189,8 @@ def write_file(root: Path, parts: Sequence[str], data: bytes, mode: int) -> None
             with os.fdopen(file_fd, "wb") as out:
                 out.write(data)
                 out.flush()
-                os.fchmod(out.fileno(), mode)
+                # Permission bits only: a restore never recreates a setuid/setgid file.
+                os.fchmod(out.fileno(), mode & 0o777)
                 os.fsync(out.fileno())
         except BaseException:
             with contextlib.suppress(OSError):

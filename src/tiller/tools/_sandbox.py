@@ -57,6 +57,9 @@ __all__ = [
 SANDBOX_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Directories bound read-only (or recreated as the same symlinks) when the host has them.
 _SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: Files a command must never read even when tiller runs as root (the sandbox keeps the
+#: host's uid, so root's file permissions still apply to what is bound).
+_SECRET_FILES: Final = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 #: Bound read-only only if present: third-party software some hosts keep there.
 _OPTIONAL_DIRS: Final = ("/opt",)
 #: How long the availability probe may take before it counts as a failure.
@@ -110,7 +113,7 @@ class Sandbox:
     `DEFAULT_SANDBOX`) to probe once per process.
     """
 
-    __slots__ = ("_bwrap", "_lock", "_probe", "path", "ro_binds")
+    __slots__ = ("_bwrap", "_lock", "_probe", "_resolved", "path", "ro_binds")
 
     def __init__(
         self,
@@ -120,6 +123,10 @@ class Sandbox:
         path: str = SANDBOX_PATH,
     ) -> None:
         self._bwrap = os.fspath(bwrap)
+        # Resolved once, on first use, to an absolute path: looked up on every call, a
+        # `bwrap` a command wrote into a directory of the host's PATH (an activated
+        # venv's bin inside the workspace) would run the next command unsandboxed.
+        self._resolved: str | None = None
         self.ro_binds: tuple[Path, ...] = tuple(Path(p).absolute() for p in ro_binds)
         self.path = path
         self._lock = threading.Lock()
@@ -138,8 +145,12 @@ class Sandbox:
     # ── availability ─────────────────────────────────────────────────────────────
 
     def executable(self) -> str | None:
-        """The absolute path of the `bwrap` binary, or `None` if there is none."""
-        return shutil.which(self._bwrap)
+        """The absolute real path of the `bwrap` binary, found once, or `None`."""
+        if self._resolved is None:
+            found = shutil.which(self._bwrap)
+            if found is not None:
+                self._resolved = os.path.realpath(found)
+        return self._resolved
 
     def probe(self) -> SandboxProbe:
         """Whether the sandbox works here: runs `true` under the real flags, once.
@@ -194,7 +205,13 @@ class Sandbox:
     def command(self, argv: Sequence[str], *, jail: Path, network: bool) -> list[str]:
         """`argv` wrapped in bwrap: run in `jail` (an absolute real path, bound
         read-write), with the host network only if `network` is granted."""
-        binary = self.executable() or self._bwrap
+        binary = self.executable()
+        if binary is None:
+            raise SandboxUnavailable(f"`{self._bwrap}` is not installed (not found)")
+        if Path(binary).is_relative_to(jail):
+            # Whatever is in the jail, a command may have written: never run it as the
+            # sandbox itself.
+            raise SandboxUnavailable(f"`{binary}` lies inside the workspace; refusing to run it")
         home = _home()
         args = [
             binary,
@@ -214,6 +231,10 @@ class Sandbox:
         for name in _OPTIONAL_DIRS:
             if Path(name).is_dir():
                 args += ["--ro-bind", name, name]
+        # Readable to a command running as root (its uid maps to root's): hide them.
+        for secret in _SECRET_FILES:
+            if Path(secret).exists():
+                args += ["--ro-bind", "/dev/null", secret]
         if network:
             args += _resolver_binds()
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]

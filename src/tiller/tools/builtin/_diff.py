@@ -35,7 +35,9 @@ __all__ = [
     "split_lines",
 ]
 
-_HUNK_HEADER: Final = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
+_HUNK_HEADER: Final = re.compile(
+    r"^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@ ?(.*)$"
+)
 _GIT_EXTENDED: Final = (
     "old mode ",
     "new mode ",
@@ -456,12 +458,15 @@ def apply_hunks(text: str, section: FilePatch, path: str) -> tuple[str, list[App
         else:
             at = -1
             last = len(lines) - len(old)
-            for distance in range(0, max(len(lines), 1) + abs(expected) + 1):
-                for candidate in (expected - distance, expected + distance):
+            # Search outward from where the header says, clamped to the file: a header
+            # line number far past the end must not make the search count up to it.
+            start = min(max(expected, cursor), max(last, cursor))
+            for distance in range(0, max(len(lines), 1) + 1):
+                for candidate in (start - distance, start + distance):
                     if cursor <= candidate <= last and _matches_at(keys, old, candidate):
                         at = candidate
                         break
-                if at != -1 or (expected - distance < cursor and expected + distance > last):
+                if at != -1 or (start - distance < cursor and start + distance > last):
                     break
             if at == -1:
                 raise ToolError(_explain_miss(hunk, path, keys, expected, cursor))

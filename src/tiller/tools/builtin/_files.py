@@ -140,6 +140,7 @@ def write_file(path: str, content: str, *, ctx: ExecContext) -> str:
     if before is not None and stat.S_ISDIR(before.st_mode):
         raise ToolError(is_dir)
     ctx.snapshot_before_write([target])
+    ctx.token.check()  # cancelled while the snapshot was taken: the call must not write
     with os_errors("write", shown, directory=is_dir):
         existed = ctx.tools.fs.write_bytes(target, data, create_parents=True)
     return f"{'overwrote' if existed else 'created'} {shown} ({len(data)} bytes)"
@@ -203,6 +204,7 @@ def edit_file(path: str, old: str, new: str, *, ctx: ExecContext) -> str:
     start = found[0]
     updated = encode_content(text[:start] + new + text[start + len(old) :])
     ctx.snapshot_before_write([target])
+    ctx.token.check()  # cancelled while the snapshot was taken: the call must not write
     with os_errors("edit", shown):
         ctx.tools.fs.write_bytes(target, updated)
     line = text.count("\n", 0, start) + 1

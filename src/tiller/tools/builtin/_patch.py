@@ -203,5 +203,6 @@ def apply_patch(patch: str, *, ctx: ExecContext) -> str:
     if not changes:
         return "the patch leaves every file as it was; nothing was written"
     ctx.snapshot_before_write([change.path for change in changes], reason="apply_patch")
+    ctx.token.check()  # cancelled while the snapshot was taken: the patch must not land
     _write(ctx, changes)
     return "\n".join(summary)
