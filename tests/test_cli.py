@@ -137,3 +137,28 @@ def test_run_takes_mcp_tools_and_policy_from_the_workspaces_tiller_toml(tmp_path
     held = tiller(*base)
     assert held.returncode == 0, held.stdout + held.stderr
     assert "stop cause  suspended" in held.stdout and "fx__echo" in held.stdout
+
+
+def test_approving_in_another_process_keeps_the_workspaces_policy(tmp_path: Path) -> None:
+    """Found in review: the approving process rebuilt the run without the workspace's
+    tiller.toml, so a deny rule stopped applying after `tiller approve`."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "prod.env").write_text("API_KEY=hunter2\n")
+    (workspace / "tiller.toml").write_text(
+        '[[policy.rules]]\naction = "deny"\ntool = "read_file"\npath = "*.env"\n'
+    )
+    script = tmp_path / "script.yaml"
+    script.write_text(
+        "turns:\n"
+        "  - tool_calls: [{name: write_file, arguments: {path: a.txt, content: x}}]\n"
+        "  - tool_calls: [{name: read_file, arguments: {path: prod.env}}]\n"
+        "  - Done.\n"
+    )
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    held = tiller("run", "go", "-m", f"scripted:{script}", "-w", str(workspace), "--store", store)
+    (approval_id,) = re.findall(r"tiller approve (ap-[0-9a-f]+)", held.stdout)
+    approved = tiller("approve", approval_id, "--store", store)
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert "hunter2" not in approved.stdout
+    assert "Blocked by policy" in approved.stdout

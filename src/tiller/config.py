@@ -44,7 +44,14 @@ from .policy import HookSet, Interlock, PolicyEngine, PolicyRules
 from .tools import SafetyMode
 from .tools.mcp import McpServers
 
-__all__ = ["CONFIG_FILE", "ConfigError", "TillerConfig", "find_config", "load_config"]
+__all__ = [
+    "CONFIG_FILE",
+    "ConfigError",
+    "TillerConfig",
+    "find_config",
+    "load_config",
+    "workspace_policy",
+]
 
 #: The file `find_config` looks for in a workspace.
 CONFIG_FILE: Final = "tiller.toml"
@@ -154,3 +161,10 @@ def find_config(workspace: str | Path) -> TillerConfig:
     """The workspace's `tiller.toml`, or the defaults when it has none."""
     file = Path(workspace) / CONFIG_FILE
     return load_config(file) if file.is_file() else TillerConfig()
+
+
+def workspace_policy(run_ctx: RunContext) -> RunContext:
+    """`run_ctx` with its workspace's `tiller.toml` applied: what a process that resumes a
+    run (`tiller approve`, `tiller runs resume`) passes as `resume(..., configure=...)`, so
+    the rules, hooks, interlock and outbox routes that held the run hold it still."""
+    return find_config(run_ctx.tools.root).apply(run_ctx)

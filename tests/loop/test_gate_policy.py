@@ -301,3 +301,30 @@ async def test_a_call_whose_arguments_were_not_json_never_runs_after_a_review_pa
     (answer,) = [r for m in done.state.messages for r in getattr(m, "tool_results", ())]
     assert answer.is_error and "not valid JSON" in answer.content and "oops" in answer.content
     assert sent == []
+
+
+async def test_approve_always_does_not_answer_the_interlock(workspace: Path) -> None:
+    """Found in review: an "always" given while the conversation was clean let a send
+    after private data through without asking."""
+    from tiller.policy import Callback, Decision
+
+    sent.clear()
+    asked: list[str] = []
+
+    async def person(call: Any, tool: Any) -> Decision:
+        asked.append(json.loads(call.arguments)["body"])
+        return Decision.allow(always=True) if len(asked) == 1 else Decision.deny("no")
+
+    ctx = RunContext.sandboxed(workspace, Callback(person))
+    hello = {"name": "send_mail", "arguments": {"to": "me@x", "body": "hello"}}
+    model = ScriptedModel(
+        [
+            {"tool_calls": [hello]},
+            {"tool_calls": [{"name": "read_secrets"}]},
+            {"tool_calls": [mail("me@x")]},
+            "ok",
+        ]
+    )
+    await drive(Agent(model, TOOLS), "go", ctx)
+    assert asked == ["hello", "1234"]  # asked again after the private read
+    assert sent == ["me@x: hello"]

@@ -413,3 +413,26 @@ def test_the_settings_are_checked() -> None:
         AutoClassifier(model, timeout=0)
     with pytest.raises(UsageError, match="max_tokens must be at least 1"):
         AutoClassifier(model, max_tokens=0)
+
+
+async def test_a_model_adapter_that_crashes_escalates_instead_of_crashing_the_gate() -> None:
+    """Found in review: only timeouts and `ModelError`s were caught."""
+    from tiller.policy import AutoClassifier, RiskClass, VetRequest
+    from tiller.tools import UserGoal
+
+    class Broken:
+        provider = "broken"
+        name = "broken"
+        context_window = None
+
+        async def stream(self, request: ModelRequest):  # type: ignore[no-untyped-def]
+            raise KeyError("the adapter lost a field")
+            yield  # pragma: no cover - makes this an async generator
+
+        async def aclose(self) -> None:
+            return None
+
+    verdict = await AutoClassifier(Broken()).vet(  # type: ignore[arg-type]
+        VetRequest(tool="t", summary="s", risk=RiskClass.SHELL_MUTATION, goal=UserGoal())
+    )
+    assert not verdict.allow and "KeyError" in verdict.reason

@@ -353,6 +353,7 @@ async def _resume(
             store=bus,
             bucket=checkpoints_bucket,
             on_event=view.on_event,
+            configure=_workspace_policy(),
         )
     except AlreadyResumed:
         raise  # someone else continued it: nothing to retry
@@ -386,3 +387,11 @@ def _summary(console: Console, result: RunResult) -> int:
         )
         return EXIT_OK
     return EXIT_OK if result.completed else EXIT_NOT_COMPLETED
+
+
+def _workspace_policy() -> Any:
+    """The workspace's `tiller.toml`, re-applied to a resumed run (imported here: the
+    configuration loads the loop, which the CLI loads lazily)."""
+    from ..config import workspace_policy
+
+    return workspace_policy

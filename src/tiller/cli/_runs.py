@@ -442,6 +442,7 @@ def resume_run(
                 workspace=root,
                 on_event=view.on_event,
                 force=force,
+                configure=_workspace_policy(),
             )
         except ResumeReplayBlocked as exc:
             typer.echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
@@ -634,3 +635,11 @@ def _message(data: dict[str, Any]) -> UserMessage | AssistantMessage:
     if data.get("role") == "assistant":
         return AssistantMessage.model_validate(data)
     return UserMessage.model_validate(data)
+
+
+def _workspace_policy() -> Any:
+    """The workspace's `tiller.toml`, re-applied to a resumed run (imported here: the
+    configuration loads the loop, which the CLI loads lazily)."""
+    from ..config import workspace_policy
+
+    return workspace_policy

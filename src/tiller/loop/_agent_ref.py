@@ -32,7 +32,7 @@ from ..phase import Phase
 from ..policy import Approver
 from ..state import RunState
 from ..store import Bus
-from ..tools import SPILL_SUBDIR, ToolCtx
+from ..tools import SPILL_SUBDIR, SafetyMode, ToolCtx
 from ._budget import Budget, Pricing
 from ._context import RunContext
 from ._options import RunOptions
@@ -141,6 +141,10 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
         "spill_dir": None if tools.spill_dir == default_spill else str(tools.spill_dir),
         "output_budget_bytes": tools.output_budget_bytes,
         "shell_timeout": tools.shell_timeout,
+        # The live mode as it was at this checkpoint, and the shell's grants.
+        "safety_mode": tools.safety.mode.value,
+        "network": tools.network,
+        "unsandboxed_shell": tools.unsandboxed_shell,
         "phase": run_ctx.phase.value,
         "withheld": sorted(run_ctx.withheld),
         "compact_at_tokens": run_ctx.compact_at_tokens,
@@ -230,6 +234,10 @@ def run_context_from(
         spill_dir=spill if spill is not None and workspace is None else None,
         output_budget_bytes=policy["output_budget_bytes"],
         shell_timeout=policy["shell_timeout"],
+        # Absent from older checkpoints: the defaults (ask, no network, sandboxed).
+        safety=SafetyMode(policy.get("safety_mode", SafetyMode.ASK.value)),
+        network=bool(policy.get("network", False)),
+        unsandboxed_shell=bool(policy.get("unsandboxed_shell", False)),
     )
     stored = policy["budget"]
     spent = stored["spent"]

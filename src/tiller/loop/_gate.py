@@ -160,7 +160,8 @@ class Gate:
         if verdict.kind == "block":
             record.refused_by = "policy"
             return GateAnswer(refusal=f"Blocked by the interlock: {verdict.reason}")
-        if verdict.kind == "ask":
+        interlock_asks = verdict.kind == "ask"
+        if interlock_asks:
             ask_reason = verdict.reason
         decision = self._engine.decide(call.name, arguments, tool, self._mode())
         refused = await self._hooks(call, arguments, batch_taint, decision.risk, record)
@@ -194,7 +195,9 @@ class Gate:
                 ask_reason = vetted
             else:
                 ask_reason = decision.reason
-        return await self._ask(call, tool, record, decision.risk, ask_reason)
+        return await self._ask(
+            call, tool, record, decision.risk, ask_reason, remembered=not interlock_asks
+        )
 
     # ── the stages ───────────────────────────────────────────────────────────────
 
@@ -252,7 +255,14 @@ class Gate:
         return f"[auto-review: {verdict.reason}]"
 
     async def _ask(
-        self, call: ToolCall, tool: Any, record: CallRecord, risk: RiskClass, reason: str
+        self,
+        call: ToolCall,
+        tool: Any,
+        record: CallRecord,
+        risk: RiskClass,
+        reason: str,
+        *,
+        remembered: bool = True,
     ) -> GateAnswer:
         approver = self._approver
         if approver is None:
@@ -264,7 +274,9 @@ class Gate:
                 "attached." + _remedy(tool),
                 risk=risk,
             )
-        answer: Decision = await approver.approve(call, tool)
+        # An "always" given earlier does not answer the interlock: it was given before
+        # the conversation read what makes this send dangerous.
+        answer: Decision = await approver.ask(call, tool, remembered=remembered)
         if answer.allowed:
             return GateAnswer(tool=tool, risk=risk)
         record.refused_by = "user" if answer.kind == "deny" else "policy"

@@ -93,6 +93,7 @@ async def resume(
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
     force: bool = False,
+    configure: Callable[[RunContext], RunContext] | None = None,
 ) -> RunResult:
     """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
     load from the store (`run_ctx.store` or `store`, bucket `bucket`). `decisions` answers
@@ -142,6 +143,12 @@ async def resume(
         run_ctx = run_context_from(
             state, store=bus, approver=approver, cancel=cancel, workspace=workspace
         )
+        if configure is not None:
+            # What is not data in the checkpoint (the workspace's rules, hooks, interlock
+            # and outbox routes), put back by the caller; the run's own mode still wins.
+            mode = run_ctx.tools.safety.mode
+            run_ctx = configure(run_ctx)
+            run_ctx.tools.safety.set(mode)
     if options is None:
         options = options_from(state)
     if loaded is not None:

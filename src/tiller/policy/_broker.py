@@ -55,8 +55,13 @@ class ApprovalBroker:
         return frozenset(self._always)
 
     async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        return await self.ask(call, tool)
+
+    async def ask(self, call: ToolCall, tool: Any, *, remembered: bool = True) -> Decision:
+        """Ask the approver about `call`; with `remembered` false an earlier "always" does
+        not answer (the interlock asks because the conversation changed since then)."""
         key = approval_key(call)
-        if key is not None and key in self._always:
+        if remembered and key is not None and key in self._always:
             return Decision.allow()
         if self._cancel is not None:
             # A cancel while the person thinks is a "no": the call never runs. It ends the

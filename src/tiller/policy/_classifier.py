@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Final, Literal, Protocol
 
 from ..conversation import Usage, UserMessage
-from ..errors import UsageError
+from ..errors import Cancelled, UsageError
 from ..model import (
     FinishReason,
     Model,
@@ -296,6 +296,12 @@ class AutoClassifier:
                 )
             except ModelError as exc:
                 failure = _escalate("error", f"the classifier's model call failed: {exc}")
+            except Cancelled:
+                raise  # the run's cancellation is not the classifier's failure
+            except Exception as exc:  # a broken model adapter: escalate, never crash the gate
+                failure = _escalate(
+                    "error", f"the classifier's model failed: {type(exc).__name__}: {exc}"
+                )
         finally:
             # Whatever happened, cancellation included, the reservation is settled with
             # what the call reported, or given back if it reported nothing.
