@@ -191,6 +191,7 @@ async def test_held_calls_become_approval_records(workspace: Path) -> None:
     assert result.stop_cause is StopCause.SUSPENDED
     (held,) = await ApprovalStore(bus).for_run("r-held")
     assert held.tool == "send_mail" and held.status == "pending"
+    assert "sends data out after the conversation read private data" in held.reason
     assert held.arguments == {"to": "me@x", "body": "1234"}
     assert held.taint & Taint.PRIVATE_DATA
     # The allowed read ran before the run suspended for the held send.

@@ -138,7 +138,9 @@ async def send_outbox_item(
     if confirm is not None and not await confirm(item, arguments):
         return item
     if release_check is not None:
-        refusal = await release_check(item, tool, arguments)
+        # Checked against the workspace it will run in (`--workspace` may move it).
+        here = item.model_copy(update={"workspace": str(root)})
+        refusal = await release_check(here, tool, arguments)
         if refusal is not None:
             raise UsageError(f"{item.id} was not sent: {refusal}")
     item = await outbox.start_sending(item.id)

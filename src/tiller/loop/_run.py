@@ -233,6 +233,9 @@ class Loop(ToolDispatch):
                         for call_id, (_, risk) in self._held_reasons.items()
                         if risk is not None
                     },
+                    reasons={
+                        call_id: why for call_id, (why, _) in self._held_reasons.items() if why
+                    },
                 )
             lease = self._lease
             ttl = self.options.lease_ttl

@@ -183,9 +183,11 @@ class ApprovalStore:
         *,
         reason: str = "this action needs a person's approval",
         risks: Mapping[str, str | None] | None = None,
+        reasons: Mapping[str, str] | None = None,
     ) -> builtins.list[HeldApproval]:
         """Hold every call a suspended run waits on (its `tool_call` interrupts), with the
-        run's taint and jail root; `risks` gives a call's risk class by call id."""
+        run's taint and jail root; `risks` gives a call's risk class and `reasons` why it
+        needs a person (else `reason`), by call id."""
         calls = {call.id: call for call in state.unanswered_calls()}
         workspace = (state.policy or {}).get("jail_root")
         held: builtins.list[HeldApproval] = []
@@ -198,7 +200,7 @@ class ApprovalStore:
                     call,
                     run_id=state.run_id,
                     thread_id=state.thread_id,
-                    reason=reason,
+                    reason=(reasons or {}).get(call.id) or reason,
                     risk=(risks or {}).get(call.id),
                     taint=state.taint_flags,
                     workspace=str(workspace) if workspace is not None else None,
