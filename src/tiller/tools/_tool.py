@@ -263,7 +263,20 @@ class FunctionTool:
         if self._is_async:
             result = await self.function(*positional, **keywords)
         else:
-            result = await asyncio.to_thread(self.function, *positional, **keywords)
+            work = asyncio.ensure_future(
+                asyncio.to_thread(self.function, *positional, **keywords)
+            )
+            try:
+                result = await asyncio.shield(work)
+            except asyncio.CancelledError:
+                # A worker thread cannot be interrupted. Give it a moment to notice the
+                # token and stop, so what it did is done before the call is reported
+                # cancelled (law 8), not after; a tool that never checks is left behind.
+                await asyncio.wait({work}, timeout=SYNC_CANCEL_GRACE)
+                # Its outcome no longer has a reader: fetch it, so a failure is not
+                # reported as never retrieved.
+                work.add_done_callback(lambda done: done.cancelled() or done.exception())
+                raise
             if inspect.isawaitable(result):
                 result = await result
         return to_output(result)
@@ -292,6 +305,10 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "__fspath__"):
         return str(value)
     raise TypeError(f"a tool returned a {type(value).__name__}, which is not JSON-serializable")
+
+
+#: Seconds a cancelled call waits for its sync tool's worker thread to finish.
+SYNC_CANCEL_GRACE: Final = 2.0
 
 
 # ── @tool ──────────────────────────────────────────────────────────────────────────

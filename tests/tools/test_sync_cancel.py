@@ -1,0 +1,41 @@
+"""A cancelled call waits (a moment) for its sync tool's worker thread, so what the tool
+did is done before the call is reported cancelled, not after."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from tiller.cancel import CancellationToken
+from tiller.conversation import ToolCall
+from tiller.errors import Cancelled
+from tiller.tools import ExecContext, Registry, tool
+
+
+async def test_the_worker_thread_finishes_before_cancelled_is_reported(tmp_path: Path) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    @tool
+    def slow_write(ctx: ExecContext) -> str:
+        """Write a file, slowly."""
+        started.set()
+        release.wait(10)
+        (ctx.workdir / "written.txt").write_text("done")
+        return "written"
+
+    token = CancellationToken()
+    ctx = ExecContext.for_test(tmp_path, token=token)
+    call = asyncio.ensure_future(
+        Registry([slow_write]).execute(ToolCall(id="c", name="slow_write"), ctx)
+    )
+    await asyncio.to_thread(started.wait, 10)
+    # The thread goes on a little after the cancel, as a real tool would until it checks.
+    threading.Timer(0.2, release.set).start()
+    token.cancel("stop")
+    with pytest.raises(Cancelled):
+        await call
+    assert (tmp_path / "written.txt").read_text() == "done"  # finished before we heard
