@@ -263,9 +263,7 @@ class FunctionTool:
         if self._is_async:
             result = await self.function(*positional, **keywords)
         else:
-            work = asyncio.ensure_future(
-                asyncio.to_thread(self.function, *positional, **keywords)
-            )
+            work = asyncio.ensure_future(asyncio.to_thread(self.function, *positional, **keywords))
             try:
                 result = await asyncio.shield(work)
             except asyncio.CancelledError:
