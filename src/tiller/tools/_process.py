@@ -275,11 +275,28 @@ async def spawn(
     try:
         transport, protocol = await asyncio.shield(start)
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            started, started_protocol = await asyncio.shield(start)
-            await Command(started, started_protocol).aclose()
+        # Cancelled while the process was starting: it may be running already. Its
+        # cleanup runs in a task of its own, so a second cancel of this one cannot
+        # abandon it halfway and leave the process behind.
+        cleanup = loop.create_task(_close_when_started(start))
+        _CLEANUPS.add(cleanup)
+        cleanup.add_done_callback(_CLEANUPS.discard)
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(cleanup)
         raise
     return Command(transport, protocol)
+
+
+#: Cleanups of processes whose start was cancelled, kept referenced until they finish.
+_CLEANUPS: set[asyncio.Task[None]] = set()
+
+
+async def _close_when_started(
+    start: asyncio.Future[tuple[asyncio.SubprocessTransport, _Protocol]],
+) -> None:
+    with contextlib.suppress(Exception):
+        started, started_protocol = await start
+        await Command(started, started_protocol).aclose()
 
 
 def _kill_group(pgid: int) -> None:
