@@ -89,6 +89,9 @@ _HEADROOM = 8 * 1024
 _STREAM_KIND = re.compile(r"^(?:KV_|OBJ_TQ_|OBJ_|TQ_)")
 # Reads of a manifest whose object vanished (overwritten meanwhile) start over this often.
 _READ_ATTEMPTS = 8
+#: How long a scan waits for its next message before asking the consumer whether any is
+#: still pending (a record overwritten mid-scan leaves the promised message undelivered).
+_SCAN_WAIT = 0.5
 
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     nats.errors.TimeoutError,
@@ -217,7 +220,14 @@ class _Records:
                 delivered = info.delivered.consumer_seq if info.delivered else 0
                 if (info.num_pending or 0) + (delivered or 0) > 0:
                     while True:
-                        msg = await sub.next_msg(timeout=self._bus._request_timeout)
+                        try:
+                            msg = await sub.next_msg(timeout=_SCAN_WAIT)
+                        except nats.errors.TimeoutError:
+                            # A record rewritten while the scan ran can take the message
+                            # the count promised: nothing more to come if none is pending.
+                            if not (await sub.consumer_info()).num_pending:
+                                break
+                            continue
                         self._collect(msg, found)
                         if msg.metadata.num_pending == 0:
                             break
