@@ -52,6 +52,10 @@ async def test_every_call_gets_an_assembled_context(ctx: RunContext, workspace: 
     assert first.safety_mode is SafetyMode.AUTO
     assert first.config == {"region": "eu"} and first.model_id == model.name
     assert first.goal.requests == ("look",)
+    from tiller.policy import ApprovalBroker, AutoClassifier
+
+    assert isinstance(first.classifier, AutoClassifier)
+    assert isinstance(first.approval, ApprovalBroker)  # the context's AllowAll, brokered
     assert first.notify is not None and first.notify is second.notify
     # One turn: one background token and one web budget, shared by the batch.
     assert first.background is second.background and first.web_bytes is second.web_bytes

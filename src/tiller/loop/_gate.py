@@ -108,6 +108,11 @@ class Gate:
         self._model = model
         self._retry = retry
 
+    @property
+    def approver(self) -> ApprovalBroker | None:
+        """The run's approval broker (None when the run has no approver)."""
+        return self._approver
+
     def classifier(self) -> AutoClassifier:
         """The run's classifier: the one given, else the run's own model (built once)."""
         if self._classifier is None:

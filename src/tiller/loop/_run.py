@@ -147,6 +147,7 @@ class Loop(ToolDispatch):
             retry=agent.retry,
         )
         self._held_reasons: dict[str, tuple[str, RiskClass | None]] = {}
+        self.services.attach_policy(classifier=self.gate.classifier(), approval=self.gate.approver)
 
     # ── the run ──────────────────────────────────────────────────────────────────
 

@@ -91,6 +91,16 @@ class RunServices:
         self._goal = UserGoal()
         self._goal_seen = 0
         self._cached_services: ToolServices | None = None
+        # The gate's classifier and approval broker, for tools that vet or ask themselves
+        # (set by the loop once its gate exists: `attach_policy`).
+        self._classifier: Any = None
+        self._approval: Any = None
+
+    def attach_policy(self, *, classifier: Any, approval: Any) -> None:
+        """Give the run's tool calls the gate's classifier and approval broker."""
+        self._classifier = classifier
+        self._approval = approval
+        self._cached_services = None
 
     def _keep_tasks(self, snapshot: list[dict[str, Any]]) -> None:
         """The broker changed the checklist: keep it in the state (it is checkpointed with
@@ -162,6 +172,8 @@ class RunServices:
             session_id=self._state.thread_id,
             scratchpad=self.scratchpad,
             goal=goal,
+            classifier=self._classifier,
+            approval=self._approval,
             questions=run_ctx.questions,
             tasks=self.tasks,
             jobs=self.jobs,

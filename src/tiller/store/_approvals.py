@@ -26,16 +26,16 @@ from typing import Any, Literal, get_args
 from ..conversation import Taint, ToolCall
 from ..errors import UsageError
 from ..state import RunState
-from ._bus import Bus, KeyValue, NotFound, StoreError
+from ._bus import Bus, NotFound, StoreError
 from ._records import (
     MalformedRecord,
     Record,
+    RecordStore,
     TaintNames,
     call_arguments,
     candidate_ids,
     change,
     create_or_get,
-    decode,
     encode,
     json_object,
 )
@@ -112,24 +112,14 @@ class HeldApproval(Record):
         return self.status == "pending"
 
 
-class ApprovalStore:
+class ApprovalStore(RecordStore[HeldApproval]):
     """Held approvals in one bucket of a `Bus`."""
 
+    record_type = HeldApproval
+    malformed = MalformedApproval
+
     def __init__(self, bus: Bus, bucket: str = APPROVALS_BUCKET) -> None:
-        self.bus = bus
-        self.bucket = bucket
-        self._kv: KeyValue | None = None
-
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self.bus.kv(self.bucket)
-        return self._kv
-
-    def _read(self, key: str, value: bytes) -> HeldApproval:
-        try:
-            return decode(HeldApproval, self.bucket, key, value)
-        except MalformedRecord as exc:
-            raise MalformedApproval(exc.bucket, exc.key, exc.problem) from None
+        super().__init__(bus, bucket)
 
     # ── holding ──────────────────────────────────────────────────────────────────
 

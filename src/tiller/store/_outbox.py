@@ -35,16 +35,16 @@ from pydantic import BaseModel, ConfigDict
 
 from ..conversation import Taint, ToolCall
 from ..errors import UsageError
-from ._bus import Bus, KeyValue, NotFound, StoreError
+from ._bus import Bus, NotFound, StoreError
 from ._records import (
     MalformedRecord,
     Record,
+    RecordStore,
     TaintNames,
     call_arguments,
     candidate_ids,
     change,
     create_or_get,
-    decode,
     encode,
     json_object,
 )
@@ -142,24 +142,14 @@ class OutboxItem(Record):
         )
 
 
-class OutboxStore:
+class OutboxStore(RecordStore[OutboxItem]):
     """Outbox items in one bucket of a `Bus`."""
 
+    record_type = OutboxItem
+    malformed = MalformedOutboxItem
+
     def __init__(self, bus: Bus, bucket: str = OUTBOX_BUCKET) -> None:
-        self.bus = bus
-        self.bucket = bucket
-        self._kv: KeyValue | None = None
-
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self.bus.kv(self.bucket)
-        return self._kv
-
-    def _read(self, key: str, value: bytes) -> OutboxItem:
-        try:
-            return decode(OutboxItem, self.bucket, key, value)
-        except MalformedRecord as exc:
-            raise MalformedOutboxItem(exc.bucket, exc.key, exc.problem) from None
+        super().__init__(bus, bucket)
 
     # ── staging and reading ──────────────────────────────────────────────────────
 

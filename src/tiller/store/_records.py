@@ -20,19 +20,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError
 
 from ..conversation import Taint, ToolCall
 from ..errors import UsageError
-from ._bus import KeyValue, RevisionConflict, StoreError
+from ._bus import Bus, KeyValue, RevisionConflict, StoreError
 
 __all__ = [
     "SCHEMA_VERSION",
     "MalformedRecord",
     "Record",
+    "RecordStore",
     "TaintNames",
     "call_arguments",
     "candidate_ids",
@@ -198,3 +199,28 @@ async def create_or_get(kv: KeyValue, key: str, value: bytes) -> bytes | None:
                 continue  # deleted between the two calls: create it after all
             return existing.value
         return None
+
+
+class RecordStore(Generic[R]):
+    """One bucket of `record_type` records in a `Bus`: the bucket opened once, and every
+    record read strictly, a bad one raising the store's own `malformed` error."""
+
+    record_type: ClassVar[type[Record]]
+    malformed: ClassVar[type[MalformedRecord]]
+
+    def __init__(self, bus: Bus, bucket: str) -> None:
+        self.bus = bus
+        self.bucket = bucket
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            self._kv = await self.bus.kv(self.bucket)
+        return self._kv
+
+    def _read(self, key: str, value: bytes) -> R:
+        try:
+            record = decode(self.record_type, self.bucket, key, value)
+        except MalformedRecord as exc:
+            raise self.malformed(exc.bucket, exc.key, exc.problem) from None
+        return record  # type: ignore[return-value]  # record_type is R by construction

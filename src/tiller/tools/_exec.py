@@ -183,7 +183,9 @@ class ExecContext:
     - `scratchpad`: the session's scratch directory inside the jail, once it exists.
     - `safety_mode`: the run's live safety mode, read when this call was dispatched.
     - `goal`: the user's requests, bounded (`UserGoal`), for judging actions.
-    - `classifier`, `approval`: set by the policy issue; `None` for now.
+    - `classifier`, `approval`: the run's auto classifier (`AutoClassifier.vet`) and its
+      approval broker (`ApprovalBroker.ask`; `None` when the run has no approver), for a
+      tool that must vet or ask about something itself; `None` in `for_test`.
     - `questions`, `tasks`, `jobs`: the question broker, the task checklist, the run's
       background jobs (`None` when the run has none).
     - `web_bytes`: the turn's shared web byte budget (`charge_web_bytes`, `web_budget()`).

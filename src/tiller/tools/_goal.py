@@ -1,11 +1,12 @@
 """`UserGoal`: what the person asked for, under byte budgets, for judging an action.
 
-The classifier (the policy issue) asks the run's model whether a proposed action fits the
-user's goal. It needs the requests, not the whole conversation: the latest summary (after
-a compaction), the user's messages since, and the agent's reply just before the latest one
-(what "yes, go ahead" refers to). Budgets keep that prompt small and bounded whatever the
-history: 6000 bytes of summary, 2000 per request and 8000 in all (the first and the latest
-are always kept, the most recent others fill the rest), 2000 of the prior reply.
+The auto classifier (`tiller.policy.AutoClassifier`) asks the run's model whether a
+proposed action fits the user's goal. It needs the requests, not the whole conversation:
+the latest summary (after a compaction), the user's messages since, and the agent's reply
+just before the latest one (what "yes, go ahead" refers to). Budgets keep that prompt
+small and bounded whatever the history: 6000 bytes of summary, 2000 per request and 8000
+in all (the first and the latest are always kept, the most recent others fill the rest),
+2000 of the prior reply.
 """
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ def execute_command_tool(sandbox: Sandbox = DEFAULT_SANDBOX) -> FunctionTool:
         capabilities=Capability.PRIVATE_DATA
         | Capability.UNTRUSTED_INPUT
         | Capability.EXTERNAL_SEND,
-        denial_remedy="Inspect the workspace with read_file, list_dir and search instead, "
+        denial_remedy="Inspect the workspace with read_file, list_dir, glob and grep instead, "
         "or say which command you would run and why.",
     )
     async def execute_command(

@@ -41,8 +41,8 @@ ERROR_PREVIEW_CHARS: Final = 2000
 
 
 # Not read-only, though it changes nothing here: a GET sends its URL (and whatever the
-# model put in it) to another host, so it goes through the approver until the policy
-# engine classifies it as network access (law 3: fail closed).
+# model put in it) to another host. The policy engine classes it as network access, and
+# the interlock counts it as a send (law 3: fail closed).
 @tool(
     capabilities=Capability.UNTRUSTED_INPUT | Capability.EXTERNAL_SEND,
     denial_remedy="Answer from what you already know, or ask the user for the page's content.",
