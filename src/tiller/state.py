@@ -65,6 +65,8 @@ class CallRecord(BaseModel):
     #: call with the same error instead of running it (its transcript holds `{}`).
     malformed_text: str | None = None
     staged: bool = False
+    #: The outbox item a staged call became.
+    outbox_item: str | None = None
 
 
 class RunState(BaseModel):
@@ -99,6 +101,11 @@ class RunState(BaseModel):
     #: id, subject, description, status, created_turn, updated_turn), so a resumed run
     #: seeds its broker with it. Plain dicts: the state does not depend on the tools.
     tasks: list[dict[str, Any]] = Field(default_factory=list)
+    #: What a person approved "always" for this run (`approval_key`s), kept across a
+    #: suspension so a served run's "approve always" holds after its resume.
+    always_approved: list[str] = Field(default_factory=list)
+    #: Calls left for the client to run (AG-UI frontend tools), when the run ended on them.
+    client_calls: list[str] = Field(default_factory=list)
     empty_turn_nudges: int = 0
     output_retries: int = 0
     stop_cause: StopCause | None = None

@@ -121,6 +121,7 @@ def _register_durable_commands() -> None:
     from ._outbox import outbox_app
     from ._rewind import rewind_command
     from ._runs import replay_command, runs_app
+    from ._serve import serve_command
 
     app.add_typer(runs_app, name="runs")
     app.command("replay")(replay_command)
@@ -129,6 +130,7 @@ def _register_durable_commands() -> None:
     app.command("approve")(approve_command)
     app.command("deny")(deny_command)
     app.add_typer(outbox_app, name="outbox")
+    app.command("serve")(serve_command)
 
 
 _register_durable_commands()

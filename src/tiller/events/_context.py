@@ -111,6 +111,9 @@ class AgUiContext(Generic[S]):
         self.run_usage: list[dict[str, Any]] | None = None
         #: The run's return value for `RUN_FINISHED.result`, if it has one.
         self.run_result: Any = None
+        #: The conversation to send as `MESSAGES_SNAPSHOT` after the state when the run
+        #: ends on an interrupt (the interrupt contract), if the agent keeps one.
+        self.interrupt_messages: list[dict[str, Any]] | None = None
 
     @classmethod
     def new(

@@ -4,7 +4,8 @@ The stream always starts with `RUN_STARTED` (with `protocolVersion`) and ends wi
 one terminal event:
 
 - the agent returns an outcome (None means success): `RUN_FINISHED{outcome}`;
-- it returns an interrupt outcome: `STATE_SNAPSHOT`, then `RUN_FINISHED{interrupt}`;
+- it returns an interrupt outcome: `STATE_SNAPSHOT`, the agent's `interrupt_messages` as
+  `MESSAGES_SNAPSHOT` if it set them, then `RUN_FINISHED{interrupt}`;
 - it is cancelled (its token fired, or the consumer left): what was open is closed, then
   `RUN_FINISHED{cancelled}`; but `RUN_ERROR{CANCELLED}` if a tool call's streamed
   arguments never became JSON (that call can get no valid `TOOL_CALL_END`);
@@ -277,6 +278,8 @@ class RunStream:
                 # The interrupt contract: state before the pausing RUN_FINISHED.
                 ctx.reset_state_stream()
                 ctx.publish_state()
+                if ctx.interrupt_messages is not None:
+                    ctx.messages_snapshot(ctx.interrupt_messages)
             sink.emit_forced(
                 RunFinishedEvent(
                     ctx.thread_id,

@@ -129,19 +129,24 @@ class Agent:
         on_event: Callable[[Event], None] | None = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        opening_messages: list[dict[str, Any]] | None = None,
     ) -> RunResult:
         """Run under `run_ctx`. `conversation` is a prompt, a list of messages, or a
-        `RunState` to continue from (its stop cause is cleared)."""
+        `RunState` to continue from (its stop cause is cleared). `opening_messages` (AG-UI
+        message dicts) are sent as the stream's first `MESSAGES_SNAPSHOT`; by default a
+        continued run sends its conversation so far, and a new one sends none."""
         options = options if options is not None else RunOptions()
         state = self._initial_state(conversation, run_id, thread_id, run_ctx)
-        adapter = _LoopRun(self, run_ctx, options, state)
+        adapter = _LoopRun(self, run_ctx, options, state, opening_messages)
         listeners: list[Callable[[Event], None]] = [on_event] if on_event is not None else []
         # Durable mode: the run's AG-UI stream also goes to the store's event log, in
         # batches (DESIGN §7), for `tiller runs show`, replay and reattach. The writer is a
         # synchronous listener that only buffers; its writes are tasks, awaited below.
         event_log: EventLogWriter | None = None
         if run_ctx.store is not None and options.checkpoint_bucket is not None:
-            event_log = EventLog(run_ctx.store).writer(state.run_id)
+            event_log = EventLog(run_ctx.store).writer(
+                state.run_id, batch_size=options.event_log_batch
+            )
             listeners.append(event_log)
         stream = run_agent(
             adapter,
@@ -203,18 +208,26 @@ class _LoopRun:
     """The loop as an AG-UI agent: what `run_agent` drives for one run."""
 
     def __init__(
-        self, agent: Agent, run_ctx: RunContext, options: RunOptions, state: RunState
+        self,
+        agent: Agent,
+        run_ctx: RunContext,
+        options: RunOptions,
+        state: RunState,
+        opening_messages: list[dict[str, Any]] | None = None,
     ) -> None:
         self.agent = agent
         self.run_ctx = run_ctx
         self.options = options
         self.state = state
+        self.opening_messages = opening_messages
         self.loop: Loop | None = None
 
     async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
         state = self.state
         ctx.ids.restore(state.id_counters)
-        if state.step > 0:
+        if self.opening_messages is not None:
+            ctx.messages_snapshot(self.opening_messages)
+        elif state.step > 0:
             # A continued run starts with the conversation so far (law 2).
             ctx.messages_snapshot(agui_messages(state.messages, id_prefix=state.run_id))
         loop = self.loop = Loop(self.agent, self.run_ctx, self.options, ctx, state)
@@ -246,9 +259,10 @@ class _LoopRun:
             raise LoopFailed(state.error or "the run failed", "RUN_FAILED")
         if state.stop_cause is StopCause.SUSPENDED:
             # One interrupt per pending call, ids stable per call; the driver sends the
-            # state first, and the run's messages let the client show the calls.
+            # state first, then the run's messages, so the client can show the calls.
+            ctx.interrupt_messages = agui_messages(state.messages, id_prefix=state.run_id)
             return RunOutcome.interrupt([Interrupt.from_wire(i) for i in state.interrupts])
-        return RunOutcome.success()
+        return RunOutcome.success(state.client_calls)
 
     def result(self) -> RunResult:
         state = self.state

@@ -6,7 +6,8 @@ calls that are not read-only (law 4: the refusal names who refused) — and the 
 run concurrently. Results go back in call order, their outputs capped in call order so the
 transcript does not depend on timing. A cancel keeps the results already returned and
 answers the rest (law 1); durable runs record each call's start and completion (law 5);
-calls held for a person suspend the run after the others ran.
+calls held for a person suspend the run after the others ran. Calls to a client's tools
+(AG-UI frontend tools) are not run here: the run ends with them open, for the client.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from ..conversation import ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled
@@ -22,7 +26,17 @@ from ..events import APPROVAL_SCHEMA, AgUiContext, ToolCallHandle, approval_inte
 from ..policy import Interlock, RiskClass, capabilities_of, taint_of
 from ..state import CallRecord, RunState, StopCause
 from ..store._checkpoints import CheckpointStore
-from ..tools import Capability, Execution, OutputBudget, TurnSignals
+from ..tools import (
+    ASK_USER,
+    QUESTION_SCHEMA,
+    Capability,
+    Execution,
+    InterruptQuestions,
+    OutputBudget,
+    TurnSignals,
+    question_interrupt_id,
+    questions_metadata,
+)
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ToolResultRecord, call_quietly
 from ._result import ToolTraceEntry
@@ -54,6 +68,8 @@ class ToolDispatch:
     gate: Gate
     #: Why each held call needs a person, and its risk (for the held-approval records).
     _held_reasons: dict[str, tuple[str, RiskClass | None]]
+    #: Held calls that are questions for the person (`ask_user` in a served run).
+    _held_questions: set[str]
 
     def _remember_malformed(
         self, calls: Sequence[ToolCall], malformed: dict[str, str] | None
@@ -77,7 +93,9 @@ class ToolDispatch:
             if call.id not in state.calls:
                 state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
         state.interrupts = [
-            {
+            self._question_interrupt(call)
+            if call.id in self._held_questions
+            else {
                 "id": approval_interrupt_id(call.id),
                 "reason": "tool_call",
                 "toolCallId": call.id,
@@ -87,10 +105,47 @@ class ToolDispatch:
             }
             for call in calls
         ]
+        ttl = self.options.interrupt_ttl
+        if ttl is not None:
+            expires = datetime.now(UTC) + timedelta(seconds=ttl)
+            stamp = expires.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            for interrupt in state.interrupts:
+                interrupt["expiresAt"] = stamp
         self.pause_reason = reason
         # The run's policy travels with the checkpoint, in the store or in the result.
         record_policy(state, self.run_ctx, self.options)
         state.stop_cause = StopCause.SUSPENDED
+
+    @staticmethod
+    def _question_interrupt(call: ToolCall) -> dict[str, Any]:
+        """The interrupt that puts an `ask_user` call's questions to the person."""
+        try:
+            arguments = orjson.loads(call.arguments)
+        except orjson.JSONDecodeError:
+            arguments = {}
+        questions = questions_metadata(arguments if isinstance(arguments, dict) else {})
+        first = questions[0]["question"] if questions else "The agent has a question."
+        return {
+            "id": question_interrupt_id(call.id),
+            "reason": "question",
+            "toolCallId": call.id,
+            "message": first if len(questions) <= 1 else f"{first} (+{len(questions) - 1} more)",
+            "responseSchema": QUESTION_SCHEMA,
+            "metadata": {"questions": questions},
+        }
+
+    def _leaves_for_client(self, call: ToolCall) -> bool:
+        """Whether `call` is to a tool the client runs (an AG-UI frontend tool)."""
+        return bool(getattr(self.agent.registry.get(call.name), "runs_on_client", False))
+
+    def _asks_served_question(self, call: ToolCall) -> bool:
+        """Whether `call` is a question that must wait for the person (a served run)."""
+        broker = self.run_ctx.questions
+        return (
+            call.name == ASK_USER
+            and isinstance(broker, InterruptQuestions)
+            and broker.holds(call.id)
+        )
 
     async def _dispatch(
         self,
@@ -114,6 +169,7 @@ class ToolDispatch:
         for call in calls:
             state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=turn)
         held: list[ToolCall] = []
+        for_client = [call for call in calls if self._leaves_for_client(call)]
         results: dict[str, ToolResult] = {}
         executed: dict[str, Execution] = {}
         budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
@@ -127,6 +183,8 @@ class ToolDispatch:
             allowed: list[tuple[ToolCall, Any]] = []
             for index, call in enumerate(calls):
                 record = state.calls[call.id]
+                if call in for_client:
+                    continue  # the client runs it; its result comes with the next request
                 if recorded and call.id in recorded:
                     # Completed before a crash or suspension: never run twice (law 5).
                     content, is_error = recorded[call.id]
@@ -146,7 +204,12 @@ class ToolDispatch:
                     continue
                 taint = Interlock.batch_taint(state.taint_flags, able[:index] + able[index + 1 :])
                 answer = await self.gate.check(call, record, taint, able[index])
-                if answer.held:
+                if answer.tool is not None and self._asks_served_question(call):
+                    # Allowed to ask: the question goes to the page as an interrupt.
+                    held.append(call)
+                    self._held_questions.add(call.id)
+                    self._held_reasons[call.id] = ("a question for the person", answer.risk)
+                elif answer.held:
                     held.append(call)
                     self._held_reasons[call.id] = (answer.ask_reason, answer.risk)
                 elif answer.staged is not None:
@@ -180,7 +243,16 @@ class ToolDispatch:
                                 answered.content,
                                 is_error=answered.is_error,
                             )
+                # Calls for the client stay open through the suspension: the resumed
+                # run leaves them to the client again.
+                state.client_calls = [call.id for call in for_client]
                 self._suspend(held, "these calls need a person's approval")
+                return None
+            if for_client:
+                # The run ends here with the client's calls open (AG-UI frontend tools);
+                # the client sends their results, with the others', in its next request.
+                state.client_calls = [call.id for call in for_client]
+                state.stop_cause = StopCause.COMPLETED
                 return None
         except BaseException as exc:
             # Keep what ran (the stream is closing, so nothing more is emitted for it).

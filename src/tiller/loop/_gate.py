@@ -35,6 +35,7 @@ from ..policy import (
     PolicyEngine,
     RiskClass,
     VetRequest,
+    approval_key,
 )
 from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode
@@ -184,6 +185,11 @@ class Gate:
             # A person already answered this call (a resume): their answer replaces the
             # approver's, whatever the mode says now; the checks above still applied.
             if decided.allowed:
+                key = approval_key(call) if decided.always else None
+                if key is not None and key not in self._state.always_approved:
+                    # "Approve always" from a resume: it holds for the rest of the run,
+                    # across later suspensions too (it is in the state).
+                    self._state.always_approved.append(key)
                 return GateAnswer(tool=tool, risk=decision.risk)
             record.refused_by = "user"
             return GateAnswer(
@@ -270,6 +276,8 @@ class Gate:
         remembered: bool = True,
     ) -> GateAnswer:
         approver = self._approver
+        if remembered and approval_key(call) in self._state.always_approved:
+            return GateAnswer(tool=tool, risk=risk)
         if approver is None:
             if self._durable:
                 return GateAnswer(held=True, risk=risk, ask_reason=reason)
@@ -307,6 +315,7 @@ class Gate:
                 f"not be staged ({type(exc).__name__}: {exc}); nothing was sent."
             )
         record.staged = True
+        record.outbox_item = item_id
         return GateAnswer(
             staged=f"Staged in the outbox as {item_id}: the draft awaits a person's release "
             f"(tiller outbox send {item_id}). It has NOT been sent; do not report it as done."

@@ -52,6 +52,15 @@ class RunOptions:
     #: Durable mode: how long the run's lease lasts between renewals (seconds). A crashed
     #: process's run can be recovered without `--force` once this has passed.
     lease_ttl: float = 30.0
+    #: How long an interrupt stays answerable (seconds; None: until answered). Its
+    #: `expiresAt` tells the client; a resume after it is refused.
+    interrupt_ttl: float | None = None
+    #: Publish the run's usage, budget and outbox in its AG-UI state (under `tiller`)
+    #: after every step, for a page to show (the server sets it; off, it costs nothing).
+    publish_run_state: bool = False
+    #: Events per record of the durable event log: smaller batches let an observer in
+    #: another process (a reattaching client) follow the run more closely.
+    event_log_batch: int = 256
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -91,3 +100,9 @@ class RunOptions:
 
     def with_review_policy(self, policy: ReviewPolicy) -> RunOptions:
         return self._with(review_policy=policy)
+
+    def with_interrupt_ttl(self, seconds: float | None) -> RunOptions:
+        return self._with(interrupt_ttl=seconds)
+
+    def with_publish_run_state(self, publish: bool = True) -> RunOptions:
+        return self._with(publish_run_state=publish)

@@ -68,11 +68,15 @@ class ResumeDecision:
     approve: bool
     reason: str = ""
     arguments: dict[str, Any] | None = None
+    #: "Approve always": calls like this one are allowed for the rest of the run.
+    always: bool = False
 
     @classmethod
-    def approved(cls, arguments: dict[str, Any] | None = None) -> ResumeDecision:
+    def approved(
+        cls, arguments: dict[str, Any] | None = None, *, always: bool = False
+    ) -> ResumeDecision:
         """Run it, with `arguments` in place of the model's if given."""
-        return cls(True, arguments=arguments)
+        return cls(True, arguments=arguments, always=always)
 
     @classmethod
     def rejected(cls, reason: str) -> ResumeDecision:
@@ -94,6 +98,7 @@ async def resume(
     on_event: Callable[[Event], None] | None = None,
     force: bool = False,
     configure: Callable[[RunContext], RunContext] | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
     """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
     load from the store (`run_ctx.store` or `store`, bucket `bucket`). `decisions` answers
@@ -110,6 +115,9 @@ async def resume(
     from the checkpoint's stored policy (`run_context_from`), with `store`, `approver`,
     `cancel` and optionally another `workspace` supplied here, since they are not data; with
     `options=None` the stored options are used (`options_from`).
+
+    `run_id` continues the run under a new id (an AG-UI resume arrives with one); the
+    call records of the suspended batch are carried over to it, so nothing runs twice.
 
     Everything that can fail on the caller's side (the agent, the context, the decisions,
     uncertain calls) is checked *before* the checkpoint is claimed, so a mistake can be
@@ -159,7 +167,8 @@ async def resume(
         raise AlreadyResumed(
             f"run {state.run_id!r} is {loaded.status}, not suspended: another process resumed it"
         )
-    pending = state.unanswered_calls()
+    # Calls left for the client (AG-UI frontend tools) are the client's to answer.
+    pending = [c for c in state.unanswered_calls() if c.id not in state.client_calls]
     if checkpoints is not None:
         # Calls of the batch that already ran (the allowed ones of a step whose other calls
         # were held for a person) need no decision: their results are recorded.
@@ -192,19 +201,24 @@ async def resume(
     if loaded is not None and checkpoints is not None:
         # AlreadyResumed for the process that loses the race.
         await checkpoints.claim(loaded, recovering=decisions is None)
+    new_id = run_id if run_id is not None else state.run_id
+    if new_id != state.run_id and checkpoints is not None:
+        await checkpoints.carry_calls(state.run_id, new_id)
     state.interrupts = []
     if decisions is None:
-        return await agent.run_in(run_ctx, state, options, on_event=on_event, run_id=state.run_id)
+        return await agent.run_in(run_ctx, state, options, on_event=on_event, run_id=new_id)
     _apply_edited_arguments(state, decisions)
     decided = DecidedApprover(
         {
-            call_id: Decision.allow() if decision.approve else Decision.deny(decision.reason)
+            call_id: Decision.allow(always=decision.always)
+            if decision.approve
+            else Decision.deny(decision.reason)
             for call_id, decision in decisions.items()
         },
         run_ctx.approver,
     )
     return await agent.run_in(
-        run_ctx.with_approver(decided), state, options, on_event=on_event, run_id=state.run_id
+        run_ctx.with_approver(decided), state, options, on_event=on_event, run_id=new_id
     )
 
 

@@ -147,6 +147,7 @@ class Loop(ToolDispatch):
             retry=agent.retry,
         )
         self._held_reasons: dict[str, tuple[str, RiskClass | None]] = {}
+        self._held_questions: set[str] = set()
         self.services.attach_policy(classifier=self.gate.classifier(), approval=self.gate.approver)
 
     # ── the run ──────────────────────────────────────────────────────────────────
@@ -160,8 +161,20 @@ class Loop(ToolDispatch):
                 self._lease = await self._checkpoints.hold(
                     self.state.run_id, _lease_owner(), self.options.lease_ttl
                 )
+                # In the store from its start, so any process can find it (to steer,
+                # cancel or follow it) before its first step ends.
+                await self._checkpoints.save(self.state, "running")
             await self.services.open()
             await self._run()
+        except BaseException:
+            if self.agui.is_cancelled and self._checkpoints is not None:
+                # A cancelled durable run says so in the store too (it is over, not
+                # "running"), with what it kept; a store error must not mask the cancel.
+                if self.state.stop_cause is None:
+                    self.state.stop_cause = StopCause.CANCELLED
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.shield(self._checkpoints.save(self.state, "finished"))
+            raise
         finally:
             # Background work dies with the run, however it ended (and first, so a
             # cancelled run's processes are gone before the run reports it stopped).
@@ -176,6 +189,7 @@ class Loop(ToolDispatch):
 
     async def _run(self) -> None:
         state = self.state
+        state.client_calls = []  # left open by an earlier run; answered in this one's input
         if state.unanswered_calls():
             # A resumed run: the suspended step's calls go first (the person decided them).
             await self._finish_suspended_batch()
@@ -195,10 +209,47 @@ class Loop(ToolDispatch):
                 await self._step()  # runs to its budget hold with no `await` in between
             finally:
                 self._release_unspent()
+            if self.options.publish_run_state:
+                self._publish_run_state()
             suspended = state.stop_cause is StopCause.SUSPENDED
             await self._checkpoint("suspended" if suspended else "running")
         if state.stop_cause is not StopCause.SUSPENDED:
             await self._checkpoint("finished")
+
+    def _publish_run_state(self) -> None:
+        """The run's spending, limits and staged drafts, in its AG-UI state (`tiller`)."""
+        state, budget = self.state, self.run_ctx.budget
+        self.agui.set_runtime_state(
+            "usage",
+            {
+                "inputTokens": state.usage.input_tokens,
+                "outputTokens": state.usage.output_tokens,
+                "totalTokens": state.usage.total_tokens,
+                "costUsd": round(state.cost_usd, 6),
+                "turns": state.step,
+            },
+        )
+        limits = {
+            "maxTurns": budget.max_turns,
+            "maxOutputTokens": budget.max_output_tokens,
+            "maxCostUsd": budget.max_cost_usd,
+        }
+        self.agui.set_runtime_state(
+            "budget",
+            {
+                **{key: value for key, value in limits.items() if value is not None},
+                "spentTurns": budget.turns,
+                "spentOutputTokens": budget.usage.output_tokens,
+                "spentCostUsd": round(budget.cost_usd, 6),
+            },
+        )
+        staged = [
+            {"toolCallId": record.call_id, "tool": record.name, "item": record.outbox_item}
+            for record in state.calls.values()
+            if record.staged
+        ]
+        if staged:
+            self.agui.set_runtime_state("outbox", staged)
 
     async def _session_end(self) -> None:
         """Tell the session_end hooks how the run stopped (their failures are logged)."""

@@ -49,6 +49,7 @@ from ._bus import (
     wall_clock,
 )
 from ._checkpoints import AlreadyResumed, CallLog, Checkpoint, CheckpointStore
+from ._control import CONTROL_BUCKET, ControlStore, ControlWatcher, MalformedControl
 from ._event_log import EventLog, EventLogWriter
 from ._file_checkpoints import FILE_BLOBS_BUCKET, FILE_CHECKPOINTS_BUCKET, FileCheckpoints
 from ._file_manifest import (
@@ -80,10 +81,13 @@ __all__ = [
     "Bus",
     "BusClosed",
     "BusMessage",
+    "CONTROL_BUCKET",
     "CallLog",
     "Checkpoint",
     "CheckpointStore",
     "Clock",
+    "ControlStore",
+    "ControlWatcher",
     "Entry",
     "EventLog",
     "EventLogWriter",
@@ -98,6 +102,7 @@ __all__ = [
     "KeyValue",
     "Lease",
     "MalformedApproval",
+    "MalformedControl",
     "MalformedFileCheckpoint",
     "MalformedOutboxItem",
     "Manifest",

@@ -215,6 +215,16 @@ class CheckpointStore:
         kv = await self._bucket()
         await kv.delete(f"{run_id}/calls/{call_id}")
 
+    async def carry_calls(self, from_run: str, to_run: str) -> None:
+        """Copy `from_run`'s call records to `to_run`: a run continued under a new id (an
+        AG-UI resume) must know which of its calls already ran."""
+        for call_id, log in (await self.calls(from_run)).items():
+            kv = await self._bucket()
+            record: dict[str, Any] = {"status": log.status}
+            if log.status == "completed":
+                record.update(content=log.content or "", is_error=log.is_error)
+            await kv.put(f"{to_run}/calls/{call_id}", orjson.dumps(record))
+
     async def calls(self, run_id: str) -> dict[str, CallLog]:
         """Every call record of the run, by call id."""
         kv = await self._bucket()

@@ -38,6 +38,7 @@ ToolError (Exception)         raised by tools on purpose; deliberately not a Til
 """
 
 from ._background import BackgroundJobs, JobOutput, JobState, JobStatus, UnknownJob
+from ._client_tool import ClientTool
 from ._errors import (
     DuplicateTool,
     HardLinkRefused,
@@ -53,6 +54,14 @@ from ._file_snapshots import CheckpointOrigin, FileSnapshotter
 from ._fs import NAME_MAX, PATH_MAX, JailFS
 from ._goal import UserGoal
 from ._html import html_to_text
+from ._interrupt_questions import (
+    ASK_USER,
+    QUESTION_SCHEMA,
+    InterruptQuestions,
+    answers_from_payload,
+    question_interrupt_id,
+    questions_metadata,
+)
 from ._jail import (
     DEFAULT_OUTPUT_BUDGET_BYTES,
     DEFAULT_SHELL_TIMEOUT,
@@ -101,6 +110,7 @@ from ._web_budget import (
 from .builtin import coding_tools
 
 __all__ = [
+    "ASK_USER",
     "BODY_LIMIT_BYTES",
     "DEFAULT_OUTPUT_BUDGET_BYTES",
     "DEFAULT_SANDBOX",
@@ -110,6 +120,7 @@ __all__ = [
     "NO_ONE_TO_ASK",
     "PATH_MAX",
     "PROGRESS_EVENT",
+    "QUESTION_SCHEMA",
     "SPILL_SUBDIR",
     "TASKS_EVENT",
     "TURN_LIMIT_BYTES",
@@ -123,6 +134,7 @@ __all__ = [
     "Capability",
     "ChecklistError",
     "CheckpointOrigin",
+    "ClientTool",
     "Dismissed",
     "DuplicateTool",
     "ExecContext",
@@ -132,6 +144,7 @@ __all__ = [
     "FileSnapshotter",
     "FunctionTool",
     "HardLinkRefused",
+    "InterruptQuestions",
     "InvalidPath",
     "JailFS",
     "JobOutput",
@@ -174,10 +187,13 @@ __all__ = [
     "UserGoal",
     "WebBudget",
     "WebBudgetExceeded",
+    "answers_from_payload",
     "checklist_text",
     "coding_tools",
     "html_to_text",
     "least_permissive",
     "private_copy",
+    "question_interrupt_id",
+    "questions_metadata",
     "tool",
 ]

@@ -1,0 +1,131 @@
+"""`tiller serve`: an agent over AG-UI, with the web console at `/`."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..loop import Agent
+
+__all__ = ["serve_command"]
+
+
+def serve_command(
+    agent_ref: str | None = typer.Argument(
+        None,
+        metavar="[MODULE:AGENT]",
+        help="The agent to serve, as module:attr (an Agent or a factory). Default: the "
+        "built-in coding agent on --model, or with no model the offline console demo.",
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    store: str = typer.Option(
+        "sqlite:///~/.tiller/tiller.db",
+        "--store",
+        envvar="TILLER_STORE",
+        help="Where runs live (sqlite:///PATH, nats://HOST:PORT): every server sharing it "
+        "can resume, steer, cancel and replay every run.",
+    ),
+    namespace: str = typer.Option(
+        "", "--namespace", help="Keep this server's runs apart from others in the same store."
+    ),
+    token: str | None = typer.Option(
+        None, "--token", envvar="TILLER_TOKEN", help="The bearer token clients must send."
+    ),
+    no_auth: bool = typer.Option(
+        False, "--no-auth", help="Serve without a token (only on a loopback address)."
+    ),
+    model: str | None = typer.Option(
+        None, "--model", "-m", envvar="TILLER_MODEL", help="The model of the built-in agent."
+    ),
+    workspace: Path = typer.Option(
+        Path("."), "--workspace", "-w", help="The directory every run may touch (its jail)."
+    ),
+    cors: list[str] = typer.Option(
+        [], "--cors", help="An origin allowed to call the API from a browser (repeatable)."
+    ),
+    detach: bool = typer.Option(
+        False, "--detach", help="Runs keep going when their client disconnects."
+    ),
+    interrupt_ttl: float | None = typer.Option(
+        None, "--interrupt-ttl", help="Seconds an approval or question stays answerable."
+    ),
+) -> None:
+    """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
+    console at /."""
+    try:
+        app_token = _token(host, token, no_auth)
+        agent = _agent(agent_ref, model)
+    except UsageError as exc:
+        typer.echo(f"tiller serve: {exc}", err=True)
+        raise typer.Exit(2) from None
+    import uvicorn
+
+    from ..serve import create_app
+
+    workspace.mkdir(parents=True, exist_ok=True)
+    app = create_app(
+        agent,
+        store=store,
+        namespace=namespace,
+        token=app_token,
+        workspace=workspace.resolve(),
+        cors_origins=cors,
+        detach=detach,
+        interrupt_ttl=interrupt_ttl,
+    )
+    shown = f"http://{host}:{port}/"
+    typer.echo(f"tiller serve: {agent.name} on {shown} (AG-UI at {shown}agui), store {store}")
+    if app_token is not None and token is None:
+        typer.echo(f"tiller serve: token {app_token} (open {shown}#token={app_token})")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def _token(host: str, token: str | None, no_auth: bool) -> str | None:
+    if no_auth:
+        if token:
+            raise UsageError("--no-auth and --token contradict each other; pick one")
+        if not _loopback(host):
+            raise UsageError(
+                f"--no-auth is allowed only on a loopback address, not {host}; "
+                "pass --token (or TILLER_TOKEN) to serve on the network"
+            )
+        return None
+    if token:
+        return token
+    import secrets
+
+    return secrets.token_urlsafe(24)  # printed once at start, for the console
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _agent(ref: str | None, model: str | None) -> Agent:
+    from ..loop import load_agent
+
+    if ref is not None:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m` would
+        return load_agent(ref, model=model)
+    if model is not None:
+        from ._coder import coding_agent
+
+        return coding_agent(model)
+    from ..examples.console_agent import agent
+
+    return agent

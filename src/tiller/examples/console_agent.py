@@ -1,0 +1,206 @@
+"""An offline agent to try `tiller serve` and its web console with, no model needed.
+
+Its model is scripted by what you type, so every feature of a served run can be tried
+from the page (and is, by the server's tests):
+
+- `write notes.txt: some text`: plans a task, writes the file (a write asks for approval:
+  approve, approve always, deny, or edit the arguments), then ticks the task off;
+- `ask`: asks you a question (the question interrupt);
+- `slow 5`: works for five steps, a second each, saying what steering it heard (steer it
+  from the box while it works, or cancel it);
+- `client`: calls the first tool the page offered (a frontend tool), and goes on once the
+  page sends the result;
+- `think`: reasons before it answers (a collapsible block);
+- anything else: echoed back.
+
+```sh
+tiller serve tiller.examples.console_agent:agent --no-auth
+```
+
+`make_agent(step_delay=...)` builds one with another pace (the load benchmark uses 20 ms).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tiller.conversation import AssistantMessage, UserMessage
+from tiller.loop import Agent
+from tiller.model.scripted import ScriptedModel, TurnInfo
+from tiller.tools import Tool
+from tiller.tools.builtin import ask_user, list_dir, read_file, task_create, task_update, write_file
+
+__all__ = ["agent", "make_agent"]
+
+_WRITE = re.compile(r"^\s*write\s+([^:]+):\s*(.*)$", re.IGNORECASE | re.DOTALL)
+_SLOW = re.compile(r"^\s*slow(?:\s+(\d+))?\s*$", re.IGNORECASE)
+
+Conversation = Sequence[UserMessage | AssistantMessage]
+
+
+def make_agent(*, step_delay: float = 1.0, first_delay: float = 0.0) -> Agent:
+    """The console agent; `step_delay` paces `slow`, `first_delay` every first turn."""
+    tools: list[Tool] = [read_file, list_dir, task_create, task_update, ask_user, write_file]
+
+    def turn(messages: Conversation, info: TurnInfo) -> Any:
+        return _turn(messages, info, step_delay=step_delay, first_delay=first_delay)
+
+    return Agent(
+        ScriptedModel(turn, name="console-script"),
+        tools,
+        system_prompt="You are the tiller console's offline demo agent.",
+        name="console-demo",
+        ref="tiller.examples.console_agent:agent",
+    )
+
+
+def _turn(messages: Conversation, info: TurnInfo, *, step_delay: float, first_delay: float) -> Any:
+    request, since = _request(messages)
+    prefix = f"c{len(messages)}"
+    delay = first_delay if since == 0 else 0.0
+    text = request.text.strip() if request is not None else ""
+    write = _WRITE.match(text)
+    if write is not None:
+        return _write_steps(write.group(1).strip(), write.group(2), since, prefix, delay)
+    slow = _SLOW.match(text)
+    if slow is not None:
+        return _slow_steps(int(slow.group(1) or 3), messages, since, prefix, step_delay)
+    lowered = text.lower()
+    if lowered == "ask":
+        return _ask_steps(messages, since, prefix, delay)
+    if lowered == "client":
+        return _client_steps(messages, info, since, prefix, delay)
+    if lowered == "think":
+        return {
+            "reasoning": [{"text": "The person wants to see me think. I will, briefly."}],
+            "text": "Thought about it: all is well.",
+            "delay": delay,
+        }
+    return {
+        "text": f"You said: {text}" if text else "Hello! Type `write a.txt: hi`.",
+        "delay": delay,
+    }
+
+
+def _request(messages: Conversation) -> tuple[UserMessage | None, int]:
+    """The person's latest request (the last user message with text of its own, not a
+    steer folded into tool results) and how many model turns were taken since."""
+    since = 0
+    for message in reversed(messages):
+        if isinstance(message, AssistantMessage):
+            since += 1
+        elif message.text and not message.tool_results:
+            return message, since
+    return None, since
+
+
+def _write_steps(path: str, content: str, since: int, prefix: str, delay: float) -> Any:
+    if since == 0:
+        return {
+            "tool_calls": [
+                {
+                    "id": f"{prefix}-0",
+                    "name": "task_create",
+                    "arguments": {"subject": f"Write {path}"},
+                }
+            ],
+            "delay": delay,
+        }
+    if since == 1:
+        return {
+            "text": f"Writing {path}.",
+            "tool_calls": [
+                {
+                    "id": f"{prefix}-0",
+                    "name": "write_file",
+                    "arguments": {"path": path, "content": content},
+                }
+            ],
+        }
+    if since == 2:
+        return {
+            "tool_calls": [
+                {
+                    "id": f"{prefix}-0",
+                    "name": "task_update",
+                    "arguments": {"id": "1", "status": "completed"},
+                }
+            ]
+        }
+    return f"Done: {path} is written."
+
+
+def _slow_steps(steps: int, messages: Conversation, since: int, prefix: str, pace: float) -> Any:
+    heard = _steers(messages)
+    if since < steps:
+        said = f"Step {since + 1} of {steps}."
+        if heard:
+            said += f" Heard: {heard[-1]}."
+        return {
+            "text": said,
+            "tool_calls": [{"id": f"{prefix}-0", "name": "list_dir", "arguments": {"path": "."}}],
+            "delay": pace,
+        }
+    return "Finished all steps." + (f" Steering I heard: {'; '.join(heard)}." if heard else "")
+
+
+def _ask_steps(messages: Conversation, since: int, prefix: str, delay: float) -> Any:
+    if since == 0:
+        question = {
+            "header": "Color",
+            "question": "Which color should the report use?",
+            "options": [
+                {"label": "red", "description": "warm", "recommended": True},
+                {"label": "blue", "description": "calm"},
+            ],
+        }
+        return {
+            "tool_calls": [
+                {"id": f"{prefix}-0", "name": "ask_user", "arguments": {"questions": [question]}}
+            ],
+            "delay": delay,
+        }
+    last = messages[-1]
+    answer = (
+        last.tool_results[0].content if isinstance(last, UserMessage) and last.tool_results else ""
+    )
+    return f"Thanks. {answer}"
+
+
+def _client_steps(
+    messages: Conversation, info: TurnInfo, since: int, prefix: str, delay: float
+) -> Any:
+    if since == 0:
+        own = {"read_file", "list_dir", "task_create", "task_update", "ask_user", "write_file"}
+        offered = [spec.name for spec in info.tools if spec.name not in own]
+        if not offered:
+            return {"text": "The page offered no tool of its own.", "delay": delay}
+        return {
+            "tool_calls": [
+                {"id": f"{prefix}-0", "name": offered[0], "arguments": {"reason": "demo"}}
+            ],
+            "delay": delay,
+        }
+    last = messages[-1]
+    result = (
+        last.tool_results[0].content if isinstance(last, UserMessage) and last.tool_results else ""
+    )
+    return f"The page answered: {result}"
+
+
+def _steers(messages: Conversation) -> list[str]:
+    """Steering text folded into tool-result turns since the latest request."""
+    heard: list[str] = []
+    for message in reversed(messages):
+        if isinstance(message, UserMessage):
+            if message.text and not message.tool_results:
+                break
+            if message.text:
+                heard.append(message.text)
+    return list(reversed(heard))
+
+
+#: The agent `tiller serve tiller.examples.console_agent:agent` serves.
+agent = make_agent()

@@ -1,0 +1,81 @@
+"""`LiveRun`: one served run in this process, its events kept for every reader.
+
+The run emits synchronously; `push` encodes each event once (the bytes every SSE reader
+gets) and wakes the readers. The request that started the run is one reader; a client
+reattaching (`GET /runs/{id}/events`) is another, reading from any index. Readers never
+slow the run down: they read the shared list at their own pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from ..cancel import CancellationToken
+from ..events import Event, encode_json
+from ..loop import SteeringQueue
+
+__all__ = ["LiveRun"]
+
+_TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+
+
+@dataclass(eq=False)
+class LiveRun:
+    """A run going on in this process (or just ended here)."""
+
+    run_id: str
+    thread_id: str
+    cancel: CancellationToken
+    steering: SteeringQueue
+    #: Whether the run goes on when the client that started it disconnects.
+    detached: bool = False
+    #: Each event as AG-UI JSON, in order.
+    frames: list[bytes] = field(default_factory=list)
+    #: The stream's terminal event was pushed, or the run's task ended.
+    done: bool = False
+    task: asyncio.Task[None] | None = None
+    _waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def push(self, event: Event) -> None:
+        """The run's event listener (synchronous, on the run's loop)."""
+        self.push_frame(encode_json(event), event.type in _TERMINAL)
+
+    def push_frame(self, frame: bytes, terminal: bool = False) -> None:
+        if self.done:
+            return
+        self.frames.append(frame)
+        if terminal:
+            self.done = True
+        self._wake()
+
+    def finish(self) -> None:
+        """The run's task ended: readers stop once they have read everything."""
+        self.done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def follow(
+        self, after: int = 0, *, idle: float | None = None
+    ) -> AsyncIterator[bytes | None]:
+        """The frames from index `after` on, as they come, until the run is done. Yields
+        None after `idle` seconds without a frame (for a keep-alive)."""
+        index = max(0, after)
+        while True:
+            while index < len(self.frames):
+                yield self.frames[index]
+                index += 1
+            if self.done:
+                return
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), idle)
+            except TimeoutError:
+                yield None

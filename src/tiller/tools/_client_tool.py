@@ -1,0 +1,48 @@
+"""`ClientTool`: a tool the AG-UI client offers (`RunAgentInput.tools`), run by the client.
+
+The model sees it like any other tool; when it calls one, the server runs nothing: the run
+ends with the call left open (`RUN_FINISHED{success, pendingToolCallIds}`), the page runs
+it with its person in front of it, and the next request carries the result. So the call
+never reaches the approver: whatever it does happens in the client, under the client's
+own control.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._exec import ExecContext
+from ._tool import BaseTool, ToolError, ToolOutput
+
+__all__ = ["ClientTool"]
+
+
+class ClientTool(BaseTool):
+    """One frontend tool, from its AG-UI definition (`name`, `description`, `parameters`)."""
+
+    read_only = True
+    #: Read by the loop: a call to this tool is left for the client, not executed.
+    runs_on_client = True
+
+    def __init__(self, name: str, description: str, parameters: Mapping[str, Any]) -> None:
+        self.name = name
+        self.description = description
+        schema = dict(parameters) if parameters else {}
+        self.input_schema = schema or {"type": "object", "properties": {}}
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> ClientTool:
+        """From an AG-UI tool (`{name, description, parameters}`)."""
+        return cls(
+            str(wire["name"]),
+            str(wire.get("description") or ""),
+            wire.get("parameters") or {},
+        )
+
+    async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+        # The loop never executes a client tool; reaching this is a wiring mistake.
+        raise ToolError(f"{self.name} runs in the client, not on the server")
+
+    def __repr__(self) -> str:
+        return f"ClientTool({self.name!r})"

@@ -1,0 +1,159 @@
+"""Run control over HTTP: steer, cancel, the runs list, frontend tools, the run's state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import jsonpatch
+import orjson
+
+from tiller.examples.console_agent import make_agent
+
+from .conftest import AUTH, SSE, parse_sse, post_run, run_input, types, wait_for
+
+
+def _user(text: str) -> list[dict[str, Any]]:
+    return [{"id": "u1", "role": "user", "content": text}]
+
+
+def _text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+def _stream_until(client: httpx.Client, url: str, body: dict[str, Any], marker: str) -> Any:
+    response = client.send(
+        client.build_request("POST", f"{url}/agui", content=orjson.dumps(body), headers=SSE),
+        stream=True,
+    )
+    seen: list[str] = []
+    lines = response.iter_lines()
+    for line in lines:
+        seen.append(line)
+        if marker in line:
+            return response, lines, seen
+    raise AssertionError(f"{marker} never came: {seen}")
+
+
+def test_a_steer_reaches_the_running_run(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(step_delay=0.3))
+    with httpx.Client(timeout=30) as client:
+        response, lines, seen = _stream_until(
+            client, url, run_input("t1", "r1", _user("slow 4")), "TOOL_CALL_RESULT"
+        )
+        steer = client.post(f"{url}/runs/r1/steer", json={"text": "use blue"}, headers=AUTH)
+        assert steer.status_code == 202
+        rest = "\n".join(seen) + "\n" + "\n".join(lines)
+        response.close()
+    events = parse_sse(rest)
+    assert any(e["type"] == "CUSTOM" and e["name"] == "tiller.queued_input" for e in events)
+    assert "use blue" in _text(events)
+    assert events[-1]["outcome"] == {"type": "success"}
+
+
+def test_cancel_ends_the_run_cancelled_and_control_after_the_end_is_409(
+    serve: Callable[..., str],
+) -> None:
+    url = serve(make_agent(step_delay=0.3))
+    with httpx.Client(timeout=30) as client:
+        response, lines, seen = _stream_until(
+            client, url, run_input("t1", "r1", _user("slow 30")), "STEP_STARTED"
+        )
+        assert client.post(f"{url}/runs/r1/cancel", headers=AUTH).status_code == 202
+        rest = "\n".join(seen) + "\n" + "\n".join(lines)
+        response.close()
+        events = parse_sse(rest)
+        assert events[-1]["type"] == "RUN_FINISHED"
+        assert events[-1]["outcome"] == {"type": "cancelled"}
+        run = wait_for(
+            lambda: (
+                (r := client.get(f"{url}/runs/r1", headers=AUTH).json())["status"] == "finished"
+                and r
+            ),
+            what="the cancelled run's checkpoint",
+        )
+        assert run["stopCause"] == "cancelled"
+        assert (
+            client.post(f"{url}/runs/r1/steer", json={"text": "x"}, headers=AUTH).status_code == 409
+        )
+        assert client.post(f"{url}/runs/r1/cancel", headers=AUTH).status_code == 409
+        assert client.post(f"{url}/runs/nope/cancel", headers=AUTH).status_code == 404
+        assert client.post(f"{url}/runs/r1/steer", content=b"{}", headers=AUTH).status_code == 400
+
+
+def test_the_runs_list_and_one_run(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    post_run(url, run_input("t1", "r1", _user("hello")))
+    post_run(url, run_input("t2", "r2", _user("write a.txt: x")))
+    listed = httpx.get(f"{url}/runs", headers=AUTH).json()["runs"]
+    assert [r["runId"] for r in listed] == ["r2", "r1"]  # newest first
+    assert listed[0]["status"] == "suspended"
+    assert listed[0]["interrupts"][0]["reason"] == "tool_call"
+    one = httpx.get(f"{url}/runs/r1", headers=AUTH).json()
+    assert one["status"] == "finished"
+    assert one["usage"]["totalTokens"] > 0
+    assert one["live"] is False
+
+
+def test_a_frontend_tool_call_ends_the_run_and_its_result_continues_it(
+    serve: Callable[..., str],
+) -> None:
+    url = serve(make_agent())
+    banner = {
+        "name": "show_banner",
+        "description": "Show a banner on the page.",
+        "parameters": {"type": "object", "properties": {"reason": {"type": "string"}}},
+    }
+    events = post_run(url, run_input("t1", "r1", _user("client"), tools=[banner]))
+    outcome = events[-1]["outcome"]
+    assert outcome["type"] == "success"
+    (pending,) = outcome["pendingToolCallIds"]
+    start = next(e for e in events if e["type"] == "TOOL_CALL_START")
+    assert start["toolCallName"] == "show_banner"
+    assert start["toolCallId"] == pending
+    assert not any(e["type"] == "TOOL_CALL_RESULT" for e in events)  # the server ran nothing
+    messages = [
+        *_user("client"),
+        {
+            "id": "a1",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": pending,
+                    "type": "function",
+                    "function": {"name": "show_banner", "arguments": '{"reason":"demo"}'},
+                }
+            ],
+        },
+        {"id": "t-res", "role": "tool", "toolCallId": pending, "content": "banner shown"},
+    ]
+    events = post_run(url, run_input("t1", "r2", messages, tools=[banner]))
+    assert "The page answered: banner shown" in _text(events)
+    assert events[-1]["outcome"] == {"type": "success"}
+
+
+def test_a_client_tool_may_not_shadow_the_agents_own(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    clash = {"name": "write_file", "description": "x", "parameters": {"type": "object"}}
+    body = orjson.dumps(run_input("t1", "r1", _user("hi"), tools=[clash]))
+    response = httpx.post(f"{url}/agui", content=body, headers=SSE)
+    assert response.status_code == 400
+    assert "write_file" in response.json()["error"]
+
+
+def test_the_state_carries_tasks_usage_budget_and_the_agents_own(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    events = post_run(url, run_input("t1", "r1", _user("write a.txt: x"), state={"theme": "dark"}))
+    state: Any = None
+    for event in events:
+        if event["type"] == "STATE_SNAPSHOT":
+            state = event["snapshot"]
+        elif event["type"] == "STATE_DELTA":
+            state = jsonpatch.apply_patch(state, event["delta"])
+    assert state["theme"] == "dark"  # the client's own state, kept
+    runtime = state["tiller"]
+    assert [t["subject"] for t in runtime["tasks"]] == ["Write a.txt"]
+    assert runtime["usage"]["turns"] == 2
+    assert runtime["budget"]["spentTurns"] == 2
+    assert types(events)[-1] == "RUN_FINISHED"

@@ -1,0 +1,138 @@
+"""The AG-UI endpoint over real HTTP: status codes, streams, disconnects, auth."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import orjson
+
+from tiller.examples.console_agent import make_agent
+from tiller.loop import Agent
+from tiller.model.scripted import ScriptedModel
+
+from .conftest import AUTH, SSE, post_run, run_input, types, wait_for
+
+HELLO = [{"id": "u1", "role": "user", "content": "hello"}]
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(f"{url}/agui", content=body, headers=headers, timeout=30)
+
+
+def test_a_run_streams_valid_events_starting_with_the_conversation(
+    serve: Callable[..., str],
+) -> None:
+    url = serve(make_agent())
+    events = post_run(url, run_input("t1", "r1", HELLO))
+    assert types(events)[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
+    assert events[0]["protocolVersion"] == "1.0"
+    assert events[1]["messages"] == HELLO  # the client's own messages, ids and all
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text == "You said: hello"
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert events[-1]["outcome"] == {"type": "success"}
+
+
+def test_bad_requests_get_their_status_codes(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(), max_body=4096)
+    good = orjson.dumps(run_input("t1", "r1", HELLO))
+    assert _post(url, b"{not json", SSE).status_code == 400
+    invalid = _post(url, orjson.dumps({"threadId": 5}), SSE)
+    assert invalid.status_code == 400
+    assert "RunAgentInput" in invalid.json()["error"]
+    orphan = run_input(
+        "t1", "r1", [*HELLO, {"id": "x", "role": "tool", "toolCallId": "nope", "content": "?"}]
+    )
+    illegal = _post(url, orjson.dumps(orphan), SSE)
+    assert illegal.status_code == 400
+    assert "nope" in illegal.json()["error"]
+    assert _post(url, good, {**SSE, "Content-Type": "text/plain"}).status_code == 415
+    big = run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "x" * 5000}])
+    assert _post(url, orjson.dumps(big), SSE).status_code == 413
+    assert _post(url, good, {**SSE, "Accept": "application/json"}).status_code == 406
+    assert httpx.get(f"{url}/agui", headers=AUTH).status_code == 405
+    assert httpx.put(f"{url}/agui", headers=AUTH).status_code == 405
+    assert httpx.get(f"{url}/runs/none", headers=AUTH).status_code == 404
+
+
+def test_the_token_is_required_except_for_the_console(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    body = orjson.dumps(run_input("t1", "r1", HELLO))
+    no_token = {key: value for key, value in SSE.items() if key != "Authorization"}
+    assert _post(url, body, no_token).status_code == 401
+    assert _post(url, body, {**no_token, "Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.get(f"{url}/runs").status_code == 401
+    console = httpx.get(f"{url}/")
+    assert console.status_code == 200
+    assert console.headers["content-type"].startswith("text/html")
+
+
+def test_no_token_when_the_app_is_made_without_one(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(), token=None)
+    headers = {key: value for key, value in SSE.items() if key != "Authorization"}
+    assert _post(url, orjson.dumps(run_input("t1", "r1", HELLO)), headers).status_code == 200
+
+
+def test_a_failed_run_is_200_with_run_error(serve: Callable[..., str]) -> None:
+    broken = Agent(ScriptedModel([]), name="broken")  # the script is empty: the model errs
+    url = serve(broken)
+    events = post_run(url, run_input("t1", "r1", HELLO))
+    assert events[0]["type"] == "RUN_STARTED"
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["code"] == "MODEL_ERROR"
+
+
+def _status(url: str, run_id: str) -> dict[str, object]:
+    response = httpx.get(f"{url}/runs/{run_id}", headers=AUTH)
+    return dict(response.json()) if response.status_code == 200 else {}
+
+
+def test_a_client_disconnect_cancels_only_its_own_run(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    url = serve(make_agent(step_delay=0.3), keep_alive=0.2)
+    slow = orjson.dumps(run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "slow 20"}]))
+    other = orjson.dumps(run_input("t2", "r2", [{"id": "u1", "role": "user", "content": "slow 3"}]))
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{url}/agui", content=other, headers=SSE) as kept,
+    ):
+        with client.stream("POST", f"{url}/agui", content=slow, headers=SSE) as response:
+            for line in response.iter_lines():
+                if "TOOL_CALL_RESULT" in line:
+                    break  # one step done: hang up
+        stopped = wait_for(
+            lambda: _status(url, "r1").get("status") == "finished" and _status(url, "r1"),
+            what="the abandoned run to stop",
+        )
+        assert stopped["stopCause"] == "cancelled"
+        body = b"".join(kept.iter_bytes()).decode()
+    assert '"outcome":{"type":"success"}' in body  # the other run went on to the end
+
+
+def test_a_detached_run_survives_its_client_and_can_be_reattached(
+    serve: Callable[..., str],
+) -> None:
+    url = serve(make_agent(step_delay=0.2))
+    body = run_input(
+        "t1",
+        "r1",
+        [{"id": "u1", "role": "user", "content": "slow 3"}],
+        forwardedProps={"tiller": {"detach": True}},
+    )
+    with httpx.Client(timeout=30) as client:
+        with client.stream(
+            "POST", f"{url}/agui", content=orjson.dumps(body), headers=SSE
+        ) as response:
+            for line in response.iter_lines():
+                if "STEP_STARTED" in line:
+                    break
+        with client.stream("GET", f"{url}/runs/r1/events?after=0", headers=AUTH) as replay:
+            text = b"".join(replay.iter_bytes()).decode()
+    assert text.startswith("id: 0\ndata: ")
+    assert '"type":"RUN_STARTED"' in text
+    assert "Finished all steps." in text.replace('","', "") or "Finished" in text
+    assert '"outcome":{"type":"success"}' in text
+    assert _status(url, "r1")["stopCause"] == "completed"

@@ -1,0 +1,180 @@
+"""Approvals and questions over AG-UI: the interrupt contract, end to end over HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tiller.examples.console_agent import make_agent
+
+from .conftest import last_messages, post_run, run_input, types
+
+
+def _user(text: str) -> list[dict[str, Any]]:
+    return [{"id": "u1", "role": "user", "content": text}]
+
+
+def _answer(
+    interrupt: dict[str, Any], payload: dict[str, Any], status: str = "resolved"
+) -> dict[str, Any]:
+    return {"interruptId": interrupt["id"], "status": status, "payload": payload}
+
+
+def _paused(
+    url: str, thread: str, run: str, text: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    events = post_run(url, run_input(thread, run, _user(text)))
+    assert events[-1]["outcome"]["type"] == "interrupt", types(events)
+    # The contract: state, then messages, then the pausing RUN_FINISHED.
+    assert types(events)[-3:] == ["STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    (interrupt,) = events[-1]["outcome"]["interrupts"]
+    return last_messages(events), interrupt
+
+
+def _text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+def test_an_approved_write_runs_once_and_a_second_resume_runs_nothing(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write notes.txt: hello")
+    assert interrupt["reason"] == "tool_call"
+    assert interrupt["toolCallId"]
+    assert interrupt["responseSchema"]["required"] == ["decision"]
+    target = tmp_path / "workspace" / "notes.txt"
+    assert not target.exists()
+    resume = [_answer(interrupt, {"decision": "approve"})]
+    events = post_run(url, run_input("t1", "r2", messages, resume=resume))
+    assert types(events)[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
+    assert events[-1]["outcome"] == {"type": "success"}
+    assert "Done: notes.txt is written." in _text(events)
+    assert target.read_text() == "hello"
+    target.write_text("changed by hand")
+    again = post_run(url, run_input("t1", "r3", messages, resume=resume))
+    assert types(again) == ["RUN_STARTED", "RUN_ERROR"]
+    assert again[-1]["code"] == "INVALID_RESUME"
+    assert "no open interrupt" in again[-1]["message"]
+    assert target.read_text() == "changed by hand"  # nothing ran twice
+
+
+def test_deny_with_a_reason_reaches_the_model(serve: Callable[..., str], tmp_path: Path) -> None:
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: x")
+    events = post_run(
+        url,
+        run_input(
+            "t1",
+            "r2",
+            messages,
+            resume=[_answer(interrupt, {"decision": "deny", "reason": "not today"})],
+        ),
+    )
+    results = [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert any("Denied by the user: not today" in r for r in results)
+    assert not (tmp_path / "workspace" / "a.txt").exists()
+
+
+def test_a_cancelled_resume_entry_means_deny(serve: Callable[..., str], tmp_path: Path) -> None:
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: x")
+    events = post_run(
+        url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {}, "cancelled")])
+    )
+    assert any("Denied by the user" in e.get("content", "") for e in events)
+    assert not (tmp_path / "workspace" / "a.txt").exists()
+
+
+def test_edited_arguments_are_what_runs(serve: Callable[..., str], tmp_path: Path) -> None:
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: draft")
+    edited = {"decision": "approve", "arguments": {"path": "a.txt", "content": "final"}}
+    post_run(url, run_input("t1", "r2", messages, resume=[_answer(interrupt, edited)]))
+    assert (tmp_path / "workspace" / "a.txt").read_text() == "final"
+
+
+def test_resumes_that_do_not_fit_get_run_error(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: x")
+    cases = {
+        "r2": [
+            {
+                "interruptId": "approve-nope",
+                "status": "resolved",
+                "payload": {"decision": "approve"},
+            }
+        ],
+        "r3": [_answer(interrupt, {"decision": "maybe"})],
+        "r4": [
+            _answer(interrupt, {"decision": "approve"}),
+            _answer(interrupt, {"decision": "approve"}),
+        ],
+    }
+    for run_id, resume in cases.items():
+        events = post_run(url, run_input("t1", run_id, messages, resume=resume))
+        assert types(events) == ["RUN_STARTED", "RUN_ERROR"], run_id
+        assert events[-1]["code"] == "INVALID_RESUME"
+    # New input while the interrupt is open is refused too, with what to do.
+    events = post_run(
+        url, run_input("t1", "r5", [*messages, {"id": "u2", "role": "user", "content": "hi"}])
+    )
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert "answer them with `resume`" in events[-1]["message"]
+    # After all that, the interrupt is still open and a right resume works.
+    events = post_run(
+        url, run_input("t1", "r6", messages, resume=[_answer(interrupt, {"decision": "approve"})])
+    )
+    assert events[-1]["outcome"] == {"type": "success"}
+
+
+def test_an_expired_interrupt_cannot_be_resumed(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(), interrupt_ttl=0.05)
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: x")
+    assert "expiresAt" in interrupt
+    time.sleep(0.1)  # let it expire (the outcome is asserted, not the time)
+    events = post_run(
+        url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve"})])
+    )
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert "expired" in events[-1]["message"]
+    # An expired interrupt no longer blocks the thread: new input runs.
+    events = post_run(url, run_input("t1", "r3", _user("hello")))
+    assert events[-1]["outcome"] == {"type": "success"}
+
+
+def test_approve_always_holds_for_the_rest_of_the_run(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: one")
+    events = post_run(
+        url,
+        run_input(
+            "t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve_always"})]
+        ),
+    )
+    assert events[-1]["outcome"] == {"type": "success"}
+    assert (tmp_path / "workspace" / "a.txt").read_text() == "one"
+
+
+def test_a_question_is_an_interrupt_and_the_answer_reaches_the_model(
+    serve: Callable[..., str],
+) -> None:
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "ask")
+    assert interrupt["reason"] == "question"
+    (question,) = interrupt["metadata"]["questions"]
+    assert question["header"] == "Color"
+    assert [o["label"] for o in question["options"]] == ["red", "blue"]
+    payload = {"answers": [{"header": "Color", "selected": ["blue"], "note": "calm please"}]}
+    events = post_run(url, run_input("t1", "r2", messages, resume=[_answer(interrupt, payload)]))
+    text = _text(events)
+    assert "selected: blue" in text
+    assert "calm please" in text
+    bad = post_run(
+        url, run_input("t1", "r3", messages, resume=[_answer(interrupt, {"answers": "blue"})])
+    )
+    assert bad[-1]["type"] == "RUN_ERROR"  # already answered: nothing is open any more
