@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import jsonpatch
 import orjson
+from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from tiller.examples.console_agent import make_agent
 
@@ -47,6 +48,7 @@ def test_a_steer_reaches_the_running_run(serve: Callable[..., str]) -> None:
         rest = "\n".join(seen) + "\n" + "\n".join(lines)
         response.close()
     events = parse_sse(rest)
+    assert_valid_agui(events, max_warnings=0)
     assert any(e["type"] == "CUSTOM" and e["name"] == "tiller.queued_input" for e in events)
     assert "use blue" in _text(events)
     assert events[-1]["outcome"] == {"type": "success"}
@@ -64,6 +66,7 @@ def test_cancel_ends_the_run_cancelled_and_control_after_the_end_is_409(
         rest = "\n".join(seen) + "\n" + "\n".join(lines)
         response.close()
         events = parse_sse(rest)
+        assert_valid_agui(events, max_warnings=0)
         assert events[-1]["type"] == "RUN_FINISHED"
         assert events[-1]["outcome"] == {"type": "cancelled"}
         run = wait_for(

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import httpx
 import orjson
+from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from tiller.examples.console_agent import make_agent
 from tiller.loop import Agent
 from tiller.model.scripted import ScriptedModel
 
-from .conftest import AUTH, SSE, post_run, run_input, types, wait_for
+from .conftest import AUTH, SSE, parse_sse, post_run, run_input, types, wait_for
 
 HELLO = [{"id": "u1", "role": "user", "content": "hello"}]
 
@@ -55,6 +56,17 @@ def test_bad_requests_get_their_status_codes(serve: Callable[..., str]) -> None:
     assert httpx.get(f"{url}/agui", headers=AUTH).status_code == 405
     assert httpx.put(f"{url}/agui", headers=AUTH).status_code == 405
     assert httpx.get(f"{url}/runs/none", headers=AUTH).status_code == 404
+    slashed = _post(url, orjson.dumps(run_input("t1", "thread/t1", HELLO)), SSE)
+    assert slashed.status_code == 400  # ids become store keys: no '/'
+    assert "runId" in slashed.json()["error"]
+
+
+def test_a_run_id_is_used_once(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    post_run(url, run_input("t1", "r1", HELLO))
+    again = _post(url, orjson.dumps(run_input("t2", "r1", HELLO)), SSE)
+    assert again.status_code == 400
+    assert "already in use" in again.json()["error"]
 
 
 def test_the_token_is_required_except_for_the_console(serve: Callable[..., str]) -> None:
@@ -110,6 +122,7 @@ def test_a_client_disconnect_cancels_only_its_own_run(
         assert stopped["stopCause"] == "cancelled"
         body = b"".join(kept.iter_bytes()).decode()
     assert '"outcome":{"type":"success"}' in body  # the other run went on to the end
+    assert_valid_agui(parse_sse(body), max_warnings=0)
 
 
 def test_a_detached_run_survives_its_client_and_can_be_reattached(
@@ -132,6 +145,7 @@ def test_a_detached_run_survives_its_client_and_can_be_reattached(
         with client.stream("GET", f"{url}/runs/r1/events?after=0", headers=AUTH) as replay:
             text = b"".join(replay.iter_bytes()).decode()
     assert text.startswith("id: 0\ndata: ")
+    assert_valid_agui(parse_sse(text), max_warnings=0)
     assert '"type":"RUN_STARTED"' in text
     assert "Finished all steps." in text.replace('","', "") or "Finished" in text
     assert '"outcome":{"type":"success"}' in text

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from .conftest import (
     AUTH,
@@ -166,6 +167,7 @@ def test_a_steer_and_a_reattach_through_one_server_reach_a_run_on_the_other(
         with client.stream("GET", f"{b}/runs/r1/events?after=0", headers=AUTH) as replay:
             text = b"".join(replay.iter_bytes()).decode()
     events = parse_sse(text)
+    assert_valid_agui(events, max_warnings=0)
     assert events[0]["type"] == "RUN_STARTED"
     assert events[-1]["type"] == "RUN_FINISHED"
     assert events[-1]["outcome"] == {"type": "success"}
@@ -181,12 +183,15 @@ def test_a_cancel_through_one_server_stops_a_run_on_the_other(two_servers: tuple
             "POST", f"{a}/agui", content=orjson.dumps(body), headers=SSE
         ) as response:
             lines = response.iter_lines()
+            seen: list[str] = []
             for line in lines:
+                seen.append(line)
                 if "STEP_STARTED" in line:
                     break
             assert client.post(f"{b}/runs/r1/cancel", headers=AUTH).status_code == 202
-            rest = "\n".join(lines)
+            rest = "\n".join([*seen, *lines])
         assert '"outcome":{"type":"cancelled"}' in rest
+        assert_valid_agui(parse_sse(rest), max_warnings=0)
         run = wait_for(
             lambda: (
                 (r := client.get(f"{b}/runs/r1", headers=AUTH).json())["status"] == "finished" and r

@@ -49,7 +49,11 @@ _logger = logging.getLogger(__name__)
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _CONSOLE = Path(__file__).parent / "console"
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_TERMINAL = (b'"type":"RUN_FINISHED"', b'"type":"RUN_ERROR"')
+_TERMINAL_TYPES = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+#: How often a run on another process is looked for in the store's event log (seconds).
+_LOG_POLL = 0.1
+#: How long a run that has ended may take to write its last events to the log.
+_LOG_SETTLE = 2.0
 
 
 def create_app(
@@ -280,29 +284,29 @@ class _Server:
         until its terminal event (a run on another process, or one that ended)."""
         runner = self.runner
         log = EventLog(runner.bus)
-        index, idle, poll = after, 0.0, 0.2
+        loop = asyncio.get_running_loop()
+        index = after
+        last_event = last_frame = loop.time()
         while True:
             events = await log.read(run_id, after=index)
             for event in events:
-                frame = orjson.dumps(event)
-                yield frame
                 index += 1
-                if frame.startswith(b'{"type":"RUN_') and any(t in frame for t in _TERMINAL):
+                yield orjson.dumps(event)
+                if event.get("type") in _TERMINAL_TYPES:
                     return
-            if not events:
+            now = loop.time()
+            if events:
+                last_event = last_frame = now
+                continue
+            if now - last_event > _LOG_SETTLE:
                 checkpoint = await _load(runner, run_id)
-                ended = checkpoint is None or (
-                    checkpoint.status in ("finished", "suspended")
-                    and await runner.checkpoints.holder(run_id) is None
-                )
-                if ended and idle >= 2.0:
-                    return  # ended without a stored terminal event (a lost batch)
-                await asyncio.sleep(poll)
-                idle += poll
-                if idle % self.keep_alive < poll:
-                    yield None
-            else:
-                idle = 0.0
+                over = checkpoint is None or checkpoint.status in ("finished", "suspended")
+                if over and await runner.checkpoints.holder(run_id) is None:
+                    return  # ended, and its terminal event never reached the log
+            if now - last_frame >= self.keep_alive:
+                last_frame = now
+                yield None
+            await asyncio.sleep(_LOG_POLL)
 
     async def steer(self, request: Request) -> Response:
         denied = self._denied(request)

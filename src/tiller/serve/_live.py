@@ -76,6 +76,9 @@ class LiveRun:
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), idle)
+                await asyncio.wait_for(waiter, idle)
             except TimeoutError:
                 yield None
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)

@@ -20,6 +20,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from ..errors import InvalidResume, TillerError
 from ..events import RUNTIME_STATE_KEY, RunErrorEvent, RunStartedEvent
 from ..loop import Agent, RunContext, RunOptions, SteeringQueue, resume
 from ..state import RunState
-from ..store import Bus, CheckpointStore
+from ..store import Bus, CheckpointStore, NotFound
 from ..store._checkpoints import DEFAULT_BUCKET, Checkpoint
 from ..store._control import ControlStore
 from ..tools import ClientTool, DuplicateTool, InterruptQuestions, QuestionOutcome
@@ -49,6 +50,9 @@ _logger = logging.getLogger(__name__)
 #: The event log's batch for served runs: small, so a client reattaching through another
 #: process follows the run closely.
 _SERVED_LOG_BATCH = 8
+#: Thread and run ids come from clients and become store keys: no '/' (it separates a
+#: run's own records), nothing a log line or a URL would mangle.
+_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +95,12 @@ class Runner:
 
     async def prepare(self, input: RunAgentInput) -> _Prepared:
         """Check what makes the request itself bad; `InvalidRunInput` is a 400."""
-        if input.run_id in self.live:
+        for name, value in (("threadId", input.thread_id), ("runId", input.run_id)):
+            if not _ID.fullmatch(value):
+                raise InvalidRunInput(
+                    f"{name} {value!r} must be 1 to 200 letters, digits, '.', '_', ':' or '-'"
+                )
+        if input.run_id in self.live or await _exists(self.checkpoints, input.run_id):
             raise InvalidRunInput(f"run id {input.run_id!r} is already in use; send a new one")
         agent = _with_client_tools(self.agent, [t.model_dump() for t in input.tools or ()])
         if not input.resume:
@@ -129,7 +138,7 @@ class Runner:
         try:
             async with self.control.watch(input.run_id, cancel=live.cancel, steering=live.steering):
                 await self._run(prepared, live)
-        except (TillerError, InvalidResume) as exc:
+        except TillerError as exc:  # a resume that does not fit, a blocked replay, ...
             _fail(live, input, str(exc), getattr(exc, "agui_code", None) or _code(exc))
         except Exception as exc:  # the server stays up; the client hears what happened
             _logger.exception("served run %s failed", input.run_id)
@@ -290,10 +299,20 @@ def _wire_context(input: RunAgentInput) -> list[dict[str, Any]]:
 
 
 def _client_state(raw: Any) -> Any:
-    """The client's state without the runtime's own section (the run publishes it)."""
-    if isinstance(raw, dict) and RUNTIME_STATE_KEY in raw:
-        return {key: value for key, value in raw.items() if key != RUNTIME_STATE_KEY} or None
-    return raw if raw not in ({},) else None
+    """The client's state without the runtime's own section (the run publishes it); an
+    empty state is no state (the agent's typed state then starts from its defaults)."""
+    if isinstance(raw, dict):
+        own = {key: value for key, value in raw.items() if key != RUNTIME_STATE_KEY}
+        return own or None
+    return raw
+
+
+async def _exists(checkpoints: CheckpointStore, run_id: str) -> bool:
+    try:
+        await checkpoints.load(run_id)
+    except NotFound:
+        return False
+    return True
 
 
 def _with_log_batch(options: RunOptions) -> RunOptions:
