@@ -106,6 +106,9 @@ class RunState(BaseModel):
     always_approved: list[str] = Field(default_factory=list)
     #: Calls left for the client to run (AG-UI frontend tools), when the run ended on them.
     client_calls: list[str] = Field(default_factory=list)
+    #: The message id each call's result was streamed with, so every later
+    #: `MESSAGES_SNAPSHOT` names it the same (clients merge snapshots by id).
+    result_ids: dict[str, str] = Field(default_factory=dict)
     empty_turn_nudges: int = 0
     output_retries: int = 0
     stop_cause: StopCause | None = None

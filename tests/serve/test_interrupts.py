@@ -178,3 +178,47 @@ def test_a_question_is_an_interrupt_and_the_answer_reaches_the_model(
         url, run_input("t1", "r3", messages, resume=[_answer(interrupt, {"answers": "blue"})])
     )
     assert bad[-1]["type"] == "RUN_ERROR"  # already answered: nothing is open any more
+
+
+def test_the_pausing_snapshot_keeps_results_of_calls_that_did_not_wait(
+    serve: Callable[..., str],
+) -> None:
+    from tiller.loop import Agent
+    from tiller.model import ScriptedModel
+    from tiller.tools import builtin
+
+    both = {
+        "tool_calls": [
+            {"name": "list_dir", "arguments": {"path": "."}},
+            {"name": "write_file", "arguments": {"path": "x.txt", "content": "y"}},
+        ]
+    }
+    url = serve(Agent(ScriptedModel([both, "ok"]), [builtin.list_dir, builtin.write_file]))
+    messages, interrupt = _paused(url, "t1", "r1", "go")
+    roles = [(m["role"], m.get("toolCallId")) for m in messages]
+    # The read ran and the client saw its result: the snapshot keeps it; the write waits.
+    assert roles == [("user", None), ("assistant", None), ("tool", "call-1-0")]
+    assert interrupt["toolCallId"] == "call-1-1"
+    events = post_run(
+        url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve"})])
+    )
+    assert events[-1]["outcome"] == {"type": "success"}
+
+
+def test_a_resumed_run_keeps_counting_on_the_same_budget(serve: Callable[..., str]) -> None:
+    import jsonpatch
+
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: x")
+    events = post_run(
+        url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve"})])
+    )
+    state: Any = None
+    for event in events:
+        if event["type"] == "STATE_SNAPSHOT":
+            state = event["snapshot"]
+        elif event["type"] == "STATE_DELTA":
+            state = jsonpatch.apply_patch(state, event["delta"])
+    # Two turns before the pause, two after: the budget saw all four.
+    assert state["tiller"]["budget"]["spentTurns"] == 4
+    assert state["tiller"]["usage"]["turns"] == 4

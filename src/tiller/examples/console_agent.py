@@ -125,7 +125,7 @@ def _write_steps(path: str, content: str, since: int, prefix: str, delay: float)
                 {
                     "id": f"{prefix}-0",
                     "name": "task_update",
-                    "arguments": {"id": "1", "status": "completed"},
+                    "arguments": {"id": "t1", "status": "completed"},
                 }
             ]
         }

@@ -229,7 +229,11 @@ class _LoopRun:
             ctx.messages_snapshot(self.opening_messages)
         elif state.step > 0:
             # A continued run starts with the conversation so far (law 2).
-            ctx.messages_snapshot(agui_messages(state.messages, id_prefix=state.run_id))
+            ctx.messages_snapshot(
+                agui_messages(
+                    state.messages, id_prefix=state.thread_id, result_ids=state.result_ids
+                )
+            )
         loop = self.loop = Loop(self.agent, self.run_ctx, self.options, ctx, state)
         try:
             await loop.run()
@@ -260,7 +264,12 @@ class _LoopRun:
         if state.stop_cause is StopCause.SUSPENDED:
             # One interrupt per pending call, ids stable per call; the driver sends the
             # state first, then the run's messages, so the client can show the calls.
-            ctx.interrupt_messages = agui_messages(state.messages, id_prefix=state.run_id)
+            ctx.interrupt_messages = agui_messages(
+                state.messages,
+                id_prefix=state.thread_id,
+                pending_results=loop.answered_before_pause,
+                result_ids=state.result_ids,
+            )
             return RunOutcome.interrupt([Interrupt.from_wire(i) for i in state.interrupts])
         return RunOutcome.success(state.client_calls)
 

@@ -70,6 +70,9 @@ class ToolDispatch:
     _held_reasons: dict[str, tuple[str, RiskClass | None]]
     #: Held calls that are questions for the person (`ask_user` in a served run).
     _held_questions: set[str]
+    #: Results of the calls of a suspended step that did not wait (they ran, or were
+    #: refused): not in the transcript until the step completes, but the client saw them.
+    answered_before_pause: list[ToolResult]
 
     def _remember_malformed(
         self, calls: Sequence[ToolCall], malformed: dict[str, str] | None
@@ -246,6 +249,9 @@ class ToolDispatch:
                 # Calls for the client stay open through the suspension: the resumed
                 # run leaves them to the client again.
                 state.client_calls = [call.id for call in for_client]
+                self.answered_before_pause = [
+                    results[call.id] for call in calls if call.id in results
+                ]
                 self._suspend(held, "these calls need a person's approval")
                 return None
             if for_client:
@@ -365,14 +371,19 @@ class ToolDispatch:
             )
             call_quietly(lambda: sink.tool_result(captured))
         handle = handles.get(call.id)
+        result_ids = self.state.result_ids
         if handle is not None:
+            result_ids[call.id] = handle.result_message_id
             # After a cancel the result cannot be shown, but it is kept (law 8): the loop
             # stops at its next check.
             with contextlib.suppress(Cancelled):
                 handle.result(content)
         elif self._orphan_results:
+            # A call of an earlier run: its result keeps the id it was first shown with.
             with contextlib.suppress(Cancelled):
-                self.agui.tool_result(call.id, content)
+                result_ids[call.id] = self.agui.tool_result(
+                    call.id, content, message_id=result_ids.get(call.id)
+                )
         self.trace.append(
             ToolTraceEntry(
                 call_id=call.id,

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from ..conversation import (
     AssistantMessage,
     ToolCall,
+    ToolResult,
     TranscriptChecker,
     Usage,
     UserMessage,
@@ -148,6 +149,7 @@ class Loop(ToolDispatch):
         )
         self._held_reasons: dict[str, tuple[str, RiskClass | None]] = {}
         self._held_questions: set[str] = set()
+        self.answered_before_pause: list[ToolResult] = []
         self.services.attach_policy(classifier=self.gate.classifier(), approval=self.gate.approver)
 
     # ── the run ──────────────────────────────────────────────────────────────────

@@ -33,7 +33,7 @@ from ..cancel import CancellationToken
 from ..config import workspace_policy
 from ..errors import InvalidResume, TillerError
 from ..events import RUNTIME_STATE_KEY, RunErrorEvent, RunStartedEvent
-from ..loop import Agent, RunContext, RunOptions, SteeringQueue, resume
+from ..loop import Agent, RunContext, RunOptions, SteeringQueue, resume, run_context_from
 from ..state import RunState
 from ..store import Bus, CheckpointStore, NotFound
 from ..store._checkpoints import DEFAULT_BUCKET, Checkpoint
@@ -166,7 +166,8 @@ class Runner:
             plan = plan_resume(
                 latest.state if latest else None, latest.status if latest else None, entries
             )
-            await self._resume(prepared, live, plan, options)
+            assert latest is not None  # plan_resume refuses a thread with no run
+            await self._resume(prepared, live, plan, options, latest.state)
             return
         if latest is not None and latest.status == "suspended" and _open(latest.state):
             ids = ", ".join(str(i["id"]) for i in latest.state.interrupts)
@@ -195,13 +196,31 @@ class Runner:
         )
 
     async def _resume(
-        self, prepared: _Prepared, live: LiveRun, plan: ResumePlan, options: RunOptions
+        self,
+        prepared: _Prepared,
+        live: LiveRun,
+        plan: ResumePlan,
+        options: RunOptions,
+        paused: RunState,
     ) -> None:
+        run_ctx = self._context(live, plan.answers)
+        if paused.policy is not None:
+            # One budget for the whole run (law 7): what it spent before the pause counts.
+            spent = run_context_from(paused, store=None, workspace=self.settings.workspace)
+            run_ctx = run_ctx.with_budget(
+                dataclasses.replace(
+                    run_ctx.budget,
+                    turns=spent.budget.turns,
+                    usage=spent.budget.usage,
+                    cost_usd=spent.budget.cost_usd,
+                    unpriced_models=set(spent.budget.unpriced_models),
+                )
+            )
         await resume(
             prepared.agent,
             plan.run_id,
             plan.decisions,
-            run_ctx=self._context(live, plan.answers),
+            run_ctx=run_ctx,
             options=options,
             bucket=self.settings.bucket,
             on_event=live.push,
