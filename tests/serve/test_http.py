@@ -150,3 +150,30 @@ def test_a_detached_run_survives_its_client_and_can_be_reattached(
     assert "Finished all steps." in text.replace('","', "") or "Finished" in text
     assert '"outcome":{"type":"success"}' in text
     assert _status(url, "r1")["stopCause"] == "completed"
+
+
+def test_keep_alive_comments_flow_while_the_run_is_quiet(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(step_delay=0.4), keep_alive=0.05)
+    body = orjson.dumps(run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "slow 1"}]))
+    raw = _post(url, body, SSE).text
+    assert ": keep-alive\n\n" in raw  # the model's 0.4 s pause was filled with comments
+    assert '"type":"RUN_FINISHED"' in raw
+
+
+def test_cors_lets_the_configured_origin_in(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(), cors_origins=["https://app.example"])
+    preflight = httpx.options(
+        f"{url}/agui",
+        headers={
+            "Origin": "https://app.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+    stranger = httpx.options(
+        f"{url}/agui",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert "access-control-allow-origin" not in stranger.headers

@@ -1,4 +1,5 @@
-"""Two `tiller serve` processes on different ports, one NATS JetStream store: a run's
+"""Two `tiller serve` processes on different ports, one store (NATS JetStream, and a
+SQLite file): a run's
 state lives in the store, so an interrupt raised through one is resumed through the
 other, and a steer, a cancel or a reattach sent to one reaches a run on the other."""
 
@@ -42,9 +43,10 @@ def _nats_up() -> bool:
         return sock.connect_ex(("127.0.0.1", 4222)) == 0
 
 
-@pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    if not _nats_up():
+@pytest.fixture(params=["nats", "sqlite"])
+def two_servers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    store = NATS_URL if request.param == "nats" else f"sqlite:///{tmp_path / 'shared.db'}"
+    if request.param == "nats" and not _nats_up():
         pytest.fail(
             f"NATS JetStream is not reachable at {NATS_URL}. Start it: run `.ci/run`, or "
             "`nats-server -js -a 127.0.0.1 -p 4222`.",
@@ -67,7 +69,7 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
             "--port",
             str(port),
             "--store",
-            NATS_URL,
+            store,
             "--namespace",
             namespace,
             "--token",
@@ -114,7 +116,8 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
                 process.kill()
         for log in logs:
             log.close()
-        asyncio.run(_drop_namespace(namespace))
+        if request.param == "nats":
+            asyncio.run(_drop_namespace(namespace))
 
 
 async def _drop_namespace(namespace: str) -> None:

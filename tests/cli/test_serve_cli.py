@@ -1,0 +1,33 @@
+"""`tiller serve`'s guard rails: no open server without a token."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from tiller.cli import app
+from tiller.cli._serve import _token
+
+
+def test_no_auth_is_refused_off_loopback() -> None:
+    result = CliRunner().invoke(app, ["serve", "--no-auth", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    assert "loopback" in result.output
+
+
+def test_no_auth_and_a_token_contradict() -> None:
+    result = CliRunner().invoke(app, ["serve", "--no-auth", "--token", "t"])
+    assert result.exit_code == 2
+    assert "contradict" in result.output
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+def test_no_auth_is_allowed_on_loopback(host: str) -> None:
+    assert _token(host, None, True) is None
+
+
+def test_without_a_token_one_is_made() -> None:
+    made = _token("0.0.0.0", None, False)
+    assert made is not None
+    assert len(made) >= 24
+    assert _token("0.0.0.0", "given", False) == "given"
