@@ -20,7 +20,9 @@ def test_two_commands_install_and_run() -> None:
     demo, tests = opening_commands()
     setup = "scripts/setup-system.sh && python3 -m venv .venv"
     assert demo.startswith(setup) and demo.endswith("tiller demo")
-    assert tests.startswith(setup) and "'.[dev]'" in tests
+    # The suite also needs the browser the console test drives.
+    with_browser = "scripts/setup-system.sh --browser && python3 -m venv .venv"
+    assert tests.startswith(with_browser) and "'.[dev]'" in tests
     assert (ROOT / "scripts" / "setup-system.sh").stat().st_mode & 0o111, "must be executable"
     for tool in ("ruff check", "ruff format --check", "mypy", "pytest"):
         assert tool in tests
