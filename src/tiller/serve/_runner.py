@@ -21,7 +21,7 @@ import copy
 import dataclasses
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +37,7 @@ from ..loop import Agent, RunContext, RunOptions, SteeringQueue, resume, run_con
 from ..state import RunState
 from ..store import Bus, CheckpointStore, NotFound
 from ..store._checkpoints import DEFAULT_BUCKET, Checkpoint
-from ..store._control import ControlStore
+from ..store._control import ControlStore, ControlWatcher
 from ..tools import ClientTool, DuplicateTool, InterruptQuestions, QuestionOutcome
 from ._input import InvalidRunInput, conversation_from_agui
 from ._live import LiveRun
@@ -69,6 +69,10 @@ class ServeSettings:
     #: Adjusts each run's context (a budget, hooks, a classifier) after the defaults.
     configure: Callable[[RunContext], RunContext] | None = None
     bucket: str = DEFAULT_BUCKET
+    #: How often a run re-reads its stored control requests (seconds). Pub/sub brings a
+    #: steer or a cancel at once; the re-read only catches one whose message was lost, so
+    #: it can be slow, and it costs a store read per run per interval.
+    control_poll: float = 2.0
 
 
 @dataclass(slots=True)
@@ -76,6 +80,8 @@ class _Prepared:
     input: RunAgentInput
     agent: Agent
     detach: bool
+    #: The thread's latest checkpoint when the request arrived.
+    latest: Checkpoint | None
 
 
 class Runner:
@@ -103,19 +109,19 @@ class Runner:
         if input.run_id in self.live or await _exists(self.checkpoints, input.run_id):
             raise InvalidRunInput(f"run id {input.run_id!r} is already in use; send a new one")
         agent = _with_client_tools(self.agent, [t.model_dump() for t in input.tools or ()])
-        if not input.resume:
-            latest = await self.checkpoints.for_thread(input.thread_id)
-            if latest is None or latest.status != "suspended" or not _open(latest.state):
-                # Parsed now so a malformed conversation is a 400, not a failed run. (On a
-                # thread with open interrupts the calls they hold have no results yet: the
-                # run refuses the input for that reason instead, as the contract says.)
-                conversation_from_agui(_wire_messages(input), _wire_context(input))
+        latest = await self.checkpoints.for_thread(input.thread_id)
+        paused = latest is not None and latest.status == "suspended" and _open(latest.state)
+        if not input.resume and not paused:
+            # Parsed now so a malformed conversation is a 400, not a failed run. (On a
+            # thread with open interrupts the calls they hold have no results yet: the run
+            # refuses the input for that reason instead, as the contract says.)
+            conversation_from_agui(_wire_messages(input), _wire_context(input))
         props = input.forwarded_props if isinstance(input.forwarded_props, dict) else {}
         tiller_props = props.get("tiller")
         detach = self.settings.detach
         if isinstance(tiller_props, dict) and "detach" in tiller_props:
             detach = bool(tiller_props["detach"])
-        return _Prepared(input, agent, detach)
+        return _Prepared(input, agent, detach, latest)
 
     async def launch(self, prepared: _Prepared) -> LiveRun:
         """Start the run in a task of its own; its events go to the returned `LiveRun`."""
@@ -136,7 +142,13 @@ class Runner:
     async def _drive(self, prepared: _Prepared, live: LiveRun) -> None:
         input = prepared.input
         try:
-            async with self.control.watch(input.run_id, cancel=live.cancel, steering=live.steering):
+            watcher = self.control.watch(
+                input.run_id,
+                cancel=live.cancel,
+                steering=live.steering,
+                poll_interval=self.settings.control_poll,
+            )
+            async with _watching(watcher):
                 await self._run(prepared, live)
         except TillerError as exc:  # a resume that does not fit, a blocked replay, ...
             _fail(live, input, str(exc), getattr(exc, "agui_code", None) or _code(exc))
@@ -153,7 +165,7 @@ class Runner:
 
     async def _run(self, prepared: _Prepared, live: LiveRun) -> None:
         input = prepared.input
-        latest = await self.checkpoints.for_thread(input.thread_id)
+        latest = prepared.latest
         await self._check_thread_free(latest, input)
         options = (
             self.settings.options.with_checkpoint_bucket(self.settings.bucket)
@@ -255,6 +267,23 @@ class Runner:
         tasks = [live.task for live in self.live.values() if live.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace)
+
+
+@contextlib.asynccontextmanager
+async def _watching(watcher: ControlWatcher) -> AsyncIterator[None]:
+    """Watch the run's control requests, without making the run wait for the watch to be
+    set up: its first reads go on beside the run's start (a request made meanwhile is in
+    those reads), so the client's first event does not queue behind them."""
+    entering = asyncio.ensure_future(watcher.__aenter__())
+    try:
+        yield
+    finally:
+        if not entering.done():
+            entering.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await entering
+        if entering.done() and not entering.cancelled() and entering.exception() is None:
+            await watcher.__aexit__(None, None, None)
 
 
 def _open(state: RunState) -> bool:
