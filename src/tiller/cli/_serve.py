@@ -82,6 +82,11 @@ def serve_command(
         detach=detach,
         interrupt_ttl=interrupt_ttl,
     )
+    if agent_ref is None and model is None:
+        typer.echo(
+            "tiller serve: no agent or --model given: serving the offline console demo "
+            "(try `write notes.txt: hi`, `ask`, `slow 5`); pass --model for the coding agent"
+        )
     shown = f"http://{host}:{port}/"
     typer.echo(f"tiller serve: {agent.name} on {shown} (AG-UI at {shown}agui), store {store}")
     if app_token is not None and token is None:
