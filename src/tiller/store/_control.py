@@ -65,6 +65,8 @@ CONTROL_BUCKET = "tiller-control"
 DEFAULT_REASON = "cancelled by request"
 _SUBJECT_ROOT = "tiller.control"
 _MESSAGE_VERSION = 1
+#: How long leaving a watch waits for its tasks before cancelling them again.
+_STOP_RETRY = 0.1
 _STEER_ID = re.compile(r"[0-9a-f]{16}-[0-9a-f]{8}")
 
 
@@ -295,10 +297,12 @@ class ControlWatcher:
     two tasks run. One reads the subscription and wakes the other, which reads the
     record each message names (the fast path) and re-reads the run's records every
     `poll_interval` seconds, so nothing depends on a message arriving. Only that second
-    task applies requests, one at a time, so each steer is pushed once, in id order. A
-    cancel fires the token once. Store errors are logged (the first of a run of failures
-    as a warning) and retried; none reaches the run. Leaving the block stops both tasks
-    and closes the subscription. A watcher is entered once.
+    task applies requests, one at a time, so each steer is pushed once, in id order
+    among those it reads together (a steer from a process whose clock lags may still
+    come after a later one that arrived first). A cancel fires the token once. Store
+    errors are logged (the first of a run of failures as a warning) and retried; none
+    reaches the run. Leaving the block stops both tasks and closes the subscription. A
+    watcher is entered once.
     """
 
     def __init__(
@@ -330,6 +334,7 @@ class ControlWatcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._subscription: Subscription | None = None
         self._entered = False
+        self._stopping = False
         self._failing = False
 
     @property
@@ -363,13 +368,19 @@ class ControlWatcher:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._stopping = True
+        self._wake.set()
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            # `wait`, not `gather`: if this exit is cancelled too, the tasks still unwind
-            # (they were cancelled already) instead of being cancelled a second time.
-            await asyncio.wait(tasks)
+        pending = set(tasks)
+        while pending:
+            # A cancel alone is not enough on Python 3.11: its `asyncio.wait_for` (under
+            # every nats-py request) drops a cancel that lands as the reply arrives. The
+            # tasks also stop at the `_stopping` check of their next round, and the
+            # cancel is repeated in case one got stuck waiting for a message. `wait`, not
+            # `gather`: if this exit is cancelled, the tasks unwind on their own.
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=_STOP_RETRY)
         for task in tasks:
             if not task.cancelled() and task.exception() is not None:
                 _logger.error(
@@ -386,11 +397,11 @@ class ControlWatcher:
     async def _listen(self) -> None:
         """Turn messages into hints for the apply loop; resubscribe when the subscription
         ends or fails (and ask for a full read, for what was sent meanwhile)."""
-        while True:
+        while not self._stopping:
             if self._subscription is None:
                 await asyncio.sleep(self.poll_interval)
                 self._subscription = await self._subscribe()
-                if self._subscription is None:
+                if self._subscription is None or self._stopping:
                     continue
                 self._request_full()
             try:
@@ -403,7 +414,7 @@ class ControlWatcher:
     async def _apply_loop(self) -> None:
         loop = asyncio.get_running_loop()
         next_full = loop.time() + self.poll_interval
-        while True:
+        while not self._stopping:
             delay = next_full - loop.time()
             if delay > 0 and not self._wake.is_set():
                 with contextlib.suppress(TimeoutError):
