@@ -67,6 +67,10 @@ class CallRecord(BaseModel):
     staged: bool = False
     #: The outbox item a staged call became.
     outbox_item: str | None = None
+    #: The call's result, kept while its step is incomplete (the step paused on other
+    #: calls, or left some to the client): the transcript gets it when the step ends, and
+    #: until then a continuation must answer the call with it instead of running it.
+    result: str | None = None
 
 
 class RunState(BaseModel):

@@ -220,6 +220,8 @@ class _LoopRun:
         self.options = options
         self.state = state
         self.opening_messages = opening_messages
+        #: How many messages the run was given (the rest are its own).
+        self.input_length = len(state.messages)
         self.loop: Loop | None = None
 
     async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
@@ -264,14 +266,24 @@ class _LoopRun:
         if state.stop_cause is StopCause.SUSPENDED:
             # One interrupt per pending call, ids stable per call; the driver sends the
             # state first, then the run's messages, so the client can show the calls.
-            ctx.interrupt_messages = agui_messages(
-                state.messages,
-                id_prefix=state.thread_id,
-                pending_results=loop.answered_before_pause,
-                result_ids=state.result_ids,
-            )
+            ctx.interrupt_messages = self._closing_messages(loop)
             return RunOutcome.interrupt([Interrupt.from_wire(i) for i in state.interrupts])
         return RunOutcome.success(state.client_calls)
+
+    def _closing_messages(self, loop: Loop) -> list[dict[str, Any]]:
+        """The conversation as the stream's last `MESSAGES_SNAPSHOT`. A run that opened
+        with the client's own messages repeats them as they were (a client merges
+        snapshots by id), followed by what this run added."""
+        state = self.state
+        start = self.input_length if self.opening_messages is not None else 0
+        added = agui_messages(
+            state.messages[start:],
+            id_prefix=state.thread_id,
+            pending_results=loop.answered_before_pause,
+            result_ids=state.result_ids,
+            index_offset=start,
+        )
+        return [*(self.opening_messages or ()), *added]
 
     def result(self) -> RunResult:
         state = self.state

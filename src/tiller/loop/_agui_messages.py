@@ -22,19 +22,21 @@ def agui_messages(
     id_prefix: str,
     pending_results: Sequence[ToolResult] = (),
     result_ids: Mapping[str, str] | None = None,
+    index_offset: int = 0,
 ) -> list[dict[str, Any]]:
     """AG-UI wire dicts for `messages` (ids `{id_prefix}-hist-{n}` where one is missing;
     pass a prefix that stays the same across the runs of a thread, such as its id, so a
     client that merges snapshots by id sees the same message under the same id).
 
     A tool result is named by the id it was streamed with (`result_ids`, by call id).
+    `index_offset`: where `messages` start in the whole conversation (for fallback ids).
 
     `pending_results` are results of the last assistant turn's calls that are not in the
     transcript yet (a step suspended with some of its calls answered): they follow as
     `tool` messages, so a client that replaces its messages keeps them."""
     streamed = result_ids or {}
     out: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
+    for index, message in enumerate(messages, start=index_offset):
         base_id = message.id or f"{id_prefix}-hist-{index}"
         if isinstance(message, AssistantMessage):
             wire: dict[str, Any] = {"id": base_id, "role": "assistant"}

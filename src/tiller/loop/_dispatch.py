@@ -73,6 +73,8 @@ class ToolDispatch:
     #: Results of the calls of a suspended step that did not wait (they ran, or were
     #: refused): not in the transcript until the step completes, but the client saw them.
     answered_before_pause: list[ToolResult]
+    #: Calls an earlier run of this conversation left for the client.
+    _carried_client_calls: frozenset[str]
 
     def _remember_malformed(
         self, calls: Sequence[ToolCall], malformed: dict[str, str] | None
@@ -142,13 +144,31 @@ class ToolDispatch:
         return bool(getattr(self.agent.registry.get(call.name), "runs_on_client", False))
 
     def _asks_served_question(self, call: ToolCall) -> bool:
-        """Whether `call` is a question that must wait for the person (a served run)."""
+        """Whether `call` is a question that must wait for the person: a served, durable
+        run (the answer comes with a resume, which needs the checkpoint) whose `ask_user`
+        call is well formed (a malformed one runs, and the tool says what is wrong)."""
         broker = self.run_ctx.questions
-        return (
-            call.name == ASK_USER
-            and isinstance(broker, InterruptQuestions)
-            and broker.holds(call.id)
-        )
+        if (
+            call.name != ASK_USER
+            or self._checkpoints is None
+            or not isinstance(broker, InterruptQuestions)
+            or not broker.holds(call.id)
+        ):
+            return False
+        try:
+            arguments = orjson.loads(call.arguments)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(arguments, dict) and bool(questions_metadata(arguments))
+
+    def _keep_answered(self, calls: Sequence[ToolCall], results: dict[str, ToolResult]) -> None:
+        """The step stops before its results reach the transcript (it pauses, or waits for
+        the client): keep each answered call's result in its record, so a continuation
+        answers the call with it instead of running it again (law 5)."""
+        for call in calls:
+            answered = results.get(call.id)
+            if answered is not None:
+                self.state.calls[call.id].result = answered.content
 
     async def _dispatch(
         self,
@@ -172,7 +192,8 @@ class ToolDispatch:
         for call in calls:
             state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=turn)
         held: list[ToolCall] = []
-        for_client = [call for call in calls if self._leaves_for_client(call)]
+        #: Calls left open for the client (they passed the gate, or an earlier run's did).
+        for_client: list[ToolCall] = []
         results: dict[str, ToolResult] = {}
         executed: dict[str, Execution] = {}
         budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
@@ -186,8 +207,10 @@ class ToolDispatch:
             allowed: list[tuple[ToolCall, Any]] = []
             for index, call in enumerate(calls):
                 record = state.calls[call.id]
-                if call in for_client:
-                    continue  # the client runs it; its result comes with the next request
+                if call.id in self._carried_client_calls:
+                    # An earlier run gated it and left it to the client: still the client's.
+                    for_client.append(call)
+                    continue
                 if recorded and call.id in recorded:
                     # Completed before a crash or suspension: never run twice (law 5).
                     content, is_error = recorded[call.id]
@@ -207,7 +230,12 @@ class ToolDispatch:
                     continue
                 taint = Interlock.batch_taint(state.taint_flags, able[:index] + able[index + 1 :])
                 answer = await self.gate.check(call, record, taint, able[index])
-                if answer.tool is not None and self._asks_served_question(call):
+                if answer.tool is not None and self._leaves_for_client(call):
+                    # Allowed: the client runs it, and its result comes with the next
+                    # request, as untrusted as any outside input (law 6).
+                    for_client.append(call)
+                    state.add_taint(taint_of(able[index]))
+                elif answer.tool is not None and self._asks_served_question(call):
                     # Allowed to ask: the question goes to the page as an interrupt.
                     held.append(call)
                     self._held_questions.add(call.id)
@@ -236,6 +264,7 @@ class ToolDispatch:
                 # The allowed calls ran and are recorded; the refused, staged and malformed
                 # ones are answered: record them too, so a resume (in any process) answers
                 # them from the log and only the held ones wait for a person.
+                self._keep_answered(calls, results)
                 if self._checkpoints is not None:
                     for call in calls:
                         answered = results.get(call.id)
@@ -257,6 +286,7 @@ class ToolDispatch:
             if for_client:
                 # The run ends here with the client's calls open (AG-UI frontend tools);
                 # the client sends their results, with the others', in its next request.
+                self._keep_answered(calls, results)
                 state.client_calls = [call.id for call in for_client]
                 state.stop_cause = StopCause.COMPLETED
                 return None

@@ -168,7 +168,14 @@ async def resume(
             f"run {state.run_id!r} is {loaded.status}, not suspended: another process resumed it"
         )
     # Calls left for the client (AG-UI frontend tools) are the client's to answer.
-    pending = [c for c in state.unanswered_calls() if c.id not in state.client_calls]
+    # Calls left for the client (AG-UI frontend tools) are the client's to answer; calls
+    # answered before the step paused (their results are in the state) need nothing.
+    pending = [
+        c
+        for c in state.unanswered_calls()
+        if c.id not in state.client_calls
+        and ((record := state.calls.get(c.id)) is None or record.result is None)
+    ]
     if checkpoints is not None:
         # Calls of the batch that already ran (the allowed ones of a step whose other calls
         # were held for a person) need no decision: their results are recorded.
@@ -198,12 +205,21 @@ async def resume(
             await checkpoints.break_hold(state.run_id)
     if checkpoints is not None:
         await _check_uncertain(checkpoints, state)
-    if loaded is not None and checkpoints is not None:
-        # AlreadyResumed for the process that loses the race.
-        await checkpoints.claim(loaded, recovering=decisions is None)
     new_id = run_id if run_id is not None else state.run_id
-    if new_id != state.run_id and checkpoints is not None:
-        await checkpoints.carry_calls(state.run_id, new_id)
+    renamed = new_id != state.run_id
+    if renamed and checkpoints is not None:
+        # Before the claim: the records of the open calls under the id the run goes on
+        # with, so it knows which already ran (a loser's copies are harmless).
+        await checkpoints.carry_calls(
+            state.run_id, new_id, [call.id for call in state.unanswered_calls()]
+        )
+    if loaded is not None and checkpoints is not None:
+        # AlreadyResumed for the process that loses the race. Under a new id the old
+        # checkpoint is closed for good (`continued`): recovering it would run its calls
+        # a second time beside the new run.
+        await checkpoints.claim(
+            loaded, recovering=decisions is None, continued_as=new_id if renamed else None
+        )
     state.interrupts = []
     if decisions is None:
         return await agent.run_in(run_ctx, state, options, on_event=on_event, run_id=new_id)

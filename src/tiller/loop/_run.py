@@ -150,6 +150,7 @@ class Loop(ToolDispatch):
         self._held_reasons: dict[str, tuple[str, RiskClass | None]] = {}
         self._held_questions: set[str] = set()
         self.answered_before_pause: list[ToolResult] = []
+        self._carried_client_calls: frozenset[str] = frozenset()
         self.services.attach_policy(classifier=self.gate.classifier(), approval=self.gate.approver)
 
     # ── the run ──────────────────────────────────────────────────────────────────
@@ -163,20 +164,11 @@ class Loop(ToolDispatch):
                 self._lease = await self._checkpoints.hold(
                     self.state.run_id, _lease_owner(), self.options.lease_ttl
                 )
-                # In the store from its start, so any process can find it (to steer,
-                # cancel or follow it) before its first step ends.
-                await self._checkpoints.save(self.state, "running")
+                # In the store from its start (with its policy, so it can be recovered),
+                # so any process can find it before its first step ends.
+                await self._checkpoint("running")
             await self.services.open()
             await self._run()
-        except BaseException:
-            if self.agui.is_cancelled and self._checkpoints is not None:
-                # A cancelled durable run says so in the store too (it is over, not
-                # "running"), with what it kept; a store error must not mask the cancel.
-                if self.state.stop_cause is None:
-                    self.state.stop_cause = StopCause.CANCELLED
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.shield(self._checkpoints.save(self.state, "finished"))
-            raise
         finally:
             # Background work dies with the run, however it ended (and first, so a
             # cancelled run's processes are gone before the run reports it stopped).
@@ -191,7 +183,10 @@ class Loop(ToolDispatch):
 
     async def _run(self) -> None:
         state = self.state
-        state.client_calls = []  # left open by an earlier run; answered in this one's input
+        # Calls an earlier run left for the client stay the client's, whatever tools
+        # this run was given; they are recorded again if they are still open.
+        self._carried_client_calls = frozenset(state.client_calls)
+        state.client_calls = []
         if state.unanswered_calls():
             # A resumed run: the suspended step's calls go first (the person decided them).
             await self._finish_suspended_batch()
@@ -276,6 +271,8 @@ class Loop(ToolDispatch):
         run's held calls become held-approval records (`tiller approvals list`)."""
         if self._checkpoints is not None:
             record_policy(self.state, self.run_ctx, self.options)
+            # The ids handed out so far, so a resume from this checkpoint never reuses one.
+            self.state.id_counters = self.agui.ids.counters()
             await self._checkpoints.save(self.state, status)
             if status == "suspended" and self.state.interrupts:
                 # After the save: `tiller approve` checks the run is suspended on the call.
@@ -299,14 +296,20 @@ class Loop(ToolDispatch):
     async def _finish_suspended_batch(self) -> None:
         state = self.state
         calls = state.unanswered_calls()
-        recorded: dict[str, tuple[str, bool]] = {}
+        # Calls of the step that were answered before it paused (they ran, or were
+        # refused): their results are in the state, and in the store's call records.
+        recorded: dict[str, tuple[str, bool]] = {
+            call.id: (record.result, record.is_error)
+            for call in calls
+            if (record := state.calls.get(call.id)) is not None and record.result is not None
+        }
         if self._checkpoints is not None:
             logs = await self._checkpoints.calls(state.run_id)
-            recorded = {
-                call_id: (log.content or "", log.is_error)
+            recorded.update(
+                (call_id, (log.content or "", log.is_error))
                 for call_id, log in logs.items()
                 if log.status == "completed"
-            }
+            )
         # Calls whose arguments never were JSON are answered with that error again (the
         # transcript holds `{}` for them: run, they would run with no arguments at all).
         malformed = {

@@ -15,6 +15,7 @@ resuming at once, exactly one proceeds; the other gets `AlreadyResumed`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,7 +29,9 @@ __all__ = ["AlreadyResumed", "CallLog", "Checkpoint", "CheckpointStore", "RunSti
 SCHEMA_VERSION = 1
 DEFAULT_BUCKET = "tiller-run-checkpoints"
 
-Status = Literal["running", "suspended", "resumed", "finished"]
+#: `continued`: the run was resumed under a new run id (an AG-UI resume), which goes on
+#: in its place (`Checkpoint.continued_as`); it can never be claimed again.
+Status = Literal["running", "suspended", "resumed", "continued", "finished"]
 
 
 class AlreadyResumed(StoreError):
@@ -54,6 +57,8 @@ class Checkpoint:
     state: RunState
     status: Status
     revision: int
+    #: The run id that went on in this run's place (status `continued`).
+    continued_as: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -82,19 +87,27 @@ class CheckpointStore:
         return self._kv
 
     @staticmethod
-    def _encode(state: RunState, status: Status) -> bytes:
-        return orjson.dumps(
-            {
-                "schema_version": SCHEMA_VERSION,
-                "status": status,
-                "state": orjson.Fragment(state.to_json()),
-            }
-        )
+    def _encode(state: RunState, status: Status, continued_as: str | None = None) -> bytes:
+        record: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "status": status,
+            "state": orjson.Fragment(state.to_json()),
+        }
+        if continued_as is not None:
+            record["continued_as"] = continued_as
+        return orjson.dumps(record)
 
-    async def save(self, state: RunState, status: Status, *, expected: int | None = None) -> int:
+    async def save(
+        self,
+        state: RunState,
+        status: Status,
+        *,
+        expected: int | None = None,
+        continued_as: str | None = None,
+    ) -> int:
         """Write the run's checkpoint (at `expected` revision if given); returns the revision."""
         kv = await self._bucket()
-        data = self._encode(state, status)
+        data = self._encode(state, status, continued_as)
         if expected is None:
             revision = await kv.put(state.run_id, data)
         else:
@@ -117,7 +130,7 @@ class CheckpointStore:
                 f"this tiller reads {SCHEMA_VERSION}"
             )
         state = RunState.model_validate(record["state"])
-        return Checkpoint(state, record["status"], entry.revision)
+        return Checkpoint(state, record["status"], entry.revision, record.get("continued_as"))
 
     async def run_ids(self) -> list[str]:
         """Every checkpointed run's id, sorted. A run's own records (its lease, its call
@@ -126,7 +139,9 @@ class CheckpointStore:
         return sorted(
             key
             for key in await kv.keys()
-            if not key.startswith("thread/") and "/calls/" not in key and not key.endswith("/lease")
+            if not key.startswith("thread/")
+            and "/calls/" not in key
+            and not key.endswith(("/lease", "/reserved"))
         )
 
     async def for_thread(self, thread_id: str) -> Checkpoint | None:
@@ -140,23 +155,64 @@ class CheckpointStore:
         except NotFound:
             return None
 
-    async def claim(self, checkpoint: Checkpoint, *, recovering: bool = False) -> int:
+    async def claim(
+        self,
+        checkpoint: Checkpoint,
+        *,
+        recovering: bool = False,
+        continued_as: str | None = None,
+    ) -> int:
         """Mark a suspended checkpoint `resumed`, compare-and-set: exactly one caller wins.
 
         `recovering` also claims a `running` checkpoint: the caller asserts that the process
-        running it died (`tiller runs resume`)."""
+        running it died (`tiller runs resume`). `continued_as` names the new run id the run
+        goes on under: the checkpoint becomes `continued`, which nothing can claim again
+        (the new run is the one to recover, if it comes to that)."""
         # A resumer that died before its first checkpoint leaves `resumed`: recoverable too.
         allowed = ("suspended", "running", "resumed") if recovering else ("suspended",)
         if checkpoint.status not in allowed:
             raise AlreadyResumed(
                 f"run {checkpoint.state.run_id!r} is {checkpoint.status}, not suspended"
             )
+        status: Status = "continued" if continued_as is not None else "resumed"
         try:
-            return await self.save(checkpoint.state, "resumed", expected=checkpoint.revision)
+            return await self.save(
+                checkpoint.state, status, expected=checkpoint.revision, continued_as=continued_as
+            )
         except RevisionConflict as exc:
             raise AlreadyResumed(
                 f"run {checkpoint.state.run_id!r} was already resumed by another process"
             ) from exc
+
+    # ── run ids and threads taken by a request ───────────────────────────────────
+
+    async def reserve(self, run_id: str) -> bool:
+        """Take `run_id` for a new run, once for all processes (create-only): False when
+        it is taken already, by a run or by a request that reserved it first."""
+        kv = await self._bucket()
+        if await kv.get(run_id) is not None:
+            return False
+        try:
+            await kv.create(f"{run_id}/reserved", b"{}")
+        except RevisionConflict:
+            return False
+        return True
+
+    async def hold_thread(self, thread_id: str, owner: str, ttl: float) -> Lease | None:
+        """The thread's lease, for one run at a time on a thread (None: another holds it).
+        Renew it while the run lasts; it lapses on its own if the process dies."""
+        kv = await self._bucket()
+        return await kv.acquire(f"thread/{thread_id}/active", owner, ttl)
+
+    async def thread_holder(self, thread_id: str) -> tuple[str, float] | None:
+        """Who holds the thread's lease, and for how much longer, if anyone does."""
+        kv = await self._bucket()
+        entry = await kv.get(f"thread/{thread_id}/active")
+        if entry is None:
+            return None
+        record = orjson.loads(entry.value)
+        left = float(record["expires_at"]) - self.bus.clock()
+        return (str(record["owner"]), left) if left > 0 else None
 
     # ── the run's lease: "a process is running this now" ─────────────────────────────
 
@@ -215,15 +271,15 @@ class CheckpointStore:
         kv = await self._bucket()
         await kv.delete(f"{run_id}/calls/{call_id}")
 
-    async def carry_calls(self, from_run: str, to_run: str) -> None:
-        """Copy `from_run`'s call records to `to_run`: a run continued under a new id (an
-        AG-UI resume) must know which of its calls already ran."""
-        for call_id, log in (await self.calls(from_run)).items():
-            kv = await self._bucket()
-            record: dict[str, Any] = {"status": log.status}
-            if log.status == "completed":
-                record.update(content=log.content or "", is_error=log.is_error)
-            await kv.put(f"{to_run}/calls/{call_id}", orjson.dumps(record))
+    async def carry_calls(self, from_run: str, to_run: str, call_ids: Iterable[str]) -> None:
+        """Copy `from_run`'s records of `call_ids` to `to_run`: a run continued under a new
+        id (an AG-UI resume) must know which of its open calls already ran. Copying is
+        idempotent, so a caller that then loses the claim leaves nothing wrong behind."""
+        kv = await self._bucket()
+        for call_id in call_ids:
+            entry = await kv.get(f"{from_run}/calls/{call_id}")
+            if entry is not None:
+                await kv.put(f"{to_run}/calls/{call_id}", entry.value)
 
     async def calls(self, run_id: str) -> dict[str, CallLog]:
         """Every call record of the run, by call id."""

@@ -67,7 +67,7 @@ def questions_metadata(arguments: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         options = [
             {
-                "label": str(option.get("label", "")),
+                "label": str(option.get("label", "")).strip(),
                 "description": str(option.get("description", "")),
                 "recommended": bool(option.get("recommended", False)),
             }
@@ -76,8 +76,9 @@ def questions_metadata(arguments: Mapping[str, Any]) -> list[dict[str, Any]]:
         ]
         shown.append(
             {
-                "header": str(raw.get("header", "")),
-                "question": str(raw.get("question", "")),
+                # Stripped as the tool strips them, so answers match by header.
+                "header": str(raw.get("header", "")).strip(),
+                "question": str(raw.get("question", "")).strip(),
                 "options": options,
                 "multiSelect": bool(raw.get("multi_select", raw.get("multiSelect", False))),
             }
