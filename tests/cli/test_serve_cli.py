@@ -15,10 +15,8 @@ def test_no_auth_is_refused_off_loopback() -> None:
     assert "loopback" in result.output
 
 
-def test_no_auth_and_a_token_contradict() -> None:
-    result = CliRunner().invoke(app, ["serve", "--no-auth", "--token", "t"])
-    assert result.exit_code == 2
-    assert "contradict" in result.output
+def test_no_auth_wins_over_a_token_from_the_environment() -> None:
+    assert _token("127.0.0.1", "from-env", True) is None
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])

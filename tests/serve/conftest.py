@@ -22,7 +22,7 @@ import uvicorn
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from tiller.loop import Agent
-from tiller.serve import create_app
+from tiller.serve import Server, create_app
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -42,7 +42,7 @@ class ServerThread:
         config = uvicorn.Config(
             app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"
         )
-        self.server = uvicorn.Server(config)
+        self.server = Server(config)
         self.url = f"http://127.0.0.1:{port}"
         self.app = app
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -61,6 +61,7 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=20)
+        assert not self.thread.is_alive(), "the test server did not shut down"
 
 
 @pytest.fixture

@@ -312,7 +312,7 @@ def test_the_write_ran_once(session: Session) -> None:
     results = [e for e in events if e["type"] == "TOOL_CALL_RESULT" and e["toolCallId"] == write]
     assert [r["content"] for r in results] == ["created a.txt (2 bytes)"]
     paused, resumed = (run["runId"] for run in session.runs("approve"))
-    assert session.server_runs[paused]["status"] == "resumed"
+    assert session.server_runs[paused]["status"] == "continued"
     assert session.server_runs[resumed]["status"] == "finished"
 
 

@@ -62,7 +62,7 @@ def test_cancel_ends_the_run_cancelled_and_control_after_the_end_is_409(
         response, lines, seen = _stream_until(
             client, url, run_input("t1", "r1", _user("slow 30")), "STEP_STARTED"
         )
-        assert client.post(f"{url}/runs/r1/cancel", headers=AUTH).status_code == 202
+        assert client.post(f"{url}/runs/r1/cancel", json={}, headers=AUTH).status_code == 202
         rest = "\n".join(seen) + "\n" + "\n".join(lines)
         response.close()
         events = parse_sse(rest)
@@ -80,9 +80,13 @@ def test_cancel_ends_the_run_cancelled_and_control_after_the_end_is_409(
         assert (
             client.post(f"{url}/runs/r1/steer", json={"text": "x"}, headers=AUTH).status_code == 409
         )
-        assert client.post(f"{url}/runs/r1/cancel", headers=AUTH).status_code == 409
-        assert client.post(f"{url}/runs/nope/cancel", headers=AUTH).status_code == 404
-        assert client.post(f"{url}/runs/r1/steer", content=b"{}", headers=AUTH).status_code == 400
+        assert client.post(f"{url}/runs/r1/cancel", json={}, headers=AUTH).status_code == 409
+        assert client.post(f"{url}/runs/nope/cancel", json={}, headers=AUTH).status_code == 404
+        assert client.post(f"{url}/runs/r1/steer", json={}, headers=AUTH).status_code == 400
+        # Not JSON: refused, so a page on another site cannot send it as a simple request.
+        plain = {**AUTH, "Content-Type": "text/plain"}
+        assert client.post(f"{url}/runs/r1/steer", content=b"hi", headers=plain).status_code == 415
+        assert client.post(f"{url}/runs/r1/cancel", headers=AUTH).status_code == 415
 
 
 def test_the_runs_list_and_one_run(serve: Callable[..., str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -177,3 +177,131 @@ def test_cors_lets_the_configured_origin_in(serve: Callable[..., str]) -> None:
         headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
     )
     assert "access-control-allow-origin" not in stranger.headers
+
+
+def test_a_run_id_sent_twice_at_once_starts_one_run(serve: Callable[..., str]) -> None:
+    import concurrent.futures
+
+    url = serve(make_agent(first_delay=0.2))
+    body = orjson.dumps(run_input("t1", "r1", HELLO))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        codes = sorted(pool.map(lambda _: _post(url, body, SSE).status_code, range(2)))
+    assert codes == [200, 400]
+
+
+def test_one_run_at_a_time_on_a_thread(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(step_delay=0.2))
+    slow = orjson.dumps(run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "slow 3"}]))
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream("POST", f"{url}/agui", content=slow, headers=SSE) as first,
+    ):
+        lines = first.iter_lines()
+        for line in lines:
+            if "STEP_STARTED" in line:
+                break
+        second = post_run(url, run_input("t1", "r2", HELLO))
+        assert types(second) == ["RUN_STARTED", "RUN_ERROR"]
+        assert second[-1]["code"] == "THREAD_BUSY"
+        assert "r1" in second[-1]["message"]
+        rest = "\n".join(lines)
+    assert '"outcome":{"type":"success"}' in rest
+
+
+def test_a_cancelled_run_is_closed_and_the_thread_goes_on(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(step_delay=0.3))
+    body = run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "slow 30"}])
+    with httpx.Client(timeout=30) as client:
+        seen: list[str] = []
+        with client.stream(
+            "POST", f"{url}/agui", content=orjson.dumps(body), headers=SSE
+        ) as response:
+            lines = response.iter_lines()
+            for line in lines:
+                seen.append(line)
+                if "TOOL_CALL_START" in line:
+                    break  # a call is under way
+            assert client.post(f"{url}/runs/r1/cancel", json={}, headers=AUTH).status_code == 202
+            seen.extend(lines)
+    events = parse_sse("\n".join(seen))
+    assert events[-1]["outcome"] == {"type": "cancelled"}
+    run = wait_for(
+        lambda: _status(url, "r1").get("status") == "finished" and _status(url, "r1"),
+        what="the cancelled run's checkpoint",
+    )
+    assert run["stopCause"] == "cancelled"
+    assert run["interrupts"] == []
+    # The client never got a result for the cancelled call: the server fills it in.
+    calls = [
+        {
+            "id": e["toolCallId"],
+            "type": "function",
+            "function": {"name": e["toolCallName"], "arguments": "{}"},
+        }
+        for e in events
+        if e["type"] == "TOOL_CALL_START"
+    ]
+    answered = {e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"}
+    history = [{"id": "u1", "role": "user", "content": "slow 30"}]
+    for call in calls:
+        history.append({"id": f"a-{call['id']}", "role": "assistant", "toolCalls": [call]})
+        if call["id"] in answered:
+            history.append(
+                {"id": f"t-{call['id']}", "role": "tool", "toolCallId": call["id"], "content": "ok"}
+            )
+    history.append({"id": "u2", "role": "user", "content": "hello again"})
+    events = post_run(url, run_input("t1", "r2", history))
+    assert events[-1]["outcome"] == {"type": "success"}
+
+
+def test_every_api_route_needs_the_token(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    post_run(url, run_input("t1", "r1", HELLO))
+    for method, path in [
+        ("GET", "/runs"),
+        ("GET", "/runs/r1"),
+        ("GET", "/runs/r1/events"),
+        ("POST", "/runs/r1/steer"),
+        ("POST", "/runs/r1/cancel"),
+        ("POST", "/agui"),
+        ("POST", "/"),
+    ]:
+        response = httpx.request(method, f"{url}{path}", json={"text": "x"})
+        assert response.status_code == 401, (method, path)
+    # A token that is not ASCII is just wrong, not a server error.
+    odd = httpx.get(f"{url}/runs", headers={"Authorization": "Bearer t\u00e9st".encode()})
+    assert odd.status_code == 401
+    assert httpx.get(f"{url}/console/console.js").status_code == 200  # the console is public
+
+
+def test_without_a_token_only_loopback_host_names_are_answered(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(), token=None)
+    assert httpx.get(f"{url}/runs").status_code == 200
+    rebound = httpx.get(f"{url}/runs", headers={"Host": "attacker.example"})
+    assert rebound.status_code == 421
+    assert httpx.get(f"{url}/runs", headers={"Host": "localhost:8000"}).status_code == 200
+
+
+def test_a_chunked_body_over_the_limit_is_413(serve: Callable[..., str]) -> None:
+    url = serve(make_agent(), max_body=4096)
+    big = orjson.dumps(run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "x" * 9000}]))
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(big), 1000):
+            yield big[start : start + 1000]
+
+    response = httpx.post(f"{url}/agui", content=chunks(), headers=SSE, timeout=30)
+    assert response.status_code == 413
+
+
+def test_events_resume_from_an_index_or_the_last_event_id(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    events = post_run(url, run_input("t1", "r1", HELLO))
+    whole = httpx.get(f"{url}/runs/r1/events", headers=AUTH).text
+    assert parse_sse(whole) == events
+    ids = [int(line[4:]) for line in whole.splitlines() if line.startswith("id: ")]
+    assert ids == list(range(len(events)))
+    skipped = parse_sse(httpx.get(f"{url}/runs/r1/events?after=3", headers=AUTH).text)
+    assert skipped == events[3:]
+    reconnect = httpx.get(f"{url}/runs/r1/events", headers={**AUTH, "Last-Event-ID": "3"})
+    assert parse_sse(reconnect.text) == events[4:]

@@ -222,3 +222,73 @@ def test_a_resumed_run_keeps_counting_on_the_same_budget(serve: Callable[..., st
     # Two turns before the pause, two after: the budget saw all four.
     assert state["tiller"]["budget"]["spentTurns"] == 4
     assert state["tiller"]["usage"]["turns"] == 4
+
+
+def test_approve_always_lets_a_second_write_through_without_asking(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    from tiller.loop import Agent
+    from tiller.model import ScriptedModel
+    from tiller.tools import builtin
+
+    def write(path: str) -> dict[str, Any]:
+        return {
+            "tool_calls": [{"name": "write_file", "arguments": {"path": path, "content": path}}]
+        }
+
+    url = serve(
+        Agent(ScriptedModel([write("a.txt"), write("b.txt"), "both written"]), [builtin.write_file])
+    )
+    messages, interrupt = _paused(url, "t1", "r1", "write two files")
+    events = post_run(
+        url,
+        run_input(
+            "t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve_always"})]
+        ),
+    )
+    # The second write of the same tool asked no one: the run went straight to the end.
+    assert events[-1]["outcome"] == {"type": "success"}
+    assert "both written" in _text(events)
+    assert (tmp_path / "workspace" / "b.txt").read_text() == "b.txt"
+
+
+def test_without_always_the_second_write_asks_again(serve: Callable[..., str]) -> None:
+    from tiller.loop import Agent
+    from tiller.model import ScriptedModel
+    from tiller.tools import builtin
+
+    def write(path: str) -> dict[str, Any]:
+        return {
+            "tool_calls": [{"name": "write_file", "arguments": {"path": path, "content": path}}]
+        }
+
+    url = serve(
+        Agent(ScriptedModel([write("a.txt"), write("b.txt"), "done"]), [builtin.write_file])
+    )
+    messages, interrupt = _paused(url, "t1", "r1", "write two files")
+    events = post_run(
+        url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve"})])
+    )
+    assert events[-1]["outcome"]["type"] == "interrupt"
+
+
+def test_an_expired_interrupt_is_closed_by_a_cancelled_entry_or_by_new_input(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    url = serve(make_agent(), interrupt_ttl=0.05)
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: x")
+    time.sleep(0.1)
+    # As @ag-ui/client does: an expired interrupt is answered "cancelled", and that is a no.
+    events = post_run(
+        url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {}, "cancelled")])
+    )
+    assert events[-1]["outcome"] == {"type": "success"}
+    assert not (tmp_path / "workspace" / "a.txt").exists()
+    # Another thread: new input with the whole history, the held call without a result.
+    messages, interrupt = _paused(url, "t2", "r3", "write b.txt: x")
+    time.sleep(0.1)
+    history = [*messages, {"id": "u9", "role": "user", "content": "hello"}]
+    events = post_run(url, run_input("t2", "r4", history))
+    # The server answered the lapsed call "expired" (the model went on from there).
+    assert events[-1]["outcome"] == {"type": "success"}
+    assert not (tmp_path / "workspace" / "b.txt").exists()

@@ -191,7 +191,7 @@ def test_a_cancel_through_one_server_stops_a_run_on_the_other(two_servers: tuple
                 seen.append(line)
                 if "STEP_STARTED" in line:
                     break
-            assert client.post(f"{b}/runs/r1/cancel", headers=AUTH).status_code == 202
+            assert client.post(f"{b}/runs/r1/cancel", json={}, headers=AUTH).status_code == 202
             rest = "\n".join([*seen, *lines])
         assert '"outcome":{"type":"cancelled"}' in rest
         assert_valid_agui(parse_sse(rest), max_warnings=0)

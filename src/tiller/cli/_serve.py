@@ -61,43 +61,40 @@ def serve_command(
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
     console at /."""
+    from ..serve import create_app, run_server
+
     try:
         app_token = _token(host, token, no_auth)
         agent = _agent(agent_ref, model)
+        workspace.mkdir(parents=True, exist_ok=True)
+        app = create_app(
+            agent,
+            store=store,
+            namespace=namespace,
+            token=app_token,
+            workspace=workspace.resolve(),
+            cors_origins=cors,
+            detach=detach,
+            interrupt_ttl=interrupt_ttl,
+        )
     except UsageError as exc:
         typer.echo(f"tiller serve: {exc}", err=True)
         raise typer.Exit(2) from None
-    import uvicorn
-
-    from ..serve import create_app
-
-    workspace.mkdir(parents=True, exist_ok=True)
-    app = create_app(
-        agent,
-        store=store,
-        namespace=namespace,
-        token=app_token,
-        workspace=workspace.resolve(),
-        cors_origins=cors,
-        detach=detach,
-        interrupt_ttl=interrupt_ttl,
-    )
     if agent_ref is None and model is None:
         typer.echo(
             "tiller serve: no agent or --model given: serving the offline console demo "
             "(try `write notes.txt: hi`, `ask`, `slow 5`); pass --model for the coding agent"
         )
-    shown = f"http://{host}:{port}/"
+    shown = f"http://{_url_host(host)}:{port}/"
     typer.echo(f"tiller serve: {agent.name} on {shown} (AG-UI at {shown}agui), store {store}")
     if app_token is not None and token is None:
         typer.echo(f"tiller serve: token {app_token} (open {shown}#token={app_token})")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    run_server(app, host=host, port=port)
 
 
 def _token(host: str, token: str | None, no_auth: bool) -> str | None:
     if no_auth:
-        if token:
-            raise UsageError("--no-auth and --token contradict each other; pick one")
+        # --no-auth wins over a token (TILLER_TOKEN may be set in the environment).
         if not _loopback(host):
             raise UsageError(
                 f"--no-auth is allowed only on a loopback address, not {host}; "
@@ -109,6 +106,11 @@ def _token(host: str, token: str | None, no_auth: bool) -> str | None:
     import secrets
 
     return secrets.token_urlsafe(24)  # printed once at start, for the console
+
+
+def _url_host(host: str) -> str:
+    """`host` as it goes in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _loopback(host: str) -> bool:

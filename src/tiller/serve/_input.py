@@ -7,16 +7,15 @@ them, if any), as tiller's transcript has it. `system` and `developer` messages 
 taken: the served agent's own system prompt governs, and a page must not replace it. The
 request's `context` entries are added to the last user turn, so the model sees them.
 
-What would make an illegal transcript is refused with `InvalidRunInput` (the server's
-400): a result for a call that was never made, a call answered twice, or a call left
-without a result before the conversation goes on. Only the calls of the last assistant
-turn may be open, and only when the request brings nothing after them (the client is
-still running them).
+A call the client sends no result for is answered from `known` (results the store holds
+for the thread: a call cancelled or expired while the client was away). What would still
+make an illegal transcript is refused with `InvalidRunInput` (the server's 400): a result
+for a call that was never made, a call answered twice, a call left without a result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
@@ -31,109 +30,126 @@ class InvalidRunInput(UsageError):
     """The request's messages do not make a legal conversation; the message says where."""
 
 
+class _Builder:
+    """Folds AG-UI messages into a transcript, one at a time."""
+
+    def __init__(self, known: Mapping[str, ToolResult]) -> None:
+        self.out: Conversation = []
+        self.known = known
+        #: Calls of the last assistant turn still without a result.
+        self.open_calls: dict[str, ToolCall] = {}
+        self.results: list[ToolResult] = []
+        self.result_id = ""
+
+    def tool(self, index: int, message: Mapping[str, Any]) -> None:
+        call_id = str(message.get("toolCallId") or "")
+        call = self.open_calls.pop(call_id, None)
+        if call is None:
+            raise InvalidRunInput(
+                f"message {index} ({message.get('id') or 'no id'}) is the result of tool call "
+                f"{call_id!r}, which no earlier assistant message made (or which already "
+                "has a result)"
+            )
+        error = message.get("error")
+        content = _text(message.get("content"))
+        self.results.append(
+            ToolResult(
+                call_id=call_id,
+                name=call.name,
+                content=content or (str(error) if error else ""),
+                is_error=bool(error),
+            )
+        )
+        self.result_id = self.result_id or str(message.get("id") or "")
+
+    def user(self, index: int, message: Mapping[str, Any]) -> None:
+        self.settle(index)
+        text = _text(message.get("content"))
+        if self.out and isinstance(self.out[-1], UserMessage) and not self.results:
+            # Two user turns in a row are one turn (law 1).
+            last = self.out[-1]
+            self.out[-1] = last.model_copy(update={"text": f"{last.text}\n\n{text}".strip()})
+            return
+        self.close(text, str(message.get("id") or ""))
+
+    def assistant(self, index: int, message: Mapping[str, Any]) -> None:
+        self.settle(index)
+        self.close()
+        calls = tuple(_tool_call(raw, index) for raw in message.get("toolCalls") or ())
+        text = _text(message.get("content"))
+        if not text.strip() and not calls:
+            return  # law 1: no empty assistant turns
+        if self.out and isinstance(self.out[-1], AssistantMessage):
+            raise InvalidRunInput(
+                f"message {index} ({message.get('id') or 'no id'}) is an assistant message "
+                "right after another one; a user message or tool results must come between"
+            )
+        self.out.append(
+            AssistantMessage(id=str(message.get("id") or ""), text=text, tool_calls=calls)
+        )
+        self.open_calls = {call.id: call for call in calls}
+
+    def settle(self, index: int | None) -> None:
+        """The conversation goes on: every open call needs its result now, from the
+        client or from `known`."""
+        for call_id in list(self.open_calls):
+            found = self.known.get(call_id)
+            if found is not None:
+                self.results.append(found)
+                del self.open_calls[call_id]
+        if self.open_calls:
+            missing = ", ".join(sorted(self.open_calls))
+            where = "the end of the conversation" if index is None else f"message {index}"
+            raise InvalidRunInput(
+                f"tool calls {missing} have no result before {where}; send a tool message "
+                "for every call right after the assistant turn that made it"
+            )
+
+    def close(self, text: str = "", message_id: str = "") -> None:
+        if self.results or text:
+            self.out.append(
+                UserMessage(
+                    id=message_id or self.result_id, text=text, tool_results=tuple(self.results)
+                )
+            )
+        self.results, self.result_id = [], ""
+
+
 def conversation_from_agui(
-    messages: Sequence[dict[str, Any]], context: Sequence[dict[str, Any]] = ()
+    messages: Sequence[Mapping[str, Any]],
+    context: Sequence[Mapping[str, Any]] = (),
+    *,
+    known: Mapping[str, ToolResult] | None = None,
 ) -> Conversation:
     """The conversation in AG-UI `messages` (wire dicts), with `context` in the last user
-    turn. Raises `InvalidRunInput` for an illegal transcript."""
-    out: Conversation = []
-    open_calls: dict[str, ToolCall] = {}
-    results: list[ToolResult] = []
-    result_id = ""
-
-    def close_results(text: str = "", message_id: str = "") -> None:
-        nonlocal results, result_id
-        if results or text:
-            out.append(
-                UserMessage(id=message_id or result_id, text=text, tool_results=tuple(results))
-            )
-        results, result_id = [], ""
-
+    turn, and `known` results for calls the client sent none for. Raises
+    `InvalidRunInput` for an illegal transcript."""
+    builder = _Builder(known or {})
     for index, message in enumerate(messages):
         role = message.get("role")
-        message_id = str(message.get("id") or "")
         if role == "tool":
-            call_id = str(message.get("toolCallId") or "")
-            call = open_calls.pop(call_id, None)
-            if call is None:
-                raise InvalidRunInput(
-                    f"message {index} ({message_id or 'no id'}) is the result of tool call "
-                    f"{call_id!r}, which no earlier assistant message made (or which already "
-                    "has a result)"
-                )
-            error = message.get("error")
-            content = _text(message.get("content"))
-            results.append(
-                ToolResult(
-                    call_id=call_id,
-                    name=call.name,
-                    content=content or (str(error) if error else ""),
-                    is_error=bool(error),
-                )
-            )
-            result_id = result_id or message_id
-            continue
-        if role == "user":
-            _no_open_calls(open_calls, index)
-            text = _text(message.get("content"))
-            if out and isinstance(out[-1], UserMessage) and not results:
-                # Two user turns in a row: one turn (law 1).
-                last = out[-1]
-                out[-1] = last.model_copy(update={"text": f"{last.text}\n\n{text}".strip()})
-                continue
-            close_results(text, message_id)
-            continue
-        if role == "assistant":
-            _no_open_calls(open_calls, index)
-            close_results()
-            calls = tuple(_tool_call(raw, index) for raw in message.get("toolCalls") or ())
-            text = _text(message.get("content"))
-            if not text.strip() and not calls:
-                continue  # law 1: no empty assistant turns
-            if out and isinstance(out[-1], AssistantMessage):
-                raise InvalidRunInput(
-                    f"message {index} ({message_id or 'no id'}) is an assistant message right "
-                    "after another one; a user message or tool results must come between"
-                )
-            out.append(AssistantMessage(id=message_id, text=text, tool_calls=calls))
-            open_calls = {call.id: call for call in calls}
-            continue
+            builder.tool(index, message)
+        elif role == "user":
+            builder.user(index, message)
+        elif role == "assistant":
+            builder.assistant(index, message)
         # system, developer, reasoning, activity: not part of the model's conversation.
-    if results:
-        if open_calls:
-            missing = ", ".join(sorted(open_calls))
-            raise InvalidRunInput(
-                f"the last assistant turn's tool calls {missing} have no result; send a "
-                "tool message for every call of that turn"
-            )
-        close_results()
+    builder.settle(None)
+    builder.close()
+    out = builder.out
     notes = _context_text(context)
-    if notes:
-        if out and isinstance(out[-1], UserMessage):
-            last = out[-1]
-            out[-1] = last.model_copy(update={"text": f"{last.text}\n\n{notes}".strip()})
-        elif not open_calls:
-            out.append(UserMessage(text=notes))
+    if notes and out and isinstance(out[-1], UserMessage):
+        last = out[-1]
+        out[-1] = last.model_copy(update={"text": f"{last.text}\n\n{notes}".strip()})
+    elif notes:
+        out.append(UserMessage(text=notes))
     if not out:
         raise InvalidRunInput("the request has no user message to run on")
-    if open_calls:
-        raise InvalidRunInput(
-            "the last assistant turn's tool calls "
-            f"{', '.join(sorted(open_calls))} have no result; send their tool messages"
-        )
     if isinstance(out[-1], AssistantMessage):
         raise InvalidRunInput(
             "the conversation ends with an assistant message; add a user message to run on"
         )
     return out
-
-
-def _no_open_calls(open_calls: dict[str, ToolCall], index: int) -> None:
-    if open_calls:
-        raise InvalidRunInput(
-            f"message {index} comes before tool calls {', '.join(sorted(open_calls))} got "
-            "their results; every call needs a tool message right after its assistant turn"
-        )
 
 
 def _tool_call(raw: Any, index: int) -> ToolCall:
@@ -166,10 +182,10 @@ def _text(content: Any) -> str:
     return str(content)
 
 
-def _context_text(context: Sequence[dict[str, Any]]) -> str:
+def _context_text(context: Sequence[Mapping[str, Any]]) -> str:
     lines = [
         f"- {entry.get('description', '')}: {entry.get('value', '')}"
         for entry in context
-        if isinstance(entry, dict)
+        if isinstance(entry, Mapping)
     ]
     return "Context from the app:\n" + "\n".join(lines) if lines else ""

@@ -62,14 +62,14 @@ class LiveRun:
                 waiter.set_result(None)
 
     async def follow(
-        self, after: int = 0, *, idle: float | None = None
-    ) -> AsyncIterator[bytes | None]:
-        """The frames from index `after` on, as they come, until the run is done. Yields
-        None after `idle` seconds without a frame (for a keep-alive)."""
-        index = max(0, after)
+        self, start: int = 0, *, idle: float | None = None
+    ) -> AsyncIterator[tuple[int, bytes] | None]:
+        """The frames from index `start` on, with their indices, as they come, until the
+        run is done. Yields None after `idle` seconds without a frame (for a keep-alive)."""
+        index = max(0, start)
         while True:
             while index < len(self.frames):
-                yield self.frames[index]
+                yield index, self.frames[index]
                 index += 1
             if self.done:
                 return

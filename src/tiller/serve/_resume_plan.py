@@ -18,6 +18,7 @@ from ..errors import InvalidResume
 from ..loop import ResumeDecision
 from ..state import RunState
 from ..tools import Dismissed, QuestionOutcome, answers_from_payload
+from ._thread import expired
 
 __all__ = ["ResumePlan", "plan_resume"]
 
@@ -72,9 +73,15 @@ def plan_resume(
     plan = ResumePlan(state.run_id)
     for entry in entries:
         interrupt = open_by_id[str(entry["interruptId"])]
-        _check_expiry(interrupt, moment)
         call_id = str(interrupt.get("toolCallId", ""))
         cancelled = entry.get("status") == "cancelled"
+        if not cancelled and expired(interrupt, moment):
+            # Cancelling one that expired is how a client closes it (@ag-ui/client asks
+            # exactly that): it is a "no", and the run goes on.
+            raise InvalidResume(
+                f"interrupt {interrupt['id']!r} expired at {interrupt.get('expiresAt')}; "
+                "answer it with status 'cancelled', or send new input on the thread"
+            )
         payload = entry.get("payload")
         if interrupt.get("reason") == "question":
             if cancelled:
@@ -114,18 +121,3 @@ def _approval(interrupt_id: str, payload: Any) -> ResumeDecision:
     if payload["decision"] == "deny":
         return ResumeDecision.rejected(reason or "the person said no")
     return ResumeDecision.approved(arguments, always=payload["decision"] == "approve_always")
-
-
-def _check_expiry(interrupt: Mapping[str, Any], now: datetime) -> None:
-    stamp = interrupt.get("expiresAt")
-    if not isinstance(stamp, str):
-        return
-    try:
-        expires = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return
-    if expires <= now:
-        raise InvalidResume(
-            f"interrupt {interrupt['id']!r} expired at {stamp}; the run cannot be resumed "
-            "with it. Start a new run on the thread instead"
-        )

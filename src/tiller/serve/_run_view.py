@@ -23,6 +23,8 @@ def run_summary(checkpoint: Checkpoint, *, live: bool, brief: bool = False) -> d
         # A resumed or finished run's old interrupts are answered: not open any more.
         "interrupts": state.interrupts if checkpoint.status == "suspended" else [],
     }
+    if checkpoint.continued_as is not None:
+        view["continuedAs"] = checkpoint.continued_as
     if brief:
         return view
     usage = state.usage

@@ -1,16 +1,19 @@
 """`Runner`: how a served request becomes a run, and where the runs of this process live.
 
-A request is *prepared* first (`prepare`): everything that makes it a bad request — an
+A request is *prepared* first (`prepare`): everything that makes it a bad request — ids
+that cannot be store keys, a run id already taken (here or by another process), an
 illegal conversation, a client tool that clashes with the agent's — is found before the
 response starts, so the server can answer 400. Then it is *launched*: a new run on the
 request's conversation, or the resume of the thread's paused run, in a task of its own
-that pushes its events into a `LiveRun`. What is wrong with the request only in the light
-of the thread's stored state (a resume that does not match the open interrupts, new input
-while interrupts are open, a thread with a run in progress) becomes a stream that ends
-with `RUN_ERROR`, as the AG-UI interrupt contract asks.
+that pushes its events into a `LiveRun`. What is wrong only in the light of the thread's
+stored state (a resume that does not fit the open interrupts, new input while they are
+open, another run going on the thread) ends the stream with `RUN_ERROR`, as the AG-UI
+interrupt contract asks.
 
-Nothing a run needs lives only here: its checkpoint, event log and control requests are in
-the store, so a resume, a steer, a cancel or a reattach may reach any server process.
+Nothing a run needs lives only here: its checkpoint, event log and control requests are
+in the store, so a resume, a steer, a cancel or a reattach may reach any server process.
+A run this process stops because it shuts down is left as it was (`running`, its lease
+lapsing), so another process can recover it; a run someone cancelled is closed for good.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +33,31 @@ from ag_ui.core import RunAgentInput
 
 from ..cancel import CancellationToken
 from ..config import workspace_policy
+from ..conversation import Taint, ToolResult, UserMessage
 from ..errors import InvalidResume, TillerError
 from ..events import RUNTIME_STATE_KEY, RunErrorEvent, RunStartedEvent
-from ..loop import Agent, RunContext, RunOptions, SteeringQueue, resume, run_context_from
-from ..state import RunState
-from ..store import Bus, CheckpointStore, NotFound
-from ..store._checkpoints import DEFAULT_BUCKET, Checkpoint
+from ..loop import (
+    Agent,
+    Budget,
+    ResumeReplayBlocked,
+    RunContext,
+    RunOptions,
+    RunResult,
+    SteeringQueue,
+    resume,
+    run_context_from,
+)
+from ..state import RunState, StopCause
+from ..store import AlreadyResumed, Bus, CheckpointStore, Lease, StoreError
+from ..store._checkpoints import DEFAULT_BUCKET
 from ..store._control import ControlStore, ControlWatcher
 from ..tools import ClientTool, DuplicateTool, InterruptQuestions, QuestionOutcome
 from ._input import InvalidRunInput, conversation_from_agui
 from ._live import LiveRun
 from ._resume_plan import ResumePlan, plan_resume
+from ._thread import ThreadView
 
-__all__ = ["Runner", "ServeSettings"]
+__all__ = ["Runner", "ServeSettings", "ThreadBusy"]
 
 _logger = logging.getLogger(__name__)
 
@@ -53,6 +67,17 @@ _SERVED_LOG_BATCH = 8
 #: Thread and run ids come from clients and become store keys: no '/' (it separates a
 #: run's own records), nothing a log line or a URL would mangle.
 _ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+#: How long a run's end is remembered here for a client that reattaches right after it
+#: (later ones read the store's event log).
+_KEEP_ENDED = 30.0
+CANCELLED_CALL = "The run was cancelled before this call ran."
+
+
+class ThreadBusy(TillerError):
+    """Another run is going on the thread: one run at a time, so the thread's history
+    stays one line. Wait for it, steer it, or cancel it."""
+
+    agui_code = "THREAD_BUSY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +105,6 @@ class _Prepared:
     input: RunAgentInput
     agent: Agent
     detach: bool
-    #: The thread's latest checkpoint when the request arrived.
-    latest: Checkpoint | None
 
 
 class Runner:
@@ -95,33 +118,43 @@ class Runner:
         self.control = ControlStore(bus)
         #: Cancelled when the server shuts down: every run here works under a child of it.
         self.cancel = CancellationToken()
+        #: Set when the server starts shutting down: followers stop, stopped runs stay
+        #: recoverable.
+        self.closing = asyncio.Event()
         self.live: dict[str, LiveRun] = {}
+        #: Run ids taken by requests of this process that have not launched yet.
+        self._reserved: set[str] = set()
 
     # ── a request ────────────────────────────────────────────────────────────────
 
     async def prepare(self, input: RunAgentInput) -> _Prepared:
-        """Check what makes the request itself bad; `InvalidRunInput` is a 400."""
+        """Check what makes the request itself bad; `InvalidRunInput` is a 400. The run id
+        is reserved on success (for every process sharing the store)."""
         for name, value in (("threadId", input.thread_id), ("runId", input.run_id)):
             if not _ID.fullmatch(value):
                 raise InvalidRunInput(
                     f"{name} {value!r} must be 1 to 200 letters, digits, '.', '_', ':' or '-'"
                 )
-        if input.run_id in self.live or await _exists(self.checkpoints, input.run_id):
-            raise InvalidRunInput(f"run id {input.run_id!r} is already in use; send a new one")
-        agent = _with_client_tools(self.agent, [t.model_dump() for t in input.tools or ()])
-        latest = await self.checkpoints.for_thread(input.thread_id)
-        paused = latest is not None and latest.status == "suspended" and _open(latest.state)
-        if not input.resume and not paused:
-            # Parsed now so a malformed conversation is a 400, not a failed run. (On a
-            # thread with open interrupts the calls they hold have no results yet: the run
-            # refuses the input for that reason instead, as the contract says.)
-            conversation_from_agui(_wire_messages(input), _wire_context(input))
-        props = input.forwarded_props if isinstance(input.forwarded_props, dict) else {}
-        tiller_props = props.get("tiller")
-        detach = self.settings.detach
-        if isinstance(tiller_props, dict) and "detach" in tiller_props:
-            detach = bool(tiller_props["detach"])
-        return _Prepared(input, agent, detach, latest)
+        taken = f"run id {input.run_id!r} is already in use; send a new one"
+        if input.run_id in self.live or input.run_id in self._reserved:
+            raise InvalidRunInput(taken)
+        self._reserved.add(input.run_id)  # before any await: a concurrent twin sees it
+        try:
+            agent = _with_client_tools(self.agent, [t.model_dump() for t in input.tools or ()])
+            thread = ThreadView(await self.checkpoints.for_thread(input.thread_id))
+            if not input.resume and not thread.paused:
+                # Parsed now so a malformed conversation is a 400, not a failed run. (On a
+                # thread with open interrupts their calls have no results yet: the run
+                # refuses the input for that reason instead, as the contract says.)
+                conversation_from_agui(
+                    _wire_messages(input), _wire_context(input), known=thread.known_results()
+                )
+            if not await self.checkpoints.reserve(input.run_id):
+                raise InvalidRunInput(taken)
+        except BaseException:
+            self._reserved.discard(input.run_id)
+            raise
+        return _Prepared(input, agent, _detach(input, self.settings.detach))
 
     async def launch(self, prepared: _Prepared) -> LiveRun:
         """Start the run in a task of its own; its events go to the returned `LiveRun`."""
@@ -134,6 +167,7 @@ class Runner:
             detached=prepared.detach,
         )
         self.live[input.run_id] = live
+        self._reserved.discard(input.run_id)
         live.task = asyncio.get_running_loop().create_task(
             self._drive(prepared, live), name=f"tiller-serve-{input.run_id}"
         )
@@ -148,63 +182,108 @@ class Runner:
                 steering=live.steering,
                 poll_interval=self.settings.control_poll,
             )
-            async with _watching(watcher):
-                await self._run(prepared, live)
-        except TillerError as exc:  # a resume that does not fit, a blocked replay, ...
-            _fail(live, input, str(exc), getattr(exc, "agui_code", None) or _code(exc))
-        except Exception as exc:  # the server stays up; the client hears what happened
+            async with _watching(watcher), self._thread_lease(input.thread_id, input.run_id):
+                result = await self._run(prepared, live)
+            if result.stop_cause is StopCause.CANCELLED and not self.closing.is_set():
+                await self._close_cancelled(result.state)
+        except TillerError as exc:  # a resume that does not fit, a busy thread, ...
+            _fail(live, input, str(exc), _code(exc))
+        except Exception:  # the server stays up; the client hears that something broke
             _logger.exception("served run %s failed", input.run_id)
-            _fail(live, input, f"{type(exc).__name__}: {exc}", "AGENT_ERROR")
+            _fail(live, input, "the server failed to run this request; see its log", "SERVER_ERROR")
         finally:
             live.finish()
             with contextlib.suppress(Exception):
                 await self.control.clear(input.run_id)
-            # Kept a moment for a client that reattaches right after the end; the store's
-            # event log serves later ones.
-            asyncio.get_running_loop().call_later(30.0, self.live.pop, input.run_id, None)
+            asyncio.get_running_loop().call_later(_KEEP_ENDED, self.live.pop, input.run_id, None)
 
-    async def _run(self, prepared: _Prepared, live: LiveRun) -> None:
+    @contextlib.asynccontextmanager
+    async def _thread_lease(self, thread_id: str, run_id: str) -> AsyncIterator[None]:
+        """One run at a time on a thread, across processes: its lease, renewed while the
+        run lasts (it lapses by itself if this process dies)."""
+        ttl = self.settings.options.lease_ttl
+        lease = await self.checkpoints.hold_thread(thread_id, run_id, ttl)
+        if lease is None:
+            holder = await self.checkpoints.thread_holder(thread_id)
+            other = f" ({holder[0]})" if holder is not None else ""
+            raise ThreadBusy(
+                f"thread {thread_id!r} has a run in progress{other}; wait for it to end, "
+                "steer it, or cancel it first"
+            )
+        held = [lease]
+        renewing = asyncio.get_running_loop().create_task(self._renew(held, ttl))
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            await asyncio.wait([renewing])
+            with contextlib.suppress(StoreError):
+                await self.checkpoints.release_hold(held[0])
+
+    async def _renew(self, held: list[Lease], ttl: float) -> None:
+        """Keep the thread's lease (the latest one in `held`) while the run lasts."""
+        while True:
+            await asyncio.sleep(ttl / 3)
+            with contextlib.suppress(StoreError):
+                held[0] = await self.checkpoints.renew_hold(held[0], ttl)
+
+    async def _run(self, prepared: _Prepared, live: LiveRun) -> RunResult:
         input = prepared.input
-        latest = prepared.latest
-        await self._check_thread_free(latest, input)
-        options = (
+        # Read again under the thread's lease: what another run did meanwhile counts.
+        thread = ThreadView(await self.checkpoints.for_thread(input.thread_id))
+        options = dataclasses.replace(
             self.settings.options.with_checkpoint_bucket(self.settings.bucket)
             .with_publish_run_state()
-            .with_interrupt_ttl(self.settings.interrupt_ttl)
+            .with_interrupt_ttl(self.settings.interrupt_ttl),
+            event_log_batch=_SERVED_LOG_BATCH,
         )
-        options = _with_log_batch(options)
         if input.resume:
             entries = [entry.model_dump(by_alias=True, exclude_none=True) for entry in input.resume]
+            latest = thread.latest
             plan = plan_resume(
                 latest.state if latest else None, latest.status if latest else None, entries
             )
             assert latest is not None  # plan_resume refuses a thread with no run
-            await self._resume(prepared, live, plan, options, latest.state)
-            return
-        if latest is not None and latest.status == "suspended" and _open(latest.state):
-            ids = ", ".join(str(i["id"]) for i in latest.state.interrupts)
+            return await self._resume(prepared, live, plan, options, latest.state)
+        if thread.paused:
+            assert thread.latest is not None
+            ids = ", ".join(str(i["id"]) for i in thread.latest.state.interrupts)
             raise InvalidResume(
                 f"thread {input.thread_id!r} has open interrupts ({ids}); answer them with "
                 "`resume` before sending new input"
             )
         messages = _wire_messages(input)
-        conversation = conversation_from_agui(messages, _wire_context(input))
+        conversation = conversation_from_agui(
+            messages, _wire_context(input), known=thread.known_results()
+        )
+        taint = thread.taint
+        if any(isinstance(m, UserMessage) and m.tool_results for m in conversation):
+            # Tool results the client sends cannot be checked: untrusted (law 3), and
+            # the thread keeps what its earlier runs read (law 6).
+            taint |= Taint.UNTRUSTED_INPUT.value
         state = RunState(
             run_id=input.run_id,
             thread_id=input.thread_id,
             agent_name=prepared.agent.name,
             messages=list(conversation),
             state=_client_state(input.state),
-            # Taint only grows within a conversation (law 6): a new request on the thread
-            # does not wash out what earlier runs read.
-            taint=latest.state.taint if latest is not None else 0,
+            taint=taint,
+            # Tool results keep the ids the client knows them by, in every snapshot.
+            result_ids={
+                str(m["toolCallId"]): str(m["id"])
+                for m in messages
+                if m.get("role") == "tool" and m.get("id") and m.get("toolCallId")
+            },
         )
-        await prepared.agent.run_in(
-            self._context(live, {}),
-            state,
-            options,
-            on_event=live.push,
-            opening_messages=messages,
+        run_ctx = self._context(live, {})
+        waited = thread.waiting_on_client()
+        if waited is not None:
+            # The client ran the tools the last run left it: this run goes on with that
+            # run's work, on its budget and its "approve always" answers (law 7).
+            run_ctx = _spent_so_far(run_ctx, waited, self.settings.workspace)
+            state.always_approved = list(waited.always_approved)
+        return await prepared.agent.run_in(
+            run_ctx, state, options, on_event=live.push, opening_messages=messages
         )
 
     async def _resume(
@@ -214,21 +293,9 @@ class Runner:
         plan: ResumePlan,
         options: RunOptions,
         paused: RunState,
-    ) -> None:
-        run_ctx = self._context(live, plan.answers)
-        if paused.policy is not None:
-            # One budget for the whole run (law 7): what it spent before the pause counts.
-            spent = run_context_from(paused, store=None, workspace=self.settings.workspace)
-            run_ctx = run_ctx.with_budget(
-                dataclasses.replace(
-                    run_ctx.budget,
-                    turns=spent.budget.turns,
-                    usage=spent.budget.usage,
-                    cost_usd=spent.budget.cost_usd,
-                    unpriced_models=set(spent.budget.unpriced_models),
-                )
-            )
-        await resume(
+    ) -> RunResult:
+        run_ctx = _spent_so_far(self._context(live, plan.answers), paused, self.settings.workspace)
+        return await resume(
             prepared.agent,
             plan.run_id,
             plan.decisions,
@@ -239,14 +306,34 @@ class Runner:
             run_id=prepared.input.run_id,
         )
 
-    async def _check_thread_free(self, latest: Checkpoint | None, input: RunAgentInput) -> None:
-        if latest is None or latest.status not in ("running", "resumed"):
-            return
-        if await self.checkpoints.holder(latest.state.run_id) is not None:
-            raise InvalidResume(
-                f"thread {input.thread_id!r} has a run in progress ({latest.state.run_id}); "
-                "wait for it to end, steer it, or cancel it first"
+    async def _close_cancelled(self, state: RunState) -> None:
+        """A cancelled run is over: its checkpoint says so, every call of its last turn
+        has its answer (law 1), and nothing of it is waiting any more."""
+        closed = state.model_copy(deep=True)
+        open_calls = closed.unanswered_calls()
+        if open_calls:
+            closed.messages.append(
+                UserMessage(
+                    tool_results=tuple(
+                        ToolResult(
+                            call_id=call.id,
+                            name=call.name,
+                            content=record.result
+                            if (record := closed.calls.get(call.id)) and record.result is not None
+                            else CANCELLED_CALL,
+                            is_error=record.is_error
+                            if record and record.result is not None
+                            else True,
+                        )
+                        for call in open_calls
+                    )
+                )
             )
+        closed.stop_cause = StopCause.CANCELLED
+        closed.interrupts = []
+        closed.client_calls = []
+        with contextlib.suppress(StoreError):
+            await self.checkpoints.save(closed, "finished")
 
     def _context(self, live: LiveRun, answers: dict[str, QuestionOutcome]) -> RunContext:
         run_ctx = workspace_policy(
@@ -261,9 +348,15 @@ class Runner:
 
     # ── shutdown ─────────────────────────────────────────────────────────────────
 
-    async def aclose(self, grace: float = 5.0) -> None:
-        """Cancel every run of this process and wait (up to `grace`) for them to end."""
+    def begin_shutdown(self) -> None:
+        """Stop every run of this process, leaving each recoverable elsewhere (its
+        checkpoint stays `running` and its lease lapses), and end every follower."""
+        self.closing.set()
         self.cancel.cancel("the server is shutting down")
+
+    async def aclose(self, grace: float = 5.0) -> None:
+        """`begin_shutdown`, then wait (up to `grace`) for the runs to unwind."""
+        self.begin_shutdown()
         tasks = [live.task for live in self.live.values() if live.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace)
@@ -280,25 +373,27 @@ async def _watching(watcher: ControlWatcher) -> AsyncIterator[None]:
     finally:
         if not entering.done():
             entering.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await entering
-        if entering.done() and not entering.cancelled() and entering.exception() is None:
+        # Wait for the entry to settle, but let a cancellation of *this* task through.
+        await asyncio.wait([entering])
+        if not entering.cancelled() and entering.exception() is None:
             await watcher.__aexit__(None, None, None)
 
 
-def _open(state: RunState) -> bool:
-    """Whether the run has interrupts that can still be answered."""
-    now = datetime.now(UTC)
-    for interrupt in state.interrupts:
-        stamp = interrupt.get("expiresAt")
-        if not isinstance(stamp, str):
-            return True
-        try:
-            if datetime.fromisoformat(stamp.replace("Z", "+00:00")) > now:
-                return True
-        except ValueError:
-            return True
-    return False
+def _spent_so_far(run_ctx: RunContext, earlier: RunState, workspace: Path) -> RunContext:
+    """`run_ctx` with what `earlier` (the same run, before a pause) had spent charged to
+    its budget: one budget for the whole run (law 7)."""
+    if earlier.policy is None:
+        return run_ctx
+    spent: Budget = run_context_from(earlier, store=None, workspace=workspace).budget
+    return run_ctx.with_budget(
+        dataclasses.replace(
+            run_ctx.budget,
+            turns=spent.turns,
+            usage=spent.usage,
+            cost_usd=spent.cost_usd,
+            unpriced_models=set(spent.unpriced_models),
+        )
+    )
 
 
 def _fail(live: LiveRun, input: RunAgentInput, message: str, code: str) -> None:
@@ -310,15 +405,26 @@ def _fail(live: LiveRun, input: RunAgentInput, message: str, code: str) -> None:
     live.push(RunErrorEvent(message, code))
 
 
-def _code(exc: BaseException) -> str:
+def _code(exc: TillerError) -> str:
+    code = getattr(exc, "agui_code", None)
+    if isinstance(code, str):
+        return code
     if isinstance(exc, InvalidResume):
         return "INVALID_RESUME"
-    name = type(exc).__name__
-    if name == "AlreadyResumed":
+    if isinstance(exc, AlreadyResumed):
         return "ALREADY_RESUMED"
-    if name == "ResumeReplayBlocked":
+    if isinstance(exc, ResumeReplayBlocked):
         return "RESUME_BLOCKED"
     return "RUN_FAILED"
+
+
+def _detach(input: RunAgentInput, default: bool) -> bool:
+    """`forwardedProps.tiller.detach`, when it is a boolean; else the server's default."""
+    props = input.forwarded_props if isinstance(input.forwarded_props, dict) else {}
+    tiller_props = props.get("tiller")
+    if isinstance(tiller_props, dict) and isinstance(tiller_props.get("detach"), bool):
+        return bool(tiller_props["detach"])
+    return default
 
 
 def _with_client_tools(agent: Agent, tools: list[dict[str, Any]]) -> Agent:
@@ -353,15 +459,3 @@ def _client_state(raw: Any) -> Any:
         own = {key: value for key, value in raw.items() if key != RUNTIME_STATE_KEY}
         return own or None
     return raw
-
-
-async def _exists(checkpoints: CheckpointStore, run_id: str) -> bool:
-    try:
-        await checkpoints.load(run_id)
-    except NotFound:
-        return False
-    return True
-
-
-def _with_log_batch(options: RunOptions) -> RunOptions:
-    return dataclasses.replace(options, event_log_batch=_SERVED_LOG_BATCH)

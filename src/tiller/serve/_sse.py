@@ -1,8 +1,9 @@
 """SSE bodies: frames as they come, keep-alive comments while idle.
 
-A frame is `data: <json>\\n\\n` (with `id: <index>` first on the events endpoint, so a
-reader knows where to reattach). Each frame is its own chunk of the response: nothing is
-buffered, so a client sees an event as soon as the run emits it.
+A frame is `data: <json>\\n\\n`, with `id: <index>` first where the reader may want to
+reattach (the events endpoint): the index of the event in the run's stream, from 0. Each
+frame is its own chunk of the response: nothing is buffered, so a client sees an event as
+soon as the run emits it.
 """
 
 from __future__ import annotations
@@ -11,22 +12,22 @@ from collections.abc import AsyncIterator
 
 from ..events import keep_alive_frame
 
-__all__ = ["sse_frames"]
+__all__ = ["Indexed", "sse_frames"]
 
 _KEEP_ALIVE = keep_alive_frame()
 
+#: An event's index in its run's stream and its JSON; None for "idle: send a keep-alive".
+Indexed = tuple[int, bytes] | None
 
-async def sse_frames(
-    frames: AsyncIterator[bytes | None], *, first_index: int | None = None
-) -> AsyncIterator[bytes]:
-    """SSE chunks for `frames` (JSON events; None for "idle, send a keep-alive")."""
-    index = first_index
-    async for frame in frames:
-        if frame is None:
+
+async def sse_frames(frames: AsyncIterator[Indexed], *, ids: bool = False) -> AsyncIterator[bytes]:
+    """SSE chunks for `frames`, with `id:` lines when `ids`."""
+    async for item in frames:
+        if item is None:
             yield _KEEP_ALIVE
             continue
-        if index is None:
-            yield b"data: " + frame + b"\n\n"
-        else:
+        index, frame = item
+        if ids:
             yield b"id: " + str(index).encode() + b"\ndata: " + frame + b"\n\n"
-            index += 1
+        else:
+            yield b"data: " + frame + b"\n\n"

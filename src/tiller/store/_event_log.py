@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -49,6 +51,13 @@ _CREATE_ATTEMPTS = 5
 #: Write tasks in flight, held strongly: the loop keeps only weak references to tasks, and
 #: a writer dropped by a run that was cancelled must still finish its writes.
 _IN_FLIGHT: set[asyncio.Task[None]] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    key: str
+    start: int
+    events: list[dict[str, Any]]
 
 
 class EventLog:
@@ -86,24 +95,33 @@ class EventLog:
         Indices count events from the log's first; a batch lost to a failed write leaves
         its events out without shifting the others' indices.
         """
-        kv = await self.kv()
         events: list[dict[str, Any]] = []
-        for key in await self.batch_keys(run_id):
-            entry = await kv.get(key)
-            if entry is None:
-                continue
-            record: dict[str, Any] = orjson.loads(entry.value)
-            if record.get("schema_version") != SCHEMA_VERSION:
-                raise ValueError(
-                    f"{self.bucket}/{key} has schema version {record.get('schema_version')!r}; "
-                    f"this tiller reads {SCHEMA_VERSION}"
-                )
-            start: int = record["start"]
-            batch: list[dict[str, Any]] = record["events"]
-            if start + len(batch) <= after:
-                continue
-            events.extend(batch[max(0, after - start) :])
+        for batch in await self.batches(run_id):
+            if batch.start + len(batch.events) > after:
+                events.extend(batch.events[max(0, after - batch.start) :])
         return events
+
+    def _batch(self, key: str, value: bytes) -> tuple[int, list[dict[str, Any]]]:
+        record: dict[str, Any] = orjson.loads(value)
+        if record.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(
+                f"{self.bucket}/{key} has schema version {record.get('schema_version')!r}; "
+                f"this tiller reads {SCHEMA_VERSION}"
+            )
+        return record["start"], record["events"]
+
+    async def batches(self, run_id: str, *, skip: Collection[str] = ()) -> list[_Batch]:
+        """The run's batches not in `skip`: key, index of the first event, the events."""
+        kv = await self.kv()
+        found: list[_Batch] = []
+        for key in await self.batch_keys(run_id):
+            if key in skip:
+                continue
+            entry = await kv.get(key)
+            if entry is not None:
+                start, batch = self._batch(key, entry.value)
+                found.append(_Batch(key, start, batch))
+        return found
 
 
 class EventLogWriter:
