@@ -164,3 +164,20 @@ def test_the_state_carries_tasks_usage_budget_and_the_agents_own(serve: Callable
     assert runtime["usage"]["turns"] == 2
     assert runtime["budget"]["spentTurns"] == 2
     assert types(events)[-1] == "RUN_FINISHED"
+
+
+def test_staged_outbox_items_are_in_the_state(serve: Callable[..., str], tmp_path: Any) -> None:
+    from tiller.loop import OutboxRoute
+
+    url = serve(make_agent(), configure=lambda ctx: ctx.with_outbox(OutboxRoute(["write_file"])))
+    events = post_run(url, run_input("t1", "r1", _user("write draft.txt: hello")))
+    state: Any = None
+    for event in events:
+        if event["type"] == "STATE_SNAPSHOT":
+            state = event["snapshot"]
+        elif event["type"] == "STATE_DELTA":
+            state = jsonpatch.apply_patch(state, event["delta"])
+    (item,) = state["tiller"]["outbox"]
+    assert item["tool"] == "write_file"
+    assert item["item"]
+    assert not (tmp_path / "workspace" / "draft.txt").exists()  # staged, not sent

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -45,7 +47,7 @@ def test_a_shutdown_stops_its_runs_promptly_and_leaves_them_recoverable(
     body = run_input(
         "t1",
         "r1",
-        [{"id": "u1", "role": "user", "content": "slow 30"}],
+        [{"id": "u1", "role": "user", "content": "slow 4"}],
         forwardedProps={"tiller": {"detach": True}},
     )
     with httpx.Client(timeout=30) as client:
@@ -58,6 +60,25 @@ def test_a_shutdown_stops_its_runs_promptly_and_leaves_them_recoverable(
         first.stop()  # asserts the server thread ended: no stream held it up
     # Stopped by the shutdown, not cancelled by anyone: left for another process to recover.
     assert asyncio.run(_status(tmp_path, "r1")) == "running"
+    recovered = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tiller",
+            "runs",
+            "resume",
+            "r1",
+            "--store",
+            f"sqlite:///{tmp_path / 'serve.db'}",
+        ],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert recovered.returncode == 0, recovered.stderr
+    assert "Finished all steps." in recovered.stdout
+    assert asyncio.run(_status(tmp_path, "r1")) == "finished"
 
 
 async def _crashed_run(tmp_path: Path) -> None:

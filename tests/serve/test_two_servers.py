@@ -90,12 +90,12 @@ def two_servers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tupl
         )
         urls.append(f"http://127.0.0.1:{port}")
     try:
-        for url, process in zip(urls, processes, strict=True):
+        for name, url, process in zip("ab", urls, processes, strict=True):
             deadline = time.monotonic() + 30
             while True:
                 if process.poll() is not None:
                     raise AssertionError(
-                        f"a server exited: {(tmp_path / 'server-a.log').read_text()}"
+                        f"server {name} exited: {(tmp_path / f'server-{name}.log').read_text()}"
                     )
                 try:
                     if httpx.get(f"{url}/runs", headers=AUTH, timeout=2).status_code == 200:

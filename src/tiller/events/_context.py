@@ -295,6 +295,18 @@ class AgUiContext(Generic[S]):
             self._runtime[key] = value
         self.publish_state()
 
+    def update_runtime_state(self, facts: Mapping[str, Any]) -> None:
+        """`set_runtime_state` for several facts at once: one publish for all of them."""
+        changed = False
+        for key, value in facts.items():
+            if value is None:
+                changed = self._runtime.pop(key, None) is not None or changed
+            elif self._runtime.get(key) != value:
+                self._runtime[key] = value
+                changed = True
+        if changed:
+            self.publish_state()
+
     @property
     def runtime_state(self) -> dict[str, Any]:
         """The runtime's facts, as `set_runtime_state` last set them (a copy)."""

@@ -108,6 +108,9 @@ class Gate:
         )
         self._model = model
         self._retry = retry
+        #: The calls this run staged in the outbox, in order (for the run's AG-UI state),
+        #: those of the run before a resume included.
+        self.staged: list[CallRecord] = [r for r in state.calls.values() if r.staged]
 
     @property
     def approver(self) -> ApprovalBroker | None:
@@ -316,6 +319,7 @@ class Gate:
             )
         record.staged = True
         record.outbox_item = item_id
+        self.staged.append(record)
         return GateAnswer(
             staged=f"Staged in the outbox as {item_id}: the draft awaits a person's release "
             f"(tiller outbox send {item_id}). It has NOT been sent; do not report it as done."

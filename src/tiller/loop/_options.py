@@ -67,6 +67,10 @@ class RunOptions:
             raise UsageError("max_steps must be at least 1")
         if self.max_response_bytes < 1:
             raise UsageError("max_response_bytes must be positive")
+        if self.interrupt_ttl is not None and not self.interrupt_ttl > 0:
+            raise UsageError("interrupt_ttl must be positive seconds (or None: no expiry)")
+        if self.event_log_batch < 1:
+            raise UsageError("event_log_batch must be at least 1")
 
     def _with(self, **changes: Any) -> RunOptions:
         return dataclasses.replace(self, **changes)

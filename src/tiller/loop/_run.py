@@ -214,39 +214,35 @@ class Loop(ToolDispatch):
             await self._checkpoint("finished")
 
     def _publish_run_state(self) -> None:
-        """The run's spending, limits and staged drafts, in its AG-UI state (`tiller`)."""
+        """The run's spending, limits and staged drafts, in its AG-UI state (`tiller`):
+        one publish a step."""
         state, budget = self.state, self.run_ctx.budget
-        self.agui.set_runtime_state(
-            "usage",
-            {
+        limits = {
+            "maxTurns": budget.max_turns,
+            "maxOutputTokens": budget.max_output_tokens,
+            "maxCostUsd": budget.max_cost_usd,
+        }
+        facts: dict[str, Any] = {
+            "usage": {
                 "inputTokens": state.usage.input_tokens,
                 "outputTokens": state.usage.output_tokens,
                 "totalTokens": state.usage.total_tokens,
                 "costUsd": round(state.cost_usd, 6),
                 "turns": state.step,
             },
-        )
-        limits = {
-            "maxTurns": budget.max_turns,
-            "maxOutputTokens": budget.max_output_tokens,
-            "maxCostUsd": budget.max_cost_usd,
-        }
-        self.agui.set_runtime_state(
-            "budget",
-            {
+            "budget": {
                 **{key: value for key, value in limits.items() if value is not None},
                 "spentTurns": budget.turns,
                 "spentOutputTokens": budget.usage.output_tokens,
                 "spentCostUsd": round(budget.cost_usd, 6),
             },
-        )
-        staged = [
-            {"toolCallId": record.call_id, "tool": record.name, "item": record.outbox_item}
-            for record in state.calls.values()
-            if record.staged
-        ]
-        if staged:
-            self.agui.set_runtime_state("outbox", staged)
+        }
+        if self.gate.staged:
+            facts["outbox"] = [
+                {"toolCallId": record.call_id, "tool": record.name, "item": record.outbox_item}
+                for record in self.gate.staged
+            ]
+        self.agui.update_runtime_state(facts)
 
     async def _session_end(self) -> None:
         """Tell the session_end hooks how the run stopped (their failures are logged)."""
