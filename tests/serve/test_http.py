@@ -191,7 +191,7 @@ def test_a_run_id_sent_twice_at_once_starts_one_run(serve: Callable[..., str]) -
 
 def test_one_run_at_a_time_on_a_thread(serve: Callable[..., str]) -> None:
     url = serve(make_agent(step_delay=0.2))
-    slow = orjson.dumps(run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "slow 3"}]))
+    slow = orjson.dumps(run_input("t1", "r1", [{"id": "u1", "role": "user", "content": "slow 40"}]))
     with (
         httpx.Client(timeout=30) as client,
         client.stream("POST", f"{url}/agui", content=slow, headers=SSE) as first,
@@ -200,12 +200,28 @@ def test_one_run_at_a_time_on_a_thread(serve: Callable[..., str]) -> None:
         for line in lines:
             if "STEP_STARTED" in line:
                 break
+        # The second waits a moment (a run that just ended may still hold the thread),
+        # then is refused, saying who holds it.
         second = post_run(url, run_input("t1", "r2", HELLO))
         assert types(second) == ["RUN_STARTED", "RUN_ERROR"]
         assert second[-1]["code"] == "THREAD_BUSY"
         assert "r1" in second[-1]["message"]
+        assert client.post(f"{url}/runs/r1/cancel", json={}, headers=AUTH).status_code == 202
         rest = "\n".join(lines)
-    assert '"outcome":{"type":"success"}' in rest
+    assert '"outcome":{"type":"cancelled"}' in rest
+    # Once the first is over, the thread takes the next run.
+    assert post_run(url, run_input("t1", "r3", HELLO))[-1]["type"] == "RUN_FINISHED"
+
+
+def test_a_run_sent_right_after_the_last_ends_finds_the_thread_free(
+    serve: Callable[..., str],
+) -> None:
+    """As @ag-ui/client does with a frontend tool's result: the next request the moment
+    the stream ends."""
+    url = serve(make_agent())
+    for n in range(10):
+        events = post_run(url, run_input("t1", f"r{n}", HELLO))
+        assert events[-1]["type"] == "RUN_FINISHED", events[-1]
 
 
 def test_a_cancelled_run_is_closed_and_the_thread_goes_on(serve: Callable[..., str]) -> None:
@@ -305,3 +321,14 @@ def test_events_resume_from_an_index_or_the_last_event_id(serve: Callable[..., s
     assert skipped == events[3:]
     reconnect = httpx.get(f"{url}/runs/r1/events", headers={**AUTH, "Last-Event-ID": "3"})
     assert parse_sse(reconnect.text) == events[4:]
+
+
+def test_head_and_get_on_the_root_only_ever_give_the_page(serve: Callable[..., str]) -> None:
+    url = serve(make_agent())
+    body = orjson.dumps(run_input("t1", "r1", HELLO))
+    no_token = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    for method in ("HEAD", "GET"):
+        response = httpx.request(method, f"{url}/", content=body, headers=no_token)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/html")
+    assert httpx.get(f"{url}/runs", headers=AUTH).json()["runs"] == []  # nothing ran

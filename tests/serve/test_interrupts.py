@@ -292,3 +292,31 @@ def test_an_expired_interrupt_is_closed_by_a_cancelled_entry_or_by_new_input(
     # The server answered the lapsed call "expired" (the model went on from there).
     assert events[-1]["outcome"] == {"type": "success"}
     assert not (tmp_path / "workspace" / "b.txt").exists()
+
+
+def test_a_resume_whose_process_died_before_starting_can_be_answered_again(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    import asyncio
+
+    from tiller.store import CheckpointStore, open_bus
+
+    url = serve(make_agent())
+    messages, interrupt = _paused(url, "t1", "r1", "write a.txt: x")
+
+    async def claim_and_die() -> None:
+        # What a resume leaves when its process dies between its claim and its first
+        # checkpoint: r1 `continued` as r2, and no r2.
+        bus = await open_bus(f"sqlite:///{tmp_path / 'serve.db'}")
+        try:
+            store = CheckpointStore(bus)
+            await store.claim(await store.load("r1"), continued_as="r2")
+        finally:
+            await bus.aclose()
+
+    asyncio.run(claim_and_die())
+    events = post_run(
+        url, run_input("t1", "r3", messages, resume=[_answer(interrupt, {"decision": "approve"})])
+    )
+    assert events[-1]["outcome"] == {"type": "success"}
+    assert (tmp_path / "workspace" / "a.txt").read_text() == "x"

@@ -99,6 +99,7 @@ async def resume(
     force: bool = False,
     configure: Callable[[RunContext], RunContext] | None = None,
     run_id: str | None = None,
+    reclaim_orphan: bool = False,
 ) -> RunResult:
     """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
     load from the store (`run_ctx.store` or `store`, bucket `bucket`). `decisions` answers
@@ -118,6 +119,9 @@ async def resume(
 
     `run_id` continues the run under a new id (an AG-UI resume arrives with one); the
     call records of the suspended batch are carried over to it, so nothing runs twice.
+    `reclaim_orphan` also claims a checkpoint `continued` under a new id that never wrote
+    a checkpoint (that resume's process died first); the caller must know that resume is
+    gone (the server does: it holds the thread's lease).
 
     Everything that can fail on the caller's side (the agent, the context, the decisions,
     uncertain calls) is checked *before* the checkpoint is claimed, so a mistake can be
@@ -161,7 +165,8 @@ async def resume(
         options = options_from(state)
     if loaded is not None:
         options = options.with_checkpoint_bucket(options.checkpoint_bucket or bucket)
-    if loaded is not None and decisions is not None and loaded.status != "suspended":
+    orphan = reclaim_orphan and loaded is not None and loaded.status == "continued"
+    if loaded is not None and decisions is not None and loaded.status != "suspended" and not orphan:
         # Someone else resumed it already (it may even have finished): say so, before
         # judging decisions against a state that has moved on.
         raise AlreadyResumed(
@@ -218,7 +223,10 @@ async def resume(
         # checkpoint is closed for good (`continued`): recovering it would run its calls
         # a second time beside the new run.
         await checkpoints.claim(
-            loaded, recovering=decisions is None, continued_as=new_id if renamed else None
+            loaded,
+            recovering=decisions is None,
+            continued_as=new_id if renamed else None,
+            orphan=orphan,
         )
     state.interrupts = []
     if decisions is None:

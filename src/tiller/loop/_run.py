@@ -52,13 +52,14 @@ from ..model._codec import stream_event_to_json
 from ..policy import RiskClass
 from ..state import RunState, StopCause
 from ..store._approvals import ApprovalStore
-from ..store._bus import Lease, StoreError
+from ..store._bus import StoreError
 from ..store._checkpoints import CheckpointStore
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ModelCallRecord, call_quietly
 from ._dispatch import ToolDispatch
 from ._gate import Gate
 from ._guardrails import run_post, run_pre
+from ._lease_keeper import LeaseKeeper
 from ._result import ToolTraceEntry
 from ._services import RunServices
 from ._window import history_window
@@ -125,7 +126,8 @@ class Loop(ToolDispatch):
         self._held: int | None = None
         self.final_output: Any = None
         self.pause_reason: str | None = None
-        self._lease: Lease | None = None
+        #: Keeps the run's lease ("a process runs this") while the run lasts.
+        self._lease: LeaseKeeper | None = None
         self._orphan_results = False
         self._checkpoints = (
             CheckpointStore(run_ctx.store, options.checkpoint_bucket)
@@ -161,9 +163,10 @@ class Loop(ToolDispatch):
         try:
             if self._checkpoints is not None:
                 # "A process is running this now": a recovery elsewhere checks it first.
-                self._lease = await self._checkpoints.hold(
+                lease = await self._checkpoints.hold(
                     self.state.run_id, _lease_owner(), self.options.lease_ttl
                 )
+                self._lease = LeaseKeeper(self._checkpoints, lease, self.options.lease_ttl).start()
                 # In the store from its start (with its policy, so it can be recovered),
                 # so any process can find it before its first step ends.
                 await self._checkpoint("running")
@@ -177,7 +180,8 @@ class Loop(ToolDispatch):
             if self._capture is not None:
                 call_quietly(self._capture.close)
             if self._lease is not None and self._checkpoints is not None:
-                lease, self._lease = self._lease, None
+                keeper, self._lease = self._lease, None
+                lease = await keeper.stop()
                 with contextlib.suppress(StoreError):
                     await self._checkpoints.release_hold(lease)
 
@@ -284,10 +288,6 @@ class Loop(ToolDispatch):
                         call_id: why for call_id, (why, _) in self._held_reasons.items() if why
                     },
                 )
-            lease = self._lease
-            ttl = self.options.lease_ttl
-            if lease is not None and lease.expires_at - self._checkpoints.bus.clock() < ttl / 2:
-                self._lease = await self._checkpoints.renew_hold(lease, ttl)
 
     async def _finish_suspended_batch(self) -> None:
         state = self.state

@@ -150,9 +150,10 @@ class _Server:
         return self._runner
 
     async def root(self, request: Request) -> Response:
-        if request.method == "GET":
-            return FileResponse(_CONSOLE / "index.html", media_type="text/html")
-        return await self.agui(request)
+        # Only a POST is a run: GET and HEAD (public, for the console) get the page.
+        if request.method == "POST":
+            return await self.agui(request)
+        return FileResponse(_CONSOLE / "index.html", media_type="text/html")
 
     async def agui(self, request: Request) -> Response:
         accept = request.headers.get("accept", "")

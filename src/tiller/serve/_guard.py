@@ -35,8 +35,13 @@ class Guard:
         self._token = token.encode() if token is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS":
-            await self.app(scope, receive, send)  # lifespan; CORS preflights carry no token
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            return  # no websockets here: the connection is refused
+        if scope["method"] == "OPTIONS" and _is_preflight(scope):
+            await self.app(scope, receive, send)  # a CORS preflight carries no token
             return
         refusal = self._refusal(scope)
         if refusal is None:
@@ -69,3 +74,8 @@ def _host_name(host: str) -> str:
     if host.startswith("["):
         return host[: host.find("]") + 1] if "]" in host else host
     return host.split(":", 1)[0]
+
+
+def _is_preflight(scope: Scope) -> bool:
+    names = {key.lower() for key, _ in scope["headers"]}
+    return b"origin" in names and b"access-control-request-method" in names

@@ -36,22 +36,30 @@ class LiveRun:
     #: The stream's terminal event was pushed, or the run's task ended.
     done: bool = False
     task: asyncio.Task[None] | None = None
+    _terminal: bytes | None = None
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     def push(self, event: Event) -> None:
-        """The run's event listener (synchronous, on the run's loop)."""
-        self.push_frame(encode_json(event), event.type in _TERMINAL)
-
-    def push_frame(self, frame: bytes, terminal: bool = False) -> None:
-        if self.done:
+        """The run's event listener (synchronous, on the run's loop). The terminal event
+        is held back until `finish`: a client that answers the moment it reads it (a
+        resume, a frontend tool's result) must find the run's thread free and its
+        checkpoint final."""
+        if self.done or self._terminal is not None:
             return
-        self.frames.append(frame)
-        if terminal:
-            self.done = True
+        if event.type in _TERMINAL:
+            self._terminal = encode_json(event)
+            return
+        self.frames.append(encode_json(event))
         self._wake()
 
-    def finish(self) -> None:
-        """The run's task ended: readers stop once they have read everything."""
+    def finish(self, replacement: bytes | None = None) -> None:
+        """The run's task ended, its thread released: the terminal event goes out (or
+        `replacement`, e.g. a shutdown's `RUN_ERROR`), and readers stop after it."""
+        if self.done:
+            return
+        terminal = replacement if replacement is not None else self._terminal
+        if terminal is not None:
+            self.frames.append(terminal)
         self.done = True
         self._wake()
 

@@ -112,41 +112,65 @@ class RunRoutes:
 
     async def _follow_log(self, runner: Runner, run_id: str, start: int) -> AsyncIterator[Indexed]:
         """The run's stored events from index `start`, then new ones as its process writes
-        them, until its terminal event (a run on another process, or one that ended)."""
+        them, until its terminal event (a run on another process, or one that ended).
+
+        A terminal event ends the stream unless the run is still going (a server stopped
+        it and someone is recovering it: the recovery's events follow). A run that stops
+        without a terminal event in the log gets `RUN_ERROR{RUN_LOST}`, once no process
+        holds it and it has had time to write its last events."""
         log = EventLog(runner.bus)
         clock = asyncio.get_running_loop().time
         read_whole: set[str] = set()  # batches read to their end: not fetched again
         index = start
+        ended = False  # a terminal event went out: nothing but a new run may follow it
         last_event = last_frame = clock()
         while not runner.closing.is_set():
             fresh = False
             for batch in await log.batches(run_id, skip=read_whole):
-                end = batch.start + len(batch.events)
                 for offset, event in enumerate(batch.events):
                     position = batch.start + offset
                     if position < index:
                         continue
                     index, fresh = position + 1, True
+                    ended = event.get("type") in _TERMINAL
                     yield position, orjson.dumps(event)
-                    if event.get("type") in _TERMINAL:
-                        return
-                if end <= index:
+                if batch.start + len(batch.events) <= index:
                     read_whole.add(batch.key)
             now = clock()
             if fresh:
                 last_event = last_frame = now
-                continue
-            if now - last_event > _LOG_SETTLE:
-                checkpoint = await _load(runner, run_id)
-                if checkpoint is None or not await _alive(runner, checkpoint):
-                    # Stopped, and its terminal event never reached the log: say so.
-                    yield index, encode_json(RunErrorEvent(_lost(run_id, checkpoint), "RUN_LOST"))
+                if ended and not await self._still_going(runner, run_id):
                     return
-                last_event = now
+                continue
+            if ended or now - last_event > _LOG_SETTLE:
+                checkpoint = await _load(runner, run_id)
+                held = checkpoint is not None and await _held(runner, checkpoint)
+                if ended and not held:
+                    return
+                if not held and not ended:
+                    over = checkpoint is None or checkpoint.status not in ("running", "resumed")
+                    # An ended run may still be writing its last batch: one more settle.
+                    if not over or now - last_event > 2 * _LOG_SETTLE:
+                        yield (
+                            index,
+                            encode_json(RunErrorEvent(_lost(run_id, checkpoint), "RUN_LOST")),
+                        )
+                        return
             if now - last_frame >= self.keep_alive:
                 last_frame = now
                 yield None
             await asyncio.sleep(_LOG_POLL)
+
+    @staticmethod
+    async def _still_going(runner: Runner, run_id: str) -> bool:
+        """After a terminal event: whether the run goes on (stopped by a shutdown, and
+        recovered by a process that holds it now)."""
+        checkpoint = await _load(runner, run_id)
+        return (
+            checkpoint is not None
+            and checkpoint.status in ("running", "resumed")
+            and await _held(runner, checkpoint)
+        )
 
     # ── control ──────────────────────────────────────────────────────────────────
 
@@ -223,16 +247,19 @@ def _live_here(runner: Runner, run_id: str) -> bool:
     return live is not None and not live.done
 
 
-async def _alive(runner: Runner, checkpoint: Checkpoint) -> bool:
-    """Whether a process is running the run: it holds the thread's lease (a served run,
-    renewed all along), or the run's own (renewed at each step)."""
-    if checkpoint.status not in ("running", "resumed"):
-        return False
+async def _held(runner: Runner, checkpoint: Checkpoint) -> bool:
+    """Whether a process holds the run, whatever its status says: the thread's lease (a
+    served run, renewed all along) or the run's own (renewed while it runs)."""
     state = checkpoint.state
     holder = await runner.checkpoints.thread_holder(state.thread_id)
     if holder is not None and holder[0] == state.run_id:
         return True
     return await runner.checkpoints.holder(state.run_id) is not None
+
+
+async def _alive(runner: Runner, checkpoint: Checkpoint) -> bool:
+    """Whether the run is going on: not over, and held by a process."""
+    return checkpoint.status in ("running", "resumed") and await _held(runner, checkpoint)
 
 
 def _lost(run_id: str, checkpoint: Checkpoint | None) -> str:

@@ -35,7 +35,7 @@ from ..cancel import CancellationToken
 from ..config import workspace_policy
 from ..conversation import Taint, ToolResult, UserMessage
 from ..errors import InvalidResume, TillerError
-from ..events import RUNTIME_STATE_KEY, RunErrorEvent, RunStartedEvent
+from ..events import RUNTIME_STATE_KEY, RunErrorEvent, RunStartedEvent, encode_json
 from ..loop import (
     Agent,
     Budget,
@@ -48,7 +48,7 @@ from ..loop import (
     run_context_from,
 )
 from ..state import RunState, StopCause
-from ..store import AlreadyResumed, Bus, CheckpointStore, Lease, StoreError
+from ..store import AlreadyResumed, Bus, CheckpointStore, Lease, RevisionConflict, StoreError
 from ..store._checkpoints import DEFAULT_BUCKET
 from ..store._control import ControlStore, ControlWatcher
 from ..tools import ClientTool, DuplicateTool, InterruptQuestions, QuestionOutcome
@@ -71,6 +71,15 @@ _ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 #: (later ones read the store's event log).
 _KEEP_ENDED = 30.0
 CANCELLED_CALL = "The run was cancelled before this call ran."
+_SHUTDOWN = (
+    "the server stopped while this run worked; the run is kept as it was and can be "
+    "recovered (`tiller runs resume`, or another server sharing the store)"
+)
+#: A run that just ended may still hold its thread's lease for a few store round trips.
+_BUSY_RETRIES = 20
+_BUSY_WAIT = 0.1
+#: Run ids that would collide with the checkpoint bucket's own keys (`thread/...`).
+_RESERVED_IDS = frozenset({"thread"})
 
 
 class ThreadBusy(TillerError):
@@ -131,9 +140,10 @@ class Runner:
         """Check what makes the request itself bad; `InvalidRunInput` is a 400. The run id
         is reserved on success (for every process sharing the store)."""
         for name, value in (("threadId", input.thread_id), ("runId", input.run_id)):
-            if not _ID.fullmatch(value):
+            if not _ID.fullmatch(value) or value in _RESERVED_IDS:
                 raise InvalidRunInput(
-                    f"{name} {value!r} must be 1 to 200 letters, digits, '.', '_', ':' or '-'"
+                    f"{name} {value!r} must be 1 to 200 letters, digits, '.', '_', ':' or "
+                    "'-' (and not 'thread')"
                 )
         taken = f"run id {input.run_id!r} is already in use; send a new one"
         if input.run_id in self.live or input.run_id in self._reserved:
@@ -141,7 +151,7 @@ class Runner:
         self._reserved.add(input.run_id)  # before any await: a concurrent twin sees it
         try:
             agent = _with_client_tools(self.agent, [t.model_dump() for t in input.tools or ()])
-            thread = ThreadView(await self.checkpoints.for_thread(input.thread_id))
+            thread = await ThreadView.load(self.checkpoints, input.thread_id)
             if not input.resume and not thread.paused:
                 # Parsed now so a malformed conversation is a 400, not a failed run. (On a
                 # thread with open interrupts their calls have no results yet: the run
@@ -182,36 +192,55 @@ class Runner:
                 steering=live.steering,
                 poll_interval=self.settings.control_poll,
             )
-            async with _watching(watcher), self._thread_lease(input.thread_id, input.run_id):
+            async with _watching(watcher), self._thread_lease(input.thread_id, input.run_id, live):
                 result = await self._run(prepared, live)
-            if result.stop_cause is StopCause.CANCELLED and not self.closing.is_set():
-                await self._close_cancelled(result.state)
+                if result.stop_cause is StopCause.CANCELLED and not self.closing.is_set():
+                    # Still under the thread's lease, before the client hears the end.
+                    await self._close_cancelled(result.state)
         except TillerError as exc:  # a resume that does not fit, a busy thread, ...
             _fail(live, input, str(exc), _code(exc))
         except Exception:  # the server stays up; the client hears that something broke
             _logger.exception("served run %s failed", input.run_id)
             _fail(live, input, "the server failed to run this request; see its log", "SERVER_ERROR")
         finally:
-            live.finish()
-            with contextlib.suppress(Exception):
-                await self.control.clear(input.run_id)
+            if self.closing.is_set():
+                # Stopped by the shutdown, not by anyone's cancel: its checkpoint stays
+                # `running` and its control requests stay stored, for whoever recovers it.
+                live.finish(encode_json(RunErrorEvent(_SHUTDOWN, "SERVER_SHUTDOWN")))
+            else:
+                live.finish()
+                with contextlib.suppress(Exception):
+                    await self.control.clear(input.run_id)
             asyncio.get_running_loop().call_later(_KEEP_ENDED, self.live.pop, input.run_id, None)
 
     @contextlib.asynccontextmanager
-    async def _thread_lease(self, thread_id: str, run_id: str) -> AsyncIterator[None]:
+    async def _thread_lease(
+        self, thread_id: str, run_id: str, live: LiveRun
+    ) -> AsyncIterator[None]:
         """One run at a time on a thread, across processes: its lease, renewed while the
-        run lasts (it lapses by itself if this process dies)."""
+        run lasts (it lapses by itself if this process dies). A run that just ended may
+        still be letting go of it: a new one waits a moment before it is refused."""
         ttl = self.settings.options.lease_ttl
         lease = await self.checkpoints.hold_thread(thread_id, run_id, ttl)
+        for _ in range(_BUSY_RETRIES):
+            if lease is not None:
+                break
+            await asyncio.sleep(_BUSY_WAIT)
+            lease = await self.checkpoints.hold_thread(thread_id, run_id, ttl)
         if lease is None:
             holder = await self.checkpoints.thread_holder(thread_id)
-            other = f" ({holder[0]})" if holder is not None else ""
+            other = (
+                f" ({holder[0]}; if its process died, the thread frees itself within "
+                f"{holder[1]:.0f} s)"
+                if holder is not None
+                else ""
+            )
             raise ThreadBusy(
                 f"thread {thread_id!r} has a run in progress{other}; wait for it to end, "
-                "steer it, or cancel it first"
+                "steer it or cancel it, then send the request again with a new runId"
             )
         held = [lease]
-        renewing = asyncio.get_running_loop().create_task(self._renew(held, ttl))
+        renewing = asyncio.get_running_loop().create_task(self._renew(held, ttl, live))
         try:
             yield
         finally:
@@ -220,17 +249,28 @@ class Runner:
             with contextlib.suppress(StoreError):
                 await self.checkpoints.release_hold(held[0])
 
-    async def _renew(self, held: list[Lease], ttl: float) -> None:
-        """Keep the thread's lease (the latest one in `held`) while the run lasts."""
+    async def _renew(self, held: list[Lease], ttl: float, live: LiveRun) -> None:
+        """Keep the thread's lease (the latest one in `held`) while the run lasts. If it
+        was lost (it lapsed while this process stalled) and another run took the thread,
+        this run must not go on beside it: it is cancelled."""
         while True:
             await asyncio.sleep(ttl / 3)
-            with contextlib.suppress(StoreError):
+            try:
                 held[0] = await self.checkpoints.renew_hold(held[0], ttl)
+            except RevisionConflict:
+                taken = await self.checkpoints.hold_thread(live.thread_id, live.run_id, ttl)
+                if taken is None:
+                    _logger.error("run %s lost its thread to another run", live.run_id)
+                    live.cancel.cancel("another run took this run's thread")
+                    return
+                held[0] = taken
+            except StoreError as exc:  # an outage: try again at the next round
+                _logger.warning("run %s: cannot renew its thread's lease: %s", live.run_id, exc)
 
     async def _run(self, prepared: _Prepared, live: LiveRun) -> RunResult:
         input = prepared.input
         # Read again under the thread's lease: what another run did meanwhile counts.
-        thread = ThreadView(await self.checkpoints.for_thread(input.thread_id))
+        thread = await ThreadView.load(self.checkpoints, input.thread_id)
         options = dataclasses.replace(
             self.settings.options.with_checkpoint_bucket(self.settings.bucket)
             .with_publish_run_state()
@@ -240,11 +280,11 @@ class Runner:
         if input.resume:
             entries = [entry.model_dump(by_alias=True, exclude_none=True) for entry in input.resume]
             latest = thread.latest
-            plan = plan_resume(
-                latest.state if latest else None, latest.status if latest else None, entries
-            )
+            plan = plan_resume(latest.state if latest else None, thread.status, entries)
             assert latest is not None  # plan_resume refuses a thread with no run
-            return await self._resume(prepared, live, plan, options, latest.state)
+            return await self._resume(
+                prepared, live, plan, options, latest.state, reclaim=thread.orphaned
+            )
         if thread.paused:
             assert thread.latest is not None
             ids = ", ".join(str(i["id"]) for i in thread.latest.state.interrupts)
@@ -293,12 +333,17 @@ class Runner:
         plan: ResumePlan,
         options: RunOptions,
         paused: RunState,
+        *,
+        reclaim: bool = False,
     ) -> RunResult:
         run_ctx = _spent_so_far(self._context(live, plan.answers), paused, self.settings.workspace)
         return await resume(
             prepared.agent,
             plan.run_id,
             plan.decisions,
+            # Safe only here: this request holds the thread's lease, so a resume that
+            # claimed the run and never started is certainly gone.
+            reclaim_orphan=reclaim,
             run_ctx=run_ctx,
             options=options,
             bucket=self.settings.bucket,
@@ -333,7 +378,13 @@ class Runner:
         closed.interrupts = []
         closed.client_calls = []
         with contextlib.suppress(StoreError):
-            await self.checkpoints.save(closed, "finished")
+            # Compare-and-set on what the loop left: a recovery or an approval that
+            # claimed the run meanwhile wins. The thread's index is not touched.
+            current = await self.checkpoints.load(closed.run_id)
+            if current.status in ("running", "suspended"):
+                await self.checkpoints.save(
+                    closed, "finished", expected=current.revision, index=False
+                )
 
     def _context(self, live: LiveRun, answers: dict[str, QuestionOutcome]) -> RunContext:
         run_ctx = workspace_policy(

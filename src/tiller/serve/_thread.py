@@ -18,7 +18,8 @@ from typing import Any
 
 from ..conversation import ToolResult, UserMessage
 from ..state import RunState
-from ..store._checkpoints import Checkpoint
+from ..store import NotFound
+from ..store._checkpoints import Checkpoint, CheckpointStore
 
 __all__ = ["EXPIRED_APPROVAL", "EXPIRED_QUESTION", "ThreadView", "expired", "open_interrupts"]
 
@@ -46,9 +47,32 @@ def open_interrupts(state: RunState, now: datetime | None = None) -> list[dict[s
 
 @dataclass(frozen=True, slots=True)
 class ThreadView:
-    """The thread's latest checkpoint (None: a new thread), read once per request."""
+    """The thread's latest checkpoint (None: a new thread), read once per request.
+
+    `orphaned`: the latest run was claimed by a resume under a new run id that never
+    wrote a checkpoint (its process died in between). Its interrupts are still open:
+    the person's answer was not acted on, and is asked for again."""
 
     latest: Checkpoint | None
+    orphaned: bool = False
+
+    @classmethod
+    async def load(cls, checkpoints: CheckpointStore, thread_id: str) -> ThreadView:
+        latest = await checkpoints.for_thread(thread_id)
+        if latest is None or latest.status != "continued" or latest.continued_as is None:
+            return cls(latest)
+        try:
+            await checkpoints.load(latest.continued_as)
+        except NotFound:
+            return cls(latest, orphaned=True)
+        return cls(latest)
+
+    @property
+    def status(self) -> str | None:
+        """The latest run's status, an orphaned continuation counting as `suspended`."""
+        if self.latest is None:
+            return None
+        return "suspended" if self.orphaned else self.latest.status
 
     @property
     def paused(self) -> bool:
@@ -56,7 +80,7 @@ class ThreadView:
         latest = self.latest
         return (
             latest is not None
-            and latest.status == "suspended"
+            and self.status == "suspended"
             and bool(open_interrupts(latest.state))
         )
 
@@ -92,7 +116,7 @@ class ThreadView:
                     content=record.result,
                     is_error=record.is_error,
                 )
-        if self.latest.status == "suspended":
+        if self.status == "suspended":
             now = datetime.now(UTC)
             names = {call.id: call.name for call in state.unanswered_calls()}
             for interrupt in state.interrupts:

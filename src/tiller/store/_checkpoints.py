@@ -104,15 +104,18 @@ class CheckpointStore:
         *,
         expected: int | None = None,
         continued_as: str | None = None,
+        index: bool = True,
     ) -> int:
-        """Write the run's checkpoint (at `expected` revision if given); returns the revision."""
+        """Write the run's checkpoint (at `expected` revision if given); returns the
+        revision. `index=False` leaves the thread's index alone (a write about a run that
+        may no longer be its thread's latest)."""
         kv = await self._bucket()
         data = self._encode(state, status, continued_as)
         if expected is None:
             revision = await kv.put(state.run_id, data)
         else:
             revision = await kv.update(state.run_id, data, expected=expected)
-        if (state.thread_id, state.run_id) not in self._indexed:
+        if index and (state.thread_id, state.run_id) not in self._indexed:
             await kv.put(f"thread/{state.thread_id}", state.run_id.encode())
             self._indexed.add((state.thread_id, state.run_id))
         return revision
@@ -161,15 +164,22 @@ class CheckpointStore:
         *,
         recovering: bool = False,
         continued_as: str | None = None,
+        orphan: bool = False,
     ) -> int:
         """Mark a suspended checkpoint `resumed`, compare-and-set: exactly one caller wins.
 
         `recovering` also claims a `running` checkpoint: the caller asserts that the process
         running it died (`tiller runs resume`). `continued_as` names the new run id the run
         goes on under: the checkpoint becomes `continued`, which nothing can claim again
-        (the new run is the one to recover, if it comes to that)."""
+        (the new run is the one to recover, if it comes to that) — but with `orphan`,
+        which the caller passes only when that new run never wrote a checkpoint."""
         # A resumer that died before its first checkpoint leaves `resumed`: recoverable too.
-        allowed = ("suspended", "running", "resumed") if recovering else ("suspended",)
+        allowed: tuple[Status, ...] = (
+            ("suspended", "running", "resumed") if recovering else ("suspended",)
+        )
+        if orphan:
+            # A `continued` whose new run never started (the caller checked): claimable.
+            allowed = (*allowed, "continued")
         if checkpoint.status not in allowed:
             raise AlreadyResumed(
                 f"run {checkpoint.state.run_id!r} is {checkpoint.status}, not suspended"

@@ -1,0 +1,53 @@
+"""`LeaseKeeper`: renews a durable run's lease while the run lasts, step or no step.
+
+The lease tells a recovery (`tiller runs resume`) and a server's followers that a process
+is running the run. Renewed only at step boundaries, it lapses during any step longer
+than its time to live (a long build, a slow model), and a live run looks dead. So it is
+renewed on its own schedule, a third of the time to live, from a task of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from ..store import Lease, StoreError
+from ..store._checkpoints import CheckpointStore
+
+__all__ = ["LeaseKeeper"]
+
+_logger = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """Keeps `lease` on `checkpoints` alive; `stop()` returns the latest one."""
+
+    def __init__(self, checkpoints: CheckpointStore, lease: Lease, ttl: float) -> None:
+        self._checkpoints = checkpoints
+        self.lease = lease
+        self._ttl = ttl
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> LeaseKeeper:
+        self._task = asyncio.get_running_loop().create_task(
+            self._keep(), name=f"tiller-lease {self.lease.key}"
+        )
+        return self
+
+    async def _keep(self) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                self.lease = await self._checkpoints.renew_hold(self.lease, self._ttl)
+            except StoreError as exc:  # an outage, or the lease was broken (--force)
+                _logger.warning("cannot renew the lease %s: %s", self.lease.key, exc)
+
+    async def stop(self) -> Lease:
+        """Stop renewing (the caller releases the lease)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([task])
+        return self.lease
