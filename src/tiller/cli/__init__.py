@@ -118,6 +118,7 @@ def _register_durable_commands() -> None:
     `tiller approve | deny` and `tiller outbox …` (the commands open the store, and import
     the loop, only when run)."""
     from ._approvals import approvals_app, approve_command, deny_command
+    from ._mail import mail_app
     from ._outbox import outbox_app
     from ._rewind import rewind_command
     from ._runs import replay_command, runs_app
@@ -130,6 +131,7 @@ def _register_durable_commands() -> None:
     app.command("approve")(approve_command)
     app.command("deny")(deny_command)
     app.add_typer(outbox_app, name="outbox")
+    app.add_typer(mail_app, name="mail")
     app.command("serve")(serve_command)
 
 

@@ -7,6 +7,7 @@ from ._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResu
 from ._context import RunContext
 from ._detach import DetachSwitch
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
+from ._mailbox_route import MailboxRoute, RunMailbox
 from ._options import RunOptions
 from ._outbox_route import OutboxRoute
 from ._result import RunResult, ToolTraceEntry
@@ -34,6 +35,7 @@ __all__ = [
     "Guardrail",
     "GuardrailOutcome",
     "LoopFailed",
+    "MailboxRoute",
     "MaxResponseLength",
     "ModelCallRecord",
     "NeverReview",
@@ -49,6 +51,7 @@ __all__ = [
     "ResumeReplayBlocked",
     "ReviewPolicy",
     "RunContext",
+    "RunMailbox",
     "RunOptions",
     "RunResult",
     "RunServices",

@@ -22,6 +22,7 @@ from ..store import Bus
 from ..tools import QuestionBroker, ToolCtx
 from ._budget import Budget
 from ._detach import DetachSwitch
+from ._mailbox_route import MailboxRoute
 from ._outbox_route import OutboxRoute
 from ._steering import SteeringQueue
 
@@ -53,6 +54,8 @@ class RunContext:
       needed).
     - `interlock`: the lethal-trifecta settings; `hooks`: the user's pre/post hooks;
       `outbox`: which tools are staged instead of executed.
+    - `mailbox`: the run's place in the inter-agent mailbox (its identity, and whether it
+      receives); None: no messages in or out.
     """
 
     tools: ToolCtx
@@ -71,6 +74,7 @@ class RunContext:
     interlock: Interlock = field(default_factory=Interlock)
     hooks: HookSet = field(default_factory=HookSet)
     outbox: OutboxRoute | None = None
+    mailbox: MailboxRoute | None = None
 
     @classmethod
     def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
@@ -132,3 +136,6 @@ class RunContext:
 
     def with_outbox(self, outbox: OutboxRoute | None) -> RunContext:
         return self._with(outbox=outbox)
+
+    def with_mailbox(self, mailbox: MailboxRoute | None) -> RunContext:
+        return self._with(mailbox=mailbox)

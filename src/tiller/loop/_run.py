@@ -206,6 +206,9 @@ class Loop(ToolDispatch):
                 await self._final_answer(ceiling)
                 break
             self._take_steering()
+            mail = self.services.mail  # then the mailbox: only for a run that goes on
+            if mail is not None and await mail.deliver(state, self.agui):
+                continue  # it waited on the store: cancel and ceilings are checked again
             try:
                 await self._step()  # runs to its budget hold with no `await` in between
             finally:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ..state import RunState
     from ._agent import Agent
     from ._context import RunContext
+    from ._mailbox_route import RunMailbox
 
 __all__ = ["SCRATCH_SUBDIR", "RunServices"]
 
@@ -95,6 +96,10 @@ class RunServices:
         # (set by the loop once its gate exists: `attach_policy`).
         self._classifier: Any = None
         self._approval: Any = None
+        #: The run's mailbox (its identity; delivery into its turns), if it has one.
+        self.mail: RunMailbox | None = (
+            run_ctx.mailbox.attach(state) if run_ctx.mailbox is not None else None
+        )
 
     def attach_policy(self, *, classifier: Any, approval: Any) -> None:
         """Give the run's tool calls the gate's classifier and approval broker."""
@@ -178,6 +183,11 @@ class RunServices:
             tasks=self.tasks,
             jobs=self.jobs,
             snapshots=self.snapshots,
+            mailbox=(
+                self.mail.mailer(self._agent.registry, network=run_ctx.tools.network)
+                if self.mail is not None
+                else None
+            ),
         )
         return cached
 

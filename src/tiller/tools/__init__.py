@@ -107,7 +107,7 @@ from ._web_budget import (
     WebBudget,
     WebBudgetExceeded,
 )
-from .builtin import coding_tools
+from .builtin import Mailer, coding_tools
 
 __all__ = [
     "ASK_USER",
@@ -153,6 +153,7 @@ __all__ = [
     "LiveSafetyMode",
     "LocalState",
     "Lookup",
+    "Mailer",
     "NoOneToAskQuestions",
     "Notice",
     "Notifier",

@@ -157,6 +157,7 @@ class ToolServices:
     tasks: TaskBroker | None = None
     jobs: BackgroundJobs | None = None
     snapshots: FileSnapshotter | None = None
+    mailbox: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +190,8 @@ class ExecContext:
     - `questions`, `tasks`, `jobs`: the question broker, the task checklist, the run's
       background jobs (`None` when the run has none).
     - `web_bytes`: the turn's shared web byte budget (`charge_web_bytes`, `web_budget()`).
+    - `mailbox`: the run's mail sender (`await ctx.mailbox.send(to, text)`), which stamps
+      the run's identity and the turn's taint itself; `None` when the run has no mailbox.
     - `emit`, `state_access`: the run's event stream and typed state.
     """
 
@@ -218,6 +221,7 @@ class ExecContext:
     jobs: BackgroundJobs | None = None
     snapshots: FileSnapshotter | None = None
     web_bytes: WebBudget = field(default_factory=WebBudget)
+    mailbox: Any = None
     # The loop this context was built on, so a sync tool in a worker thread can hand
     # work (state changes, snapshots) back to it.
     _loop: asyncio.AbstractEventLoop | None = field(
@@ -269,6 +273,7 @@ class ExecContext:
             jobs=services.jobs,
             snapshots=services.snapshots,
             web_bytes=signals.web_bytes,
+            mailbox=services.mailbox,
         )
 
     @classmethod

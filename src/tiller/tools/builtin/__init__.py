@@ -17,6 +17,7 @@ from ._ask import ask_user
 from ._background import background_process
 from ._files import edit_file, list_dir, read_file, write_file
 from ._glob import glob
+from ._mail import Mailer, message_send
 from ._patch import apply_patch
 from ._search import grep
 from ._shell import execute_command, execute_command_tool
@@ -24,6 +25,7 @@ from ._tasks import task_create, task_list, task_update
 from ._web import web_fetch
 
 __all__ = [
+    "Mailer",
     "apply_patch",
     "ask_user",
     "background_process",
@@ -34,6 +36,7 @@ __all__ = [
     "glob",
     "grep",
     "list_dir",
+    "message_send",
     "read_file",
     "task_create",
     "task_list",
