@@ -19,7 +19,15 @@ from .conversation import AssistantMessage, Message, Taint, ToolCall, Usage, Use
 from .errors import TillerError
 from .phase import Phase
 
-__all__ = ["CallRecord", "CallStatus", "RunState", "RunStateError", "StopCause"]
+__all__ = [
+    "CallRecord",
+    "CallStatus",
+    "CompactionState",
+    "RewrittenHistory",
+    "RunState",
+    "RunStateError",
+    "StopCause",
+]
 
 SCHEMA_VERSION = 1
 
@@ -73,6 +81,58 @@ class CallRecord(BaseModel):
     result: str | None = None
 
 
+class RewrittenHistory(BaseModel):
+    """One compaction's audit record: what the history looked like before it was rewritten.
+
+    `originals` are the messages the compaction changed or removed, as they were. With a
+    store, the whole pre-rewrite history goes to the store instead (`store_key`, in the
+    `tiller-compactions` bucket) and `originals` stays empty, so checkpoints stay small.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Which compaction of the run this was (1, 2, ...).
+    number: int
+    #: The model turns taken when it happened.
+    step: int
+    #: `threshold` (the prompt reached the run's compaction threshold) or `overflow` (the
+    #: provider rejected the prompt as too long).
+    reason: Literal["threshold", "overflow"]
+    passes: list[str] = Field(default_factory=list)
+    originals: list[Message] = Field(default_factory=list)
+    store_key: str | None = None
+
+
+class CompactionState(BaseModel):
+    """What compaction has done to a run, and the loop guard it arms (`RunState.compaction`).
+
+    Small and bounded: `rewritten` keeps the last few audit records only (the rest are
+    counted in `rewritten_dropped`, and kept whole in the store when the run has one).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Compactions that changed the history (any pass).
+    compactions: int = 0
+    #: Of those, the ones that replaced a prefix with a summary.
+    summaries: int = 0
+    #: Times the provider rejected a prompt as too long and the run compacted and went on.
+    overflow_recoveries: int = 0
+    #: A summary failed (empty, cut off, or the call failed): no more summaries are tried
+    #: in this run; the cheap passes go on.
+    gave_up: bool = False
+    gave_up_reason: str | None = None
+    #: The user's first request, verbatim (bounded), kept once a summary replaced it.
+    first_request: str | None = None
+    rewritten: list[RewrittenHistory] = Field(default_factory=list)
+    rewritten_dropped: int = 0
+    #: Loop guard (armed after the first compaction): the hash of the last tool exchange,
+    #: how many times in a row it came back the same, and the call it was last fed.
+    guard_hash: str | None = None
+    guard_count: int = 0
+    guard_seen: str | None = None
+
+
 class RunState(BaseModel):
     """The whole of a run, at a step boundary."""
 
@@ -108,6 +168,9 @@ class RunState(BaseModel):
     #: What a person approved "always" for this run (`approval_key`s), kept across a
     #: suspension so a served run's "approve always" holds after its resume.
     always_approved: list[str] = Field(default_factory=list)
+    #: What compaction did to the history (counts, the give-up flag, audit records, the
+    #: loop guard's memory).
+    compaction: CompactionState = Field(default_factory=CompactionState)
     #: Calls left for the client to run (AG-UI frontend tools), when the run ended on them.
     client_calls: list[str] = Field(default_factory=list)
     #: The message id each call's result was streamed with, so every later

@@ -220,8 +220,10 @@ class _LoopRun:
         self.options = options
         self.state = state
         self.opening_messages = opening_messages
-        #: How many messages the run was given (the rest are its own).
+        #: How many messages the run was given (the rest are its own), and how often its
+        #: history had been compacted then.
         self.input_length = len(state.messages)
+        self.compactions_at_start = state.compaction.compactions
         self.loop: Loop | None = None
 
     async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
@@ -276,6 +278,15 @@ class _LoopRun:
         snapshots by id), followed by what this run added."""
         state = self.state
         start = self.input_length if self.opening_messages is not None else 0
+        if state.compaction.compactions != self.compactions_at_start:
+            # The history was compacted in this run: the messages the client sent are not
+            # a prefix of it any more. The snapshot is the history as the run now has it.
+            return agui_messages(
+                state.messages,
+                id_prefix=state.thread_id,
+                pending_results=loop.answered_before_pause,
+                result_ids=state.result_ids,
+            )
         added = agui_messages(
             state.messages[start:],
             id_prefix=state.thread_id,

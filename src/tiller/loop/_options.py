@@ -33,6 +33,9 @@ class RunOptions:
     - `max_tokens`: the per-call output cap asked of the model (the budget may lower it).
     - `temperature`: passed to the model when set.
     - `capture_sink`: a factory of per-run capture sinks (see `tiller.loop.CaptureSink`).
+    - `compact_keep_recent`, `compact_summary_max_tokens`, `compact_validate`,
+      `loop_guard_repeats`: how compaction works once the prompt reaches the run's
+      `compact_at_tokens` (see `tiller.loop._compaction`).
     """
 
     max_steps: int = 100
@@ -61,6 +64,18 @@ class RunOptions:
     #: Events per record of the durable event log: smaller batches let an observer in
     #: another process (a reattaching client) follow the run more closely.
     event_log_batch: int = 256
+    #: Compaction leaves the newest this many exchanges (an assistant turn and its
+    #: results) untouched when it thins old results, and keeps them verbatim after a
+    #: summary. A prompt the provider rejects as too long is compacted with 0.
+    compact_keep_recent: int = 4
+    #: The summary request's own output cap (the budget may lower it).
+    compact_summary_max_tokens: int = 8192
+    #: Check each summary with a second call that lists what it left out, and regenerate
+    #: it once with those facts (two more model calls a summary, charged to the budget).
+    compact_validate: bool = False
+    #: After a compaction, stop the run (stop cause `loop`) when the same calls come back
+    #: with the same results this many turns in a row. None: no loop guard.
+    loop_guard_repeats: int | None = 3
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -71,6 +86,12 @@ class RunOptions:
             raise UsageError("interrupt_ttl must be positive seconds (or None: no expiry)")
         if self.event_log_batch < 1:
             raise UsageError("event_log_batch must be at least 1")
+        if self.compact_keep_recent < 0:
+            raise UsageError("compact_keep_recent must not be negative")
+        if self.compact_summary_max_tokens < 1:
+            raise UsageError("compact_summary_max_tokens must be at least 1")
+        if self.loop_guard_repeats is not None and self.loop_guard_repeats < 2:
+            raise UsageError("loop_guard_repeats must be at least 2 (or None: no loop guard)")
 
     def _with(self, **changes: Any) -> RunOptions:
         return dataclasses.replace(self, **changes)
@@ -110,3 +131,23 @@ class RunOptions:
 
     def with_publish_run_state(self, publish: bool = True) -> RunOptions:
         return self._with(publish_run_state=publish)
+
+    def with_compaction(
+        self,
+        *,
+        keep_recent: int | None = None,
+        summary_max_tokens: int | None = None,
+        validate: bool | None = None,
+    ) -> RunOptions:
+        """The compaction tunables given here changed, the others as they are."""
+        changes: dict[str, Any] = {}
+        if keep_recent is not None:
+            changes["compact_keep_recent"] = keep_recent
+        if summary_max_tokens is not None:
+            changes["compact_summary_max_tokens"] = summary_max_tokens
+        if validate is not None:
+            changes["compact_validate"] = validate
+        return self._with(**changes)
+
+    def with_loop_guard(self, repeats: int | None) -> RunOptions:
+        return self._with(loop_guard_repeats=repeats)

@@ -7,12 +7,13 @@ emitted through the run's `AgUiContext`, so the terminal, the server, the tests 
 captures all see one AG-UI stream.
 
 A step, in order (DESIGN §3): cancelled? → ceilings (and the optional tool-less final
-answer) → steering → the request (system, history window, tools visible in the phase,
-`max_tokens` capped by the budget) → pre-model guardrails → the model stream (text and
-reasoning live; a tool call emitted once its arguments are complete JSON; bytes capped) →
-post-model guardrails → no tool calls: done (or steer / nudge / validate) → gate each
-call, run the allowed ones concurrently, cap their output, append the results in order
-(that last part is `_dispatch.ToolDispatch`).
+answer) → steering → compaction (`_compaction.Compaction`; a prompt the provider rejects
+as too long is compacted and the turn made again) → the request (system, history window,
+tools visible in the phase, `max_tokens` capped by the budget) → pre-model guardrails →
+the model stream (text and reasoning live; a tool call emitted once its arguments are
+complete JSON; bytes capped) → post-model guardrails → no tool calls: done (or steer /
+nudge / validate) → gate each call, run the allowed ones concurrently, cap their output,
+append the results in order (that last part is `_dispatch.ToolDispatch`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from ..store._bus import StoreError
 from ..store._checkpoints import CheckpointStore
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ModelCallRecord, call_quietly
+from ._compaction import Compaction
 from ._dispatch import ToolDispatch
 from ._gate import Gate
 from ._guardrails import run_post, run_pre
@@ -154,6 +156,7 @@ class Loop(ToolDispatch):
         self.answered_before_pause: list[ToolResult] = []
         self._carried_client_calls: frozenset[str] = frozenset()
         self.services.attach_policy(classifier=self.gate.classifier(), approval=self.gate.approver)
+        self.compaction = Compaction(self)
 
     # ── the run ──────────────────────────────────────────────────────────────────
 
@@ -354,12 +357,18 @@ class Loop(ToolDispatch):
 
     async def _step_body(self) -> None:
         state = self.state
+        # Compaction (and the loop guard it arms) before the request is built; False: no
+        # call this step (the guard stopped the run, or a summary spent the budget).
+        if not await self.compaction.before_request():
+            return
         request = self._request(tools=True)
         verdict = await run_pre(self.options.guardrails, request)
         if verdict.kind != "pass":
             self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
             return
-        turn = await self._model_turn(request)
+        turn = await self.compaction.model_turn(request, self._model_turn)
+        if turn is None:  # the prompt was too long: compacted, the next step tries again
+            return
         message = turn.message
         verdict = await run_post(self.options.guardrails, request, message)
         if verdict.kind != "pass":
