@@ -173,6 +173,10 @@ class RunState(BaseModel):
     compaction: CompactionState = Field(default_factory=CompactionState)
     #: Calls left for the client to run (AG-UI frontend tools), when the run ended on them.
     client_calls: list[str] = Field(default_factory=list)
+    #: Text the runtime folded into user turns that no person typed (another agent's
+    #: mail, a compaction summary): never taken as the user's request (the classifier's
+    #: goal, a summary's "original request"). Pruned to what the transcript still holds.
+    not_from_person: list[str] = Field(default_factory=list)
     #: The message id each call's result was streamed with, so every later
     #: `MESSAGES_SNAPSHOT` names it the same (clients merge snapshots by id).
     result_ids: dict[str, str] = Field(default_factory=dict)

@@ -639,3 +639,53 @@ async def test_a_cancel_during_the_summary_leaves_the_history_untouched(
     assert state.messages[0] == UserMessage(text=PROMPT)
     assert all(not content.startswith("[thinned") for content in contents(state.messages).values())
     assert budget.turns_in_flight == budget.tokens_in_flight == 0
+
+
+async def test_runs_sharing_a_budget_never_overspend_it_across_a_compaction(
+    ctx: RunContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compacting awaits (the audit write): another run may spend the shared budget
+    meanwhile. The step checks it again before it reserves its call (law 7)."""
+    import asyncio
+
+    from tiller.loop import Budget
+    from tiller.store import open_bus
+    from tiller.store._memory import MemoryKeyValue
+    from tiller.tools import tool
+
+    @tool(read_only=True)
+    def peek(i: int) -> str:
+        """Peek."""
+        return f"result {i} " + "y" * 600
+
+    def looping() -> Any:
+        count = {"main": 0}
+
+        def turn(messages: Any, info: TurnInfo) -> Any:
+            if info.system == SUMMARY_SYSTEM_PROMPT:
+                return ""  # rejected: only the cheap passes (and their audit writes) go on
+            count["main"] += 1
+            return {"tool_calls": [{"name": "peek", "arguments": {"i": count["main"]}}]}
+
+        return turn
+
+    real_put = MemoryKeyValue.put
+
+    async def slow_put(self: MemoryKeyValue, key: str, value: bytes) -> int:
+        if key.startswith(("ra/0", "rb/0")):  # the audit records, {run_id}/{n:04d}
+            await asyncio.sleep(0.005)
+        return await real_put(self, key, value)
+
+    monkeypatch.setattr(MemoryKeyValue, "put", slow_put)
+    for max_turns in range(6, 16):
+        async with await open_bus("memory://") as bus:
+            budget = Budget(max_turns=max_turns)
+            shared = ctx.with_store(bus).with_budget(budget).with_compact_at(200)
+            options = RunOptions().with_loop_guard(None).with_compaction(keep_recent=0)
+            first = Agent(ScriptedModel(looping()), [peek])
+            second = Agent(ScriptedModel(looping()), [peek])
+            await asyncio.gather(
+                first.run_in(shared, "go", options, run_id="ra"),
+                second.run_in(shared, "go", options, run_id="rb"),
+            )
+            assert budget.turns <= max_turns, (max_turns, budget.turns)

@@ -335,7 +335,10 @@ class Compaction:
             # Nothing could be done: try again once a few more exchanges came, not at
             # every step (each try reads the whole history).
             self._quiet_until = len(state.messages) + 2 * max(keep_recent, 1)
-        return not done.called or self._loop.run_ctx.budget.exceeded() is None
+        # Compacting awaited (the audit write, maybe a summary): a run sharing the budget
+        # may have spent it meanwhile, and the loop checked it before. Check it again
+        # before the step reserves its call (law 7); the next step then stops the run.
+        return self._loop.run_ctx.budget.exceeded() is None
 
     async def model_turn(
         self, request: ModelRequest, call: Callable[[ModelRequest], Awaitable[TurnT]]
@@ -511,11 +514,17 @@ class Compaction:
             return None, exc.reason, writer.calls > 0
         memory = state.compaction
         if memory.first_request is None:
-            memory.first_request = first_request_of(messages)
+            memory.first_request = first_request_of(messages, state.not_from_person)
         text = summary_message_text(
             summary, removed=cut, first_request=memory.first_request, tasks=state.tasks
         )
         head = UserMessage(id=loop.agui.new_message_id(), text=text)
+        # The model wrote it: never taken as the user's request. Folded texts that were
+        # summarised away are no longer in the transcript: forgotten with them.
+        kept = [m.text for m in messages[cut:] if isinstance(m, UserMessage) and m.text]
+        state.not_from_person = [
+            t for t in state.not_from_person if any(t in text_ for text_ in kept)
+        ] + [text]
         return [head, *messages[cut:]], None, True
 
     async def _commit(

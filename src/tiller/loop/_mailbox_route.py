@@ -171,7 +171,11 @@ class RunMailbox:
         def take(message: MailMessage) -> None:
             # Synchronously, as soon as it is claimed: taint first, then the text (law 6).
             state.add_taint(message.taint)
-            state.append_user_text(mail_frame(message))
+            framed = mail_frame(message)
+            state.not_from_person.append(
+                framed
+            )  # never the user's words (law: mail is not the user)
+            state.append_user_text(framed)
             delivered.append(message)
 
         try:

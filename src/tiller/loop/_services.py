@@ -33,6 +33,7 @@ from ..tools import (
     UserGoal,
     WebBudget,
 )
+from ._summary import SUMMARY_HEAD
 
 if TYPE_CHECKING:
     from ..events import AgUiContext
@@ -214,7 +215,13 @@ class RunServices:
             isinstance(message, UserMessage) and message.text
             for message in messages[self._goal_seen :]
         ):
-            self._goal = UserGoal.from_messages(messages)
+            state = self._state
+            summary = next(
+                (t for t in reversed(state.not_from_person) if t.startswith(SUMMARY_HEAD)), ""
+            )
+            self._goal = UserGoal.from_messages(
+                messages, summary=summary, not_from_person=state.not_from_person
+            )
         self._goal_seen = len(messages)
         return self._goal
 

@@ -18,7 +18,7 @@ summary is written once more with that list; if that fails, the first summary st
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import aclosing
 from typing import Any, Final
 
@@ -34,9 +34,11 @@ from ..model import (
 )
 from ..state import RunState
 from ..tools import Task, checklist_text
+from ..tools._goal import person_text
 from ._budget import Budget
 
 __all__ = [
+    "SUMMARY_HEAD",
     "SUMMARY_SYSTEM_PROMPT",
     "VALIDATE_SYSTEM_PROMPT",
     "SummaryFailed",
@@ -105,7 +107,11 @@ def _entries(message: Message, clip: int) -> list[str]:
             lines.append(
                 f"[{label} {result.name} ({result.call_id})]\n{_clip(result.content, clip)}"
             )
-        if message.text:
+        if message.text.startswith(SUMMARY_HEAD):
+            # The previous summary carries everything before it: kept whole, not clipped
+            # like a turn, or each summary would know less than the last.
+            lines.append(f"[earlier summary]\n{message.text}")
+        elif message.text:
             lines.append(f"[user]\n{_clip(message.text, clip * 2)}")
         return lines
     lines = []
@@ -137,13 +143,17 @@ def render_transcript(messages: Sequence[Message], limit_chars: int) -> str:
     return "\n\n".join([*first, *note, *rest])[:limit_chars]
 
 
+#: How a summary message starts (the runtime wrote it: it is never the user's request).
+SUMMARY_HEAD = "[Context compacted:"
+
+
 def summary_message_text(
     summary: str, *, removed: int, first_request: str | None, tasks: Sequence[dict[str, Any]]
 ) -> str:
     """The user message that stands for a summarised prefix: the user's first request
     verbatim, the summary, and the task checklist carried over."""
     parts = [
-        f"[Context compacted: {removed} earlier messages were replaced by this summary to "
+        f"{SUMMARY_HEAD} {removed} earlier messages were replaced by this summary to "
         "keep the conversation within the model's context window. The most recent messages "
         "follow unchanged.]"
     ]
@@ -158,10 +168,15 @@ def summary_message_text(
     return "\n\n".join(parts)
 
 
-def first_request_of(messages: Sequence[Message]) -> str | None:
-    """The text of the first user message, clipped, or None."""
-    if messages and isinstance(messages[0], UserMessage) and messages[0].text.strip():
-        return _clip(messages[0].text, FIRST_REQUEST_CHARS)
+def first_request_of(
+    messages: Sequence[Message], not_from_person: Collection[str] = ()
+) -> str | None:
+    """What a person typed in the first user message (mail and other folded-in text
+    left out), clipped, or None."""
+    if messages and isinstance(messages[0], UserMessage):
+        text = person_text(messages[0].text, not_from_person)
+        if text:
+            return _clip(text, FIRST_REQUEST_CHARS)
     return None
 
 
@@ -247,6 +262,13 @@ class SummaryWriter:
             )
         capped = budget.cap_max_tokens(self.max_tokens)
         max_tokens = self.max_tokens if capped is None else capped
+        if max_tokens < self.max_tokens // 4:
+            # What the budget leaves cannot hold a summary: a call now would be spent on
+            # one cut off. Not a failure of summaries: a later, richer budget may allow it.
+            raise SummaryFailed(
+                f"the budget leaves {max_tokens} output tokens, too few for a summary",
+                give_up=False,
+            )
         # Reserved in the same synchronous step as the check (law 7).
         held = budget.reserve_call(max_tokens)
         self.calls += 1
@@ -280,6 +302,8 @@ class SummaryWriter:
         """Charge the call with what it reported; with no report (a failure before the
         stream, a cancel), give the reservation back."""
         budget, state, model = self.budget, self.state, self.model
+        if not finished:
+            state.usage_complete = False  # cut short: what it cost may not all be known
         if not (finished or _reported(accumulator)):
             budget.release(held)
             return

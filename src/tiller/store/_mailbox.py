@@ -289,7 +289,7 @@ class MailboxStore:
         )
         kv = await self._bucket()
         key = _message_prefix(to) + message.id
-        written = False
+        written: int | None = None  # the record's revision once created
         try:
             while True:
                 entry = await kv.get(_head_key(to))
@@ -298,17 +298,22 @@ class MailboxStore:
                     pending = await self._still_pending(kv, to, pending)
                     if len(pending) >= self.max_pending:
                         raise MailboxFull(to, self.max_pending)
-                if not written:
+                if written is None:
                     # The record before the head: an id in a head always has its record.
-                    await kv.create(key, encode(message))
-                    written = True
+                    written = await kv.create(key, encode(message))
                 head = _MailHead(to=to, pending=[*pending, message.id], latest=message.id)
                 if await self._write_head(kv, to, entry, head) is not None:
                     break
         except MailboxFull:
-            if written:  # another sender took the last place meanwhile
-                with contextlib.suppress(StoreError):
-                    await kv.delete(key)
+            if written is not None:  # another sender took the last place meanwhile
+                try:
+                    # Only if no one took it: a recipient may already have claimed the
+                    # record (it was visible): then it was delivered, and is reported sent.
+                    await kv.delete(key, expected=written)
+                except RevisionConflict:
+                    return message
+                except StoreError:
+                    pass
             raise
         await self._notify(to, message.id)
         return message

@@ -11,18 +11,26 @@ in all (the first and the latest are always kept, the most recent others fill th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from ..conversation import AssistantMessage, Message, UserMessage
 
-__all__ = ["UserGoal"]
+__all__ = ["UserGoal", "person_text"]
 
 SUMMARY_BYTES: Final = 6000
 REQUEST_BYTES: Final = 2000
 REQUESTS_TOTAL_BYTES: Final = 8000
 PRIOR_REPLY_BYTES: Final = 2000
+
+
+def person_text(text: str, not_from_person: Collection[str]) -> str:
+    """`text` without the parts the runtime folded in (each removed where it occurs)."""
+    for folded in not_from_person:
+        if folded and folded in text:
+            text = text.replace(folded, "")
+    return text.strip()
 
 
 def _head(text: str, limit: int) -> str:
@@ -57,17 +65,25 @@ class UserGoal:
     prior_reply: str = ""
 
     @classmethod
-    def from_messages(cls, messages: Sequence[Message], *, summary: str = "") -> UserGoal:
+    def from_messages(
+        cls,
+        messages: Sequence[Message],
+        *,
+        summary: str = "",
+        not_from_person: Collection[str] = (),
+    ) -> UserGoal:
         """The goal expressed by `messages` (a run's transcript).
 
         Only text a person typed counts: tool results ride in user messages too, but they
-        are data, not requests.
+        are data, not requests; so are the texts in `not_from_person` (another agent's
+        mail, a summary), which the runtime folded into user turns.
         """
-        texts: list[tuple[int, str]] = [
-            (index, message.text)
-            for index, message in enumerate(messages)
-            if isinstance(message, UserMessage) and message.text.strip()
-        ]
+        texts: list[tuple[int, str]] = []
+        for index, message in enumerate(messages):
+            if isinstance(message, UserMessage):
+                text = person_text(message.text, not_from_person)
+                if text:
+                    texts.append((index, text))
         prior = ""
         if texts:
             latest_index = texts[-1][0]
