@@ -22,11 +22,19 @@ args = ["stdio"]
 
 [outbox]
 tools = ["github__create_issue"]              # staged for a person instead of run
+
+[subagents]                                   # the `agent` tool's children (optional)
+max_concurrent = 10
+[subagents.reviewer]                          # a type: tools, ceiling, preamble, model
+tools = ["read_file", "grep"]
+safety_ceiling = "read_only"
+preamble = "You review code and report problems; you change nothing."
 ```
 
 `load_config(path)` reads a file; `find_config(workspace)` looks for `tiller.toml` in the
 workspace; `TillerConfig.apply(run_ctx)` puts the policy into a run's context (hooks from
-code are kept, and the file's are added after them).
+code are kept, and the file's are added after them) and the subagent types
+(`tiller.loop.SubagentConfig` documents the `[subagents]` keys).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import Any, Final
 from .errors import UsageError
 from .loop import RunContext
 from .loop._outbox_route import OutboxRoute
+from .loop._subagent_types import SubagentConfig
 from .policy import HookSet, Interlock, PolicyEngine, PolicyRules
 from .tools import SafetyMode
 from .tools.mcp import McpServers
@@ -56,7 +65,7 @@ __all__ = [
 #: The file `find_config` looks for in a workspace.
 CONFIG_FILE: Final = "tiller.toml"
 
-_SECTIONS: Final = ("hooks", "interlock", "mcp", "outbox", "policy")
+_SECTIONS: Final = ("hooks", "interlock", "mcp", "outbox", "policy", "subagents")
 
 
 class ConfigError(UsageError):
@@ -74,6 +83,8 @@ class TillerConfig:
     hooks: HookSet = field(default_factory=HookSet)
     mcp: McpServers = field(default_factory=McpServers)
     outbox: frozenset[str] = frozenset()
+    #: The `[subagents]` section (None: the built-in types and limits).
+    subagents: SubagentConfig | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, path: Path | None = None) -> TillerConfig:
@@ -98,6 +109,11 @@ class TillerConfig:
                     _table(data, "mcp"), base_dir=path.parent if path is not None else None
                 ),
                 outbox=_outbox(_table(data, "outbox")),
+                subagents=(
+                    SubagentConfig.from_config(_table(data, "subagents"))
+                    if "subagents" in data
+                    else None
+                ),
             )
         except (UsageError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from exc
@@ -105,7 +121,7 @@ class TillerConfig:
     def apply(self, run_ctx: RunContext) -> RunContext:
         """`run_ctx` with this configuration's policy: the safety mode (set on the live
         mode), the engine's rules, the interlock, the hooks (code's first, then the
-        file's) and the outbox routes."""
+        file's), the outbox routes and the subagent types."""
         if self.mode is not None:
             run_ctx.tools.safety.set(self.mode)
         updated = run_ctx.with_interlock(self.interlock).with_hooks(run_ctx.hooks.merge(self.hooks))
@@ -113,6 +129,8 @@ class TillerConfig:
             updated = updated.with_policy(PolicyEngine(self.rules, workspace=run_ctx.tools.root))
         if self.outbox:
             updated = updated.with_outbox(OutboxRoute(self.outbox))
+        if self.subagents is not None:
+            updated = updated.with_subagents(self.subagents)
         return updated
 
 

@@ -191,6 +191,10 @@ class RunState(BaseModel):
     #: The model string the agent was built from (`"ollama:qwen2.5-coder"`), so a resume
     #: elsewhere can rebuild that model for a factory that takes one. None when unknown.
     model_spec: str | None = None
+    #: Subagents suspended inside this run, by the parent's `agent` call id: a child that
+    #: needs a person suspends its parent, and its whole state travels in the parent's
+    #: checkpoint until a resume continues it (under the same subagent run id).
+    children: dict[str, RunState] = Field(default_factory=dict)
     #: The run's serializable policy — jail root, phase, withheld tools, budget limits and
     #: what was spent — so a resume in another process can rebuild the `RunContext`
     #: (`tiller.loop.run_context_from`). The live parts (approver, cancel token, hooks, the
@@ -218,6 +222,30 @@ class RunState(BaseModel):
         if not self.messages or not isinstance(self.messages[-1], AssistantMessage):
             return []
         return list(self.messages[-1].tool_calls)
+
+    def nested_calls(self) -> list[ToolCall]:
+        """`unanswered_calls()`, and those of the subagents suspended inside this run."""
+        calls = self.unanswered_calls()
+        for child in self.children.values():
+            calls.extend(child.nested_calls())
+        return calls
+
+    def waiting_calls(self) -> list[ToolCall]:
+        """The calls a suspended run waits on a person for: its last turn's calls with no
+        result yet that are not the client's (AG-UI frontend tools), where a call whose
+        subagent is suspended inside this run stands for that subagent's own waiting calls.
+        (A call that ran before the step paused may be recorded in the store only.)"""
+        waiting: list[ToolCall] = []
+        for call in self.unanswered_calls():
+            child = self.children.get(call.id)
+            if child is not None:
+                waiting.extend(child.waiting_calls())
+                continue
+            record = self.calls.get(call.id)
+            if call.id in self.client_calls or (record is not None and record.result is not None):
+                continue
+            waiting.append(call)
+        return waiting
 
     def append_user_text(self, text: str) -> None:
         """Fold text into the last user message if the transcript ends with one (law 1:

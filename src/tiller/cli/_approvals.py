@@ -282,7 +282,7 @@ async def _check_waiting(
         raise UsageError(
             f"run {state.run_id} is {checkpoint.status}, not suspended: it was already resumed"
         )
-    if record.call_id not in {call.id for call in state.unanswered_calls()}:
+    if record.call_id not in {call.id for call in state.nested_calls()}:
         raise UsageError(
             f"run {state.run_id} does not wait for call {record.call_id} ({record.id}) now"
         )
@@ -300,7 +300,7 @@ async def _pending_calls(
     logs = await CheckpointStore(bus, checkpoints_bucket).calls(state.run_id)
     return [
         call
-        for call in state.unanswered_calls()
+        for call in state.waiting_calls()
         if (log := logs.get(call.id)) is None or log.status != "completed"
     ]
 

@@ -240,7 +240,13 @@ def show_run(
             typer.echo("")
             typer.echo("pending calls")
             for call in pending:
-                typer.echo(f"  {_call_line(call)}: {_call_status(call, logs)}")
+                child = state.children.get(call.id)
+                status = (
+                    f"its subagent {child.run_id} waits for a person"
+                    if child is not None
+                    else _call_status(call, logs)
+                )
+                typer.echo(f"  {_call_line(call)}: {status}")
         uncertain = _uncertain(state, logs)
         if uncertain:
             typer.echo("")
@@ -276,7 +282,9 @@ def _uncertain(state: RunState, logs: dict[str, CallLog]) -> list[ToolCall]:
     return [
         call
         for call in state.unanswered_calls()
-        if (log := logs.get(call.id)) is not None and log.status == "started"
+        if (log := logs.get(call.id)) is not None
+        and log.status == "started"
+        and call.id not in state.children  # its suspended subagent says where it stands
     ]
 
 

@@ -1,4 +1,5 @@
-"""The agent loop: `Agent`, the per-run `RunContext`, `RunOptions`, `Budget`, `RunResult`."""
+"""The agent loop: `Agent`, the per-run `RunContext`, `RunOptions`, `Budget`, `RunResult`,
+and the subagents a run starts (`SubagentConfig`, `SubagentType`, `Subagents`)."""
 
 from ._agent import Agent
 from ._agent_ref import load_agent, options_from, policy_of, record_policy, run_context_from
@@ -23,6 +24,8 @@ from ._review import (
 from ._run import LoopFailed, ResponseTooLarge
 from ._services import SCRATCH_SUBDIR, RunServices
 from ._steering import SteeringQueue
+from ._subagent_types import SubagentConfig, SubagentType
+from ._subagents import Subagents
 from ._window import estimate_tokens, history_window
 
 __all__ = [
@@ -56,6 +59,9 @@ __all__ = [
     "RunResult",
     "RunServices",
     "SteeringQueue",
+    "SubagentConfig",
+    "SubagentType",
+    "Subagents",
     "ToolResultRecord",
     "ToolTraceEntry",
     "estimate_tokens",

@@ -34,6 +34,7 @@ from ._context import RunContext
 from ._options import RunOptions
 from ._result import RunResult
 from ._run import Loop, LoopFailed, ResponseTooLarge
+from ._subagents import nested_messages
 
 __all__ = ["Agent"]
 
@@ -230,12 +231,16 @@ class _LoopRun:
         state = self.state
         ctx.ids.restore(state.id_counters)
         if self.opening_messages is not None:
-            ctx.messages_snapshot(self.opening_messages)
+            ctx.messages_snapshot(_with_children(self.opening_messages, state))
         elif state.step > 0:
-            # A continued run starts with the conversation so far (law 2).
+            # A continued run starts with the conversation so far (law 2), and those of
+            # the subagents suspended in it, which it continues.
             ctx.messages_snapshot(
-                agui_messages(
-                    state.messages, id_prefix=state.thread_id, result_ids=state.result_ids
+                _with_children(
+                    agui_messages(
+                        state.messages, id_prefix=state.thread_id, result_ids=state.result_ids
+                    ),
+                    state,
                 )
             )
         loop = self.loop = Loop(self.agent, self.run_ctx, self.options, ctx, state)
@@ -281,11 +286,14 @@ class _LoopRun:
         if state.compaction.compactions != self.compactions_at_start:
             # The history was compacted in this run: the messages the client sent are not
             # a prefix of it any more. The snapshot is the history as the run now has it.
-            return agui_messages(
-                state.messages,
-                id_prefix=state.thread_id,
-                pending_results=loop.answered_before_pause,
-                result_ids=state.result_ids,
+            return _with_children(
+                agui_messages(
+                    state.messages,
+                    id_prefix=state.thread_id,
+                    pending_results=loop.answered_before_pause,
+                    result_ids=state.result_ids,
+                ),
+                state,
             )
         added = agui_messages(
             state.messages[start:],
@@ -294,7 +302,7 @@ class _LoopRun:
             result_ids=state.result_ids,
             index_offset=start,
         )
-        return [*(self.opening_messages or ()), *added]
+        return _with_children([*(self.opening_messages or ()), *added], state)
 
     def result(self) -> RunResult:
         state = self.state
@@ -322,6 +330,15 @@ class _LoopRun:
             checkpoint=state if state.stop_cause is StopCause.SUSPENDED else None,
             pause_reason=loop.pause_reason if loop is not None else None,
         )
+
+
+def _with_children(messages: list[dict[str, Any]], state: RunState) -> list[dict[str, Any]]:
+    """`messages`, and those of the subagents suspended in the run that are not among them
+    (a client that keeps a subagent's messages sends them back tagged with its id)."""
+    if not state.children:
+        return messages
+    known = {message.get("id") for message in messages}
+    return [*messages, *(m for m in nested_messages(state) if m["id"] not in known)]
 
 
 def _dump_state(value: Any) -> Any:

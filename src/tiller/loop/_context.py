@@ -25,8 +25,11 @@ from ._detach import DetachSwitch
 from ._mailbox_route import MailboxRoute
 from ._outbox_route import OutboxRoute
 from ._steering import SteeringQueue
+from ._subagent_types import SubagentConfig
 
 __all__ = ["RunContext"]
+
+_DEFAULT_SUBAGENTS = SubagentConfig()
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,6 +59,8 @@ class RunContext:
       `outbox`: which tools are staged instead of executed.
     - `mailbox`: the run's place in the inter-agent mailbox (its identity, and whether it
       receives); None: no messages in or out.
+    - `subagents`: the subagent types the `agent` tool may start, and the limits on them
+      (at most 10 children at once, 20 minutes each, by default).
     """
 
     tools: ToolCtx
@@ -75,6 +80,7 @@ class RunContext:
     hooks: HookSet = field(default_factory=HookSet)
     outbox: OutboxRoute | None = None
     mailbox: MailboxRoute | None = None
+    subagents: SubagentConfig = _DEFAULT_SUBAGENTS
 
     @classmethod
     def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
@@ -139,3 +145,6 @@ class RunContext:
 
     def with_mailbox(self, mailbox: MailboxRoute | None) -> RunContext:
         return self._with(mailbox=mailbox)
+
+    def with_subagents(self, subagents: SubagentConfig) -> RunContext:
+        return self._with(subagents=subagents)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ._gate import Gate
     from ._options import RunOptions
     from ._services import RunServices
+    from ._subagents import Subagents
 
 __all__ = ["ToolDispatch"]
 
@@ -66,6 +67,7 @@ class ToolDispatch:
     _orphan_results: bool
     services: RunServices
     gate: Gate
+    subagents: Subagents | None
     #: Why each held call needs a person, and its risk (for the held-approval records).
     _held_reasons: dict[str, tuple[str, RiskClass | None]]
     #: Held calls that are questions for the person (`ask_user` in a served run).
@@ -97,19 +99,25 @@ class ToolDispatch:
         for call in calls:
             if call.id not in state.calls:
                 state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
-        state.interrupts = [
-            self._question_interrupt(call)
-            if call.id in self._held_questions
-            else {
-                "id": approval_interrupt_id(call.id),
-                "reason": "tool_call",
-                "toolCallId": call.id,
-                "message": f"Review: {self._held_reasons.get(call.id, (None,))[0] or reason}. "
-                f"Allow {call.name}({call.arguments})?",
-                "responseSchema": APPROVAL_SCHEMA,
-            }
-            for call in calls
-        ]
+        state.interrupts = []
+        for call in calls:
+            child = state.children.get(call.id)
+            if child is not None:
+                # An agent call whose subagent waits: the run waits on what the child does.
+                state.interrupts.extend(child.interrupts)
+            elif call.id in self._held_questions:
+                state.interrupts.append(self._question_interrupt(call))
+            else:
+                why = self._held_reasons.get(call.id, (None,))[0] or reason
+                state.interrupts.append(
+                    {
+                        "id": approval_interrupt_id(call.id),
+                        "reason": "tool_call",
+                        "toolCallId": call.id,
+                        "message": f"Review: {why}. Allow {call.name}({call.arguments})?",
+                        "responseSchema": APPROVAL_SCHEMA,
+                    }
+                )
         ttl = self.options.interrupt_ttl
         if ttl is not None:
             expires = datetime.now(UTC) + timedelta(seconds=ttl)
@@ -260,6 +268,10 @@ class ToolDispatch:
                     for call, tool in allowed:
                         group.create_task(self._run_call(call, tool, executed, signals))
             self._finish_executed(calls, executed, budget, handles, results)
+            if self.subagents is not None and any(self.subagents.holds(c.id) for c, _ in allowed):
+                # Agent calls whose subagent waits for a person are held with it.
+                waiting = {c.id for c in held} | {c.id for c, _ in allowed if c.id not in executed}
+                held = [call for call in calls if call.id in waiting]
             if held:
                 # The allowed calls ran and are recorded; the refused, staged and malformed
                 # ones are answered: record them too, so a resume (in any process) answers
@@ -359,6 +371,12 @@ class ToolDispatch:
             execution = await self.agent.registry.execute(call, ctx)
         finally:
             ctx.progress.close()  # progress belongs to the call; detached work uses notify
+        if self.subagents is not None and self.subagents.holds(call.id):
+            # Its subagent suspended for a person: the call is not done, it waits with it.
+            # It stays recorded as started: once the suspended checkpoint holds the child's
+            # state a resume continues the child (not uncertain); before, it is uncertain.
+            record.status = "pending"
+            return
         # What the call read is now in the conversation (law 6: taint only grows).
         self.state.add_taint(taint_of(capabilities_of(tool, network=self.run_ctx.tools.network)))
         record.malformed_arguments = execution.malformed_arguments

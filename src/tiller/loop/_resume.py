@@ -172,15 +172,10 @@ async def resume(
         raise AlreadyResumed(
             f"run {state.run_id!r} is {loaded.status}, not suspended: another process resumed it"
         )
-    # Calls left for the client (AG-UI frontend tools) are the client's to answer.
     # Calls left for the client (AG-UI frontend tools) are the client's to answer; calls
-    # answered before the step paused (their results are in the state) need nothing.
-    pending = [
-        c
-        for c in state.unanswered_calls()
-        if c.id not in state.client_calls
-        and ((record := state.calls.get(c.id)) is None or record.result is None)
-    ]
+    # answered before the step paused (their results are in the state) need nothing; an
+    # agent call whose subagent is suspended in the run waits on that subagent's calls.
+    pending = state.waiting_calls()
     if checkpoints is not None:
         # Calls of the batch that already ran (the allowed ones of a step whose other calls
         # were held for a person) need no decision: their results are recorded.
@@ -194,8 +189,10 @@ async def resume(
         if not pending:
             raise UsageError(f"run {state.run_id} has no calls waiting for a decision")
         missing = [c.id for c in pending if c.id not in decisions]
-        # A decision for a call that already ran is harmless (it is not used).
-        unknown = sorted(set(decisions) - {c.id for c in state.unanswered_calls()})
+        # A decision for a call that already ran is harmless (it is not used); one for an
+        # agent call whose subagent waits is not: the person decides the subagent's calls.
+        decidable = {c.id for c in state.nested_calls()} - set(state.children)
+        unknown = sorted(set(decisions) - decidable)
         if missing or unknown:
             raise UsageError(
                 f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
@@ -262,16 +259,22 @@ def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, s
 
 async def _check_uncertain(store: CheckpointStore, state: RunState) -> None:
     logs = await store.calls(state.run_id)
+    # An agent call whose subagent is suspended in the checkpoint started and is not
+    # done, but nothing about it is unknown: the child's state says where it stands.
     uncertain = [
         call
         for call in state.unanswered_calls()
-        if (log := logs.get(call.id)) is not None and log.status == "started"
+        if (log := logs.get(call.id)) is not None
+        and log.status == "started"
+        and call.id not in state.children
     ]
     if uncertain:
         raise ResumeReplayBlocked(state.run_id, uncertain)
 
 
 def _apply_edited_arguments(state: RunState, decisions: Mapping[str, ResumeDecision]) -> None:
+    for child in state.children.values():  # a suspended subagent's calls are decided too
+        _apply_edited_arguments(child, decisions)
     last = state.messages[-1]
     assert isinstance(last, AssistantMessage)
     calls = tuple(

@@ -55,6 +55,7 @@ from ..state import RunState, StopCause
 from ..store._approvals import ApprovalStore
 from ..store._bus import StoreError
 from ..store._checkpoints import CheckpointStore
+from ..tools.builtin import AGENT_TOOL
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ModelCallRecord, call_quietly
 from ._compaction import Compaction
@@ -64,6 +65,7 @@ from ._guardrails import run_post, run_pre
 from ._lease_keeper import LeaseKeeper
 from ._result import ToolTraceEntry
 from ._services import RunServices
+from ._subagents import Subagents
 from ._window import history_window
 
 if TYPE_CHECKING:
@@ -107,7 +109,12 @@ class _TurnOutcome:
 
 
 class Loop(ToolDispatch):
-    """Drives one run of `agent` under `run_ctx` and `options`, emitting through `agui`."""
+    """Drives one run of `agent` under `run_ctx` and `options`, emitting through `agui`.
+
+    A subagent's loop has a `parent` (`_subagents`): it keeps no checkpoint or lease of
+    its own (its state travels in its parent's), holds calls for a person only where its
+    parent could suspend durably, and reports no session end.
+    """
 
     def __init__(
         self,
@@ -116,6 +123,8 @@ class Loop(ToolDispatch):
         options: RunOptions,
         agui: AgUiContext[Any],
         state: RunState,
+        *,
+        parent: Loop | None = None,
     ) -> None:
         self.agent = agent
         self.run_ctx = run_ctx
@@ -141,13 +150,14 @@ class Loop(ToolDispatch):
         #: prompt with the first call; a continued one starts after what it was given.
         self._capture_from = 0 if state.step == 0 else len(state.messages)
         self.handoff: str | None = None
+        self.parent = parent
         self.services = RunServices(agent, run_ctx, agui, state)
         self.gate = Gate(
             agent.registry,
             run_ctx,
             state,
             self.services,
-            durable=self._checkpoints is not None,
+            durable=(parent if parent is not None else self)._checkpoints is not None,
             model=agent.model,
             retry=agent.retry,
         )
@@ -157,6 +167,11 @@ class Loop(ToolDispatch):
         self._carried_client_calls: frozenset[str] = frozenset()
         self.services.attach_policy(classifier=self.gate.classifier(), approval=self.gate.approver)
         self.compaction = Compaction(self)
+        #: The run's children, when its agent can start them (a subagent's never can).
+        self.subagents: Subagents | None = None
+        if parent is None and AGENT_TOOL in agent.registry:
+            self.subagents = Subagents(self)
+            self.services.attach_subagents(self.subagents)
 
     # ── the run ──────────────────────────────────────────────────────────────────
 
@@ -179,6 +194,8 @@ class Loop(ToolDispatch):
             # Background work dies with the run, however it ended (and first, so a
             # cancelled run's processes are gone before the run reports it stopped).
             await self.services.close()
+            if self.subagents is not None:
+                await self.subagents.aclose()
             await self._session_end()
             if self._capture is not None:
                 call_quietly(self._capture.close)
@@ -257,8 +274,8 @@ class Loop(ToolDispatch):
     async def _session_end(self) -> None:
         """Tell the session_end hooks how the run stopped (their failures are logged)."""
         hooks = self.run_ctx.hooks
-        if not hooks.watches("session_end"):
-            return
+        if self.parent is not None or not hooks.watches("session_end"):
+            return  # a subagent's end is not the session's
         cause = self.state.stop_cause or (
             StopCause.CANCELLED if self.agui.is_cancelled else StopCause.ERROR
         )

@@ -97,6 +97,8 @@ class RunServices:
         # (set by the loop once its gate exists: `attach_policy`).
         self._classifier: Any = None
         self._approval: Any = None
+        # What starts the run's subagents (set by the loop when its agent can).
+        self._subagents: Any = None
         #: The run's mailbox (its identity; delivery into its turns), if it has one.
         self.mail: RunMailbox | None = (
             run_ctx.mailbox.attach(state) if run_ctx.mailbox is not None else None
@@ -106,6 +108,11 @@ class RunServices:
         """Give the run's tool calls the gate's classifier and approval broker."""
         self._classifier = classifier
         self._approval = approval
+        self._cached_services = None
+
+    def attach_subagents(self, subagents: Any) -> None:
+        """Give the run's tool calls what starts its subagents (the `agent` tool's)."""
+        self._subagents = subagents
         self._cached_services = None
 
     def _keep_tasks(self, snapshot: list[dict[str, Any]]) -> None:
@@ -189,6 +196,7 @@ class RunServices:
                 if self.mail is not None
                 else None
             ),
+            subagents=self._subagents,
         )
         return cached
 

@@ -127,6 +127,8 @@ def conversation_from_agui(
     builder = _Builder(known or {})
     for index, message in enumerate(messages):
         role = message.get("role")
+        if message.get("subagentRunId"):
+            continue  # a subagent's conversation is its own, not this agent's
         if role == "tool":
             builder.tool(index, message)
         elif role == "user":

@@ -376,6 +376,7 @@ class Runner:
             )
         closed.stop_cause = StopCause.CANCELLED
         closed.interrupts = []
+        closed.children = {}
         closed.client_calls = []
         with contextlib.suppress(StoreError):
             # Compare-and-set on what the loop left: a recovery or an approval that

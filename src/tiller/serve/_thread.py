@@ -129,4 +129,19 @@ class ThreadView:
                         content=EXPIRED_QUESTION if question else EXPIRED_APPROVAL,
                         is_error=not question,
                     )
+            # A subagent suspended in the run whose interrupt lapsed: its agent call is
+            # what the thread's conversation holds, and it is answered "expired" too.
+            lapsed = {
+                interrupt.get("subagentRunId")
+                for interrupt in state.interrupts
+                if interrupt.get("subagentRunId") and expired(interrupt, now)
+            }
+            for call_id, child in state.children.items():
+                if child.run_id in lapsed and call_id in names:
+                    known[call_id] = ToolResult(
+                        call_id=call_id,
+                        name=names[call_id],
+                        content=EXPIRED_APPROVAL,
+                        is_error=True,
+                    )
         return known

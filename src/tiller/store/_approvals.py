@@ -178,7 +178,8 @@ class ApprovalStore(RecordStore[HeldApproval]):
         """Hold every call a suspended run waits on (its `tool_call` interrupts), with the
         run's taint and jail root; `risks` gives a call's risk class and `reasons` why it
         needs a person (else `reason`), by call id."""
-        calls = {call.id: call for call in state.unanswered_calls()}
+        # A subagent suspended inside the run holds its own calls; they are the run's too.
+        calls = {call.id: call for call in state.nested_calls()}
         workspace = (state.policy or {}).get("jail_root")
         held: builtins.list[HeldApproval] = []
         for interrupt in state.interrupts:

@@ -158,6 +158,7 @@ class ToolServices:
     jobs: BackgroundJobs | None = None
     snapshots: FileSnapshotter | None = None
     mailbox: Any = None
+    subagents: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +193,8 @@ class ExecContext:
     - `web_bytes`: the turn's shared web byte budget (`charge_web_bytes`, `web_budget()`).
     - `mailbox`: the run's mail sender (`await ctx.mailbox.send(to, text)`), which stamps
       the run's identity and the turn's taint itself; `None` when the run has no mailbox.
+    - `subagents`: what starts the run's subagents (`await ctx.subagents.run(...)`, the
+      `agent` tool's); `None` in a subagent (no recursion) and outside a run.
     - `emit`, `state_access`: the run's event stream and typed state.
     """
 
@@ -222,6 +225,7 @@ class ExecContext:
     snapshots: FileSnapshotter | None = None
     web_bytes: WebBudget = field(default_factory=WebBudget)
     mailbox: Any = None
+    subagents: Any = None
     # The loop this context was built on, so a sync tool in a worker thread can hand
     # work (state changes, snapshots) back to it.
     _loop: asyncio.AbstractEventLoop | None = field(
@@ -274,6 +278,7 @@ class ExecContext:
             snapshots=services.snapshots,
             web_bytes=signals.web_bytes,
             mailbox=services.mailbox,
+            subagents=services.subagents,
         )
 
     @classmethod

@@ -7,12 +7,14 @@ run's jail can be read or written, even by a symlink swapped in mid-call; writes
 the files first when the run keeps file checkpoints. `execute_command` runs under `bwrap`
 (no network unless granted) and refuses where the sandbox is unavailable, unless the user
 accepted an unsandboxed shell. `web_fetch` is not in `coding_tools()`: it sends data off
-the machine, so add it knowingly (`coding_tools(web=True)`).
+the machine, so add it knowingly (`coding_tools(web=True)`). Nor is `agent`, which hands
+tasks to subagents (`coding_tools(subagents=True)`).
 """
 
 from __future__ import annotations
 
 from .._tool import Tool
+from ._agent_tool import AGENT_TOOL, SubagentReport, SubagentRunner, agent
 from ._ask import ask_user
 from ._background import background_process
 from ._files import edit_file, list_dir, read_file, write_file
@@ -25,7 +27,11 @@ from ._tasks import task_create, task_list, task_update
 from ._web import web_fetch
 
 __all__ = [
+    "AGENT_TOOL",
     "Mailer",
+    "SubagentReport",
+    "SubagentRunner",
+    "agent",
     "apply_patch",
     "ask_user",
     "background_process",
@@ -46,11 +52,11 @@ __all__ = [
 ]
 
 
-def coding_tools(*, web: bool = False) -> list[Tool]:
+def coding_tools(*, web: bool = False, subagents: bool = False) -> list[Tool]:
     """The built-in coding tools, read-only ones first: read_file, list_dir, glob, grep,
     task_create, task_update, task_list, ask_user, write_file, edit_file, apply_patch,
-    execute_command, background_process — and web_fetch when `web` is true. A new list
-    each time, to extend freely."""
+    execute_command, background_process — web_fetch when `web` is true, and agent when
+    `subagents` is. A new list each time, to extend freely."""
     tools: list[Tool] = [
         read_file,
         list_dir,
@@ -68,4 +74,6 @@ def coding_tools(*, web: bool = False) -> list[Tool]:
     ]
     if web:
         tools.append(web_fetch)
+    if subagents:
+        tools.append(agent)
     return tools

@@ -1,0 +1,140 @@
+"""`agent`: the model hands a self-contained task to a subagent and gets its report back.
+
+The tool only asks; the run does the work. `ctx.subagents` (the loop's `Subagents`) starts
+a child run of the requested type — `general` (the agent's tools), `explore` (its read-only
+tools), or a type the workspace defines in `tiller.toml` — in the same jail, on the same
+budget, under a child of the run's cancel token, with its events inside the parent's
+stream between `SUBAGENT_STARTED` and `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`. What comes
+back is the child's final answer and what it spent (`SubagentReport`).
+
+A subagent never gets this tool (no recursion): in a child run `ctx.subagents` is `None`
+and the call is refused. The tool is `read_only` because the call itself changes nothing:
+every call the child makes passes the child's own gate, under a safety mode no looser
+than the parent's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Final, Protocol, runtime_checkable
+
+from pydantic import Field
+
+from ...conversation import Usage
+from .._exec import ExecContext
+from .._tool import ToolError, ToolOutput, tool
+
+__all__ = ["AGENT_TOOL", "SubagentReport", "SubagentRunner", "agent"]
+
+#: The tool's name (the loop recognises its calls by it).
+AGENT_TOOL: Final = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentReport:
+    """How one subagent run ended, for the model and for the program (`ToolOutput.data`).
+
+    `stop_cause` is the child's `StopCause` value (`completed`, `max_steps`, `cancelled`,
+    ...); `suspended` means it waits for a person, and so does the parent (the call is
+    held, and continues on resume). `turns`, `usage` and `cost_usd` are what the child
+    spent in all (across a suspension too); the parent's usage includes them.
+    """
+
+    subagent_run_id: str
+    subagent_type: str
+    text: str
+    stop_cause: str
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    error: str | None = None
+    suspended: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """Whether the child produced no usable answer (it failed, timed out, was cut)."""
+        return self.error is not None
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "subagentRunId": self.subagent_run_id,
+            "type": self.subagent_type,
+            "stopCause": self.stop_cause,
+            "turns": self.turns,
+            "usage": {
+                "inputTokens": self.usage.input_tokens,
+                "outputTokens": self.usage.output_tokens,
+                "totalTokens": self.usage.total_tokens,
+            },
+            "costUsd": round(self.cost_usd, 6),
+        }
+
+
+@runtime_checkable
+class SubagentRunner(Protocol):
+    """What `ExecContext.subagents` is: the run's subagent starter (`tiller.loop`)."""
+
+    async def run(
+        self, *, call_id: str, subagent_type: str, prompt: str, description: str
+    ) -> SubagentReport:
+        """Run (or, after a resume, continue) the subagent of call `call_id`; raise
+        `ToolError` for a request that cannot be run (an unknown type)."""
+        ...
+
+
+@tool(name=AGENT_TOOL, read_only=True)
+async def agent(
+    description: Annotated[str, Field(min_length=1, max_length=80)],
+    prompt: Annotated[str, Field(min_length=1)],
+    *,
+    subagent_type: Annotated[str, Field(min_length=1, max_length=64)] = "general",
+    ctx: ExecContext,
+) -> ToolOutput:
+    """Hand a self-contained task to a subagent: it starts with a fresh context (only your
+    prompt, none of this conversation), works with its own tools, and returns one final
+    report. Use it for broad searches, reading many files, or independent pieces of work,
+    so your own context stays small; call it several times in one turn to run subagents in
+    parallel. Types: `general` (your tools, except this one) for multi-step work;
+    `explore` (read-only tools) to find files, read code and answer questions about it;
+    the workspace may define more (an unknown type is answered with the list). The
+    subagent cannot ask you or the person questions and cannot start subagents: write the
+    prompt as a complete brief (the goal, what you already know, what to report back).
+    Its report comes to you, not to the person: pass on what matters.
+
+    Args:
+        description: What the subagent does, in 3 to 6 words (shown to the person).
+        prompt: The task, complete and self-contained.
+        subagent_type: `general`, `explore`, or a type the workspace defines.
+    """
+    runner = ctx.subagents
+    if not isinstance(runner, SubagentRunner):
+        raise ToolError(
+            "subagents cannot be started from here (a subagent cannot start subagents); "
+            "do the work yourself"
+        )
+    report = await runner.run(
+        call_id=ctx.call_id,
+        subagent_type=subagent_type.strip(),
+        prompt=prompt,
+        description=description.strip(),
+    )
+    return ToolOutput(describe_report(report), is_error=report.failed, data=report)
+
+
+def describe_report(report: SubagentReport) -> str:
+    """The result the model reads: the child's answer, then one line of what it spent."""
+    usage = report.usage
+    spent = (
+        f"[subagent {report.subagent_run_id} ({report.subagent_type}): {report.stop_cause}, "
+        f"{report.turns} turn{'' if report.turns == 1 else 's'}, "
+        f"{usage.input_tokens} input + {usage.output_tokens} output tokens]"
+    )
+    if report.suspended:
+        return f"The subagent is waiting for a person's approval.\n{spent}"
+    if report.error is not None:
+        partial = f"\nWhat it wrote before it stopped:\n{report.text}" if report.text else ""
+        return f"The subagent did not finish: {report.error}{partial}\n{spent}"
+    text = report.text or "(the subagent gave no answer)"
+    if report.stop_cause != "completed":
+        text = f"{text}\n(the subagent stopped early: {report.stop_cause})"
+    return f"{text}\n\n{spent}"

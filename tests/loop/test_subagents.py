@@ -1,0 +1,407 @@
+"""Subagents: the `agent` tool runs child runs inside the parent's run and stream.
+
+One `ScriptedModel` plays the parent and its children: a turn function tells them apart
+by the request (only the parent is offered `agent`; a child's system prompt starts with
+its type's preamble), so the tests script a whole run tree in one place. Every run goes
+through `drive`, which checks the stream with `ag-ui-validate` (subagent rules included),
+the transcript's legality and the state's round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui
+
+from tiller.cancel import CancellationToken
+from tiller.config import ConfigError, TillerConfig, load_config
+from tiller.conversation import AssistantMessage, Taint, UserMessage
+from tiller.loop import Agent, Budget, RunContext, SubagentConfig, SubagentType
+from tiller.model import ScriptedModel, TurnInfo
+from tiller.policy import AllowAll
+from tiller.state import StopCause
+from tiller.tools import Capability, ExecContext, SafetyMode, ToolCtx, builtin, tool
+
+from ._support import Run, drive
+
+Messages = Sequence[UserMessage | AssistantMessage]
+
+PARENT_PROMPT = "You are the lead."
+
+
+@tool(read_only=True)
+def probe(ctx: ExecContext) -> str:
+    """Say which safety mode this call runs under."""
+    return f"mode={ctx.safety_mode.value}"
+
+
+@tool(read_only=True, capabilities=Capability.UNTRUSTED_INPUT)
+def read_web() -> str:
+    """Read a web page."""
+    return "some page"
+
+
+@tool(risk="file_mutation")
+def note(text: str, ctx: ExecContext) -> str:
+    """Write a note to notes.txt."""
+    with (ctx.workdir / "notes.txt").open("a") as notes:
+        notes.write(text + "\n")
+    return "noted"
+
+
+def is_parent(info: TurnInfo) -> bool:
+    return any(spec.name == "agent" for spec in info.tools)
+
+
+def spawn(*children: tuple[str, str], ids: Sequence[str] = ()) -> dict[str, Any]:
+    """A parent turn starting one subagent per (type, prompt), in parallel."""
+    calls = []
+    for index, (kind, prompt) in enumerate(children):
+        call: dict[str, Any] = {
+            "name": "agent",
+            "arguments": {"description": f"task {index}", "prompt": prompt, "subagent_type": kind},
+        }
+        if ids:
+            call["id"] = ids[index]
+        calls.append(call)
+    return {"tool_calls": calls}
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def tree(parent: Sequence[Any], child: Any, *, finish: str = "all done") -> ScriptedModel:
+    """A model for a run tree: the parent's turns in order (then `finish` with the
+    results it got), and `child(messages, info)` for every child turn."""
+    turns = iter(parent)
+
+    def play(messages: Messages, info: TurnInfo) -> Any:
+        if not is_parent(info):
+            return child(messages, info)
+        turn = next(turns, None)
+        if turn is not None:
+            return turn
+        last = messages[-1]
+        answers = [r.content.split("\n")[0] for r in last.tool_results]
+        return f"{finish}: " + " | ".join(answers)
+
+    return ScriptedModel(play)
+
+
+def one_tool_then_answer(name: str, **arguments: Any) -> Any:
+    """A child that calls one tool, then answers with the prompt and the tool's result."""
+
+    def child(messages: Messages, info: TurnInfo) -> Any:
+        if len(messages) == 1:
+            return call(name, **arguments)
+        return f"{messages[0].text} -> {messages[-1].tool_results[0].content}"
+
+    return child
+
+
+def subagent_events(run: Run) -> list[dict[str, Any]]:
+    return [e for e in run.wire if e["type"].startswith("SUBAGENT_")]
+
+
+async def test_parallel_subagents_run_inside_the_parents_stream(ctx: RunContext) -> None:
+    (ctx.tools.root / "a.txt").write_text("alpha")
+
+    def child(messages: Messages, info: TurnInfo) -> Any:
+        if len(messages) == 1:
+            return call("read_file", path="a.txt")
+        found = "alpha" in messages[-1].tool_results[0].content
+        return f"{messages[0].text}: {'alpha' if found else 'nothing'}"
+
+    model = tree(
+        [spawn(("explore", "read a.txt"), ("general", "list files"), ("explore", "read b"))],
+        child,
+    )
+    agent = Agent(model, [builtin.read_file, builtin.list_dir, builtin.agent])
+    run = await drive(agent, "investigate", ctx)
+    assert_valid_agui(run.wire, max_warnings=0)  # `drive` checks it too: the Done-when item
+
+    assert run.result.stop_cause is StopCause.COMPLETED
+    started = [e for e in run.wire if e["type"] == "SUBAGENT_STARTED"]
+    calls = [c.id for c in run.result.state.messages[1].tool_calls]
+    assert [(e["subagentRunId"], e["name"], e["parentToolCallId"]) for e in started] == [
+        ("r1-sub-1", "explore", calls[0]),
+        ("r1-sub-2", "general", calls[1]),
+        ("r1-sub-3", "explore", calls[2]),
+    ]
+    finished = {e["subagentRunId"]: e for e in run.wire if e["type"] == "SUBAGENT_FINISHED"}
+    assert finished["r1-sub-1"]["result"] == {
+        "text": "read a.txt: alpha",
+        "stopCause": "completed",
+    }
+    # The three ran side by side: the second started before the first finished.
+    kinds = [(e["type"], e.get("subagentRunId")) for e in run.wire]
+    assert kinds.index(("SUBAGENT_STARTED", "r1-sub-2")) < kinds.index(
+        ("SUBAGENT_FINISHED", "r1-sub-1")
+    )
+    # Every event between a child's start and end that is not the parent's is the child's.
+    for event in run.wire:
+        if event["type"] in ("TEXT_MESSAGE_CONTENT", "TOOL_CALL_START", "STEP_STARTED"):
+            owner = event.get("subagentRunId")
+            if owner is not None:
+                assert owner in finished
+    child_tools = [e for e in run.wire if e["type"] == "TOOL_CALL_START" and "subagentRunId" in e]
+    assert {e["toolCallName"] for e in child_tools} == {"read_file"}
+    # The parent reads each child's answer and what it spent.
+    results = run.results()
+    assert results[0].content.startswith("read a.txt: alpha\n\n[subagent r1-sub-1 (explore): ")
+    assert "completed, 2 turns" in results[0].content
+    assert run.result.text == "all done: read a.txt: alpha | list files: alpha | read b: alpha"
+    # The parent's usage is its own calls and its children's (2 + 3 x 2 model calls).
+    assert run.result.usage.requests == 8
+    assert run.terminal["usage"][0]["totalTokens"] == run.result.usage.total_tokens
+
+
+async def test_explore_is_read_only_and_no_child_gets_the_agent_tool(ctx: RunContext) -> None:
+    model = tree(
+        [spawn(("explore", "look"), ("general", "work"))],
+        lambda messages, info: "ok",
+    )
+    agent = Agent(
+        model,
+        [builtin.read_file, builtin.write_file, builtin.agent],
+        system_prompt=PARENT_PROMPT,
+    )
+    await drive(agent, "go", ctx)
+
+    children = [r for r in model.requests if not any(t.name == "agent" for t in r.tools)]
+    by_prompt = {r.messages[0].text: r for r in children}
+    explore, general = by_prompt["look"], by_prompt["work"]
+    assert [t.name for t in explore.tools] == ["read_file"]
+    assert [t.name for t in general.tools] == ["read_file", "write_file"]
+    assert explore.system is not None and explore.system.startswith("You are an explore subagent")
+    assert general.system is not None and general.system.startswith("You are a subagent")
+    assert explore.system.endswith(PARENT_PROMPT)  # the parent's prompt follows the preamble
+
+
+async def test_a_child_that_calls_agent_anyway_is_refused(ctx: RunContext) -> None:
+    model = tree(
+        [spawn(("general", "recurse"))],
+        one_tool_then_answer("agent", description="deeper", prompt="again"),
+    )
+    run = await drive(Agent(model, [builtin.agent]), "go", ctx)
+    assert run.results()[0].content.startswith("recurse -> Unknown tool 'agent'")
+    assert len([e for e in run.wire if e["type"] == "SUBAGENT_STARTED"]) == 1
+
+
+async def test_an_unknown_type_is_answered_with_the_types(ctx: RunContext) -> None:
+    model = tree([spawn(("wizard", "do magic"))], lambda messages, info: "never")
+    run = await drive(Agent(model, [builtin.agent]), "go", ctx)
+    (result,) = run.results()
+    assert result.is_error
+    assert "there is no subagent type 'wizard'" in result.content
+    assert "- explore:" in result.content and "- general:" in result.content
+    assert subagent_events(run) == []
+
+
+@pytest.mark.parametrize(
+    ("parent_mode", "kind", "ceiling", "expected"),
+    [
+        (SafetyMode.FULL_ACCESS, "careful", SafetyMode.ASK, "ask"),
+        (SafetyMode.READ_ONLY, "general", None, "read_only"),
+        (SafetyMode.AUTO, "general", None, "auto"),
+        (SafetyMode.FULL_ACCESS, "explore", None, "read_only"),
+    ],
+)
+async def test_a_childs_mode_is_the_stricter_of_its_parents_and_its_ceiling(
+    workspace: Path,
+    parent_mode: SafetyMode,
+    kind: str,
+    ceiling: SafetyMode | None,
+    expected: str,
+) -> None:
+    config = SubagentConfig()
+    if ceiling is not None:
+        config = config.with_type(SubagentType(kind, safety_ceiling=ceiling))
+    ctx = RunContext.new(ToolCtx(workspace, safety=parent_mode), AllowAll()).with_subagents(config)
+    model = tree([spawn((kind, "probe"))], one_tool_then_answer("probe"))
+    run = await drive(Agent(model, [probe, builtin.agent]), "go", ctx)
+    assert run.results()[0].content.startswith(f"probe -> mode={expected}")
+    assert ctx.tools.safety.mode is parent_mode  # the parent's own mode is untouched
+
+
+async def test_children_spend_from_the_parents_budget(workspace: Path) -> None:
+    budget = Budget(max_turns=4)
+    ctx = RunContext.sandboxed(workspace, AllowAll()).with_budget(budget)
+    model = tree(
+        [spawn(("general", "loop"))],
+        lambda messages, info: call("probe"),  # a child that never stops on its own
+    )
+    run = await drive(Agent(model, [probe, builtin.agent]), "go", ctx)
+    # One parent turn, then the child took the three turns left: the tree's purse is empty.
+    assert budget.turns == 4
+    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    (result,) = run.results()
+    assert "stopped early: turn_budget" in result.content
+    assert run.result.usage.requests == 4
+
+
+@pytest.mark.parametrize(("limit", "children"), [(None, 11), (3, 7)])
+async def test_at_most_so_many_children_work_at_once_the_rest_wait(
+    workspace: Path, limit: int | None, children: int
+) -> None:
+    active = 0
+    most = 0
+
+    @tool(read_only=True)
+    async def slow() -> str:
+        """Take a moment."""
+        nonlocal active, most
+        active += 1
+        most = max(most, active)
+        await asyncio.sleep(0.02)
+        active -= 1
+        return "slept"
+
+    ctx = RunContext.sandboxed(workspace, AllowAll())
+    if limit is not None:
+        ctx = ctx.with_subagents(SubagentConfig(max_concurrent=limit))
+    model = tree(
+        [spawn(*[("general", f"job {n}") for n in range(children)])],
+        one_tool_then_answer("slow"),
+    )
+    run = await drive(Agent(model, [slow, builtin.agent]), "go", ctx)
+    assert most == (limit or 10)
+    assert [r.content.split("\n")[0] for r in run.results()] == [
+        f"job {n} -> slept" for n in range(children)
+    ]
+
+
+async def test_a_child_that_runs_out_of_time_fails_and_the_parent_goes_on(
+    workspace: Path,
+) -> None:
+    ctx = RunContext.sandboxed(workspace, AllowAll()).with_subagents(SubagentConfig(timeout=0.2))
+    model = tree(
+        [spawn(("general", "take forever"))],
+        lambda messages, info: {"text": "too late", "delay": 30},
+        finish="went on",
+    )
+    run = await drive(Agent(model, [builtin.agent]), "go", ctx)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    (error,) = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
+    assert error["code"] == "TIMEOUT"
+    assert "ran out of time (0.2 s)" in error["message"]
+    (result,) = run.results()
+    assert result.is_error
+    assert result.content.startswith("The subagent did not finish: ")
+    assert run.result.text.startswith("went on: The subagent did not finish")
+
+
+async def test_cancelling_the_parent_cancels_its_children(workspace: Path) -> None:
+    tokens: list[CancellationToken] = []
+    both_waiting = asyncio.Event()
+
+    @tool(read_only=True)
+    async def wait_forever(ctx: ExecContext) -> str:
+        """Wait until cancelled."""
+        tokens.append(ctx.token)
+        if len(tokens) == 2:
+            both_waiting.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    cancel = CancellationToken()
+    ctx = RunContext.sandboxed(workspace, AllowAll()).with_cancel(cancel)
+    model = tree(
+        [spawn(("general", "one"), ("general", "two"))], one_tool_then_answer("wait_forever")
+    )
+
+    async def cancel_when_both_wait() -> None:
+        await both_waiting.wait()
+        cancel.cancel("the person stopped it")
+
+    agent = Agent(model, [wait_forever, builtin.agent])
+    async with asyncio.TaskGroup() as group:
+        group.create_task(cancel_when_both_wait())
+        run = await drive(agent, "go", ctx)
+
+    assert run.result.stop_cause is StopCause.CANCELLED
+    assert all(token.is_cancelled for token in tokens)
+    errors = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
+    assert sorted(e["subagentRunId"] for e in errors) == ["r1-sub-1", "r1-sub-2"]
+    assert {e["code"] for e in errors} == {"CANCELLED"}
+    assert run.terminal["outcome"] == {"type": "cancelled"}
+
+
+async def test_what_a_child_read_taints_its_parent(ctx: RunContext) -> None:
+    model = tree([spawn(("explore", "browse"))], one_tool_then_answer("read_web"))
+    run = await drive(Agent(model, [read_web, builtin.agent]), "go", ctx)
+    assert run.result.state.taint_flags & Taint.UNTRUSTED_INPUT
+
+
+async def test_a_child_needing_approval_with_no_one_to_ask_is_blocked(workspace: Path) -> None:
+    # No approver and no store: nothing could resume a suspension, so the call is refused.
+    ctx = RunContext.sandboxed(workspace)
+    model = tree([spawn(("general", "write"))], one_tool_then_answer("note", text="hi"))
+    run = await drive(Agent(model, [note, builtin.agent]), "go", ctx)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert "Blocked by policy: this action needs approval" in run.results()[0].content
+    assert not (workspace / "notes.txt").exists()
+
+
+async def test_custom_types_come_from_tiller_toml(tmp_path: Path, workspace: Path) -> None:
+    child_script = tmp_path / "reviewer.yaml"
+    child_script.write_text("turns:\n  - text: looks fine\n")
+    (workspace / "tiller.toml").write_text(
+        f"""
+[subagents]
+max_concurrent = 4
+timeout = 60
+
+[subagents.reviewer]
+description = "Reviews a change"
+tools = ["read_file"]
+safety_ceiling = "read_only"
+preamble = "You review code."
+model = "scripted:{child_script}"
+
+[subagents.explore]
+timeout = 5
+"""
+    )
+    config = load_config(workspace / "tiller.toml")
+    assert config.subagents is not None
+    reviewer = config.subagents.types["reviewer"]
+    assert reviewer.tools == ("read_file",)
+    assert reviewer.safety_ceiling is SafetyMode.READ_ONLY
+    explore = config.subagents.types["explore"]
+    assert explore.read_only and explore.timeout == 5.0  # the built-in, reshaped
+    assert config.subagents.max_concurrent == 4
+
+    ctx = config.apply(RunContext.sandboxed(workspace, AllowAll()))
+    parent = tree([spawn(("reviewer", "review it"))], lambda m, i: "the parent's model")
+    run = await drive(
+        Agent(parent, [builtin.read_file, builtin.write_file, builtin.agent]), "go", ctx
+    )
+    assert run.results()[0].content.startswith("looks fine\n\n[subagent r1-sub-1 (reviewer)")
+    (started,) = [e for e in run.wire if e["type"] == "SUBAGENT_STARTED"]
+    assert started["name"] == "reviewer"
+    # The child's turn went to its own model, not the parent's.
+    assert all(any(t.name == "agent" for t in r.tools) for r in parent.requests)
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[subagents]\nretries = 2\n", "unknown key 'retries'"),
+        ("[subagents.x]\ncolour = 'red'\n", "unknown key(s) colour"),
+        ("[subagents.x]\nsafety_ceiling = 'yolo'\n", "unknown safety mode"),
+        ("[subagents]\nmax_concurrent = 0\n", "at least 1"),
+        ("[subagents.x]\ntools = 'read_file'\n", "list of tool names"),
+    ],
+)
+def test_a_bad_subagents_section_says_what_to_fix(toml: str, message: str) -> None:
+    import tomllib
+
+    with pytest.raises(ConfigError, match="subagents") as caught:
+        TillerConfig.from_mapping(tomllib.loads(toml))
+    assert message in str(caught.value)
