@@ -381,3 +381,66 @@ async def test_a_review_pause_in_a_child_resumes_in_process_from_the_checkpoint(
     assert lines(workspace) == ["hello"]
     wire = assert_valid_stream(resumed)
     assert [e["subagentRunId"] for e in wire if e["type"] == "SUBAGENT_STARTED"] == ["r1-sub-1"]
+
+
+async def test_a_crash_while_a_child_was_continued_blocks_recovery_instead_of_rerunning(
+    tmp_path: Path,
+) -> None:
+    """Between the resume and the parent's next checkpoint, the child ran the approved
+    call with no record of it: recovering the run must not run it again (law 5)."""
+    from tiller.loop import ResumeReplayBlocked
+    from tiller.model import ScriptedModel
+    from tiller.policy import AllowAll
+    from tiller.tools import ExecContext, builtin, tool
+
+    crash = {"on": False}
+
+    class ProcessDied(BaseException):
+        """Stands for the process dying: nothing below catches it as an error."""
+
+    @tool
+    def append(text: str, ctx: ExecContext) -> str:
+        """Append a line."""
+        with (ctx.workdir / "log.txt").open("a") as log:
+            log.write(text + "\n")
+        return f"appended {text}"
+
+    def play(messages: Any, info: Any) -> Any:
+        if any(spec.name == "agent" for spec in info.tools):
+            if len(messages) == 1:
+                call = {
+                    "id": "p-write",
+                    "name": "agent",
+                    "arguments": {"description": "write", "prompt": "append hello"},
+                }
+                return {"tool_calls": [call]}
+            return "parent done"
+        if len(messages) == 1:
+            return {
+                "tool_calls": [{"id": "c-append", "name": "append", "arguments": {"text": "hello"}}]
+            }
+        if crash["on"]:
+            crash["on"] = False
+            raise ProcessDied("the process dies after the approved child call ran")
+        return "child done"
+
+    def build() -> Agent:
+        return Agent(ScriptedModel(play), [append, builtin.agent])
+
+    workspace = tmp_path / "ws"
+    bus = await open_bus("memory://")
+    ctx = RunContext.sandboxed(workspace).with_store(bus)
+    options = RunOptions().with_checkpoint_bucket(DEFAULT_BUCKET)
+    paused = await build().run_in(ctx, "go", options, run_id="r1")
+    assert paused.stop_cause is StopCause.SUSPENDED
+    crash["on"] = True
+    await resume(
+        build(), "r1", {"c-append": ResumeDecision.approved()}, store=bus, workspace=workspace
+    )
+    assert (workspace / "log.txt").read_text().splitlines() == ["hello"]
+    with pytest.raises(ResumeReplayBlocked):
+        await resume(
+            build(), "r1", None, store=bus, workspace=workspace, force=True, approver=AllowAll()
+        )
+    assert (workspace / "log.txt").read_text().splitlines() == ["hello"]  # never twice
+    await bus.aclose()

@@ -20,7 +20,7 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 from tiller.cancel import CancellationToken
 from tiller.config import ConfigError, TillerConfig, load_config
 from tiller.conversation import AssistantMessage, Taint, UserMessage
-from tiller.loop import Agent, Budget, RunContext, SubagentConfig, SubagentType
+from tiller.loop import Agent, Budget, RunContext, RunOptions, SubagentConfig, SubagentType
 from tiller.model import ScriptedModel, TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
@@ -405,3 +405,40 @@ def test_a_bad_subagents_section_says_what_to_fix(toml: str, message: str) -> No
     with pytest.raises(ConfigError, match="subagents") as caught:
         TillerConfig.from_mapping(tomllib.loads(toml))
     assert message in str(caught.value)
+
+
+async def test_parallel_children_never_spend_the_final_answer_reserve(tmp_path: Path) -> None:
+    """The reserve held back for a tool-less final answer is the run tree's, paid once (by
+    the parent): five children at their ceiling do not each make a final call (law 7)."""
+    import dataclasses
+
+    @tool(read_only=True)
+    def noop() -> str:
+        """Nothing."""
+        return "ok"
+
+    def play(messages: Any, info: Any) -> Any:
+        allowed = info.max_tokens or 1000
+        if any(spec.name == "agent" for spec in info.tools):
+            if len(messages) == 1:
+                calls = [
+                    {
+                        "id": f"p{i}",
+                        "name": "agent",
+                        "arguments": {"description": f"d{i}", "prompt": f"task {i}"},
+                    }
+                    for i in range(5)
+                ]
+                return {"tool_calls": calls, "usage": {"input_tokens": 1, "output_tokens": 10}}
+            return {"text": "parent final", "usage": {"input_tokens": 1, "output_tokens": allowed}}
+        if not info.tools:
+            return {"text": "child final", "usage": {"input_tokens": 1, "output_tokens": allowed}}
+        call = {"id": f"c{len(messages)}-{messages[0].text}", "name": "noop", "arguments": {}}
+        return {"tool_calls": [call], "usage": {"input_tokens": 1, "output_tokens": allowed}}
+
+    budget = Budget(max_output_tokens=200, final_answer_reserve=50)
+    ctx = dataclasses.replace(RunContext.sandboxed(tmp_path), budget=budget)
+    model = ScriptedModel(play)
+    await Agent(model, [noop, builtin.agent]).run_in(ctx, "go", RunOptions())
+    assert budget.usage.output_tokens <= budget.max_output_tokens
+    assert len([request for request in model.requests if not request.tools]) <= 1

@@ -206,7 +206,9 @@ async def resume(
         if held is not None:
             await checkpoints.break_hold(state.run_id)
     if checkpoints is not None:
-        await _check_uncertain(checkpoints, state)
+        await _check_uncertain(
+            checkpoints, state, was_running=loaded is not None and loaded.status != "suspended"
+        )
     new_id = run_id if run_id is not None else state.run_id
     renamed = new_id != state.run_id
     if renamed and checkpoints is not None:
@@ -257,16 +259,20 @@ def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, s
     return agent, None
 
 
-async def _check_uncertain(store: CheckpointStore, state: RunState) -> None:
+async def _check_uncertain(
+    store: CheckpointStore, state: RunState, *, was_running: bool = False
+) -> None:
     logs = await store.calls(state.run_id)
-    # An agent call whose subagent is suspended in the checkpoint started and is not
-    # done, but nothing about it is unknown: the child's state says where it stands.
+    # An agent call whose subagent is suspended in a *suspended* checkpoint started and is
+    # not done, but nothing about it is unknown: the child's state says where it stands.
+    # In a checkpoint of a run that was going on (a crash), the child may have been
+    # continued and run calls its state does not show: uncertain like any other call.
     uncertain = [
         call
         for call in state.unanswered_calls()
         if (log := logs.get(call.id)) is not None
         and log.status == "started"
-        and call.id not in state.children
+        and (was_running or call.id not in state.children)
     ]
     if uncertain:
         raise ResumeReplayBlocked(state.run_id, uncertain)

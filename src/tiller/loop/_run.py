@@ -223,6 +223,11 @@ class Loop(ToolDispatch):
                 break
             ceiling = self.run_ctx.budget.exceeded()
             if ceiling is not None:
+                if self.parent is not None:
+                    # The reserve held back for a final answer is the whole run tree's,
+                    # paid once, by the parent: a subagent stops with what it has.
+                    state.stop_cause = ceiling
+                    break
                 await self._final_answer(ceiling)
                 break
             self._take_steering()
