@@ -23,39 +23,7 @@ if [ -x "$CHROMIUM" ]; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    fail "chromium is missing and this is not a Debian-like system (no apt-get); install" \
-        "Chromium with your system's package manager so that $CHROMIUM exists"
-fi
-
-sudo_note=""
-if [ "${EUID}" -ne 0 ]; then
-    if ! command -v sudo >/dev/null 2>&1; then
-        fail "chromium is missing; installing it needs root, and sudo is not available:" \
-            "run 'apt-get install chromium' as root"
-    fi
-    sudo_note="sudo "
-fi
-
-# Run a command as root: directly when we are root, else through sudo.
-as_root() {
-    if [ "${EUID}" -eq 0 ]; then
-        "$@"
-    else
-        sudo DEBIAN_FRONTEND=noninteractive "$@"
-    fi
-}
-
-export DEBIAN_FRONTEND=noninteractive
-say "chromium is missing: installing Debian's chromium package"
-say "running: ${sudo_note}apt-get update"
-if ! as_root apt-get update -qq >/dev/null; then
-    fail "'apt-get update' failed; check the network and the apt sources, then run again"
-fi
-say "running: ${sudo_note}apt-get install -y chromium"
-if ! as_root apt-get install -y -qq --no-install-recommends chromium >/dev/null; then
-    fail "'apt-get install chromium' failed; see the messages above"
-fi
+"$(dirname "$0")/apt-install.sh" setup-browser chromium
 
 if [ ! -x "$CHROMIUM" ]; then
     fail "the chromium package was installed but $CHROMIUM is missing"

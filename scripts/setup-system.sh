@@ -39,39 +39,7 @@ if command -v bwrap >/dev/null 2>&1; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    fail "bwrap is missing and this is not a Debian-like system (no apt-get); install the" \
-        "'bubblewrap' package with your system's package manager"
-fi
-
-sudo_note=""
-if [ "${EUID}" -ne 0 ]; then
-    if ! command -v sudo >/dev/null 2>&1; then
-        fail "bwrap is missing; installing it needs root, and sudo is not available:" \
-            "run 'apt-get install bubblewrap' as root"
-    fi
-    sudo_note="sudo "
-fi
-
-# Run a command as root: directly when we are root, else through sudo.
-as_root() {
-    if [ "${EUID}" -eq 0 ]; then
-        "$@"
-    else
-        sudo DEBIAN_FRONTEND=noninteractive "$@"
-    fi
-}
-
-export DEBIAN_FRONTEND=noninteractive
-say "bwrap is missing: installing Debian's bubblewrap package"
-say "running: ${sudo_note}apt-get update"
-if ! as_root apt-get update -qq >/dev/null; then
-    fail "'apt-get update' failed; check the network and the apt sources, then run again"
-fi
-say "running: ${sudo_note}apt-get install -y bubblewrap"
-if ! as_root apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; then
-    fail "'apt-get install bubblewrap' failed; see the messages above"
-fi
+"$(dirname "$0")/apt-install.sh" setup-system bubblewrap
 
 if ! command -v bwrap >/dev/null 2>&1; then
     fail "bubblewrap was installed but bwrap is not on PATH ($PATH)"

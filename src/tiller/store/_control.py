@@ -37,10 +37,6 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import re
-import secrets
-import threading
-import time
 from collections.abc import Awaitable
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, TypeVar
@@ -49,6 +45,7 @@ import orjson
 
 from ..errors import UsageError
 from ._bus import Bus, KeyValue, StoreError, Subscription, check_subject, encode_key
+from ._ordered_ids import ORDERED_ID, OrderedIds
 from ._records import MalformedRecord, Record, create_or_get, decode, encode
 
 if TYPE_CHECKING:
@@ -67,7 +64,6 @@ _SUBJECT_ROOT = "tiller.control"
 _MESSAGE_VERSION = 1
 #: How long leaving a watch waits for its tasks before cancelling them again.
 _STOP_RETRY = 0.1
-_STEER_ID = re.compile(r"[0-9a-f]{16}-[0-9a-f]{8}")
 
 
 class MalformedControl(MalformedRecord):
@@ -98,25 +94,6 @@ class _HeadRecord(_RunRecord):
     latest: str
 
 
-class _SteerIds:
-    """Steer ids: wall time first, strictly increasing within the process (a coarse clock
-    or two steers in one tick must not reorder or collide), then random digits so
-    processes do not collide."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def next(self) -> str:
-        with self._lock:
-            self._last = max(time.time_ns(), self._last + 1)
-            stamp = self._last
-        return f"{stamp:016x}-{secrets.token_hex(4)}"
-
-
-_steer_ids = _SteerIds()
-
-
 def _check_run_id(run_id: str) -> str:
     if not isinstance(run_id, str) or not run_id:
         raise UsageError("a run id must be a non-empty string")
@@ -143,6 +120,7 @@ class ControlStore:
     def __init__(self, bus: Bus, bucket: str = CONTROL_BUCKET) -> None:
         self.bus = bus
         self.bucket = bucket
+        self._ids = OrderedIds()
         self._kv: KeyValue | None = None
 
     async def _bucket(self) -> KeyValue:
@@ -183,7 +161,7 @@ class ControlStore:
         _check_run_id(run_id)
         if not isinstance(text, str) or not text.strip():
             raise UsageError("a steering message needs some text")
-        steer_id = _steer_ids.next()
+        steer_id = self._ids.next()
         record = _SteerRecord(run_id=run_id, steer_id=steer_id, text=text, sent_at=self.bus.clock())
         kv = await self._bucket()
         await kv.create(_steer_prefix(run_id) + steer_id, encode(record))
@@ -276,7 +254,7 @@ class ControlStore:
         `/steer/...` are left out: an id is one fixed-format segment)."""
         prefix = _steer_prefix(run_id)
         ids = (key[len(prefix) :] for key in await kv.keys(prefix))
-        return sorted(steer_id for steer_id in ids if _STEER_ID.fullmatch(steer_id))
+        return sorted(steer_id for steer_id in ids if ORDERED_ID.fullmatch(steer_id))
 
     async def _steer_text(self, kv: KeyValue, run_id: str, steer_id: str) -> str | None:
         key = _steer_prefix(run_id) + steer_id
@@ -441,7 +419,7 @@ class ControlWatcher:
             kind, steer_id = None, None
         if kind == "cancel":
             self._cancel_hinted = True
-        elif kind == "steer" and isinstance(steer_id, str) and _STEER_ID.fullmatch(steer_id):
+        elif kind == "steer" and isinstance(steer_id, str) and ORDERED_ID.fullmatch(steer_id):
             self._hinted.add(steer_id)
         else:
             self._full_due = True  # a message from a newer tiller: read everything

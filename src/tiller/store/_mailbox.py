@@ -42,9 +42,6 @@ import builtins
 import contextlib
 import logging
 import re
-import secrets
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
@@ -54,6 +51,7 @@ import orjson
 from ..conversation import Taint
 from ..errors import UsageError
 from ._bus import Bus, Entry, KeyValue, RevisionConflict, StoreError, Subscription
+from ._ordered_ids import ORDERED_ID, OrderedIds
 from ._records import MalformedRecord, Record, TaintNames, create_or_get, decode, encode
 
 __all__ = [
@@ -85,7 +83,6 @@ MailStatus = Literal["pending", "delivered"]
 _STATUSES: tuple[str, ...] = get_args(MailStatus)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-_MAIL_ID = re.compile(r"[0-9a-f]{16}-[0-9a-f]{8}")
 _SUBJECT_ROOT = "tiller.mailbox"
 _MESSAGE_VERSION = 1
 
@@ -133,24 +130,6 @@ def check_mail_name(name: str, what: str = "an agent name") -> str:
             "'_' and '-', starting with a letter or a digit"
         )
     return name
-
-
-class _MailIds:
-    """Message ids: wall time first, strictly increasing within the process, then random
-    digits so processes do not collide."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def next(self) -> str:
-        with self._lock:
-            self._last = max(time.time_ns(), self._last + 1)
-            stamp = self._last
-        return f"{stamp:016x}-{secrets.token_hex(4)}"
-
-
-_mail_ids = _MailIds()
 
 
 def _message_prefix(to: str) -> str:
@@ -243,6 +222,7 @@ class MailboxStore:
             raise UsageError("a mailbox needs max_bytes and max_pending of at least 1")
         self.bus = bus
         self.bucket = bucket
+        self._ids = OrderedIds()
         self.max_bytes = max_bytes
         self.max_pending = max_pending
         self._kv: KeyValue | None = None
@@ -278,7 +258,7 @@ class MailboxStore:
         if not isinstance(taint, Taint):
             raise UsageError(f"a message's taint must be a Taint, not {type(taint).__name__}")
         message = MailMessage(
-            id=_mail_ids.next(),
+            id=self._ids.next(),
             to=to,
             sender=sender.name,
             sender_session=sender.session,
@@ -540,7 +520,7 @@ class MailboxStore:
         """The message stored under `key` (`msg/<to>/<id>`), checked field by field, its
         id and recipient against the key, its size against the limit."""
         parts = key.split("/")
-        if len(parts) != 3 or parts[0] != "msg" or not _MAIL_ID.fullmatch(parts[2]):
+        if len(parts) != 3 or parts[0] != "msg" or not ORDERED_ID.fullmatch(parts[2]):
             raise MalformedMail(self.bucket, key, "not a message key (msg/<to>/<id>)")
         try:
             message = decode(MailMessage, self.bucket, parts[2], value)
