@@ -387,57 +387,57 @@ async def test_a_crash_while_a_child_was_continued_blocks_recovery_instead_of_re
     tmp_path: Path,
 ) -> None:
     """Between the resume and the parent's next checkpoint, the child ran the approved
-    call with no record of it: recovering the run must not run it again (law 5)."""
+    call with no record of it: recovering the run must not run it again (law 5). The
+    crash is played back from the store as it stood the moment that call ran."""
     from tiller.loop import ResumeReplayBlocked
     from tiller.model import ScriptedModel
     from tiller.policy import AllowAll
     from tiller.tools import ExecContext, builtin, tool
 
-    crash = {"on": False}
-
-    class ProcessDied(BaseException):
-        """Stands for the process dying: nothing below catches it as an error."""
+    bus = await open_bus("memory://")
+    at_the_crash: dict[str, bytes] = {}
 
     @tool
-    def append(text: str, ctx: ExecContext) -> str:
+    async def append(text: str, ctx: ExecContext) -> str:
         """Append a line."""
         with (ctx.workdir / "log.txt").open("a") as log:
             log.write(text + "\n")
+        kv = await bus.kv(DEFAULT_BUCKET)
+        for key in await kv.keys():
+            entry = await kv.get(key)
+            if entry is not None:
+                at_the_crash[key] = entry.value
         return f"appended {text}"
 
     def play(messages: Any, info: Any) -> Any:
         if any(spec.name == "agent" for spec in info.tools):
             if len(messages) == 1:
-                call = {
-                    "id": "p-write",
-                    "name": "agent",
-                    "arguments": {"description": "write", "prompt": "append hello"},
-                }
-                return {"tool_calls": [call]}
+                arguments = {"description": "write", "prompt": "append hello"}
+                return {"tool_calls": [{"id": "p-write", "name": "agent", "arguments": arguments}]}
             return "parent done"
         if len(messages) == 1:
-            return {
-                "tool_calls": [{"id": "c-append", "name": "append", "arguments": {"text": "hello"}}]
-            }
-        if crash["on"]:
-            crash["on"] = False
-            raise ProcessDied("the process dies after the approved child call ran")
+            call = {"id": "c-append", "name": "append", "arguments": {"text": "hello"}}
+            return {"tool_calls": [call]}
         return "child done"
 
     def build() -> Agent:
         return Agent(ScriptedModel(play), [append, builtin.agent])
 
     workspace = tmp_path / "ws"
-    bus = await open_bus("memory://")
     ctx = RunContext.sandboxed(workspace).with_store(bus)
     options = RunOptions().with_checkpoint_bucket(DEFAULT_BUCKET)
     paused = await build().run_in(ctx, "go", options, run_id="r1")
     assert paused.stop_cause is StopCause.SUSPENDED
-    crash["on"] = True
-    await resume(
-        build(), "r1", {"c-append": ResumeDecision.approved()}, store=bus, workspace=workspace
-    )
+    decisions = {"c-append": ResumeDecision.approved()}
+    await resume(build(), "r1", decisions, store=bus, workspace=workspace)
     assert (workspace / "log.txt").read_text().splitlines() == ["hello"]
+    # The process "dies" right after the child's call: the store goes back to that moment.
+    kv = await bus.kv(DEFAULT_BUCKET)
+    for key in await kv.keys():
+        if key not in at_the_crash:
+            await kv.delete(key)
+    for key, value in at_the_crash.items():
+        await kv.put(key, value)
     with pytest.raises(ResumeReplayBlocked):
         await resume(
             build(), "r1", None, store=bus, workspace=workspace, force=True, approver=AllowAll()

@@ -338,6 +338,27 @@ async def test_what_a_child_read_taints_its_parent(ctx: RunContext) -> None:
     assert run.result.state.taint_flags & Taint.UNTRUSTED_INPUT
 
 
+async def test_a_childs_answer_is_wrapped_as_untrusted_when_it_read_untrusted_input(
+    ctx: RunContext,
+) -> None:
+    from tiller.policy import Interlock
+
+    model = tree([spawn(("explore", "browse"))], one_tool_then_answer("read_web"))
+    wrapping = ctx.with_interlock(Interlock(wrap_untrusted=True))
+    run = await drive(Agent(model, [read_web, builtin.agent]), "go", wrapping)
+    (answer,) = run.results()
+    assert answer.content.startswith('<untrusted-data source="agent">')
+    plain = await drive(
+        Agent(
+            tree([spawn(("explore", "browse"))], one_tool_then_answer("read_web")),
+            [read_web, builtin.agent],
+        ),
+        "go",
+        ctx,
+    )
+    assert "<untrusted-data" not in plain.results()[0].content  # wrapping is opt-in
+
+
 async def test_a_child_needing_approval_with_no_one_to_ask_is_blocked(workspace: Path) -> None:
     # No approver and no store: nothing could resume a suspension, so the call is refused.
     ctx = RunContext.sandboxed(workspace)

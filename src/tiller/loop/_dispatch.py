@@ -344,7 +344,11 @@ class ToolDispatch:
                 continue
             result = budget.cap_result(execution.result, self.run_ctx.tools)
             interlock = self.run_ctx.interlock
-            if interlock.wrap_untrusted and _brings_untrusted(self.agent.registry.get(call.name)):
+            if interlock.wrap_untrusted and (
+                _brings_untrusted(self.agent.registry.get(call.name))
+                or bool(getattr(execution.data, "brings_untrusted", False))
+            ):
+                # (A subagent's answer is as untrusted as what the subagent read.)
                 result = result.model_copy(
                     update={"content": interlock.wrap(call.name, result.content)}
                 )

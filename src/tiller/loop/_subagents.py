@@ -180,7 +180,8 @@ class Subagents:
                     with token.scope():
                         await loop.run()
                 except Cancelled:
-                    if agui.is_cancelled:
+                    outer = parent.run_ctx.cancel
+                    if agui.is_cancelled or (outer is not None and outer.is_cancelled):
                         raise  # the parent was cancelled, and its children with it
                     state.stop_cause = StopCause.CANCELLED
                     timed_out = token.is_cancelled  # its own token fired: its timeout
@@ -221,6 +222,7 @@ class Subagents:
             cost_usd=state.cost_usd,
             error=state.error if error is not None else None,
             suspended=state.stop_cause is StopCause.SUSPENDED,
+            taint=state.taint,
         )
 
     def _nest(self, call_id: str, state: RunState, loop: Loop) -> None:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Final, Protocol, runtime_checkable
 
 from pydantic import Field
 
-from ...conversation import Usage
+from ...conversation import Taint, Usage
 from .._exec import ExecContext
 from .._tool import ToolError, ToolOutput, tool
 
@@ -49,6 +49,13 @@ class SubagentReport:
     cost_usd: float = 0.0
     error: str | None = None
     suspended: bool = False
+    #: What the child read (`Taint` flags): its answer may carry it.
+    taint: int = 0
+
+    @property
+    def brings_untrusted(self) -> bool:
+        """Whether the child read untrusted input, so its answer may repeat it."""
+        return bool(Taint(self.taint) & Taint.UNTRUSTED_INPUT)
 
     @property
     def failed(self) -> bool:
