@@ -188,16 +188,25 @@ def test_two_agents_in_two_processes_exchange_mail_and_untrusted_mail_blocks_a_s
                 text=True,
                 env={**os.environ},
             )
-        out: dict[str, Any] = {}
-        for role, process in processes.items():
-            stdout, stderr = process.communicate(timeout=180)  # a hang guard
-            assert process.returncode == 0, f"{role} failed:\n{stderr}"
-            out[role] = orjson.loads(stdout.strip().splitlines()[-1])
+        # Both to the end before judging either: when one fails, the other's output
+        # usually says why (bob waits for alice's mail).
+        outputs = {
+            role: process.communicate(timeout=180)  # a hang guard
+            for role, process in processes.items()
+        }
+        failed = {
+            role: outputs[role][1] for role, process in processes.items() if process.returncode
+        }
+        assert not failed, "\n\n".join(f"{role} failed:\n{err}" for role, err in failed.items())
+        out: dict[str, Any] = {
+            role: orjson.loads(stdout.strip().splitlines()[-1])
+            for role, (stdout, _) in outputs.items()
+        }
     finally:
         for process in processes.values():
             if process.poll() is None:
                 process.kill()
-                process.wait()
+                process.communicate()  # and close its pipes
         if backend == "nats":
             asyncio.run(_drop_namespace(namespace))
 
