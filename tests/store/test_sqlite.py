@@ -324,3 +324,30 @@ async def test_update_conflicts_across_buses(tmp_path: Path) -> None:
         await kv_two.update("k", b"2", expected=revision)
         with pytest.raises(RevisionConflict):
             await kv_one.update("k", b"lost", expected=revision)
+
+
+def test_switching_a_new_file_to_wal_retries_a_lock_it_may_not_wait_for(tmp_path: Path) -> None:
+    """Processes opening a new file at once: SQLite may answer "database is locked" at
+    once to all but one (waiting could deadlock). Seen in CI: the open is tried again."""
+    import sqlite3
+
+    from tiller.store import SqliteBus
+
+    class Contended:
+        def __init__(self, refusals: int) -> None:
+            self.refusals = refusals
+            self.tries = 0
+
+        def execute(self, sql: str) -> None:
+            self.tries += 1
+            if self.tries <= self.refusals:
+                raise sqlite3.OperationalError("database is locked")
+
+    bus = SqliteBus.__new__(SqliteBus)
+    bus.busy_timeout = 5.0
+    busy = Contended(refusals=3)
+    bus._enter_wal(busy)  # type: ignore[arg-type]
+    assert busy.tries == 4
+    bus.busy_timeout = 0.0
+    with pytest.raises(sqlite3.OperationalError):
+        bus._enter_wal(Contended(refusals=1))  # type: ignore[arg-type]

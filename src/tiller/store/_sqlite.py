@@ -448,13 +448,30 @@ class SqliteBus:
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._enter_wal(conn)
             self._conn = conn
             self._transaction(self._migrate)
         except BaseException:
             self._conn = None
             conn.close()
             raise
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL. When processes open a new file at the same moment,
+        SQLite answers "database is locked" at once to all but one of them (waiting could
+        deadlock, so the busy timeout is not used): this tries again, with a growing pause,
+        for up to the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.005
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         # (executescript would COMMIT first: the schema goes inside this transaction. No
