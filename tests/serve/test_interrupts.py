@@ -145,9 +145,7 @@ def test_an_expired_interrupt_cannot_be_resumed(serve: Callable[..., str]) -> No
     assert events[-1]["outcome"] == {"type": "success"}
 
 
-def test_approve_always_holds_for_the_rest_of_the_run(
-    serve: Callable[..., str], tmp_path: Path
-) -> None:
+def test_approve_always_approves_the_held_call(serve: Callable[..., str], tmp_path: Path) -> None:
     url = serve(make_agent())
     messages, interrupt = _paused(url, "t1", "r1", "write a.txt: one")
     events = post_run(

@@ -203,27 +203,19 @@ class ApprovalStore(RecordStore[HeldApproval]):
 
     async def get(self, approval_id: str) -> HeldApproval:
         """The record (`UnknownApproval` if there is none)."""
-        if not _is_id(approval_id):
-            raise UnknownApproval(approval_id, self.bucket)
-        kv = await self._bucket()
-        entry = await kv.get(approval_id)
-        if entry is None:
-            raise UnknownApproval(approval_id, self.bucket)
-        return self._read(approval_id, entry.value)
+        return await self._get_record(
+            approval_id, valid=_is_id, unknown=lambda: UnknownApproval(approval_id, self.bucket)
+        )
 
     async def list(self, status: ApprovalStatus | None = None) -> builtins.list[HeldApproval]:
         """Every record (or those with `status`), oldest first."""
         if status is not None and status not in _STATUSES:
             raise UsageError(f"unknown status {status!r}; the statuses are {', '.join(_STATUSES)}")
-        kv = await self._bucket()
-        found = []
-        for key in await kv.keys(f"{_PREFIX}-"):
-            entry = await kv.get(key)
-            if entry is None or not _is_id(key):
-                continue  # deleted meanwhile
-            record = self._read(key, entry.value)
-            if status is None or record.status == status:
-                found.append(record)
+        found = [
+            record
+            for record in await self._records(f"{_PREFIX}-", valid=_is_id)
+            if status is None or record.status == status
+        ]
         return sorted(found, key=lambda r: (r.created_at, r.id))
 
     async def for_run(self, run_id: str) -> builtins.list[HeldApproval]:

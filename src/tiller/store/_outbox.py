@@ -192,27 +192,19 @@ class OutboxStore(RecordStore[OutboxItem]):
 
     async def get(self, item_id: str) -> OutboxItem:
         """The item (`UnknownOutboxItem` if there is none)."""
-        if not _is_id(item_id):
-            raise UnknownOutboxItem(item_id, self.bucket)
-        kv = await self._bucket()
-        entry = await kv.get(item_id)
-        if entry is None:
-            raise UnknownOutboxItem(item_id, self.bucket)
-        return self._read(item_id, entry.value)
+        return await self._get_record(
+            item_id, valid=_is_id, unknown=lambda: UnknownOutboxItem(item_id, self.bucket)
+        )
 
     async def list(self, status: OutboxStatus | None = None) -> builtins.list[OutboxItem]:
         """Every item (or those with `status`), oldest first."""
         if status is not None and status not in _STATUSES:
             raise UsageError(f"unknown status {status!r}; the statuses are {', '.join(_STATUSES)}")
-        kv = await self._bucket()
-        found = []
-        for key in await kv.keys(f"{_PREFIX}-"):
-            entry = await kv.get(key)
-            if entry is None or not _is_id(key):
-                continue  # deleted meanwhile
-            item = self._read(key, entry.value)
-            if status is None or item.status == status:
-                found.append(item)
+        found = [
+            item
+            for item in await self._records(f"{_PREFIX}-", valid=_is_id)
+            if status is None or item.status == status
+        ]
         return sorted(found, key=lambda i: (i.created_at, i.id))
 
     # ── changes ──────────────────────────────────────────────────────────────────

@@ -218,6 +218,30 @@ class RecordStore(Generic[R]):
             self._kv = await self.bus.kv(self.bucket)
         return self._kv
 
+    async def _get_record(
+        self, key: str, *, valid: Callable[[str], bool], unknown: Callable[[], StoreError]
+    ) -> R:
+        """The record at `key` (`unknown()` raised when the key is not a record's, or
+        there is none)."""
+        if not valid(key):
+            raise unknown()
+        kv = await self._bucket()
+        entry = await kv.get(key)
+        if entry is None:
+            raise unknown()
+        return self._read(key, entry.value)
+
+    async def _records(self, prefix: str, *, valid: Callable[[str], bool]) -> list[R]:
+        """Every record whose key starts with `prefix` and is `valid`, in key order."""
+        kv = await self._bucket()
+        found: list[R] = []
+        for key in await kv.keys(prefix):
+            entry = await kv.get(key)
+            if entry is None or not valid(key):
+                continue  # deleted meanwhile, or a key of another kind
+            found.append(self._read(key, entry.value))
+        return found
+
     def _read(self, key: str, value: bytes) -> R:
         try:
             record = decode(self.record_type, self.bucket, key, value)
