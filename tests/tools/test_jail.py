@@ -138,3 +138,34 @@ def test_private_copy_is_fresh_and_private(jail: ToolCtx, tmp_path: Path) -> Non
 def test_private_copy_needs_a_directory(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a directory"):
         private_copy(tmp_path / "missing")
+
+
+# ── protected paths (law 11) ─────────────────────────────────────────────────────────
+
+
+def test_protected_paths_cover_themselves_and_what_lies_under_them(tmp_path: Path) -> None:
+    tools = ToolCtx(tmp_path)
+    assert tools.protects("tiller.toml") == "tiller.toml"
+    assert tools.protects(tmp_path.resolve() / ".git" / "hooks" / "pre-commit") == ".git/hooks"
+    assert tools.protects(".tiller/taint.json") == ".tiller"
+    assert tools.protects("src/app.py") is None
+    assert tools.protects(".git/objects/ab/cdef") is None
+    assert tools.protects(".gitignore") is None
+    assert tools.protects("/etc/passwd") is None
+
+
+def test_with_protected_adds_paths_inside_the_jail_and_changes_nothing_it_was_given(
+    tmp_path: Path,
+) -> None:
+    tools = ToolCtx(tmp_path)
+    more = tools.with_protected("./check.sh", tmp_path.resolve() / "hooks" / "gate.py", "/etc/x")
+    assert more.protects("check.sh") == "check.sh"
+    assert more.protects("hooks/gate.py") == "hooks/gate.py"
+    assert tools.protects("check.sh") is None
+    assert more.sandboxed(tmp_path).protected == more.protected
+
+
+@pytest.mark.parametrize("bad", ["../outside", "/abs/path", ""])
+def test_a_protected_path_must_be_relative_and_inside(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(UsageError, match="relative to the workspace root"):
+        ToolCtx(tmp_path, protected=(bad,))

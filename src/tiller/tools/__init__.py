@@ -65,6 +65,7 @@ from ._interrupt_questions import (
 from ._jail import (
     DEFAULT_OUTPUT_BUDGET_BYTES,
     DEFAULT_SHELL_TIMEOUT,
+    PROTECTED_PATHS,
     SPILL_SUBDIR,
     ToolCtx,
     private_copy,
@@ -120,6 +121,7 @@ __all__ = [
     "NO_ONE_TO_ASK",
     "PATH_MAX",
     "PROGRESS_EVENT",
+    "PROTECTED_PATHS",
     "QUESTION_SCHEMA",
     "SPILL_SUBDIR",
     "TASKS_EVENT",

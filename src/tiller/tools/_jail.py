@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 from ..errors import UsageError
@@ -32,6 +32,7 @@ from ._safety import LiveSafetyMode, SafetyMode
 __all__ = [
     "DEFAULT_OUTPUT_BUDGET_BYTES",
     "DEFAULT_SHELL_TIMEOUT",
+    "PROTECTED_PATHS",
     "SPILL_SUBDIR",
     "ToolCtx",
     "private_copy",
@@ -43,6 +44,21 @@ DEFAULT_OUTPUT_BUDGET_BYTES: Final = 64 * 1024
 DEFAULT_SHELL_TIMEOUT: Final = 120.0
 #: Where spilled outputs go, relative to the jail root, unless a spill dir is given.
 SPILL_SUBDIR: Final = Path(".tiller") / "spill"
+#: Paths, relative to the jail root, that nothing the model does may write, in any mode
+#: (law 11): tiller's own configuration and state, and git's internals that make a later
+#: `git` run a program (`core.fsmonitor`, hooks, a `commondir` or submodule config that
+#: points git elsewhere). A protected path covers everything under it. Configured hook
+#: scripts and MCP server programs inside the jail are added per run (`with_protected`).
+PROTECTED_PATHS: Final = (
+    "tiller.toml",
+    ".tiller",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/hooks",
+    ".git/commondir",
+    ".git/modules",
+    ".git/worktrees",
+)
 
 
 @dataclass(init=False, frozen=True, slots=True)
@@ -67,6 +83,9 @@ class ToolCtx:
     - `unsandboxed_shell`: the user explicitly accepts running shell commands without the
       sandbox where it is unavailable (no `bwrap`, no namespaces). Off by default: then the
       shell refuses with a message saying how to install `bwrap`.
+    - `protected`: paths relative to the root (POSIX spelling, no `..`) that the model may
+      never write (`PROTECTED_PATHS` by default, and the run's hook scripts); see
+      `protects()`.
     """
 
     root: Path
@@ -77,6 +96,7 @@ class ToolCtx:
     safety: LiveSafetyMode = field(compare=False)
     network: bool
     unsandboxed_shell: bool
+    protected: tuple[str, ...]
 
     def __init__(
         self,
@@ -88,6 +108,7 @@ class ToolCtx:
         safety: LiveSafetyMode | SafetyMode | None = None,
         network: bool = False,
         unsandboxed_shell: bool = False,
+        protected: tuple[str, ...] = PROTECTED_PATHS,
     ) -> None:
         try:
             real_root = Path(root).resolve(strict=True)
@@ -111,6 +132,7 @@ class ToolCtx:
         object.__setattr__(self, "safety", safety)
         object.__setattr__(self, "network", bool(network))
         object.__setattr__(self, "unsandboxed_shell", bool(unsandboxed_shell))
+        object.__setattr__(self, "protected", _protected_paths(protected))
 
     # ── builders ─────────────────────────────────────────────────────────────────
 
@@ -122,6 +144,7 @@ class ToolCtx:
             "safety": self.safety,
             "network": self.network,
             "unsandboxed_shell": self.unsandboxed_shell,
+            "protected": self.protected,
         }
         fields.update(changes)
         return ToolCtx(self.root if root is None else root, **fields)
@@ -163,7 +186,37 @@ class ToolCtx:
         terminal."""
         return self._replace(unsandboxed_shell=accepted)
 
+    def with_protected(self, *paths: str | os.PathLike[str]) -> ToolCtx:
+        """The same policy, with `paths` (relative to the root, or absolute inside it;
+        others are ignored: what lies outside the jail no tool can write anyway) added to
+        the protected ones."""
+        extra = []
+        for path in paths:
+            candidate = Path(path)
+            if candidate.is_absolute():
+                if not candidate.is_relative_to(self.root):
+                    continue
+                candidate = candidate.relative_to(self.root)
+            extra.append(candidate.as_posix())
+        return self._replace(protected=(*self.protected, *extra))
+
     # ── paths ────────────────────────────────────────────────────────────────────
+
+    def protects(self, path: str | os.PathLike[str]) -> str | None:
+        """The protected path that covers `path` (absolute inside the jail, or relative to
+        the root), or `None`. Covered: a protected path itself and anything under it.
+        Lexical only: pass what `resolve()` returned, so symlinks are already followed."""
+        candidate = Path(path)
+        if candidate.is_absolute():
+            if not candidate.is_relative_to(self.root):
+                return None
+            candidate = candidate.relative_to(self.root)
+        parts = candidate.parts
+        for protected in self.protected:
+            prefix = PurePosixPath(protected).parts
+            if parts[: len(prefix)] == prefix:
+                return protected
+        return None
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
         """The real absolute path `path` names, if it lies inside the jail.
@@ -225,6 +278,21 @@ class ToolCtx:
         except ValueError:
             return str(p)
         return rel.as_posix() if rel.parts else "."
+
+
+def _protected_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """`paths` normalised (POSIX, no `.`), each once; a `..` or an absolute path is a
+    caller's mistake, refused."""
+    normalised: dict[str, None] = {}
+    for path in paths:
+        pure = PurePosixPath(os.fspath(path))
+        if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+            raise UsageError(
+                f"protected path {os.fspath(path)!r} must be relative to the workspace "
+                "root, without `..`"
+            )
+        normalised[pure.as_posix()] = None
+    return tuple(normalised)
 
 
 def private_copy(
