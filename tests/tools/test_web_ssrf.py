@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -399,3 +400,108 @@ def test_mistakes_in_the_web_section_are_clear(section: dict[str, Any], says: st
         TillerConfig.from_mapping({"web": section}, path=Path("/p/tiller.toml"))
     assert str(caught.value).startswith("/p/tiller.toml: ")
     assert says in str(caught.value)
+
+
+# ── TLS: the name is kept for SNI and the certificate, the address is the vetted one ──
+
+
+def certificate_authority(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A test CA and a certificate for `name` signed by it: (server context, client
+    context trusting only that CA)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tiller test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    cert_file, key_file = tmp_path / "leaf.pem", tmp_path / "leaf.key"
+    cert_file.write_bytes(leaf.public_bytes(pem))
+    key_file.write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert_file, key_file)
+    client = ssl.create_default_context(cadata=ca.public_bytes(pem).decode())
+    return server, client
+
+
+class TlsServer(Server):
+    """`Server` over TLS; records the SNI name and `Host` header it was sent."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
+        self.sni: list[str | None] = []
+        self.hosts: list[str] = []
+        context.sni_callback = lambda sock, name, ctx: self.sni.append(name)
+        self._context = context
+
+    async def __aenter__(self) -> TlsServer:
+        self._server = await asyncio.start_server(
+            self._handle_tls, "127.0.0.1", 0, ssl=self._context
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _handle_tls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"host:"):
+                    self.hosts.append(line[5:].strip().decode())
+            self.hits += 1
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                await writer.wait_closed()
+
+
+async def test_https_keeps_the_name_for_sni_host_and_certificate(tmp_path: Path) -> None:
+    from tiller.tools import VettedTransport, WebAccess
+
+    server_tls, client_tls = certificate_authority(tmp_path, "secure.example")
+    web = WebAccess.from_config({"allow_ranges": ["127.0.0.1/32"]})
+    web = web.with_resolver(
+        resolver({"secure.example": ["127.0.0.1"], "other.example": ["127.0.0.1"]})
+    )
+    async with TlsServer(server_tls) as tls:
+        transport = VettedTransport(web, ssl_context=client_tls)
+        async with httpx.AsyncClient(transport=transport, trust_env=False) as client:
+            async with asyncio.timeout(10):  # hang guard
+                response = await client.get(f"https://secure.example:{tls.port}/")
+                assert response.text == "ok"
+                # The same address under a name the certificate does not cover fails.
+                with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                    await client.get(f"https://other.example:{tls.port}/")
+        assert tls.sni[0] == "secure.example"
+        assert tls.hosts == [f"secure.example:{tls.port}"]

@@ -10,8 +10,8 @@ as SNI and for certificate checks, and the `Host` header stays the name: only th
 connected to is pinned. Redirects reach the transport as new requests, so every hop is
 vetted the same way.
 
-The addresses of one name are tried in turn within one connect timeout shared by all of
-them (a name with twenty dead A records still fails after one timeout, not twenty).
+The name's lookup and the attempts on its addresses, in turn, share one connect timeout (a
+name with twenty dead A records still fails after one timeout, not twenty).
 
 The transport never uses a proxy (a proxy would make the connection, and the vetted
 address would be the proxy's); the `Fetcher` builds its client with `trust_env=False`, so
@@ -21,7 +21,9 @@ for model-chosen URLs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from typing import Final
@@ -90,7 +92,11 @@ class VettedBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         deadline = None if timeout is None else self._clock() + timeout
-        addresses = await self._access.vet(host, port)
+        try:
+            async with asyncio.timeout(timeout):  # resolving counts against it too
+                addresses = await self._access.vet(host, port)
+        except TimeoutError:
+            raise httpcore.ConnectTimeout(f"resolving {host} timed out") from None
         failure: Exception | None = None
         for address in addresses:
             remaining = None if deadline is None else deadline - self._clock()
@@ -122,9 +128,11 @@ class VettedBackend(httpcore.AsyncNetworkBackend):
 class VettedTransport(httpx.AsyncBaseTransport):
     """An httpx transport over an httpcore pool whose every connection is vetted."""
 
-    def __init__(self, access: WebAccess) -> None:
+    def __init__(self, access: WebAccess, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        """`ssl_context`: how servers' certificates are verified (httpx's default: the
+        system's trusted CAs, or `SSL_CERT_FILE`)."""
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=ssl_context if ssl_context is not None else httpx.create_ssl_context(),
             network_backend=VettedBackend(access),
         )
 
