@@ -505,3 +505,23 @@ async def test_https_keeps_the_name_for_sni_host_and_certificate(tmp_path: Path)
                     await client.get(f"https://other.example:{tls.port}/")
         assert tls.sni[0] == "secure.example"
         assert tls.hosts == [f"secure.example:{tls.port}"]
+
+
+@pytest.mark.parametrize(
+    "address", ["8.8.8.8", "2001:4860:4860::8888", "64:ff9b::808:808", "2002:808:808::1"]
+)
+def test_public_addresses_and_their_ipv6_forms_pass(address: str) -> None:
+    import ipaddress
+
+    from tiller.tools._web_access import private_reason
+
+    assert private_reason(ipaddress.ip_address(address)) is None
+
+
+def test_teredo_is_refused_it_can_reach_any_ipv4_host() -> None:
+    import ipaddress
+
+    from tiller.tools._web_access import private_reason
+
+    reason = private_reason(ipaddress.ip_address("2001:0:4136:e378:8000:63bf:3fff:fdd2"))
+    assert reason == "Teredo tunnel addresses can reach any IPv4 host"

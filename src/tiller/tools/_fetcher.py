@@ -261,7 +261,7 @@ class Fetcher:
         while True:
             self._status(f"GET {url}" if attempt == 1 else f"GET {url} (retry)")
             try:
-                self._access.check_literal(url.host, port_of(url.scheme, url.port))
+                await self._access.vet_literal(url.host, port_of(url.scheme, url.port))
                 async with client.stream("GET", url) as response:
                     target = response.next_request
                     location = response.headers.get("location", "")

@@ -195,10 +195,17 @@ class LocalAddresses:
         )
 
     def get(self) -> frozenset[IPAddress]:
+        """The addresses (reads them the first time: blocking, see `aget`)."""
         with self._lock:
             if self._addresses is None:
                 self._addresses = frozenset(_read_local_addresses())
             return self._addresses
+
+    async def aget(self) -> frozenset[IPAddress]:
+        """The addresses, read in a worker thread the first time (looking up the host's
+        own name can wait on DNS; the event loop must not)."""
+        cached = self._addresses
+        return cached if cached is not None else await asyncio.to_thread(self.get)
 
     def __repr__(self) -> str:
         return "LocalAddresses()"
@@ -400,21 +407,27 @@ class WebAccess:
     def host_allowed(self, host: str, port: int) -> bool:
         return any(rule.matches(host, port) for rule in self.allow_hosts)
 
-    def refusal(self, host: str, address: IPAddress) -> PrivateDestination | None:
-        """The refusal for connecting to `address` for `host`, or `None` if allowed."""
+    def refusal(
+        self, host: str, address: IPAddress, local: frozenset[IPAddress]
+    ) -> PrivateDestination | None:
+        """The refusal for connecting to `address` for `host` (`local`: this machine's
+        addresses), or `None` if allowed."""
         if any(_in(address, network) for network in self.allow_ranges):
             return None
         reason = private_reason(address)
-        if reason is None and address in self.local.get():
+        if reason is None and address in local:
             reason = "it is an address of this machine"
         return None if reason is None else PrivateDestination(host, str(address), reason)
 
-    def check_literal(self, host: str, port: int) -> None:
+    async def vet_literal(self, host: str, port: int) -> None:
         """Refuse `host` now if it spells an address that is not allowed (no lookup)."""
         if self.host_allowed(host, port):
             return
         literal = host_literal(host)
-        if literal is not None and (refused := self.refusal(host, literal)) is not None:
+        if literal is None:
+            return
+        refused = self.refusal(host, literal, await self.local.aget())
+        if refused is not None:
             raise refused
 
     async def vet(self, host: str, port: int) -> list[IPAddress]:
@@ -434,8 +447,9 @@ class WebAccess:
                 raise ToolError(f"could not resolve {host}: no addresses")
         if self.host_allowed(host, port):
             return addresses
+        local = await self.local.aget()
         for address in addresses:
-            refused = self.refusal(host, address)
+            refused = self.refusal(host, address, local)
             if refused is not None:
                 raise refused
         return addresses
