@@ -525,3 +525,29 @@ def test_teredo_is_refused_it_can_reach_any_ipv4_host() -> None:
 
     reason = private_reason(ipaddress.ip_address("2001:0:4136:e378:8000:63bf:3fff:fdd2"))
     assert reason == "Teredo tunnel addresses can reach any IPv4 host"
+
+
+def test_the_allow_lists_are_recorded_with_the_run_and_restored_on_resume(
+    tmp_path: Path,
+) -> None:
+    """A resume (`tiller approve`, `tiller runs resume`) rebuilds the run's context from
+    its checkpoint: the person's allow lists come back, and an old checkpoint without
+    them gets public addresses only."""
+    from tiller.loop import RunContext
+    from tiller.loop._agent_ref import policy_of, run_context_from
+    from tiller.state import RunState
+    from tiller.tools import WebAccess
+
+    web = WebAccess.from_config(
+        {"allow_hosts": ["localhost:8080", "[::1]"], "allow_ranges": ["10.1.0.0/16"]}
+    )
+    run_ctx = RunContext.sandboxed(tmp_path).with_tools(ToolCtx(tmp_path, web=web))
+    state = RunState(run_id="run-1", thread_id="thread-1")
+    state.policy = policy_of(run_ctx)
+    assert state.policy["web"] == {
+        "allow_hosts": ["localhost:8080", "[::1]"],
+        "allow_ranges": ["10.1.0.0/16"],
+    }
+    assert run_context_from(state, store=None).tools.web == web
+    del state.policy["web"]
+    assert run_context_from(state, store=None).tools.web == WebAccess()

@@ -400,6 +400,14 @@ class WebAccess:
             raise ValueError(f"[web] allow_hosts: {exc}") from None
         return cls(allow_hosts=rules, allow_ranges=tuple(parsed_ranges))
 
+    def to_data(self) -> dict[str, list[str]]:
+        """The allow lists as `[web]` would spell them (`from_config` reads it back), for
+        a run's recorded policy."""
+        return {
+            "allow_hosts": [str(rule) for rule in self.allow_hosts],
+            "allow_ranges": [str(network) for network in self.allow_ranges],
+        }
+
     def with_resolver(self, resolve: Resolver) -> WebAccess:
         """The same policy, resolving names with `resolve`."""
         return WebAccess(self.allow_hosts, self.allow_ranges, resolve, self.local)
