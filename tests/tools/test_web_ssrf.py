@@ -389,6 +389,7 @@ def test_the_web_section_is_parsed_and_applied(tmp_path: Path) -> None:
         ({"allow_hosts": ["http://x/"]}, "[web] allow_hosts: 'http://x/' is not a host"),
         ({"allow_hosts": ["x:99999"]}, "the port must be a number from 1 to 65535"),
         ({"allow_hosts": ["::1"]}, "write an IPv6 address in brackets"),
+        ({"allow_hosts": ["*.corp.example"]}, "wildcards are not supported"),
         ({"allow_ranges": ["10.1/16"]}, "[web] allow_ranges: '10.1/16' is not a CIDR range"),
         ({"allow": []}, "[web] has unknown key(s) allow"),
     ],

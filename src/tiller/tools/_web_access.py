@@ -315,6 +315,11 @@ class HostRule:
                 f"{text!r} is not a host; write a name or address with an optional port, "
                 "such as 'intranet.example' or 'localhost:8080'"
             )
+        if "*" in raw:
+            raise ValueError(
+                f"{text!r}: wildcards are not supported; list each host, or allow the "
+                "hosts' addresses in allow_ranges"
+            )
         host, port = raw, None
         if raw.startswith("["):
             close = raw.find("]")

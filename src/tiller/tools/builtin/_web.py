@@ -63,7 +63,9 @@ async def web_fetch(
     text (title, headings, paragraphs, lists, links as `text (url)`), JSON, XML or plain
     text as is. Images, PDFs and other binary files are described, not returned.
     Redirects are followed (up to 5). A status that is not 2xx is an error showing the
-    start of the body. All fetches of one turn share a download budget.
+    start of the body. All fetches of one turn share a download budget. Private,
+    loopback and link-local addresses (and names that resolve to them) are refused
+    unless the user allowed them.
 
     Args:
         url: The full URL, e.g. `https://docs.python.org/3/library/asyncio.html`.
