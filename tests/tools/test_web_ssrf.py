@@ -339,6 +339,18 @@ async def test_environment_proxies_are_not_used(
         assert (server.hits, proxy.hits) == (1, 0)
 
 
+@pytest.mark.parametrize("host", ["a" * 64 + ".example", "a..example"], ids=["long", "empty"])
+async def test_a_name_the_resolver_cannot_encode_is_a_clear_error(
+    tmp_path: Path, host: str
+) -> None:
+    # The system resolver encodes names with the IDNA codec, which raises UnicodeError
+    # (not OSError) for a label over 63 characters or an empty one: that must be a tool
+    # error the model can act on, not a crash.
+    done = await fetch(with_web(tmp_path), f"http://{host}/")
+    assert done.outcome is Outcome.ERROR
+    assert done.result.content.startswith(f"could not resolve {host}: it is not a valid host name")
+
+
 async def test_this_machines_own_addresses_are_refused(tmp_path: Path) -> None:
     from tiller.tools import LocalAddresses, WebAccess
 

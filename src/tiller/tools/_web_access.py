@@ -455,6 +455,11 @@ class WebAccess:
                 answers = await self.resolve(host, port)
             except OSError as exc:
                 raise ToolError(f"could not resolve {host}: {exc}") from exc
+            except UnicodeError as exc:  # the resolver's IDNA codec: not an OSError
+                raise ToolError(
+                    f"could not resolve {host}: it is not a valid host name (each label "
+                    "between dots must be 1 to 63 characters); check the URL"
+                ) from exc
             addresses = [a for a in (host_literal(str(text)) for text in answers) if a is not None]
             if not addresses:
                 raise ToolError(f"could not resolve {host}: no addresses")
