@@ -300,6 +300,27 @@ async def test_a_redirect_to_metadata_is_refused_even_through_a_program_transpor
     assert seen == ["https://public.example/"]
 
 
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST.", "admin.localhost"])
+async def test_localhost_names_are_refused_even_through_a_program_transport(
+    tmp_path: Path, host: str
+) -> None:
+    # A program's transport resolves names itself, but `localhost` and `*.localhost` are
+    # loopback by definition (RFC 6761): refused before the transport sees them.
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, text="secret admin page")
+
+    ctx = ExecContext.for_test(tmp_path, config={"http_transport": httpx.MockTransport(handle)})
+    done = await fetch(ctx, f"http://{host}/admin")
+    assert done.outcome is Outcome.ERROR
+    assert done.result.content.startswith(
+        f"web_fetch refuses {host.lower()} (127.0.0.1): loopback addresses are private"
+    )
+    assert seen == []
+
+
 # ── what a person allows ──────────────────────────────────────────────────────────────
 
 

@@ -15,8 +15,8 @@ allows them), and connects to the vetted address, so a DNS answer cannot change 
 the check and the connection. Its client has `trust_env=False`: no `HTTP(S)_PROXY` (a
 proxy would make the connection the check vetted) and no `.netrc` credentials sent to
 hosts the model chose. A transport given by the program is its author's choice of how to
-connect: then only hosts that spell an address are vetted (the transport resolves names).
-What it does, in order:
+connect: then only hosts that spell an address, and `localhost` names, are vetted (the
+transport resolves other names). What it does, in order:
 
 - only `http` and `https` URLs, including every redirect's target;
 - every hop's destination vetted by `WebAccess` (`PrivateDestination`, a `ToolError`);

@@ -80,6 +80,7 @@ _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL: Final = ipaddress.ip_network("64:ff9b:1::/48")
 _IPV4_COMPATIBLE: Final = ipaddress.ip_network("::/96")
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_LOOPBACK: Final = ipaddress.IPv4Address("127.0.0.1")
 _HINT: Final = "a person can allow it in tiller.toml [web] allow_hosts or allow_ranges"
 
 
@@ -433,10 +434,14 @@ class WebAccess:
         return None if reason is None else PrivateDestination(host, str(address), reason)
 
     async def vet_literal(self, host: str, port: int) -> None:
-        """Refuse `host` now if it spells an address that is not allowed (no lookup)."""
+        """Refuse `host` now if it spells an address that is not allowed, or is a
+        `localhost` name (no lookup: a program's own transport resolves names itself,
+        but these need none)."""
         if self.host_allowed(host, port):
             return
         literal = host_literal(host)
+        if literal is None and _is_localhost_name(host):
+            literal = _LOOPBACK
         if literal is None:
             return
         refused = self.refusal(host, literal, await self.local.aget())
@@ -471,6 +476,13 @@ class WebAccess:
             if refused is not None:
                 raise refused
         return addresses
+
+
+def _is_localhost_name(host: str) -> bool:
+    """`localhost` and every name under it are loopback by definition (RFC 6761 6.3),
+    whatever a resolver or a proxy would make of them."""
+    name = host.lower().rstrip(".")
+    return name == "localhost" or name.endswith(".localhost")
 
 
 def _in(address: IPAddress, network: IPNetwork) -> bool:

@@ -16,8 +16,9 @@ person allowed the host or range. A refusal is a tool error saying so.
 The transport is a seam: a program may put an `httpx.AsyncBaseTransport` under
 `ctx.config["http_transport"]` (an `httpx.MockTransport` in tests, a proxy or custom TLS
 in production). It is borrowed, never closed, and it makes the connections itself: then
-only hosts that spell an address are vetted, since the transport resolves names. Without
-it, the `VettedTransport` is used. The model cannot set it (only the program's code can).
+only hosts that spell an address, and `localhost` names, are vetted, since the transport
+resolves other names. Without it, the `VettedTransport` is used. The model cannot set it
+(only the program's code can).
 """
 
 from __future__ import annotations
