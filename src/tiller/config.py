@@ -23,6 +23,10 @@ args = ["stdio"]
 [outbox]
 tools = ["github__create_issue"]              # staged for a person instead of run
 
+[web]                                         # where web_fetch may connect (optional)
+allow_hosts = ["intranet.example", "localhost:8080"]   # private hosts a person allows
+allow_ranges = ["10.1.0.0/16"]
+
 [subagents]                                   # the `agent` tool's children (optional)
 max_concurrent = 10
 [subagents.reviewer]                          # a type: tools, ceiling, preamble, model
@@ -34,7 +38,8 @@ preamble = "You review code and report problems; you change nothing."
 `load_config(path)` reads a file; `find_config(workspace)` looks for `tiller.toml` in the
 workspace; `TillerConfig.apply(run_ctx)` puts the policy into a run's context (hooks from
 code are kept, and the file's are added after them) and the subagent types
-(`tiller.loop.SubagentConfig` documents the `[subagents]` keys).
+(`tiller.loop.SubagentConfig` documents the `[subagents]` keys), and `web_fetch`'s
+`WebAccess` on the run's `ToolCtx` (`tiller.tools.WebAccess` documents `[web]`).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from .loop import RunContext
 from .loop._outbox_route import OutboxRoute
 from .loop._subagent_types import SubagentConfig
 from .policy import HookSet, Interlock, PolicyEngine, PolicyRules
-from .tools import SafetyMode
+from .tools import SafetyMode, WebAccess
 from .tools.mcp import McpServers
 
 __all__ = [
@@ -65,7 +70,7 @@ __all__ = [
 #: The file `find_config` looks for in a workspace.
 CONFIG_FILE: Final = "tiller.toml"
 
-_SECTIONS: Final = ("hooks", "interlock", "mcp", "outbox", "policy", "subagents")
+_SECTIONS: Final = ("hooks", "interlock", "mcp", "outbox", "policy", "subagents", "web")
 
 
 class ConfigError(UsageError):
@@ -85,6 +90,9 @@ class TillerConfig:
     outbox: frozenset[str] = frozenset()
     #: The `[subagents]` section (None: the built-in types and limits).
     subagents: SubagentConfig | None = None
+    #: The `[web]` section: where `web_fetch` may connect (None: public addresses only,
+    #: or whatever the program's `ToolCtx` already allows).
+    web: WebAccess | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, path: Path | None = None) -> TillerConfig:
@@ -114,6 +122,7 @@ class TillerConfig:
                     if "subagents" in data
                     else None
                 ),
+                web=WebAccess.from_config(_table(data, "web")) if "web" in data else None,
             )
         except (UsageError, ValueError) as exc:
             raise ConfigError(f"{where}: {exc}") from exc
@@ -121,7 +130,7 @@ class TillerConfig:
     def apply(self, run_ctx: RunContext) -> RunContext:
         """`run_ctx` with this configuration's policy: the safety mode (set on the live
         mode), the engine's rules, the interlock, the hooks (code's first, then the
-        file's), the outbox routes and the subagent types."""
+        file's), the outbox routes, the subagent types and where `web_fetch` may connect."""
         if self.mode is not None:
             run_ctx.tools.safety.set(self.mode)
         updated = run_ctx.with_interlock(self.interlock).with_hooks(run_ctx.hooks.merge(self.hooks))
@@ -131,6 +140,8 @@ class TillerConfig:
             updated = updated.with_outbox(OutboxRoute(self.outbox))
         if self.subagents is not None:
             updated = updated.with_subagents(self.subagents)
+        if self.web is not None:
+            updated = updated.with_tools(updated.tools.with_web_access(self.web))
         return updated
 
 

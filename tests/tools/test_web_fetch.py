@@ -1,5 +1,8 @@
 """`web_fetch` against a real HTTP/1.1 server on 127.0.0.1: text, redirects, errors,
-retries, truncation, the turn's shared byte budget, and cancellation."""
+retries, truncation, the turn's shared byte budget, and cancellation.
+
+Loopback is refused by default (`test_web_ssrf.py`), so these contexts allow 127.0.0.1 as
+a person would in `tiller.toml [web] allow_hosts`."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import pytest
 from tiller import CancellationToken, Cancelled
 from tiller.conversation import ToolCall
 from tiller.events import CustomEvent, Event
-from tiller.tools import ExecContext, Execution, Outcome, Registry, ToolError
+from tiller.tools import ExecContext, Execution, Outcome, Registry, ToolCtx, ToolError, WebAccess
 from tiller.tools._fetcher import Fetcher
 from tiller.tools._web_budget import WebBudget
 from tiller.tools.builtin._web import web_fetch
@@ -182,8 +185,13 @@ async def fetch(ctx: ExecContext, url: str, call_id: str = "call-1", **args: Any
         return await REGISTRY.execute(call, ctx)
 
 
+#: The test servers' host, allowed as a person would allow it.
+LOCAL = WebAccess.from_config({"allow_hosts": ["127.0.0.1"]})
+
+
 def context(tmp_path: Path, budget: WebBudget | None = None, **fields: Any) -> ExecContext:
-    return ExecContext.for_test(tmp_path, web_bytes=budget or WebBudget(), **fields)
+    tools = ToolCtx(tmp_path, web=LOCAL)
+    return ExecContext.for_test(tmp_path, tools=tools, web_bytes=budget or WebBudget(), **fields)
 
 
 def progress_of(events: list[Event]) -> list[dict[str, Any]]:
@@ -622,7 +630,7 @@ async def test_a_wrong_transport_in_the_config_is_a_clear_crash(tmp_path: Path) 
 async def test_the_fetcher_alone(server: LocalServer) -> None:
     server.routes["/x"] = in_turn(reply(502, b"bad gateway"), reply(200, b"fine"))
     budget = WebBudget()
-    fetched = await Fetcher(budget, backoff=0).fetch(server.url("/x"))
+    fetched = await Fetcher(budget, access=LOCAL, backoff=0).fetch(server.url("/x"))
     assert (fetched.status, fetched.body, fetched.attempts) == (200, b"fine", 2)
     assert fetched.text() == "fine" and fetched.kind == "text"
     assert budget.used == len(b"bad gateway") + len(b"fine")
@@ -638,7 +646,7 @@ async def test_a_server_that_goes_silent_times_out(server: LocalServer) -> None:
     budget = WebBudget()
     with pytest.raises(ToolError) as caught:
         async with asyncio.timeout(30):  # hang guard
-            await Fetcher(budget, timeout=0.2).fetch(server.url("/stall"))
+            await Fetcher(budget, access=LOCAL, timeout=0.2).fetch(server.url("/stall"))
     assert caught.value.message == (
         f"could not fetch {server.url('/stall')}: the server sent nothing for 0.2 s"
     )

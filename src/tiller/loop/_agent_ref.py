@@ -32,7 +32,7 @@ from ..phase import Phase
 from ..policy import Approver
 from ..state import RunState
 from ..store import Bus
-from ..tools import SPILL_SUBDIR, SafetyMode, ToolCtx
+from ..tools import SPILL_SUBDIR, SafetyMode, ToolCtx, WebAccess
 from ._budget import Budget, Pricing
 from ._context import RunContext
 from ._options import RunOptions
@@ -145,6 +145,8 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
         "safety_mode": tools.safety.mode.value,
         "network": tools.network,
         "unsandboxed_shell": tools.unsandboxed_shell,
+        # Where web_fetch may connect (tiller.toml [web]), so a resume keeps it.
+        "web": tools.web.to_data(),
         "phase": run_ctx.phase.value,
         "withheld": sorted(run_ctx.withheld),
         "compact_at_tokens": run_ctx.compact_at_tokens,
@@ -238,6 +240,8 @@ def run_context_from(
         safety=SafetyMode(policy.get("safety_mode", SafetyMode.ASK.value)),
         network=bool(policy.get("network", False)),
         unsandboxed_shell=bool(policy.get("unsandboxed_shell", False)),
+        # Absent from older checkpoints: public addresses only.
+        web=WebAccess.from_config(policy.get("web") or {}),
     )
     stored = policy["budget"]
     spent = stored["spent"]

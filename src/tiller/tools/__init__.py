@@ -101,6 +101,8 @@ from ._tasks import (
     checklist_text,
 )
 from ._tool import BaseTool, Capability, FunctionTool, Tool, ToolError, ToolOutput, tool
+from ._vetted_network import VettedTransport
+from ._web_access import HostRule, LocalAddresses, PrivateDestination, WebAccess
 from ._web_budget import (
     BODY_LIMIT_BYTES,
     TURN_LIMIT_BYTES,
@@ -146,6 +148,7 @@ __all__ = [
     "FileSnapshotter",
     "FunctionTool",
     "HardLinkRefused",
+    "HostRule",
     "InterruptQuestions",
     "InvalidPath",
     "JailFS",
@@ -153,6 +156,7 @@ __all__ = [
     "JobState",
     "JobStatus",
     "LiveSafetyMode",
+    "LocalAddresses",
     "LocalState",
     "Lookup",
     "Mailer",
@@ -163,6 +167,7 @@ __all__ = [
     "OutputBudget",
     "PathOutsideJail",
     "PathTooLong",
+    "PrivateDestination",
     "Progress",
     "Question",
     "QuestionBroker",
@@ -188,6 +193,8 @@ __all__ = [
     "TurnSignals",
     "UnknownJob",
     "UserGoal",
+    "VettedTransport",
+    "WebAccess",
     "WebBudget",
     "WebBudgetExceeded",
     "answers_from_payload",

@@ -7,11 +7,19 @@ is also capped (the budget's `body_limit`, or the caller's smaller `max_bytes`);
 one is cut and marked `truncated`.
 
 The fetcher knows nothing of tools (the `web_fetch` tool renders its result): it takes a
-budget, an optional `httpx.AsyncBaseTransport` (borrowed, never closed; `None` uses
-httpx's default, which honours the `HTTP(S)_PROXY` environment variables) and an optional
-`Progress`. What it does, in order:
+budget, the run's `WebAccess` (where it may connect), an optional
+`httpx.AsyncBaseTransport` (borrowed, never closed) and an optional `Progress`. Without a
+transport it uses a `VettedTransport`, which resolves each host once, refuses private,
+loopback, link-local and metadata addresses and this machine's own (unless `WebAccess`
+allows them), and connects to the vetted address, so a DNS answer cannot change between
+the check and the connection. Its client has `trust_env=False`: no `HTTP(S)_PROXY` (a
+proxy would make the connection the check vetted) and no `.netrc` credentials sent to
+hosts the model chose. A transport given by the program is its author's choice of how to
+connect: then only hosts that spell an address, and `localhost` names, are vetted (the
+transport resolves other names). What it does, in order:
 
 - only `http` and `https` URLs, including every redirect's target;
+- every hop's destination vetted by `WebAccess` (`PrivateDestination`, a `ToolError`);
 - redirects followed by hand, at most `MAX_REDIRECTS`, so each hop is checked (a redirect's
   body is not read: closing it costs nothing from the budget);
 - one retry, after a short backoff (longer if the server's `Retry-After` says so, within
@@ -43,6 +51,8 @@ import httpx
 
 from ._progress import Progress
 from ._tool import ToolError
+from ._vetted_network import VettedTransport
+from ._web_access import PrivateDestination, WebAccess, port_of
 from ._web_budget import BodyMeter, WebBudget, WebBudgetExceeded
 
 __all__ = ["Fetched", "Fetcher", "Kind"]
@@ -161,22 +171,25 @@ class Fetched:
 class Fetcher:
     """Downloads one URL at a time within a `WebBudget`; see the module docstring.
 
-    `transport` is borrowed (never closed); `None` uses httpx's default. `backoff` is the
-    least wait before the retry, in seconds.
+    `access` says where it may connect (default: public addresses only). `transport` is
+    borrowed (never closed); `None` uses a `VettedTransport` over `access`. `backoff` is
+    the least wait before the retry, in seconds.
     """
 
-    __slots__ = ("_backoff", "_budget", "_progress", "_timeout", "_transport")
+    __slots__ = ("_access", "_backoff", "_budget", "_progress", "_timeout", "_transport")
 
     def __init__(
         self,
         budget: WebBudget,
         *,
+        access: WebAccess | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         progress: Progress | None = None,
         timeout: float = TIMEOUT_SECONDS,
         backoff: float = RETRY_BACKOFF_SECONDS,
     ) -> None:
         self._budget = budget
+        self._access = access if access is not None else WebAccess()
         self._transport = transport
         self._progress = progress
         self._timeout = timeout
@@ -225,12 +238,17 @@ class Fetcher:
 
     @asynccontextmanager
     async def _client(self) -> AsyncIterator[httpx.AsyncClient]:
-        transport = _Borrowed(self._transport) if self._transport is not None else None
+        transport: httpx.AsyncBaseTransport = (
+            _Borrowed(self._transport)
+            if self._transport is not None
+            else VettedTransport(self._access)
+        )
         async with httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(self._timeout),
             headers=_HEADERS,
             follow_redirects=False,
+            trust_env=False,  # no env proxies, no .netrc: see the module docstring
         ) as client:
             yield client
 
@@ -243,6 +261,7 @@ class Fetcher:
         while True:
             self._status(f"GET {url}" if attempt == 1 else f"GET {url} (retry)")
             try:
+                await self._access.vet_literal(url.host, port_of(url.scheme, url.port))
                 async with client.stream("GET", url) as response:
                     target = response.next_request
                     location = response.headers.get("location", "")
@@ -250,6 +269,12 @@ class Fetcher:
                         return await self._receive(response, start, redirects, max_bytes, attempt)
             except _RETRYABLE:
                 raise
+            except PrivateDestination as exc:
+                if not redirects:
+                    raise
+                raise PrivateDestination(
+                    exc.host, exc.address, exc.reason, via=redirects[-1]
+                ) from None
             except httpx.HTTPError as exc:  # timeouts, a broken redirect, a bad proxy
                 raise ToolError(f"could not fetch {url}: {_describe(exc, self._timeout)}") from exc
             if len(redirects) == MAX_REDIRECTS:

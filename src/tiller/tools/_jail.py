@@ -22,12 +22,15 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import UsageError
 from ._errors import PathOutsideJail, PathTooLong
 from ._fs import PATH_MAX, JailFS, check_path_text
 from ._safety import LiveSafetyMode, SafetyMode
+
+if TYPE_CHECKING:
+    from ._web_access import WebAccess
 
 __all__ = [
     "DEFAULT_OUTPUT_BUDGET_BYTES",
@@ -86,6 +89,8 @@ class ToolCtx:
     - `protected`: paths relative to the root (POSIX spelling, no `..`) that the model may
       never write (`PROTECTED_PATHS` by default, and the run's hook scripts); see
       `protects()`.
+    - `web`: where `web_fetch` may connect (`WebAccess`: public addresses only by
+      default; `tiller.toml [web]` allows hosts and ranges).
     """
 
     root: Path
@@ -97,6 +102,7 @@ class ToolCtx:
     network: bool
     unsandboxed_shell: bool
     protected: tuple[str, ...]
+    web: WebAccess
 
     def __init__(
         self,
@@ -109,7 +115,10 @@ class ToolCtx:
         network: bool = False,
         unsandboxed_shell: bool = False,
         protected: tuple[str, ...] = PROTECTED_PATHS,
+        web: WebAccess | None = None,
     ) -> None:
+        from ._web_access import WebAccess  # _web_access -> _tool -> _exec -> here
+
         try:
             real_root = Path(root).resolve(strict=True)
         except (OSError, RuntimeError) as exc:
@@ -133,6 +142,7 @@ class ToolCtx:
         object.__setattr__(self, "network", bool(network))
         object.__setattr__(self, "unsandboxed_shell", bool(unsandboxed_shell))
         object.__setattr__(self, "protected", _protected_paths(protected))
+        object.__setattr__(self, "web", WebAccess() if web is None else web)
 
     # ── builders ─────────────────────────────────────────────────────────────────
 
@@ -145,6 +155,7 @@ class ToolCtx:
             "network": self.network,
             "unsandboxed_shell": self.unsandboxed_shell,
             "protected": self.protected,
+            "web": self.web,
         }
         fields.update(changes)
         return ToolCtx(self.root if root is None else root, **fields)
@@ -185,6 +196,10 @@ class ToolCtx:
         unavailable. Only for machines where you would let the model type into your own
         terminal."""
         return self._replace(unsandboxed_shell=accepted)
+
+    def with_web_access(self, web: WebAccess) -> ToolCtx:
+        """The same policy, with `web_fetch` allowed to connect where `web` says."""
+        return self._replace(web=web)
 
     def with_protected(self, *paths: str | os.PathLike[str]) -> ToolCtx:
         """The same policy, with `paths` (relative to the root, or absolute inside it;

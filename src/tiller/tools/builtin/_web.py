@@ -8,10 +8,17 @@ an HTML page as readable text (`html_to_text`), other text as it is, a binary bo
 short description; a note when the body was cut; a non-2xx status as an error showing the
 start of the body; running out of the turn's budget as an error saying so.
 
-The transport is a seam: a run may put an `httpx.AsyncBaseTransport` under
-`ctx.config["http_transport"]` (an `httpx.MockTransport` in tests, an
-`httpx.AsyncHTTPTransport(proxy=...)` or custom TLS in production). It is borrowed, never
-closed. Without it, httpx's default transport is used.
+Where it may connect is the run's `WebAccess` (`ctx.tools.web`, from `tiller.toml [web]`):
+private, loopback, link-local and metadata addresses, and names that resolve to them, are
+refused on every redirect hop, checked on the address actually connected to, unless a
+person allowed the host or range. A refusal is a tool error saying so.
+
+The transport is a seam: a program may put an `httpx.AsyncBaseTransport` under
+`ctx.config["http_transport"]` (an `httpx.MockTransport` in tests, a proxy or custom TLS
+in production). It is borrowed, never closed, and it makes the connections itself: then
+only hosts that spell an address, and `localhost` names, are vetted, since the transport
+resolves other names. Without it, the `VettedTransport` is used. The model cannot set it
+(only the program's code can).
 """
 
 from __future__ import annotations
@@ -57,7 +64,9 @@ async def web_fetch(
     text (title, headings, paragraphs, lists, links as `text (url)`), JSON, XML or plain
     text as is. Images, PDFs and other binary files are described, not returned.
     Redirects are followed (up to 5). A status that is not 2xx is an error showing the
-    start of the body. All fetches of one turn share a download budget.
+    start of the body. All fetches of one turn share a download budget. Private,
+    loopback and link-local addresses (and names that resolve to them) are refused
+    unless the user allowed them.
 
     Args:
         url: The full URL, e.g. `https://docs.python.org/3/library/asyncio.html`.
@@ -71,7 +80,7 @@ async def web_fetch(
             f"(for example httpx.AsyncHTTPTransport()), not {type(transport).__name__}"
         )
     budget = ctx.web_budget()
-    fetcher = Fetcher(budget, transport=transport, progress=ctx.progress)
+    fetcher = Fetcher(budget, access=ctx.tools.web, transport=transport, progress=ctx.progress)
     try:
         fetched = await fetcher.fetch(url, max_bytes=max_bytes)
     except WebBudgetExceeded:
