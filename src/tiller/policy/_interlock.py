@@ -128,21 +128,31 @@ class Interlock:
     # ── one call ─────────────────────────────────────────────────────────────────
 
     def check(
-        self, tool: Any, taint: Taint, capabilities: Capability | None = None
+        self,
+        tool: Any,
+        taint: Taint,
+        capabilities: Capability | None = None,
+        *,
+        through: str = "",
     ) -> InterlockVerdict:
         """Whether `tool` (able to do `capabilities`, by default what it declares) may
-        run on a conversation tainted `taint` (with the rest of its batch ORed in)."""
+        run on a conversation tainted `taint` (with the rest of its batch ORed in).
+        `through`: what would do the sending, when the tool itself does not (a
+        background job that holds the network, for a write)."""
         able = capabilities if capabilities is not None else capabilities_of(tool)
         if not able & Capability.EXTERNAL_SEND:
             return InterlockVerdict("allow")
         private = bool(taint & Taint.PRIVATE_DATA)
         untrusted = bool(taint & Taint.UNTRUSTED_INPUT)
         name = getattr(tool, "name", "this tool")
+        sends = (
+            f"{name} may send data out through {through}" if through else f"{name} sends data out"
+        )
         if private and untrusted:
             if self.on_trifecta == "allow":
                 return InterlockVerdict("allow")
             reason = (
-                f"{name} sends data out, and this conversation holds private data and "
+                f"{sends}, and this conversation holds private data and "
                 "untrusted input: the untrusted text could be steering the private data out"
             )
             if self.on_trifecta == "ask":
@@ -156,9 +166,7 @@ class Interlock:
                 "block", f"{reason}. {alternatives}" + (f" {remedy}" if remedy else "")
             )
         if private and self.leak_guard:
-            return InterlockVerdict(
-                "ask", f"{name} sends data out after the conversation read private data"
-            )
+            return InterlockVerdict("ask", f"{sends} after the conversation read private data")
         return InterlockVerdict("allow")
 
     def wrap(self, tool_name: str, content: str) -> str:
