@@ -16,12 +16,19 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tiller.conversation import ToolCall
+from tiller.conversation import Taint, ToolCall
 from tiller.loop import Agent, RunContext
+from tiller.loop._taint_flow import TaintFlow
 from tiller.model import ScriptedModel
-from tiller.policy import Decision, Interlock
-from tiller.tools import Capability, ExecContext, SafetyMode, tool
-from tiller.tools.builtin import background_process, execute_command, read_file, write_file
+from tiller.policy import AllowAll, Decision, Interlock
+from tiller.tools import BackgroundJobs, Capability, ExecContext, SafetyMode, tool
+from tiller.tools.builtin import (
+    background_process,
+    execute_command,
+    grep,
+    read_file,
+    write_file,
+)
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "tools"))
 from shell_support import SANDBOX_MISSING, SANDBOX_REASON
@@ -229,3 +236,159 @@ async def test_taint_of_a_file_a_shell_command_wrote_reaches_a_later_run(
     run = await drive(Agent(second, [read_file, post]), "go", ctx, run_id="r2")
     assert run.results()[-1].content.startswith("Blocked by the interlock")
     assert sent == []
+
+
+async def _save_fetched_page(ctx: RunContext, workspace: Path) -> None:
+    (workspace / ".env").write_text(f"API_KEY={SECRET}\n")
+    sent.clear()
+    first = ScriptedModel(
+        [
+            {"tool_calls": [_call("fetch_page", url="x")]},
+            {"tool_calls": [_call("write_file", path="TODO.md", content=INJECTION)]},
+            "saved",
+        ]
+    )
+    await drive(Agent(first, [fetch_page, write_file]), "note the page", ctx, run_id="r1")
+
+
+async def _read_then_send(ctx: RunContext, tools: list[object], *reads: dict[str, object]) -> str:
+    model = ScriptedModel(
+        [
+            *({"tool_calls": [read]} for read in reads),
+            {"tool_calls": [_call("post", text=SECRET)]},
+            "done",
+        ]
+    )
+    run = await drive(Agent(model, [*tools, post]), "go", ctx, run_id="r9")  # type: ignore[list-item]
+    return run.results()[-1].content
+
+
+async def test_grep_over_a_tainted_file_inherits_its_taint(
+    ctx: RunContext, workspace: Path
+) -> None:
+    await _save_fetched_page(ctx, workspace)
+    verdict = await _read_then_send(
+        ctx,
+        [grep, read_file],
+        _call("grep", pattern="IGNORE"),
+        _call("read_file", path=".env"),
+    )
+    assert verdict.startswith("Blocked by the interlock")
+    assert sent == []
+
+
+async def test_a_read_in_the_same_batch_as_the_send_counts_as_untrusted(
+    ctx: RunContext, workspace: Path
+) -> None:
+    """The read's actual taint is known only after it ran: within its batch, a read in a
+    workspace that lists untrusted files counts as bringing them."""
+    await _save_fetched_page(ctx, workspace)
+    model = ScriptedModel(
+        [
+            {"tool_calls": [_call("read_file", path=".env")]},
+            {"tool_calls": [_call("read_file", path="TODO.md"), _call("post", text=SECRET)]},
+            "done",
+        ]
+    )
+    run = await drive(Agent(model, [read_file, post]), "go", ctx, run_id="r2")
+    assert run.results()[-1].content.startswith("Blocked by the interlock")
+    assert sent == []
+
+
+@pytest.mark.skipif(SANDBOX_MISSING, reason=SANDBOX_REASON)
+async def test_the_offline_shell_reading_a_tainted_workspace_is_untrusted(
+    ctx: RunContext, workspace: Path
+) -> None:
+    """Its reads cannot be watched: where the index lists untrusted files, its output is
+    untrusted (without the network it otherwise brings none)."""
+    await _save_fetched_page(ctx, workspace)
+    verdict = await _read_then_send(
+        ctx,
+        [execute_command, read_file],
+        _call("execute_command", command="cat TODO.md"),
+        _call("read_file", path=".env"),
+    )
+    assert verdict.startswith("Blocked by the interlock")
+    assert sent == []
+
+
+@pytest.mark.skipif(SANDBOX_MISSING, reason=SANDBOX_REASON)
+async def test_a_rename_in_a_later_run_does_not_launder_the_taint(
+    ctx: RunContext, workspace: Path
+) -> None:
+    await _save_fetched_page(ctx, workspace)
+    mover = ScriptedModel(
+        [{"tool_calls": [_call("execute_command", command="mv TODO.md plan.md")]}, "moved"]
+    )
+    await drive(Agent(mover, [execute_command]), "tidy", ctx, run_id="r2")
+    verdict = await _read_then_send(
+        ctx,
+        [read_file],
+        _call("read_file", path="plan.md"),
+        _call("read_file", path=".env"),
+    )
+    assert verdict.startswith("Blocked by the interlock")
+    assert sent == []
+
+
+async def test_a_corrupt_index_makes_reads_untrusted(ctx: RunContext, workspace: Path) -> None:
+    (workspace / ".env").write_text(f"API_KEY={SECRET}\n")
+    (workspace / ".tiller").mkdir(exist_ok=True)
+    (workspace / ".tiller" / "taint.json").write_text("{oops")
+    sent.clear()
+    verdict = await _read_then_send(ctx, [read_file], _call("read_file", path=".env"))
+    assert verdict.startswith("Blocked by the interlock")
+    assert sent == []
+
+
+async def test_a_clean_workspace_keeps_the_leak_guard_only(
+    ctx: RunContext, workspace: Path
+) -> None:
+    """Nothing listed: a read is private only, and the send is the leak guard's Ask (the
+    test's approver allows it), as before."""
+    (workspace / ".env").write_text(f"API_KEY={SECRET}\n")
+    (workspace / "TODO.md").write_text("a person's own notes")
+    sent.clear()
+    verdict = await _read_then_send(
+        ctx.with_approver(AllowAll()),
+        [read_file],
+        _call("read_file", path="TODO.md"),
+        _call("read_file", path=".env"),
+    )
+    assert verdict == "sent"
+    assert not (workspace / ".tiller" / "taint.json").exists()
+
+
+async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
+    workspace: Path,
+) -> None:
+    """`sends_through` names the job; the interlock's refusal says it. A job without the
+    network, or a read-only call, is not a send."""
+    jobs = BackgroundJobs()
+    try:
+        await jobs.start(["sleep", "30"], command="sleep 30 # offline", cwd=workspace, env={})
+        flow = TaintFlow(workspace, Interlock(), jobs, run_id="r1", network=True)
+        both = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
+        assert flow.sends_through(write_file, both) == ""
+        await jobs.start(
+            ["sleep", "30"], command="sleep 30 # sender", cwd=workspace, env={}, network=True
+        )
+        through = flow.sends_through(write_file, both)
+        assert "bg-2 (`sleep 30 # sender`)" in through and "bg-1" not in through
+        assert flow.sends_through(read_file, both) == ""
+        assert flow.sends_through(background_process, both) == ""
+        assert flow.sends_through(write_file, Taint.PRIVATE_DATA) == ""
+        verdict = Interlock().check(write_file, both, Capability.EXTERNAL_SEND, through=through)
+        assert verdict.kind == "block"
+        assert verdict.reason.startswith(
+            "write_file may send data out through the background command bg-2"
+        )
+        # On the trifecta, the run stops it (and only it).
+        await flow.before_batch(both)
+        assert [(s.id, s.state.value) for s in jobs.list()] == [
+            ("bg-1", "running"),
+            ("bg-2", "stopped by the interlock"),
+        ]
+        assert flow.sends_through(write_file, both) == ""
+    finally:
+        await jobs.close()
