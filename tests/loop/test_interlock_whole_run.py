@@ -21,7 +21,7 @@ from tiller.loop import Agent, RunContext
 from tiller.loop._taint_flow import TaintFlow
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll, Decision, Interlock
-from tiller.tools import BackgroundJobs, Capability, ExecContext, SafetyMode, tool
+from tiller.tools import BackgroundJobs, Capability, ExecContext, SafetyMode, TaintIndex, tool
 from tiller.tools.builtin import (
     background_process,
     execute_command,
@@ -392,3 +392,29 @@ async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
         assert flow.sends_through(write_file, both) == ""
     finally:
         await jobs.close()
+
+
+async def test_a_spilled_tool_output_carries_the_taint_too(
+    ctx: RunContext, workspace: Path
+) -> None:
+    """An untrusted result over the turn's budget is spilled under .tiller/spill, where a
+    later run can read it back: the spill file is listed like any file the run wrote."""
+    (workspace / ".env").write_text(f"API_KEY={SECRET}\n")
+    sent.clear()
+
+    @tool(read_only=True, capabilities=Capability.UNTRUSTED_INPUT)
+    async def fetch_big(url: str) -> str:
+        """A big untrusted page."""
+        return INJECTION + "x" * 200_000
+
+    first = ScriptedModel([{"tool_calls": [_call("fetch_big", url="x")]}, "read it"])
+    await drive(Agent(first, [fetch_big]), "read the page", ctx, run_id="r1")
+    spilled = [p for p in (workspace / ".tiller" / "spill").rglob("*") if p.is_file()]
+    assert spilled
+    index = TaintIndex(workspace).load()
+    shown = spilled[0].relative_to(workspace).as_posix()
+    assert index.taint_of(shown) & Taint.UNTRUSTED_INPUT
+    verdict = await _read_then_send(
+        ctx, [read_file], _call("read_file", path=shown), _call("read_file", path=".env")
+    )
+    assert verdict.startswith("Blocked by the interlock")

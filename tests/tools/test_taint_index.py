@@ -136,7 +136,7 @@ def test_stamps_find_what_changed_without_following_links(tmp_path: Path) -> Non
     (ws / "new.txt").write_text("n")
     (ws / ".git" / "HEAD").write_text("ref")
     (outside / "secret").write_text("y")
-    assert changed_files(before, stamp_workspace(ws)) == ["new.txt", "src/a.py"]
+    assert changed_files(before, stamp_workspace(ws)) == [".git/HEAD", "new.txt", "src/a.py"]
 
 
 def test_stamps_walk_a_deep_chain_iteratively_and_stop_at_the_cap(tmp_path: Path) -> None:

@@ -44,6 +44,8 @@ __all__ = ["TaintFlow"]
 _log = logging.getLogger("tiller.taint")
 
 _TRIFECTA: Final = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
+#: The index's own files (`taint.json`, its lock and its temporary files).
+_OWN_FILES: Final = f"{TAINT_INDEX.parent.as_posix()}/taint."
 #: Tools that only reach the run's own background jobs (read, wait, stop): never a send.
 _REACHES_ONLY_JOBS: Final = frozenset({"background_process"})
 
@@ -200,7 +202,8 @@ class TaintFlow:
         before = self._stamps
         after = await asyncio.to_thread(stamp_workspace, self._root)
         self._stamps = after
-        written = changed_files(before, after)
+        # (The index's own files change with every mark: they carry nothing.)
+        written = [p for p in changed_files(before, after) if not p.startswith(_OWN_FILES)]
         if not written and after.complete:
             return
         try:

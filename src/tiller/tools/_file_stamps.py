@@ -5,10 +5,10 @@ wrote, which no tool reports).
 The walk is iterative (a 10,000-deep chain cannot overflow the stack), opens each
 directory from its parent's descriptor with `O_NOFOLLOW | O_DIRECTORY` (a symlink or a
 swapped-in link never leads out of the workspace), does not cross into other filesystems
-(a mount inside the workspace is not the workspace's), skips `.git` and `.tiller`
-(tiller's own and git's internals, which the model may not write), and stops at
+(a mount inside the workspace is not the workspace's), and stops at
 `MAX_STAMPED_ENTRIES` entries or `MAX_STAMP_DEPTH` levels, saying so (`Stamps.complete`),
-so the caller can fail closed.
+so the caller can fail closed. It does enter `.git` and `.tiller`: a commit message and a
+spilled tool output are text a later run can read (`git log`, `read_file`) as well.
 """
 
 from __future__ import annotations
@@ -26,9 +26,6 @@ __all__ = ["MAX_STAMPED_ENTRIES", "MAX_STAMP_DEPTH", "Stamps", "changed_files", 
 MAX_STAMPED_ENTRIES: Final = 200_000
 #: Directory levels one walk descends, at most.
 MAX_STAMP_DEPTH: Final = 256
-#: Directories of the root the walk never enters.
-SKIPPED: Final = frozenset({".git", ".tiller"})
-
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Stamp = tuple[int, int, int]
@@ -74,7 +71,7 @@ def stamp_workspace(root: Path) -> Stamps:
                         if stat.S_ISREG(st.st_mode):
                             files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino)
                         elif stat.S_ISDIR(st.st_mode):
-                            if (not prefix and name in SKIPPED) or st.st_dev != device:
+                            if st.st_dev != device:
                                 continue
                             if depth + 1 > MAX_STAMP_DEPTH:
                                 complete = False
