@@ -15,6 +15,7 @@ cancelled).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 from pathlib import Path
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from ._mailbox_route import RunMailbox
 
 __all__ = ["SCRATCH_SUBDIR", "RunServices"]
+
+_log = logging.getLogger("tiller.taint")
 
 #: Where sessions' scratchpads live, relative to the jail root.
 SCRATCH_SUBDIR: Final = Path(".tiller") / "scratch"
@@ -152,8 +155,12 @@ class RunServices:
             await asyncio.shield(self.jobs.close())
         else:
             await self.jobs.close()  # nothing to kill: no task to shield
-        # What the jobs wrote until they were killed carries the run's taint too.
-        await asyncio.shield(self.taint_flow.close(self._state.taint_flags))
+        # What the jobs wrote until they were killed carries the run's taint too. A
+        # failure to list it must not stop the run's cleanup: it is logged.
+        try:
+            await asyncio.shield(self.taint_flow.close(self._state.taint_flags))
+        except Exception:
+            _log.exception("listing the files this run wrote in the taint index failed")
 
     def _make_scratchpad(self) -> Path | None:
         # The root is already real and the name has no separators or dots to resolve, so

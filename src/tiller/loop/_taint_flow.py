@@ -189,7 +189,8 @@ class TaintFlow:
         """A batch ran (`wrote`: some call was not read-only); `taint` is the
         conversation's now."""
         await self._enforce(taint)
-        if wrote or self._jobs.list():
+        if self._stamps is not None and (wrote or self._jobs.list()):
+            # (A background job may have written since the last batch, too.)
             await self._mark_written(taint)
 
     async def close(self, taint: Taint) -> None:

@@ -14,6 +14,13 @@ parallel batch cannot slip through together), and then each call that can send d
 | private only | asked, when the leak guard is on (the default) |
 | otherwise | allowed (the policy engine still decides) |
 
+The interlock sees the whole run, not only the call in front of it
+(`tiller.loop._taint_flow.TaintFlow`): when the conversation holds private data and
+untrusted input, background jobs that hold the network are stopped, and while one still
+runs a write counts as a send through it (`check(..., through=...)` names the job); files
+a run wrote while it held untrusted input carry its taint to later runs that read them
+(`tiller.tools.TaintIndex`).
+
 Tool results from untrusted sources can be wrapped and marked as data, so the model reads
 them as quoted text rather than instructions. A taint that cannot be read (a corrupt
 record) counts as untrusted (law 3: fail closed). The sandboxed shell has no network unless
