@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -59,6 +60,7 @@ class TaintFlow:
 
     __slots__ = (
         "_index",
+        "_index_path",
         "_index_stamp",
         "_interlock",
         "_jobs",
@@ -84,6 +86,7 @@ class TaintFlow:
         self._run_id = run_id
         self._network = network
         self._index = TaintIndex(root)
+        self._index_path = os.fspath(root / TAINT_INDEX)
         self._index_stamp: tuple[int, int, int] | None = None
         self._untrusted_files = False
         #: The workspace's file stamps since the conversation first held untrusted input.
@@ -95,7 +98,7 @@ class TaintFlow:
     def _refresh(self) -> None:
         """Reload the index if another run changed it (one `stat` when it did not)."""
         try:
-            st = (self._root / TAINT_INDEX).stat()
+            st = os.stat(self._index_path)
             stamp: tuple[int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
         except FileNotFoundError:
             stamp = None
