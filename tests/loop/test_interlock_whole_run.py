@@ -19,12 +19,11 @@ import pytest
 
 from tiller.conversation import Taint, ToolCall
 from tiller.loop import Agent, RunContext, RunOptions
-from tiller.loop._taint_flow import TaintFlow
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll, Decision, Interlock
 from tiller.state import StopCause
 from tiller.store import open_bus
-from tiller.tools import BackgroundJobs, Capability, ExecContext, SafetyMode, TaintIndex, tool
+from tiller.tools import Capability, ExecContext, SafetyMode, tool
 from tiller.tools.builtin import (
     background_process,
     execute_command,
@@ -367,41 +366,6 @@ async def test_a_clean_workspace_keeps_the_leak_guard_only(
     assert not (workspace / ".tiller" / "taint.json").exists()
 
 
-async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
-    workspace: Path,
-) -> None:
-    """`sends_through` names the job; the interlock's refusal says it. A job without the
-    network, or a read-only call, is not a send."""
-    jobs = BackgroundJobs()
-    try:
-        await jobs.start(["sleep", "30"], command="sleep 30 # offline", cwd=workspace, env={})
-        flow = TaintFlow(workspace, Interlock(), jobs, run_id="r1", network=True)
-        both = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
-        assert flow.sends_through(write_file, both) == ""
-        await jobs.start(
-            ["sleep", "30"], command="sleep 30 # sender", cwd=workspace, env={}, network=True
-        )
-        through = flow.sends_through(write_file, both)
-        assert "bg-2 (`sleep 30 # sender`)" in through and "bg-1" not in through
-        assert flow.sends_through(read_file, both) == ""
-        assert flow.sends_through(background_process, both) == ""
-        assert flow.sends_through(write_file, Taint.PRIVATE_DATA) == ""
-        verdict = Interlock().check(write_file, both, Capability.EXTERNAL_SEND, through=through)
-        assert verdict.kind == "block"
-        assert verdict.reason.startswith(
-            "write_file may send data out through the background command bg-2"
-        )
-        # On the trifecta, the run stops it (and only it).
-        await flow.before_batch(both)
-        assert [(s.id, s.state.value) for s in jobs.list()] == [
-            ("bg-1", "running"),
-            ("bg-2", "stopped by the interlock"),
-        ]
-        assert flow.sends_through(write_file, both) == ""
-    finally:
-        await jobs.close()
-
-
 async def test_a_spilled_tool_output_carries_the_taint_too(
     ctx: RunContext, workspace: Path
 ) -> None:
@@ -418,6 +382,8 @@ async def test_a_spilled_tool_output_carries_the_taint_too(
     first = ScriptedModel([{"tool_calls": [_call("fetch_big", url="x")]}, "read it"])
     await drive(Agent(first, [fetch_big]), "read the page", ctx, run_id="r1")
     spilled = [p for p in (workspace / ".tiller" / "spill").rglob("*") if p.is_file()]
+    from tiller.tools import TaintIndex  # (new: the tests above run on main too)
+
     assert spilled
     index = TaintIndex(workspace).load()
     shown = spilled[0].relative_to(workspace).as_posix()

@@ -1,0 +1,46 @@
+"""`TaintFlow` on its own: which background job a write could send through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tiller.conversation import Taint
+from tiller.loop._taint_flow import TaintFlow
+from tiller.policy import Interlock
+from tiller.tools import BackgroundJobs, Capability
+from tiller.tools.builtin import background_process, read_file, write_file
+
+
+async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
+    workspace: Path,
+) -> None:
+    """`sends_through` names the job; the interlock's refusal says it. A job without the
+    network, or a read-only call, is not a send."""
+    jobs = BackgroundJobs()
+    try:
+        await jobs.start(["sleep", "30"], command="sleep 30 # offline", cwd=workspace, env={})
+        flow = TaintFlow(workspace, Interlock(), jobs, run_id="r1", network=True)
+        both = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
+        assert flow.sends_through(write_file, both) == ""
+        await jobs.start(
+            ["sleep", "30"], command="sleep 30 # sender", cwd=workspace, env={}, network=True
+        )
+        through = flow.sends_through(write_file, both)
+        assert "bg-2 (`sleep 30 # sender`)" in through and "bg-1" not in through
+        assert flow.sends_through(read_file, both) == ""
+        assert flow.sends_through(background_process, both) == ""
+        assert flow.sends_through(write_file, Taint.PRIVATE_DATA) == ""
+        verdict = Interlock().check(write_file, both, Capability.EXTERNAL_SEND, through=through)
+        assert verdict.kind == "block"
+        assert verdict.reason.startswith(
+            "write_file may send data out through the background command bg-2"
+        )
+        # On the trifecta, the run stops it (and only it).
+        await flow.before_batch(both)
+        assert [(s.id, s.state.value) for s in jobs.list()] == [
+            ("bg-1", "running"),
+            ("bg-2", "stopped by the interlock"),
+        ]
+        assert flow.sends_through(write_file, both) == ""
+    finally:
+        await jobs.close()
