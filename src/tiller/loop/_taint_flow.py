@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from ..conversation import Taint
 from ..policy import Interlock, capabilities_of
-from ..tools import BackgroundJobs, Capability
+from ..tools import BackgroundJobs, Capability, JobStatus
 from ..tools._file_stamps import Stamps, changed_files, stamp_workspace
 from ..tools._taint_index import TAINT_INDEX, TaintIndex, TaintIndexError
 
@@ -82,7 +82,8 @@ class TaintFlow:
     ) -> None:
         self._root = root
         self._interlock = interlock
-        self._jobs = jobs
+        #: The run's jobs, then its ancestors' (a subagent's write reaches them too).
+        self._jobs: list[BackgroundJobs] = [jobs]
         self._run_id = run_id
         self._network = network
         self._index = TaintIndex(root)
@@ -92,6 +93,14 @@ class TaintFlow:
         #: The workspace's file stamps since the conversation first held untrusted input.
         self._stamps: Stamps | None = None
         self._refresh()
+
+    def watch_parent(self, flow: TaintFlow) -> None:
+        """This run is a subagent of `flow`'s run: the parent's background jobs (and
+        theirs) share the workspace, so a write here can feed them too."""
+        self._jobs.extend(job for job in flow._jobs if job not in self._jobs)
+
+    def _networked(self) -> list[JobStatus]:
+        return [status for jobs in self._jobs for status in jobs.networked()]
 
     # ── the index, as other runs change it ───────────────────────────────────────
 
@@ -148,12 +157,13 @@ class TaintFlow:
         """With private data and untrusted input, stop the jobs that hold the network."""
         if not _trifecta(taint) or self._interlock.on_trifecta != "block":
             return
-        if not self._jobs.networked():
-            return
-        await self._jobs.stop_networked(
-            "this conversation now holds private data and untrusted input, and the command "
-            "holds the network: the untrusted text could have it send the private data out"
-        )
+        for jobs in self._jobs:
+            if jobs.networked():
+                await jobs.stop_networked(
+                    "this conversation now holds private data and untrusted input, and the "
+                    "command holds the network: the untrusted text could have it send the "
+                    "private data out"
+                )
 
     def sends_through(self, tool: Any, taint: Taint) -> str:
         """What a call to `tool` could send through, on a conversation tainted `taint`:
@@ -164,7 +174,7 @@ class TaintFlow:
             return ""
         if getattr(tool, "name", None) in _REACHES_ONLY_JOBS:
             return ""
-        jobs = self._jobs.networked()
+        jobs = self._networked()
         if not jobs:
             return ""
         named = ", ".join(f"{job.id} (`{job.command}`)" for job in jobs[:3])
@@ -192,7 +202,7 @@ class TaintFlow:
         """A batch ran (`wrote`: some call was not read-only); `taint` is the
         conversation's now."""
         await self._enforce(taint)
-        if self._stamps is not None and (wrote or self._jobs.list()):
+        if self._stamps is not None and (wrote or any(jobs.list() for jobs in self._jobs)):
             # (A background job may have written since the last batch, too.)
             await self._mark_written(taint)
 
