@@ -7,7 +7,7 @@ from pathlib import Path
 from tiller.conversation import Taint
 from tiller.loop._taint_flow import TaintFlow
 from tiller.policy import Interlock
-from tiller.tools import BackgroundJobs, Capability
+from tiller.tools import BackgroundJobs, Capability, TaintIndex
 from tiller.tools.builtin import background_process, read_file, write_file
 
 
@@ -44,3 +44,20 @@ async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
         assert flow.sends_through(write_file, both) == ""
     finally:
         await jobs.close()
+
+
+async def test_an_index_emptied_mid_run_keeps_its_taint_for_the_run(workspace: Path) -> None:
+    """Whatever rewrites `.tiller/taint.json` during a run (it should be out of the
+    model's reach; this holds even if it is not), the run's view only grows."""
+    (workspace / "TODO.md").write_text("fetched")
+    TaintIndex(workspace).mark(["TODO.md"], Taint.UNTRUSTED_INPUT, run="r0")
+    jobs = BackgroundJobs()
+    flow = TaintFlow(workspace, Interlock(), jobs, run_id="r1", network=False)
+    assert flow.taint_of_reads(["TODO.md"]) == Taint.UNTRUSTED_INPUT
+    (workspace / ".tiller" / "taint.json").write_text('{"schema_version": 1, "files": {}}')
+    await flow.before_batch(Taint.NONE)
+    assert flow.taint_of_reads(["TODO.md"]) == Taint.UNTRUSTED_INPUT
+    (workspace / ".tiller" / "taint.json").unlink()
+    await flow.before_batch(Taint.NONE)
+    assert flow.taint_of_reads(["TODO.md"]) == Taint.UNTRUSTED_INPUT
+    await jobs.close()

@@ -115,10 +115,12 @@ class TaintFlow:
             stamp = (-1, -1, -1)
         if stamp != self._index_stamp or stamp == (-1, -1, -1):
             self._index_stamp = stamp
-            if stamp is None:
-                self._index = TaintIndex(self._root)
-            else:
-                self._index = TaintIndex(self._root).load()
+            fresh = TaintIndex(self._root)
+            if stamp is not None:
+                fresh.load()
+            # Within the run, what the index listed stays listed (law 6: taint only grows).
+            fresh.absorb(self._index)
+            self._index = fresh
             self._untrusted_files = self._index.holds_untrusted()
 
     # ── what calls bring ─────────────────────────────────────────────────────────
@@ -145,7 +147,7 @@ class TaintFlow:
     def taint_of_reads(self, paths: Iterable[str]) -> Taint:
         """What the workspace files a call read carry from earlier runs."""
         taint = Taint.NONE
-        if self._index_stamp is None:
+        if self._index_stamp is None and not self._index.entries:
             return taint  # no index: nothing listed (the common case)
         for path in paths:
             taint |= self._index.taint_of(path)

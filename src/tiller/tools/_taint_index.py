@@ -247,6 +247,19 @@ class TaintIndex:
             self._write_at(dir_fd, full=self._health is IndexHealth.FULL)
         return gone
 
+    def absorb(self, earlier: TaintIndex) -> None:
+        """Keep in memory what `earlier` (this workspace's index as read before) listed:
+        within one run the index's taint only grows (law 6), even if the file lost
+        entries since (a person cleared them mid-run, or something rewrote it)."""
+        if earlier._health is not IndexHealth.OK:
+            self._health = earlier._health if self._health is IndexHealth.OK else self._health
+        for path, entry in earlier._entries.items():
+            now = self._entries.get(path)
+            if now is None:
+                self._entries[path] = entry
+            elif entry.taint & ~now.taint:
+                self._entries[path] = TaintEntry(path, now.taint | entry.taint, now.sha256, now.run)
+
     def changed(self, path: str) -> bool | None:
         """Whether the listed file `path` differs from what the tainted run left (None:
         unknown, e.g. too big to hash or gone)."""
