@@ -37,7 +37,7 @@ from ..tools import (
     question_interrupt_id,
     questions_metadata,
 )
-from ..tools._read_watch import watching_reads
+from ..tools._read_watch import stop_watching_reads, watch_reads
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ToolResultRecord, call_quietly
 from ._result import ToolTraceEntry
@@ -211,12 +211,16 @@ class ToolDispatch:
         # cannot slip through together. Each call is checked with the other calls'
         # capabilities ORed into the conversation's taint (its own output comes after it).
         flow = self.services.taint_flow
+        flow.refresh()
         tools = [self.agent.registry.get(c.name) for c in calls]
         able = [flow.capabilities(tool) for tool in tools]
         # As the batch's other calls see them: a read may bring an earlier run's taint.
         seen = flow.for_batch(able)
         # With private data and untrusted input, jobs that hold the network stop first.
-        await flow.before_batch(Interlock.batch_taint(state.taint_flags, seen))
+        whole = Interlock.batch_taint(state.taint_flags, seen)
+        watched = flow.watches(whole)
+        if watched:
+            await flow.before_batch(whole)
         try:
             allowed: list[tuple[ToolCall, Any]] = []
             for index, call in enumerate(calls):
@@ -279,7 +283,8 @@ class ToolDispatch:
             self._finish_executed(calls, executed, budget, handles, results)
             # What the batch wrote carries the taint; the taint may now stop networked jobs.
             wrote = any(getattr(tool, "read_only", False) is not True for _, tool in allowed)
-            await flow.after_batch(state.taint_flags, wrote=wrote)
+            if watched or flow.watches(state.taint_flags):
+                await flow.after_batch(state.taint_flags, wrote=wrote)
             if self.subagents is not None and any(self.subagents.holds(c.id) for c, _ in allowed):
                 # Agent calls whose subagent waits for a person are held with it.
                 waiting = {c.id for c in held} | {c.id for c, _ in allowed if c.id not in executed}
@@ -385,8 +390,11 @@ class ToolDispatch:
             await self._checkpoints.call_started(self.state.run_id, call.id)
         read: list[str] = []
         try:
-            with watching_reads(read.append):
+            watching = watch_reads(read.append)
+            try:
                 execution = await self.agent.registry.execute(call, ctx)
+            finally:
+                stop_watching_reads(watching)
         finally:
             ctx.progress.close()  # progress belongs to the call; detached work uses notify
         if self.subagents is not None and self.subagents.holds(call.id):

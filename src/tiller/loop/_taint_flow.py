@@ -190,6 +190,17 @@ class TaintFlow:
 
     # ── the batch ────────────────────────────────────────────────────────────────
 
+    def refresh(self) -> None:
+        """Before a batch: re-read the index if another run changed it."""
+        self._refresh()
+
+    @staticmethod
+    def watches(taint: Taint) -> bool:
+        """Whether a batch on a conversation tainted `taint` needs `before_batch` and
+        `after_batch`: only one holding untrusted input does (the common step skips
+        both; the trifecta holds it too)."""
+        return bool(taint & Taint.UNTRUSTED_INPUT)
+
     async def before_batch(self, taint: Taint) -> None:
         """A batch is about to be gated; `taint` is the conversation's with every call of
         the batch ORed in."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Final
 
-__all__ = ["note_read", "watching_reads"]
+__all__ = ["note_read", "stop_watching_reads", "watch_reads", "watching_reads"]
 
 ReadWatcher = Callable[[str], None]
 
@@ -31,6 +31,16 @@ def watching_reads(watcher: ReadWatcher | None) -> Iterator[None]:
         yield
     finally:
         _WATCHER.reset(reset)
+
+
+def watch_reads(watcher: ReadWatcher | None) -> Token[ReadWatcher | None]:
+    """`watching_reads` without the context manager (the loop's per-call path): pass
+    the token to `stop_watching_reads`."""
+    return _WATCHER.set(watcher)
+
+
+def stop_watching_reads(token: Token[ReadWatcher | None]) -> None:
+    _WATCHER.reset(token)
 
 
 def note_read(path: str) -> None:
