@@ -156,3 +156,14 @@ def test_stamps_walk_a_deep_chain_iteratively_and_stop_at_the_cap(tmp_path: Path
             os.close(fds.pop())
             os.rmdir("d", dir_fd=parent)
         os.close(fds.pop())
+
+
+def test_a_write_that_crashed_halfway_leaves_the_index_valid(tmp_path: Path) -> None:
+    """A writer that died before `os.replace` leaves only its temporary file behind: the
+    index is the previous one, and the next writer goes on."""
+    TaintIndex(tmp_path).mark(["a"], Taint.UNTRUSTED_INPUT, run="r1")
+    (tmp_path / ".tiller" / "taint.json.99999.tmp").write_bytes(b'{"schema_version": 1, "fi')
+    index = TaintIndex(tmp_path).load()
+    assert index.health is IndexHealth.OK and set(index.entries) == {"a"}
+    index.mark(["b"], Taint.UNTRUSTED_INPUT, run="r2")
+    assert set(TaintIndex(tmp_path).load().entries) == {"a", "b"}
