@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tiller.conversation import Taint
-from tiller.loop._taint_flow import TaintFlow
+from tiller.loop._taint_flow import TaintFlow, shell_holds_network
 from tiller.policy import Interlock
-from tiller.tools import BackgroundJobs, Capability, TaintIndex
-from tiller.tools.builtin import background_process, read_file, write_file
+from tiller.tools import BackgroundJobs, Capability, Sandbox, TaintIndex, ToolCtx
+from tiller.tools.builtin import background_process, execute_command, read_file, write_file
 
 
 async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
@@ -61,3 +61,15 @@ async def test_an_index_emptied_mid_run_keeps_its_taint_for_the_run(workspace: P
     await flow.before_batch(Taint.NONE)
     assert flow.taint_of_reads(["TODO.md"]) == Taint.UNTRUSTED_INPUT
     await jobs.close()
+
+
+def test_an_unsandboxed_shell_counts_as_holding_the_network(workspace: Path) -> None:
+    """Where bwrap cannot run and the run accepted an unsandboxed shell, its commands
+    reach the network whatever the grant: the interlock counts them as sends."""
+    missing = Sandbox("/nonexistent/bwrap")
+    tools = ToolCtx(workspace)
+    assert not shell_holds_network(tools, missing)
+    assert shell_holds_network(tools.with_unsandboxed_shell(), missing)
+    assert shell_holds_network(tools.with_network(), missing)
+    flow = TaintFlow(workspace, Interlock(), BackgroundJobs(), run_id="r1", network=True)
+    assert flow.capabilities(execute_command) & Capability.EXTERNAL_SEND

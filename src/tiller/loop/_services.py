@@ -36,7 +36,7 @@ from ..tools import (
     WebBudget,
 )
 from ._summary import SUMMARY_HEAD
-from ._taint_flow import TaintFlow
+from ._taint_flow import TaintFlow, shell_holds_network
 
 if TYPE_CHECKING:
     from ..events import AgUiContext
@@ -89,7 +89,8 @@ class RunServices:
             run_ctx.interlock,
             self.jobs,
             run_id=state.run_id,
-            network=run_ctx.tools.network,
+            # (An unsandboxed shell, accepted where bwrap cannot run, holds the network.)
+            network=shell_holds_network(run_ctx.tools),
         )
         # With a store, every file mutation is snapshotted first, so `tiller rewind` can
         # put the workspace back.

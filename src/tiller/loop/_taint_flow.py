@@ -36,11 +36,11 @@ from typing import Any, Final
 
 from ..conversation import Taint
 from ..policy import Interlock, capabilities_of
-from ..tools import BackgroundJobs, Capability, JobStatus
+from ..tools import DEFAULT_SANDBOX, BackgroundJobs, Capability, JobStatus, Sandbox, ToolCtx
 from ..tools._file_stamps import Stamps, changed_files, stamp_workspace
 from ..tools._taint_index import TAINT_INDEX, TaintIndex, TaintIndexError
 
-__all__ = ["TaintFlow"]
+__all__ = ["TaintFlow", "shell_holds_network"]
 
 _log = logging.getLogger("tiller.taint")
 
@@ -49,6 +49,15 @@ _TRIFECTA: Final = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
 _OWN_FILES: Final = f"{TAINT_INDEX.parent.as_posix()}/taint."
 #: Tools that only reach the run's own background jobs (read, wait, stop): never a send.
 _REACHES_ONLY_JOBS: Final = frozenset({"background_process"})
+
+
+def shell_holds_network(tools: ToolCtx, sandbox: Sandbox = DEFAULT_SANDBOX) -> bool:
+    """Whether the run's shell commands can reach the network: the run granted it, or
+    they run unsandboxed (accepted where `sandbox` cannot run), which always can. (Probes
+    the sandbox only in the second case, once per process.)"""
+    if tools.network:
+        return True
+    return tools.unsandboxed_shell and not sandbox.probe().available
 
 
 def _trifecta(taint: Taint) -> bool:
