@@ -123,6 +123,7 @@ def _register_durable_commands() -> None:
     from ._rewind import rewind_command
     from ._runs import replay_command, runs_app
     from ._serve import serve_command
+    from ._taint import taint_app
 
     app.add_typer(runs_app, name="runs")
     app.command("replay")(replay_command)
@@ -132,6 +133,7 @@ def _register_durable_commands() -> None:
     app.command("deny")(deny_command)
     app.add_typer(outbox_app, name="outbox")
     app.add_typer(mail_app, name="mail")
+    app.add_typer(taint_app, name="taint")
     app.command("serve")(serve_command)
 
 

@@ -23,7 +23,7 @@ import orjson
 from ..conversation import ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled
 from ..events import APPROVAL_SCHEMA, AgUiContext, ToolCallHandle, approval_interrupt_id
-from ..policy import Interlock, RiskClass, capabilities_of, taint_of
+from ..policy import Interlock, RiskClass, taint_of
 from ..state import CallRecord, RunState, StopCause
 from ..store._checkpoints import CheckpointStore
 from ..tools import (
@@ -37,6 +37,7 @@ from ..tools import (
     question_interrupt_id,
     questions_metadata,
 )
+from ..tools._read_watch import stop_watching_reads, watch_reads
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ToolResultRecord, call_quietly
 from ._result import ToolTraceEntry
@@ -209,8 +210,17 @@ class ToolDispatch:
         # The interlock sees the whole batch: a read and a send in one parallel turn
         # cannot slip through together. Each call is checked with the other calls'
         # capabilities ORed into the conversation's taint (its own output comes after it).
-        network = self.run_ctx.tools.network
-        able = [capabilities_of(self.agent.registry.get(c.name), network=network) for c in calls]
+        flow = self.services.taint_flow
+        flow.refresh()
+        tools = [self.agent.registry.get(c.name) for c in calls]
+        able = [flow.capabilities(tool) for tool in tools]
+        # As the batch's other calls see them: a read may bring an earlier run's taint.
+        seen = flow.for_batch(able)
+        # With private data and untrusted input, jobs that hold the network stop first.
+        whole = Interlock.batch_taint(state.taint_flags, seen)
+        watched = flow.watches(whole)
+        if watched:
+            await flow.before_batch(whole)
         try:
             allowed: list[tuple[ToolCall, Any]] = []
             for index, call in enumerate(calls):
@@ -236,8 +246,11 @@ class ToolDispatch:
                     )
                     results[call.id] = self._finish_call(call, record, handles, text, is_error=True)
                     continue
-                taint = Interlock.batch_taint(state.taint_flags, able[:index] + able[index + 1 :])
-                answer = await self.gate.check(call, record, taint, able[index])
+                taint = Interlock.batch_taint(state.taint_flags, seen[:index] + seen[index + 1 :])
+                # A write while a networked background job runs may be a send through it.
+                through = flow.sends_through(tools[index], taint)
+                can = able[index] | Capability.EXTERNAL_SEND if through else able[index]
+                answer = await self.gate.check(call, record, taint, can, through=through)
                 if answer.tool is not None and self._leaves_for_client(call):
                     # Allowed: the client runs it, and its result comes with the next
                     # request, as untrusted as any outside input (law 6).
@@ -268,6 +281,10 @@ class ToolDispatch:
                     for call, tool in allowed:
                         group.create_task(self._run_call(call, tool, executed, signals))
             self._finish_executed(calls, executed, budget, handles, results)
+            # What the batch wrote carries the taint; the taint may now stop networked jobs.
+            wrote = any(getattr(tool, "read_only", False) is not True for _, tool in allowed)
+            if watched or flow.watches(state.taint_flags):
+                await flow.after_batch(state.taint_flags, wrote=wrote)
             if self.subagents is not None and any(self.subagents.holds(c.id) for c, _ in allowed):
                 # Agent calls whose subagent waits for a person are held with it.
                 waiting = {c.id for c in held} | {c.id for c, _ in allowed if c.id not in executed}
@@ -371,8 +388,13 @@ class ToolDispatch:
         ctx = self.services.context_for(call.id, record.turn, signals)
         if self._checkpoints is not None:
             await self._checkpoints.call_started(self.state.run_id, call.id)
+        read: list[str] = []
         try:
-            execution = await self.agent.registry.execute(call, ctx)
+            watching = watch_reads(read.append)
+            try:
+                execution = await self.agent.registry.execute(call, ctx)
+            finally:
+                stop_watching_reads(watching)
         finally:
             ctx.progress.close()  # progress belongs to the call; detached work uses notify
         if self.subagents is not None and self.subagents.holds(call.id):
@@ -382,7 +404,9 @@ class ToolDispatch:
             record.status = "pending"
             return
         # What the call read is now in the conversation (law 6: taint only grows).
-        self.state.add_taint(taint_of(capabilities_of(tool, network=self.run_ctx.tools.network)))
+        # A file an earlier tainted run wrote brings its taint along.
+        flow = self.services.taint_flow
+        self.state.add_taint(taint_of(flow.capabilities(tool)) | flow.taint_of_reads(read))
         record.malformed_arguments = execution.malformed_arguments
         executed[call.id] = execution
         if self._checkpoints is not None:

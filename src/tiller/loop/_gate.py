@@ -134,9 +134,12 @@ class Gate:
         record: CallRecord,
         batch_taint: Taint,
         capabilities: Capability | None = None,
+        *,
+        through: str = "",
     ) -> GateAnswer:
         """Decide one call: `batch_taint` is the conversation's taint with the rest of its
-        batch ORed in; `capabilities`, what the call can do in this run."""
+        batch ORed in; `capabilities`, what the call can do in this run; `through`, what
+        it could send through (a networked background job, for a write)."""
         run_ctx = self._run_ctx
         lookup = self._registry.lookup(call.name, run_ctx.phase, run_ctx.withheld)
         if lookup.tool is None:
@@ -165,7 +168,7 @@ class Gate:
                 return refused
             return await self._stage(call, batch_taint, record)
         ask_reason = ""
-        verdict = run_ctx.interlock.check(tool, batch_taint, capabilities)
+        verdict = run_ctx.interlock.check(tool, batch_taint, capabilities, through=through)
         if verdict.kind == "block":
             record.refused_by = "policy"
             return GateAnswer(refusal=f"Blocked by the interlock: {verdict.reason}")

@@ -152,6 +152,9 @@ class Loop(ToolDispatch):
         self.handoff: str | None = None
         self.parent = parent
         self.services = RunServices(agent, run_ctx, agui, state)
+        if parent is not None:
+            # The parent's networked background jobs can send what this child writes.
+            self.services.taint_flow.watch_parent(parent.services.taint_flow)
         self.gate = Gate(
             agent.registry,
             run_ctx,

@@ -4,7 +4,8 @@ The loop builds every call's `ExecContext` from three bundles (`ExecContext.asse
 the turn's signals (cancel token, background token, web byte budget), where the call was
 dispatched (the jail, the phase, the live safety mode, the transcript's length), and the
 run's services, which live here: the notify channel detached work reports through, the
-background jobs, the task checklist, the file snapshots, the scratchpad, and the user's goal.
+background jobs, the task checklist, the file snapshots, the scratchpad, the user's goal,
+and the taint flow (what the interlock watches beyond one call).
 
 Opening creates the session's scratchpad; closing kills whatever background work is left
 (a run never leaves a process behind, whether it finished, failed, suspended or was
@@ -14,6 +15,7 @@ cancelled).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 from pathlib import Path
@@ -34,6 +36,7 @@ from ..tools import (
     WebBudget,
 )
 from ._summary import SUMMARY_HEAD
+from ._taint_flow import TaintFlow, shell_holds_network
 
 if TYPE_CHECKING:
     from ..events import AgUiContext
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
     from ._mailbox_route import RunMailbox
 
 __all__ = ["SCRATCH_SUBDIR", "RunServices"]
+
+_log = logging.getLogger("tiller.taint")
 
 #: Where sessions' scratchpads live, relative to the jail root.
 SCRATCH_SUBDIR: Final = Path(".tiller") / "scratch"
@@ -77,6 +82,16 @@ class RunServices:
         # Commands sent to the background live as long as the run, no longer; when one
         # exits it posts a note through the notifier, read at the next turn.
         self.jobs = BackgroundJobs(self.notifier)
+        # What the interlock watches beyond one call: the jobs that hold the network, the
+        # files this run reads and writes (their taint outlives the run).
+        self.taint_flow = TaintFlow(
+            run_ctx.tools.root,
+            run_ctx.interlock,
+            self.jobs,
+            run_id=state.run_id,
+            # (An unsandboxed shell, accepted where bwrap cannot run, holds the network.)
+            network=shell_holds_network(run_ctx.tools),
+        )
         # With a store, every file mutation is snapshotted first, so `tiller rewind` can
         # put the workspace back.
         self.snapshots = (
@@ -141,6 +156,12 @@ class RunServices:
             await asyncio.shield(self.jobs.close())
         else:
             await self.jobs.close()  # nothing to kill: no task to shield
+        # What the jobs wrote until they were killed carries the run's taint too. A
+        # failure to list it must not stop the run's cleanup: it is logged.
+        try:
+            await asyncio.shield(self.taint_flow.close(self._state.taint_flags))
+        except Exception:
+            _log.exception("listing the files this run wrote in the taint index failed")
 
     def _make_scratchpad(self) -> Path | None:
         # The root is already real and the name has no separators or dots to resolve, so

@@ -14,6 +14,13 @@ parallel batch cannot slip through together), and then each call that can send d
 | private only | asked, when the leak guard is on (the default) |
 | otherwise | allowed (the policy engine still decides) |
 
+The interlock sees the whole run, not only the call in front of it
+(`tiller.loop._taint_flow.TaintFlow`): when the conversation holds private data and
+untrusted input, background jobs that hold the network are stopped, and while one still
+runs a write counts as a send through it (`check(..., through=...)` names the job); files
+a run wrote while it held untrusted input carry its taint to later runs that read them
+(`tiller.tools.TaintIndex`).
+
 Tool results from untrusted sources can be wrapped and marked as data, so the model reads
 them as quoted text rather than instructions. A taint that cannot be read (a corrupt
 record) counts as untrusted (law 3: fail closed). The sandboxed shell has no network unless
@@ -128,21 +135,31 @@ class Interlock:
     # ── one call ─────────────────────────────────────────────────────────────────
 
     def check(
-        self, tool: Any, taint: Taint, capabilities: Capability | None = None
+        self,
+        tool: Any,
+        taint: Taint,
+        capabilities: Capability | None = None,
+        *,
+        through: str = "",
     ) -> InterlockVerdict:
         """Whether `tool` (able to do `capabilities`, by default what it declares) may
-        run on a conversation tainted `taint` (with the rest of its batch ORed in)."""
+        run on a conversation tainted `taint` (with the rest of its batch ORed in).
+        `through`: what would do the sending, when the tool itself does not (a
+        background job that holds the network, for a write)."""
         able = capabilities if capabilities is not None else capabilities_of(tool)
         if not able & Capability.EXTERNAL_SEND:
             return InterlockVerdict("allow")
         private = bool(taint & Taint.PRIVATE_DATA)
         untrusted = bool(taint & Taint.UNTRUSTED_INPUT)
         name = getattr(tool, "name", "this tool")
+        sends = (
+            f"{name} may send data out through {through}" if through else f"{name} sends data out"
+        )
         if private and untrusted:
             if self.on_trifecta == "allow":
                 return InterlockVerdict("allow")
             reason = (
-                f"{name} sends data out, and this conversation holds private data and "
+                f"{sends}, and this conversation holds private data and "
                 "untrusted input: the untrusted text could be steering the private data out"
             )
             if self.on_trifecta == "ask":
@@ -156,9 +173,7 @@ class Interlock:
                 "block", f"{reason}. {alternatives}" + (f" {remedy}" if remedy else "")
             )
         if private and self.leak_guard:
-            return InterlockVerdict(
-                "ask", f"{name} sends data out after the conversation read private data"
-            )
+            return InterlockVerdict("ask", f"{sends} after the conversation read private data")
         return InterlockVerdict("allow")
 
     def wrap(self, tool_name: str, content: str) -> str:

@@ -16,6 +16,7 @@
   timeout, live safety mode, the network grant, an accepted unsandboxed shell).
 - `OutputBudget`: one turn's shared output byte budget; the overflow is spilled to files.
 - `Registry`: tools by name, what a phase shows, and executing one call into one result.
+- `TaintIndex`: the taint files carry from one run to the next (`.tiller/taint.json`).
 - `tiller.tools.builtin`: the coding tools (`coding_tools()`).
 
 ```
@@ -32,6 +33,7 @@ TillerError
 ├── ChecklistError           a change the task checklist refuses
 ├── SandboxUnavailable       no bwrap or no namespaces, and no unsandboxed shell accepted
 ├── UnknownJob               a background job id this run does not have
+├── TaintIndexError          the workspace's taint index could not be written
 └── WebBudgetExceeded        the turn's web downloads reached their limit
 ToolError (Exception)         raised by tools on purpose; deliberately not a TillerError
 ```
@@ -90,6 +92,7 @@ from ._questions import (
 from ._registry import Execution, Lookup, Outcome, Refusal, Registry
 from ._safety import LiveSafetyMode, SafetyMode, least_permissive
 from ._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
+from ._taint_index import IndexHealth, TaintEntry, TaintIndex, TaintIndexError
 from ._tasks import (
     MAX_TASKS,
     TASKS_EVENT,
@@ -149,6 +152,7 @@ __all__ = [
     "FunctionTool",
     "HardLinkRefused",
     "HostRule",
+    "IndexHealth",
     "InterruptQuestions",
     "InvalidPath",
     "JailFS",
@@ -180,6 +184,9 @@ __all__ = [
     "SandboxUnavailable",
     "StateAccess",
     "SymlinkRefused",
+    "TaintEntry",
+    "TaintIndex",
+    "TaintIndexError",
     "Task",
     "TaskBroker",
     "TaskSnapshot",

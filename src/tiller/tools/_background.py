@@ -12,6 +12,11 @@ before the job does). When a job exits on its own, the watcher posts a note thro
 run's `Notifier`, so the result reaches the model at its next turn even if it never asks;
 unless a `wait` is watching the job right then, which hands the model the exit itself.
 
+Each job records whether it holds the network (`network`: the shell granted it, or ran
+unsandboxed). A job started while the conversation was clean can wait for a file and send
+it once the conversation holds private data and untrusted input; so the interlock stops
+such jobs then (`stop_networked`), and each says so in its status and in a note.
+
 The loop makes one per run and calls `await jobs.close()` when the run ends, whatever the
 reason: close kills every job's process tree, waits for the processes to be reaped
 (bounded), and ends every watcher, so a run leaves no process and no task behind.
@@ -20,6 +25,7 @@ reason: close kills every job's process tree, waits for the processes to be reap
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import enum
 import re
@@ -81,6 +87,9 @@ class JobState(enum.Enum):
     STOPPED = "stopped"
     #: The run ended and `close` killed it.
     KILLED = "killed"
+    #: The interlock killed it: it held the network when the conversation came to hold
+    #: private data and untrusted input.
+    INTERLOCKED = "stopped by the interlock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +102,8 @@ class JobStatus:
     returncode: int | None
     runtime: float
     unread: int
+    #: Whether the job can use the network (the shell granted it, or ran unsandboxed).
+    network: bool = False
 
     def describe(self) -> str:
         """`bg-1 running for 2.0s`, `bg-1 exited after 3.2s (exit code 0)`, or
@@ -143,6 +154,7 @@ class _Job:
         "cursor",
         "ended",
         "id",
+        "network",
         "process",
         "state",
         "waiters",
@@ -150,9 +162,10 @@ class _Job:
         "watcher",
     )
 
-    def __init__(self, job_id: str, command: str, process: Command) -> None:
+    def __init__(self, job_id: str, command: str, process: Command, network: bool) -> None:
         self.id = job_id
         self.command = command
+        self.network = network
         self.process = process
         self.cursor = process.output.start
         self.state = JobState.RUNNING
@@ -177,6 +190,7 @@ class _Job:
             returncode=self.process.returncode if self.state is not JobState.RUNNING else None,
             runtime=end - self.process.started,
             unread=self.process.output.total - self.cursor,
+            network=self.network,
         )
 
     def take(self, *, matched: str | None = None, timed_out: bool = False) -> JobOutput:
@@ -211,25 +225,32 @@ class BackgroundJobs:
     # ── starting ─────────────────────────────────────────────────────────────────
 
     async def start(
-        self, argv: Sequence[str], *, command: str, cwd: Path, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        command: str,
+        cwd: Path,
+        env: Mapping[str, str],
+        network: bool = False,
     ) -> str:
         """Start `argv` (the shell command `command`, already wrapped in its sandbox) as
-        a new job; returns its id."""
+        a new job; returns its id. `network`: whether the command can use the network."""
         self._check_open()
         process = await spawn(argv, cwd=cwd, env=env, output_limit=JOB_OUTPUT_BYTES)
-        return self.adopt(process, command=command)
+        return self.adopt(process, command=command, network=network)
 
-    def adopt(self, process: Command, *, command: str) -> str:
+    def adopt(self, process: Command, *, command: str, network: bool = False) -> str:
         """Take over a running command (a foreground command being detached); returns
         its id. From now on this registry kills it, at the latest in `close()`. If the
-        registry is closed already, the command is killed and `UsageError` raised."""
+        registry is closed already, the command is killed and `UsageError` raised.
+        `network`: whether the command can use the network."""
         if self._closed:
             process.kill()
             self._check_open()
         job_id = f"bg-{self._next}"
         self._next += 1
         process.output.set_limit(JOB_OUTPUT_BYTES)
-        job = _Job(job_id, command, process)
+        job = _Job(job_id, command, process, network)
         process.listener = job.wake
         self._jobs[job_id] = job
         job.watcher = asyncio.get_running_loop().create_task(
@@ -349,6 +370,36 @@ class BackgroundJobs:
             job.process.kill()
             await self._join(job)
         return job.take()
+
+    def networked(self) -> builtins.list[JobStatus]:
+        """The jobs that can use the network and still run (or whose process, though
+        stopped, has not exited yet), oldest first."""
+        return [
+            job.status()
+            for job in self._jobs.values()
+            if job.network and (job.state is JobState.RUNNING or not job.process.exited.done())
+        ]
+
+    async def stop_networked(self, reason: str) -> builtins.list[str]:
+        """The interlock's stop: kill every running job that holds the network, note
+        `reason` for the model (through the notifier), and return their ids."""
+        stopped: builtins.list[str] = []
+        for job in self._jobs.values():
+            if job.network and job.state is JobState.RUNNING:
+                job.state = JobState.INTERLOCKED
+                job.process.kill()
+                stopped.append(job.id)
+        for job_id in stopped:
+            job = self._jobs[job_id]
+            await self._join(job)
+            job.wake()
+            if self._notifier is not None:
+                self._notifier.send(
+                    job_id,
+                    f"was stopped by the interlock: {reason}. Its output so far stays "
+                    f"readable (background_process read {job_id}).",
+                )
+        return stopped
 
     async def _join(self, job: _Job) -> None:
         """Wait for the job's watcher to finish: shielded (a cancelled caller must not

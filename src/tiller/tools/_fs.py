@@ -37,6 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final, Literal, NoReturn
 
 from ._errors import HardLinkRefused, InvalidPath, PathOutsideJail, PathTooLong, SymlinkRefused
+from ._read_watch import note_read
 
 __all__ = [
     "NAME_MAX",
@@ -271,6 +272,7 @@ class JailFS:
             after = os.fstat(fd)
             self._check_regular(after, shown)
             os.set_blocking(fd, True)
+            note_read(shown)  # what was read may carry an earlier run's taint
             return os.fdopen(fd, "rb")
         except BaseException:
             os.close(fd)

@@ -149,18 +149,19 @@ async def _wait_foreground(
 
 async def _command_line(
     sandbox: Sandbox, command: str, ctx: ExecContext
-) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment to run `command` with: in the sandbox, or (only where it
-    is unavailable and the run accepted that) as a plain shell."""
+) -> tuple[list[str], dict[str, str], bool]:
+    """The argv and environment to run `command` with, and whether it holds the network:
+    in the sandbox, or (only where it is unavailable and the run accepted that) as a plain
+    shell, which always holds it."""
     shell = ["bash", "-c", command]
     try:
         await sandbox.require()
     except SandboxUnavailable as exc:
         if not ctx.tools.unsandboxed_shell:
             raise ToolError(str(exc)) from exc
-        return shell, {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}
+        return shell, {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}, True
     argv = sandbox.command(shell, jail=ctx.tools.root, network=ctx.tools.network)
-    return argv, sandbox.environment()
+    return argv, sandbox.environment(), ctx.tools.network
 
 
 def _render(process: Command, ending: str) -> str:
@@ -184,9 +185,13 @@ async def _execute(
     jobs = ctx.jobs if ctx.jobs is not None and not ctx.jobs.closed else None
     if background and jobs is None:
         raise ToolError(_NO_JOBS)
-    argv, env = await _command_line(sandbox, command, ctx)
+    # (The interlock stops jobs that hold the network once the conversation holds private
+    # data and untrusted input.)
+    argv, env, network = await _command_line(sandbox, command, ctx)
     if jobs is not None and (background or ctx.background.is_cancelled):
-        job_id = await jobs.start(argv, command=command, cwd=ctx.tools.root, env=env)
+        job_id = await jobs.start(
+            argv, command=command, cwd=ctx.tools.root, env=env, network=network
+        )
         return ToolOutput(
             f"[started in the background as {job_id}; use background_process to read its "
             "output, wait for it or stop it]"
@@ -200,7 +205,7 @@ async def _execute(
         ended = await _wait_foreground(process, limit, ctx.background if jobs is not None else None)
         if ended is _Ended.DETACHED and jobs is not None:
             relay.stop()
-            job_id = jobs.adopt(process, command=command)
+            job_id = jobs.adopt(process, command=command, network=network)
             adopted = True
             so_far = jobs.read(job_id)
             dropped = f"[... {so_far.skipped} earlier bytes]\n" if so_far.skipped else ""
