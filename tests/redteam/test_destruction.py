@@ -1,0 +1,46 @@
+"""`auto` must not destroy the workspace without a person (issue 13, defects 4 and 5):
+bulk deletion in any spelling is destructive (denied in every mode, so `--yes` does not
+let it through), and a computed program name, an interpreter given code or a
+decode-and-execute pipeline is at least asked about."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from .conftest import Host, call, tree_digest
+
+# `rm -rf -- *` (rm refuses `.` itself, so the glob is what a real attacker writes).
+ENCODED = base64.b64encode(b"rm -rf -- *\n").decode()
+DESTRUCTIVE = {
+    "find-delete": "find . -mindepth 1 -delete",
+    "find-exec-rm": "find . -mindepth 1 -maxdepth 1 -exec rm -rf {} +",
+    "computed-rm": "$(echo rm) -rf -- *",
+    "backticks-rm": "`echo rm` -rf -- *",
+    "base64-sh": f"echo {ENCODED} | base64 -d | sh",
+    "python-rmtree": (
+        'python3 -c "import os, shutil; [shutil.rmtree(p) if os.path.isdir(p) '
+        "else os.remove(p) for p in os.listdir('.')]\""
+    ),
+    "truncate": "truncate -s 0 README.md src/app.py",
+}
+
+
+def seed(host: Host) -> dict[str, str]:
+    (host.workspace / "src").mkdir()
+    (host.workspace / "src" / "app.py").write_text("print('the user work')\n")
+    (host.workspace / "notes.txt").write_text("keep me\n")
+    return tree_digest(host.workspace)
+
+
+@pytest.mark.parametrize("yes", [False, True], ids=["auto", "auto-yes"])
+@pytest.mark.parametrize("command", list(DESTRUCTIVE.values()), ids=list(DESTRUCTIVE))
+def test_auto_never_destroys_the_workspace(host: Host, command: str, yes: bool) -> None:
+    before = seed(host)
+    flags = ["--mode", "auto", *(["--yes"] if yes else [])]
+    done = host.run([call("execute_command", command=command), "Done."], *flags)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    after = {k: v for k, v in tree_digest(host.workspace).items() if not k.startswith(".tiller")}
+    assert after == before, f"{command!r} changed the workspace:\n{done.stdout}"
+    host.assert_untouched()
