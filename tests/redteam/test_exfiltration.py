@@ -99,6 +99,9 @@ def test_taint_survives_into_the_next_run(host: Host) -> None:
         "--mode",
         "auto",
         "--yes",
+        # With the network, what the shell prints is untrusted input (it may come from
+        # anywhere); offline, a workspace file's content is not.
+        "--network",
     )
     assert first.returncode == 0, first.stdout + first.stderr
     assert (host.workspace / "TODO.md").exists(), first.stdout
