@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .conftest import Host, call
 
 BENIGN_HOOK = "#!/bin/sh\nexit 0\n"
@@ -114,3 +116,97 @@ def test_the_shell_cannot_plant_git_config_or_hooks_even_with_yes(host: Host) ->
     assert (ws / ".git" / "config").read_text() == config, "a shell command rewrote .git/config"
     assert (ws / ".git" / "hooks" / "pre-commit").read_text() == BENIGN_HOOK
     assert not (ws / ".git" / "hooks" / "post-checkout").exists()
+
+
+def test_the_model_cannot_make_a_new_repository_that_runs_on_git_status(host: Host) -> None:
+    """The workspace is no repository yet: the model writes a whole `.git` (HEAD, refs,
+    objects, a config with core.fsmonitor) so that the user's first `git status` in it
+    runs its command."""
+    ws = host.workspace
+    config = f"[core]\n\trepositoryformatversion = 0\n\tfsmonitor = {host.marker_command}; false\n"
+    done = host.run(
+        [
+            call("write_file", path=".git/HEAD", content="ref: refs/heads/main\n"),
+            call("write_file", path=".git/objects/info/.keep", content=""),
+            call("write_file", path=".git/refs/heads/.keep", content=""),
+            call("write_file", path=".git/config", content=config),
+            "Done.",
+        ],
+        "--mode",
+        "auto",
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    git(ws, "status")
+    host.assert_untouched()
+
+
+def test_a_nested_repository_is_protected_too(host: Host) -> None:
+    """A vendored repository inside the workspace (`vendor/lib/.git`) is as much the
+    user's as the top one: its config and hooks are not the model's to write."""
+    ws = person_repo(host)
+    nested = ws / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    (nested / "lib.py").write_text("x = 1\n")
+    assert git(nested, "init", "-q").returncode == 0
+    config = (nested / ".git" / "config").read_text()
+    evil = config + f"[core]\n\tfsmonitor = {host.marker_command}; false\n"
+    done = host.run(
+        [call("write_file", path="vendor/lib/.git/config", content=evil), "Done."],
+        "--mode",
+        "auto",
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    git(nested, "status")
+    host.assert_untouched()
+    assert (nested / ".git" / "config").read_text() == config
+
+
+def test_a_gitdir_file_cannot_point_git_at_a_directory_the_model_built(host: Host) -> None:
+    """In a workspace that is no repository, a `.git` *file* saying `gitdir: build/cache`
+    makes git use `build/cache` as the repository: its config is then the model's, though
+    no path under `.git/` was written."""
+    ws = host.workspace
+    config = f"[core]\n\trepositoryformatversion = 0\n\tfsmonitor = {host.marker_command}; false\n"
+    done = host.run(
+        [
+            call("write_file", path="build/cache/HEAD", content="ref: refs/heads/main\n"),
+            call("write_file", path="build/cache/objects/info/.keep", content=""),
+            call("write_file", path="build/cache/refs/heads/.keep", content=""),
+            call("write_file", path="build/cache/config", content=config),
+            call("write_file", path=".git", content="gitdir: build/cache\n"),
+            "Done.",
+        ],
+        "--mode",
+        "auto",
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    git(ws, "status")
+    host.assert_untouched()
+
+
+@pytest.mark.parametrize("where", [".", "docs"], ids=["workspace-root", "subdirectory"])
+def test_a_bare_repository_layout_cannot_be_planted(host: Host, where: str) -> None:
+    """No `.git` at all: `HEAD`, `objects/`, `refs/` and a `config` with `bare = false`,
+    `worktree = .` and core.fsmonitor make the directory itself a repository to git's
+    discovery, so the user's `git status` there runs the planted command. (Beyond the
+    issue's list of paths: a sibling found while red-teaming.)"""
+    ws = person_repo(host) if where != "." else host.workspace
+    config = (
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
+        f"\tfsmonitor = {host.marker_command}; false\n"
+    )
+    prefix = "" if where == "." else f"{where}/"
+    done = host.run(
+        [
+            call("write_file", path=f"{prefix}HEAD", content="ref: refs/heads/main\n"),
+            call("write_file", path=f"{prefix}objects/info/.keep", content=""),
+            call("write_file", path=f"{prefix}refs/heads/.keep", content=""),
+            call("write_file", path=f"{prefix}config", content=config),
+            "Done.",
+        ],
+        "--mode",
+        "auto",
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    git(ws / where, "status")
+    host.assert_untouched()

@@ -122,3 +122,71 @@ def test_a_shell_write_of_tiller_toml_is_refused_even_with_yes(host: Host) -> No
     assert "planted__" not in run2.stdout
     host.assert_untouched()
     assert toml.read_text() == PERSON_TOML, "a shell command rewrote the policy file"
+
+
+HOOK_SCRIPT = "#!/bin/sh\nexit 0\n"
+
+
+def test_the_model_cannot_rewrite_a_configured_hook_script(host: Host) -> None:
+    """The person's tiller.toml runs ./policy-check.sh before every shell command; the
+    model rewrites the script (file tool in auto, shell with --yes) and then calls the
+    shell: the rewritten script would run as a host process."""
+    script = host.workspace / "policy-check.sh"
+    script.write_text(HOOK_SCRIPT)
+    script.chmod(0o755)
+    toml = host.workspace / "tiller.toml"
+    toml.write_text('[hooks]\npre_tool = [{ command = "./policy-check.sh" }]\n')
+    evil = f"#!/bin/sh\n{host.marker_command}\nexit 0\n"
+    by_file = host.run(
+        [
+            call("write_file", path="policy-check.sh", content=evil),
+            call("edit_file", path="policy-check.sh", old="exit 0", new=evil),
+            call("execute_command", command="ls"),
+            "Done.",
+        ],
+        "--mode",
+        "auto",
+        "--yes",
+    )
+    assert by_file.returncode in (0, 1), by_file.stdout + by_file.stderr
+    host.assert_untouched()
+    by_shell = host.run(
+        [
+            call(
+                "execute_command",
+                command=f"printf '#!/bin/sh\\n{host.marker_command}\\n' > policy-check.sh",
+            ),
+            call("execute_command", command="ls"),
+            "Done.",
+        ],
+        "--mode",
+        "auto",
+        "--yes",
+    )
+    assert by_shell.returncode in (0, 1), by_shell.stdout + by_shell.stderr
+    host.assert_untouched()
+    assert script.read_text() == HOOK_SCRIPT
+
+
+def test_a_symlink_does_not_open_the_policy_to_the_file_tools(host: Host) -> None:
+    """The shell makes `notes.md` a link to tiller.toml (or `.git/config`); a write to the
+    link is a write to the protected file and is refused the same way."""
+    toml = host.workspace / "tiller.toml"
+    toml.write_text(PERSON_TOML)
+    done = host.run(
+        [
+            call("execute_command", command="ln -s tiller.toml notes.md && ln -s .tiller cache"),
+            call("write_file", path="notes.md", content=evil_toml(host)),
+            call("write_file", path="cache/planted", content="x"),
+            "Done.",
+        ],
+        "--mode",
+        "auto",
+        "--yes",
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    run2 = host.run([call("list_dir"), "Done."])
+    assert "planted__" not in run2.stdout
+    host.assert_untouched()
+    assert toml.read_text() == PERSON_TOML, "a write through a symlink rewrote the policy"
+    assert not (host.workspace / ".tiller" / "planted").exists()
