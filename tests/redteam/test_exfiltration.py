@@ -23,6 +23,12 @@ def test_web_fetch_never_reaches_a_loopback_listener(host: Host) -> None:
         f"http://2130706433:{port}/decimal",
         f"http://0.0.0.0:{port}/any",
         f"http://127.0.0.1:{port}/redirect",
+        # Siblings of the spellings.
+        f"http://[::ffff:127.0.0.1]:{port}/mapped",
+        f"http://0x7f000001:{port}/hex",
+        f"http://0177.0.0.1:{port}/octal",
+        f"http://LOCALHOST.:{port}/dot",
+        f"http://example.com@127.0.0.1:{port}/userinfo",
     ]
     done = host.run(
         [*(call("web_fetch", url=url) for url in urls), "Done."],
