@@ -189,11 +189,30 @@ class Host:
         )
 
     def assert_untouched(self) -> None:
+        """Nothing outside the jail changed, and no planted file ran a host process, even
+        once the user runs `git status` in the workspace, as they would after a run."""
+        user_git_status(self.workspace, ceiling=self.tmp)
         assert not self.marker.exists(), "a planted file ran a process on the host"
         assert tree_digest(self.sentinel) == self.before, "something outside the jail changed"
 
     def assert_no_secret_sent(self) -> None:
         assert self.secret not in self.listener.everything(), "the secret reached the listener"
+
+
+def user_git_status(workspace: Path, *, ceiling: Path) -> None:
+    """`git status` in `workspace` as the user runs it (their hooks and fsmonitor on);
+    discovery stops at `ceiling` so no repository above the test is ever read."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
+    subprocess.run(
+        ["git", "status"],
+        cwd=workspace,
+        capture_output=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
