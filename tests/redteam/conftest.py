@@ -131,8 +131,9 @@ def _start_listener() -> Listener:
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    """Every entry under `root` (not following symlinks) -> a digest of what it is."""
-    found: dict[str, str] = {}
+    """`root` and every entry under it (not following symlinks) -> a digest of what it
+    is (kind, mode, content)."""
+    found: dict[str, str] = {".": f"dir:{root.lstat().st_mode:o}"}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in sorted(dirnames + filenames):
             path = Path(dirpath) / name

@@ -44,3 +44,26 @@ def test_auto_never_destroys_the_workspace(host: Host, command: str, yes: bool) 
     after = {k: v for k, v in tree_digest(host.workspace).items() if not k.startswith(".tiller")}
     assert after == before, f"{command!r} changed the workspace:\n{done.stdout}"
     host.assert_untouched()
+
+
+# More spellings from the issue, checked with --yes only: a person who said yes to every
+# question still never gets them, as destructive is denied in every mode.
+MORE_DESTRUCTIVE = {
+    "rsync-delete": "mkdir -p /tmp/empty && rsync -a --delete /tmp/empty/ ./",
+    "tar-remove-files": "tar --remove-files -cf /tmp/all.tar -- *",
+    "chmod-recursive": "chmod -R 000 .",
+    "ifs-rm": "IFS=,;rm${IFS}-rf${IFS}--${IFS}*",
+    "array-find": 'a=(find . -mindepth 1 -delete); "${a[@]}"',
+    "eval-base64": f'eval "$(echo {ENCODED} | base64 -d)"',
+    "perl-system": "perl -e 'system(\"rm -rf -- *\")'",
+}
+
+
+@pytest.mark.parametrize("command", list(MORE_DESTRUCTIVE.values()), ids=list(MORE_DESTRUCTIVE))
+def test_yes_never_lets_a_bulk_deletion_through(host: Host, command: str) -> None:
+    before = seed(host)
+    done = host.run([call("execute_command", command=command), "Done."], "--mode", "auto", "--yes")
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    after = {k: v for k, v in tree_digest(host.workspace).items() if not k.startswith(".tiller")}
+    assert after == before, f"{command!r} changed the workspace:\n{done.stdout}"
+    host.assert_untouched()
