@@ -11,6 +11,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import Host, call
 
 PERSON_TOML = '[interlock]\non_trifecta = "block"\n'
@@ -40,7 +42,10 @@ def approval_ids(output: str) -> list[str]:
     return re.findall(r"tiller approve (ap-[0-9a-f]+)", output)
 
 
-def test_a_planted_tiller_toml_is_never_adopted(host: Host) -> None:
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_a_planted_tiller_toml_is_never_adopted(host: Host, decision: str) -> None:
+    """Whether the person approves or denies the held call, the process that records
+    the decision continues the run: it must do so under the run's pinned policy."""
     toml = host.workspace / "tiller.toml"
     toml.write_text(PERSON_TOML)
     evil = evil_toml(host)
@@ -77,8 +82,9 @@ def test_a_planted_tiller_toml_is_never_adopted(host: Host) -> None:
             }
         )
     )
-    # A person approves the held call, in a new process.
-    approved = host.tiller("approve", held[0])
+    # A person decides the held call, in a new process.
+    reason = ["--reason", "not now"] if decision == "deny" else []
+    approved = host.tiller(decision, held[0], *reason)
     assert approved.returncode in (0, 1), approved.stdout + approved.stderr
     assert not adopted.exists(), "the approving process adopted the planted full_access"
     host.assert_untouched()
