@@ -9,8 +9,9 @@ tree, throw work away, fetch, or push.
   mv, apply, init, stash pop/apply, reset --keep, bisect;
 - destructive (all uncommitted work, for good): reset --hard, clean (but -n),
   checkout / restore of `.` (the whole tree);
-- shell_mutation: checkout -f / -- paths, restore (of some files), switch --discard-changes, stash drop/clear, branch -D, reflog expire,
-  gc --prune, prune, filter-branch, config (setting), `-c` on the command line,
+- shell_mutation: checkout -f / -- paths, restore (of some files), switch
+  --discard-changes, stash drop/clear, branch -D, reflog expire, gc --prune, prune,
+  filter-branch, config (setting), `-c` on the command line,
   difftool, mergetool, `grep -O`, and subcommands tiller does not know (aliases can run
   anything); the commands given to `rebase --exec`, `bisect run` and `difftool --extcmd`
   are classified as parts of their own;
