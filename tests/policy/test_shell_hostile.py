@@ -10,6 +10,7 @@ import pytest
 from tiller.policy._engine import PolicyEngine
 from tiller.policy._risk import RiskClass
 from tiller.policy._shell_risk import classify_command
+from tiller.policy._shell_tree import read_tree
 from tiller.tools._safety import SafetyMode
 from tiller.tools.builtin._shell import execute_command_tool
 
@@ -237,3 +238,45 @@ def test_a_run_protects_its_own_paths() -> None:
     )
     assert decision.kind == "deny"
     assert "policy-check.sh" in decision.reason
+
+
+# ── the second reading: bash's grammar (tree-sitter-bash) ───────────────────────
+
+
+@pytest.mark.parametrize(
+    ("command", "computed"),
+    [
+        ("IFS=,;rm${IFS}-rf${IFS}/", ("rm${IFS}-rf${IFS}/",)),
+        ('a=(find . -delete); "${a[@]}"', ('"${a[@]}"',)),
+        ("ls && ${X:-rm} -rf /", ("${X:-rm}",)),
+        ("f() { $(x) -rf / ; }; f", ("$(x)",)),
+        ("echo $(`echo rm` -rf /)", ("`echo rm`",)),
+        ("$R -rf /", ()),  # a bare variable: the classifier knows literals assigned earlier
+        ("ls -la | wc -l", ()),
+    ],
+)
+def test_the_grammar_finds_computed_program_names(command: str, computed: tuple[str, ...]) -> None:
+    reading = read_tree(command)
+    assert reading.error is None
+    assert reading.computed == computed
+
+
+@pytest.mark.parametrize("command", ["echo 'oops", "a=(1 2", "echo ${x", "ls |"])
+def test_the_grammar_says_where_it_cannot_read(command: str) -> None:
+    assert read_tree(command).error is not None
+
+
+def test_what_the_grammar_cannot_read_is_uncertain_even_if_the_lexer_can() -> None:
+    # bash runs `ls -la`; tree-sitter-bash cannot read a brace expansion as a command.
+    result = classify_command("{ls,-la}")
+    assert result.uncertain is not None and "grammar" in result.uncertain
+    decision = PolicyEngine().decide(
+        "execute_command", {"command": "{ls,-la}"}, SHELL_TOOL, SafetyMode.FULL_ACCESS
+    )
+    assert decision.kind == "ask"
+
+
+def test_a_known_literal_program_is_not_uncertain() -> None:
+    result = classify_command("X=ls; $X -la")
+    assert result.uncertain is None
+    assert result.risk is RiskClass.READ_ONLY

@@ -75,6 +75,7 @@ from ._shell_syntax import (
     Word,
     parse_script,
 )
+from ._shell_tree import read_tree
 
 __all__ = ["ShellPart", "ShellRisk", "classify_command"]
 
@@ -173,7 +174,22 @@ class _Walker:
                 cwds[command.subshells] = _cd(stage.argv, here.cwd)
         if parsed.error is not None:
             self._fault(source, parsed.error)
+        self._second_reading(source, first, parsed.error is None)
         return max((p.risk for p in self.parts[first:]), key=_rank, default=READ)
+
+    def _second_reading(self, source: str, first: int, read: bool) -> None:
+        """What bash's grammar (`_shell_tree`) sees that the reading above did not: text
+        it cannot read, and program names computed when the command runs."""
+        reading = read_tree(source)
+        if reading.error is not None and read:
+            reason = f"{reading.error}, so what bash runs is not known for sure"
+            self.parts.append(ShellPart(_excerpt(source), SHELL, reason, uncertain=reason))
+        if any(part.uncertain for part in self.parts[first:]):
+            return
+        for name in reading.computed:
+            reason = f"runs a program whose name is computed when it runs (`{name}`)"
+            why = f"{reason}: it could be anything, `rm -rf /` included"
+            self.parts.append(ShellPart(_excerpt(source), BOOM, why, uncertain=reason))
 
     def _fault(self, source: str, error: str) -> None:
         self.parsed = False
