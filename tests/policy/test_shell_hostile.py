@@ -108,6 +108,25 @@ SIBLINGS = [
     "bash -c 'cd / && rm -rf *'",
     "env -S 'rm -rf /'",
     "timeout 5 xargs rm -rf",
+    "find . -exec sh -c 'rm \"$1\"' _ {} \\;",
+    "find . -exec env rm {} +",
+    "find . -exec /bin/rm {} +",
+    "git rm -rf .",
+    "git checkout HEAD -- .",
+    "git restore --source=HEAD :/",
+    "awk 'BEGIN{system(\"rm -rf /\")}'",
+    "sed -n '1e rm -rf /' x",
+    "tar -cf /dev/null . --checkpoint=1 --checkpoint-action=exec='rm -rf /'",
+    "zip -r x.zip . -T -TT 'rm -rf /'",
+    "cat x | tee >(sh)",
+    'python3 -c "$(echo aW1wb3J0IHNodXRpbA== | base64 -d)"',
+    "python3 <<EOF\nimport shutil; shutil.rmtree('.')\nEOF",
+    "bash -c \"$(printf 'rm -rf /')\"",
+    'set -- rm -rf /; "$@"',
+    "$1 -rf /",
+    "rm -rf src/..",
+    "rm -rf ./.",
+    "rm -rf -- *",
 ]
 
 NOT_DESTRUCTIVE_BUT_ASKS = [
@@ -200,6 +219,17 @@ PROTECTED_WRITES = [
     "dd if=x of=.git/config",
     "sh -c 'echo x > tiller.toml'",
     "echo x > /ws/tiller.toml",
+    "echo x >| tiller.toml",
+    ": > tiller.toml",
+    "exec 3>tiller.toml; echo x >&3",
+    "echo x > .git//config",
+    "cp -r evil/. .git/hooks",
+    "mv .git .git.bak",
+    "ln -s /etc/passwd tiller.toml",
+    "cd .git; cd hooks; echo x > pre-commit",
+    "git config -f .git/config core.fsmonitor x",
+    "git -c alias.x='!rm -rf /' x",
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0=x git status",
 ]
 
 

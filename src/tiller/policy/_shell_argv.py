@@ -176,6 +176,9 @@ def dangerous_assignment(assignment: str) -> Verdict | None:
     """`NAME=value` changing which code later commands load (`LD_PRELOAD`, `PATH`, ...):
     at least a shell mutation, since it can make a harmless command run anything."""
     name = assignment.partition("=")[0].rstrip("+").partition("[")[0]
-    if name in _LOADER_VARIABLES or name.startswith(("LD_", "DYLD_", "GIT_CONFIG")):
+    if name.startswith(("GIT_CONFIG", "GIT_DIR")):
+        # `GIT_CONFIG_KEY_0=core.fsmonitor`: overrides what `.git/config` makes git run.
+        return Verdict(SHELL, f"sets `{name}`, which changes git's configuration", ".git/config")
+    if name in _LOADER_VARIABLES or name.startswith(("LD_", "DYLD_")):
         return Verdict(SHELL, f"sets `{name}`, which changes what commands run")
     return None

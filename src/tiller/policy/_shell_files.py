@@ -26,6 +26,7 @@ from ._shell_argv import (
     valued,
 )
 from ._shell_paths import Verdict, describe, path_kind, remove_verdict, write_verdict
+from ._shell_programs import code_risk
 
 __all__ = ["FILE_HANDLERS", "READ_ONLY_COMMANDS"]
 
@@ -69,6 +70,18 @@ _CHMOD_DANGER: Final = frozenset(
 )
 #: Programs that delete or wipe what `find -exec` hands them: bulk deletion.
 _DELETERS: Final = frozenset({"rm", "unlink", "rmdir", "shred", "truncate", "wipe", "srm"})
+#: A deleter inside a script `find -exec sh -c '...'` runs on every file it finds.
+_DELETES_IN_SCRIPT: Final = re.compile(
+    r"(?:^|[\s;&|(`\"'])(?:rm|unlink|rmdir|shred|truncate|mkfs|dd)\s"
+)
+
+
+def _runs_commands(name: str, program: str) -> Outcome:
+    """An awk or sed program that runs shell commands (`system(...)`, sed's `e`): tiller
+    does not read them, so it is uncertain, and destructive if they name a deleter."""
+    reason = f"its {name} program runs shell commands tiller does not read"
+    risk = BOOM if _DELETES_IN_SCRIPT.search(program) else SHELL
+    return Outcome(SHELL, reason).unsure(risk, reason)
 
 
 def _writes(targets: list[str], env: Env, verb: str, base: Outcome) -> Outcome:
@@ -214,6 +227,7 @@ def _sed(name: str, args: list[str], env: Env) -> Outcome:
         result.raise_to(Verdict(SHELL, "runs a sed script from a file"))
     if any(_SED_WRITES_OR_RUNS.search(script) for script in scripts):
         result.raise_to(Verdict(SHELL, "its sed script writes files or runs commands (w, e)"))
+        result.raise_to(_runs_commands(name, " ".join(scripts)))
     if opts.has("-i", "--in-place"):
         result.raise_to(Verdict(FILE, f"edits {_shown(files)} in place"))
         _writes(files, env, "edits", result)
@@ -232,7 +246,8 @@ def _awk(name: str, args: list[str], env: Env) -> Outcome:
     if "inplace" in opts.values("-i", "--include"):
         return _writes(opts.positional[1:], env, "edits", Outcome(FILE, "edits files in place"))
     if _AWK_REACHES_OUT.search(program):
-        return Outcome(SHELL, f"its {name} program can run commands or write files")
+        result = Outcome(SHELL, f"its {name} program can run commands or write files")
+        return result.raise_to(_runs_commands(name, program))
     return Outcome(READ, "processes text")
 
 
@@ -259,7 +274,9 @@ def _find(name: str, args: list[str], env: Env) -> Outcome:
             if end > position:
                 argv = tuple(expression[position:end])
                 result.nested.append(Nested(argv=argv, env=under))
-                if posixpath.basename(argv[0]) in _DELETERS:
+                if any(posixpath.basename(word) in _DELETERS for word in argv) or any(
+                    _DELETES_IN_SCRIPT.search(word) for word in argv[1:]
+                ):
                     result.raise_to(
                         Verdict(
                             BOOM,
@@ -297,7 +314,12 @@ def _tar(name: str, args: list[str], env: Env) -> Outcome:
         "-F",
         "--new-volume-script",
     ):
-        return Outcome(SHELL, "runs a program while archiving")
+        commands = " ".join(
+            opts.values("-I", "--use-compress-program", "--to-command", "--checkpoint-action")
+            + opts.values("--info-script", "-F", "--new-volume-script")
+        )
+        verdict = code_risk(name, commands)
+        return Outcome(SHELL, "runs a program while archiving").unsure(verdict.risk, verdict.reason)
     if opts.has("--remove-files"):
         return Outcome(BOOM, "deletes the files it archives (tar --remove-files)")
     if opts.has("-t", "--list") or not opts.has(
@@ -322,7 +344,17 @@ def _tar(name: str, args: list[str], env: Env) -> Outcome:
 
 
 def _archiver(name: str, args: list[str], env: Env) -> Outcome:
-    opts = options(args, valued("-d", "-o", "-S", "--suffix", "-x", "-i"))
+    opts = options(args, valued("-d", "-o", "-S", "--suffix", "-x", "-i", "-TT", "--unzip-command"))
+    if name == "zip" and any(
+        a in ("-TT", "--unzip-command") or a.startswith("--unzip-command=") for a in args
+    ):
+        command = next(
+            (args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-TT", "--unzip-command")), ""
+        )
+        verdict = code_risk(name, command or " ".join(args))
+        return Outcome(SHELL, "runs a command to test the archive (zip -TT)").unsure(
+            verdict.risk, verdict.reason
+        )
     if (
         opts.has("-c", "--stdout", "--to-stdout", "-l", "--list", "-t", "--test", "-Z")
         and name != "zip"

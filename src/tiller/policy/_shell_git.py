@@ -210,6 +210,8 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
         return Outcome(SHELL, f"rewrites or prunes history for good (`git {sub}`)")
     if sub == "update-ref":
         return Outcome(SHELL if opts.has("-d") else FILE, "changes a ref directly")
+    if sub == "rm" and _everything(words):
+        return Outcome(BOOM, "deletes every tracked file (`git rm -r .`)")
     if sub in _GIT_FILE:
         return Outcome(FILE, f"`git {sub}` changes the working tree or the repository")
     if sub in _GIT_NET:

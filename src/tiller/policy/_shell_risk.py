@@ -336,7 +336,8 @@ class _Walker:
                     uncertain="runs code fetched from the network",
                 )
         if not feeding:
-            return None
+            # `tee >(sh)`, a bare `bash`: whatever arrives on its input is the program.
+            return _unreadable("runs what arrives on its input as a program")
         last = feeding[-1]
         if last.argv[:1] and last.argv[0] in _ECHOES and _literal_echo(last):
             return self._literal_program(" ".join(last.argv[1:]), reader, depth, env)
