@@ -9,8 +9,9 @@ import pytest
 
 from tiller.policy._engine import PolicyEngine
 from tiller.policy._risk import RiskClass
+from tiller.policy._shell_parse import parse_script
 from tiller.policy._shell_risk import classify_command
-from tiller.policy._shell_tree import read_tree
+from tiller.policy._shell_tree import parse_tree, read_tree
 from tiller.tools._safety import SafetyMode
 from tiller.tools.builtin._shell import execute_command_tool
 
@@ -310,3 +311,20 @@ def test_a_known_literal_program_is_not_uncertain() -> None:
     result = classify_command("X=ls; $X -la")
     assert result.uncertain is None
     assert result.risk is RiskClass.READ_ONLY
+
+
+def test_the_structure_comes_from_the_parse_tree() -> None:
+    source = "cat <<EOF | sh\nrm -rf x\nEOF\nsleep 1 & f() { ls | wc -l; }"
+    script = parse_script(source, parse_tree(source))
+    shape = [
+        (c.words[0].value if c.words else "", c.pipeline, c.stage, c.background, c.functions)
+        for c in script.commands
+    ]
+    # The here-doc's `| sh` is put back into its pipeline (tree-sitter-bash hangs it on
+    # the redirection); `&` backgrounds `sleep`; `ls | wc` sit in the function `f`.
+    (cat, sh, sleep, ls, wc) = shape
+    assert cat[0] == "cat" and sh[0] == "sh" and cat[1] == sh[1] and (cat[2], sh[2]) == (0, 1)
+    assert sleep[0] == "sleep" and sleep[3] is True
+    assert ls[4] == ("f",) and wc[4] == ("f",) and ls[1] == wc[1] and (ls[2], wc[2]) == (0, 1)
+    assert script.commands[0].redirects[0].heredoc is not None
+    assert script.commands[0].redirects[0].heredoc.body == "rm -rf x"

@@ -1,7 +1,9 @@
 """`classify_command`: the risk class of a shell command line, part by part.
 
 The policy engine needs to know what `execute_command` is about to do before it runs.
-`classify_command` reads the command the way bash would split it (`_shell_syntax`): every
+`classify_command` reads the command the way bash would split it, from bash's grammar
+(tree-sitter-bash: `_shell_parse`, `_shell_tree`; the hand reader `_shell_syntax` only
+where the grammar fails, and then the command is uncertain): every
 simple command in pipelines, lists (`;`, `&&`, `||`, `&`, newlines), subshells, groups,
 loops and function bodies is a *part*, and so is every script the command runs by itself:
 command and process substitutions (`$(...)`, backticks, `<(...)`), `sh -c '...'`,
@@ -64,6 +66,7 @@ from ._risk import RiskClass
 from ._shell_argv import BOOM, PROC, READ, SHELL, SYS, Nested, Outcome, dangerous_assignment
 from ._shell_braces import expand_braces
 from ._shell_commands import CommandRisk, classify_argv
+from ._shell_parse import parse_script
 from ._shell_paths import Env, Verdict, chdir, write_verdict
 from ._shell_programs import code_risk, is_shell
 from ._shell_syntax import (
@@ -73,9 +76,8 @@ from ._shell_syntax import (
     Script,
     Substitution,
     Word,
-    parse_script,
 )
-from ._shell_tree import read_tree
+from ._shell_tree import Parsed, parse_tree, read_tree
 
 __all__ = ["ShellPart", "ShellRisk", "classify_command"]
 
@@ -155,7 +157,8 @@ class _Walker:
         if depth > MAX_DEPTH:
             self._fault(source, f"scripts are nested more than {MAX_DEPTH} deep")
             return SHELL
-        parsed = parse_script(source, depth)
+        tree = parse_tree(source)
+        parsed = parse_script(source, tree, depth)
         if self.top is None:
             self.top = parsed
         for word in parsed.loose:
@@ -174,13 +177,13 @@ class _Walker:
                 cwds[command.subshells] = _cd(stage.argv, here.cwd)
         if parsed.error is not None:
             self._fault(source, parsed.error)
-        self._second_reading(source, first, parsed.error is None)
+        self._second_reading(tree, source, first, parsed.error is None)
         return max((p.risk for p in self.parts[first:]), key=_rank, default=READ)
 
-    def _second_reading(self, source: str, first: int, read: bool) -> None:
+    def _second_reading(self, tree: Parsed, source: str, first: int, read: bool) -> None:
         """What bash's grammar (`_shell_tree`) sees that the reading above did not: text
         it cannot read, and program names computed when the command runs."""
-        reading = read_tree(source)
+        reading = read_tree(tree)
         if reading.error is not None and read:
             reason = f"{reading.error}, so what bash runs is not known for sure"
             self.parts.append(ShellPart(_excerpt(source), SHELL, reason, uncertain=reason))

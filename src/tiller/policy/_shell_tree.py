@@ -31,7 +31,7 @@ from typing import Final
 import tree_sitter
 import tree_sitter_bash
 
-__all__ = ["TreeReading", "read_tree"]
+__all__ = ["Parsed", "TreeReading", "parse_tree", "read_tree"]
 
 #: Nodes that make a command name known only when the command runs.
 _COMPUTING: Final = frozenset(
@@ -92,11 +92,28 @@ def _computes(name: tree_sitter.Node) -> bool:
     return False
 
 
-def read_tree(source: str) -> TreeReading:
-    """Parse `source` as bash and report what the classifier must treat as uncertain
-    (see the module docstring). Never raises."""
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A parse: the text as the bytes the tree's offsets count, and the tree."""
+
+    data: bytes
+    tree: tree_sitter.Tree
+
+    def text(self, node: tree_sitter.Node) -> str:
+        return self.data[node.start_byte : node.end_byte].decode("utf-8", "surrogatepass")
+
+
+def parse_tree(source: str) -> Parsed:
+    """`source` parsed as bash (once; the caller keeps it for every reading)."""
     data = source.encode("utf-8", "surrogatepass")
-    tree = _parser().parse(data)
+    return Parsed(data, _parser().parse(data))
+
+
+def read_tree(source: str | Parsed) -> TreeReading:
+    """Report what the classifier must treat as uncertain in `source` (text, or its
+    parse; see the module docstring). Never raises."""
+    parsed = parse_tree(source) if isinstance(source, str) else source
+    data, tree = parsed.data, parsed.tree
     error: str | None = None
     computed: list[str] = []
     stack = [tree.root_node]
