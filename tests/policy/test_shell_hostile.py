@@ -128,6 +128,9 @@ SIBLINGS = [
     "rm -rf src/..",
     "rm -rf ./.",
     "rm -rf -- *",
+    'find . -type f | while read f; do rm "$f"; done',
+    'for f in *; do rm "$f"; done',
+    "for f in $(git ls-files); do truncate -s 0 $f; done",
 ]
 
 NOT_DESTRUCTIVE_BUT_ASKS = [

@@ -32,6 +32,7 @@ __all__ = ["parse_script"]
 
 _LOOSE_FIELDS: Final = frozenset({"value", "variable", "name"})
 _SKIPPED: Final = frozenset({"comment", "heredoc_body", "heredoc_end", "heredoc_start"})
+_LOOPS: Final = frozenset({"for_statement", "c_style_for_statement", "while_statement"})
 _BLOCKS: Final = frozenset(
     {
         "if_statement", "elif_clause", "else_clause", "while_statement", "for_statement",
@@ -47,6 +48,7 @@ class _Where:
 
     functions: tuple[str, ...] = ()
     subshells: tuple[int, ...] = ()
+    repeats: bool = False
 
 
 class _Builder:
@@ -141,6 +143,9 @@ class _Builder:
             arith = self.text(node)[2:-2]
             subs = Lexer(arith, 0, self.depth).scan_expansions()
             command.words = [Word(self.text(node), arith, dynamic=True, substitutions=tuple(subs))]
+        elif kind in _LOOPS:
+            self.script.compound = True
+            self.block(node, replace(where, repeats=True))
         elif kind in _BLOCKS or kind not in _SKIPPED:
             self.script.compound = True
             self.block(node, where)
@@ -223,6 +228,7 @@ class _Builder:
             pipeline=self.pipeline,
             functions=where.functions,
             subshells=where.subshells,
+            repeats=where.repeats,
         )
         self.script.commands.append(command)
         return command

@@ -59,6 +59,7 @@ The boundary is the sandbox (`bwrap`, DESIGN §11) the command runs in.
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -83,6 +84,7 @@ __all__ = ["ShellPart", "ShellRisk", "classify_command"]
 
 _EXCERPT: Final = 120
 _ECHOES: Final = frozenset({"echo", "printf"})
+_DELETERS: Final = frozenset({"rm", "unlink", "rmdir", "shred", "truncate", "srm", "wipe"})
 _DECLARING: Final = frozenset({"export", "declare", "typeset", "local", "readonly"})
 
 
@@ -240,6 +242,11 @@ class _Walker:
                 result.raise_to(write_verdict(redirect.target.value, env))
         if command.background:
             result.raise_to(Verdict(PROC, "runs in the background"))
+        if command.repeats and computed and argv and posixpath.basename(argv[0]) in _DELETERS:
+            # `for f in *; do rm "$f"; done`, `find | while read f; do rm "$f"; done`.
+            result.raise_to(
+                Verdict(BOOM, f"removes a path that changes on every pass of a loop (`{argv[0]}`)")
+            )
         if argv and argv[0] in command.functions and (command.in_pipeline or command.background):
             result.raise_to(
                 Verdict(BOOM, f"a fork bomb: `{argv[0]}` keeps starting copies of itself")

@@ -75,6 +75,8 @@ class Command:
     functions: tuple[str, ...] = ()
     subshells: tuple[int, ...] = ()
     kind: Literal["simple", "test", "arith"] = "simple"
+    #: Inside a `for`, `while`, `until` or `select` body: it runs once per pass.
+    repeats: bool = False
 
     @property
     def in_pipeline(self) -> bool:
