@@ -135,7 +135,13 @@ class TillerConfig:
             run_ctx.tools.safety.set(self.mode)
         updated = run_ctx.with_interlock(self.interlock).with_hooks(run_ctx.hooks.merge(self.hooks))
         if self.rules is not None:
-            updated = updated.with_policy(PolicyEngine(self.rules, workspace=run_ctx.tools.root))
+            updated = updated.with_policy(
+                PolicyEngine(
+                    self.rules,
+                    workspace=run_ctx.tools.root,
+                    protected=run_ctx.tools.protected,
+                )
+            )
         if self.outbox:
             updated = updated.with_outbox(OutboxRoute(self.outbox))
         if self.subagents is not None:

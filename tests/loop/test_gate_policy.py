@@ -163,7 +163,7 @@ async def test_auto_mode_asks_the_classifier_and_it_can_only_allow_or_escalate(
     judge = ScriptedModel(["ALLOW", "ESCALATE: this deletes the build on a shared host"])
     ctx = RunContext.sandboxed(workspace, Callback(person)).with_classifier(AutoClassifier(judge))
     ctx.tools.safety.set(SafetyMode.AUTO)
-    commands = ["python3 -c 'print(1)'", "make clean"]
+    commands = ["sh -c 'echo 1'", "make clean"]
     model = ScriptedModel(
         [
             *(

@@ -70,9 +70,6 @@ CASES: list[tuple[str, RiskClass]] = [
     ("cp a b", FILE),
     ("mv old new", FILE),
     ("tar xzf dist.tgz", FILE),
-    ("xargs rm", FILE),
-    ("find . -name '*.pyc' -delete", FILE),
-    ("find . -name __pycache__ -exec rm -rf {} +", FILE),
     ("git checkout main", FILE),
     ("git merge feature", FILE),
     ("chmod +x run.sh", FILE),
@@ -88,12 +85,10 @@ CASES: list[tuple[str, RiskClass]] = [
     ("./run.sh", SHELL),
     ("./ls", SHELL),
     ("LD_PRELOAD=./evil.so ls", SHELL),
-    ("git reset --hard", SHELL),
-    ("git clean -fdx", SHELL),
-    ("git checkout -- .", SHELL),
+    ("git checkout -- a.py", SHELL),
+    ("git restore a.py", SHELL),
     ("git -c core.fsmonitor=evil status", SHELL),
     ("git config core.hooksPath hooks", SHELL),
-    ("$CMD --flag", SHELL),
     ("echo 'unterminated", SHELL),
     ('echo "unterminated', SHELL),
     ("echo $(ls", SHELL),
@@ -215,6 +210,14 @@ CASES: list[tuple[str, RiskClass]] = [
     ("chown -R me ~", BOOM),
     ("mv ~ /tmp/home", BOOM),
     ("kill -9 -1", BOOM),
+    # issue 13: bulk deletion in any spelling, and a program name computed when it runs
+    ("xargs rm", BOOM),
+    ("find . -name '*.pyc' -delete", BOOM),
+    ("find . -name __pycache__ -exec rm -rf {} +", BOOM),
+    ("git reset --hard", BOOM),
+    ("git clean -fdx", BOOM),
+    ("git checkout -- .", BOOM),
+    ("$CMD --flag", BOOM),
     ("git status; rm -rf /", BOOM),
     ("ls | sh -c 'rm -rf ~'", BOOM),
     # what bash does before running a word: escapes, braces, globs, variables, `cd`
@@ -292,7 +295,7 @@ def test_wrappers_are_stripped_in_the_part_command() -> None:
 def test_find_exec_names_the_command_it_runs() -> None:
     result = classify_command("find / -name core -exec rm {} +")
     assert [(p.text, p.risk) for p in result.parts] == [
-        ("find / -name core -exec rm {} +", READ),
+        ("find / -name core -exec rm {} +", BOOM),
         ("rm {}", BOOM),
     ]
 

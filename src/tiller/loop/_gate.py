@@ -92,7 +92,7 @@ class Gate:
         self._engine = (
             run_ctx.policy
             if run_ctx.policy is not None
-            else PolicyEngine(workspace=run_ctx.tools.root)
+            else PolicyEngine(workspace=run_ctx.tools.root, protected=run_ctx.tools.protected)
         )
         approver = run_ctx.approver
         # A resume's decisions answer their own calls; any other call goes on as in any

@@ -23,7 +23,16 @@ and synchronous: no I/O, no model, no clock.
 A tool declaring a risk that is not a `RiskClass` is denied with a message saying so.
 
 **2. Destructive is denied**, in every mode, before any rule: the reason names the part
-of the command that was dangerous.
+of the command that was dangerous. So is a shell command that writes, removes or
+changes a **protected path** (`protected`: by default the jail's `PROTECTED_PATHS` —
+`tiller.toml`, `.tiller/`, `.git/config`, `.git/hooks/`, ...; a run passes its own,
+with its hook scripts), whatever the mode and the rules say (law 11): a redirection, a
+`tee`/`cp`/`mv`/`ln`/`install`/`touch`/`sed -i`/`rm`/`chmod` target, a `git config`
+write to the repository's config, `git -c core.fsmonitor=...`.
+
+The shell classifier is a risk estimate over a parse of the command, not a boundary:
+what it cannot see (a path built when the command runs, a script on disk) the sandbox
+(`bwrap`, which binds the protected paths read-only) still stops.
 
 **3. User rules** (`PolicyRules`, `_rules`), first match wins: `deny` denies; `ask` asks
 (or keeps the mode's answer if that is stricter: Deny in `read_only` mode); `allow`
@@ -46,15 +55,26 @@ ask) and never widens `read_only` mode (anything but a read-only call is still d
 
 The floors hold in every mode: external access (writes to other systems, MCP tools,
 pushes, uploads) and system installs always reach a person.
+
+**5. Uncertain is never allowed.** A shell command the classifier cannot read (a program
+name computed when it runs, code given to an interpreter, decoded text run as a script,
+text it could not parse; `ShellRisk.uncertain`) is rated the highest risk it could be
+(destructive where it could delete, so denied), and where the mode or a rule would
+allow it or let the auto classifier vet it, it asks a person instead — in `full_access`
+too (law 12: where risk is uncertain, the answer is Ask).
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import PurePosixPath
 from typing import Any, Final
 
+from ..tools._jail import PROTECTED_PATHS
 from ..tools._safety import SafetyMode
 from ..tools._tool import ToolError
 from ..tools.builtin._diff import parse_patch
@@ -153,18 +173,53 @@ def _invalid_risk(tool_name: str, tool: Any) -> str | None:
     return None
 
 
+def _workspace_parts(path: str, workspace: str | None) -> tuple[str, ...] | None:
+    """`path` (as a command wrote it) as parts relative to the workspace root, or `None`
+    when it lies outside it or is only known when the command runs."""
+    if not path or path.startswith(("~", "$")) or "`" in path:
+        return None
+    norm = posixpath.normpath(path)
+    if norm.startswith("/"):
+        if workspace is None:
+            return None
+        root = posixpath.normpath(workspace)
+        if norm != root and not norm.startswith(root.rstrip("/") + "/"):
+            return None
+        norm = posixpath.relpath(norm, root)
+    if norm == "." or norm == ".." or norm.startswith("../"):
+        return None
+    return PurePosixPath(norm).parts
+
+
+def _never_allow_uncertain(decision: PolicyDecision, why: str) -> PolicyDecision:
+    """Law 12: an uncertain command is never allowed, nor left to the auto classifier."""
+    if decision.kind in (_A, _C):
+        return PolicyDecision.ask(
+            decision.risk,
+            f"uncertain, so a person decides in every mode: {why} ({decision.reason})",
+        )
+    return decision
+
+
 class PolicyEngine:
     """Decides one call at a time from its risk, the live safety mode and the user's
     `rules` (see the module docstring). `workspace`, the directory shell commands run
-    in, lets the shell classifier count absolute paths inside it as inside."""
+    in, lets the shell classifier count absolute paths inside it as inside; `protected`
+    are the paths (relative to the workspace, as in `ToolCtx.protected`) no shell command
+    may write."""
 
-    __slots__ = ("_rules", "_workspace")
+    __slots__ = ("_protected", "_rules", "_workspace")
 
     def __init__(
-        self, rules: PolicyRules | None = None, *, workspace: str | os.PathLike[str] | None = None
+        self,
+        rules: PolicyRules | None = None,
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        protected: tuple[str, ...] = PROTECTED_PATHS,
     ) -> None:
         self._rules = rules if rules is not None else PolicyRules()
         self._workspace = os.fspath(workspace) if workspace is not None else None
+        self._protected = tuple(PurePosixPath(p).parts for p in protected)
 
     @property
     def rules(self) -> PolicyRules:
@@ -225,9 +280,18 @@ class PolicyEngine:
             return PolicyDecision.deny(R.EXTERNAL_ACCESS, invalid)
         call = self.assess(tool_name, arguments, tool)
         if call.risk is R.DESTRUCTIVE:
+            uncertain = "" if call.shell is None or call.shell.uncertain is None else "uncertain, "
             return PolicyDecision.deny(
-                call.risk, f"destructive, so denied in every mode: {call.reason}"
+                call.risk, f"{uncertain}destructive, so denied in every mode: {call.reason}"
             )
+        if call.shell is not None:
+            hit = self._protected_write(call.shell)
+            if hit is not None:
+                return PolicyDecision.deny(
+                    call.risk,
+                    f"writes `{hit}`, a protected path no command may change in any mode: "
+                    f"{call.reason}",
+                )
         command = arguments.get("command") if tool_name == _SHELL else None
         match = self._rules.first_match(
             tool_name,
@@ -236,8 +300,12 @@ class PolicyEngine:
             paths=call.paths,
         )
         if match is not None:
-            return self._by_rule(match[0], match[1], call, mode)
-        return self._by_mode(call, mode)
+            decision = self._by_rule(match[0], match[1], call, mode)
+        else:
+            decision = self._by_mode(call, mode)
+        if call.shell is not None and call.shell.uncertain is not None:
+            return _never_allow_uncertain(decision, call.shell.uncertain)
+        return decision
 
     # ── internals ────────────────────────────────────────────────────────────────
 
@@ -250,6 +318,19 @@ class PolicyEngine:
         if arguments.get("background") is True and risk.rank < R.PROCESS.rank:
             risk, reason = R.PROCESS, f"runs in the background: {command}"
         return CallRisk(risk, reason, shell=shell)
+
+    def _protected_write(self, shell: ShellRisk) -> str | None:
+        """The first path the command writes that a protected path covers (or that holds
+        one: `mv .git x`), or `None`."""
+        for written in shell.writes:
+            parts = _workspace_parts(written, self._workspace)
+            if parts is None:
+                continue
+            for protected in self._protected:
+                size = min(len(parts), len(protected))
+                if size and all(fnmatchcase(protected[i], parts[i]) for i in range(size)):
+                    return written
+        return None
 
     def _by_mode(self, call: CallRisk, mode: SafetyMode) -> PolicyDecision:
         kind = _MODE_TABLE[mode][call.risk]

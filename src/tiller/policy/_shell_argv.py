@@ -61,12 +61,28 @@ class Outcome:
     nested: list[Nested] = field(default_factory=list)
     runs_code: bool = False
     reads_script: bool = False
+    #: Why tiller cannot tell what it does (a computed program name, code given to an
+    #: interpreter): the risk is then the highest it could be, and it is never allowed
+    #: without a person.
+    uncertain: str | None = None
+    #: Paths it writes, removes or changes, as written (for the protected paths).
+    writes: list[str] = field(default_factory=list)
 
     def raise_to(self, other: Verdict | Outcome | None) -> Outcome:
         """Take `other`'s risk and reason if it is riskier; returns self."""
         if other is not None and other.risk.rank > self.risk.rank:
             self.risk, self.reason = other.risk, other.reason
+        if isinstance(other, Verdict) and other.written is not None:
+            self.writes.append(other.written)
+        if isinstance(other, Outcome):
+            self.uncertain = self.uncertain or other.uncertain
+            self.writes.extend(other.writes)
         return self
+
+    def unsure(self, risk: RiskClass, reason: str) -> Outcome:
+        """Mark it uncertain (`reason`), at least at `risk`; returns self."""
+        self.uncertain = self.uncertain or reason
+        return self.raise_to(Verdict(risk, reason))
 
 
 #: A command's handler: (its name, its arguments, where it runs) -> its risk.
@@ -160,6 +176,9 @@ def dangerous_assignment(assignment: str) -> Verdict | None:
     """`NAME=value` changing which code later commands load (`LD_PRELOAD`, `PATH`, ...):
     at least a shell mutation, since it can make a harmless command run anything."""
     name = assignment.partition("=")[0].rstrip("+").partition("[")[0]
-    if name in _LOADER_VARIABLES or name.startswith(("LD_", "DYLD_", "GIT_CONFIG")):
+    if name.startswith(("GIT_CONFIG", "GIT_DIR")):
+        # `GIT_CONFIG_KEY_0=core.fsmonitor`: overrides what `.git/config` makes git run.
+        return Verdict(SHELL, f"sets `{name}`, which changes git's configuration", ".git/config")
+    if name in _LOADER_VARIABLES or name.startswith(("LD_", "DYLD_")):
         return Verdict(SHELL, f"sets `{name}`, which changes what commands run")
     return None

@@ -20,9 +20,9 @@ The choices, command family by command family:
 - **shell mutation**: running programs whose effect tiller cannot see: interpreters
   (`python -c`, `node -e`), test runners and build tools (`pytest`, `make`, `npm test`,
   `cargo build`), shells running scripts, and every command tiller does not know. Git
-  operations that throw away uncommitted work for good (`reset --hard`, `clean -f`,
-  `checkout -- .`, `restore`, `stash drop`, `branch -D`) are here too: not destructive (a
-  person may approve them), but never allowed without a look in `auto`.
+  operations that throw away some uncommitted work (`checkout -- file`, `restore file`,
+  `stash drop`, `branch -D`) are here too: a person may approve them, but `auto` never
+  lets them through unvetted.
 - **network**: reading from the network: `curl`/`wget` GETs, `git fetch/pull/clone`,
   `ping`, `dig`, project-local installs (`npm install`, `uv add`, `go get`).
 - **process**: `kill`, `pkill`, `killall`, `systemctl start/stop`, `nohup`, `setsid`,
@@ -37,9 +37,19 @@ The choices, command family by command family:
   a shell (`curl ... | sh`).
 - **destructive**: irreversible damage no approval should wave through: recursive
   removal of `/`, `~`, `*`, `.`, `..` or anything outside the workspace, removal of
-  system files, `find / -delete`, `shred`, `mkfs`, `dd of=/dev/...`, writes to block
-  devices, `chmod -R`/`chown -R` on system paths or outside the workspace, `kill -9 -1`,
-  and fork bombs (decided by the classifier, which sees function bodies).
+  system files, and bulk deletion in any spelling (`rm *`, `find -delete`, `find -exec
+  rm`, `xargs rm`, `rsync --delete`, `tar --remove-files`, `truncate` of a glob,
+  `git clean -f`, `git reset --hard`, `git checkout -- .`, `git restore .`), `shred`,
+  `mkfs`, `dd of=...`, writes to block devices, `chmod -R`/`chown -R` on the whole
+  workspace, system paths or outside it, `kill -9 -1`, and fork bombs (decided by the
+  classifier, which sees function bodies).
+
+**Uncertain** (`CommandRisk.uncertain`): what tiller cannot read is rated the highest
+risk it could be. A program name computed when the command runs (`$(echo rm) -rf /`,
+`"${a[@]}"`, `rm${IFS}-rf`, `$CMD`) or code read from `xargs`' input could be anything,
+so it is destructive; code given to an interpreter (`python -c`, `perl -e`, `node -e`)
+is as risky as what its text mentions (`_shell_programs.code_risk`); the engine never
+allows an uncertain command without a person.
 """
 
 from __future__ import annotations
@@ -89,6 +99,8 @@ class CommandRisk:
     nested: tuple[Nested, ...] = ()
     runs_code: bool = False
     reads_script: bool = False
+    uncertain: str | None = None
+    writes: tuple[str, ...] = ()
 
 
 # ── wrappers ─────────────────────────────────────────────────────────────────────
@@ -347,7 +359,13 @@ def _by_pattern(pattern: str, args: list[str], env: Env) -> Outcome:
 def _command(args: list[str], env: Env) -> Outcome:
     word = args[0]
     if _is_dynamic(word):
-        return Outcome(SHELL, f"runs a command chosen only when it runs (`{word}`)", runs_code=True)
+        # `$(echo rm) -rf /`, `${IFS}` tricks, `"${a[@]}"`: the program is computed when
+        # the command runs, so it could be `rm -rf /`.
+        return Outcome(SHELL, "", runs_code=True).unsure(
+            BOOM,
+            f"runs a program whose name is computed when it runs (`{word}`): "
+            "it could be anything, `rm -rf /` included",
+        )
     if _GLOB & set(posixpath.basename(word)):
         return _by_pattern(posixpath.basename(word), args[1:], env)
     return _named(word, args[1:], env)
@@ -406,6 +424,9 @@ def classify_argv(argv: Sequence[str], env: Env | None = None) -> CommandRisk:
         args = unwrapped.rest
     if result is None:
         result = _command(args, env) if args else Outcome(READ, "runs nothing")
+    if env.unknown_targets and (result.runs_code or result.reads_script):
+        # `xargs sh`, `xargs -I{} sh -c {}`: the code comes from the input.
+        result.unsure(BOOM, f"runs code read from its input (`{' '.join(args[:2])}`)")
     result.raise_to(floor)
     return CommandRisk(
         result.risk,
@@ -414,4 +435,6 @@ def classify_argv(argv: Sequence[str], env: Env | None = None) -> CommandRisk:
         tuple(result.nested),
         result.runs_code,
         result.reads_script,
+        result.uncertain,
+        tuple(result.writes),
     )

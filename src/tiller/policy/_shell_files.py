@@ -7,6 +7,7 @@ find the targets in each command's arguments.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Final
 
@@ -25,6 +26,7 @@ from ._shell_argv import (
     valued,
 )
 from ._shell_paths import Verdict, describe, path_kind, remove_verdict, write_verdict
+from ._shell_programs import code_risk
 
 __all__ = ["FILE_HANDLERS", "READ_ONLY_COMMANDS"]
 
@@ -61,6 +63,25 @@ _CHMOD_MODE: Final = re.compile(r"[0-7]{1,4}|[ugoa]*[-+=][rwxXstugo]*(,[ugoa]*[-
 
 
 _FIND_OPS: Final = frozenset({"(", ")", "!", ","})
+_GLOB: Final = frozenset("*?[")
+#: Where a recursive `chmod`/`chown` ruins more than a person can repair by hand.
+_CHMOD_DANGER: Final = frozenset(
+    {"workspace", "outside", "unknown", "home", "system", "root", "device"}
+)
+#: Programs that delete or wipe what `find -exec` hands them: bulk deletion.
+_DELETERS: Final = frozenset({"rm", "unlink", "rmdir", "shred", "truncate", "wipe", "srm"})
+#: A deleter inside a script `find -exec sh -c '...'` runs on every file it finds.
+_DELETES_IN_SCRIPT: Final = re.compile(
+    r"(?:^|[\s;&|(`\"'])(?:rm|unlink|rmdir|shred|truncate|mkfs|dd)\s"
+)
+
+
+def _runs_commands(name: str, program: str) -> Outcome:
+    """An awk or sed program that runs shell commands (`system(...)`, sed's `e`): tiller
+    does not read them, so it is uncertain, and destructive if they name a deleter."""
+    reason = f"its {name} program runs shell commands tiller does not read"
+    risk = BOOM if _DELETES_IN_SCRIPT.search(program) else SHELL
+    return Outcome(SHELL, reason).unsure(risk, reason)
 
 
 def _writes(targets: list[str], env: Env, verb: str, base: Outcome) -> Outcome:
@@ -80,9 +101,9 @@ def _rm(name: str, args: list[str], env: Env) -> Outcome:
     if opts.has("--no-preserve-root"):
         return Outcome(BOOM, "removes files with --no-preserve-root")
     if env.unknown_targets:
-        if recursive:
-            return Outcome(BOOM, "recursively removes paths read from its input")
-        return Outcome(FILE, "removes paths read from its input")
+        # `find . | xargs rm`: every path the input names, so bulk deletion.
+        how = "recursively removes" if recursive else "removes"
+        return Outcome(BOOM, f"{how} every path read from its input")
     result = Outcome(FILE, f"removes {_shown(opts.positional)}")
     for target in opts.positional:
         result.raise_to(remove_verdict(target, env, recursive=recursive))
@@ -93,6 +114,8 @@ def _truncate(name: str, args: list[str], env: Env) -> Outcome:
     opts = options(args, valued("-s", "--size", "-r", "--reference"))
     result = Outcome(FILE, f"truncates {_shown(opts.positional)}")
     for target in opts.positional:
+        if _GLOB & set(target) or env.unknown_targets:
+            result.raise_to(Verdict(BOOM, f"truncates every file `{target}` matches", target))
         result.raise_to(remove_verdict(target, env, recursive=False, verb="truncates"))
     return result
 
@@ -101,7 +124,10 @@ def _dd(name: str, args: list[str], env: Env) -> Outcome:
     result = Outcome(READ, "copies its input to its output")
     for arg in args:
         if arg.startswith("of="):
-            result.raise_to(write_verdict(arg[3:], env))
+            verdict = write_verdict(arg[3:], env)
+            if verdict.risk is not READ:  # `of=/dev/null` discards
+                verdict = Verdict(BOOM, f"overwrites `{arg[3:]}` block by block", verdict.written)
+            result.raise_to(verdict)
     return result
 
 
@@ -118,7 +144,8 @@ def _chmod(name: str, args: list[str], env: Env) -> Outcome:
     result = Outcome(FILE, f"{verb} {_shown(targets)}")
     for target in targets:
         kind = path_kind(target, env)
-        if recursive and kind in ("outside", "unknown", "home", "system", "root", "device"):
+        result.raise_to(Verdict(READ, "", write_verdict(target, env).written))
+        if recursive and kind in _CHMOD_DANGER:
             result.raise_to(Verdict(BOOM, f"recursively {verb} `{target}`, {describe(kind)}"))
         elif kind in ("system", "root", "device"):
             result.raise_to(Verdict(SYS, f"{verb} `{target}`, {describe(kind)}"))
@@ -144,6 +171,7 @@ def _copy(name: str, args: list[str], env: Env) -> Outcome:
     _writes(dests, env, verbs[name], result)
     if name == "mv":
         for source in sources:
+            result.raise_to(Verdict(READ, "", write_verdict(source, env).written))
             kind = path_kind(source, env)
             if kind in ("root", "home", "system", "device"):
                 result.raise_to(Verdict(BOOM, f"moves `{source}` away, {describe(kind)}"))
@@ -199,6 +227,7 @@ def _sed(name: str, args: list[str], env: Env) -> Outcome:
         result.raise_to(Verdict(SHELL, "runs a sed script from a file"))
     if any(_SED_WRITES_OR_RUNS.search(script) for script in scripts):
         result.raise_to(Verdict(SHELL, "its sed script writes files or runs commands (w, e)"))
+        result.raise_to(_runs_commands(name, " ".join(scripts)))
     if opts.has("-i", "--in-place"):
         result.raise_to(Verdict(FILE, f"edits {_shown(files)} in place"))
         _writes(files, env, "edits", result)
@@ -217,7 +246,8 @@ def _awk(name: str, args: list[str], env: Env) -> Outcome:
     if "inplace" in opts.values("-i", "--include"):
         return _writes(opts.positional[1:], env, "edits", Outcome(FILE, "edits files in place"))
     if _AWK_REACHES_OUT.search(program):
-        return Outcome(SHELL, f"its {name} program can run commands or write files")
+        result = Outcome(SHELL, f"its {name} program can run commands or write files")
+        return result.raise_to(_runs_commands(name, program))
     return Outcome(READ, "processes text")
 
 
@@ -242,16 +272,27 @@ def _find(name: str, args: list[str], env: Env) -> Outcome:
             while end < len(expression) and expression[end] not in (";", "+"):
                 end += 1
             if end > position:
-                result.nested.append(Nested(argv=tuple(expression[position:end]), env=under))
+                argv = tuple(expression[position:end])
+                result.nested.append(Nested(argv=argv, env=under))
+                if any(posixpath.basename(word) in _DELETERS for word in argv) or any(
+                    _DELETES_IN_SCRIPT.search(word) for word in argv[1:]
+                ):
+                    result.raise_to(
+                        Verdict(
+                            BOOM,
+                            f"deletes everything it finds under {_shown(roots)} "
+                            f"(`{token} {argv[0]}`)",
+                        )
+                    )
             position = end + 1
         elif token == "-delete":
+            # Bulk deletion whatever the filter: `-name '*'` matches everything too.
             kind = path_kind("{}", under)
-            if kind in ("outside", "unknown", "home", "system", "root", "device"):
-                result.raise_to(
-                    Verdict(BOOM, f"deletes what it finds under {_shown(roots)}, {describe(kind)}")
+            result.raise_to(
+                Verdict(
+                    BOOM, f"deletes everything it finds under {_shown(roots)}, {describe(kind)}"
                 )
-            else:
-                result.raise_to(Verdict(FILE, f"deletes what it finds under {_shown(roots)}"))
+            )
         elif token in ("-fprint", "-fprint0", "-fls", "-fprintf") and position < len(expression):
             _writes([expression[position]], env, "writes", result)
             position += 2 if token == "-fprintf" else 1
@@ -273,7 +314,14 @@ def _tar(name: str, args: list[str], env: Env) -> Outcome:
         "-F",
         "--new-volume-script",
     ):
-        return Outcome(SHELL, "runs a program while archiving")
+        commands = " ".join(
+            opts.values("-I", "--use-compress-program", "--to-command", "--checkpoint-action")
+            + opts.values("--info-script", "-F", "--new-volume-script")
+        )
+        verdict = code_risk(name, commands)
+        return Outcome(SHELL, "runs a program while archiving").unsure(verdict.risk, verdict.reason)
+    if opts.has("--remove-files"):
+        return Outcome(BOOM, "deletes the files it archives (tar --remove-files)")
     if opts.has("-t", "--list") or not opts.has(
         "-x",
         "--extract",
@@ -296,7 +344,17 @@ def _tar(name: str, args: list[str], env: Env) -> Outcome:
 
 
 def _archiver(name: str, args: list[str], env: Env) -> Outcome:
-    opts = options(args, valued("-d", "-o", "-S", "--suffix", "-x", "-i"))
+    opts = options(args, valued("-d", "-o", "-S", "--suffix", "-x", "-i", "-TT", "--unzip-command"))
+    if name == "zip" and any(
+        a in ("-TT", "--unzip-command") or a.startswith("--unzip-command=") for a in args
+    ):
+        command = next(
+            (args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-TT", "--unzip-command")), ""
+        )
+        verdict = code_risk(name, command or " ".join(args))
+        return Outcome(SHELL, "runs a command to test the archive (zip -TT)").unsure(
+            verdict.risk, verdict.reason
+        )
     if (
         opts.has("-c", "--stdout", "--to-stdout", "-l", "--list", "-t", "--test", "-Z")
         and name != "zip"

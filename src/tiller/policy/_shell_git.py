@@ -7,24 +7,30 @@ tree, throw work away, fetch, or push.
   remote add, reset (soft or mixed), restore --staged;
 - file_mutation: checkout and switch (to a branch), merge, rebase, cherry-pick, revert, rm,
   mv, apply, init, stash pop/apply, reset --keep, bisect;
-- shell_mutation: reset --hard, clean (but -n), checkout -f / -- paths / `.`, restore (the
-  working tree), switch --discard-changes, stash drop/clear, branch -D, reflog expire,
-  gc --prune, prune, filter-branch, config (setting), `-c` on the command line,
+- destructive (all uncommitted work, for good): reset --hard, clean (but -n),
+  checkout / restore of `.` (the whole tree);
+- shell_mutation: checkout -f / -- paths, restore (of some files), switch
+  --discard-changes, stash drop/clear, branch -D, reflog expire, gc --prune, prune,
+  filter-branch, config (setting), `-c` on the command line,
   difftool, mergetool, `grep -O`, and subcommands tiller does not know (aliases can run
   anything); the commands given to `rebase --exec`, `bisect run` and `difftool --extcmd`
   are classified as parts of their own;
 - network: fetch, pull, clone, ls-remote, remote update, submodule update;
 - external_access: push (forced or not), send-email, lfs push.
 
-Throwing uncommitted work away is a shell mutation rather than destructive: it stays
-inside the project, so a person may approve it, but `auto` never lets it through unvetted.
+Throwing some uncommitted work away is a shell mutation: a person may approve it, but
+`auto` never lets it through unvetted. Throwing all of it away is bulk deletion.
+`git config` writes to the repository's config (and `git -c` of a key that makes git run
+a program) count as writing `.git/config`, a protected path the engine denies.
 """
 
 from __future__ import annotations
 
+import posixpath
 from typing import Final
 
 from ._shell_argv import (
+    BOOM,
     EXT,
     FILE,
     LOW,
@@ -39,6 +45,7 @@ from ._shell_argv import (
     options,
     valued,
 )
+from ._shell_paths import Verdict
 
 __all__ = ["GIT_HANDLERS"]
 
@@ -145,7 +152,11 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
         )
         if not setting and (verb in ("get", "list") or getting or len(words) <= 1):
             return Outcome(READ, "reads git configuration")
-        return Outcome(SHELL, "changes git configuration, which can make git run programs")
+        result = Outcome(SHELL, "changes git configuration, which can make git run programs")
+        if opts.has("--global", "--system"):
+            return result
+        target = opts.value("-f", "--file") or ".git/config"
+        return result.raise_to(Verdict(SHELL, result.reason, target))
     if sub == "stash":
         verb = verb or "push"
         if verb in ("list", "show"):
@@ -170,24 +181,28 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
         return Outcome(NET, "fetches or changes submodules")
     if sub == "reset":
         if opts.has("--hard"):
-            return Outcome(SHELL, "discards uncommitted work for good (`git reset --hard`)")
+            return Outcome(BOOM, "discards all uncommitted work for good (`git reset --hard`)")
         if opts.has("--keep", "--merge"):
             return Outcome(FILE, "moves the branch and updates the working tree")
         return Outcome(LOW, "moves the branch or unstages changes")
     if sub == "clean":
         if opts.has("-n", "--dry-run"):
             return Outcome(READ, "lists untracked files it would delete")
-        return Outcome(SHELL, "deletes untracked files for good (`git clean`)")
+        return Outcome(BOOM, "deletes untracked files in bulk, for good (`git clean`)")
     if sub in ("checkout", "switch"):
         discards = opts.has(
             "-f", "--force", "--discard-changes", "-p", "--patch", "--ours", "--theirs"
         )
-        if discards or "--" in rest or "." in words:
+        if _everything(words):
+            return Outcome(BOOM, f"discards all uncommitted changes for good (`git {sub} .`)")
+        if discards or "--" in rest:
             return Outcome(SHELL, f"discards uncommitted changes (`git {sub}`)")
         return Outcome(FILE, f"switches the working tree (`git {sub}`)")
     if sub == "restore":
         if opts.has("--staged", "-S") and not opts.has("--worktree", "-W"):
             return Outcome(LOW, "unstages changes")
+        if _everything(words):
+            return Outcome(BOOM, "discards all uncommitted changes for good (`git restore .`)")
         return Outcome(SHELL, "discards uncommitted changes to files for good (`git restore`)")
     if sub in ("filter-branch", "filter-repo", "prune") or (
         sub == "gc" and any(a.startswith("--prune") for a in rest)
@@ -195,6 +210,8 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
         return Outcome(SHELL, f"rewrites or prunes history for good (`git {sub}`)")
     if sub == "update-ref":
         return Outcome(SHELL if opts.has("-d") else FILE, "changes a ref directly")
+    if sub == "rm" and _everything(words):
+        return Outcome(BOOM, "deletes every tracked file (`git rm -r .`)")
     if sub in _GIT_FILE:
         return Outcome(FILE, f"`git {sub}` changes the working tree or the repository")
     if sub in _GIT_NET:
@@ -215,6 +232,20 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
     return Outcome(
         SHELL, f"`git {sub}` is not a git command tiller knows (an alias can run anything)"
     )
+
+
+def _everything(paths: list[str]) -> bool:
+    """Whether the pathspecs cover the whole tree (`.`, `*`, `:/`, `./`)."""
+    return any(posixpath.normpath(p) == "." or p in ("*", ":/", ":", "/") for p in paths)
+
+
+#: Configuration keys whose value git runs as a program (or that point git at hooks).
+_RUNS_PROGRAMS: Final = (
+    "core.fsmonitor", "core.hookspath", "core.sshcommand", "core.pager", "core.editor",
+    "core.askpass", "core.gitproxy", "sequence.editor", "diff.external", "gpg.program",
+    "credential.helper", "alias.", "filter.", "diff.", "merge.", "pager.", "uploadpack.",
+    "receivepack.", "protocol.", "http.", "remote.", "include.", "includeif.", "safe.",
+)  # fmt: skip
 
 
 def _runs_commands(sub: str, rest: list[str]) -> Outcome:
@@ -244,6 +275,10 @@ def _git(name: str, args: list[str], env: Env) -> Outcome:
             floor = Outcome(
                 SHELL, "sets git configuration for the call, which can make git run programs"
             )
+            key = (args[index + 1] if index + 1 < len(args) else "").partition("=")[0].lower()
+            if arg != "-c" or key.startswith(_RUNS_PROGRAMS) or not key:
+                # Overriding what `.git/config` makes git run is changing it, for this call.
+                floor.raise_to(Verdict(SHELL, floor.reason, ".git/config"))
             index += 2 if arg in ("-c", "--config-env") else 1
             continue
         if arg in ("--version", "--help", "-h", "--html-path", "--man-path", "--info-path"):

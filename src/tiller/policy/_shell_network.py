@@ -12,6 +12,7 @@ import re
 from typing import Final
 
 from ._shell_argv import (
+    BOOM,
     EXT,
     FILE,
     NET,
@@ -95,6 +96,8 @@ def _remote_copy(name: str, args: list[str], env: Env) -> Outcome:
     takes = valued("-P", "-p", "-i", "-F", "-o", "-e", "--rsh", "-l", "-c", "-J", "-S")
     opts = options(args, takes)
     words = opts.positional
+    if any(flag.startswith(("--del", "--remove-source-files")) for flag in opts.flags):
+        return Outcome(BOOM, f"deletes files in bulk (`{name} --delete`, `--remove-source-files`)")
     remote = [w for w in words if _REMOTE.match(w) and not w.startswith(("/", ".", "~"))]
     if words and words[-1] in remote:
         return Outcome(EXT, f"copies to another machine ({name})")

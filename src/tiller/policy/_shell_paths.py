@@ -9,7 +9,7 @@ path" into a verdict:
 | `null` | `/dev/null`, `/dev/stderr`, `/dev/fd/3` | none | none | none |
 | `inside` | `build`, `src/*.pyc`, `/ws/out` (workspace `/ws`) | file | file | file |
 | `temp` | `/tmp/x`, `/var/tmp/x`, `/dev/shm/x` | file | file | file |
-| `workspace` | `.`, `*`, `./*`, `.*` (all of the workspace) | file | file | DESTR. |
+| `workspace` | `.`, `*`, `./*`, `.*` (all of the workspace) | file | DESTR. | DESTR. |
 | `outside` | `../x`, `~/x`, `/work/other`, `/home/me/x` | file | file | DESTR. |
 | `unknown` | `$DIR/x`, `$(pwd)` (known only when it runs) | file | file | DESTR. |
 | `home` | `~`, `$HOME`, `/home/me`, `~/*` | file | file | DESTR. |
@@ -66,7 +66,7 @@ _GLOB: Final = frozenset("*?[")
 _RECURSIVE_DANGER: Final = frozenset(
     {"workspace", "outside", "unknown", "home", "system", "root", "device"}
 )
-_REMOVE_DANGER: Final = frozenset({"system", "root", "device"})
+_REMOVE_DANGER: Final = frozenset({"workspace", "system", "root", "device"})
 _DESCRIBED: Final[dict[PathKind, str]] = {
     "workspace": "the whole workspace",
     "outside": "outside the workspace",
@@ -97,10 +97,13 @@ class Env:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What one command (or one effect of it) risks, and why in a few words."""
+    """What one command (or one effect of it) risks, and why in a few words; `written`
+    is the path it writes or removes, as seen from the workspace root where a `cd` moved
+    (for the engine's protected paths)."""
 
     risk: RiskClass
     reason: str
+    written: str | None = None
 
 
 def _glob_only(text: str) -> bool:
@@ -221,14 +224,15 @@ def write_verdict(path: str, env: Env | None = None, *, verb: str = "writes") ->
     """What writing (creating, overwriting, appending to, changing) `path` risks."""
     kind = path_kind(path, env)
     shown = _shown(path, env)
+    written = _from(env.cwd if env is not None else None, path)
     if kind == "null":
         return Verdict(RiskClass.READ_ONLY, f"{verb} {shown}, which discards it")
     if kind == "device":
-        return Verdict(RiskClass.DESTRUCTIVE, f"{verb} the device {shown}")
+        return Verdict(RiskClass.DESTRUCTIVE, f"{verb} the device {shown}", written)
     if kind in ("system", "root"):
-        return Verdict(RiskClass.SYSTEM_INSTALL, f"{verb} {shown}, {describe(kind)}")
+        return Verdict(RiskClass.SYSTEM_INSTALL, f"{verb} {shown}, {describe(kind)}", written)
     where = "" if kind == "inside" else f" ({describe(kind)})"
-    return Verdict(RiskClass.FILE_MUTATION, f"{verb} {shown}{where}")
+    return Verdict(RiskClass.FILE_MUTATION, f"{verb} {shown}{where}", written)
 
 
 def remove_verdict(
@@ -237,10 +241,11 @@ def remove_verdict(
     """What removing `path` (recursively or not) risks."""
     kind = path_kind(path, env)
     shown = _shown(path, env)
+    written = _from(env.cwd if env is not None else None, path)
     if kind == "null":
         return Verdict(RiskClass.READ_ONLY, f"{verb} {shown}, a null device")
     danger = _RECURSIVE_DANGER if recursive else _REMOVE_DANGER
     if kind in danger:
         how = "recursively " if recursive else ""
-        return Verdict(RiskClass.DESTRUCTIVE, f"{how}{verb} {shown}, {describe(kind)}")
-    return Verdict(RiskClass.FILE_MUTATION, f"{verb} {shown}")
+        return Verdict(RiskClass.DESTRUCTIVE, f"{how}{verb} {shown}, {describe(kind)}", written)
+    return Verdict(RiskClass.FILE_MUTATION, f"{verb} {shown}", written)

@@ -6,11 +6,13 @@ See `_shell_commands` for the risk each family gets and why.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Final
 
 from ._shell_argv import (
     BOOM,
+    EXT,
     PROC,
     READ,
     SHELL,
@@ -24,8 +26,9 @@ from ._shell_argv import (
     valued,
 )
 from ._shell_packages import pip_risk
+from ._shell_paths import Verdict
 
-__all__ = ["PROGRAM_HANDLERS", "interpreter_name"]
+__all__ = ["PROGRAM_HANDLERS", "code_risk", "interpreter_name", "is_shell"]
 
 # ── processes, services, the system ──────────────────────────────────────────────
 
@@ -178,11 +181,45 @@ def _interpreter(name: str, args: list[str], env: Env) -> Outcome:
             return pip_risk("pip", opts.positional, env)
         return Outcome(SHELL, f"runs the Python module `{module}`")
     if opts.has(*code_flags):
-        return Outcome(SHELL, f"runs {name} code given on the command line", runs_code=True)
+        code = " ".join(opts.values(*code_flags))
+        result = Outcome(SHELL, f"runs {name} code given on the command line", runs_code=True)
+        verdict = code_risk(name, code)
+        return result.unsure(verdict.risk, verdict.reason)
     script = opts.positional[0] if opts.positional else "-"
     if script in _STDIN:
         return Outcome(SHELL, f"runs a {name} program read from its input", reads_script=True)
-    return Outcome(SHELL, f"runs the {name} program `{script}`", runs_code=_dynamic(script))
+    return _script_file(Outcome(SHELL, f"runs the {name} program `{script}`"), script)
+
+
+#: What interpreter code can do that makes it as dangerous as a shell: delete, run
+#: programs, or hide what it runs (decode, evaluate, import by name). A wide net, since
+#: it only decides between Ask (code tiller cannot read) and Deny (code that could delete).
+_CODE_DELETES: Final = re.compile(
+    r"\b(?:rmtree|remove\w*|unlink\w*|rmdir\w*|rm_rf|rm_r|rm_f|rmSync|rm|truncate\w*|shred"
+    r"|delete\w*|rename\w*|chmod\w*|chown\w*|system|popen\w*|exec\w*|spawn\w*|fork\w*"
+    r"|kill\w*|subprocess|child_process|pty|eval|compile|__import__|import_module|importlib"
+    r"|getattr|globals|vars|__builtins__|b64decode|base64|fromhex|unhexlify|decode|codecs"
+    r"|chr|ord|FileUtils|qx|Shell|Process|IO\.popen|os\.remove|sh)\b|`|\\x|\\u|\\[0-7]{3}"
+)
+_CODE_SENDS: Final = re.compile(
+    r"\b(?:socket\w*|urllib\w*|requests|httpx|http\w*|urlopen|fetch|net|Net|curl|wget|LWP"
+    r"|smtplib|ftplib|telnetlib|open-uri|URI|XMLHttpRequest|WebSocket|dns|tls|ssl)\b"
+)
+
+
+def code_risk(name: str, code: str) -> Verdict:
+    """What code given to an interpreter could do, read as text (not run, not parsed):
+    always uncertain, as risky as the capabilities it mentions."""
+    if _CODE_DELETES.search(code):
+        return Verdict(BOOM, f"runs {name} code that could delete files or run any program")
+    if _CODE_SENDS.search(code):
+        return Verdict(EXT, f"runs {name} code that could send data to another host")
+    return Verdict(SHELL, f"runs {name} code, which tiller does not read")
+
+
+def is_shell(name: str) -> bool:
+    """Whether `name` (a path or a name) is a shell that reads a script."""
+    return posixpath.basename(name) in _SHELLS
 
 
 def _shell(name: str, args: list[str], env: Env) -> Outcome:
@@ -197,12 +234,13 @@ def _shell(name: str, args: list[str], env: Env) -> Outcome:
     if opts.has("-s") or not opts.positional or opts.positional[0] in _STDIN:
         return Outcome(SHELL, f"runs a {name} script read from its input", reads_script=True)
     script = opts.positional[0]
-    return Outcome(SHELL, f"runs the script `{script}`", runs_code=_dynamic(script))
+    return _script_file(Outcome(SHELL, f"runs the script `{script}`"), script)
 
 
 def _eval(name: str, args: list[str], env: Env) -> Outcome:
     if not args:
         return Outcome(READ, "`eval` of nothing")
+    # The classifier checks the script for the outer shell's expansions (`eval "$X"`).
     return Outcome(
         SHELL,
         "evaluates its arguments as a script",
@@ -216,7 +254,18 @@ def _source(name: str, args: list[str], env: Env) -> Outcome:
         return Outcome(READ, f"`{name}` of nothing")
     if args[0] in _STDIN:
         return Outcome(SHELL, "runs a script read from its input", reads_script=True)
-    return Outcome(SHELL, f"runs the script `{args[0]}` in this shell", runs_code=True)
+    return _script_file(Outcome(SHELL, f"runs the script `{args[0]}` in this shell"), args[0])
+
+
+def _script_file(result: Outcome, script: str) -> Outcome:
+    """A script run from a path: `bash <(...)`, `source $F` run what is only known
+    when they run, which could be anything."""
+    if not _dynamic(script):
+        return result
+    result.runs_code = True
+    return result.unsure(
+        BOOM, f"runs a script made when it runs (`{script}`), which could be anything"
+    )
 
 
 def _trap(name: str, args: list[str], env: Env) -> Outcome:

@@ -1,7 +1,9 @@
 """`classify_command`: the risk class of a shell command line, part by part.
 
 The policy engine needs to know what `execute_command` is about to do before it runs.
-`classify_command` reads the command the way bash would split it (`_shell_syntax`): every
+`classify_command` reads the command the way bash would split it, from bash's grammar
+(tree-sitter-bash: `_shell_parse`, `_shell_tree`; the hand reader `_shell_syntax` only
+where the grammar fails, and then the command is uncertain): every
 simple command in pipelines, lists (`;`, `&&`, `||`, `&`, newlines), subshells, groups,
 loops and function bodies is a *part*, and so is every script the command runs by itself:
 command and process substitutions (`$(...)`, backticks, `<(...)`), `sh -c '...'`,
@@ -36,14 +38,28 @@ Text that cannot be parsed (an unclosed quote or paren, a dangling `|`) is at le
 shell mutation, noted "could not be parsed", on top of whatever parts were read before
 the fault; nothing here raises.
 
-This classifies risk to decide whom to ask; it is not a security boundary. Aliases,
-scripts on disk, `python -c` code and programs tiller does not know are opaque to it. The
-boundary is the sandbox (`bwrap`, DESIGN §11) the command runs in.
+What the classifier cannot read is **uncertain** (`ShellRisk.uncertain`, with the
+reason) and rated the highest risk it could be: a program name computed when it runs
+(`$(echo rm) -rf /`, backticks, `"${a[@]}"`, `rm${IFS}-rf${IFS}/`, `$CMD`), a script
+built by the outer shell's expansions (`sh -c "$X"`, `eval "$(...)"`), decoded or
+generated text run as a program (`... | base64 -d | sh`, `source <(...)`,
+`printf 'r\\155' | sh`, `xargs sh`) are destructive (they could be `rm -rf /`), or a
+system install when the code comes from the network (`curl ... | sh`, which asks
+everywhere); code given to an interpreter (`python -c`, `perl -e`, `node -e`, `ruby -e`,
+`php -r`, a here-doc piped to `python3`) is as risky as what its text mentions; text that
+cannot be parsed is uncertain too. The engine never allows an uncertain command without
+a person. `ShellRisk.writes` lists the paths the command writes or removes, for the
+engine's protected paths.
+
+This classifies risk to decide whom to ask; it is a risk estimate over a parse, not a
+security boundary. Scripts on disk and programs tiller does not know are opaque to it.
+The boundary is the sandbox (`bwrap`, DESIGN §11) the command runs in.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -51,7 +67,9 @@ from ._risk import RiskClass
 from ._shell_argv import BOOM, PROC, READ, SHELL, SYS, Nested, Outcome, dangerous_assignment
 from ._shell_braces import expand_braces
 from ._shell_commands import CommandRisk, classify_argv
+from ._shell_parse import parse_script
 from ._shell_paths import Env, Verdict, chdir, write_verdict
+from ._shell_programs import code_risk, is_shell
 from ._shell_syntax import (
     ASSIGNMENT,
     MAX_DEPTH,
@@ -59,13 +77,14 @@ from ._shell_syntax import (
     Script,
     Substitution,
     Word,
-    parse_script,
 )
+from ._shell_tree import Parsed, parse_tree, read_tree
 
 __all__ = ["ShellPart", "ShellRisk", "classify_command"]
 
 _EXCERPT: Final = 120
 _ECHOES: Final = frozenset({"echo", "printf"})
+_DELETERS: Final = frozenset({"rm", "unlink", "rmdir", "shred", "truncate", "srm", "wipe"})
 _DECLARING: Final = frozenset({"export", "declare", "typeset", "local", "readonly"})
 
 
@@ -79,6 +98,7 @@ class ShellPart:
     risk: RiskClass
     reason: str
     command: str = ""
+    uncertain: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +114,14 @@ class ShellRisk:
     reason: str
     plain: tuple[str, ...] | None = None
     parsed: bool = True
+    #: Why tiller cannot tell what the command does (a computed program name, code given
+    #: to an interpreter, decoded text run as a script, text it could not parse), or
+    #: `None`. The risk is then the highest it could be; the engine never allows it
+    #: without a person.
+    uncertain: str | None = None
+    #: The paths it writes, removes or changes, as written and seen from the workspace
+    #: root (`cd .git && echo > config` writes `.git/config`), for the protected paths.
+    writes: tuple[str, ...] = ()
 
     @property
     def worst(self) -> ShellPart | None:
@@ -121,6 +149,7 @@ class _Walker:
         self.parts: list[ShellPart] = []
         self.parsed = True
         self.top: Script | None = None
+        self.writes: list[str] = []
 
     def script(self, source: str, depth: int, env: Env | None = None) -> RiskClass:
         """Classify `source` as a script run in `env`; returns the highest risk of its
@@ -130,7 +159,8 @@ class _Walker:
         if depth > MAX_DEPTH:
             self._fault(source, f"scripts are nested more than {MAX_DEPTH} deep")
             return SHELL
-        parsed = parse_script(source, depth)
+        tree = parse_tree(source)
+        parsed = parse_script(source, tree, depth)
         if self.top is None:
             self.top = parsed
         for word in parsed.loose:
@@ -149,15 +179,27 @@ class _Walker:
                 cwds[command.subshells] = _cd(stage.argv, here.cwd)
         if parsed.error is not None:
             self._fault(source, parsed.error)
+        self._second_reading(tree, source, first, parsed.error is None)
         return max((p.risk for p in self.parts[first:]), key=_rank, default=READ)
+
+    def _second_reading(self, tree: Parsed, source: str, first: int, read: bool) -> None:
+        """What bash's grammar (`_shell_tree`) sees that the reading above did not: text
+        it cannot read, and program names computed when the command runs."""
+        reading = read_tree(tree)
+        if reading.error is not None and read:
+            reason = f"{reading.error}, so what bash runs is not known for sure"
+            self.parts.append(ShellPart(_excerpt(source), SHELL, reason, uncertain=reason))
+        if any(part.uncertain for part in self.parts[first:]):
+            return
+        for name in reading.computed:
+            reason = f"runs a program whose name is computed when it runs (`{name}`)"
+            why = f"{reason}: it could be anything, `rm -rf /` included"
+            self.parts.append(ShellPart(_excerpt(source), BOOM, why, uncertain=reason))
 
     def _fault(self, source: str, error: str) -> None:
         self.parsed = False
-        self.parts.append(
-            ShellPart(
-                _excerpt(source), SHELL, f"could not be parsed ({error}), so it may do anything"
-            )
-        )
+        reason = f"could not be parsed ({error}), so it may do anything"
+        self.parts.append(ShellPart(_excerpt(source), SHELL, reason, uncertain=reason))
 
     def _substitutions(
         self, substitutions: tuple[Substitution, ...], depth: int, env: Env
@@ -178,10 +220,17 @@ class _Walker:
             if redirect.heredoc is not None:
                 subs.extend(redirect.heredoc.substitutions)
         fetched = self._substitutions(tuple(subs), depth, env)
-        argv = _argv(command.words, known)
+        argv, computed = _argv(command.words, known)
         index = len(self.parts)
-        risk = self._classified(command, argv, depth, env)
-        result = Outcome(risk.risk, risk.reason)
+        network_fed = fetched.at_least(RiskClass.NETWORK)
+        risk = self._classified(command, argv, computed, depth, env, network_fed)
+        result = Outcome(risk.risk, risk.reason, uncertain=risk.uncertain)
+        self.writes.extend(risk.writes)
+        network_code = risk.runs_code and fetched.at_least(RiskClass.NETWORK)
+        if network_code and risk.uncertain is not None and risk.reason == risk.uncertain:
+            # Code from the network is a system install (it asks in every mode, as an
+            # installer piped to `sh` does), not the destructive a guess would give.
+            result = Outcome(SYS, "runs code fetched from the network", uncertain=risk.uncertain)
         for assignment in command.assignments:
             result.raise_to(dangerous_assignment(assignment.value))
         if not command.words:
@@ -193,6 +242,11 @@ class _Walker:
                 result.raise_to(write_verdict(redirect.target.value, env))
         if command.background:
             result.raise_to(Verdict(PROC, "runs in the background"))
+        if command.repeats and computed and argv and posixpath.basename(argv[0]) in _DELETERS:
+            # `for f in *; do rm "$f"; done`, `find | while read f; do rm "$f"; done`.
+            result.raise_to(
+                Verdict(BOOM, f"removes a path that changes on every pass of a loop (`{argv[0]}`)")
+            )
         if argv and argv[0] in command.functions and (command.in_pipeline or command.background):
             result.raise_to(
                 Verdict(BOOM, f"a fork bomb: `{argv[0]}` keeps starting copies of itself")
@@ -200,14 +254,25 @@ class _Walker:
         if risk.runs_code and fetched.at_least(RiskClass.NETWORK):
             result.raise_to(Verdict(SYS, "runs code fetched from the network"))
         if risk.reads_script:
-            result.raise_to(self._stdin_script(command, earlier, depth, env))
+            reader = risk.command[0] if risk.command else ""
+            result.raise_to(self._stdin_script(command, earlier, depth, env, reader))
+        self.writes.extend(result.writes)
         text = command.text or " ".join(argv)
         self.parts.insert(
-            index, ShellPart(text, result.risk, result.reason, " ".join(risk.command))
+            index,
+            ShellPart(text, result.risk, result.reason, " ".join(risk.command), result.uncertain),
         )
         return _Stage(command, result.risk, argv)
 
-    def _classified(self, command: Command, argv: list[str], depth: int, env: Env) -> CommandRisk:
+    def _classified(
+        self,
+        command: Command,
+        argv: list[str],
+        computed: list[str],
+        depth: int,
+        env: Env,
+        network_fed: bool,
+    ) -> CommandRisk:
         """The command's own risk, with the scripts it runs classified as parts after it."""
         if command.kind == "test":
             return CommandRisk(READ, "tests a condition", ("[[",))
@@ -217,48 +282,104 @@ class _Walker:
             what = "sets shell variables" if command.assignments else "only opens files"
             return CommandRisk(READ, what, ())
         risk = classify_argv(argv, env)
-        self._nested(risk.nested, depth, env)
+        self._nested(risk.nested, depth, env, computed, network_fed)
         return risk
 
-    def _nested(self, nested: tuple[Nested, ...], depth: int, env: Env) -> None:
+    def _nested(
+        self,
+        nested: tuple[Nested, ...],
+        depth: int,
+        env: Env,
+        computed: tuple[str, ...] | list[str] = (),
+        network_fed: bool = False,
+    ) -> None:
         for item in nested:
             if item.script is not None:
+                built = [value for value in computed if value and value in item.script]
+                if built:
+                    # `sh -c "echo $X"`, `eval "$(...)"`: the script is what the outer
+                    # shell expands, so its text is only known when it runs.
+                    reason = f"runs a script built when it runs (`{_excerpt(built[0])}`)"
+                    rated, why = (
+                        (SYS, "runs code fetched from the network")
+                        if network_fed
+                        else (BOOM, f"{reason}, which could be `rm -rf /`")
+                    )
+                    part = ShellPart(_excerpt(item.script), rated, why, uncertain=reason)
+                    self.parts.append(part)
+                    continue
                 self.script(item.script, depth + 1, env)
                 continue
             risk = classify_argv(item.argv, item.env or env)
+            self.writes.extend(risk.writes)
             index = len(self.parts)
             if depth < MAX_DEPTH:
                 self._nested(risk.nested, depth + 1, item.env or env)
             text = " ".join(item.argv)
             self.parts.insert(
-                index, ShellPart(text, risk.risk, risk.reason, " ".join(risk.command))
+                index,
+                ShellPart(text, risk.risk, risk.reason, " ".join(risk.command), risk.uncertain),
             )
 
     def _stdin_script(
-        self, command: Command, earlier: list[_Stage], depth: int, env: Env
-    ) -> Verdict | None:
+        self, command: Command, earlier: list[_Stage], depth: int, env: Env, reader: str
+    ) -> Outcome | None:
         """A shell or interpreter reading its program from stdin: classify the program
-        when it is written here (a here-doc, a here-string, `echo ... |`), and treat
-        what comes down a pipe from the network as code from the network."""
+        when it is written here (a here-doc, a here-string, `echo ... |`); what comes
+        down a pipe from the network is code from the network, and anything else (a
+        decoder, a file, a program's output) is a program tiller cannot read."""
         for redirect in command.redirects:
             if redirect.heredoc is not None:
-                self.script(redirect.heredoc.body, depth + 1, env)
-                return None
+                return self._literal_program(redirect.heredoc.body, reader, depth, env)
             if redirect.op == "<<<":
-                self.script(redirect.target.value, depth + 1, env)
-                return None
+                if redirect.target.dynamic:
+                    return _unreadable(f"runs `{_excerpt(redirect.target.raw)}` as a program")
+                return self._literal_program(redirect.target.value, reader, depth, env)
+            if redirect.op == "<":
+                return None  # `sh < script.sh`: runs a file, like `sh script.sh`
         feeding = [stage for stage in earlier if stage.command.stage < command.stage]
         for stage in feeding:
             if stage.risk.at_least(RiskClass.NETWORK) and stage.risk is not PROC:
-                return Verdict(SYS, f"runs code piped from `{_excerpt(stage.command.text)}`")
+                return Outcome(
+                    SYS,
+                    f"runs code piped from `{_excerpt(stage.command.text)}`",
+                    uncertain="runs code fetched from the network",
+                )
         if not feeding:
-            return None
+            # `tee >(sh)`, a bare `bash`: whatever arrives on its input is the program.
+            return _unreadable("runs what arrives on its input as a program")
         last = feeding[-1]
-        if last.argv[:1] and last.argv[0] in _ECHOES:
-            self.script(" ".join(last.argv[1:]), depth + 1, env)
-        elif last.argv == ["cat"]:
-            self._stdin_script(last.command, [], depth, env)
-        return None
+        if last.argv[:1] and last.argv[0] in _ECHOES and _literal_echo(last):
+            return self._literal_program(" ".join(last.argv[1:]), reader, depth, env)
+        if last.argv == ["cat"]:
+            return self._stdin_script(last.command, [], depth, env, reader)
+        return _unreadable(f"runs what `{_excerpt(last.command.text)}` prints as a program")
+
+    def _literal_program(self, text: str, reader: str, depth: int, env: Env) -> Outcome | None:
+        """A program written out in the command: a script is classified as parts of its
+        own; other languages' code is read as text (`code_risk`)."""
+        if is_shell(reader):
+            self.script(text, depth + 1, env)
+            return None
+        verdict = code_risk(reader, text)
+        return Outcome(verdict.risk, verdict.reason, uncertain=verdict.reason)
+
+
+def _unreadable(reason: str) -> Outcome:
+    why = f"{reason}: tiller cannot read it, and it could be `rm -rf /`"
+    return Outcome(BOOM, why, uncertain=why)
+
+
+def _literal_echo(stage: _Stage) -> bool:
+    """Whether an `echo`/`printf` prints exactly its words: no expansion, no escapes
+    (`printf 'r\\155'` is `rm`), no options."""
+    words = stage.command.words[1:]
+    if any(word.dynamic or word.substitutions for word in words):
+        return False
+    values = [word.value for word in words]
+    if stage.argv[0] == "printf":
+        return not any("\\" in v or "%" in v for v in values)
+    return not any("\\" in v or v.startswith("-") for v in values)
 
 
 def _cwd(cwds: dict[tuple[int, ...], str | None], scopes: tuple[int, ...]) -> str | None:
@@ -282,18 +403,22 @@ def _rank(risk: RiskClass) -> int:
     return risk.rank
 
 
-def _argv(words: list[Word], known: dict[str, str]) -> list[str]:
-    """The words' values, with `$NAME` replaced where the script set NAME to a literal."""
+def _argv(words: list[Word], known: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The words' values, with `$NAME` replaced where the script set NAME to a literal,
+    and the values of the words that are still only known when the command runs."""
     argv: list[str] = []
+    computed: list[str] = []
     for word in words:
         value = known.get(word.variable) if word.variable is not None else None
         if value is None:
             argv.extend(expand_braces(word.value) if word.braces else [word.value])
+            if word.dynamic:
+                computed.append(word.value)
         elif word.split:
             argv.extend(value.split())
         else:
             argv.append(value)
-    return argv
+    return argv, computed
 
 
 def _remember(assignments: list[Word], known: dict[str, str]) -> None:
@@ -328,4 +453,9 @@ def classify_command(command: str, *, workspace: str | os.PathLike[str] | None =
     worst = next(part for part in parts if part.risk is risk)
     reason = f"`{_excerpt(worst.text)}`: {worst.reason}"
     plain = _plain(walker.top, walker.parts) if walker.top is not None else None
-    return ShellRisk(risk, parts, reason, plain, walker.parsed)
+    uncertain = next((part.uncertain for part in parts if part.uncertain), None)
+    if uncertain is not None:
+        plain = None
+    return ShellRisk(
+        risk, parts, reason, plain, walker.parsed, uncertain, tuple(dict.fromkeys(walker.writes))
+    )

@@ -1,5 +1,9 @@
 """A lexer and parser for the bash a model writes, just deep enough to classify its risk.
 
+The classifier takes its structure from bash's grammar (`_shell_parse`); this reader
+is its fallback where tree-sitter-bash reports an error (broken text, or valid bash it
+misreads, such as `{rm,-rf,/}` as a command), and its lexer reads every word.
+
 `parse_script(source)` splits a command line into the simple commands bash would run
 (`Command`: its assignments, words and redirections, where it sits in a pipeline, whether
 it runs in the background, which function body it is in) and keeps, on every word, the
@@ -71,6 +75,8 @@ class Command:
     functions: tuple[str, ...] = ()
     subshells: tuple[int, ...] = ()
     kind: Literal["simple", "test", "arith"] = "simple"
+    #: Inside a `for`, `while`, `until` or `select` body: it runs once per pass.
+    repeats: bool = False
 
     @property
     def in_pipeline(self) -> bool:
