@@ -7,12 +7,16 @@ directory from its parent's descriptor with `O_NOFOLLOW | O_DIRECTORY` (a symlin
 swapped-in link never leads out of the workspace), does not cross into other filesystems
 (a mount inside the workspace is not the workspace's), and stops at
 `MAX_STAMPED_ENTRIES` entries or `MAX_STAMP_DEPTH` levels, saying so (`Stamps.complete`),
-so the caller can fail closed. It does enter `.git` and `.tiller`: a commit message and a
+so the caller can fail closed; a directory or entry it cannot read (permissions a
+command changed) makes it incomplete too, never silently skipped. The stamp holds the
+change time: a command can restore a file's size and mtime (`touch -r`), not its ctime.
+It does enter `.git` and `.tiller`: a commit message and a
 spilled tool output are text a later run can read (`git log`, `read_file`) as well.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -27,13 +31,15 @@ MAX_STAMPED_ENTRIES: Final = 200_000
 #: Directory levels one walk descends, at most.
 MAX_STAMP_DEPTH: Final = 256
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: An entry that vanished or became a link during the walk: nothing to stamp there.
+_GONE: Final = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 
-Stamp = tuple[int, int, int]
+Stamp = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
 class Stamps:
-    """Regular files by workspace-relative POSIX path: (size, mtime_ns, inode).
+    """Regular files by workspace-relative POSIX path: (size, mtime_ns, ctime_ns, inode).
     `complete` is False when a cap stopped the walk (files past it are not listed)."""
 
     files: Mapping[str, Stamp] = field(default_factory=dict)
@@ -65,11 +71,12 @@ def stamp_workspace(root: Path) -> Stamps:
                         name = entry.name
                         try:
                             st = entry.stat(follow_symlinks=False)
-                        except OSError:
+                        except OSError as exc:
+                            complete = complete and exc.errno in _GONE
                             continue
                         rel = f"{prefix}{name}"
                         if stat.S_ISREG(st.st_mode):
-                            files[rel] = (st.st_size, st.st_mtime_ns, st.st_ino)
+                            files[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
                         elif stat.S_ISDIR(st.st_mode):
                             if st.st_dev != device:
                                 continue
@@ -78,7 +85,9 @@ def stamp_workspace(root: Path) -> Stamps:
                                 continue
                             try:
                                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                            except OSError:
+                            except OSError as exc:
+                                # (Unreadable: files may hide there, so fail closed.)
+                                complete = complete and exc.errno in _GONE
                                 continue
                             stack.append((child, f"{rel}/", depth + 1))
             finally:
