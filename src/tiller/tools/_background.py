@@ -24,7 +24,7 @@ import contextlib
 import enum
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -143,6 +143,7 @@ class _Job:
         "cursor",
         "ended",
         "id",
+        "on_end",
         "process",
         "state",
         "waiters",
@@ -157,6 +158,7 @@ class _Job:
         self.cursor = process.output.start
         self.state = JobState.RUNNING
         self.ended: float | None = None
+        self.on_end: Callable[[], str] | None = None
         self.waiters = 0
         self.wakeups: set[asyncio.Future[None]] = set()
         self.watcher: asyncio.Task[None] | None = None
@@ -211,25 +213,39 @@ class BackgroundJobs:
     # ── starting ─────────────────────────────────────────────────────────────────
 
     async def start(
-        self, argv: Sequence[str], *, command: str, cwd: Path, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        command: str,
+        cwd: Path,
+        env: Mapping[str, str],
+        on_end: Callable[[], str] | None = None,
     ) -> str:
         """Start `argv` (the shell command `command`, already wrapped in its sandbox) as
-        a new job; returns its id."""
+        a new job; returns its id. `on_end` runs once the job's whole process tree is
+        gone (the shell undoes writes to protected paths there); the text it returns, if
+        any, ends the job's output."""
         self._check_open()
         process = await spawn(argv, cwd=cwd, env=env, output_limit=JOB_OUTPUT_BYTES)
-        return self.adopt(process, command=command)
+        return self.adopt(process, command=command, on_end=on_end)
 
-    def adopt(self, process: Command, *, command: str) -> str:
+    def adopt(
+        self, process: Command, *, command: str, on_end: Callable[[], str] | None = None
+    ) -> str:
         """Take over a running command (a foreground command being detached); returns
         its id. From now on this registry kills it, at the latest in `close()`. If the
-        registry is closed already, the command is killed and `UsageError` raised."""
+        registry is closed already, the command is killed and `UsageError` raised (and
+        `on_end` runs)."""
         if self._closed:
             process.kill()
+            if on_end is not None:
+                on_end()
             self._check_open()
         job_id = f"bg-{self._next}"
         self._next += 1
         process.output.set_limit(JOB_OUTPUT_BYTES)
         job = _Job(job_id, command, process)
+        job.on_end = on_end
         process.listener = job.wake
         self._jobs[job_id] = job
         job.watcher = asyncio.get_running_loop().create_task(
@@ -250,6 +266,10 @@ class BackgroundJobs:
             # Also after a normal exit: leftovers of the group go too (as in the
             # foreground), which lets the pipe reach EOF. Bounded and shielded.
             await process.aclose()
+            if job.on_end is not None:
+                note = job.on_end()
+                if note:
+                    process.output.add(f"\n{note}\n".encode())
             job.ended = time.monotonic()
             if job.state is JobState.RUNNING:
                 job.state = JobState.EXITED

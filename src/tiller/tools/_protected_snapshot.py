@@ -1,0 +1,285 @@
+"""`ProtectedSnapshot`: the shell side of law 11 — a sandboxed command cannot write the
+paths that decide who decides (`ToolCtx.protected`: `tiller.toml`, `.tiller/`, `.git/config`,
+`.git/hooks`, ..., configured hook scripts).
+
+Taken just before a command starts, it does two things:
+
+- **What exists is bound over itself read-only** inside the sandbox (`binds()`), and every
+  directory on the way to it inside the jail is bound over itself read-write: a mount point
+  cannot be renamed or removed, so `mv .git .git2; mkdir .git; ...` fails with `EBUSY`
+  instead of slipping a fresh `.git/config` past the read-only bind. `.tiller/` is created
+  first when missing (tiller keeps its own state there; it writes from the host, which the
+  sandbox's mounts do not touch), so it is always bound.
+- **What does not exist cannot be bound** (bwrap would create it on the host), so it is
+  checked after the command ends instead (`undo()`, for a background job when it ends):
+  a protected path the command created is removed, and so is an ancestor it created as a
+  symlink or a file (a `.git` symlink or `gitdir:` file redirects git just as well). A
+  protected path that was a symlink is put back as that symlink. One rule, also for
+  `git init`: the repository it makes keeps everything except `.git/config` and
+  `.git/hooks`, which git does not need (a repository without `config` works, with the
+  defaults). The result of the command says what was reverted.
+
+Confined to the jail: every path is walked from the jail's directory descriptor, one
+component at a time with `O_NOFOLLOW`; nothing is followed through a symlink, nothing on
+another filesystem is touched, and a protected path given outside the jail (a hook script
+configured by absolute path) is not in `ToolCtx.protected` at all. Only the paths missing
+at the start are ever removed, and tiller itself never writes those (its own files live
+under `.tiller/`, which always exists and is read-only to the command), so nothing tiller
+wrote is reverted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+__all__ = ["ProtectedSnapshot"]
+
+#: Created before a command when missing, so it is always bound read-only.
+_TILLER_DIR: Final = ".tiller"
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _Kind(enum.Enum):
+    PIN = "pin"  # a directory on the way: bound read-write over itself
+    READ_ONLY = "read-only"  # bound read-only over itself
+    LINK = "link"  # a symlink: restored if changed
+    MISSING = "missing"  # absent: whatever the command creates there goes
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    parts: tuple[str, ...]  # components relative to the jail
+    kind: _Kind
+    target: str = ""  # a symlink's text
+
+
+class ProtectedSnapshot:
+    """The protected paths of `jail` as a command is about to find them.
+
+    ```python
+    snapshot = ProtectedSnapshot.take(jail, ctx.tools.protected)
+    argv = sandbox.command(shell, jail=jail, network=False, protect=snapshot)
+    ...  # the command runs and ends
+    reverted = snapshot.undo()  # e.g. ["tiller.toml"]
+    ```
+    """
+
+    __slots__ = ("_entries", "jail")
+
+    def __init__(self, jail: Path, entries: Sequence[_Entry]) -> None:
+        self.jail = jail
+        self._entries = tuple(entries)
+
+    @classmethod
+    def take(cls, jail: Path, protected: Sequence[str]) -> ProtectedSnapshot:
+        """Look at each of `protected` (relative to `jail`, an absolute real path)."""
+        root = os.open(jail, _DIR_FLAGS)
+        try:
+            device = os.fstat(root).st_dev
+            if _TILLER_DIR in protected:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(_TILLER_DIR, 0o755, dir_fd=root)
+            found: dict[tuple[str, ...], _Entry] = {}
+            for path in protected:
+                parts = PurePosixPath(path).parts
+                if parts and ".." not in parts:
+                    for entry in _look(root, device, parts):
+                        found.setdefault(entry.parts, entry)
+        finally:
+            os.close(root)
+        # Parents first: bwrap mounts in order, and a pin must not hide a read-only bind.
+        return cls(jail, sorted(found.values(), key=lambda e: len(e.parts)))
+
+    def binds(self) -> list[str]:
+        """bwrap arguments binding what exists over itself (after the jail's bind)."""
+        args: list[str] = []
+        for entry in self._entries:
+            place = str(self.jail.joinpath(*entry.parts))
+            if entry.kind is _Kind.PIN:
+                args += ["--bind", place, place]
+            elif entry.kind is _Kind.READ_ONLY:
+                args += ["--ro-bind", place, place]
+        return args
+
+    def undo(self) -> list[str]:
+        """Revert what the command did to protected paths that were missing or symlinks
+        at the start; returns those reverted (relative POSIX paths). Never raises for a
+        path it cannot fix: that path is reported as `path (could not be reverted: ...)`."""
+        reverted: list[str] = []
+        try:
+            root = os.open(self.jail, _DIR_FLAGS)
+        except OSError:
+            return reverted
+        try:
+            device = os.fstat(root).st_dev
+            for entry in self._entries:
+                if entry.kind is _Kind.MISSING:
+                    reverted += _remove_created(root, device, entry.parts)
+                elif entry.kind is _Kind.LINK:
+                    reverted += _restore_link(root, device, entry)
+        finally:
+            os.close(root)
+        return reverted
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{'/'.join(e.parts)}={e.kind.value}" for e in self._entries)
+        return f"<ProtectedSnapshot {shown}>"
+
+
+def _look(root: int, device: int, parts: tuple[str, ...]) -> list[_Entry]:
+    """The entries for one protected path: its directories on the way, then itself."""
+    entries: list[_Entry] = []
+    fd = root
+    try:
+        for index, name in enumerate(parts):
+            here = parts[: index + 1]
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                entries.append(_Entry(parts, _Kind.MISSING))
+                return entries
+            except NotADirectoryError:
+                return entries
+            if info.st_dev != device:
+                return entries  # another filesystem mounted in the jail: not ours to bind
+            if stat.S_ISLNK(info.st_mode):
+                # Past a symlink the path is the target's: put back if changed, no more.
+                entries.append(_Entry(here, _Kind.LINK, os.readlink(name, dir_fd=fd)))
+                return entries
+            if index == len(parts) - 1 or not stat.S_ISDIR(info.st_mode):
+                # A file on the way (a worktree's `gitdir:` file) is bound read-only too.
+                entries.append(_Entry(here, _Kind.READ_ONLY))
+                return entries
+            entries.append(_Entry(here, _Kind.PIN))
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            if fd != root:
+                os.close(fd)
+            fd = child
+    finally:
+        if fd != root:
+            os.close(fd)
+    return entries
+
+
+def _remove_created(root: int, device: int, parts: tuple[str, ...]) -> list[str]:
+    """Remove `parts` if it exists now, or what the command put on the way to it in
+    place of a directory (a symlink, a file): at the start every component up to the
+    missing one was a real directory, pinned by a mount, so anything else is new.
+    Walks with `O_NOFOLLOW` from `root`."""
+    fd = root
+    try:
+        for index, name in enumerate(parts):
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            if info.st_dev != device:
+                return []
+            if index == len(parts) - 1 or not stat.S_ISDIR(info.st_mode):
+                return [_remove(fd, name, info, "/".join(parts[: index + 1]), device)]
+            child = _open_dir(name, fd)
+            if child is None:
+                return []
+            if fd != root:
+                os.close(fd)
+            fd = child
+    finally:
+        if fd != root:
+            os.close(fd)
+    return []
+
+
+def _restore_link(root: int, device: int, entry: _Entry) -> list[str]:
+    *above, name = entry.parts
+    fd = root
+    try:
+        for part in above:
+            child = _open_dir(part, fd)
+            if child is None:
+                return []
+            if fd != root:
+                os.close(fd)
+            fd = child
+        try:
+            if os.readlink(name, dir_fd=fd) == entry.target:
+                return []
+        except OSError:
+            pass
+        shown = "/".join(entry.parts)
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:
+            note = _remove(fd, name, info, shown, device)
+            if note != shown:
+                return [note]
+        try:
+            os.symlink(entry.target, name, dir_fd=fd)
+        except OSError as exc:
+            return [f"{shown} (could not be restored: {exc.strerror})"]
+        return [shown]
+    finally:
+        if fd != root:
+            os.close(fd)
+
+
+def _open_dir(name: str, parent: int) -> int | None:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            return None
+        raise
+
+
+def _remove(parent: int, name: str, info: os.stat_result, shown: str, device: int) -> str:
+    """Remove `name` under `parent` (a whole tree, confined); `shown`, or a note saying
+    why it could not be removed."""
+    try:
+        if stat.S_ISDIR(info.st_mode):
+            _remove_tree(parent, name, device)
+        else:
+            os.unlink(name, dir_fd=parent)
+    except OSError as exc:
+        return f"{shown} (could not be reverted: {exc.strerror})"
+    return shown
+
+
+def _remove_tree(parent: int, name: str, device: int) -> None:
+    """Remove the directory `name` and everything in it, iteratively (a deep chain must
+    not exhaust the stack), never through a symlink or into another filesystem."""
+    stack: list[tuple[int, str, int]] = []  # (parent fd, name, fd of the directory)
+    first = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    stack.append((parent, name, first))
+    try:
+        while stack:
+            above, dirname, fd = stack[-1]
+            descended = False
+            with os.scandir(fd) as entries:
+                names = [entry.name for entry in entries]
+            for child in names:
+                info = os.stat(child, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    if info.st_dev != device:
+                        raise OSError(errno.EXDEV, "another filesystem is mounted inside")
+                    stack.append((fd, child, os.open(child, _DIR_FLAGS, dir_fd=fd)))
+                    descended = True
+                    break
+                os.unlink(child, dir_fd=fd)
+            if descended:
+                continue
+            stack.pop()
+            os.close(fd)
+            os.rmdir(dirname, dir_fd=above)
+    finally:
+        for _above, _name, fd in stack:
+            os.close(fd)
