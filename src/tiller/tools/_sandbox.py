@@ -246,8 +246,7 @@ class Sandbox:
             # Whatever is in the jail, a command may have written: never run it as the
             # sandbox itself.
             raise SandboxUnavailable(f"`{binary}` lies inside the workspace; refusing to run it")
-        as_root = os.geteuid() == 0
-        user = self._drop_to(jail) if as_root else None
+        user = self._drop_to(jail) if _running_as_root() else None
         home = _home()
         if user is None:
             args = [
@@ -366,6 +365,11 @@ class Sandbox:
     def __repr__(self) -> str:
         state = "unprobed" if self._probe is None else repr(self._probe)
         return f"<Sandbox bwrap={self._bwrap!r} {state}>"
+
+
+def _running_as_root() -> bool:
+    """Whether bwrap would run as root here (then commands drop to another uid)."""
+    return os.geteuid() == 0
 
 
 def _home() -> Path:
