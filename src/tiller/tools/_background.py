@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,8 @@ MAX_WAIT_SECONDS: Final = 3600.0
 NOTE_TAIL_CHARS: Final = 1500
 #: Characters of a command shown in a listing.
 _COMMAND_CHARS: Final = 120
+
+_logger: Final = logging.getLogger(__name__)
 
 
 class UnknownJob(TillerError):
@@ -267,7 +270,11 @@ class BackgroundJobs:
             # foreground), which lets the pipe reach EOF. Bounded and shielded.
             await process.aclose()
             if job.on_end is not None:
-                note = job.on_end()
+                try:
+                    note = job.on_end()
+                except Exception:  # the job must still be marked ended
+                    _logger.exception("the end-of-job check of %s failed", job.id)
+                    note = ""
                 if note:
                     process.output.add(f"\n{note}\n".encode())
             job.ended = time.monotonic()

@@ -121,10 +121,14 @@ class ProtectedSnapshot:
         try:
             device = os.fstat(root).st_dev
             for entry in self._entries:
-                if entry.kind is _Kind.MISSING:
-                    reverted += _remove_created(root, device, entry.parts)
-                elif entry.kind is _Kind.LINK:
-                    reverted += _restore_link(root, device, entry)
+                try:
+                    if entry.kind is _Kind.MISSING:
+                        reverted += _remove_created(root, device, entry.parts)
+                    elif entry.kind is _Kind.LINK:
+                        reverted += _restore_link(root, device, entry)
+                except OSError as exc:  # runs in cleanup: report, never raise
+                    shown = "/".join(entry.parts)
+                    reverted.append(f"{shown} (could not be checked: {exc.strerror or exc})")
         finally:
             os.close(root)
         return reverted

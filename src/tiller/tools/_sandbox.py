@@ -1,26 +1,44 @@
 """`Sandbox`: the bubblewrap jail shell commands run in (DESIGN §11).
 
-`bwrap` is the security boundary of the shell; the shell lexer only classifies risk. A
-command runs as `bwrap --unshare-all ... bash -c COMMAND` in fresh namespaces with no
-capabilities, in a new session (so it cannot push keystrokes into our terminal with
-`TIOCSTI`), killed if we die. What it sees:
+`bwrap` is the security boundary of the shell; the shell classifier only estimates risk.
+A command runs as `bwrap ... bash -c COMMAND` in fresh namespaces, in a new session (so
+it cannot push keystrokes into our terminal with `TIOCSTI`), killed if we die, and never
+as kernel uid 0. What it sees:
 
 | path | how |
 |---|---|
-| `/usr`, `/etc`, `/opt` | the host's, read-only |
+| `/usr`, `/etc`, `/opt` | the host's, read-only (`/etc/shadow` and `gshadow` hidden) |
 | `/bin`, `/sbin`, `/lib*` | the host's symlinks (merged-usr), or read-only binds |
 | `/proc`, `/dev` | fresh: its own pid namespace, a minimal `/dev` |
+| `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus` | read-only |
+| `/sys` | absent |
 | `/tmp`, `$HOME`, `/root` | empty tmpfs, gone when the command ends |
 | the jail | the host's directory, read-write, at its real path, as the working directory |
+| protected paths in the jail | read-only (`tiller.toml`, `.git/config`, ...: `ProtectedSnapshot`) |
 | anything else | absent; `/` itself is read-only |
 
+Who the command is depends on who tiller is:
+
+- **An ordinary user**: bwrap is unprivileged (`--unshare-all --unshare-user
+  --disable-userns --cap-drop ALL`); the command is that user inside a user namespace,
+  with no capabilities and no way to make a nested user namespace.
+- **Root**: a user namespace made by root maps the command to host uid 0, and host uid 0
+  passes the ownership checks of `/proc/sys` (writing `kernel.core_pattern` is host code
+  execution) and of every root-only file. So bwrap runs as root *without* a user
+  namespace (root performs the mounts, so a Python under `/root` can still be bound) and
+  `setpriv` drops to an unprivileged uid before the command starts: no supplementary
+  groups, empty capability sets including the bounding set, `no_new_privs` (a setuid
+  binary gains nothing). The uid is the workspace's owner, else `tiller-sandbox`, else
+  `nobody` (`_sandbox_user`); the workspace is granted to it with POSIX ACLs
+  (`_workspace_acl`) and git is told it is a safe directory. Without `setpriv`, or on a
+  filesystem without ACLs, the shell refuses: it never falls back to uid 0. A command can
+  still make a nested user namespace here; the mounts it inherits are locked, and it is
+  root only over that namespace.
+
 The network is a private loopback unless the run grants the network
-(`ToolCtx.with_network()`), nested user namespaces are refused (`--disable-userns`: a
-command cannot make itself root of a namespace of its own and remount what it sees), and
-the environment is rebuilt from scratch (`PATH`, `HOME`, `LANG`, `TERM=dumb`, `PAGER=cat`,
-`GIT_PAGER=cat`), so no token in our environment leaks into a command. Commands run as
-root otherwise keep capabilities that can remount `/`; here `--cap-drop ALL` and the
-read-only binds (locked by the kernel in a less privileged namespace) prevent that.
+(`ToolCtx.with_network()`), and the environment is rebuilt from scratch (`PATH`, `HOME`,
+`LANG`, `TERM=dumb`, `PAGER=cat`, `GIT_PAGER=cat`), so no token in our environment leaks
+into a command.
 
 Whether bwrap works on this machine is probed once per `Sandbox` by running `true` under
 the same flags (bwrap missing, or user namespaces disabled, are the usual failures); the
@@ -60,8 +78,8 @@ __all__ = [
 SANDBOX_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Directories bound read-only (or recreated as the same symlinks) when the host has them.
 _SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-#: Files a command must never read even when tiller runs as root (the sandbox keeps the
-#: host's uid, so root's file permissions still apply to what is bound).
+#: Files a command must never read: unreadable to the sandbox's uid anyway, and hidden
+#: as well, in case a user's group could read them.
 _SECRET_FILES: Final = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 #: Bound read-only only if present: third-party software some hosts keep there.
 _OPTIONAL_DIRS: Final = ("/opt",)

@@ -7,6 +7,11 @@ no user namespaces) the tool refuses, saying how to install it, unless the run e
 accepted an unsandboxed shell (`ToolCtx.with_unsandboxed_shell()`): then the command runs
 as the current user with the current environment, its own session and process group.
 
+Protected paths (`ToolCtx.protected`: tiller's configuration and state, git's config and
+hooks, configured hook scripts) are read-only inside the sandbox where they exist; one the
+command creates where nothing was is removed when it ends (for a background job, when
+the job ends), and the result says so (`ProtectedSnapshot`, law 11).
+
 Either way the whole process tree is killed when the command ends, times out or is
 cancelled (its group, and under bwrap the sandbox's pid namespace), so a runaway `sleep`,
 a forgotten `server &` or a fork bomb's children do not outlive the call. Its output is
