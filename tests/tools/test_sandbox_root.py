@@ -7,6 +7,7 @@ sysctl: writability is tested by opening for writing without writing a byte.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -192,3 +193,18 @@ async def test_a_workspace_owned_by_a_user_runs_as_that_user(tmp_path: Path) -> 
     ctx = ExecContext.for_test(jail, tools=ToolCtx(jail))
     done = await run(ctx, command="id -u; touch mine; stat -c %u mine")
     assert done.result.content == "12345\n12345\n[exit code 0]", done.result.content
+
+
+async def test_a_workspace_that_refuses_acls_is_refused_not_run_as_root(
+    ctx: ExecContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiller.tools import _sandbox
+
+    def no_acls(jail: Path, uid: int) -> None:  # as on a filesystem mounted `noacl`
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+    monkeypatch.setattr(_sandbox, "grant_workspace", no_acls)
+    done = await run(ctx, tools=[execute_command_tool(Sandbox())], command="touch ran")
+    assert done.is_error and "cannot be made writable" in done.result.content
+    assert "Operation not supported" in done.result.content
+    assert not (ctx.tools.root / "ran").exists()

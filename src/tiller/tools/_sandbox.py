@@ -219,7 +219,14 @@ class Sandbox:
         if binary is None:
             return SandboxProbe(False, f"`{self._bwrap}` is not installed (not found)")
         with tempfile.TemporaryDirectory(prefix="tiller-probe-") as jail:
-            argv = self.command(["true"], jail=Path(jail).resolve(), network=False)
+            try:
+                # No ACL grant: `true` writes nothing, and the probe's directory may sit
+                # on another filesystem than the workspaces.
+                argv = self._argv(
+                    ["true"], jail=Path(jail).resolve(), network=False, protect=None, grant=False
+                )
+            except SandboxUnavailable as exc:
+                return SandboxProbe(False, exc.reason)
             try:
                 done = subprocess.run(
                     argv,
@@ -257,6 +264,17 @@ class Sandbox:
         (`_workspace_acl`): a walk of the workspace, so call it off the event loop.
         Raises `SandboxUnavailable` where a command would otherwise run as uid 0.
         """
+        return self._argv(argv, jail=jail, network=network, protect=protect, grant=True)
+
+    def _argv(
+        self,
+        argv: Sequence[str],
+        *,
+        jail: Path,
+        network: bool,
+        protect: ProtectedSnapshot | None,
+        grant: bool,
+    ) -> list[str]:
         binary = self.executable()
         if binary is None:
             raise SandboxUnavailable(f"`{self._bwrap}` is not installed (not found)")
@@ -264,7 +282,7 @@ class Sandbox:
             # Whatever is in the jail, a command may have written: never run it as the
             # sandbox itself.
             raise SandboxUnavailable(f"`{binary}` lies inside the workspace; refusing to run it")
-        user = self._drop_to(jail) if _running_as_root() else None
+        user = self._drop_to(jail, grant=grant) if _running_as_root() else None
         home = _home()
         if user is None:
             args = [
@@ -330,12 +348,14 @@ class Sandbox:
         args += argv
         return args
 
-    def _drop_to(self, jail: Path) -> SandboxUser:
+    def _drop_to(self, jail: Path, *, grant: bool) -> SandboxUser:
         """As root: the uid the command runs as, with the workspace granted to it."""
         try:
             user = choose_sandbox_user(jail, self.user)
         except UsageError as exc:
             raise SandboxUnavailable(str(exc)) from exc
+        if not grant:
+            return user
         try:
             grant_workspace(jail, user.uid)
         except OSError as exc:
