@@ -200,7 +200,7 @@ async def test_a_workspace_that_refuses_acls_is_refused_not_run_as_root(
 ) -> None:
     from tiller.tools import _sandbox
 
-    def no_acls(jail: Path, uid: int) -> None:  # as on a filesystem mounted `noacl`
+    def no_acls(jail: Path, uid: int, skip: object) -> None:  # as on a filesystem mounted `noacl`
         raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
 
     monkeypatch.setattr(_sandbox, "grant_workspace", no_acls)
@@ -208,3 +208,16 @@ async def test_a_workspace_that_refuses_acls_is_refused_not_run_as_root(
     assert done.is_error and "cannot be made writable" in done.result.content
     assert "Operation not supported" in done.result.content
     assert not (ctx.tools.root / "ran").exists()
+
+
+async def test_protected_paths_get_no_acl(ctx: ExecContext) -> None:
+    root = ctx.tools.root
+    _git_init(root)
+    done = await run(ctx, command="echo x > a.txt && git add a.txt && echo ok")
+    assert done.result.content == "ok\n[exit code 0]", done.result.content
+    os.getxattr(root / ".git" / "objects", "system.posix_acl_access")  # granted
+    for protected in (".git/config", ".git/hooks", ".tiller"):
+        with pytest.raises(OSError):  # ENODATA: never granted
+            os.getxattr(root / protected, "system.posix_acl_access")
+    with pytest.raises(OSError):
+        os.getxattr(root / ".git", "system.posix_acl_default")

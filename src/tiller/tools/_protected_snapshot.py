@@ -72,10 +72,11 @@ class ProtectedSnapshot:
     ```
     """
 
-    __slots__ = ("_entries", "jail")
+    __slots__ = ("_entries", "jail", "protected")
 
-    def __init__(self, jail: Path, entries: Sequence[_Entry]) -> None:
+    def __init__(self, jail: Path, protected: Sequence[str], entries: Sequence[_Entry]) -> None:
         self.jail = jail
+        self.protected = tuple(protected)
         self._entries = tuple(entries)
 
     @classmethod
@@ -96,7 +97,7 @@ class ProtectedSnapshot:
         finally:
             os.close(root)
         # Parents first: bwrap mounts in order, and a pin must not hide a read-only bind.
-        return cls(jail, sorted(found.values(), key=lambda e: len(e.parts)))
+        return cls(jail, protected, sorted(found.values(), key=lambda e: len(e.parts)))
 
     def binds(self) -> list[str]:
         """bwrap arguments binding what exists over itself (after the jail's bind)."""

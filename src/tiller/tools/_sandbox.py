@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Final
 
 from ..errors import TillerError, UsageError
+from ._jail import PROTECTED_PATHS
 from ._protected_snapshot import ProtectedSnapshot
 from ._sandbox_user import SandboxUser, choose_sandbox_user
 from ._workspace_acl import grant_workspace
@@ -282,7 +283,8 @@ class Sandbox:
             # Whatever is in the jail, a command may have written: never run it as the
             # sandbox itself.
             raise SandboxUnavailable(f"`{binary}` lies inside the workspace; refusing to run it")
-        user = self._drop_to(jail, grant=grant) if _running_as_root() else None
+        skip = protect.protected if protect is not None else PROTECTED_PATHS
+        user = self._drop_to(jail, grant=grant, skip=skip) if _running_as_root() else None
         home = _home()
         if user is None:
             args = [
@@ -348,7 +350,7 @@ class Sandbox:
         args += argv
         return args
 
-    def _drop_to(self, jail: Path, *, grant: bool) -> SandboxUser:
+    def _drop_to(self, jail: Path, *, grant: bool, skip: Sequence[str]) -> SandboxUser:
         """As root: the uid the command runs as, with the workspace granted to it."""
         try:
             user = choose_sandbox_user(jail, self.user)
@@ -357,7 +359,7 @@ class Sandbox:
         if not grant:
             return user
         try:
-            grant_workspace(jail, user.uid)
+            grant_workspace(jail, user.uid, skip)
         except OSError as exc:
             raise SandboxUnavailable(
                 f"tiller runs as root, so commands run as uid {user.uid}, but the workspace "

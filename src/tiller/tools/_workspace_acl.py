@@ -2,11 +2,16 @@
 
 When tiller runs as root, commands run as an unprivileged uid (`_sandbox_user`), but the
 workspace is often root's: a root-owned checkout, or files tiller's own file tools (root)
-wrote. Before each command this walk adds one named-user entry for that uid to every
-directory (access and default ACL, so new files inherit it) and regular file of the
-workspace that does not already carry it. Written directly as the kernel's
-`system.posix_acl_*` xattrs (`os.setxattr`), not through `setfacl`: no extra package to
-install, and every call works on a descriptor this walk opened itself.
+wrote. Before each command this walk adds one named-user entry for that uid to the
+access ACL of every directory and regular file of the workspace that does not already
+carry it. No default ACL: what tiller writes later is granted by the next command's walk,
+and a file git or tiller makes in `.git` never inherits the uid's access on the host.
+Protected paths are skipped: read-only to the command anyway, and an ACL left behind on
+the host must not let other processes of that uid (`nobody`'s) write `.git/config`.
+
+Written directly as the kernel's `system.posix_acl_access` xattr (`os.setxattr`), not
+through `setfacl`: no extra package to install, and every call works on a descriptor
+this walk opened itself.
 
 Confined to the workspace, because it changes permissions (law: nothing outside the jail
 changes): directories are opened one by one from the parent's descriptor with
@@ -27,13 +32,13 @@ import errno
 import os
 import stat
 import struct
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
 __all__ = ["grant_workspace"]
 
 _ACCESS: Final = "system.posix_acl_access"
-_DEFAULT: Final = "system.posix_acl_default"
 _VERSION: Final = 2
 _USER_OBJ, _USER, _GROUP_OBJ, _GROUP, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 _NO_ID: Final = 0xFFFFFFFF
@@ -97,38 +102,44 @@ def _grant(fd: int, info: os.stat_result, uid: int) -> None:
     changed = _with_user(access, uid, perm)
     if changed is not None:
         os.setxattr(fd, _ACCESS, _encode(changed))
-    if is_dir:
-        default = _read(fd, _DEFAULT) or _from_mode(info.st_mode)
-        changed = _with_user(default, uid, _RWX)
-        if changed is not None:
-            os.setxattr(fd, _DEFAULT, _encode(changed))
 
 
-def grant_workspace(jail: Path, uid: int) -> None:
-    """Give `uid` read and write access to everything in `jail` (see the module doc).
-    Raises `OSError` when the filesystem refuses ACLs."""
+_Pending = list[tuple[int, os.stat_result, str]]  # (fd, its stat, path relative to the jail)
+
+
+def grant_workspace(jail: Path, uid: int, skip: Collection[str] = ()) -> None:
+    """Give `uid` read and write access to everything in `jail` (see the module doc)
+    except the paths in `skip` (relative POSIX paths, and what is under them: the
+    protected paths, read-only to the command anyway, so the ACL left behind on the host
+    never lets that uid write them). Raises `OSError` when the filesystem refuses ACLs."""
     root = os.open(jail, _DIR_FLAGS)
     root_info = os.fstat(root)
-    pending = [(root, root_info)]
+    pending: _Pending = [(root, root_info, "")]
+    skipped = frozenset(skip)
     try:
         while pending:
-            fd, info = pending.pop()
+            fd, info, where = pending.pop()
             try:
                 if info.st_uid != uid:
                     _grant(fd, info, uid)
-                _walk(fd, root_info.st_dev, uid, pending)
+                _walk(fd, where, root_info.st_dev, uid, skipped, pending)
             finally:
                 os.close(fd)
     finally:
-        for fd, _ in pending:
+        for fd, _, _ in pending:
             os.close(fd)
 
 
-def _walk(fd: int, device: int, uid: int, pending: list[tuple[int, os.stat_result]]) -> None:
+def _walk(
+    fd: int, where: str, device: int, uid: int, skip: frozenset[str], pending: _Pending
+) -> None:
     """Grant each regular file in the directory `fd`; queue its subdirectories."""
     with os.scandir(fd) as entries:
         names = [entry.name for entry in entries]
     for name in names:
+        path = f"{where}/{name}" if where else name
+        if path in skip:
+            continue
         with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing to grant
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             if info.st_dev != device:
@@ -136,7 +147,7 @@ def _walk(fd: int, device: int, uid: int, pending: list[tuple[int, os.stat_resul
             if stat.S_ISDIR(info.st_mode):
                 child = _open(name, fd, _DIR_FLAGS)
                 if child is not None:
-                    pending.append((child, os.fstat(child)))
+                    pending.append((child, os.fstat(child), path))
             elif stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid != uid:
                 child = _open(name, fd, _FILE_FLAGS)
                 if child is None:
