@@ -67,9 +67,12 @@ def user() -> Iterator[User]:
         subprocess.run(["userdel", name], check=False, capture_output=True)
 
 
-def _as_user(user: User, argv: list[str]) -> subprocess.CompletedProcess[str]:
+def _as_user(
+    user: User, argv: list[str], pass_fds: tuple[int, ...]
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["runuser", "-u", user.name, "--", *argv],
+        pass_fds=pass_fds,
         cwd=user.workspace,
         capture_output=True,
         text=True,
@@ -96,7 +99,10 @@ def test_an_ordinary_user_runs_commands_as_itself_with_kernel_knobs_read_only(
         ["bash", "-c", command], jail=user.workspace, network=False, protect=snapshot
     )
     assert "setpriv" not in " ".join(argv) and "--unshare-user" in argv
-    done = _as_user(user, argv)
+    try:
+        done = _as_user(user, argv, snapshot.fds())
+    finally:
+        snapshot.release()
     assert done.stdout.splitlines() == [
         str(user.uid),
         "core-ro",

@@ -223,13 +223,16 @@ class BackgroundJobs:
         cwd: Path,
         env: Mapping[str, str],
         on_end: Callable[[], str] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> str:
         """Start `argv` (the shell command `command`, already wrapped in its sandbox) as
         a new job; returns its id. `on_end` runs once the job's whole process tree is
         gone (the shell undoes writes to protected paths there); the text it returns, if
-        any, ends the job's output."""
+        any, ends the job's output. `pass_fds` stay open in the process."""
         self._check_open()
-        process = await spawn(argv, cwd=cwd, env=env, output_limit=JOB_OUTPUT_BYTES)
+        process = await spawn(
+            argv, cwd=cwd, env=env, output_limit=JOB_OUTPUT_BYTES, pass_fds=pass_fds
+        )
         return self.adopt(process, command=command, on_end=on_end)
 
     def adopt(

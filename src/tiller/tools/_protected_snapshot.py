@@ -35,7 +35,7 @@ import enum
 import errno
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
@@ -45,6 +45,7 @@ __all__ = ["ProtectedSnapshot"]
 #: Created before a command when missing, so it is always bound read-only.
 _TILLER_DIR: Final = ".tiller"
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_FLAGS: Final = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _Kind(enum.Enum):
@@ -59,6 +60,7 @@ class _Entry:
     parts: tuple[str, ...]  # components relative to the jail
     kind: _Kind
     target: str = ""  # a symlink's text
+    fd: int = -1  # PIN, READ_ONLY: an `O_PATH` descriptor of it, for bwrap to bind
 
 
 class ProtectedSnapshot:
@@ -67,6 +69,8 @@ class ProtectedSnapshot:
     ```python
     snapshot = ProtectedSnapshot.take(jail, ctx.tools.protected)
     argv = sandbox.command(shell, jail=jail, network=False, protect=snapshot)
+    process = await spawn(argv, ..., pass_fds=snapshot.fds())
+    snapshot.release()
     ...  # the command runs and ends
     reverted = snapshot.undo()  # e.g. ["tiller.toml"]
     ```
@@ -89,26 +93,44 @@ class ProtectedSnapshot:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(_TILLER_DIR, 0o755, dir_fd=root)
             found: dict[tuple[str, ...], _Entry] = {}
-            for path in protected:
-                parts = PurePosixPath(path).parts
-                if parts and ".." not in parts:
-                    for entry in _look(root, device, parts):
-                        found.setdefault(entry.parts, entry)
+            try:
+                for path in protected:
+                    parts = PurePosixPath(path).parts
+                    if parts and ".." not in parts:
+                        _look(root, device, parts, found)
+            except BaseException:
+                _close(found.values())
+                raise
         finally:
             os.close(root)
         # Parents first: bwrap mounts in order, and a pin must not hide a read-only bind.
         return cls(jail, protected, sorted(found.values(), key=lambda e: len(e.parts)))
 
     def binds(self) -> list[str]:
-        """bwrap arguments binding what exists over itself (after the jail's bind)."""
+        """bwrap arguments binding what exists over itself (after the jail's bind), by
+        descriptor: what was looked at is what gets bound, even if a command running
+        meanwhile swaps a path for a symlink (a bind by path would follow it). Start
+        bwrap with `fds()` passed, then `release()`."""
         args: list[str] = []
         for entry in self._entries:
             place = str(self.jail.joinpath(*entry.parts))
             if entry.kind is _Kind.PIN:
-                args += ["--bind", place, place]
+                args += ["--bind-fd", str(entry.fd), place]
             elif entry.kind is _Kind.READ_ONLY:
-                args += ["--ro-bind", place, place]
+                args += ["--ro-bind-fd", str(entry.fd), place]
         return args
+
+    def fds(self) -> tuple[int, ...]:
+        """The descriptors `binds()` names: pass them to bwrap (`pass_fds`)."""
+        return tuple(entry.fd for entry in self._entries if entry.fd >= 0)
+
+    def release(self) -> None:
+        """Close the descriptors, once bwrap has started (it holds its own). Idempotent;
+        `binds()` must not be used afterwards."""
+        _close(self._entries)
+        self._entries = tuple(
+            _Entry(e.parts, e.kind, e.target) if e.fd >= 0 else e for e in self._entries
+        )
 
     def undo(self) -> list[str]:
         """Revert what the command did to protected paths that were missing or symlinks
@@ -139,39 +161,51 @@ class ProtectedSnapshot:
         return f"<ProtectedSnapshot {shown}>"
 
 
-def _look(root: int, device: int, parts: tuple[str, ...]) -> list[_Entry]:
-    """The entries for one protected path: its directories on the way, then itself."""
-    entries: list[_Entry] = []
+def _look(
+    root: int, device: int, parts: tuple[str, ...], found: dict[tuple[str, ...], _Entry]
+) -> None:
+    """Add the entries for one protected path to `found`: its directories on the way,
+    then itself. Each is opened `O_PATH | O_NOFOLLOW` from its parent's descriptor, and
+    that descriptor is what bwrap binds and what the walk goes on from."""
     fd = root
-    try:
-        for index, name in enumerate(parts):
-            here = parts[: index + 1]
-            try:
-                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                entries.append(_Entry(parts, _Kind.MISSING))
-                return entries
-            except NotADirectoryError:
-                return entries
-            if info.st_dev != device:
-                return entries  # another filesystem mounted in the jail: not ours to bind
-            if stat.S_ISLNK(info.st_mode):
-                # Past a symlink the path is the target's: put back if changed, no more.
-                entries.append(_Entry(here, _Kind.LINK, os.readlink(name, dir_fd=fd)))
-                return entries
-            if index == len(parts) - 1 or not stat.S_ISDIR(info.st_mode):
-                # A file on the way (a worktree's `gitdir:` file) is bound read-only too.
-                entries.append(_Entry(here, _Kind.READ_ONLY))
-                return entries
-            entries.append(_Entry(here, _Kind.PIN))
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            if fd != root:
-                os.close(fd)
-            fd = child
-    finally:
-        if fd != root:
-            os.close(fd)
-    return entries
+    for index, name in enumerate(parts):
+        here = parts[: index + 1]
+        known = found.get(here)
+        if known is not None:
+            if known.kind is not _Kind.PIN:
+                return
+            fd = known.fd
+            continue
+        try:
+            opened = os.open(name, _PATH_FLAGS, dir_fd=fd)
+        except FileNotFoundError:
+            found[parts] = _Entry(parts, _Kind.MISSING)
+            return
+        except NotADirectoryError:
+            return
+        info = os.fstat(opened)
+        if info.st_dev != device:
+            os.close(opened)
+            return  # another filesystem mounted in the jail: not ours to bind
+        if stat.S_ISLNK(info.st_mode):
+            # Past a symlink the path is the target's: put back if changed, no more.
+            target = os.readlink("", dir_fd=opened)
+            os.close(opened)
+            found[here] = _Entry(here, _Kind.LINK, target)
+            return
+        if index == len(parts) - 1 or not stat.S_ISDIR(info.st_mode):
+            # A file on the way (a worktree's `gitdir:` file) is bound read-only too.
+            found[here] = _Entry(here, _Kind.READ_ONLY, fd=opened)
+            return
+        found[here] = _Entry(here, _Kind.PIN, fd=opened)
+        fd = opened
+
+
+def _close(entries: Iterable[_Entry]) -> None:
+    for entry in entries:
+        if entry.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(entry.fd)
 
 
 def _remove_created(root: int, device: int, parts: tuple[str, ...]) -> list[str]:

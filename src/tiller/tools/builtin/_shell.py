@@ -210,23 +210,32 @@ async def _execute(
     if background and jobs is None:
         raise ToolError(_NO_JOBS)
     protect = ProtectedSnapshot.take(ctx.tools.root, ctx.tools.protected)
-    argv, env = await _command_line(sandbox, command, ctx, protect)
-    if jobs is not None and (background or ctx.background.is_cancelled):
-        job_id = await jobs.start(
+    try:
+        argv, env = await _command_line(sandbox, command, ctx, protect)
+        if jobs is not None and (background or ctx.background.is_cancelled):
+            job_id = await jobs.start(
+                argv,
+                command=command,
+                cwd=ctx.tools.root,
+                env=env,
+                on_end=lambda: _reverted_note(protect),
+                pass_fds=protect.fds(),
+            )
+            return ToolOutput(
+                f"[started in the background as {job_id}; use background_process to read "
+                "its output, wait for it or stop it]"
+            )
+        relay = _Relay(ctx.progress, asyncio.get_running_loop())
+        process = await spawn(
             argv,
-            command=command,
             cwd=ctx.tools.root,
             env=env,
-            on_end=lambda: _reverted_note(protect),
+            output_limit=MAX_SHELL_OUTPUT_BYTES,
+            listener=relay,
+            pass_fds=protect.fds(),
         )
-        return ToolOutput(
-            f"[started in the background as {job_id}; use background_process to read its "
-            "output, wait for it or stop it]"
-        )
-    relay = _Relay(ctx.progress, asyncio.get_running_loop())
-    process = await spawn(
-        argv, cwd=ctx.tools.root, env=env, output_limit=MAX_SHELL_OUTPUT_BYTES, listener=relay
-    )
+    finally:
+        protect.release()  # bwrap holds its own copies of the descriptors
     adopted = False
     try:
         ended = await _wait_foreground(process, limit, ctx.background if jobs is not None else None)
