@@ -204,3 +204,27 @@ def test_undo_removes_only_what_is_inside_the_jail(tmp_path: Path) -> None:
     assert sorted(snapshot.undo()) == [".git/hooks", "tiller.toml"]
     assert (outside / "file").read_text() == "keep\n"
     assert (root / ".git").is_dir()
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_look_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    """A background job may swap `.git` for a symlink between the snapshot and bwrap's
+    mounts; the bind is by descriptor, so the symlink's target is never bound."""
+    from tiller.tools._sandbox import Sandbox
+
+    root = tmp_path / "ws"
+    (root / ".git").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    snapshot = ProtectedSnapshot.take(root, (".git/config", ".tiller"))
+    (root / ".git").rename(root / ".git-real")
+    (root / ".git").symlink_to(outside)
+    argv = Sandbox().command(
+        ["bash", "-c", "echo pwned > .git/x"], jail=root, network=False, protect=snapshot
+    )
+    try:
+        subprocess.run(argv, pass_fds=snapshot.fds(), capture_output=True, check=False)
+    finally:
+        snapshot.release()
+    assert list(outside.iterdir()) == []
