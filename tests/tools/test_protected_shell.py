@@ -228,3 +228,17 @@ def test_a_directory_swapped_for_a_symlink_after_the_look_is_not_followed(
     finally:
         snapshot.release()
     assert list(outside.iterdir()) == []
+
+
+def test_undo_empties_a_directory_the_command_made_unreadable(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / ".git").mkdir(parents=True)
+    snapshot = ProtectedSnapshot.take(root, (".git/hooks",))
+    snapshot.release()
+    hooks = root / ".git" / "hooks" / "locked"
+    hooks.mkdir(parents=True)
+    (hooks / "pre-commit").write_text("#!/bin/sh\n")
+    hooks.chmod(0)
+    (root / ".git" / "hooks").chmod(0o500)
+    assert snapshot.undo() == [".git/hooks"]
+    assert not (root / ".git" / "hooks").exists()

@@ -293,11 +293,27 @@ def _remove(parent: int, name: str, info: os.stat_result, shown: str, device: in
     return shown
 
 
+def _open_to_empty(name: str, parent: int) -> int:
+    """Open the directory `name` to remove what is in it. A command may have made it
+    mode 000 to keep a planted hook from being removed (tiller, not root, could then
+    neither list nor empty it): make it ours to empty first. The mode is changed through
+    an `O_PATH | O_NOFOLLOW` descriptor checked to be a directory, so a symlink swapped
+    in never passes the change to what it points at."""
+    with contextlib.suppress(OSError):
+        handle = os.open(name, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=parent)
+        try:
+            if stat.S_IMODE(os.fstat(handle).st_mode) & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{handle}", 0o700)
+        finally:
+            os.close(handle)
+    return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
 def _remove_tree(parent: int, name: str, device: int) -> None:
     """Remove the directory `name` and everything in it, iteratively (a deep chain must
     not exhaust the stack), never through a symlink or into another filesystem."""
     stack: list[tuple[int, str, int]] = []  # (parent fd, name, fd of the directory)
-    first = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    first = _open_to_empty(name, parent)
     stack.append((parent, name, first))
     try:
         while stack:
@@ -310,7 +326,7 @@ def _remove_tree(parent: int, name: str, device: int) -> None:
                 if stat.S_ISDIR(info.st_mode):
                     if info.st_dev != device:
                         raise OSError(errno.EXDEV, "another filesystem is mounted inside")
-                    stack.append((fd, child, os.open(child, _DIR_FLAGS, dir_fd=fd)))
+                    stack.append((fd, child, _open_to_empty(child, fd)))
                     descended = True
                     break
                 os.unlink(child, dir_fd=fd)
