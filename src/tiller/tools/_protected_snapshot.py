@@ -90,7 +90,8 @@ class ProtectedSnapshot:
         try:
             device = os.fstat(root).st_dev
             if _TILLER_DIR in protected:
-                with contextlib.suppress(FileExistsError):
+                # Exists already, or a read-only workspace: then it is watched as missing.
+                with contextlib.suppress(OSError):
                     os.mkdir(_TILLER_DIR, 0o755, dir_fd=root)
             found: dict[tuple[str, ...], _Entry] = {}
             try:
