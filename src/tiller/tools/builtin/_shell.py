@@ -234,6 +234,11 @@ async def _execute(
             listener=relay,
             pass_fds=protect.fds(),
         )
+    except BaseException:
+        # Cancelled while starting, the command may have run a moment before it was
+        # killed: what it wrote to protected paths goes all the same.
+        protect.undo()
+        raise
     finally:
         protect.release()  # bwrap holds its own copies of the descriptors
     adopted = False
