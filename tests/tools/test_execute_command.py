@@ -90,6 +90,8 @@ async def test_the_environment_is_rebuilt(
     monkeypatch.setenv("TILLER_TEST_SECRET", "hunter2")
     done = await run(ctx, command="env | cut -d= -f1 | sort | tr '\\n' ' '; echo; echo $TERM")
     names = set(done.result.content.splitlines()[0].split())
+    # As root the command runs as another uid, so git is told the workspace is safe.
+    git_trust = {"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"}
     assert names - {"PWD", "SHLVL", "_", "OLDPWD"} == {
         "PATH",
         "HOME",
@@ -97,6 +99,7 @@ async def test_the_environment_is_rebuilt(
         "TERM",
         "PAGER",
         "GIT_PAGER",
+        *(git_trust if os.geteuid() == 0 else ()),
     }
     assert done.result.content.splitlines()[1] == "dumb"
 
@@ -271,24 +274,53 @@ async def test_an_unsandboxed_cancel_kills_the_process_group(no_bwrap: Sandbox, 
 def test_the_bwrap_command_line(tmp_path: Path) -> None:
     jail = tmp_path.resolve()
     argv = Sandbox("/usr/bin/bwrap").command(["bash", "-c", "x"], jail=jail, network=False)
-    assert argv[:9] == [
-        "/usr/bin/bwrap",
-        "--unshare-all",
-        "--unshare-user",
-        "--disable-userns",
-        "--cap-drop",
-        "ALL",
-        "--new-session",
-        "--die-with-parent",
-        "--ro-bind" if not Path("/usr").is_symlink() else "--symlink",
-    ]
+    if os.geteuid() == 0:
+        # Root performs the mounts without a user namespace, then setpriv drops to a uid
+        # that is not 0 (a user namespace made by root maps the command to host root).
+        assert argv[:6] == [
+            "/usr/bin/bwrap",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--unshare-net",
+        ]
+        assert "--unshare-user" not in argv and "--unshare-all" not in argv
+        setpriv = argv[argv.index("--") + 1 :]
+        assert Path(setpriv[0]).name == "setpriv"
+        assert setpriv[3:8] == [
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+        assert setpriv[1].startswith("--reuid=") and setpriv[1] != "--reuid=0"
+        assert setpriv[2].startswith("--regid=") and setpriv[2] != "--regid=0"
+    else:
+        assert argv[:9] == [
+            "/usr/bin/bwrap",
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--cap-drop",
+            "ALL",
+            "--new-session",
+            "--die-with-parent",
+            "--ro-bind" if not Path("/usr").is_symlink() else "--symlink",
+        ]
     assert "--share-net" not in argv
     joined = " ".join(argv)
-    assert "--ro-bind /etc /etc" in joined and "--proc /proc --dev /dev --tmpfs /tmp" in joined
+    assert "--ro-bind /etc /etc" in joined and "--proc /proc --ro-bind-try /proc/sys" in joined
+    assert "--ro-bind-try /proc/sysrq-trigger /proc/sysrq-trigger" in joined
+    assert "--dev /dev --perms 1777 --tmpfs /tmp" in joined
     assert "--tmpfs /root" in joined
     # The jail comes after the tmpfs over /tmp, so a jail under /tmp stays visible.
     assert joined.index("--tmpfs /tmp") < joined.index(f"--bind {jail} {jail} --chdir {jail}")
     assert argv[argv.index("--clearenv") :][:3] == ["--clearenv", "--setenv", "PATH"]
     assert argv[-4:] == ["--", "bash", "-c", "x"]
     networked = Sandbox("/usr/bin/bwrap").command(["true"], jail=jail, network=True)
-    assert "--share-net" in networked
+    if os.geteuid() == 0:
+        assert "--unshare-net" not in networked
+    else:
+        assert "--share-net" in networked

@@ -28,9 +28,10 @@ import asyncio
 import builtins
 import contextlib
 import enum
+import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -63,6 +64,8 @@ MAX_WAIT_SECONDS: Final = 3600.0
 NOTE_TAIL_CHARS: Final = 1500
 #: Characters of a command shown in a listing.
 _COMMAND_CHARS: Final = 120
+
+_logger: Final = logging.getLogger(__name__)
 
 
 class UnknownJob(TillerError):
@@ -155,6 +158,7 @@ class _Job:
         "ended",
         "id",
         "network",
+        "on_end",
         "process",
         "state",
         "waiters",
@@ -170,6 +174,7 @@ class _Job:
         self.cursor = process.output.start
         self.state = JobState.RUNNING
         self.ended: float | None = None
+        self.on_end: Callable[[], str] | None = None
         self.waiters = 0
         self.wakeups: set[asyncio.Future[None]] = set()
         self.watcher: asyncio.Task[None] | None = None
@@ -232,25 +237,42 @@ class BackgroundJobs:
         cwd: Path,
         env: Mapping[str, str],
         network: bool = False,
+        on_end: Callable[[], str] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> str:
         """Start `argv` (the shell command `command`, already wrapped in its sandbox) as
-        a new job; returns its id. `network`: whether the command can use the network."""
+        a new job; returns its id. `network`: whether the command can use the network.
+        `on_end` runs once the job's whole process tree is gone (the shell undoes writes
+        to protected paths there); the text it returns, if any, ends the job's output.
+        `pass_fds` stay open in the process."""
         self._check_open()
-        process = await spawn(argv, cwd=cwd, env=env, output_limit=JOB_OUTPUT_BYTES)
-        return self.adopt(process, command=command, network=network)
+        process = await spawn(
+            argv, cwd=cwd, env=env, output_limit=JOB_OUTPUT_BYTES, pass_fds=pass_fds
+        )
+        return self.adopt(process, command=command, network=network, on_end=on_end)
 
-    def adopt(self, process: Command, *, command: str, network: bool = False) -> str:
+    def adopt(
+        self,
+        process: Command,
+        *,
+        command: str,
+        network: bool = False,
+        on_end: Callable[[], str] | None = None,
+    ) -> str:
         """Take over a running command (a foreground command being detached); returns
         its id. From now on this registry kills it, at the latest in `close()`. If the
-        registry is closed already, the command is killed and `UsageError` raised.
-        `network`: whether the command can use the network."""
+        registry is closed already, the command is killed and `UsageError` raised (and
+        `on_end` runs). `network`: whether the command can use the network."""
         if self._closed:
             process.kill()
+            if on_end is not None:
+                on_end()
             self._check_open()
         job_id = f"bg-{self._next}"
         self._next += 1
         process.output.set_limit(JOB_OUTPUT_BYTES)
         job = _Job(job_id, command, process, network)
+        job.on_end = on_end
         process.listener = job.wake
         self._jobs[job_id] = job
         job.watcher = asyncio.get_running_loop().create_task(
@@ -271,6 +293,14 @@ class BackgroundJobs:
             # Also after a normal exit: leftovers of the group go too (as in the
             # foreground), which lets the pipe reach EOF. Bounded and shielded.
             await process.aclose()
+            if job.on_end is not None:
+                try:
+                    note = job.on_end()
+                except Exception:  # the job must still be marked ended
+                    _logger.exception("the end-of-job check of %s failed", job.id)
+                    note = ""
+                if note:
+                    process.output.add(f"\n{note}\n".encode())
             job.ended = time.monotonic()
             if job.state is JobState.RUNNING:
                 job.state = JobState.EXITED

@@ -243,11 +243,13 @@ async def spawn(
     env: Mapping[str, str],
     output_limit: int,
     listener: Callable[[bytes], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Command:
     """Start `argv` in its own session with stdin on /dev/null and stdout and stderr
     combined into one pipe, keeping the newest `output_limit` bytes of output and handing
     each chunk to `listener` from the first byte on (output can arrive before this
-    coroutine resumes, so a listener set afterwards could miss the start).
+    coroutine resumes, so a listener set afterwards could miss the start). `pass_fds`
+    stay open in the child (bwrap binds protected paths by descriptor).
 
     Cancelled while the process was starting, the start is allowed to finish (it does not
     wait for the command) and the tree is killed, as for any cancelled call: asyncio would
@@ -270,6 +272,7 @@ async def spawn(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so it can be killed as a whole
             env=dict(env),
+            pass_fds=tuple(pass_fds),
         )
     )
     try:

@@ -1,26 +1,44 @@
 """`Sandbox`: the bubblewrap jail shell commands run in (DESIGN §11).
 
-`bwrap` is the security boundary of the shell; the shell lexer only classifies risk. A
-command runs as `bwrap --unshare-all ... bash -c COMMAND` in fresh namespaces with no
-capabilities, in a new session (so it cannot push keystrokes into our terminal with
-`TIOCSTI`), killed if we die. What it sees:
+`bwrap` is the security boundary of the shell; the shell classifier only estimates risk.
+A command runs as `bwrap ... bash -c COMMAND` in fresh namespaces, in a new session (so
+it cannot push keystrokes into our terminal with `TIOCSTI`), killed if we die, and never
+as kernel uid 0. What it sees:
 
 | path | how |
 |---|---|
-| `/usr`, `/etc`, `/opt` | the host's, read-only |
+| `/usr`, `/etc`, `/opt` | the host's, read-only (`/etc/shadow` and `gshadow` hidden) |
 | `/bin`, `/sbin`, `/lib*` | the host's symlinks (merged-usr), or read-only binds |
 | `/proc`, `/dev` | fresh: its own pid namespace, a minimal `/dev` |
+| `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus` | read-only |
+| `/sys` | absent |
 | `/tmp`, `$HOME`, `/root` | empty tmpfs, gone when the command ends |
 | the jail | the host's directory, read-write, at its real path, as the working directory |
+| protected paths in the jail | read-only (`tiller.toml`, `.git/config`, ...: `ProtectedSnapshot`) |
 | anything else | absent; `/` itself is read-only |
 
+Who the command is depends on who tiller is:
+
+- **An ordinary user**: bwrap is unprivileged (`--unshare-all --unshare-user
+  --disable-userns --cap-drop ALL`); the command is that user inside a user namespace,
+  with no capabilities and no way to make a nested user namespace.
+- **Root**: a user namespace made by root maps the command to host uid 0, and host uid 0
+  passes the ownership checks of `/proc/sys` (writing `kernel.core_pattern` is host code
+  execution) and of every root-only file. So bwrap runs as root *without* a user
+  namespace (root performs the mounts, so a Python under `/root` can still be bound) and
+  `setpriv` drops to an unprivileged uid before the command starts: no supplementary
+  groups, empty capability sets including the bounding set, `no_new_privs` (a setuid
+  binary gains nothing). The uid is the workspace's owner, else `tiller-sandbox`, else
+  `nobody` (`_sandbox_user`); the workspace is granted to it with POSIX ACLs
+  (`_workspace_acl`) and git is told it is a safe directory. Without `setpriv`, or on a
+  filesystem without ACLs, the shell refuses: it never falls back to uid 0. A command can
+  still make a nested user namespace here; the mounts it inherits are locked, and it is
+  root only over that namespace.
+
 The network is a private loopback unless the run grants the network
-(`ToolCtx.with_network()`), nested user namespaces are refused (`--disable-userns`: a
-command cannot make itself root of a namespace of its own and remount what it sees), and
-the environment is rebuilt from scratch (`PATH`, `HOME`, `LANG`, `TERM=dumb`, `PAGER=cat`,
-`GIT_PAGER=cat`), so no token in our environment leaks into a command. Commands run as
-root otherwise keep capabilities that can remount `/`; here `--cap-drop ALL` and the
-read-only binds (locked by the kernel in a less privileged namespace) prevent that.
+(`ToolCtx.with_network()`), and the environment is rebuilt from scratch (`PATH`, `HOME`,
+`LANG`, `TERM=dumb`, `PAGER=cat`, `GIT_PAGER=cat`), so no token in our environment leaks
+into a command.
 
 Whether bwrap works on this machine is probed once per `Sandbox` by running `true` under
 the same flags (bwrap missing, or user namespaces disabled, are the usual failures); the
@@ -43,7 +61,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ..errors import TillerError
+from ..errors import TillerError, UsageError
+from ._jail import PROTECTED_PATHS
+from ._protected_snapshot import ProtectedSnapshot
+from ._sandbox_user import SandboxUser, choose_sandbox_user
+from ._workspace_acl import grant_workspace
 
 __all__ = [
     "DEFAULT_SANDBOX",
@@ -57,8 +79,8 @@ __all__ = [
 SANDBOX_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Directories bound read-only (or recreated as the same symlinks) when the host has them.
 _SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-#: Files a command must never read even when tiller runs as root (the sandbox keeps the
-#: host's uid, so root's file permissions still apply to what is bound).
+#: Files a command must never read: unreadable to the sandbox's uid anyway, and hidden
+#: as well, in case a user's group could read them.
 _SECRET_FILES: Final = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 #: Bound read-only only if present: third-party software some hosts keep there.
 _OPTIONAL_DIRS: Final = ("/opt",)
@@ -108,12 +130,26 @@ class Sandbox:
       hide); missing ones are skipped. `Sandbox.python_paths()` lists the running
       interpreter's.
     - `path`: `PATH` inside the sandbox.
+    - `user`: when tiller runs as root, the user (name or uid, never root) commands run
+      as; by default the workspace's owner, else `tiller-sandbox`, else `nobody`
+      (`_sandbox_user`).
+    - `setpriv`: the `setpriv` binary that drops root to that user (looked up on the
+      sandbox's `PATH`); point it at a missing file to see the refusal path.
 
     The probe's answer is cached on the instance, so share one (the module's
     `DEFAULT_SANDBOX`) to probe once per process.
     """
 
-    __slots__ = ("_bwrap", "_lock", "_probe", "_resolved", "path", "ro_binds")
+    __slots__ = (
+        "_bwrap",
+        "_lock",
+        "_probe",
+        "_resolved",
+        "_setpriv_name",
+        "path",
+        "ro_binds",
+        "user",
+    )
 
     def __init__(
         self,
@@ -121,8 +157,12 @@ class Sandbox:
         *,
         ro_binds: Sequence[str | os.PathLike[str]] = (),
         path: str = SANDBOX_PATH,
+        user: str | int | None = None,
+        setpriv: str = "setpriv",
     ) -> None:
         self._bwrap = os.fspath(bwrap)
+        self.user = user
+        self._setpriv_name = setpriv
         # Resolved once, on first use, to an absolute path: looked up on every call, a
         # `bwrap` a command wrote into a directory of the host's PATH (an activated
         # venv's bin inside the workspace) would run the next command unsandboxed.
@@ -180,7 +220,14 @@ class Sandbox:
         if binary is None:
             return SandboxProbe(False, f"`{self._bwrap}` is not installed (not found)")
         with tempfile.TemporaryDirectory(prefix="tiller-probe-") as jail:
-            argv = self.command(["true"], jail=Path(jail).resolve(), network=False)
+            try:
+                # No ACL grant: `true` writes nothing, and the probe's directory may sit
+                # on another filesystem than the workspaces.
+                argv = self._argv(
+                    ["true"], jail=Path(jail).resolve(), network=False, protect=None, grant=False
+                )
+            except SandboxUnavailable as exc:
+                return SandboxProbe(False, exc.reason)
             try:
                 done = subprocess.run(
                     argv,
@@ -202,9 +249,33 @@ class Sandbox:
 
     # ── the command line ─────────────────────────────────────────────────────────
 
-    def command(self, argv: Sequence[str], *, jail: Path, network: bool) -> list[str]:
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        jail: Path,
+        network: bool,
+        protect: ProtectedSnapshot | None = None,
+    ) -> list[str]:
         """`argv` wrapped in bwrap: run in `jail` (an absolute real path, bound
-        read-write), with the host network only if `network` is granted."""
+        read-write), with the host network only if `network` is granted, and the paths
+        `protect` found bound over themselves (read-only where they exist).
+
+        When tiller is root this also grants the sandbox's uid access to the workspace
+        (`_workspace_acl`): a walk of the workspace, so call it off the event loop.
+        Raises `SandboxUnavailable` where a command would otherwise run as uid 0.
+        """
+        return self._argv(argv, jail=jail, network=network, protect=protect, grant=True)
+
+    def _argv(
+        self,
+        argv: Sequence[str],
+        *,
+        jail: Path,
+        network: bool,
+        protect: ProtectedSnapshot | None,
+        grant: bool,
+    ) -> list[str]:
         binary = self.executable()
         if binary is None:
             raise SandboxUnavailable(f"`{self._bwrap}` is not installed (not found)")
@@ -212,46 +283,113 @@ class Sandbox:
             # Whatever is in the jail, a command may have written: never run it as the
             # sandbox itself.
             raise SandboxUnavailable(f"`{binary}` lies inside the workspace; refusing to run it")
+        skip = protect.protected if protect is not None else PROTECTED_PATHS
+        user = self._drop_to(jail, grant=grant, skip=skip) if _running_as_root() else None
         home = _home()
-        args = [
-            binary,
-            "--unshare-all",
-            # Explicit, for `--disable-userns` (as root, `--unshare-all` only tries it).
-            "--unshare-user",
-            "--disable-userns",
-            "--cap-drop",
-            "ALL",
-            "--new-session",
-            "--die-with-parent",
-        ]
-        if network:
+        if user is None:
+            args = [
+                binary,
+                "--unshare-all",
+                # Explicit, for `--disable-userns` (as root, `--unshare-all` only tries it).
+                "--unshare-user",
+                "--disable-userns",
+                "--cap-drop",
+                "ALL",
+            ]
+        else:
+            # Root, without a user namespace: root performs the mounts (so any host path,
+            # such as a Python under /root, can be bound read-only) and `setpriv` then
+            # drops to `user` before the command starts. A user namespace made by root
+            # would map the command to host uid 0. No `--cap-drop`: `setpriv` needs
+            # CAP_SETUID, and the uid change itself clears every capability.
+            args = [binary, "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+            args += ["--unshare-cgroup-try"]
+            if not network:
+                args.append("--unshare-net")
+        args += ["--new-session", "--die-with-parent"]
+        if network and user is None:
             args.append("--share-net")
         for name in _SYSTEM_DIRS:
             args += _system_dir(Path(name))
         for name in _OPTIONAL_DIRS:
             if Path(name).is_dir():
                 args += ["--ro-bind", name, name]
-        # Readable to a command running as root (its uid maps to root's): hide them.
+        # Unreadable to the sandbox's uid anyway; hidden too, should a bind ever show them.
         for secret in _SECRET_FILES:
             if Path(secret).exists():
                 args += ["--ro-bind", "/dev/null", secret]
         if network:
             args += _resolver_binds()
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        args += ["--proc", "/proc", *_kernel_knobs(), "--dev", "/dev"]
+        # World-writable (sticky) as a normal /tmp: the tmpfs belongs to whoever mounts
+        # it, which as root is not the uid the command runs as.
+        args += ["--perms", "1777", "--tmpfs", "/tmp"]
         for hidden in dict.fromkeys((home, Path("/root"))):
             if hidden != Path("/"):
-                args += ["--tmpfs", str(hidden)]
+                args += ["--perms", "0777", "--tmpfs", str(hidden)]
         for extra in self.ro_binds:
-            args += ["--ro-bind-try", str(extra), str(extra)]
+            if extra.exists():
+                args += [*_searchable_parents(extra), "--ro-bind", str(extra), str(extra)]
+        args += _searchable_parents(jail)
         # Last, so a jail under /tmp or the home directory stays visible over the tmpfs.
-        args += ["--bind", str(jail), str(jail), "--chdir", str(jail)]
+        args += ["--bind", str(jail), str(jail)]
+        if protect is not None:
+            args += protect.binds()
+        args += ["--chdir", str(jail)]
         # bwrap's own root (a tmpfs holding the mount points) becomes read-only too, so a
         # write outside the jail, /tmp and the home directory fails instead of vanishing.
         args += ["--remount-ro", "/", "--clearenv"]
-        for key, value in self.environment(home).items():
+        env = self.environment(home)
+        if user is not None:
+            env |= _git_trusts(jail)
+        for key, value in env.items():
             args += ["--setenv", key, value]
-        args += ["--", *argv]
+        args.append("--")
+        if user is not None:
+            args += self._setpriv(jail, user)
+        args += argv
         return args
+
+    def _drop_to(self, jail: Path, *, grant: bool, skip: Sequence[str]) -> SandboxUser:
+        """As root: the uid the command runs as, with the workspace granted to it."""
+        try:
+            user = choose_sandbox_user(jail, self.user)
+        except UsageError as exc:
+            raise SandboxUnavailable(str(exc)) from exc
+        if not grant:
+            return user
+        try:
+            grant_workspace(jail, user.uid, skip)
+        except OSError as exc:
+            raise SandboxUnavailable(
+                f"tiller runs as root, so commands run as uid {user.uid}, but the workspace "
+                f"{str(jail)!r} cannot be made writable to it with ACLs ({exc.strerror or exc}); "
+                "run tiller as the workspace's owner, or put the workspace on a filesystem "
+                "with POSIX ACLs"
+            ) from exc
+        return user
+
+    def _setpriv(self, jail: Path, user: SandboxUser) -> list[str]:
+        found = shutil.which(self._setpriv_name, path=SANDBOX_PATH)
+        if found is None:
+            raise SandboxUnavailable(
+                "tiller runs as root and `setpriv` (util-linux) is not installed, so "
+                "commands cannot drop to an unprivileged uid; install util-linux, or run "
+                "tiller as an ordinary user"
+            )
+        real = os.path.realpath(found)
+        if Path(real).is_relative_to(jail):
+            raise SandboxUnavailable(f"`{real}` lies inside the workspace; refusing to run it")
+        return [
+            real,
+            f"--reuid={user.uid}",
+            f"--regid={user.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
 
     def environment(self, home: Path | None = None) -> dict[str, str]:
         """The whole environment a sandboxed command gets."""
@@ -269,9 +407,25 @@ class Sandbox:
         return f"<Sandbox bwrap={self._bwrap!r} {state}>"
 
 
+def _running_as_root() -> bool:
+    """Whether bwrap would run as root here (then commands drop to another uid)."""
+    return os.geteuid() == 0
+
+
 def _home() -> Path:
     home = os.environ.get("HOME", "")
     return Path(home) if os.path.isabs(home) else Path("/root")
+
+
+def _searchable_parents(path: Path) -> list[str]:
+    """bwrap makes the missing directories above a bind target mode 0700, which the
+    sandbox's uid cannot search when tiller is root: a Python under /root, or a jail
+    under pytest's base directory, would be unreachable by its absolute path. Make them
+    first, searchable (an existing one is left as it is)."""
+    args: list[str] = []
+    for above in reversed(path.parents[:-1]):
+        args += ["--perms", "0755", "--dir", str(above)]
+    return args
 
 
 def _system_dir(path: Path) -> list[str]:
@@ -281,6 +435,29 @@ def _system_dir(path: Path) -> list[str]:
     if path.is_dir():
         return ["--ro-bind", str(path), str(path)]
     return []
+
+
+#: The kernel's knobs under /proc, shown read-only over the sandbox's fresh /proc. bwrap
+#: covers some itself, but skips those `access(W_OK)` refuses, and `/proc/sys` refuses
+#: even root while its files stay writable. A missing one is skipped (`-try`).
+_PROC_KNOBS: Final = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+
+
+def _kernel_knobs() -> list[str]:
+    args: list[str] = []
+    for knob in _PROC_KNOBS:
+        args += ["--ro-bind-try", knob, knob]
+    return args
+
+
+def _git_trusts(jail: Path) -> dict[str, str]:
+    """git refuses a repository owned by another uid ("dubious ownership"); the command
+    runs as another uid than the root-owned workspace's, so name the workspace safe."""
+    return {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": str(jail),
+    }
 
 
 def _resolver_binds() -> list[str]:

@@ -7,6 +7,11 @@ no user namespaces) the tool refuses, saying how to install it, unless the run e
 accepted an unsandboxed shell (`ToolCtx.with_unsandboxed_shell()`): then the command runs
 as the current user with the current environment, its own session and process group.
 
+Protected paths (`ToolCtx.protected`: tiller's configuration and state, git's config and
+hooks, configured hook scripts) are read-only inside the sandbox where they exist; one the
+command creates where nothing was is removed when it ends (for a background job, when
+the job ends), and the result says so (`ProtectedSnapshot`, law 11).
+
 Either way the whole process tree is killed when the command ends, times out or is
 cancelled (its group, and under bwrap the sandbox's pid namespace), so a runaway `sleep`,
 a forgotten `server &` or a fork bomb's children do not outlive the call. Its output is
@@ -36,6 +41,7 @@ from ...cancel import CancellationToken
 from .._exec import ExecContext
 from .._process import Command, decode_output, describe_exit, spawn
 from .._progress import Progress
+from .._protected_snapshot import ProtectedSnapshot
 from .._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
 from .._tool import Capability, FunctionTool, ToolError, ToolOutput, tool
 
@@ -148,7 +154,7 @@ async def _wait_foreground(
 
 
 async def _command_line(
-    sandbox: Sandbox, command: str, ctx: ExecContext
+    sandbox: Sandbox, command: str, ctx: ExecContext, protect: ProtectedSnapshot
 ) -> tuple[list[str], dict[str, str], bool]:
     """The argv and environment to run `command` with, and whether it holds the network:
     in the sandbox, or (only where it is unavailable and the run accepted that) as a plain
@@ -160,8 +166,27 @@ async def _command_line(
         if not ctx.tools.unsandboxed_shell:
             raise ToolError(str(exc)) from exc
         return shell, {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}, True
-    argv = sandbox.command(shell, jail=ctx.tools.root, network=ctx.tools.network)
+    try:
+        # Off the loop: as root, building the command grants the workspace to the
+        # sandbox's uid, a walk of the whole tree.
+        argv = await asyncio.to_thread(
+            sandbox.command, shell, jail=ctx.tools.root, network=ctx.tools.network, protect=protect
+        )
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc)) from exc
     return argv, sandbox.environment(), ctx.tools.network
+
+
+def _reverted_note(protect: ProtectedSnapshot) -> str:
+    """Undo the command's writes to protected paths missing at its start; a line saying
+    so for the model, or "" when there were none."""
+    reverted = protect.undo()
+    if not reverted:
+        return ""
+    return (
+        f"[reverted: the command wrote {', '.join(reverted)}, which no command may write "
+        "(tiller's configuration, its state and git's internals are protected)]"
+    )
 
 
 def _render(process: Command, ending: str) -> str:
@@ -185,27 +210,49 @@ async def _execute(
     jobs = ctx.jobs if ctx.jobs is not None and not ctx.jobs.closed else None
     if background and jobs is None:
         raise ToolError(_NO_JOBS)
-    # (The interlock stops jobs that hold the network once the conversation holds private
-    # data and untrusted input.)
-    argv, env, network = await _command_line(sandbox, command, ctx)
-    if jobs is not None and (background or ctx.background.is_cancelled):
-        job_id = await jobs.start(
-            argv, command=command, cwd=ctx.tools.root, env=env, network=network
+    protect = ProtectedSnapshot.take(ctx.tools.root, ctx.tools.protected)
+    try:
+        # (The interlock stops jobs that hold the network once the conversation holds
+        # private data and untrusted input.)
+        argv, env, network = await _command_line(sandbox, command, ctx, protect)
+        if jobs is not None and (background or ctx.background.is_cancelled):
+            job_id = await jobs.start(
+                argv,
+                command=command,
+                cwd=ctx.tools.root,
+                env=env,
+                network=network,
+                on_end=lambda: _reverted_note(protect),
+                pass_fds=protect.fds(),
+            )
+            return ToolOutput(
+                f"[started in the background as {job_id}; use background_process to read "
+                "its output, wait for it or stop it]"
+            )
+        relay = _Relay(ctx.progress, asyncio.get_running_loop())
+        process = await spawn(
+            argv,
+            cwd=ctx.tools.root,
+            env=env,
+            output_limit=MAX_SHELL_OUTPUT_BYTES,
+            listener=relay,
+            pass_fds=protect.fds(),
         )
-        return ToolOutput(
-            f"[started in the background as {job_id}; use background_process to read its "
-            "output, wait for it or stop it]"
-        )
-    relay = _Relay(ctx.progress, asyncio.get_running_loop())
-    process = await spawn(
-        argv, cwd=ctx.tools.root, env=env, output_limit=MAX_SHELL_OUTPUT_BYTES, listener=relay
-    )
+    except BaseException:
+        # Cancelled while starting, the command may have run a moment before it was
+        # killed: what it wrote to protected paths goes all the same.
+        protect.undo()
+        raise
+    finally:
+        protect.release()  # bwrap holds its own copies of the descriptors
     adopted = False
     try:
         ended = await _wait_foreground(process, limit, ctx.background if jobs is not None else None)
         if ended is _Ended.DETACHED and jobs is not None:
             relay.stop()
-            job_id = jobs.adopt(process, command=command, network=network)
+            job_id = jobs.adopt(
+                process, command=command, network=network, on_end=lambda: _reverted_note(protect)
+            )
             adopted = True
             so_far = jobs.read(job_id)
             dropped = f"[... {so_far.skipped} earlier bytes]\n" if so_far.skipped else ""
@@ -222,12 +269,19 @@ async def _execute(
             # Also after a normal exit: whatever the command left running goes too, which
             # lets its pipe reach EOF. On a cancel this is the shielded, bounded cleanup.
             await process.aclose()
+            # Once the whole tree is gone, so nothing writes after the check.
+            reverted = _reverted_note(protect)
     relay.stop()
     if ended is _Ended.TIMED_OUT:
         note = f"timed out after {limit:g}s; the command and its processes were killed"
-        return ToolOutput(_render(process, note), is_error=True)
+        return ToolOutput(_with_note(_render(process, note), reverted), is_error=True)
     returncode = process.returncode
-    return ToolOutput(_render(process, describe_exit(returncode)), is_error=returncode != 0)
+    text = _with_note(_render(process, describe_exit(returncode)), reverted)
+    return ToolOutput(text, is_error=returncode != 0 or bool(reverted))
+
+
+def _with_note(text: str, note: str) -> str:
+    return f"{text}\n{note}" if note else text
 
 
 def execute_command_tool(sandbox: Sandbox = DEFAULT_SANDBOX) -> FunctionTool:
