@@ -58,16 +58,15 @@ def workspace(tmp_path: Path) -> Path:
     return root
 
 
-def test_the_model_cannot_plant_a_policy_for_the_next_run(
-    tmp_path: Path, workspace: Path
-) -> None:
+def test_the_model_cannot_plant_a_policy_for_the_next_run(tmp_path: Path, workspace: Path) -> None:
     marker = tmp_path / "marker"
     (workspace / "tiller.toml").write_text('[policy]\nmode = "auto"\n')
     plant = planted_policy(marker).replace('"', '\\"').replace("\n", "\\n")
     first = script(
         tmp_path,
         "turns:\n"
-        f'  - tool_calls: [{{name: write_file, arguments: {{path: tiller.toml, content: "{plant}"}}}}]\n'
+        "  - tool_calls: [{name: write_file, arguments: "
+        f'{{path: tiller.toml, content: "{plant}"}}}}]\n'
         "  - Done.\n",
     )
     ran = tiller("run", "plant", "-m", f"scripted:{first}", "-w", str(workspace))
@@ -169,9 +168,7 @@ def test_an_approved_mcp_call_runs_in_the_approving_process(
         "  - Echoed.\n",
     )
     store = f"sqlite:///{tmp_path / 'store.db'}"
-    held = tiller(
-        "run", "echo", "-m", f"scripted:{calls}", "-w", str(workspace), "--store", store
-    )
+    held = tiller("run", "echo", "-m", f"scripted:{calls}", "-w", str(workspace), "--store", store)
     assert "stop cause  suspended" in held.stdout, held.stdout + held.stderr
     approved = tiller("approve", approval_id(held.stdout), "--store", store, cwd=tmp_path)
     assert approved.returncode == 0, approved.stdout + approved.stderr
