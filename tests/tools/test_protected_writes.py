@@ -58,6 +58,9 @@ def _refused(done: Execution, covering: str) -> None:
         (".git/config.worktree", ".git/config.worktree"),
         (".git/modules/x/config", ".git/modules"),
         (".git/commondir", ".git/commondir"),
+        ("vendor/lib/.git", "vendor/lib/.git"),  # a gitdir: file sending git elsewhere
+        ("vendor/lib/.git/config", "vendor/lib/.git"),
+        ("sub/.GIT/hooks/pre-commit", "sub/.GIT"),
     ],
 )
 async def test_write_file_refuses_every_spelling_of_a_protected_path(
@@ -68,6 +71,13 @@ async def test_write_file_refuses_every_spelling_of_a_protected_path(
     done = await run(ctx, "write_file", path=path, content='[policy]\nmode = "full_access"\n')
     _refused(done, covering)
     assert fingerprint(root) == before
+
+
+async def test_a_symlinked_directory_into_git_is_refused(ctx: ExecContext, root: Path) -> None:
+    (root / "tools").symlink_to(".git")
+    done = await run(ctx, "write_file", path="tools/hooks/pre-commit", content="id\n")
+    _refused(done, ".git/hooks")
+    assert not (root / ".git" / "hooks" / "pre-commit").exists()
 
 
 async def test_edit_file_refuses_the_policy_file(ctx: ExecContext, root: Path) -> None:

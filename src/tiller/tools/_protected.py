@@ -9,6 +9,10 @@ protected file. It ignores case: Linux filesystems are case-sensitive, where `.G
 is just another file, but on a case-insensitive one (macOS, a FAT or SMB mount, ext4 with
 casefolding) it *is* git's config, and refusing a harmless look-alike costs nothing.
 
+A `.git` below the root (a nested repository, or a `.git` file whose `gitdir:` line points
+git elsewhere) is protected whole: git run in that directory would read its config and
+hooks just the same, and no task needs the file tools to write git's internals.
+
 One subpath is exempt, exactly spelled: `.tiller/scratch`, the session scratchpads that
 the model's own file tools write in the Plan phase (`tiller.loop` `SCRATCH_SUBDIR`). Nothing
 tiller reads as configuration lives there.
@@ -32,10 +36,13 @@ def _covers(prefix: tuple[str, ...], parts: tuple[str, ...]) -> bool:
 
 def protected_match(parts: tuple[str, ...], protected: Iterable[str]) -> str | None:
     """The protected path covering the jail-relative `parts`, or None (see the module
-    docstring: case-insensitive, `.tiller/scratch` exempt)."""
+    docstring: case-insensitive, a nested `.git` whole, `.tiller/scratch` exempt)."""
+    folded = tuple(part.casefold() for part in parts)
+    if ".git" in folded[1:]:
+        nested = folded.index(".git", 1)
+        return "/".join(parts[: nested + 1])
     if any(_covers(PurePosixPath(exempt).parts, parts) for exempt in PROTECTED_EXEMPT):
         return None
-    folded = tuple(part.casefold() for part in parts)
     for path in protected:
         prefix = tuple(part.casefold() for part in PurePosixPath(path).parts)
         if _covers(prefix, folded):
