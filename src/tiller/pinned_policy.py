@@ -69,6 +69,8 @@ class PinnedPolicy:
     source: Path | None = None
     hook_pins: Mapping[str, tuple[tuple[FilePin, ...], ...]] = field(default_factory=dict)
     mcp_pins: Mapping[str, tuple[FilePin, ...]] = field(default_factory=dict)
+    #: The jail the hooks' scripts were hashed in (None: nothing was hashed).
+    workspace: Path | None = None
 
     # ── pinning, when a person starts a run ────────────────────────────────────────
 
@@ -106,7 +108,7 @@ class PinnedPolicy:
             server.name: pin_files(_mcp_paths(server.command, server.args, server.cwd or here))
             for server in mcp
         }
-        pinned = cls(replace(config, mcp=mcp), document, source, hook_pins, mcp_pins)
+        pinned = cls(replace(config, mcp=mcp), document, source, hook_pins, mcp_pins, root)
         return pinned._with_hook_pins()
 
     def describe(self) -> str:
@@ -122,6 +124,7 @@ class PinnedPolicy:
         return {
             "version": PIN_VERSION,
             "source": str(self.source) if self.source is not None else None,
+            "workspace": str(self.workspace) if self.workspace is not None else None,
             "document": dict(self.document),
             "hooks": {
                 kind: [[_pin_data(p) for p in pins] for pins in self.hook_pins.get(kind, ())]
@@ -164,8 +167,14 @@ class PinnedPolicy:
             name: tuple(_pin_from(p) for p in stored.get("files", []))
             for name, stored in stored_mcp.items()
         }
+        workspace = Path(data["workspace"]) if data.get("workspace") is not None else None
         pinned = cls(
-            replace(config, mcp=McpServers(tuple(servers))), document, source, hook_pins, mcp_pins
+            replace(config, mcp=McpServers(tuple(servers))),
+            document,
+            source,
+            hook_pins,
+            mcp_pins,
+            workspace,
         )
         return pinned._with_hook_pins()
 
@@ -173,7 +182,12 @@ class PinnedPolicy:
 
     def apply(self, run_ctx: RunContext) -> RunContext:
         """`run_ctx` under this policy (`TillerConfig.apply`), carrying its record for
-        the checkpoints, with the pinned files inside the jail protected."""
+        the checkpoints, with the pinned files inside the jail protected. A run that
+        continues in another jail (`tiller runs resume --workspace`) checks its hook
+        scripts there, against the hashes taken in the first."""
+        root = run_ctx.tools.root
+        if self.workspace is not None and self.workspace != root:
+            return self._moved_to(root).apply(run_ctx)
         applied = self.config.apply(run_ctx).with_pinned_policy(self.to_data())
         pinned_files = [Path(p.path) for p in self._all_pins()]
         if self.source is not None:
@@ -202,6 +216,24 @@ class PinnedPolicy:
         pins = [p for each in self.hook_pins.values() for hook in each for p in hook]
         pins.extend(p for each in self.mcp_pins.values() for p in each)
         return pins
+
+    def _moved_to(self, root: Path) -> PinnedPolicy:
+        """This policy with the hook pins under the old jail moved to `root`."""
+        old = self.workspace
+        if old is None:
+            return self
+
+        def moved(pin: FilePin) -> FilePin:
+            path = Path(pin.path)
+            if not path.is_relative_to(old):
+                return pin
+            return FilePin(str(root / path.relative_to(old)), pin.sha256)
+
+        hook_pins = {
+            kind: tuple(tuple(moved(p) for p in pins) for pins in each)
+            for kind, each in self.hook_pins.items()
+        }
+        return replace(self, hook_pins=hook_pins, workspace=root)._with_hook_pins()
 
     def _with_hook_pins(self) -> PinnedPolicy:
         """The config with each shell hook trusting its scripts only as pinned."""
