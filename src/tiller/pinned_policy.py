@@ -187,7 +187,7 @@ class PinnedPolicy:
         scripts there, against the hashes taken in the first."""
         root = run_ctx.tools.root
         if self.workspace is not None and self.workspace != root:
-            return self._moved_to(root).apply(run_ctx)
+            return self.for_workspace(root).apply(run_ctx)
         applied = self.config.apply(run_ctx).with_pinned_policy(self.to_data())
         pinned_files = [Path(p.path) for p in self._all_pins()]
         if self.source is not None:
@@ -217,10 +217,12 @@ class PinnedPolicy:
         pins.extend(p for each in self.mcp_pins.values() for p in each)
         return pins
 
-    def _moved_to(self, root: Path) -> PinnedPolicy:
-        """This policy with the hook pins under the old jail moved to `root`."""
+    def for_workspace(self, root: str | Path) -> PinnedPolicy:
+        """This policy for a run continuing in the jail `root`: the hook pins taken
+        under the first jail are checked at the same places under `root`."""
         old = self.workspace
-        if old is None:
+        root = Path(root).resolve()
+        if old is None or old == root:
             return self
 
         def moved(pin: FilePin) -> FilePin:
