@@ -162,3 +162,21 @@ def test_a_run_continued_in_another_jail_checks_its_scripts_there(
     assert isinstance(hook, ShellHook)
     assert hook.pinned[0].path == str(elsewhere.resolve() / "check.sh")
     assert ctx.tools.protects("check.sh") == "check.sh"
+
+
+async def test_the_library_refuses_to_resume_a_pinned_run_without_its_policy(
+    workspace: Path,
+) -> None:
+    from tiller.errors import UsageError
+    from tiller.loop import Agent, record_policy, resume
+    from tiller.model import ScriptedModel
+    from tiller.state import RunState
+
+    pinned = PinnedPolicy.read(workspace)
+    ctx = pinned.apply(RunContext.sandboxed(workspace))
+    state = record_policy(RunState(run_id="r1", thread_id="t1", agent_name="a"), ctx)
+    agent = Agent(ScriptedModel(["done"]), [])
+    with pytest.raises(UsageError, match="pinned a policy when it started"):
+        await resume(agent, state)
+    result = await resume(agent, state, configure=restore_pinned_policy)
+    assert result.text == "done"
