@@ -66,3 +66,32 @@ def test_a_served_resume_refuses_a_hook_script_changed_since_the_run_started(
     assert not (workspace / "notes.txt").exists()
     results = [e for e in done if e["type"] == "TOOL_CALL_RESULT"]
     assert any("since the run's policy was pinned" in r["content"] for r in results), done
+
+
+def test_tiller_serve_opens_its_mcp_servers_so_an_approved_call_runs(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    import sys
+
+    from tiller.loop import Agent
+    from tiller.model import ScriptedModel
+    from tiller.pinned_policy import PinnedPolicy
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    fixture = Path(__file__).parent.parent / "tools" / "mcp_server_fixture.py"
+    config = tmp_path / "serve.toml"  # outside the jail: the server's own policy
+    config.write_text(f'[mcp.servers.fx]\ncommand = "{sys.executable}"\nargs = ["{fixture}"]\n')
+    echo = {"tool_calls": [{"name": "fx__echo", "arguments": {"text": "hi", "times": 2}}]}
+    agent = Agent(ScriptedModel([echo, "echoed"]), [])
+    url = serve(agent, policy=PinnedPolicy.read(workspace, config))
+    events = post_run(url, run_input("t1", "r1", _user("echo")))
+    assert events[-1]["outcome"]["type"] == "interrupt", events[-1]
+    (interrupt,) = events[-1]["outcome"]["interrupts"]
+    resume = [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"decision": "approve"}}
+    ]
+    done = post_run(url, run_input("t1", "r2", last_messages(events), resume=resume))
+    assert done[-1]["outcome"] == {"type": "success"}
+    results = [e["content"] for e in done if e["type"] == "TOOL_CALL_RESULT"]
+    assert any("hihi" in r.replace(" ", "") for r in results), results
