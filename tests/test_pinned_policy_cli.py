@@ -174,3 +174,24 @@ def test_an_approved_mcp_call_runs_in_the_approving_process(
     assert approved.returncode == 0, approved.stdout + approved.stderr
     assert "Unknown tool" not in approved.stdout
     assert "hihi" in approved.stdout.replace(" ", "")
+
+
+def test_a_persons_edit_between_runs_is_picked_up_by_the_next_run(
+    tmp_path: Path, workspace: Path
+) -> None:
+    (workspace / "prod.env").write_text("API_KEY=hunter2\n")
+    (workspace / "tiller.toml").write_text('[policy]\nmode = "auto"\n')
+    reads = script(
+        tmp_path,
+        "turns:\n  - tool_calls: [{name: read_file, arguments: {path: prod.env}}]\n  - Done.\n",
+    )
+    first = tiller("run", "read", "-m", f"scripted:{reads}", "-w", str(workspace))
+    assert "hunter2" in first.stdout, first.stdout + first.stderr
+    (workspace / "tiller.toml").write_text(
+        '[policy]\nmode = "auto"\n'
+        '[[policy.rules]]\naction = "deny"\ntool = "read_file"\npath = "*.env"\n'
+    )
+    second = tiller("run", "read", "-m", f"scripted:{reads}", "-w", str(workspace))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "hunter2" not in second.stdout
+    assert "Blocked by policy" in second.stdout
