@@ -195,3 +195,20 @@ def test_a_persons_edit_between_runs_is_picked_up_by_the_next_run(
     assert second.returncode == 0, second.stdout + second.stderr
     assert "hunter2" not in second.stdout
     assert "Blocked by policy" in second.stdout
+
+
+def test_a_store_inside_the_workspace_is_protected(tmp_path: Path, workspace: Path) -> None:
+    """Its checkpoints hold the pinned policy: rewriting them would be rewriting policy."""
+    overwrite = script(
+        tmp_path,
+        "turns:\n"
+        "  - tool_calls: [{name: write_file, arguments: {path: runs.db, content: x}}]\n"
+        "  - Done.\n",
+    )
+    store = f"sqlite:///{workspace / 'runs.db'}"
+    ran = tiller(
+        "run", "go", "-m", f"scripted:{overwrite}", "-w", str(workspace), "--store", store, "--yes"
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "protected policy" in ran.stdout
+    assert (workspace / "runs.db").read_bytes().startswith(b"SQLite format 3")

@@ -44,6 +44,7 @@ __all__ = [
     "PinnedPolicy",
     "pinned_policy_of",
     "restore_pinned_policy",
+    "with_store_protected",
 ]
 
 #: Bumped when the shape of the record changes; an unknown version is refused by name.
@@ -196,7 +197,7 @@ class PinnedPolicy:
         inside = [p for p in pinned_files if p.is_relative_to(tools.root)]
         if inside:
             applied = applied.with_tools(tools.with_protected(*inside))
-        return applied
+        return with_store_protected(applied)
 
     def check_mcp_files(self) -> None:
         """Raise `PinnedFileChanged` if an MCP server's pinned program or script changed:
@@ -265,6 +266,22 @@ def restore_pinned_policy(run_ctx: RunContext) -> RunContext:
     data = run_ctx.pinned_policy
     pinned = PinnedPolicy.from_data(data) if data is not None else PinnedPolicy()
     return pinned.apply(run_ctx)
+
+
+def with_store_protected(run_ctx: RunContext) -> RunContext:
+    """`run_ctx` with its store's file protected when it lies inside the jail (a
+    `sqlite:///` store in the project): the checkpoints there hold the pinned policy, so
+    the model must not be able to rewrite them."""
+    path = getattr(run_ctx.store, "path", None)
+    if not isinstance(path, Path):
+        return run_ctx
+    db = path.expanduser().resolve()
+    files = [db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
+    tools = run_ctx.tools
+    inside = [f for f in files if f.is_relative_to(tools.root)]
+    if not inside:
+        return run_ctx
+    return run_ctx.with_tools(tools.with_protected(*inside))
 
 
 def pinned_policy_of(run_ctx: RunContext) -> PinnedPolicy:

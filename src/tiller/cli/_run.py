@@ -31,7 +31,7 @@ from ..conversation import ToolCall
 from ..errors import Cancelled
 from ..events import Event
 from ..loop import Budget, DetachSwitch, RunContext, RunOptions, SteeringQueue
-from ..pinned_policy import PinnedPolicy
+from ..pinned_policy import PinnedPolicy, with_store_protected
 from ..policy import AllowAll, Approver, Decision, NoOneToAsk, approval_key
 from ..state import StopCause
 from ..store import HeldApproval, open_bus
@@ -364,7 +364,7 @@ async def run_task(
             options = RunOptions()
             if store is not None:
                 bus = await stack.enter_async_context(await open_bus(store))
-                run_ctx = run_ctx.with_store(bus)
+                run_ctx = with_store_protected(run_ctx.with_store(bus))
                 options = RunOptions(checkpoint_bucket=CHECKPOINTS_BUCKET)
             if config.mcp:
                 pinned.check_mcp_files()
