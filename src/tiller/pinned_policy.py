@@ -9,13 +9,13 @@ served resume rebuild the policy from that record (`restore_pinned_policy`) and 
 a file in the jail; a person's edit of `tiller.toml` is adopted by the next run they start.
 
 What is pinned: the TOML document as read (every section `TillerConfig` parses, so a
-section added later is pinned too), where it was read from, and the files the policy runs
-on the host with their sha256 then: each hook's scripts (`ShellHook.pinned`: a changed
-script is refused, and the hook denies) and each MCP server's program and script
-arguments (`check_mcp_files`: a changed one is not started). An MCP server's working
-directory is pinned as an absolute path, so every process that continues the run starts
-the same server. The pinned files inside the jail join its protected paths, so the file
-tools refuse to write them.
+section added later is pinned too), where it was read from, and the files in the jail that
+the policy runs on the host, with their sha256 then: each hook's scripts
+(`ShellHook.pinned`: a changed script is refused, and the hook denies) and each MCP
+server's program and script arguments (`check_mcp_files`: a changed one is not started). An
+MCP server's working directory is pinned as an absolute path, so every process that
+continues the run starts the same server. The pinned files inside the jail join its
+protected paths, so the file tools refuse to write them.
 
 A checkpoint without a pinned policy (written by code that did not pin one) resumes with
 the defaults: no hooks, no MCP servers, the default interlock and rules (law 3).
@@ -91,7 +91,9 @@ class PinnedPolicy:
         config = TillerConfig.from_mapping(document, path=source)
         hook_pins: dict[str, tuple[tuple[FilePin, ...], ...]] = {
             kind: tuple(
-                pin_files(script_paths(hook.command, root)) if isinstance(hook, ShellHook) else ()
+                pin_files(_inside(script_paths(hook.command, root), root))
+                if isinstance(hook, ShellHook)
+                else ()
                 for hook in config.hooks.hooks(kind)
             )
             for kind in _HOOK_KINDS
@@ -106,7 +108,9 @@ class PinnedPolicy:
             )
         )
         mcp_pins = {
-            server.name: pin_files(_mcp_paths(server.command, server.args, server.cwd or here))
+            server.name: pin_files(
+                _inside(_mcp_paths(server.command, server.args, server.cwd or here), root)
+            )
             for server in mcp
         }
         pinned = cls(replace(config, mcp=mcp), document, source, hook_pins, mcp_pins, root)
@@ -288,6 +292,12 @@ def pinned_policy_of(run_ctx: RunContext) -> PinnedPolicy:
     """The policy `run_ctx` carries (the defaults if none)."""
     data = run_ctx.pinned_policy
     return PinnedPolicy.from_data(data) if data is not None else PinnedPolicy()
+
+
+def _inside(paths: list[Path], root: Path) -> list[Path]:
+    """The paths in the jail: only there can the model change a file (the sandbox binds
+    the rest read-only and the file tools never leave it), so only there is a hash due."""
+    return [p for p in paths if p.is_relative_to(root)]
 
 
 def _mcp_paths(command: str, args: Sequence[str], cwd: Path) -> list[Path]:
