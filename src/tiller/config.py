@@ -36,7 +36,9 @@ preamble = "You review code and report problems; you change nothing."
 ```
 
 `load_config(path)` reads a file; `find_config(workspace)` looks for `tiller.toml` in the
-workspace; `TillerConfig.apply(run_ctx)` puts the policy into a run's context (hooks from
+workspace (only when a person starts a run: resumes, approvals and served requests use the
+policy pinned in the run's checkpoint, `tiller.pinned_policy`, never the workspace's file);
+`TillerConfig.apply(run_ctx)` puts the policy into a run's context (hooks from
 code are kept, and the file's are added after them) and the subagent types
 (`tiller.loop.SubagentConfig` documents the `[subagents]` keys), and `web_fetch`'s
 `WebAccess` on the run's `ToolCtx` (`tiller.tools.WebAccess` documents `[web]`).
@@ -64,7 +66,7 @@ __all__ = [
     "TillerConfig",
     "find_config",
     "load_config",
-    "workspace_policy",
+    "read_config_document",
 ]
 
 #: The file `find_config` looks for in a workspace.
@@ -180,26 +182,24 @@ def _outbox(section: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(tools)
 
 
-def load_config(path: str | Path) -> TillerConfig:
-    """Read and parse the `tiller.toml` at `path`."""
+def read_config_document(path: str | Path) -> dict[str, Any]:
+    """The TOML document at `path`, read once and not yet parsed into a `TillerConfig`
+    (the run's pinned policy records it as read: `tiller.pinned_policy`)."""
     file = Path(path)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        return tomllib.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file} is not valid TOML: {exc}") from exc
-    return TillerConfig.from_mapping(data, path=file)
+
+
+def load_config(path: str | Path) -> TillerConfig:
+    """Read and parse the `tiller.toml` at `path`."""
+    return TillerConfig.from_mapping(read_config_document(path), path=Path(path))
 
 
 def find_config(workspace: str | Path) -> TillerConfig:
     """The workspace's `tiller.toml`, or the defaults when it has none."""
     file = Path(workspace) / CONFIG_FILE
     return load_config(file) if file.is_file() else TillerConfig()
-
-
-def workspace_policy(run_ctx: RunContext) -> RunContext:
-    """`run_ctx` with its workspace's `tiller.toml` applied: what a process that resumes a
-    run (`tiller approve`, `tiller runs resume`) passes as `resume(..., configure=...)`, so
-    the rules, hooks, interlock and outbox routes that held the run hold it still."""
-    return find_config(run_ctx.tools.root).apply(run_ctx)

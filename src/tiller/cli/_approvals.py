@@ -338,7 +338,9 @@ async def _resume(
     from rich.console import Console
 
     from ..loop import resume
+    from ..pinned_policy import restore_pinned_policy
     from ..store import AlreadyResumed
+    from ._pinned import pinned_agent
 
     run_id = next(iter(records.values())).run_id
     decisions = {call_id: _decision(record) for call_id, record in records.items()}
@@ -346,15 +348,18 @@ async def _resume(
     typer.echo(f"resuming run {run_id}")
     view = _resume_view(console)
     try:
-        result = await resume(
-            agent,
-            run_id,
-            decisions,
-            store=bus,
-            bucket=checkpoints_bucket,
-            on_event=view.on_event,
-            configure=_workspace_policy(),
-        )
+        async with pinned_agent(bus, checkpoints_bucket, run_id, agent) as continuing:
+            result = await resume(
+                continuing,
+                run_id,
+                decisions,
+                store=bus,
+                bucket=checkpoints_bucket,
+                on_event=view.on_event,
+                # The policy the run was started with, from its checkpoint: never the
+                # workspace's tiller.toml, which the model may have written (law 11).
+                configure=restore_pinned_policy,
+            )
     except AlreadyResumed:
         raise  # someone else continued it: nothing to retry
     except TillerError:
@@ -387,11 +392,3 @@ def _summary(console: Console, result: RunResult) -> int:
         )
         return EXIT_OK
     return EXIT_OK if result.completed else EXIT_NOT_COMPLETED
-
-
-def _workspace_policy() -> Any:
-    """The workspace's `tiller.toml`, re-applied to a resumed run (imported here: the
-    configuration loads the loop, which the CLI loads lazily)."""
-    from ..config import workspace_policy
-
-    return workspace_policy

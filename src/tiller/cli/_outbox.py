@@ -76,6 +76,24 @@ def _interactive() -> bool:
 # ── the release ──────────────────────────────────────────────────────────────────────
 
 
+async def _pinned_record(
+    bus: Bus, item_id: str, bucket: str, checkpoints_bucket: str
+) -> dict[str, Any] | None:
+    """The pinned policy of the run that staged `item_id` (None: its checkpoint is gone
+    or pinned nothing: the release is checked with the defaults)."""
+    from ..store import NotFound
+    from ..store._checkpoints import CheckpointStore
+    from ..store._outbox import OutboxStore
+
+    try:
+        item = await OutboxStore(bus, bucket).get(item_id)
+        state = (await CheckpointStore(bus, checkpoints_bucket).load(item.run_id)).state
+    except NotFound:
+        return None
+    pinned = (state.policy or {}).get("pinned")
+    return dict(pinned) if pinned is not None else None
+
+
 async def send_outbox_item(
     bus: Bus,
     item_id: str,
@@ -332,13 +350,18 @@ def send_item(
             )
         from ._release import release_check
 
+        pinned = await _pinned_record(bus, item_id, bucket, checkpoints_bucket)
+
+        async def check(item: OutboxItem, tool: Any, arguments: dict[str, Any]) -> str | None:
+            return await release_check(item, tool, arguments, pinned=pinned)
+
         item = await send_outbox_item(
             bus,
             item_id,
             agent=agent,
             workspace=root,
             confirm=None if yes else _ask_at_terminal,
-            release_check=release_check,
+            release_check=check,
             bucket=bucket,
             checkpoints_bucket=checkpoints_bucket,
         )

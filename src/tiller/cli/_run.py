@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.text import Text
 
 from ..cancel import CancellationToken
-from ..config import find_config, load_config
 from ..conversation import ToolCall
 from ..errors import Cancelled
 from ..events import Event
 from ..loop import Budget, DetachSwitch, RunContext, RunOptions, SteeringQueue
+from ..pinned_policy import PinnedPolicy, with_store_protected
 from ..policy import AllowAll, Approver, Decision, NoOneToAsk, approval_key
 from ..state import StopCause
 from ..store import HeldApproval, open_bus
@@ -294,7 +294,11 @@ async def run_task(
     `tiller approve` / `tiller deny` in any later process."""
     console = console or Console(highlight=False)
     interactive = sys.stdin.isatty() if interactive is None else interactive
-    config = load_config(config_path) if config_path is not None else find_config(workspace)
+    # Read once, here, by the person starting the run; pinned in its checkpoint, so
+    # nothing the model writes later changes it (law 11).
+    pinned = PinnedPolicy.read(workspace, config_path)
+    config = pinned.config
+    console.print(Text(pinned.describe(), style="dim"))
     loop = asyncio.get_running_loop()
     queue = SteeringQueue()
     detach = DetachSwitch()
@@ -313,7 +317,7 @@ async def run_task(
         approver = NoOneToAsk("rerun with --yes to allow it, or with a store to approve later")
     cancel = CancellationToken()
     budget = Budget(max_turns=max_turns, max_cost_usd=max_cost)
-    run_ctx = config.apply(
+    run_ctx = pinned.apply(
         RunContext(
             tools=ToolCtx(workspace, network=network, unsandboxed_shell=unsandboxed_shell),
             approver=approver,
@@ -360,9 +364,10 @@ async def run_task(
             options = RunOptions()
             if store is not None:
                 bus = await stack.enter_async_context(await open_bus(store))
-                run_ctx = run_ctx.with_store(bus)
+                run_ctx = with_store_protected(run_ctx.with_store(bus))
                 options = RunOptions(checkpoint_bucket=CHECKPOINTS_BUCKET)
             if config.mcp:
+                pinned.check_mcp_files()
                 for each in await stack.enter_async_context(open_mcp_tools(config.mcp)):
                     agent.registry.add(each)
             result = await agent.run_in(run_ctx, task, options, on_event=on_event)

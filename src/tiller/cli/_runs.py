@@ -406,8 +406,10 @@ def resume_run(
     from rich.console import Console
 
     from ..loop import ResumeReplayBlocked, resume
+    from ..pinned_policy import restore_pinned_policy
     from ..policy import AllowAll, NoOneToAsk
     from ..store._checkpoints import CheckpointStore
+    from ._pinned import pinned_agent
 
     if agent is not None:
         _allow_cwd_imports()
@@ -441,17 +443,19 @@ def resume_run(
         if lines is not None:
             lines.start()
         try:
-            result = await resume(
-                agent,
-                run_id,
-                store=bus,
-                bucket=bucket,
-                approver=approver,
-                workspace=root,
-                on_event=view.on_event,
-                force=force,
-                configure=_workspace_policy(),
-            )
+            async with pinned_agent(bus, bucket, run_id, agent) as continuing:
+                result = await resume(
+                    continuing,
+                    run_id,
+                    store=bus,
+                    bucket=bucket,
+                    approver=approver,
+                    workspace=root,
+                    on_event=view.on_event,
+                    force=force,
+                    # The run's pinned policy, never the workspace's file (law 11).
+                    configure=restore_pinned_policy,
+                )
         except ResumeReplayBlocked as exc:
             typer.echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
             for call in exc.calls:
@@ -643,11 +647,3 @@ def _message(data: dict[str, Any]) -> UserMessage | AssistantMessage:
     if data.get("role") == "assistant":
         return AssistantMessage.model_validate(data)
     return UserMessage.model_validate(data)
-
-
-def _workspace_policy() -> Any:
-    """The workspace's `tiller.toml`, re-applied to a resumed run (imported here: the
-    configuration loads the loop, which the CLI loads lazily)."""
-    from ..config import workspace_policy
-
-    return workspace_policy

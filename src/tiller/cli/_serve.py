@@ -58,17 +58,31 @@ def serve_command(
     interrupt_ttl: float | None = typer.Option(
         None, "--interrupt-ttl", help="Seconds an approval or question stays answerable."
     ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="The policy file new runs start with, read once now (default: tiller.toml in "
+        "the directory serve is started from; never re-read per request).",
+    ),
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
     console at /."""
+    from ..config import CONFIG_FILE
+    from ..pinned_policy import PinnedPolicy
     from ..serve import create_app, run_server
 
     try:
         app_token = _token(host, token, no_auth)
         agent = _agent(agent_ref, model)
         workspace.mkdir(parents=True, exist_ok=True)
+        here = Path.cwd() / CONFIG_FILE
+        source = config if config is not None else (here if here.is_file() else None)
+        # Read once, by the person starting the server (law 11).
+        policy = PinnedPolicy.read(workspace, source) if source is not None else PinnedPolicy()
+        typer.echo(f"tiller serve: {policy.describe()}")
         app = create_app(
             agent,
+            policy=policy,
             store=store,
             namespace=namespace,
             token=app_token,

@@ -8,7 +8,8 @@ checkpoint carries instead:
   zero-argument factory returning one; `load_agent(ref)` imports it again;
 - `RunState.policy`: the run's policy *as data* (`policy_of`): the jail and its limits,
   the phase, the withheld tools, the budget's limits and what the run tree has spent, and
-  the loop's serializable options (caps and the built-in review policies).
+  the loop's serializable options (caps and the built-in review policies), and the
+  configuration pinned when the run started (`RunContext.pinned_policy`, law 11).
   `run_context_from(state, store=..., approver=...)` rebuilds the `RunContext`, the caller
   giving only what is not data; `options_from(state)` rebuilds the `RunOptions`.
 
@@ -167,6 +168,9 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
             },
         },
     }
+    if run_ctx.pinned_policy is not None:
+        # The configuration read when the run started (law 11): resumes use it as is.
+        policy["pinned"] = dict(run_ctx.pinned_policy)
     if options is not None:
         policy["options"] = {
             "max_steps": options.max_steps,
@@ -268,6 +272,7 @@ def run_context_from(
         withheld=frozenset(policy["withheld"]),
         compact_at_tokens=policy["compact_at_tokens"],
         store=store,
+        pinned_policy=policy.get("pinned"),
     )
 
 

@@ -10,7 +10,7 @@ run spends from its parent's budget, and a person steers a run through its queue
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,10 @@ class RunContext:
       receives); None: no messages in or out.
     - `subagents`: the subagent types the `agent` tool may start, and the limits on them
       (at most 10 children at once, 20 minutes each, by default).
+    - `pinned_policy`: the run's configuration as it was read when the run started
+      (`tiller.pinned_policy`, JSON-ready), recorded in every checkpoint so approvals,
+      resumes and served requests use it unchanged and never re-read the workspace
+      (law 11). None: none was pinned; a resume then uses the defaults.
     """
 
     tools: ToolCtx
@@ -81,6 +85,7 @@ class RunContext:
     outbox: OutboxRoute | None = None
     mailbox: MailboxRoute | None = None
     subagents: SubagentConfig = _DEFAULT_SUBAGENTS
+    pinned_policy: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @classmethod
     def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
@@ -148,3 +153,6 @@ class RunContext:
 
     def with_subagents(self, subagents: SubagentConfig) -> RunContext:
         return self._with(subagents=subagents)
+
+    def with_pinned_policy(self, pinned: Mapping[str, Any] | None) -> RunContext:
+        return self._with(pinned_policy=pinned)

@@ -39,6 +39,7 @@ from ..policy import (
 )
 from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode
+from ._protected_writes import protected_write_refusal
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -176,6 +177,17 @@ class Gate:
         if interlock_asks:
             ask_reason = verdict.reason
         decision = self._engine.decide(call.name, arguments, tool, self._mode())
+        if decision.risk is RiskClass.FILE_MUTATION:
+            protected = protected_write_refusal(
+                run_ctx.tools, self._engine.assess(call.name, arguments, tool).paths
+            )
+            if protected is not None:
+                record.refused_by = "policy"
+                return GateAnswer(
+                    refusal=f"Blocked by policy: {protected} (risk: {decision.risk.value})."
+                    + _remedy(tool),
+                    risk=decision.risk,
+                )
         refused = await self._hooks(call, arguments, batch_taint, decision.risk, record)
         if refused is not None:
             return refused

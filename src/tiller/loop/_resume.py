@@ -155,6 +155,13 @@ async def resume(
         run_ctx = run_context_from(
             state, store=bus, approver=approver, cancel=cancel, workspace=workspace
         )
+        if configure is None and run_ctx.pinned_policy is not None:
+            # Its rules, hooks and interlock are in the record but not applied: resuming
+            # without them would let the run act under less policy than it started with.
+            raise UsageError(
+                f"run {state.run_id!r} pinned a policy when it started (tiller.toml); resume "
+                "it with configure=tiller.pinned_policy.restore_pinned_policy"
+            )
         if configure is not None:
             # What is not data in the checkpoint (the workspace's rules, hooks, interlock
             # and outbox routes), put back by the caller; the run's own mode still wins.

@@ -8,6 +8,11 @@ detaches it with `setsid`). Exit 0 is a clean run; for `pre_tool`, exit 2 denies
 hook's output (stderr, else stdout) as the reason, and anything else (another exit code, a
 signal, a timeout, a command that cannot start) denies as a failure (law 3).
 
+A hook pinned with the run's policy (`pinned`: the scripts its command names, with their
+sha256 then; see `_file_pins`) is refused rather than run once one of them has changed:
+the workspace is the model's to write, so a script there is trusted only as it was when
+the person started the run (law 11).
+
 Stdout and stderr are read apart and only their heads are kept; the payload is written
 through the transport's buffer, so a hook that never reads stdin cannot block the run.
 """
@@ -27,6 +32,7 @@ from typing import Final
 import orjson
 
 from ..errors import UsageError
+from ._file_pins import FilePin, changed_pins
 from ._hook_events import (
     DEFAULT_HOOK_TIMEOUT,
     HookEvent,
@@ -52,12 +58,14 @@ _OUTPUT_LIMIT: Final = 64 * 1024
 class ShellHook:
     """A `bash -c` command (see the module docstring). `tools`: tool-name globs it
     watches (None: every tool); `name`: what refusals and logs call it (by default the
-    command's first line)."""
+    command's first line); `pinned`: the files its command runs, with their hashes when
+    the run's policy was pinned (empty: not pinned, as for a hook made in code)."""
 
     command: str
     timeout: float = DEFAULT_HOOK_TIMEOUT
     tools: tuple[str, ...] | None = None
     name: str = ""
+    pinned: tuple[FilePin, ...] = ()
 
     def __init__(
         self,
@@ -66,6 +74,7 @@ class ShellHook:
         timeout: float = DEFAULT_HOOK_TIMEOUT,
         tools: Sequence[str] | None = None,
         name: str = "",
+        pinned: Sequence[FilePin] = (),
     ) -> None:
         if not isinstance(command, str) or not command.strip():
             raise UsageError("a shell hook needs a non-empty command")
@@ -75,6 +84,13 @@ class ShellHook:
         first_line = command.strip().splitlines()[0]
         default = first_line if len(first_line) <= 60 else first_line[:57] + "..."
         object.__setattr__(self, "name", name or default)
+        object.__setattr__(self, "pinned", tuple(pinned))
+
+    def with_pins(self, pinned: Sequence[FilePin]) -> ShellHook:
+        """This hook, trusting its scripts only with the content `pinned` records."""
+        return ShellHook(
+            self.command, timeout=self.timeout, tools=self.tools, name=self.name, pinned=pinned
+        )
 
     def watches(self, tool: str | None) -> bool:
         return watches_tool(self.tools, tool)
@@ -98,6 +114,12 @@ class ShellHook:
         return ran.failure() + ran.output_note()
 
     async def _run(self, event: HookEvent) -> _ShellRun:
+        changed = changed_pins(self.pinned)
+        if changed:
+            return _ShellRun(
+                refused=f"{'; '.join(changed)} since the run's policy was pinned at its "
+                "start; a person restarts the run to adopt the new script"
+            )
         env = {**os.environ, "TILLER_HOOK": event.kind}
         return await _run_shell(
             self.command,
@@ -119,10 +141,14 @@ class _ShellRun:
     returncode: int | None = None
     timed_out: bool = False
     start_error: str = ""
+    #: Why it was not started at all (a pinned script changed).
+    refused: str = ""
     stdout: str = ""
     stderr: str = ""
 
     def failure(self) -> str:
+        if self.refused:
+            return f"was not run: {self.refused}"
         if self.start_error:
             return f"could not start ({self.start_error})"
         if self.timed_out:

@@ -30,7 +30,9 @@ from starlette.staticfiles import StaticFiles
 
 from ..errors import UsageError
 from ..loop import Agent, RunContext, RunOptions
+from ..pinned_policy import PinnedPolicy
 from ..store import Bus, open_bus
+from ..tools.mcp import open_mcp_tools
 from ._guard import Guard
 from ._http import RunStreamResponse, accepts_sse, error, is_json, issues, read_body
 from ._input import InvalidRunInput
@@ -59,21 +61,26 @@ def create_app(
     interrupt_ttl: float | None = None,
     options: RunOptions | None = None,
     configure: Callable[[RunContext], RunContext] | None = None,
+    policy: PinnedPolicy | None = None,
 ) -> Starlette:
     """Serve `agent` over AG-UI. `store` is a store URL (opened with the app, closed with
     it; `namespace` keeps the users of one store apart) or an open `Bus`; `token` the
     bearer token every API call must carry (None: no auth, loopback `Host` names only);
-    `workspace` every run's jail."""
+    `workspace` every run's jail. `policy` is what new runs start with (None: the
+    workspace's `tiller.toml` read once, now); it is never re-read per request, and its
+    MCP servers are started with the app."""
     if token is not None and not token.strip():
         raise UsageError("the bearer token is empty; pass a real token, or None for no auth")
     if interrupt_ttl is not None and not interrupt_ttl > 0:
         raise UsageError(f"interrupt_ttl must be positive seconds, not {interrupt_ttl!r}")
+    root = Path(workspace).resolve()
     settings = ServeSettings(
-        workspace=Path(workspace).resolve(),
+        workspace=root,
         detach=detach,
         interrupt_ttl=interrupt_ttl,
         options=options or RunOptions(),
         configure=configure,
+        policy=policy if policy is not None else PinnedPolicy.read(root),
     )
     server = _Server(
         agent, store, settings, keep_alive=keep_alive, max_body=max_body, namespace=namespace
@@ -130,13 +137,29 @@ class _Server:
             bus = await open_bus(self._store, namespace=self.namespace)
         else:
             bus = self._store
-        self._runner = Runner(self.agent, bus, self.settings)
         try:
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                await self._open_mcp(stack)
+                self._runner = Runner(self.agent, bus, self.settings)
+                try:
+                    yield
+                finally:
+                    await self._runner.aclose()
         finally:
-            await self._runner.aclose()
             if isinstance(self._store, str):
                 await bus.aclose()
+
+    async def _open_mcp(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start the MCP servers of the server's pinned policy, for as long as the app
+        runs, and give their tools to the agent (so a served run, or a served resume
+        of an approved MCP call, finds them)."""
+        policy = self.settings.policy
+        if not policy.config.mcp:
+            return
+        policy.check_mcp_files()
+        for each in await stack.enter_async_context(open_mcp_tools(policy.config.mcp)):
+            if each.name not in self.agent.registry:
+                self.agent.registry.add(each)
 
     @property
     def runner(self) -> Runner:

@@ -32,7 +32,6 @@ from typing import Any
 from ag_ui.core import RunAgentInput
 
 from ..cancel import CancellationToken
-from ..config import workspace_policy
 from ..conversation import Taint, ToolResult, UserMessage
 from ..errors import InvalidResume, TillerError
 from ..events import RUNTIME_STATE_KEY, RunErrorEvent, RunStartedEvent, encode_json
@@ -47,6 +46,7 @@ from ..loop import (
     resume,
     run_context_from,
 )
+from ..pinned_policy import PinnedPolicy
 from ..state import RunState, StopCause
 from ..store import AlreadyResumed, Bus, CheckpointStore, Lease, RevisionConflict, StoreError
 from ..store._checkpoints import DEFAULT_BUCKET
@@ -102,6 +102,9 @@ class ServeSettings:
     options: RunOptions = field(default_factory=RunOptions)
     #: Adjusts each run's context (a budget, hooks, a classifier) after the defaults.
     configure: Callable[[RunContext], RunContext] | None = None
+    #: The policy new runs start with, read once when the server started (law 11); a
+    #: resumed run keeps the one it pinned when it started.
+    policy: PinnedPolicy = field(default_factory=PinnedPolicy)
     bucket: str = DEFAULT_BUCKET
     #: How often a run re-reads its stored control requests (seconds). Pub/sub brings a
     #: steer or a cancel at once; the re-read only catches one whose message was lost, so
@@ -336,7 +339,9 @@ class Runner:
         *,
         reclaim: bool = False,
     ) -> RunResult:
-        run_ctx = _spent_so_far(self._context(live, plan.answers), paused, self.settings.workspace)
+        run_ctx = _spent_so_far(
+            self._context(live, plan.answers, _pinned_of(paused)), paused, self.settings.workspace
+        )
         return await resume(
             prepared.agent,
             plan.run_id,
@@ -387,8 +392,16 @@ class Runner:
                     closed, "finished", expected=current.revision, index=False
                 )
 
-    def _context(self, live: LiveRun, answers: dict[str, QuestionOutcome]) -> RunContext:
-        run_ctx = workspace_policy(
+    def _context(
+        self,
+        live: LiveRun,
+        answers: dict[str, QuestionOutcome],
+        pinned: PinnedPolicy | None = None,
+    ) -> RunContext:
+        """A run's context under `pinned` (a resumed run's own), else the policy the
+        server read at startup; never a file the model may have written since."""
+        policy = pinned if pinned is not None else self.settings.policy
+        run_ctx = policy.apply(
             RunContext.sandboxed(self.settings.workspace)
             .with_store(self.bus)
             .with_questions(InterruptQuestions(answers))
@@ -429,6 +442,12 @@ async def _watching(watcher: ControlWatcher) -> AsyncIterator[None]:
         await asyncio.wait([entering])
         if not entering.cancelled() and entering.exception() is None:
             await watcher.__aexit__(None, None, None)
+
+
+def _pinned_of(state: RunState) -> PinnedPolicy:
+    """The policy `state`'s run pinned when it started (the defaults if none: law 3)."""
+    data = (state.policy or {}).get("pinned")
+    return PinnedPolicy.from_data(data) if data is not None else PinnedPolicy()
 
 
 def _spent_so_far(run_ctx: RunContext, earlier: RunState, workspace: Path) -> RunContext:

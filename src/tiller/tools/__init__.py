@@ -29,7 +29,8 @@ TillerError
 │   ├── InvalidPath          NUL bytes, control characters, not UTF-8
 │   ├── PathTooLong          a name over NAME_MAX or a path over PATH_MAX bytes
 │   ├── SymlinkRefused       a symlink met while walking from the jail's descriptor
-│   └── HardLinkRefused      a file with several links (it may live outside too)
+│   ├── HardLinkRefused      a file with several links (it may live outside too)
+│   └── ProtectedPathRefused a write to protected policy (tiller.toml, .tiller/, .git/...)
 ├── ChecklistError           a change the task checklist refuses
 ├── SandboxUnavailable       no bwrap or no namespaces, and no unsandboxed shell accepted
 ├── UnknownJob               a background job id this run does not have
@@ -47,6 +48,7 @@ from ._errors import (
     InvalidPath,
     PathOutsideJail,
     PathTooLong,
+    ProtectedPathRefused,
     SymlinkRefused,
     ToolDefinitionError,
 )
@@ -173,6 +175,7 @@ __all__ = [
     "PathTooLong",
     "PrivateDestination",
     "Progress",
+    "ProtectedPathRefused",
     "Question",
     "QuestionBroker",
     "QuestionOption",

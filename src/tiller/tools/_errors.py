@@ -10,7 +10,9 @@ TillerError
     │   └── PathTooLong        a name over NAME_MAX (255 bytes) or a path over PATH_MAX (4096)
     ├── SymlinkRefused         a component was a symlink when the tool opened it (swapped in
     │                          after the check): the descriptor walk refuses to follow it
-    └── HardLinkRefused        a file with more than one link: its other name may lie outside
+    ├── HardLinkRefused        a file with more than one link: its other name may lie outside
+    └── ProtectedPathRefused   a write to protected policy (`tiller.toml`, `.tiller/`, git's
+                               config and hooks, the run's hook scripts), in every mode
 ```
 
 All of them are refusals of the jail, so code that handles `PathOutsideJail` (the registry
@@ -34,6 +36,7 @@ __all__ = [
     "InvalidPath",
     "PathOutsideJail",
     "PathTooLong",
+    "ProtectedPathRefused",
     "SymlinkRefused",
     "ToolDefinitionError",
 ]
@@ -146,3 +149,22 @@ class HardLinkRefused(PathOutsideJail):
             "with a copy.",
         )
         self.links = links
+
+
+class ProtectedPathRefused(PathOutsideJail):
+    """A write, move or delete whose target is protected policy (`ToolCtx.protected`:
+    `tiller.toml`, `.tiller/`, git's config and hooks, the run's hook scripts). Refused in
+    every safety mode, `full_access` included (law 11): what the model writes must never
+    change who decides or run on the host. `protected` is the protected path that covers
+    the target."""
+
+    def __init__(self, path: str, root: Path, protected: str) -> None:
+        super().__init__(
+            path,
+            root,
+            f"is protected policy (covered by {protected!r}): the model may not write, move "
+            "or delete it in any mode",
+            advice="a person edits it between runs. Leave it as it is and carry on with "
+            "the task, or tell the user what change it needs.",
+        )
+        self.protected = protected

@@ -30,7 +30,7 @@ from ..cancel import CancellationToken
 from ..errors import UsageError
 from ..events import Event
 from ..phase import Phase
-from ._errors import PathOutsideJail
+from ._errors import PathOutsideJail, ProtectedPathRefused
 from ._file_snapshots import CheckpointOrigin, FileSnapshotter
 from ._goal import UserGoal
 from ._jail import ToolCtx
@@ -334,8 +334,13 @@ class ExecContext:
         return CheckpointOrigin(self.task_id, self.session_id, self.message_index)
 
     def require_writable(self, path: Path) -> None:
-        """Refuse a write the phase does not allow: in Plan, writing tools stay visible
-        but may write only inside the scratchpad. Call it with a resolved path."""
+        """Refuse a write the policy never allows, in any mode (a protected path:
+        `ProtectedPathRefused`, law 11), or that the phase does not allow: in Plan,
+        writing tools stay visible but may write only inside the scratchpad. Call it with
+        a resolved path, for every target before anything is written."""
+        covering = self.tools.protects(path)
+        if covering is not None:
+            raise ProtectedPathRefused(self.tools.relative(path), self.tools.root, covering)
         if self.phase is not Phase.PLAN:
             return
         pad = self.scratchpad

@@ -36,7 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Final, Literal, NoReturn
 
-from ._errors import HardLinkRefused, InvalidPath, PathOutsideJail, PathTooLong, SymlinkRefused
+from ._errors import (
+    HardLinkRefused,
+    InvalidPath,
+    PathOutsideJail,
+    PathTooLong,
+    ProtectedPathRefused,
+    SymlinkRefused,
+)
+from ._protected import protected_match
 from ._read_watch import note_read
 
 __all__ = [
@@ -175,12 +183,17 @@ class JailFS:
     `IsADirectoryError`, `NotADirectoryError`, ...) for the tools to word, or the jail's
     own refusals (`SymlinkRefused`, `HardLinkRefused`, `PathOutsideJail`). Sync, like the
     file tools that use it: they run in worker threads.
+
+    `protected` are the jail-relative paths no write may touch (`ToolCtx.protected`):
+    every mutating method refuses them with `ProtectedPathRefused`, whatever the safety
+    mode, so no file tool (and no future one) can write policy by forgetting to ask.
     """
 
-    __slots__ = ("root",)
+    __slots__ = ("protected", "root")
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, protected: tuple[str, ...] = ()) -> None:
         self.root = root
+        self.protected = protected
 
     def __repr__(self) -> str:
         return f"JailFS({str(self.root)!r})"
@@ -201,6 +214,15 @@ class JailFS:
             raise PathOutsideJail(
                 str(path), self.root, "is not a resolved path (it has a '..' component)"
             )
+        return parts
+
+    def _writable_parts(self, path: Path) -> tuple[str, ...]:
+        """`_parts(path)`, refusing a protected target (law 11) before anything is
+        touched."""
+        parts = self._parts(path)
+        covering = protected_match(parts, self.protected)
+        if covering is not None:
+            raise ProtectedPathRefused(self._shown(parts), self.root, covering)
         return parts
 
     def _explain(self, dir_fd: int, parts: tuple[str, ...], index: int) -> None:
@@ -361,7 +383,7 @@ class JailFS:
 
     def mkdirs(self, path: Path) -> None:
         """Make the directory `path` and any missing parents, by the walk."""
-        with self.open_dir(path, create=True):
+        with self._dir(self._writable_parts(path), create=True):
             pass
 
     def write_bytes(self, path: Path, data: bytes, *, create_parents: bool = False) -> bool:
@@ -369,7 +391,7 @@ class JailFS:
         temporary file made with `O_EXCL | O_NOFOLLOW` in the same directory, renamed over
         the target through the directory's descriptor. An existing file keeps its
         permission bits. Returns whether the file existed."""
-        parts = self._parts(path)
+        parts = self._writable_parts(path)
         shown = self._shown(parts)
         if not parts:
             _is_a_directory(shown)
@@ -394,7 +416,7 @@ class JailFS:
 
     def unlink(self, path: Path) -> None:
         """Remove the file `path` (never a directory; a symlink there is refused)."""
-        parts = self._parts(path)
+        parts = self._writable_parts(path)
         shown = self._shown(parts)
         if not parts:
             _is_a_directory(shown)

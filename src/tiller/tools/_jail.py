@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import UsageError
 from ._errors import PathOutsideJail, PathTooLong
 from ._fs import PATH_MAX, JailFS, check_path_text
+from ._protected import protected_match
 from ._safety import LiveSafetyMode, SafetyMode
 
 if TYPE_CHECKING:
@@ -220,18 +221,14 @@ class ToolCtx:
     def protects(self, path: str | os.PathLike[str]) -> str | None:
         """The protected path that covers `path` (absolute inside the jail, or relative to
         the root), or `None`. Covered: a protected path itself and anything under it.
-        Lexical only: pass what `resolve()` returned, so symlinks are already followed."""
+        Lexical only: pass what `resolve()` returned, so symlinks are already followed.
+        Case-insensitive, with `.tiller/scratch` exempt (see `tiller.tools._protected`)."""
         candidate = Path(path)
         if candidate.is_absolute():
             if not candidate.is_relative_to(self.root):
                 return None
             candidate = candidate.relative_to(self.root)
-        parts = candidate.parts
-        for protected in self.protected:
-            prefix = PurePosixPath(protected).parts
-            if parts[: len(prefix)] == prefix:
-                return protected
-        return None
+        return protected_match(candidate.parts, self.protected)
 
     def resolve(self, path: str | os.PathLike[str]) -> Path:
         """The real absolute path `path` names, if it lies inside the jail.
@@ -273,7 +270,7 @@ class ToolCtx:
     def fs(self) -> JailFS:
         """Descriptor-walked file access under this jail: open what `resolve()`
         returned through it, so a symlink swapped in after the check is refused."""
-        return JailFS(self.root)
+        return JailFS(self.root, self.protected)
 
     def contains(self, path: str | os.PathLike[str]) -> bool:
         """Whether `resolve(path)` would succeed: a cheap filter for tools that walk."""
