@@ -330,3 +330,17 @@ async def test_execute_command_refuses_the_background_after_close(
     await jobs.close()
     done = await run(ctx, command="echo hi", background=True)
     assert done.outcome is Outcome.ERROR and "background" in done.result.content
+
+
+async def test_a_catastrophic_wait_pattern_is_an_error_not_a_frozen_run(
+    ctx: ExecContext, jail: Path
+) -> None:
+    """The search runs on the event loop: an unbounded backtracking pattern would freeze
+    the whole run, hang guard included. It is cut off and named instead."""
+    async with asyncio.timeout(60):  # hang guard (only works because the search is bounded)
+        done = await run(ctx, command="echo " + "a" * 60 + "!; sleep 30", background=True)
+        assert done.outcome is Outcome.OK
+        waited = await run(ctx, "background_process", action="wait", id="bg-1", pattern="^(a|aa)+$")
+        await call(ctx, action="stop", id="bg-1")
+    assert waited.is_error
+    assert "backtracks catastrophically" in waited.result.content

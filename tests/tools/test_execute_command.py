@@ -13,6 +13,7 @@ import pytest
 
 from tiller import CancellationToken, Cancelled
 from tiller.tools import ExecContext, Outcome, ToolCtx
+from tiller.tools._capture import HEAD_BYTES, TAIL_BYTES
 from tiller.tools._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
 from tiller.tools.builtin._shell import execute_command, execute_command_tool
 
@@ -105,14 +106,22 @@ async def test_the_environment_is_rebuilt(
 
 
 @sandboxed
-async def test_output_is_streamed_as_progress_and_returned_whole(jail: Path) -> None:
+async def test_output_is_streamed_as_progress_and_returned_head_and_tail(jail: Path) -> None:
     output = Output()
     ctx = ExecContext.for_test(jail, emit=output)
-    # 300,000 bytes, then an 'é' split across two writes.
-    command = "head -c 300000 /dev/zero | tr '\\0' 'a'; printf '\\303'; sleep 0.05; printf '\\251'"
+    # 200,000 bytes, then an 'é' split across two writes.
+    command = "head -c 200000 /dev/zero | tr '\\0' 'a'; printf '\\303'; sleep 0.05; printf '\\251'"
     done = await run(ctx, command=command)
-    assert done.result.content == "a" * 300_000 + "é\n[exit code 0]"
-    assert output.text == "a" * 300_000 + "é"
+    hidden = 200_002 - HEAD_BYTES - TAIL_BYTES
+    assert done.result.content == (
+        "a"
+        * HEAD_BYTES
+        + f"\n[... {hidden} bytes of output not shown (200002 in all); the whole output is in "
+        ".tiller/spill/call-test.log (read ranges of it with read_file offset and limit, or "
+        "grep) ...]\n" + "a" * (TAIL_BYTES - 2) + "é\n[exit code 0]"
+    )
+    assert (jail / ".tiller/spill/call-test.log").read_bytes() == b"a" * 200_000 + "é".encode()
+    assert output.text == "a" * 200_000 + "é"
     # Coalesced: never more events than reads, never one per byte.
     assert 1 < len(output.chunks) < 300
 
@@ -324,3 +333,17 @@ def test_the_bwrap_command_line(tmp_path: Path) -> None:
         assert "--unshare-net" not in networked
     else:
         assert "--share-net" in networked
+
+
+@sandboxed
+async def test_a_planted_spill_symlink_keeps_the_output_in_the_jail(tmp_path: Path) -> None:
+    jail = tmp_path / "jail"
+    outside = tmp_path / "outside"
+    (jail / ".tiller").mkdir(parents=True)
+    outside.mkdir()
+    (jail / ".tiller" / "spill").symlink_to(outside)
+    ctx = ExecContext.for_test(jail)
+    done = await run(ctx, command="head -c 200000 /dev/zero | tr '\\0' a")
+    assert "they were not saved (the spill file could not be made" in done.result.content
+    assert done.result.content.endswith("a\n[exit code 0]")
+    assert list(outside.iterdir()) == []

@@ -126,3 +126,16 @@ async def test_concurrent_calls_share_the_budget_exactly(tmp_path: Path) -> None
 def test_a_negative_budget_is_refused() -> None:
     with pytest.raises(UsageError):
         OutputBudget(-1)
+
+
+def test_a_spill_dir_replaced_by_a_symlink_is_never_written_through(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    (root / ".tiller").mkdir(parents=True)
+    outside.mkdir()
+    (root / ".tiller" / "spill").symlink_to(outside)  # what a command in the jail can do
+    tools = ToolCtx(root, output_budget_bytes=4)
+    result = ToolResult(call_id="r-call-1", name="t", content="0123456789")
+    capped = OutputBudget.for_turn(tools).cap_result(result, tools)
+    assert capped.content.startswith("0123\n[output truncated: 6 bytes more, not saved: ")
+    assert list(outside.iterdir()) == []

@@ -573,7 +573,6 @@ def replay_command(
     The model answers from the recording and, with --tools recorded (the default), so do
     the tools: nothing is touched. A run that now asks the model something else stops
     with a divergence naming the step (exit 1)."""
-    import shutil
     import tempfile
 
     from rich.console import Console
@@ -583,6 +582,7 @@ def replay_command(
     from ..policy import AllowAll, NoOneToAsk
     from ..store import NotFound
     from ..store._checkpoints import CheckpointStore
+    from ..tools._walk import remove_tree
     from ._view import RunView
 
     if tools not in ("recorded", "live"):
@@ -635,7 +635,7 @@ def replay_command(
         finally:
             view.close()
             if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
+                remove_tree(scratch)  # iterative: the model may have nested it deep
         return _summary(console, result)
 
     _finish(lambda: _with_store(store, namespace, work))

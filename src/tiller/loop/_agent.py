@@ -10,7 +10,6 @@ produce the same event stream; `on_event` sees it live.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from ..policy import Approver
 from ..state import RunState, StopCause
 from ..store._event_log import EventLog, EventLogWriter
 from ..tools import Registry, Tool
+from ..tools._walk import remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._options import RunOptions
@@ -119,7 +119,7 @@ class Agent:
             )
         finally:
             if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
+                remove_tree(scratch)  # iterative: the model may have nested it deep
 
     async def run_in(
         self,

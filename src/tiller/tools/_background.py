@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import regex as re
+
 from ..cancel import CancellationToken
 from ..errors import TillerError, UsageError
 from ._notify import Notifier
@@ -45,11 +47,13 @@ __all__ = [
     "DEFAULT_WAIT_SECONDS",
     "JOB_OUTPUT_BYTES",
     "MAX_WAIT_SECONDS",
+    "PATTERN_SECONDS",
     "READ_BYTES",
     "BackgroundJobs",
     "JobOutput",
     "JobState",
     "JobStatus",
+    "PatternTooSlow",
     "UnknownJob",
 ]
 
@@ -377,7 +381,7 @@ class BackgroundJobs:
                 while True:
                     if pattern is not None:
                         data, begin = log.since(scanned)
-                        found = pattern.search(decode_output(data, cut=begin > scanned))
+                        found = _search(pattern, decode_output(data, cut=begin > scanned))
                         if found is not None:
                             return job.take(matched=found.group(0))
                         scanned = begin + data.rfind(b"\n") + 1
@@ -471,3 +475,26 @@ class BackgroundJobs:
 def _shorten(command: str) -> str:
     flat = " ".join(command.split())
     return flat if len(flat) <= _COMMAND_CHARS else flat[: _COMMAND_CHARS - 1] + "…"
+
+
+#: Seconds the model's `wait` pattern may take over one stretch of new output. The search
+#: runs on the event loop, so without a bound a backtracking pattern would freeze the run.
+PATTERN_SECONDS: Final = 1.0
+
+
+class PatternTooSlow(TillerError):
+    """A `wait` pattern that took longer than `PATTERN_SECONDS` to search the output."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__(
+            f"the pattern {pattern!r} took more than {PATTERN_SECONDS:g} s to search the "
+            "output (it likely backtracks catastrophically, as nested repeats like "
+            "`(a|aa)+` do); simplify it"
+        )
+
+
+def _search(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    try:
+        return pattern.search(text, timeout=PATTERN_SECONDS)
+    except TimeoutError:
+        raise PatternTooSlow(pattern.pattern) from None

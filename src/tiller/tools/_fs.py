@@ -31,9 +31,9 @@ import re
 import secrets
 import stat
 from collections.abc import Collection, Generator, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import BinaryIO, Final, Literal, NoReturn
 
 from ._errors import (
@@ -46,6 +46,7 @@ from ._errors import (
 )
 from ._protected import protected_match
 from ._read_watch import note_read
+from ._walk import WalkReport, bounded_fwalk
 
 __all__ = [
     "NAME_MAX",
@@ -367,17 +368,25 @@ class JailFS:
             found.append(DirEntry(name, kind, target))
         return found
 
-    def walk(self, path: Path, *, skip: Collection[str] = ()) -> Generator[WalkStep, None, None]:
+    def walk(
+        self,
+        path: Path,
+        *,
+        skip: Collection[str] = (),
+        report: WalkReport | None = None,
+    ) -> Generator[WalkStep, None, None]:
         """Every directory under `path`, top first, in sorted order, by descriptors
-        (`os.fwalk`, which never follows symlinks and checks each directory it enters is
-        the one it listed). Subdirectories named in `skip` and entries with names the tools
-        refuse (`usable_name`) are left out. Close the iterator if you stop early
-        (`contextlib.closing`), so its descriptors are released at once."""
-        with self.open_dir(path) as top:
-            for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top):
-                dirnames[:] = sorted(n for n in dirnames if n not in skip and usable_name(n))
+        (`bounded_fwalk`: no recursion, never follows a symlink, at most `report.limits`
+        deep and wide, what the limits cut recorded on `report`). Subdirectories named in
+        `skip` and entries with names the tools refuse (`usable_name`) are left out. Close
+        the iterator if you stop early (`contextlib.closing`), so its descriptors are
+        released at once."""
+        report = WalkReport() if report is None else report
+        with self.open_dir(path) as top, closing(bounded_fwalk(top, report, skip=skip)) as steps:
+            for parts, dirnames, filenames, dir_fd in steps:
+                dirnames[:] = sorted(n for n in dirnames if usable_name(n))
                 entries = self._entries(dir_fd, [n for n in filenames if usable_name(n)])
-                yield WalkStep(PurePosixPath(dirpath).parts, dirnames, entries, dir_fd)
+                yield WalkStep(parts, dirnames, entries, dir_fd)
 
     # ── writing ──────────────────────────────────────────────────────────────────
 

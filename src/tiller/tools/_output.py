@@ -16,16 +16,21 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 from ..conversation import ToolResult
 from ..errors import UsageError
+from ._errors import PathOutsideJail
+from ._fs import JailFS
 from ._jail import ToolCtx
 
 __all__ = ["OutputBudget"]
 
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
+_NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class OutputBudget:
@@ -87,13 +92,19 @@ class OutputBudget:
         if granted == len(data):
             return content
         kept = _utf8_prefix(data, granted)
-        spill_file = _write_spill(spill_dir, call_id, data)
-        shown: str | Path = spill_file
-        if relative_to is not None and spill_file.is_relative_to(relative_to):
-            shown = spill_file.relative_to(relative_to).as_posix()
         head = kept.decode("utf-8")
         separator = "" if not head or head.endswith("\n") else "\n"
         more = len(data) - len(kept)
+        try:
+            spill_file = _write_spill(spill_dir, call_id, data, relative_to)
+        except (OSError, PathOutsideJail) as exc:
+            # A spill dir a command replaced with a symlink, a full disk: the result is
+            # still capped, and says the rest is lost rather than failing the call.
+            reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            return f"{head}{separator}[output truncated: {more} bytes more, not saved: {reason}]"
+        shown: str | Path = spill_file
+        if relative_to is not None and spill_file.is_relative_to(relative_to):
+            shown = spill_file.relative_to(relative_to).as_posix()
         return f"{head}{separator}[output truncated: {more} bytes more in {shown}]"
 
     def cap_result(self, result: ToolResult, tools: ToolCtx) -> ToolResult:
@@ -116,19 +127,35 @@ def _utf8_prefix(data: bytes, size: int) -> bytes:
     return data[:end]
 
 
-def _write_spill(spill_dir: Path, call_id: str, data: bytes) -> Path:
-    """Write `data` to a new file named after the call; never overwrite an earlier spill."""
-    spill_dir.mkdir(parents=True, exist_ok=True)
+def _write_spill(spill_dir: Path, call_id: str, data: bytes, jail: Path | None) -> Path:
+    """Write `data` to a new file named after the call; never overwrite an earlier spill.
+    A spill dir inside the jail is reached by the jail's descriptor walk and the file made
+    with `O_EXCL | O_NOFOLLOW`, so a symlink a command planted there cannot redirect the
+    write out of the jail."""
     stem = _UNSAFE.sub("_", call_id)[:100] or "call"
-    suffix = 0
-    while True:
-        name = f"{stem}.txt" if suffix == 0 else f"{stem}-{suffix}.txt"
-        path = spill_dir / name
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            suffix += 1
-            continue
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        return path
+    with _spill_dir_fd(spill_dir, jail) as dir_fd:
+        suffix = 0
+        while True:
+            name = f"{stem}.txt" if suffix == 0 else f"{stem}-{suffix}.txt"
+            try:
+                fd = os.open(name, _NEW_FILE, 0o600, dir_fd=dir_fd)
+            except FileExistsError:
+                suffix += 1
+                continue
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            return spill_dir / name
+
+
+@contextmanager
+def _spill_dir_fd(spill_dir: Path, jail: Path | None) -> Iterator[int]:
+    if jail is not None and spill_dir.is_relative_to(jail):
+        with JailFS(jail).open_dir(spill_dir, create=True) as fd:
+            yield fd
+        return
+    spill_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(spill_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)

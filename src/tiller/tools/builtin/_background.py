@@ -13,12 +13,18 @@ command output, hence its capabilities: private data, and untrusted input.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Final, Literal
 
+import regex as re
 from pydantic import Field
 
-from .._background import DEFAULT_WAIT_SECONDS, MAX_WAIT_SECONDS, BackgroundJobs, UnknownJob
+from .._background import (
+    DEFAULT_WAIT_SECONDS,
+    MAX_WAIT_SECONDS,
+    BackgroundJobs,
+    PatternTooSlow,
+    UnknownJob,
+)
 from .._exec import ExecContext
 from .._tool import Capability, ToolError, ToolOutput, tool
 
@@ -92,5 +98,5 @@ async def background_process(
             raise ToolError(f"`pattern` is not a valid regular expression: {exc}") from None
         done = await jobs.wait(id, pattern=compiled, timeout=timeout, token=ctx.token)
         return ToolOutput(done.render())
-    except UnknownJob as exc:
+    except (UnknownJob, PatternTooSlow) as exc:
         raise ToolError(str(exc)) from None

@@ -17,14 +17,23 @@ from __future__ import annotations
 
 import io
 import stat
-from typing import Annotated, Final
+from dataclasses import dataclass, field
+from typing import Annotated, BinaryIO, Final
 
 from pydantic import Field
 
 from .._exec import ExecContext
 from .._fs import display_name
 from .._tool import Capability, ToolError, tool
-from ._text import SNIFF_BYTES, decode_text, looks_binary, os_errors
+from ._text import (
+    SNIFF_BYTES,
+    bounded_lines,
+    decode_line,
+    decode_text,
+    looks_binary,
+    os_errors,
+    read_for_edit,
+)
 
 __all__ = ["edit_file", "list_dir", "read_file", "write_file"]
 
@@ -32,6 +41,10 @@ __all__ = ["edit_file", "list_dir", "read_file", "write_file"]
 DEFAULT_READ_LINES: Final = 2000
 #: Characters of one line `read_file` shows; longer lines (minified files) are cut.
 MAX_LINE_CHARS: Final = 2000
+#: Bytes of numbered lines one `read_file` call returns; a note says where to read on.
+MAX_READ_BYTES: Final = 256 * 1024
+#: Bytes past the shown lines `read_file` reads to count the file's lines ("of N").
+MAX_COUNT_BYTES: Final = 16 * 1024 * 1024
 #: Entries `list_dir` shows.
 MAX_DIR_ENTRIES: Final = 1000
 
@@ -75,8 +88,6 @@ def read_file(
     target = ctx.tools.resolve(path)
     shown = ctx.tools.relative(target)
     count = DEFAULT_READ_LINES if limit is None else limit
-    lines: list[str] = []
-    total = 0
     errors = os_errors(
         "read",
         shown,
@@ -90,31 +101,80 @@ def read_file(
                 f"{shown} looks like a binary file ({size} bytes); read_file reads text"
             )
         raw.seek(0)
-        try:
-            with io.TextIOWrapper(raw, encoding="utf-8", newline="") as file:
-                for total, line in enumerate(file, start=1):
-                    if offset < total <= offset + count:
-                        text = _strip_newline(line)
-                        if len(text) > MAX_LINE_CHARS:
-                            text = (
-                                text[:MAX_LINE_CHARS] + f" [... line cut at {MAX_LINE_CHARS} chars]"
-                            )
-                        lines.append(f"{total:>6}\t{text}")
-                    if total % 4096 == 0:
-                        ctx.token.check()  # a huge file must not outlive a cancel
-        except UnicodeDecodeError as exc:
-            raise ToolError(
-                f"{shown} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
-                "read_file reads UTF-8 text only"
-            ) from exc
-    if total == 0:
-        return f"({shown} is empty)"
-    if not lines:
-        return f"({shown} has {total} lines; offset {offset} is past the end)"
-    last = offset + len(lines)
-    if last < total:
-        lines.append(f"[lines {offset + 1}-{last} of {total}; pass offset={last} to read on]")
-    return "\n".join(lines)
+        window = _read_window(raw, shown, offset, count, ctx)
+    return window.render(shown, offset)
+
+
+@dataclass
+class _Window:
+    """The lines `read_file` shows, and what it learnt of the rest of the file."""
+
+    lines: list[str] = field(default_factory=list)
+    total: int = 0  # lines seen (all of them when `complete`)
+    complete: bool = True  # whether the file was read to its end
+    byte_capped: bool = False  # whether MAX_READ_BYTES stopped the window early
+
+    def render(self, shown: str, offset: int) -> str:
+        if self.total == 0:
+            return f"({shown} is empty)"
+        if not self.lines:
+            return f"({shown} has {self.total} lines; offset {offset} is past the end)"
+        last = offset + len(self.lines)
+        out = list(self.lines)
+        if self.byte_capped:
+            out.append(
+                f"[lines {offset + 1}-{last}: stopped at {MAX_READ_BYTES} bytes of output; "
+                f"pass offset={last} to read on]"
+            )
+        elif not self.complete:
+            out.append(
+                f"[lines {offset + 1}-{last} of more than {self.total}; "
+                f"pass offset={last} to read on]"
+            )
+        elif last < self.total:
+            out.append(
+                f"[lines {offset + 1}-{last} of {self.total}; pass offset={last} to read on]"
+            )
+        return "\n".join(out)
+
+
+def _read_window(raw: BinaryIO, shown: str, offset: int, count: int, ctx: ExecContext) -> _Window:
+    """Lines `offset+1 .. offset+count` of `raw`, each cut at `MAX_LINE_BYTES` as it is
+    read, the whole at `MAX_READ_BYTES`; after the window, lines are counted (to say "of
+    N") for at most `MAX_COUNT_BYTES` more, so a sparse file is never read to its end."""
+    window = _Window()
+    used = 0
+    counted = 0
+    start = 0  # the file offset of the current line, to word a decoding error
+    try:
+        for number, (data, cut) in enumerate(bounded_lines(raw), start=1):
+            line_start, start = start, raw.tell()
+            window.total = number
+            if number % 4096 == 0:
+                ctx.token.check()  # a huge file must not outlive a cancel
+            if number <= offset:
+                continue
+            if number > offset + count or window.byte_capped:
+                counted += len(data)
+                if counted > MAX_COUNT_BYTES:
+                    window.complete = False
+                    break
+                continue
+            text = _strip_newline(decode_line(data, cut))
+            if cut or len(text) > MAX_LINE_CHARS:
+                text = text[:MAX_LINE_CHARS] + f" [... line cut at {MAX_LINE_CHARS} chars]"
+            shown_line = f"{number:>6}\t{text}"
+            used += len(shown_line) + 1
+            if used > MAX_READ_BYTES and window.lines:
+                window.byte_capped = True
+                continue
+            window.lines.append(shown_line)
+    except UnicodeDecodeError as exc:
+        raise ToolError(
+            f"{shown} is not UTF-8 text (byte {line_start + exc.start}: {exc.reason}); "
+            "read_file reads UTF-8 text only"
+        ) from exc
+    return window
 
 
 @tool(
@@ -184,8 +244,8 @@ def edit_file(path: str, old: str, new: str, *, ctx: ExecContext) -> str:
         missing=f"no such file: {shown}",
         directory=f"{shown} is a directory; edit_file edits a file",
     )
-    with errors:
-        data = ctx.tools.fs.read_bytes(target)
+    with errors, ctx.tools.fs.open_file(target) as file:
+        data = read_for_edit(file, shown, "edit_file")
     if not old:
         raise ToolError("old is empty; give the exact text to replace (use write_file to create)")
     if old == new:

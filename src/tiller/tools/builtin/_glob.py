@@ -6,6 +6,7 @@ a link cycle cannot make it loop. A symlink to a *file* is listed when it resolv
 regular file inside the jail. `.git` and `.tiller` are skipped: they are tiller's and
 git's bookkeeping, and huge. Results are relative to the root and sorted, so the same tree
 always gives the same answer, and capped, because a model drowning in paths learns nothing.
+The walk itself is bounded in depth and entries (`WalkLimits`); what it skipped is said.
 
 `GlobPattern` is shared with `grep`'s `glob` filter.
 """
@@ -25,6 +26,7 @@ from .._errors import PathOutsideJail
 from .._exec import ExecContext
 from .._jail import ToolCtx
 from .._tool import Capability, ToolError, tool
+from .._walk import WalkReport
 from ._text import os_errors
 
 __all__ = [
@@ -203,10 +205,12 @@ def compile_pattern(pattern: str, tools: ToolCtx, what: str) -> GlobPattern:
         raise ToolError(f"the {what} {pattern!r} {exc}; simplify it") from exc
 
 
-def _walk_matches(ctx: ExecContext, top: Path, pattern: GlobPattern) -> list[str]:
+def _walk_matches(
+    ctx: ExecContext, top: Path, pattern: GlobPattern, report: WalkReport
+) -> list[str]:
     tools = ctx.tools
     found: list[str] = []
-    with closing(tools.fs.walk(top, skip=SKIPPED_DIRS)) as steps:
+    with closing(tools.fs.walk(top, skip=SKIPPED_DIRS, report=report)) as steps:
         for step in steps:
             ctx.token.check()  # a sync tool cannot be interrupted; it checks per directory
             step.dirs[:] = [d for d in step.dirs if pattern.may_match_under((*step.parts, d))]
@@ -244,13 +248,18 @@ def glob(pattern: str, path: str = ".", *, ctx: ExecContext) -> str:
             raise ToolError(f"no such directory: {where}")
         if not stat.S_ISDIR(st.st_mode):
             raise ToolError(f"{where} is a file; glob searches a directory (pass its parent)")
-        found = _walk_matches(ctx, top, compiled)
+        report = WalkReport()
+        found = _walk_matches(ctx, top, compiled, report)
+    note = report.note()
     if not found:
-        return f"no files match {pattern!r} in {where}"
+        none = f"no files match {pattern!r} in {where}"
+        return none if note is None else f"{none}\n{note}"
     found.sort()
     shown = found[:MAX_GLOB_RESULTS]
     if len(found) > MAX_GLOB_RESULTS:
         shown.append(
             f"[... and {len(found) - MAX_GLOB_RESULTS} more files; narrow the pattern or path]"
         )
+    if note is not None:
+        shown.append(note)
     return "\n".join(shown)

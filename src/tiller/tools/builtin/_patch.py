@@ -13,13 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from .._errors import PathOutsideJail
 from .._exec import ExecContext
 from .._tool import ToolError, tool
 from ._diff import AppliedHunk, FilePatch, apply_hunks, parse_patch, split_lines
 from ._files import encode_content
-from ._text import decode_text, os_errors
+from ._text import MAX_EDIT_BYTES, decode_text, os_errors, read_for_edit
+
+#: The most bytes one patch may load across all the files it changes (each file is also
+#: held to `MAX_EDIT_BYTES`): staging keeps every one in memory, before and after.
+MAX_PATCH_BYTES: Final = 4 * MAX_EDIT_BYTES
 
 __all__ = ["apply_patch"]
 
@@ -51,6 +56,7 @@ class _Staging:
         self._resolved = resolved
         self._before: dict[Path, bytes | None] = {}
         self._after: dict[Path, bytes | None] = {}
+        self._loaded = 0  # bytes read so far, against MAX_PATCH_BYTES
 
     def _shown(self, path: Path) -> str:
         return self._ctx.tools.relative(path)
@@ -62,7 +68,16 @@ class _Staging:
             with os_errors(
                 "read", shown, directory=f"{shown} is a directory; a patch changes files"
             ):
-                data = None if fs.stat(path) is None else fs.read_bytes(path)
+                data = None
+                if fs.stat(path) is not None:
+                    with fs.open_file(path) as file:
+                        data = read_for_edit(file, shown, "apply_patch")
+            self._loaded += len(data or b"")
+            if self._loaded > MAX_PATCH_BYTES:
+                raise ToolError(
+                    f"the files this patch changes hold more than {MAX_PATCH_BYTES} bytes "
+                    "together; split it into smaller patches"
+                )
             self._before[path] = data
             self._after[path] = data
         return self._after[path]

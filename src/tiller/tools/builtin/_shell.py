@@ -15,7 +15,9 @@ the job ends), and the result says so (`ProtectedSnapshot`, law 11).
 Either way the whole process tree is killed when the command ends, times out or is
 cancelled (its group, and under bwrap the sandbox's pid namespace), so a runaway `sleep`,
 a forgotten `server &` or a fork bomb's children do not outlive the call. Its output is
-streamed live to the call's progress channel and returned in full as the result.
+streamed live to the call's progress channel (the first `MAX_LIVE_OUTPUT_BYTES` of it)
+and returned as the result, bounded: a head and a tail, the whole spilled to a file the
+result names (`OutputCapture`).
 
 A command can leave its turn: started with `background=true`, or detached by a person
 (the turn's background token) while it runs. It then belongs to the run's
@@ -38,8 +40,9 @@ from typing import Annotated, Final
 from pydantic import Field
 
 from ...cancel import CancellationToken
+from .._capture import OutputCapture
 from .._exec import ExecContext
-from .._process import Command, decode_output, describe_exit, spawn
+from .._process import Command, describe_exit, spawn
 from .._progress import Progress
 from .._protected_snapshot import ProtectedSnapshot
 from .._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
@@ -47,10 +50,12 @@ from .._tool import Capability, FunctionTool, ToolError, ToolOutput, tool
 
 __all__ = ["execute_command", "execute_command_tool"]
 
-#: Output bytes a foreground command keeps in memory (its newest); older ones are counted
-#: and dropped. The turn's output budget caps what the model sees far below this,
-#: spilling the rest to a file.
-MAX_SHELL_OUTPUT_BYTES: Final = 8 * 1024 * 1024
+#: Output bytes a foreground command's process log keeps in memory (its newest): what a
+#: person detaching it to the background finds. The result comes from `OutputCapture`.
+MAX_SHELL_OUTPUT_BYTES: Final = 1024 * 1024
+#: Characters of a command's output relayed live as progress; past them one note says
+#: where the rest is, so the run's event log stays bounded however much it prints.
+MAX_LIVE_OUTPUT_CHARS: Final = 256 * 1024
 #: Pending output past this many characters is sent as a progress event at once; smaller
 #: reads are coalesced until the event loop has handled everything that arrived.
 PROGRESS_CHUNK_CHARS: Final = 4096
@@ -70,10 +75,24 @@ class _Relay:
     was detached: the call's progress no longer speaks for it).
     """
 
-    __slots__ = ("_decoder", "_loop", "_pending", "_progress", "_scheduled", "_size", "_stopped")
+    __slots__ = (
+        "_capture",
+        "_decoder",
+        "_loop",
+        "_pending",
+        "_progress",
+        "_scheduled",
+        "_sent",
+        "_size",
+        "_stopped",
+    )
 
-    def __init__(self, progress: Progress, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, progress: Progress, loop: asyncio.AbstractEventLoop, capture: OutputCapture
+    ) -> None:
         self._progress = progress
+        self._capture = capture
+        self._sent = 0
         self._loop = loop
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending: list[str] = []
@@ -82,7 +101,18 @@ class _Relay:
         self._stopped = False
 
     def __call__(self, chunk: bytes) -> None:
+        self._capture(chunk)  # the result's copy: bounded, the rest spilled
         if self._stopped:
+            return
+        if self._sent + self._size >= MAX_LIVE_OUTPUT_CHARS:
+            self._flush()
+            self._stopped = True
+            where = self._capture.spill
+            self._progress.output(
+                f"\n[live output stops after {MAX_LIVE_OUTPUT_CHARS} characters; the "
+                "command goes on"
+                + (f", its whole output is in {where.shown}]\n" if where else "]\n")
+            )
             return
         text = self._decoder.decode(chunk)
         if text:
@@ -103,6 +133,7 @@ class _Relay:
         if self._pending:
             text = "".join(self._pending)
             self._pending.clear()
+            self._sent += self._size
             self._size = 0
             self._progress.output(text)
 
@@ -189,13 +220,10 @@ def _reverted_note(protect: ProtectedSnapshot) -> str:
     )
 
 
-def _render(process: Command, ending: str) -> str:
-    """The command's output, then a bracketed line saying how it ended."""
-    log = process.output
-    data, begin = log.since(log.start)
-    text = decode_output(data, cut=begin > 0)
-    if begin > 0:
-        text = f"[... {begin} earlier bytes of output dropped]\n{text}"
+def _render(capture: OutputCapture, ending: str) -> str:
+    """The command's output (bounded: head, marker, tail), then a bracketed line saying
+    how it ended."""
+    text = capture.render()
     return f"{_line_end(text) or _line_end('(no output)')}[{ending}]"
 
 
@@ -229,7 +257,8 @@ async def _execute(
                 f"[started in the background as {job_id}; use background_process to read "
                 "its output, wait for it or stop it]"
             )
-        relay = _Relay(ctx.progress, asyncio.get_running_loop())
+        capture = OutputCapture(ctx.tools, ctx.call_id)
+        relay = _Relay(ctx.progress, asyncio.get_running_loop(), capture)
         process = await spawn(
             argv,
             cwd=ctx.tools.root,
@@ -271,12 +300,13 @@ async def _execute(
             await process.aclose()
             # Once the whole tree is gone, so nothing writes after the check.
             reverted = _reverted_note(protect)
+        capture.close()
     relay.stop()
     if ended is _Ended.TIMED_OUT:
         note = f"timed out after {limit:g}s; the command and its processes were killed"
-        return ToolOutput(_with_note(_render(process, note), reverted), is_error=True)
+        return ToolOutput(_with_note(_render(capture, note), reverted), is_error=True)
     returncode = process.returncode
-    text = _with_note(_render(process, describe_exit(returncode)), reverted)
+    text = _with_note(_render(capture, describe_exit(returncode)), reverted)
     return ToolOutput(text, is_error=returncode != 0 or bool(reverted))
 
 
