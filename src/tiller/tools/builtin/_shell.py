@@ -34,6 +34,7 @@ from pydantic import Field
 
 from ...cancel import CancellationToken
 from .._exec import ExecContext
+from .._file_snapshots import snapshot_before_command
 from .._process import Command, decode_output, describe_exit, spawn
 from .._progress import Progress
 from .._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
@@ -185,6 +186,9 @@ async def _execute(
     if background and jobs is None:
         raise ToolError(_NO_JOBS)
     argv, env = await _command_line(sandbox, command, ctx)
+    # Before it can change anything (a background one: before it starts), so
+    # `tiller rewind` can undo its edits; a snapshot that fails stops the command.
+    await snapshot_before_command(ctx, command, background=background)
     if jobs is not None and (background or ctx.background.is_cancelled):
         job_id = await jobs.start(argv, command=command, cwd=ctx.tools.root, env=env)
         return ToolOutput(
