@@ -238,3 +238,56 @@ async def test_the_shell_snapshots_before_the_command_runs(ws: Path) -> None:
     assert manifest.kind == "workspace" and manifest.command == "echo after > a.txt"
     await files.restore_to(SESSION, 1, ws)
     assert (ws / "a.txt").read_bytes() == b"before"
+
+
+async def test_excluded_directories_are_never_touched(ws: Path) -> None:
+    (ws / ".tiller").mkdir()
+    (ws / "node_modules").mkdir()
+    (ws / "newdir").mkdir()
+    files = FileCheckpoints(MemoryBus())
+    await files.snapshot_workspace(at(1), ws, command="npm i", background=False)
+    (ws / ".tiller" / "state.db").write_bytes(b"tiller's")
+    (ws / "node_modules" / "dep.js").write_bytes(b"a dependency")
+    (ws / "fresh").mkdir()
+    (ws / "fresh" / "node_modules").mkdir()
+    (ws / "fresh" / "node_modules" / "x.js").write_bytes(b"x")
+    (ws / "fresh" / "made.txt").write_bytes(b"made")
+    report = await files.restore_to(SESSION, 1, ws)
+    assert (ws / ".tiller" / "state.db").exists()
+    assert (ws / "node_modules" / "dep.js").exists()
+    assert (ws / "fresh" / "node_modules" / "x.js").exists()
+    assert not (ws / "fresh" / "made.txt").exists()
+    assert report.deleted == ("fresh/made.txt",)
+    assert [path for path, _ in report.unsaved] == ["fresh/"]  # kept: it holds node_modules
+
+
+async def test_permissions_taken_away_are_given_back(ws: Path) -> None:
+    (ws / "src").mkdir()
+    (ws / "src" / "app.py").write_bytes(b"app")
+    os.chmod(ws / "src" / "app.py", 0o644)
+    os.chmod(ws / "src", 0o755)
+    files = FileCheckpoints(MemoryBus())
+    await files.snapshot_workspace(at(1), ws, command="chmod -R 000 src", background=False)
+    os.chmod(ws / "src" / "app.py", 0)
+    os.chmod(ws / "src", 0)
+    await files.restore_to(SESSION, 1, ws)
+    assert (ws / "src").stat().st_mode & 0o777 == 0o755
+    assert (ws / "src" / "app.py").stat().st_mode & 0o777 == 0o644
+    assert (ws / "src" / "app.py").read_bytes() == b"app"
+
+
+async def test_old_and_new_manifests_restore_together(ws: Path) -> None:
+    """A file tool's checkpoint before a shell snapshot decides its path; the shell
+    snapshot decides the rest, and a path it never saw (made later) goes."""
+    (ws / "a.txt").write_bytes(b"a0")
+    files = FileCheckpoints(MemoryBus())
+    await files.snapshot(at(1), ws, [ws / "a.txt", ws / "tool/new.txt"], reason="write")
+    (ws / "a.txt").write_bytes(b"a1")
+    (ws / "tool").mkdir()
+    (ws / "tool" / "new.txt").write_bytes(b"by the tool")
+    await files.snapshot_workspace(at(3), ws, command="touch b", background=False)
+    (ws / "b").write_bytes(b"")
+    (ws / "tool" / "shell.txt").write_bytes(b"by the shell")
+    await files.restore_to(SESSION, 1, ws)
+    assert sorted(os.listdir(ws)) == ["a.txt"]
+    assert (ws / "a.txt").read_bytes() == b"a0"

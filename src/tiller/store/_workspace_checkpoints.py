@@ -34,10 +34,20 @@ from typing import Final
 from . import _workspace_fs as wfs
 from ._file_manifest import FileRecord, MalformedFileCheckpoint
 
-__all__ = ["CHUNK_BYTES", "RACY_NS", "Decided", "WorkspaceRecorder", "restore_workspace"]
+__all__ = [
+    "CHUNK_BYTES",
+    "MAX_SNAPSHOT_READ_BYTES",
+    "RACY_NS",
+    "Decided",
+    "WorkspaceRecorder",
+    "restore_workspace",
+]
 
 #: The size of the pieces a file is stored in.
 CHUNK_BYTES: Final = 512 * 1024
+#: The most bytes one snapshot reads; past it, files are recorded unsaved (and read by a
+#: later snapshot that has budget left), so a workspace of large files costs bounded time.
+MAX_SNAPSHOT_READ_BYTES: Final = 512 * 1024 * 1024
 #: A file whose ctime is this close to (or after) the start of the snapshot that read it
 #: may have changed again in the same clock tick: the next snapshot reads it again.
 RACY_NS: Final = 2_000_000_000
@@ -74,6 +84,7 @@ class WorkspaceRecorder:
         walked = await asyncio.to_thread(wfs.walk_workspace, root)
         records: list[FileRecord] = []
         unread: list[str] = []
+        budget = [MAX_SNAPSHOT_READ_BYTES]
         for found in walked.entries:
             if found.kind == "directory":
                 records.append(FileRecord(found.path, "directory", mode=found.mode))
@@ -81,7 +92,7 @@ class WorkspaceRecorder:
                 records.append(FileRecord(found.path, "symlink", target=found.target))
             else:
                 try:
-                    record = await self._file(root, found)
+                    record = await self._file(root, found, budget)
                 except FileNotFoundError:
                     continue  # deleted meanwhile: it does not exist
                 except (OSError, wfs.UnsafePath) as exc:
@@ -99,15 +110,21 @@ class WorkspaceRecorder:
             return None
         if known.signature[4] >= self._index_started_ns - RACY_NS:
             return None  # changed too close to the snapshot that read it
+        if known.unsaved and found.size <= _max_saved():
+            return None
         return known
 
-    async def _file(self, root: Path, found: wfs.Found) -> FileRecord:
+    async def _file(self, root: Path, found: wfs.Found, budget: list[int]) -> FileRecord:
         known = self._reusable(found)
         if known is not None:
             return known
         limit = _max_saved()
         if found.size > limit:
             return _unsaved(found.path, found.mode, found.size, found.signature)
+        if found.size > budget[0]:
+            # This snapshot read enough; a later one reads it (no signature: not reused).
+            return _unsaved(found.path, found.mode, found.size, None)
+        budget[0] -= found.size
         parts = found.path.split("/")
         fd, before = await asyncio.to_thread(wfs.open_file, root, parts)
         self.files_read += 1
@@ -147,6 +164,16 @@ def _unsaved(
     path: str, mode: int, size: int, signature: tuple[int, int, int, int, int] | None
 ) -> FileRecord:
     return FileRecord(path, "file", size=size, mode=mode, unsaved=True, signature=signature)
+
+
+def _unsaved_why(record: FileRecord) -> str:
+    size = record.size or 0
+    if size > _max_saved():
+        return f"not restored: it was {size} bytes, over the {_max_saved()} a snapshot saves"
+    return (
+        f"not restored: the snapshot had read {MAX_SNAPSHOT_READ_BYTES} bytes before it "
+        "and did not save it"
+    )
 
 
 def _read_chunk(fd: int, size: int) -> bytes:
@@ -292,11 +319,14 @@ async def _make(
             if record.kind == "directory":
                 if record.path in decided.absent_dirs:
                     continue
+                mode = 0o755 if record.mode is None else record.mode
                 if now is None or now.kind != "directory":
                     if not dry_run:
-                        await asyncio.to_thread(
-                            wfs.make_directory, root, parts, record.mode or 0o755
-                        )
+                        await asyncio.to_thread(wfs.make_directory, root, parts, mode)
+                    outcome.restored.append(f"{record.path}/")
+                elif now.mode != mode:  # `chmod -R 000 .` is undone too
+                    if not dry_run:
+                        await asyncio.to_thread(wfs.set_mode, root, parts, mode)
                     outcome.restored.append(f"{record.path}/")
             elif record.kind == "symlink":
                 if now is not None and now.kind == "symlink" and now.target == record.target:
@@ -309,13 +339,7 @@ async def _make(
                 if now is not None and now.signature == record.signature is not None:
                     outcome.unchanged.append(record.path)
                 else:
-                    outcome.unsaved.append(
-                        (
-                            record.path,
-                            f"not restored: it was {record.size} bytes, over the "
-                            f"{_max_saved()} a snapshot saves",
-                        )
-                    )
+                    outcome.unsaved.append((record.path, _unsaved_why(record)))
             elif await _same_file(root, record, now):
                 outcome.unchanged.append(record.path)
             else:

@@ -47,6 +47,7 @@ __all__ = [
     "open_file",
     "open_temp",
     "remove_entry",
+    "set_mode",
     "signature_of",
     "walk_workspace",
 ]
@@ -284,6 +285,21 @@ def make_symlink(root: Path, parts: Sequence[str], target: str) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=fd)
             raise
+
+
+def set_mode(root: Path, parts: Sequence[str], mode: int) -> None:
+    """Give the directory or file at `parts` the permission bits `mode`, without following
+    a link: it is opened `O_PATH | O_NOFOLLOW` and changed through that very descriptor
+    (`/proc/self/fd`), so a link swapped in meanwhile is never followed."""
+    with _parent(root, parts) as fd:
+        path_fd = os.open(parts[-1], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    try:
+        found = os.fstat(path_fd)
+        if not (stat.S_ISDIR(found.st_mode) or stat.S_ISREG(found.st_mode)):
+            raise UnsafePath(f"{'/'.join(parts)} is neither a directory nor a file")
+        os.chmod(f"/proc/self/fd/{path_fd}", mode & 0o777)
+    finally:
+        os.close(path_fd)
 
 
 def open_file(root: Path, parts: Sequence[str]) -> tuple[int, os.stat_result]:
