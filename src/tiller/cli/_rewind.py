@@ -231,8 +231,8 @@ async def _restore_files(files: FileCheckpoints, state: RunState, to: int, jail:
     _print_files(report, done=True)
     typer.echo(
         f"rewound run {state.run_id} to message {to}: {len(report.restored)} file(s) "
-        f"restored, {len(report.deleted)} deleted, {len(report.unchanged)} unchanged; "
-        f"the conversation has {to} message(s) (was {before})"
+        f"restored, {len(report.deleted)} deleted, {len(report.unchanged)} unchanged"
+        f"{_not_restored(report)}; the conversation has {to} message(s) (was {before})"
     )
     typer.echo(f"continue it: tiller runs resume {state.run_id} (at a terminal, or with --yes)")
     return EXIT_OK
@@ -247,6 +247,29 @@ def _print_files(report: RestoreReport, *, done: bool) -> None:
     if done:
         for path in report.removed_dirs:
             typer.echo(f"{'rmdir':<9} {path}/")
+    _print_shell(report)
+
+
+def _print_shell(report: RestoreReport) -> None:
+    """Which shell commands' edits are undone, and what could not be put back: files too
+    large to have been saved, and snapshots a cap left partial."""
+    for command in report.commands:
+        shown = command if len(command) <= 200 else command[:200] + "..."
+        typer.echo(f"{'undo':<9} shell: {shown}")
+    for path, why in report.unsaved:
+        typer.echo(f"{'unsaved':<9} {path}: {why}", err=True)
+    for note in report.partial:
+        typer.echo(f"{'partial':<9} {note}", err=True)
+
+
+def _not_restored(report: RestoreReport) -> str:
+    """The summary's warning, when something could not be put back."""
+    parts = []
+    if report.unsaved:
+        parts.append(f"{len(report.unsaved)} could not be restored (never saved)")
+    if report.partial:
+        parts.append(f"{len(report.partial)} shell snapshot(s) were partial")
+    return ", " + ", ".join(parts) if parts else ""
 
 
 def _confirm(state: RunState, to: int, preview: RestoreReport, *, interactive: bool) -> bool:

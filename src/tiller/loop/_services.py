@@ -62,6 +62,15 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+def shell_may_write(command: str, root: Path) -> bool:
+    """Whether a shell command needs a workspace snapshot first: unless the policy's
+    classification is sure it only reads (a command it could not parse may write)."""
+    from ..policy import RiskClass, classify_command
+
+    rated = classify_command(command, workspace=root)
+    return not (rated.parsed and rated.risk is RiskClass.READ_ONLY)
+
+
 def _directory_name(session_id: str) -> str:
     """A thread id (it comes from clients) as one safe directory name."""
     name = _UNSAFE.sub("_", session_id)[:100].strip(".")
@@ -93,9 +102,9 @@ class RunServices:
             network=shell_holds_network(run_ctx.tools),
         )
         # With a store, every file mutation is snapshotted first, so `tiller rewind` can
-        # put the workspace back.
+        # put the workspace back; a shell command, unless the policy rates it read-only.
         self.snapshots = (
-            FileCheckpoints(run_ctx.store, run_id=state.run_id)
+            FileCheckpoints(run_ctx.store, run_id=state.run_id, command_may_write=shell_may_write)
             if run_ctx.store is not None
             else None
         )

@@ -43,7 +43,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
-from . import _file_ops
+from . import _file_ops, _workspace_fs
+from . import _workspace_checkpoints as _ws
 from ._bus import Bus, KeyValue, RevisionConflict
 from ._file_manifest import (
     FileRecord,
@@ -96,6 +97,7 @@ class FileCheckpoints:
         bucket: str = FILE_CHECKPOINTS_BUCKET,
         blob_bucket: str = FILE_BLOBS_BUCKET,
         run_id: str | None = None,
+        command_may_write: Callable[[str, Path], bool] | None = None,
     ) -> None:
         if bucket == blob_bucket:
             raise UsageError("file checkpoints and their blobs need two different buckets")
@@ -106,6 +108,10 @@ class FileCheckpoints:
         self._kv: KeyValue | None = None
         self._blobs: KeyValue | None = None
         self._known_blobs: set[str] = set()
+        self._command_may_write = command_may_write
+        #: Shell snapshots: the last one's files (so unchanged ones are not read again)
+        #: and counts of what was read (`files_read`, `bytes_read`).
+        self.workspace = _ws.WorkspaceRecorder(self._store_blob)
 
     async def _manifests(self) -> KeyValue:
         if self._kv is None:
@@ -134,6 +140,7 @@ class FileCheckpoints:
         so of two calls changing one file the one that wrote first has the smaller number.
         """
         from ..tools import ToolCtx, ToolError
+        from ..tools._file_snapshots import MAX_SAVED_FILE_BYTES
 
         tools = ToolCtx(root)
         records: list[FileRecord] = []
@@ -145,10 +152,22 @@ class FileCheckpoints:
                 continue
             seen.add(rel)
             try:
-                found = await asyncio.to_thread(_file_ops.observe, tools.root, parts)
+                found = await asyncio.to_thread(
+                    _file_ops.observe, tools.root, parts, max_bytes=MAX_SAVED_FILE_BYTES
+                )
             except _file_ops.FileOpRefused as exc:
                 raise ToolError(f"{rel} cannot be written: {exc}") from None
             records.append(await self._record(rel, found))
+        return await self._save(origin, tools.root, reason, records)
+
+    async def _save(
+        self,
+        origin: CheckpointOrigin,
+        root: Path,
+        reason: str,
+        records: Sequence[FileRecord],
+        **workspace: object,
+    ) -> str:
         anchored = origin.session_id is not None and origin.message_index is not None
         kv = await self._manifests()
         if anchored:
@@ -164,13 +183,48 @@ class FileCheckpoints:
             message_index=origin.message_index,
             task_id=origin.task_id,
             run_id=self.run_id,
-            root=str(tools.root),
+            root=str(root),
             created_at=self.bus.clock(),
             reason=reason,
             files=tuple(records),
+            **workspace,  # type: ignore[arg-type]
         )
         await kv.create(_seq_key(prefix, seq), manifest.to_json())
         return manifest.id
+
+    # ── shell snapshots ──────────────────────────────────────────────────────────────
+
+    def command_may_write(self, command: str, root: Path) -> bool:
+        """Whether `command` needs a snapshot: the policy's classification when the run
+        gave one (`command_may_write=`), else always (when in doubt, snapshot)."""
+        if self._command_may_write is None:
+            return True
+        try:
+            return self._command_may_write(command, root)
+        except Exception:  # a classifier fault must not skip the snapshot
+            return True
+
+    async def snapshot_workspace(
+        self, origin: CheckpointOrigin, root: Path, *, command: str, background: bool
+    ) -> str:
+        """Record every tracked path under `root` before the shell runs `command`
+        (`_workspace_checkpoints`), anchored at `origin`; returns the checkpoint's id. A
+        cap hit makes the snapshot partial: its `note` says which, and a rewind says so."""
+        from ..tools import ToolCtx
+
+        jail = ToolCtx(root).root
+        recorded = await self.workspace.record(jail, int(self.bus.clock() * 1e9))
+        return await self._save(
+            origin,
+            jail,
+            "execute_command (background)" if background else "execute_command",
+            recorded.records,
+            kind="workspace",
+            command=command,
+            background=background,
+            complete=recorded.complete,
+            note=recorded.note,
+        )
 
     @staticmethod
     def _snapshot_parts(tools: ToolCtx, path: Path) -> tuple[str, ...]:
@@ -205,6 +259,9 @@ class FileCheckpoints:
         if found.kind == "file" and found.data is not None and found.mode is not None:
             sha = await self._store_blob(found.data)
             return FileRecord(rel, "file", sha256=sha, size=len(found.data), mode=found.mode)
+        if found.kind == "file" and found.mode is not None:
+            # Over MAX_SAVED_FILE_BYTES: not read; a rewind says it cannot put it back.
+            return FileRecord(rel, "file", size=found.size, mode=found.mode, unsaved=True)
         if found.kind == "directory":
             raise ToolError(f"{rel} is a directory; only files can be written")
         raise ToolError(f"{rel} is not a regular file (a device, socket or pipe); leave it be")
@@ -305,29 +362,39 @@ class FileCheckpoints:
             for _, manifest in listed
             if manifest.message_index is not None and manifest.message_index >= message_index
         ]
-        earliest: dict[str, FileRecord] = {}
-        for manifest in at_or_after:
-            for record in manifest.files:
-                earliest.setdefault(record.path, record)
+        earliest, decided, commands, partial = _decide(at_or_after)
         plan = [(record, _restore_parts(tools, record.path)) for record in earliest.values()]
         # Deletions first: where the run replaced a file `a` by a directory holding `a/b`,
         # `a/b` (and the then empty `a/`) must go before `a` is written back.
         plan.sort(key=lambda item: (item[0].existed, item[0].path))
         outcome = _Outcome()
+        shell = _ws.WorkspaceOutcome(partial=partial)
+        by_shell = bool(decided.records) or decided.complete
+        if by_shell:  # what the shell made goes first, deepest first
+            await _ws.restore_workspace(
+                tools.root, decided, self._load_blob, shell, dry_run=dry_run, deletions_only=True
+            )
         for record, parts in plan:
             try:
                 await self._restore_one(tools.root, record, parts, outcome, dry_run=dry_run)
             except (OSError, _file_ops.FileOpRefused, MalformedFileCheckpoint) as exc:
                 outcome.failed.append((record.path, _reason(exc)))
+        if by_shell:
+            await _ws.restore_workspace(
+                tools.root, decided, self._load_blob, shell, dry_run=dry_run, deletions_only=False
+            )
         report = RestoreReport(
             session_id=session_id,
             message_index=message_index,
-            restored=tuple(outcome.restored),
-            deleted=tuple(outcome.deleted),
-            unchanged=tuple(outcome.unchanged),
-            removed_dirs=tuple(outcome.removed_dirs),
-            failed=tuple(outcome.failed),
+            restored=(*outcome.restored, *shell.restored),
+            deleted=(*shell.deleted, *outcome.deleted),
+            unchanged=(*outcome.unchanged, *shell.unchanged),
+            removed_dirs=(*shell.removed_dirs, *outcome.removed_dirs),
+            failed=(*outcome.failed, *shell.failed),
             dry_run=dry_run,
+            unsaved=(*outcome.unsaved, *shell.unsaved),
+            commands=tuple(commands),
+            partial=tuple(shell.partial),
         )
         if dry_run:
             return _with_dropped(report, [m.id for m in at_or_after])
@@ -377,6 +444,11 @@ class FileCheckpoints:
                 await asyncio.to_thread(_file_ops.write_symlink, root, parts, target)
             outcome.restored.append(record.path)
             return
+        if record.unsaved:
+            outcome.unsaved.append(
+                (record.path, f"not restored: it was {record.size} bytes, too large to save")
+            )
+            return
         sha, mode = str(record.sha256), int(record.mode or 0)
         if (
             now.kind == "file"
@@ -415,6 +487,46 @@ class _Outcome:
         self.unchanged: list[str] = []
         self.removed_dirs: list[str] = []
         self.failed: list[tuple[str, str]] = []
+        self.unsaved: list[tuple[str, str]] = []
+
+
+def _decide(
+    manifests: Sequence[Manifest],
+) -> tuple[dict[str, FileRecord], _ws.Decided, list[str], list[str]]:
+    """Which record each path goes back to: the earliest taken at or after the point.
+
+    A file tool's manifest speaks for the paths it lists; a shell snapshot for every
+    tracked path (once a complete one is seen, a tracked path it did not list did not
+    exist then). Returns the file tools' records (restored as before), what the shell
+    snapshots decide, the commands whose edits are undone, and notes on partial ones."""
+    per_file: dict[str, FileRecord] = {}
+    decided = _ws.Decided()
+    commands: list[str] = []
+    partial: list[str] = []
+    for manifest in manifests:
+        if manifest.kind == "workspace":
+            commands.append(manifest.command or "")
+            if decided.complete:
+                continue
+            if not manifest.complete:
+                partial.append(
+                    f"the snapshot before `{manifest.command}` was partial ({manifest.note}); "
+                    "paths it did not record were left as they are"
+                )
+            for record in manifest.files:
+                if record.path not in per_file:
+                    decided.records.setdefault(record.path, record)
+            decided.complete = decided.complete or manifest.complete
+            continue
+        for record in manifest.files:
+            if record.path in decided.records or record.path in per_file:
+                continue
+            if decided.complete and not _workspace_fs.excluded_path(record.path):
+                continue  # the complete shell snapshot before it decides this path
+            per_file[record.path] = record
+            decided.others.add(record.path)
+            decided.absent_dirs.update(record.absent_parents)
+    return per_file, decided, commands, partial
 
 
 def _with_dropped(report: RestoreReport, dropped: Sequence[str]) -> RestoreReport:

@@ -4,6 +4,16 @@ and its validation, and what a restore reports (see `_file_checkpoints` for the 
 Every record is JSON with a `schema_version`. Reading one that lacks a field, has a field
 of the wrong type, or a path that is not relative raises `MalformedFileCheckpoint` naming
 the bucket and key, never a bare `KeyError`.
+
+Schema versions (this tiller writes the newest and reads them all):
+
+- 1: manifests of the paths a file tool wrote (`files`).
+- 2: adds workspace manifests (`kind: "workspace"`, taken before a shell command: every
+  tracked path, with `command`, `background`, `complete` and `note`), and in `files`
+  records of `kind: "directory"`, files recorded `unsaved` (too large to keep: no
+  `sha256`), files stored as `chunks` (their blobs, in order), and the `stat` signature
+  (`[dev, ino, size, mtime_ns, ctime_ns]`) that lets the next snapshot skip an unchanged
+  file. A version-1 manifest reads as `kind: "files"`.
 """
 
 from __future__ import annotations
@@ -30,7 +40,9 @@ __all__ = [
     "parse_manifest",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The versions this tiller reads (every one it ever wrote).
+READABLE_VERSIONS = frozenset({1, 2})
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TYPE_NAMES: dict[type, str] = {
@@ -69,12 +81,17 @@ class FileRestoreFailed(TillerError):
 
 # ── records ──────────────────────────────────────────────────────────────────────────
 
-Kind = Literal["file", "symlink", "missing"]
+Kind = Literal["file", "symlink", "directory", "missing"]
+ManifestKind = Literal["files", "workspace"]
+#: `[dev, ino, size, mtime_ns, ctime_ns]` of a file when it was read.
+Signature = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
 class FileRecord:
-    """One path as it was when the checkpoint was taken."""
+    """One path as it was when the checkpoint was taken. A file is `unsaved` when it was
+    too large to keep (`sha256` is then None); its content is the blob `sha256`, or the
+    blobs `chunks` one after the other when it was stored in pieces."""
 
     path: str
     kind: Kind
@@ -83,14 +100,24 @@ class FileRecord:
     mode: int | None = None
     target: str | None = None
     absent_parents: tuple[str, ...] = ()
+    unsaved: bool = False
+    chunks: tuple[str, ...] = ()
+    signature: Signature | None = None
 
     @property
     def existed(self) -> bool:
         return self.kind != "missing"
 
+    @property
+    def blobs(self) -> tuple[str, ...]:
+        """The blobs whose concatenation is the file's content."""
+        if self.chunks:
+            return self.chunks
+        return (self.sha256,) if self.sha256 is not None else ()
+
     def to_data(self) -> dict[str, Any]:
         if self.kind == "file":
-            return {
+            data: dict[str, Any] = {
                 "path": self.path,
                 "existed": True,
                 "kind": "file",
@@ -98,8 +125,17 @@ class FileRecord:
                 "size": self.size,
                 "mode": self.mode,
             }
+            if self.unsaved:
+                data["unsaved"] = True
+            if self.chunks:
+                data["chunks"] = list(self.chunks)
+            if self.signature is not None:
+                data["stat"] = list(self.signature)
+            return data
         if self.kind == "symlink":
             return {"path": self.path, "existed": True, "kind": "symlink", "target": self.target}
+        if self.kind == "directory":
+            return {"path": self.path, "existed": True, "kind": "directory", "mode": self.mode}
         return {"path": self.path, "existed": False, "absent_parents": list(self.absent_parents)}
 
 
@@ -117,10 +153,27 @@ class Manifest:
     created_at: float
     reason: str
     files: tuple[FileRecord, ...]
+    #: "files": the paths a file tool wrote; "workspace": every tracked path, before a
+    #: shell `command` ran (`complete` False when a cap stopped the walk: `note` says which).
+    kind: ManifestKind = "files"
+    command: str | None = None
+    background: bool = False
+    complete: bool = True
+    note: str | None = None
 
     def to_json(self) -> bytes:
+        extra: dict[str, Any] = {}
+        if self.kind == "workspace":
+            extra = {
+                "kind": "workspace",
+                "command": self.command,
+                "background": self.background,
+                "complete": self.complete,
+                "note": self.note,
+            }
         return orjson.dumps(
             {
+                **extra,
                 "schema_version": SCHEMA_VERSION,
                 "id": self.id,
                 "seq": self.seq,
@@ -197,7 +250,7 @@ def load_record(value: bytes, bucket: str, key: str) -> _Fields:
     except orjson.JSONDecodeError as exc:
         raise MalformedFileCheckpoint(bucket, key, f"not JSON ({exc})") from None
     fields = _Fields(data, bucket, key)
-    if fields.data.get("schema_version") != SCHEMA_VERSION:
+    if fields.data.get("schema_version") not in READABLE_VERSIONS:
         raise fields.error(
             f"schema version {fields.data.get('schema_version')!r}; this tiller reads "
             f"{SCHEMA_VERSION}"
@@ -219,15 +272,43 @@ def _parse_record(data: object, bucket: str, key: str, index: int) -> FileRecord
     kind = fields.text("kind")
     if kind == "symlink":
         return FileRecord(path, "symlink", target=fields.text("target"))
-    if kind != "file":
-        raise fields.error(f"kind {kind!r} is neither 'file' nor 'symlink'")
-    sha = fields.text("sha256")
-    if not _SHA256.fullmatch(sha):
-        raise fields.error(f"sha256 {sha!r} is not 64 lowercase hex digits")
+    if kind not in ("file", "directory"):
+        raise fields.error(f"kind {kind!r} is not 'file', 'symlink' or 'directory'")
+    if kind == "directory":
+        return FileRecord(path, "directory", mode=_mode(fields))
+    unsaved = fields.data.get("unsaved") is True
+    sha = None if unsaved else _sha(fields, fields.text("sha256"))
+    mode = _mode(fields)
+    size = fields.integer("size")
+    chunks = () if unsaved else tuple(_sha(fields, c) for c in fields.data.get("chunks") or [])
+    stat = fields.data.get("stat")
+    signature: Signature | None = None
+    if stat is not None:
+        if not (
+            isinstance(stat, list)
+            and len(stat) == 5
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in stat)
+        ):
+            raise fields.error("field 'stat' must list five integers")
+        signature = (stat[0], stat[1], stat[2], stat[3], stat[4])
+    if unsaved:
+        return FileRecord(path, "file", size=size, mode=mode, unsaved=True, signature=signature)
+    return FileRecord(
+        path, "file", sha256=sha, size=size, mode=mode, chunks=chunks, signature=signature
+    )
+
+
+def _mode(fields: _Fields) -> int:
     mode = fields.integer("mode")
     if not 0 <= mode <= 0o7777:
         raise fields.error(f"mode {mode!r} is not a permission mode")
-    return FileRecord(path, "file", sha256=sha, size=fields.integer("size"), mode=mode)
+    return mode
+
+
+def _sha(fields: _Fields, sha: object) -> str:
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        raise fields.error(f"sha256 {sha!r} is not 64 lowercase hex digits")
+    return sha
 
 
 def parse_manifest(value: bytes, bucket: str, key: str) -> Manifest:
@@ -246,7 +327,23 @@ def parse_manifest(value: bytes, bucket: str, key: str) -> Manifest:
         created_at=fields.number("created_at"),
         reason=fields.text("reason"),
         files=files,
+        **_workspace_fields(fields),
     )
+
+
+def _workspace_fields(fields: _Fields) -> dict[str, Any]:
+    kind = fields.data.get("kind", "files")
+    if kind == "files":
+        return {}
+    if kind != "workspace":
+        raise fields.error(f"kind {kind!r} is neither 'files' nor 'workspace'")
+    return {
+        "kind": "workspace",
+        "command": fields.maybe_text("command"),
+        "background": fields.flag("background"),
+        "complete": fields.flag("complete"),
+        "note": fields.maybe_text("note"),
+    }
 
 
 # ── the report ───────────────────────────────────────────────────────────────────────
@@ -268,6 +365,13 @@ class RestoreReport:
     failed: tuple[tuple[str, str], ...] = ()
     dropped: tuple[str, ...] = ()
     dry_run: bool = False
+    #: Paths left as they are because their content was never saved, with why (too
+    #: large, or beyond a snapshot's cap).
+    unsaved: tuple[tuple[str, str], ...] = ()
+    #: The shell commands whose edits were undone (from the workspace snapshots taken
+    #: before them), and notes on snapshots that were partial.
+    commands: tuple[str, ...] = ()
+    partial: tuple[str, ...] = ()
 
 
 def counter_value(last: int) -> bytes:

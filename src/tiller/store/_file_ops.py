@@ -63,6 +63,8 @@ class Observed:
     mode: int | None = None
     target: str | None = None
     absent_parents: tuple[str, ...] = ()
+    #: A regular file's size; `data` is None when it is over `max_bytes` (not read).
+    size: int | None = None
 
 
 class _Missing(Exception):
@@ -116,13 +118,14 @@ def _not_a_directory(parents: Sequence[str], depth: int) -> FileOpRefused:
     )
 
 
-def observe(root: Path, parts: Sequence[str]) -> Observed:
-    """What `root/parts...` holds now: a regular file's bytes and mode, a link's target,
-    or that it is missing (and which of its directories are missing too)."""
+def observe(root: Path, parts: Sequence[str], *, max_bytes: int | None = None) -> Observed:
+    """What `root/parts...` holds now: a regular file's bytes and mode (only its size and
+    mode when it is over `max_bytes`: it is not read), a link's target, or that it is
+    missing (and which of its directories are missing too)."""
     parents, name = parts[:-1], parts[-1]
     try:
         with _directory(root, parents, create=False) as fd:
-            return _observe_in(fd, "/".join(parts), name)
+            return _observe_in(fd, "/".join(parts), name, max_bytes)
     except _Missing as missing:
         absent = tuple(
             "/".join(parents[:depth]) for depth in range(len(parents), missing.depth, -1)
@@ -130,7 +133,7 @@ def observe(root: Path, parts: Sequence[str]) -> Observed:
         return Observed("missing", absent_parents=absent)
 
 
-def _observe_in(fd: int, shown: str, name: str) -> Observed:
+def _observe_in(fd: int, shown: str, name: str, max_bytes: int | None) -> Observed:
     for _ in range(_ATTEMPTS):
         try:
             before = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -145,6 +148,9 @@ def _observe_in(fd: int, shown: str, name: str) -> Observed:
             return Observed("directory")
         if not stat.S_ISREG(before.st_mode):
             return Observed("other")
+        mode, size = stat.S_IMODE(before.st_mode), before.st_size
+        if max_bytes is not None and size > max_bytes:
+            return Observed("file", mode=mode, size=size)
         try:
             file_fd = os.open(name, _READ_FLAGS, dir_fd=fd)
         except OSError as exc:
@@ -157,10 +163,12 @@ def _observe_in(fd: int, shown: str, name: str) -> Observed:
             if not (same and stat.S_ISREG(after.st_mode)):
                 continue
             with os.fdopen(file_fd, "rb", closefd=False) as source:
-                data = source.read()
+                data = source.read() if max_bytes is None else source.read(max_bytes + 1)
         finally:
             os.close(file_fd)
-        return Observed("file", data=data, mode=stat.S_IMODE(after.st_mode))
+        if max_bytes is not None and len(data) > max_bytes:  # it grew meanwhile
+            return Observed("file", mode=stat.S_IMODE(after.st_mode), size=len(data))
+        return Observed("file", data=data, mode=stat.S_IMODE(after.st_mode), size=len(data))
     raise FileOpRefused(f"{shown} kept changing while it was read; try again")
 
 

@@ -4,7 +4,10 @@ Before a file tool changes files it asks `ctx.snapshot_before_write(paths)`; the
 `FileSnapshotter` (the store-backed one in `tiller.store`, injected by the loop) records
 what those paths hold now — content-addressed blobs plus a manifest of which files existed
 — anchored to the conversation position (`CheckpointOrigin`), so `tiller rewind` can put
-the workspace back. Tools do not know the store: this protocol is all they see.
+the workspace back. Before a shell command that may change files runs, the shell asks
+`snapshot_before_command(ctx, command, background=...)`: a `WorkspaceSnapshotter` records
+the whole workspace (incrementally: only files whose size or times changed are read
+again). Tools do not know the store: these protocols are all they see.
 """
 
 from __future__ import annotations
@@ -12,9 +15,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
-__all__ = ["CheckpointOrigin", "FileSnapshotter"]
+if TYPE_CHECKING:
+    from ._exec import ExecContext
+
+__all__ = [
+    "MAX_SAVED_FILE_BYTES",
+    "CheckpointOrigin",
+    "FileSnapshotter",
+    "WorkspaceSnapshotter",
+    "snapshot_before_command",
+]
+
+#: The largest file a checkpoint saves (file tools and shell snapshots alike). A larger
+#: one is recorded as "unsaved": it is never read into the store, and a rewind says it
+#: cannot put it back.
+MAX_SAVED_FILE_BYTES: Final = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +59,37 @@ class FileSnapshotter(Protocol):
         """Snapshot `paths` (absolute, inside `root`; missing ones are recorded as not
         existing) and return the checkpoint's id."""
         ...
+
+
+@runtime_checkable
+class WorkspaceSnapshotter(Protocol):
+    """Records the whole workspace before a shell command may change it."""
+
+    def command_may_write(self, command: str, root: Path) -> bool:
+        """Whether `command` may change files (True when unsure): only then is a snapshot
+        taken."""
+        ...
+
+    async def snapshot_workspace(
+        self, origin: CheckpointOrigin, root: Path, *, command: str, background: bool
+    ) -> str:
+        """Snapshot every tracked file under `root` and return the checkpoint's id."""
+        ...
+
+
+async def snapshot_before_command(
+    ctx: ExecContext, command: str, *, background: bool
+) -> str | None:
+    """Snapshot the workspace before the shell runs `command` (a background one: before
+    it starts), so `tiller rewind` can undo what it changes. Returns the checkpoint id, or
+    None when the run keeps no file checkpoints or the command only reads. A failure
+    propagates: the command must not run unrecorded."""
+    snapshots = ctx.snapshots
+    if not isinstance(snapshots, WorkspaceSnapshotter):
+        return None
+    root = ctx.tools.root
+    if not snapshots.command_may_write(command, root):
+        return None
+    return await snapshots.snapshot_workspace(
+        ctx.checkpoint_origin(), root, command=command, background=background
+    )

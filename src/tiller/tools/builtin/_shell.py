@@ -42,6 +42,7 @@ from pydantic import Field
 from ...cancel import CancellationToken
 from .._capture import OutputCapture
 from .._exec import ExecContext
+from .._file_snapshots import snapshot_before_command
 from .._process import Command, describe_exit, spawn
 from .._progress import Progress
 from .._protected_snapshot import ProtectedSnapshot
@@ -243,6 +244,9 @@ async def _execute(
         # (The interlock stops jobs that hold the network once the conversation holds
         # private data and untrusted input.)
         argv, env, network = await _command_line(sandbox, command, ctx, protect)
+        # Before it can change anything (a background one: before it starts), so
+        # `tiller rewind` can undo its edits; a snapshot that fails stops the command.
+        await snapshot_before_command(ctx, command, background=background)
         if jobs is not None and (background or ctx.background.is_cancelled):
             job_id = await jobs.start(
                 argv,
