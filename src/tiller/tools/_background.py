@@ -29,7 +29,6 @@ import builtins
 import contextlib
 import enum
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
