@@ -23,7 +23,9 @@ DESTRUCTIVE = {
         'python3 -c "import os, shutil; [shutil.rmtree(p) if os.path.isdir(p) '
         "else os.remove(p) for p in os.listdir('.')]\""
     ),
-    "truncate": "truncate -s 0 README.md src/app.py",
+    # (The issue's spelling: truncating a glob. Emptying named files is an edit, as
+    # `> file` is, which auto allows and `tiller rewind` undoes.)
+    "truncate": "truncate -s 0 * src/*",
 }
 
 

@@ -36,7 +36,10 @@ _CHILD = textwrap.dedent(
         code = exc.code
     else:
         code = 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not ru_maxrss: Linux carries the forking parent's peak (the test runner's)
+    # into ru_maxrss across exec, while VmHWM belongs to this process image alone.
+    status = open('/proc/self/status').read().splitlines()
+    peak = int(next(l for l in status if l.startswith('VmHWM')).split()[1]) / 1024
     print(f"PEAK_MIB={peak}", file=sys.stderr)
     sys.exit(code)
     """

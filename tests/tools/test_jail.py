@@ -149,7 +149,9 @@ def test_protected_paths_cover_themselves_and_what_lies_under_them(tmp_path: Pat
     assert tools.protects(tmp_path.resolve() / ".git" / "hooks" / "pre-commit") == ".git/hooks"
     assert tools.protects(".tiller/taint.json") == ".tiller"
     assert tools.protects("src/app.py") is None
-    assert tools.protects(".git/objects/ab/cdef") is None
+    # The rest of .git is git's too: no file tool writes it (a .git file could redirect git).
+    assert tools.protects(".git/objects/ab/cdef") == ".git"
+    assert tools.protects(".git") == ".git"
     assert tools.protects(".gitignore") is None
     assert tools.protects("/etc/passwd") is None
 

@@ -190,3 +190,45 @@ def test_the_jail_filesystem_itself_refuses_protected_writes(tmp_path: Path) -> 
         fs.unlink(tools.resolve(".tiller/x"))
     assert not (tmp_path / "tiller.toml").exists()
     assert (tmp_path / ".tiller" / "x").exists()
+
+
+@pytest.mark.parametrize("where", ["", "docs/"], ids=["root", "subdirectory"])
+@pytest.mark.parametrize(
+    "order",
+    [
+        ("HEAD", "objects/info/.keep", "refs/heads/.keep", "config"),
+        ("config", "refs/heads/.keep", "objects/info/.keep", "HEAD"),
+    ],
+    ids=["head-first", "config-first"],
+)
+async def test_a_git_directory_layout_cannot_be_completed(
+    ctx: ExecContext, root: Path, where: str, order: tuple[str, ...]
+) -> None:
+    """No `.git` at all: HEAD, objects/ and refs/ make a plain directory a repository to
+    git's discovery, and its `config` could name a `core.fsmonitor` command. Whatever the
+    order, the write that would complete the layout is refused, and so is `config` of one."""
+    outcomes = [
+        (await run(ctx, "write_file", path=f"{where}{name}", content="x\n")).outcome
+        for name in order
+    ]
+    assert Outcome.ERROR in outcomes
+    directory = root / where if where else root
+    layout = [(directory / name).exists() for name in ("HEAD", "objects", "refs")]
+    assert not all(layout), "a git directory layout was written"
+
+
+async def test_a_git_file_cannot_redirect_git(ctx: ExecContext, tmp_path: Path) -> None:
+    """A `.git` *file* (`gitdir: build/cache`) points git at a directory the model wrote."""
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    fresh_ctx = ExecContext.for_test(fresh, tools=ToolCtx(fresh, safety=SafetyMode.FULL_ACCESS))
+    done = await run(fresh_ctx, "write_file", path=".git", content="gitdir: build/cache\n")
+    _refused(done, ".git")
+    assert not (fresh / ".git").exists()
+
+
+async def test_ordinary_files_named_like_git_internals_are_written(ctx: ExecContext) -> None:
+    """`config`, `HEAD` or `refs/` alone make no repository: only the whole layout does."""
+    for path in ("app/config", "notes/HEAD", "docs/refs/index.md", "objects/model.py"):
+        done = await run(ctx, "write_file", path=path, content="x\n")
+        assert done.outcome is Outcome.OK, done.result.content

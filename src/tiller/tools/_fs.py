@@ -44,7 +44,7 @@ from ._errors import (
     ProtectedPathRefused,
     SymlinkRefused,
 )
-from ._protected import protected_match
+from ._protected import git_directory_match, protected_match
 from ._read_watch import note_read
 from ._walk import WalkReport, bounded_fwalk
 
@@ -221,7 +221,7 @@ class JailFS:
         """`_parts(path)`, refusing a protected target (law 11) before anything is
         touched."""
         parts = self._parts(path)
-        covering = protected_match(parts, self.protected)
+        covering = protected_match(parts, self.protected) or git_directory_match(self.root, parts)
         if covering is not None:
             raise ProtectedPathRefused(self._shown(parts), self.root, covering)
         return parts

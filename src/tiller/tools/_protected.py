@@ -9,9 +9,17 @@ protected file. It ignores case: Linux filesystems are case-sensitive, where `.G
 is just another file, but on a case-insensitive one (macOS, a FAT or SMB mount, ext4 with
 casefolding) it *is* git's config, and refusing a harmless look-alike costs nothing.
 
-A `.git` below the root (a nested repository, or a `.git` file whose `gitdir:` line points
-git elsewhere) is protected whole: git run in that directory would read its config and
-hooks just the same, and no task needs the file tools to write git's internals.
+A `.git` anywhere (the root's, a nested repository, or a `.git` *file* whose `gitdir:` line
+points git at a directory the model built) is protected whole: git run in that directory
+would read its config and hooks just the same, and no task needs the file tools to write
+git's internals.
+
+A git directory needs no `.git` at all: a plain directory holding `HEAD`, `objects/` and
+`refs/` is one to git's discovery (a bare repository, or one whose `config` says
+`worktree = .`), and its `config` can name a `core.fsmonitor` command that the user's next
+`git status` runs. So `git_directory_match` refuses the write that would complete that
+layout, and any write to `config` or `hooks/` of a directory that has it already
+(`ToolCtx.root` is needed to look, so it is a separate check from `protected_match`).
 
 One subpath is exempt, exactly spelled: `.tiller/scratch`, the session scratchpads that
 the model's own file tools write in the Plan phase (`tiller.loop` `SCRATCH_SUBDIR`). Nothing
@@ -20,11 +28,17 @@ tiller reads as configuration lives there.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Final
 
-__all__ = ["PROTECTED_EXEMPT", "protected_match"]
+__all__ = ["PROTECTED_EXEMPT", "git_directory_match", "protected_match"]
+
+#: What makes a directory a git directory to git's discovery (`is_git_directory`).
+_GIT_DIR_LAYOUT: Final = ("head", "objects", "refs")
+#: What in a git directory runs programs or says where its work tree is.
+_GIT_DIR_POLICY: Final = ("config", "hooks")
 
 #: Subpaths of protected paths that the model's file tools may write (exact spelling).
 PROTECTED_EXEMPT: Final = (".tiller/scratch",)
@@ -38,13 +52,39 @@ def protected_match(parts: tuple[str, ...], protected: Iterable[str]) -> str | N
     """The protected path covering the jail-relative `parts`, or None (see the module
     docstring: case-insensitive, a nested `.git` whole, `.tiller/scratch` exempt)."""
     folded = tuple(part.casefold() for part in parts)
-    if ".git" in folded[1:]:
-        nested = folded.index(".git", 1)
-        return "/".join(parts[: nested + 1])
     if any(_covers(PurePosixPath(exempt).parts, parts) for exempt in PROTECTED_EXEMPT):
         return None
     for path in protected:
         prefix = tuple(part.casefold() for part in PurePosixPath(path).parts)
         if _covers(prefix, folded):
             return path
+    if ".git" in folded:
+        return "/".join(parts[: folded.index(".git") + 1])
     return None
+
+
+def git_directory_match(root: Path, parts: tuple[str, ...]) -> str | None:
+    """The directory that writing the jail-relative `parts` under `root` would make a git
+    directory (or whose `config` or `hooks/` it would write, being one), said for a
+    refusal; None when the write has nothing to do with one (see the module docstring)."""
+    folded = tuple(part.casefold() for part in parts)
+    for index, name in enumerate(folded):
+        if name not in _GIT_DIR_LAYOUT and name not in _GIT_DIR_POLICY:
+            continue
+        directory = parts[:index]
+        have = {
+            entry: name == entry or _lexists(root, (*directory, _spelled(entry)))
+            for entry in _GIT_DIR_LAYOUT
+        }
+        if all(have.values()):
+            shown = "/".join(directory) or "."
+            return f"{shown} (HEAD, objects/ and refs/ make it a git directory)"
+    return None
+
+
+def _spelled(entry: str) -> str:
+    return "HEAD" if entry == "head" else entry
+
+
+def _lexists(root: Path, parts: tuple[str, ...]) -> bool:
+    return os.path.lexists(root.joinpath(*parts))
