@@ -163,12 +163,13 @@ async def test_a_protected_symlink_replaced_by_the_command_is_restored(
     root.mkdir()
     outside = tmp_path / "outside.txt"
     outside.write_text("outside\n")
-    (root / "real.toml").write_text("x = 1\n")
-    (root / "tiller.toml").symlink_to("real.toml")
+    real = tmp_path / "real.toml"  # outside the jail: the command cannot write it
+    real.write_text("x = 1\n")
+    (root / "tiller.toml").symlink_to(real)
     ctx = ExecContext.for_test(root)
     done = await run(ctx, command=f"rm tiller.toml && ln -s {outside} tiller.toml; echo end")
     assert "tiller.toml" in done.result.content and "reverted" in done.result.content
-    assert os.readlink(root / "tiller.toml") == "real.toml"
+    assert os.readlink(root / "tiller.toml") == str(real)
     assert outside.read_text() == "outside\n"
 
 
@@ -242,3 +243,24 @@ def test_undo_empties_a_directory_the_command_made_unreadable(tmp_path: Path) ->
     (root / ".git" / "hooks").chmod(0o500)
     assert snapshot.undo() == [".git/hooks"]
     assert not (root / ".git" / "hooks").exists()
+
+
+def test_a_link_planted_by_a_running_job_is_not_put_back_by_a_later_undo(
+    tmp_path: Path,
+) -> None:
+    """Job A (started with no `.git`) makes `.git` a symlink to `evil/`, a directory it
+    writes; command B's snapshot, taken meanwhile, sees that symlink. A ends and its undo
+    removes `.git`; B's undo must not recreate the link, or `git status` on the host
+    reads `evil/config` (`core.fsmonitor`: host code execution)."""
+    root = tmp_path / "ws"
+    (root / "evil").mkdir(parents=True)
+    (root / "evil" / "config").write_text("[core]\n")
+    protected = (".git/config", ".git/hooks")
+    job_a = ProtectedSnapshot.take(root, protected)
+    (root / ".git").symlink_to("evil")
+    command_b = ProtectedSnapshot.take(root, protected)
+    command_b.release()
+    assert job_a.undo() == [".git"]
+    reverted = command_b.undo()
+    assert not (root / ".git").is_symlink() and not (root / ".git").exists()
+    assert reverted == [".git (not restored: it pointed inside the workspace)"]

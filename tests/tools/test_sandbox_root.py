@@ -221,3 +221,26 @@ async def test_protected_paths_get_no_acl(ctx: ExecContext) -> None:
             os.getxattr(root / protected, "system.posix_acl_access")
     with pytest.raises(OSError):
         os.getxattr(root / ".git", "system.posix_acl_default")
+
+
+def test_a_wide_tree_does_not_exhaust_descriptors(tmp_path: Path) -> None:
+    """The grant once held a descriptor per queued directory: 2,000 sibling directories
+    under a limit of 1,024 open files made every later command fail with EMFILE. It holds
+    one per level now, whatever the width."""
+    import resource
+
+    from tiller.tools._workspace_acl import grant_workspace
+
+    jail = tmp_path / "wide"
+    jail.mkdir()
+    for n in range(2000):
+        (jail / f"d{n}").mkdir()
+    (jail / "d7" / "f.txt").write_text("x\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        grant_workspace(jail, 65534)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert os.getxattr(jail / "d1999", "system.posix_acl_access")
+    assert os.getxattr(jail / "d7" / "f.txt", "system.posix_acl_access")

@@ -254,6 +254,12 @@ def _restore_link(root: int, device: int, entry: _Entry) -> list[str]:
         except OSError:
             pass
         shown = "/".join(entry.parts)
+        if _points_inside(entry.target, root, above):
+            # Such a link may have been planted by a background job still running when
+            # this snapshot was taken, and removed since by that job's own undo: putting
+            # it back would redirect the protected path to a file the command writes.
+            kept = f"{shown} (not restored: it pointed inside the workspace)"
+            return [*_remove_replacement(fd, name, shown, device), kept]
         try:
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -270,6 +276,25 @@ def _restore_link(root: int, device: int, entry: _Entry) -> list[str]:
     finally:
         if fd != root:
             os.close(fd)
+
+
+def _points_inside(target: str, root: int, above: Sequence[str]) -> bool:
+    """Whether a symlink's text, read as a path from its directory (`above`, under the
+    jail), names a place in the jail (compared as text: a relative link, or an absolute
+    one under the jail's real path)."""
+    jail = os.readlink(f"/proc/self/fd/{root}")
+    place = os.path.normpath(os.path.join(jail, *above, target))
+    return place == jail or place.startswith(jail.rstrip("/") + "/")
+
+
+def _remove_replacement(parent: int, name: str, shown: str, device: int) -> list[str]:
+    """Remove whatever is at `name` now (a link into the jail is not put back)."""
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return []
+    note = _remove(parent, name, info, shown, device)
+    return [] if note == shown else [note]
 
 
 def _open_dir(name: str, parent: int) -> int | None:

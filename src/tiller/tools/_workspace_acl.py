@@ -27,12 +27,11 @@ run the command rather than run it as root.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
 import struct
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -104,7 +103,11 @@ def _grant(fd: int, info: os.stat_result, uid: int) -> None:
         os.setxattr(fd, _ACCESS, _encode(changed))
 
 
-_Pending = list[tuple[int, os.stat_result, str]]  # (fd, its stat, path relative to the jail)
+#: Directory levels the grant descends. The walk holds one descriptor per level (never
+#: one per queued directory: a wide tree, such as 2,000 directories the model made, must
+#: not exhaust the process's descriptors); a deeper directory is not granted, so a command
+#: gets "permission denied" there, never more access.
+MAX_GRANT_DEPTH: Final = 128
 
 
 def grant_workspace(jail: Path, uid: int, skip: Collection[str] = ()) -> None:
@@ -113,51 +116,71 @@ def grant_workspace(jail: Path, uid: int, skip: Collection[str] = ()) -> None:
     protected paths, read-only to the command anyway, so the ACL left behind on the host
     never lets that uid write them). Raises `OSError` when the filesystem refuses ACLs."""
     root = os.open(jail, _DIR_FLAGS)
-    root_info = os.fstat(root)
-    pending: _Pending = [(root, root_info, "")]
     skipped = frozenset(skip)
+    # Depth first, one open directory per level: (descriptor, path, names still to visit).
+    stack: list[tuple[int, str, Iterator[str]]] = []
     try:
-        while pending:
-            fd, info, where = pending.pop()
-            try:
-                if info.st_uid != uid:
-                    _grant(fd, info, uid)
-                _walk(fd, where, root_info.st_dev, uid, skipped, pending)
-            finally:
+        root_info = os.fstat(root)
+        if root_info.st_uid != uid:
+            _grant(root, root_info, uid)
+        stack.append((root, "", iter(_names(root))))
+        while stack:
+            fd, where, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
                 os.close(fd)
+                continue
+            path = f"{where}/{name}" if where else name
+            if path in skipped:
+                continue
+            child = _visit(fd, name, root_info.st_dev, uid)
+            if child is None:
+                continue
+            if len(stack) >= MAX_GRANT_DEPTH:
+                os.close(child)
+                continue
+            stack.append((child, path, iter(_names(child))))
     finally:
-        for fd, _, _ in pending:
+        for fd, _, _ in stack:
             os.close(fd)
 
 
-def _walk(
-    fd: int, where: str, device: int, uid: int, skip: frozenset[str], pending: _Pending
-) -> None:
-    """Grant each regular file in the directory `fd`; queue its subdirectories."""
+def _names(fd: int) -> list[str]:
     with os.scandir(fd) as entries:
-        names = [entry.name for entry in entries]
-    for name in names:
-        path = f"{where}/{name}" if where else name
-        if path in skip:
-            continue
-        with contextlib.suppress(FileNotFoundError):  # gone meanwhile: nothing to grant
-            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if info.st_dev != device:
-                continue  # another filesystem mounted here: not the workspace's to change
-            if stat.S_ISDIR(info.st_mode):
-                child = _open(name, fd, _DIR_FLAGS)
-                if child is not None:
-                    pending.append((child, os.fstat(child), path))
-            elif stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid != uid:
-                child = _open(name, fd, _FILE_FLAGS)
-                if child is None:
-                    continue
-                try:
-                    opened = os.fstat(child)
-                    if stat.S_ISREG(opened.st_mode) and opened.st_nlink == 1:
-                        _grant(child, opened, uid)
-                finally:
-                    os.close(child)
+        return [entry.name for entry in entries]
+
+
+def _visit(fd: int, name: str, device: int, uid: int) -> int | None:
+    """Grant `name` in the directory `fd` if it is a regular file; if it is a directory,
+    grant it and return it opened (the caller walks it); else `None`."""
+    try:
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None  # gone meanwhile: nothing to grant
+    if info.st_dev != device:
+        return None  # another filesystem mounted here: not the workspace's to change
+    if stat.S_ISDIR(info.st_mode):
+        child = _open(name, fd, _DIR_FLAGS)
+        if child is not None:
+            try:
+                opened = os.fstat(child)
+                if opened.st_uid != uid:
+                    _grant(child, opened, uid)
+            except BaseException:
+                os.close(child)
+                raise
+        return child
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid != uid:
+        child = _open(name, fd, _FILE_FLAGS)
+        if child is not None:
+            try:
+                opened = os.fstat(child)
+                if stat.S_ISREG(opened.st_mode) and opened.st_nlink == 1:
+                    _grant(child, opened, uid)
+            finally:
+                os.close(child)
+    return None
 
 
 def _open(name: str, parent: int, flags: int) -> int | None:
