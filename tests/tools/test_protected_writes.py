@@ -190,3 +190,13 @@ def test_the_jail_filesystem_itself_refuses_protected_writes(tmp_path: Path) -> 
         fs.unlink(tools.resolve(".tiller/x"))
     assert not (tmp_path / "tiller.toml").exists()
     assert (tmp_path / ".tiller" / "x").exists()
+
+
+def test_opening_a_directory_to_create_it_is_a_protected_write(tmp_path: Path) -> None:
+    fs = ToolCtx(tmp_path).fs
+    with pytest.raises(ProtectedPathRefused), fs.open_dir(tmp_path / ".git" / "hooks", create=True):
+        pass
+    assert not (tmp_path / ".git").exists()
+    (tmp_path / ".tiller").mkdir()
+    with fs.open_dir(tmp_path / ".tiller"):  # reading a protected directory is fine
+        pass
