@@ -232,3 +232,13 @@ async def test_ordinary_files_named_like_git_internals_are_written(ctx: ExecCont
     for path in ("app/config", "notes/HEAD", "docs/refs/index.md", "objects/model.py"):
         done = await run(ctx, "write_file", path=path, content="x\n")
         assert done.outcome is Outcome.OK, done.result.content
+
+
+def test_opening_a_directory_to_create_it_is_a_protected_write(tmp_path: Path) -> None:
+    fs = ToolCtx(tmp_path).fs
+    with pytest.raises(ProtectedPathRefused), fs.open_dir(tmp_path / ".git" / "hooks", create=True):
+        pass
+    assert not (tmp_path / ".git").exists()
+    (tmp_path / ".tiller").mkdir()
+    with fs.open_dir(tmp_path / ".tiller"):  # reading a protected directory is fine
+        pass

@@ -30,7 +30,7 @@ _CHUNK: Final = 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class FilePin:
     """`path` (absolute) and its sha256 when pinned; None: it was no regular file then
-    (nothing to check, and the file tools protect the name so the model cannot plant it)."""
+    (a regular file that appears there later counts as changed: the model planted it)."""
 
     path: str
     sha256: str | None
@@ -86,9 +86,13 @@ def changed_pins(pins: Iterable[FilePin]) -> list[str]:
     """What changed since `pins` were taken, one phrase per file (empty: nothing)."""
     changed = []
     for pin in pins:
-        if pin.sha256 is None:
-            continue
         now = file_sha256(pin.path)
+        if pin.sha256 is None:
+            # No regular file there when pinned: one planted since (by a shell write, or
+            # in another jail) is the model's, not the person's (law 3: refuse it).
+            if now is not None:
+                changed.append(f"{pin.path} appeared")
+            continue
         if now is None:
             changed.append(f"{pin.path} is gone or no longer a regular file")
         elif now != pin.sha256:

@@ -273,8 +273,10 @@ class JailFS:
     @contextmanager
     def open_dir(self, path: Path, *, create: bool = False) -> Iterator[int]:
         """A descriptor of the directory `path`, reached by the walk (created, with its
-        parents, if `create`). Raises `NotADirectoryError` if a component is a file."""
-        with self._dir(self._parts(path), create=create) as fd:
+        parents, if `create`). Raises `NotADirectoryError` if a component is a file.
+        Creating is a write: a protected `path` is refused then (law 11)."""
+        parts = self._writable_parts(path) if create else self._parts(path)
+        with self._dir(parts, create=create) as fd:
             yield fd
 
     # ── reading ──────────────────────────────────────────────────────────────────
