@@ -141,6 +141,8 @@ SIBLINGS = [
     "chronic rm -rf .",
     "runuser -u nobody -- rm -rf .",
     "script -c 'rm -rf .'",
+    "coproc X { rm -rf .; }",
+    "coproc { rm -rf .; }",
 ]
 
 NOT_DESTRUCTIVE_BUT_ASKS = [

@@ -234,6 +234,16 @@ def _wrap_watch(name: str, args: list[str], env: Env) -> _Unwrapped:
     return _Unwrapped([], script=" ".join(opts.positional))
 
 
+def _wrap_coproc(name: str, args: list[str], env: Env) -> _Unwrapped:
+    """`coproc [NAME] { LIST; }`: tree-sitter-bash reads the group as words of a
+    `coproc` command, so the words after the `{` or `(` are the script it runs."""
+    for index, word in enumerate(args[:2]):
+        if word in ("{", "("):
+            floor = Verdict(PROC, "keeps running after the command ends (coproc)")
+            return _Unwrapped([], floor, script=" ".join(args[index + 1 :]))
+    return _wrap_detached(name, args, env)
+
+
 def _wrap_parallel(name: str, args: list[str], env: Env) -> _Unwrapped:
     """GNU `parallel CMD ::: ARGS` runs CMD once per argument (like `xargs`); with no
     command it runs each input line as a shell command, which tiller cannot read."""
@@ -299,7 +309,7 @@ _WRAPPERS: Final[dict[str, Callable[[str, list[str], Env], _Unwrapped]]] = {
     "pkexec": _wrap_sudo,
     "busybox": _skip_then_command(valued()),
     "toybox": _skip_then_command(valued()),
-    "coproc": _wrap_detached,
+    "coproc": _wrap_coproc,
     "parallel": _wrap_parallel,
     "flock": _wrap_flock,
     "chronic": _skip_then_command(valued()),
