@@ -131,6 +131,18 @@ SIBLINGS = [
     'find . -type f | while read f; do rm "$f"; done',
     'for f in *; do rm "$f"; done',
     "for f in $(git ls-files); do truncate -s 0 $f; done",
+    # Wrappers that run the command after them (review of i13-shell: these were shell
+    # mutations, so `full_access` allowed them).
+    "parallel rm -rf ::: .",
+    "ls | parallel rm",
+    "ls | parallel",
+    "flock /tmp/lock rm -rf .",
+    "flock -w 3 /tmp/lock -c 'rm -rf .'",
+    "chronic rm -rf .",
+    "runuser -u nobody -- rm -rf .",
+    "script -c 'rm -rf .'",
+    "coproc X { rm -rf .; }",
+    "coproc { rm -rf .; }",
 ]
 
 NOT_DESTRUCTIVE_BUT_ASKS = [

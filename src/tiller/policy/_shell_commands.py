@@ -234,6 +234,55 @@ def _wrap_watch(name: str, args: list[str], env: Env) -> _Unwrapped:
     return _Unwrapped([], script=" ".join(opts.positional))
 
 
+def _wrap_coproc(name: str, args: list[str], env: Env) -> _Unwrapped:
+    """`coproc [NAME] { LIST; }`: tree-sitter-bash reads the group as words of a
+    `coproc` command, so the words after the `{` or `(` are the script it runs."""
+    for index, word in enumerate(args[:2]):
+        if word in ("{", "("):
+            floor = Verdict(PROC, "keeps running after the command ends (coproc)")
+            return _Unwrapped([], floor, script=" ".join(args[index + 1 :]))
+    return _wrap_detached(name, args, env)
+
+
+def _wrap_parallel(name: str, args: list[str], env: Env) -> _Unwrapped:
+    """GNU `parallel CMD ::: ARGS` runs CMD once per argument (like `xargs`); with no
+    command it runs each input line as a shell command, which tiller cannot read."""
+    takes = valued("-j", "--jobs", "-S", "--sshlogin", "-a", "--arg-file", "-d",
+                     "--delimiter", "-E", "-I", "--replace", "-n", "--max-args",
+                     "--joblog", "--results", "--tmpdir", "--workdir", "--timeout")  # fmt: skip
+    head = args
+    for marker in (":::", "::::", ":::+", "::::+"):
+        if marker in head:
+            head = head[: head.index(marker)]
+    opts = options(head, takes, first=True)
+    if not opts.positional:
+        return _Unwrapped([], done=Outcome(BOOM, f"`{name}` runs its input as commands"))
+    return _Unwrapped(opts.positional, env=Env(env.workspace, True, env.found_under, env.cwd))
+
+
+def _wrap_flock(name: str, args: list[str], env: Env) -> _Unwrapped:
+    """`flock [opts] LOCK CMD...` or `flock [opts] LOCK -c SCRIPT`."""
+    opts = options(args, valued("-w", "--timeout", "-E", "--conflict-exit-code", "-c",
+                                "--command"))  # fmt: skip
+    script = opts.value("-c", "--command")
+    if script is not None:
+        return _Unwrapped([], script=script)
+    rest = opts.positional[1:]
+    if not rest:
+        return _Unwrapped([], done=Outcome(READ, f"`{name}` with no command to run"))
+    return _Unwrapped(rest)
+
+
+def _wrap_script(name: str, args: list[str], env: Env) -> _Unwrapped:
+    """`script -c SCRIPT [FILE]` runs SCRIPT in a shell; without it, an interactive one."""
+    opts = options(args, valued("-c", "--command", "-E", "--echo", "-I", "-O", "-T", "-B",
+                                "--log-in", "--log-out", "--log-timing", "--log-io"))  # fmt: skip
+    script = opts.value("-c", "--command")
+    if script is None:
+        return _Unwrapped([], done=Outcome(SHELL, f"`{name}` opens a shell"))
+    return _Unwrapped([], script=script)
+
+
 _WRAPPERS: Final[dict[str, Callable[[str, list[str], Env], _Unwrapped]]] = {
     "sudo": _wrap_sudo,
     "doas": _wrap_sudo,
@@ -260,7 +309,12 @@ _WRAPPERS: Final[dict[str, Callable[[str, list[str], Env], _Unwrapped]]] = {
     "pkexec": _wrap_sudo,
     "busybox": _skip_then_command(valued()),
     "toybox": _skip_then_command(valued()),
-    "coproc": _wrap_detached,
+    "coproc": _wrap_coproc,
+    "parallel": _wrap_parallel,
+    "flock": _wrap_flock,
+    "chronic": _skip_then_command(valued()),
+    "runuser": _wrap_sudo,
+    "script": _wrap_script,
 }
 
 _SYSTEM_BIN_DIRS: Final = frozenset(
