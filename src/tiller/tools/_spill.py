@@ -22,6 +22,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Final
 
+from ._fs import JailFS
 from ._jail import ToolCtx
 
 __all__ = ["SPILL_DIR_BYTES", "SpillFile", "open_spill_dir"]
@@ -41,7 +42,9 @@ def open_spill_dir(tools: ToolCtx) -> Iterator[int]:
     following a symlink at its last component."""
     spill = tools.spill_dir
     if spill.is_relative_to(tools.root):
-        with tools.fs.open_dir(spill, create=True) as fd:
+        # tiller's own write, not the model's: the jail's walk (no symlink followed)
+        # without its protected paths, since the spill lives under the protected `.tiller`.
+        with JailFS(tools.root).open_dir(spill, create=True) as fd:
             yield fd
         return
     os.makedirs(spill, exist_ok=True)
