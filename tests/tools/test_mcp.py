@@ -55,8 +55,9 @@ PNG = bytes.fromhex(
 HANG_GUARD = 60
 
 
-def tagged_processes(tag: str) -> list[int]:
-    """The pids of live processes whose command line holds `tag` as an argument."""
+def tagged_processes(tag: str, *, servers_only: bool = False) -> list[int]:
+    """The pids of live processes whose command line holds `tag` as an argument; with
+    `servers_only`, not the line-limit relays each server runs behind."""
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -65,7 +66,8 @@ def tagged_processes(tag: str) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if tag.encode() in argv:
+        relay = any(arg.endswith(b"_line_limit.py") for arg in argv)
+        if tag.encode() in argv and not (servers_only and relay):
             found.append(int(entry.name))
     return found
 
@@ -385,7 +387,8 @@ async def test_closing_stops_the_server_and_later_calls_fail_clearly(
         await mcp.open()
         runner = Runner(mcp.tools, tmp_path)
         pid = await server_pid(runner)
-        assert tagged_processes(tag) == [pid]
+        assert tagged_processes(tag, servers_only=True) == [pid]
+        assert len(tagged_processes(tag)) == 2  # and its line-limit relay
         in_flight = asyncio.create_task(runner.run("fx__slow", marker=str(marker)))
         await wait_for_text(marker, "started")
         await mcp.aclose()
@@ -484,7 +487,7 @@ async def test_two_servers_with_the_same_tools_get_distinct_names(
             first = await server_pid(runner, "one__pid")
             second = await server_pid(runner, "two__pid")
             assert first != second
-            assert sorted(tagged_processes(tag)) == sorted([first, second])
+            assert sorted(tagged_processes(tag, servers_only=True)) == sorted([first, second])
             echoed = await runner.run("two__echo", text="from two")
             assert echoed.result.content == "from two"
     assert tagged_processes(tag) == []
@@ -498,3 +501,23 @@ async def test_if_one_server_fails_none_is_left_running(make_config: MakeConfig,
                 pytest.fail("the block must not run")
     assert raised.value.server == "bad"
     assert tagged_processes(tag) == []
+
+
+async def test_a_line_without_end_stops_the_server_not_tillers_memory(tmp_path: Path) -> None:
+    """The SDK buffers a stdout line whole: a server writing more than the message limit
+    without a newline is stopped by the line-limit relay, and the error says why."""
+    from tiller.tools.mcp._client import MAX_MESSAGE_BYTES
+
+    flood = (
+        "-c",
+        "import os, sys, time\n"
+        f"left = {MAX_MESSAGE_BYTES} + (1 << 20)\n"
+        "while left > 0:\n"
+        "    left -= os.write(1, b'x' * min(left, 1 << 20))\n"
+        "time.sleep(60)\n",
+    )
+    config = McpServerConfig("flood", sys.executable, flood, startup_timeout=30)
+    async with asyncio.timeout(HANG_GUARD):
+        with pytest.raises(McpStartError) as raised:
+            await McpClient(config).open()
+    assert f"a line longer than {MAX_MESSAGE_BYTES} bytes" in str(raised.value)

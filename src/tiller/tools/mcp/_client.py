@@ -34,9 +34,11 @@ import enum
 import logging
 import os
 import shutil
+import sys
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -66,6 +68,12 @@ _logger: Final = logging.getLogger("tiller.tools.mcp")
 _STDERR_GRACE: Final = 2.0
 #: At most this many pages of `tools/list` (a server whose cursor never ends).
 _MAX_PAGES: Final = 100
+
+
+#: The longest line (one JSON-RPC message) a server may write on stdout; a longer one
+#: stops it (`_line_limit.py`, the relay every stdio server runs behind).
+MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024
+_LINE_LIMIT: Final = str(Path(__file__).with_name("_line_limit.py"))
 
 
 class McpClientState(enum.Enum):
@@ -259,9 +267,10 @@ class McpClient:
         from ... import __version__
 
         config = self.config
+        # Through the line-limit relay: the SDK buffers a stdout line whole.
         params = StdioServerParameters(
-            command=config.command,
-            args=list(config.args),
+            command=sys.executable,
+            args=["-I", _LINE_LIMIT, str(MAX_MESSAGE_BYTES), "--", config.command, *config.args],
             env=dict(config.env) or None,
             cwd=config.cwd,
         )
