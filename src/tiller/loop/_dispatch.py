@@ -37,6 +37,7 @@ from ..tools import (
     question_interrupt_id,
     questions_metadata,
 )
+from ..tools._output import recorded_head
 from ..tools._read_watch import stop_watching_reads, watch_reads
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ToolResultRecord, call_quietly
@@ -411,8 +412,11 @@ class ToolDispatch:
         executed[call.id] = execution
         if self._checkpoints is not None:
             result = execution.result
+            # Bounded: an MCP or custom tool may return any size; the store keeps what the
+            # transcript could show at most.
+            content = recorded_head(result.content, self.run_ctx.tools.output_budget_bytes)
             await self._checkpoints.call_completed(
-                self.state.run_id, call.id, result.content, is_error=result.is_error
+                self.state.run_id, call.id, content, is_error=result.is_error
             )
         hooks = self.run_ctx.hooks
         if hooks and hooks.watches("post_tool", call.name):

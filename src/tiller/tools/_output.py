@@ -27,7 +27,7 @@ from ._errors import PathOutsideJail
 from ._fs import JailFS
 from ._jail import ToolCtx
 
-__all__ = ["OutputBudget"]
+__all__ = ["OutputBudget", "recorded_head"]
 
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
 _NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -116,6 +116,19 @@ class OutputBudget:
 
     def __repr__(self) -> str:
         return f"<OutputBudget {self._remaining}/{self._limit} bytes left>"
+
+
+def recorded_head(content: str, limit: int) -> str:
+    """`content` as a durable call record keeps it: whole if it fits `limit` bytes (a
+    result never reaches the transcript longer than one turn's budget), else the head
+    that fits and a line saying how much was not recorded. The record only answers the
+    call on a resume after a crash; the transcript's own cap spills the whole."""
+    data = content.encode("utf-8")
+    if len(data) <= limit:
+        return content
+    head = _utf8_prefix(data, limit).decode("utf-8")
+    separator = "" if not head or head.endswith("\n") else "\n"
+    return f"{head}{separator}[{len(data) - len(head.encode())} bytes more were not recorded]"
 
 
 def _utf8_prefix(data: bytes, size: int) -> bytes:
