@@ -298,7 +298,8 @@ async def run_task(
     # nothing the model writes later changes it (law 11).
     pinned = PinnedPolicy.read(workspace, config_path)
     config = pinned.config
-    console.print(Text(pinned.describe(), style="dim"))
+    # One line, never wrapped: a path split at the terminal width cannot be copied.
+    console.print(Text(pinned.describe(), style="dim"), soft_wrap=True)
     loop = asyncio.get_running_loop()
     queue = SteeringQueue()
     detach = DetachSwitch()
