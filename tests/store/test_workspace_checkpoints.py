@@ -4,6 +4,8 @@ planted in the workspace never lets a restore write or delete outside it."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -12,7 +14,13 @@ import orjson
 import pytest
 
 from tiller.conversation import ToolCall
-from tiller.store import FILE_CHECKPOINTS_BUCKET, FileCheckpoints, FileRestoreFailed
+from tiller.store import (
+    FILE_BLOBS_BUCKET,
+    FILE_CHECKPOINTS_BUCKET,
+    FileCheckpoints,
+    FileRestoreFailed,
+)
+from tiller.store._file_manifest import FileRecord, encode_records
 from tiller.store._memory import MemoryBus
 from tiller.store._workspace_fs import MAX_DEPTH, walk_workspace
 from tiller.tools import CheckpointOrigin, ExecContext, Registry
@@ -75,7 +83,7 @@ async def test_a_large_file_is_recorded_unsaved_and_reported(ws: Path) -> None:
     await files.snapshot_workspace(at(1), ws, command="gen", background=False)
     assert files.workspace.bytes_read == 0  # never read
     (manifest,) = await files.list(SESSION)
-    (record,) = manifest.files
+    (record,) = await files.workspace_files(manifest)
     assert record.unsaved and record.sha256 is None
     (ws / "big.bin").write_bytes(b"small now")
     report = await files.restore_to(SESSION, 1, ws)
@@ -108,7 +116,8 @@ async def test_a_file_larger_than_a_chunk_round_trips(ws: Path) -> None:
     files = FileCheckpoints(MemoryBus())
     await files.snapshot_workspace(at(1), ws, command="x", background=False)
     (manifest,) = await files.list(SESSION)
-    assert len(manifest.files[0].chunks) == 3
+    assert len((await files.workspace_files(manifest))[0].chunks) == 3
+    assert manifest.files == ()  # the records live in a blob
     (ws / "blob.bin").write_bytes(b"gone")
     await files.restore_to(SESSION, 1, ws)
     assert (ws / "blob.bin").read_bytes() == data
@@ -193,18 +202,24 @@ async def test_a_forged_record_through_a_link_is_refused(ws: Path, tmp_path: Pat
     bus = MemoryBus()
     files = FileCheckpoints(bus)
     await files.snapshot_workspace(at(1), ws, command="x", background=False)
+    (manifest,) = await files.list(SESSION)
+    records = await files.workspace_files(manifest)
+    empty = next(r for r in records if r.path == "empty.txt")
+    # A record that would write through the link, and one calling the link a directory.
+    forged = [
+        *records,
+        dataclasses.replace(empty, path="out/victim.txt", signature=None),
+        FileRecord("out", "directory", mode=0o755),
+    ]
+    blob = encode_records(forged)
+    sha = hashlib.sha256(blob).hexdigest()
+    await (await bus.kv(FILE_BLOBS_BUCKET)).put(f"sha256/{sha}", blob)
     kv = await bus.kv(FILE_CHECKPOINTS_BUCKET)
     (key,) = [k for k in await kv.keys("session/") if k[-1].isdigit()]
     entry = await kv.get(key)
     assert entry is not None
     record = orjson.loads(entry.value)
-    empty = next(r for r in record["files"] if r["path"] == "empty.txt")
-    # A record that would write through the link, and one calling the link a directory.
-    record["files"] = [
-        *record["files"],
-        {**empty, "path": "out/victim.txt"},
-        {"path": "out", "existed": True, "kind": "directory", "mode": 0o755},
-    ]
+    record["files_blob"] = sha
     await kv.put(key, orjson.dumps(record))
     with pytest.raises(FileRestoreFailed) as failed:
         await files.restore_to(SESSION, 1, ws)

@@ -53,6 +53,8 @@ from ._file_manifest import (
     Manifest,
     RestoreReport,
     counter_value,
+    decode_records,
+    encode_records,
     load_record,
     parse_manifest,
 )
@@ -214,12 +216,14 @@ class FileCheckpoints:
 
         jail = ToolCtx(root).root
         recorded = await self.workspace.record(jail, int(self.bus.clock() * 1e9))
+        files_blob = await self._store_blob(encode_records(recorded.records))
         return await self._save(
             origin,
             jail,
             "execute_command (background)" if background else "execute_command",
-            recorded.records,
+            (),
             kind="workspace",
+            files_blob=files_blob,
             command=command,
             background=background,
             complete=recorded.complete,
@@ -289,6 +293,13 @@ class FileCheckpoints:
                 return seq
             except RevisionConflict:
                 continue  # another snapshot took a number meanwhile
+
+    async def workspace_files(self, manifest: Manifest) -> tuple[FileRecord, ...]:
+        """Every record of a manifest: a workspace manifest's are loaded from its blob."""
+        if manifest.files_blob is None:
+            return manifest.files
+        data = await self._load_blob(manifest.files_blob)
+        return decode_records(data, self.blob_bucket, f"sha256/{manifest.files_blob}")
 
     # ── listing ──────────────────────────────────────────────────────────────────────
 
@@ -362,7 +373,13 @@ class FileCheckpoints:
             for _, manifest in listed
             if manifest.message_index is not None and manifest.message_index >= message_index
         ]
-        earliest, decided, commands, partial = _decide(at_or_after)
+        loaded: dict[int, tuple[FileRecord, ...]] = {}
+        for manifest in at_or_after:  # the shell snapshots a rewind needs, to a complete one
+            if manifest.kind == "workspace":
+                loaded[manifest.seq] = await self.workspace_files(manifest)
+                if manifest.complete:
+                    break
+        earliest, decided, commands, partial = _decide(at_or_after, loaded)
         plan = [(record, _restore_parts(tools, record.path)) for record in earliest.values()]
         # Deletions first: where the run replaced a file `a` by a directory holding `a/b`,
         # `a/b` (and the then empty `a/`) must go before `a` is written back.
@@ -491,7 +508,7 @@ class _Outcome:
 
 
 def _decide(
-    manifests: Sequence[Manifest],
+    manifests: Sequence[Manifest], loaded: dict[int, tuple[FileRecord, ...]]
 ) -> tuple[dict[str, FileRecord], _ws.Decided, list[str], list[str]]:
     """Which record each path goes back to: the earliest taken at or after the point.
 
@@ -513,7 +530,7 @@ def _decide(
                     f"the snapshot before `{manifest.command}` was partial ({manifest.note}); "
                     "paths it did not record were left as they are"
                 )
-            for record in manifest.files:
+            for record in loaded.get(manifest.seq, ()):
                 if record.path not in per_file:
                     decided.records.setdefault(record.path, record)
             decided.complete = decided.complete or manifest.complete

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import builtins
 import re
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -36,6 +38,8 @@ __all__ = [
     "Manifest",
     "RestoreReport",
     "counter_value",
+    "decode_records",
+    "encode_records",
     "load_record",
     "parse_manifest",
 ]
@@ -160,6 +164,9 @@ class Manifest:
     background: bool = False
     complete: bool = True
     note: str | None = None
+    #: A workspace manifest's records live in this blob (`encode_records`), so listing
+    #: checkpoints stays cheap and an unchanged workspace is stored once.
+    files_blob: str | None = None
 
     def to_json(self) -> bytes:
         extra: dict[str, Any] = {}
@@ -170,6 +177,7 @@ class Manifest:
                 "background": self.background,
                 "complete": self.complete,
                 "note": self.note,
+                "files_blob": self.files_blob,
             }
         return orjson.dumps(
             {
@@ -343,7 +351,37 @@ def _workspace_fields(fields: _Fields) -> dict[str, Any]:
         "background": fields.flag("background"),
         "complete": fields.flag("complete"),
         "note": fields.maybe_text("note"),
+        "files_blob": _sha(fields, fields.text("files_blob")),
     }
+
+
+#: The most bytes a workspace manifest's records may take once decompressed.
+MAX_RECORDS_BYTES = 256 * 1024 * 1024
+
+
+def encode_records(records: Sequence[FileRecord]) -> bytes:
+    """A workspace manifest's records as one blob: compressed JSON (`schema_version`,
+    `files`)."""
+    data = orjson.dumps(
+        {"schema_version": SCHEMA_VERSION, "files": [record.to_data() for record in records]}
+    )
+    return zlib.compress(data, 6)
+
+
+def decode_records(blob: bytes, bucket: str, key: str) -> tuple[FileRecord, ...]:
+    """The records of `encode_records`, checked as a manifest's are; a blob that does not
+    decompress, or decompresses past `MAX_RECORDS_BYTES`, raises `MalformedFileCheckpoint`."""
+    inflate = zlib.decompressobj()
+    try:
+        data = inflate.decompress(blob, MAX_RECORDS_BYTES)
+    except zlib.error as exc:
+        raise MalformedFileCheckpoint(bucket, key, f"records do not decompress ({exc})") from None
+    if inflate.unconsumed_tail:
+        raise MalformedFileCheckpoint(bucket, key, "the records are too large")
+    fields = load_record(data, bucket, key)
+    return tuple(
+        _parse_record(item, bucket, key, index) for index, item in enumerate(fields.items("files"))
+    )
 
 
 # ── the report ───────────────────────────────────────────────────────────────────────
