@@ -8,10 +8,11 @@ tree, throw work away, fetch, or push.
 - file_mutation: checkout and switch (to a branch), merge, rebase, cherry-pick, revert, rm,
   mv, apply, init, stash pop/apply, reset --keep, bisect;
 - destructive (all uncommitted work, for good): reset --hard, clean (but -n),
-  checkout / restore of `.` (the whole tree);
+  checkout / restore of `.` (the whole tree), checkout / switch -f with no pathspec,
+  stash clear, filter-branch and filter-repo (every commit rewritten, filters run as code);
 - shell_mutation: checkout -f / -- paths, restore (of some files), switch
-  --discard-changes, stash drop/clear, branch -D, reflog expire, gc --prune, prune,
-  filter-branch, config (setting), `-c` on the command line,
+  --discard-changes of paths, stash drop, branch -D, reflog expire, gc --prune, prune,
+  config (setting), `-c` on the command line,
   difftool, mergetool, `grep -O`, and subcommands tiller does not know (aliases can run
   anything); the commands given to `rebase --exec`, `bisect run` and `difftool --extcmd`
   are classified as parts of their own;
@@ -161,7 +162,9 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
         verb = verb or "push"
         if verb in ("list", "show"):
             return Outcome(READ, "lists stashes")
-        if verb in ("drop", "clear"):
+        if verb == "clear":
+            return Outcome(BOOM, "discards every stash for good (`git stash clear`)")
+        if verb == "drop":
             return Outcome(SHELL, "discards stashed work for good")
         if verb in ("pop", "apply", "branch"):
             return Outcome(FILE, "applies stashed changes to the working tree")
@@ -195,6 +198,9 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
         )
         if _everything(words):
             return Outcome(BOOM, f"discards all uncommitted changes for good (`git {sub} .`)")
+        if opts.has("-f", "--force", "--discard-changes") and "--" not in rest:
+            # No pathspec: the whole working tree, like `git reset --hard`.
+            return Outcome(BOOM, f"discards all uncommitted changes for good (`git {sub} -f`)")
         if discards or "--" in rest:
             return Outcome(SHELL, f"discards uncommitted changes (`git {sub}`)")
         return Outcome(FILE, f"switches the working tree (`git {sub}`)")
@@ -204,9 +210,10 @@ def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
         if _everything(words):
             return Outcome(BOOM, "discards all uncommitted changes for good (`git restore .`)")
         return Outcome(SHELL, "discards uncommitted changes to files for good (`git restore`)")
-    if sub in ("filter-branch", "filter-repo", "prune") or (
-        sub == "gc" and any(a.startswith("--prune") for a in rest)
-    ):
+    if sub in ("filter-branch", "filter-repo"):
+        # Rewrites every commit, running the filters it is given as shell code.
+        return Outcome(BOOM, f"rewrites all history and runs its filters (`git {sub}`)")
+    if sub == "prune" or (sub == "gc" and any(a.startswith("--prune") for a in rest)):
         return Outcome(SHELL, f"rewrites or prunes history for good (`git {sub}`)")
     if sub == "update-ref":
         return Outcome(SHELL if opts.has("-d") else FILE, "changes a ref directly")

@@ -203,7 +203,13 @@ def _build(name: str, args: list[str], env: Env) -> Outcome:
     targets = [*opts.positional, *opts.values("--target")]
     if "install" in targets or "uninstall" in targets or opts.has("--install"):
         return Outcome(SYS, f"installs into the system (`{name} install`)")
+    if set(opts.values("-f", "--file")) & _STDIN:
+        return Outcome(SHELL, f"runs build rules read from its input ({name})", reads_script=True)
     return Outcome(SHELL, f"runs build rules ({name}), which can run anything")
+
+
+#: Names of the standard input, as a file argument.
+_STDIN: Final = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
 
 _SYSTEM_MANAGERS: Final = (
