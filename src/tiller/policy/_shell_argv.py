@@ -26,6 +26,7 @@ __all__ = [
     "Nested",
     "Opts",
     "Outcome",
+    "command_in_variable",
     "dangerous_assignment",
     "options",
     "valued",
@@ -170,6 +171,34 @@ _LOADER_VARIABLES: Final = frozenset(
         "NODE_PATH", "PERL5OPT", "PERL5LIB", "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS",
     }
 )  # fmt: skip
+
+
+#: Variables whose value is a command line some program runs later (git's pager, an
+#: editor, a prompt hook): setting one puts code in the command that tiller never reads.
+_COMMAND_VARIABLES: Final = frozenset(
+    {
+        "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_SSH_COMMAND", "GIT_SSH",
+        "GIT_ASKPASS", "SSH_ASKPASS", "PAGER", "MANPAGER", "EDITOR", "VISUAL", "BROWSER",
+        "PROMPT_COMMAND", "BASH_ENV", "ENV", "PS4", "LESSOPEN", "LESSCLOSE",
+    }
+)  # fmt: skip
+
+
+#: Plain programs such variables usually name (`GIT_PAGER=cat git log`, a common way to
+#: keep git from paging): nothing hidden in them.
+_PLAIN_COMMANDS: Final = frozenset(
+    {"cat", "less", "more", "most", "head", "tail", "true", "vi", "vim", "nvim", "nano", "ed"}
+)
+
+
+def command_in_variable(assignment: str) -> str | None:
+    """The command `NAME=value` stores for a program to run later (`GIT_PAGER='rm -rf .'`),
+    or None when the variable holds no command (or one plain program, `PAGER=cat`)."""
+    name, _, value = assignment.partition("=")
+    name = name.rstrip("+").partition("[")[0]
+    if name not in _COMMAND_VARIABLES or value.strip("'\" ") in ("", *_PLAIN_COMMANDS):
+        return None
+    return value
 
 
 def dangerous_assignment(assignment: str) -> Verdict | None:

@@ -21,6 +21,7 @@ from ._shell_argv import (
     Handler,
     Nested,
     Outcome,
+    command_in_variable,
     dangerous_assignment,
     options,
     valued,
@@ -286,6 +287,14 @@ def _declare(name: str, args: list[str], env: Env) -> Outcome:
     for arg in args:
         if "=" in arg and not arg.startswith("-"):
             result.raise_to(dangerous_assignment(arg))
+            stored = command_in_variable(arg)
+            if stored is not None:
+                verdict = code_risk("a command stored in a variable", stored)
+                result.unsure(verdict.risk, verdict.reason)
+        elif arg.startswith("-") and not arg.startswith("--") and "n" in arg[1:]:
+            # `declare -n r=x`: `$r` is then whatever `x` holds, which tiller does not
+            # follow, so a later `$r` in command position could be any program.
+            result.unsure(SHELL, f"`{name} -n` makes a variable name another one")
     return result
 
 

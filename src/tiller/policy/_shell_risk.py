@@ -64,7 +64,17 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from ._risk import RiskClass
-from ._shell_argv import BOOM, PROC, READ, SHELL, SYS, Nested, Outcome, dangerous_assignment
+from ._shell_argv import (
+    BOOM,
+    PROC,
+    READ,
+    SHELL,
+    SYS,
+    Nested,
+    Outcome,
+    command_in_variable,
+    dangerous_assignment,
+)
 from ._shell_braces import expand_braces
 from ._shell_commands import CommandRisk, classify_argv
 from ._shell_parse import parse_script
@@ -233,6 +243,11 @@ class _Walker:
             result = Outcome(SYS, "runs code fetched from the network", uncertain=risk.uncertain)
         for assignment in command.assignments:
             result.raise_to(dangerous_assignment(assignment.value))
+            stored = command_in_variable(assignment.value)
+            if stored is not None:
+                # (`GIT_PAGER='…' git log`: the pager is a command line git runs.)
+                verdict = code_risk("a command stored in a variable", stored)
+                result.unsure(verdict.risk, verdict.reason)
         if not command.words:
             _remember(command.assignments, known)
         elif argv[:1] and argv[0] in _DECLARING:
