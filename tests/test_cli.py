@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from .cli_support import tiller
 
 SCRIPT = """
 turns:
@@ -14,18 +15,6 @@ turns:
       - {name: write_file, arguments: {path: notes/hello.txt, content: "hi there\\n"}}
   - "Wrote notes/hello.txt."
 """
-
-
-def tiller(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tiller", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        cwd=cwd,
-    )
 
 
 def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) -> None:

@@ -9,25 +9,14 @@ would create."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from .cli_support import tiller
+
 MCP_FIXTURE = Path(__file__).parent / "tools" / "mcp_server_fixture.py"
-
-
-def tiller(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tiller", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        cwd=cwd,
-    )
 
 
 def planted_policy(marker: Path) -> str:

@@ -6,8 +6,6 @@ leak guard asked, --yes waved it on, and the secret arrived."""
 from __future__ import annotations
 
 import http.server
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -15,18 +13,9 @@ import pytest
 
 from tiller.tools._sandbox import DEFAULT_SANDBOX
 
+from .cli_support import tiller
+
 SECRET = "sk-live-cli-4242"
-
-
-def tiller(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tiller", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.mark.skipif(not DEFAULT_SANDBOX.probe().available, reason=DEFAULT_SANDBOX.probe().reason)
