@@ -521,3 +521,42 @@ async def test_a_line_without_end_stops_the_server_not_tillers_memory(tmp_path: 
         with pytest.raises(McpStartError) as raised:
             await McpClient(config).open()
     assert f"a line longer than {MAX_MESSAGE_BYTES} bytes" in str(raised.value)
+
+
+def test_the_relay_counts_each_line_from_its_own_start(tmp_path: Path) -> None:
+    """A 95-byte line, then a 12-byte one split across two writes, under a 100-byte limit:
+    the relay once kept the ended line's length and stopped a server that behaved."""
+    import subprocess
+
+    from tiller.tools.mcp._client import _LINE_LIMIT
+
+    server = (
+        "import os, time\n"
+        "os.write(1, b'a' * 95 + b'\\n' + b'b' * 6)\n"
+        "time.sleep(0.2)\n"
+        "os.write(1, b'b' * 6 + b'\\n')\n"
+    )
+    relayed = subprocess.run(
+        [sys.executable, "-I", _LINE_LIMIT, "100", "--", sys.executable, "-c", server],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert relayed.returncode == 0, relayed.stderr
+    assert relayed.stdout == b"a" * 95 + b"\n" + b"b" * 12 + b"\n"
+    # (Split across writes, as a long line always is: lines within one 64 KiB chunk are
+    # shorter than the real limit.)
+    too_long = (
+        "import os, time\n"
+        "os.write(1, b'c' * 50 + b'\\n' + b'd' * 60)\n"
+        "time.sleep(0.2)\n"
+        "os.write(1, b'd' * 41 + b'\\n')\n"
+    )
+    stopped = subprocess.run(
+        [sys.executable, "-I", _LINE_LIMIT, "100", "--", sys.executable, "-c", too_long],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert stopped.returncode == 1
+    assert b"a line longer than 100 bytes" in stopped.stderr

@@ -49,8 +49,10 @@ def main(argv: list[str]) -> int:
         first = chunk.find(b"\n")
         if first < 0:
             line += len(chunk)
+        elif line + first > limit:
+            line += first  # the line this chunk ends was too long
         else:  # (the lines between two newlines of one chunk are shorter than a chunk)
-            line = max(line + first, len(chunk) - chunk.rfind(b"\n") - 1)
+            line = len(chunk) - chunk.rfind(b"\n") - 1
         if line > limit:
             server.kill()
             print(
