@@ -180,3 +180,19 @@ async def test_the_library_refuses_to_resume_a_pinned_run_without_its_policy(
         await resume(agent, state)
     result = await resume(agent, state, configure=restore_pinned_policy)
     assert result.text == "done"
+
+
+def test_a_policy_with_rules_knows_the_pinned_files_are_protected(workspace: Path) -> None:
+    """A `[policy]` engine takes the protected paths it is built with: the hook scripts
+    were added after it was built, so its shell check let `echo > check.sh` through."""
+    from tiller.tools.builtin._shell import execute_command_tool
+
+    ctx = PinnedPolicy.read(workspace).apply(RunContext.sandboxed(workspace))
+    assert ctx.policy is not None
+    decision = ctx.policy.decide(
+        "execute_command",
+        {"command": "echo 'exit 0' > check.sh"},
+        execute_command_tool(),
+        SafetyMode.FULL_ACCESS,
+    )
+    assert decision.kind == "deny", decision

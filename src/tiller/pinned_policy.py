@@ -193,14 +193,15 @@ class PinnedPolicy:
         root = run_ctx.tools.root
         if self.workspace is not None and self.workspace != root:
             return self.for_workspace(root).apply(run_ctx)
-        applied = self.config.apply(run_ctx).with_pinned_policy(self.to_data())
         pinned_files = [Path(p.path) for p in self._all_pins()]
         if self.source is not None:
             pinned_files.append(self.source)  # a `--config` file inside the jail
-        tools = applied.tools
-        inside = [p for p in pinned_files if p.is_relative_to(tools.root)]
+        inside = [p for p in pinned_files if p.is_relative_to(root)]
         if inside:
-            applied = applied.with_tools(tools.with_protected(*inside))
+            # Before `config.apply`: a `[policy]` engine takes the protected paths it is
+            # built with, and must know these too.
+            run_ctx = run_ctx.with_tools(run_ctx.tools.with_protected(*inside))
+        applied = self.config.apply(run_ctx).with_pinned_policy(self.to_data())
         return with_store_protected(applied)
 
     def check_mcp_files(self) -> None:

@@ -220,9 +220,11 @@ class ToolDispatch:
         # With private data and untrusted input, jobs that hold the network stop first.
         whole = Interlock.batch_taint(state.taint_flags, seen)
         watched = flow.watches(whole)
-        if watched:
-            await flow.before_batch(whole)
         try:
+            if watched:
+                # Inside the try: a cancel while it walks the workspace or waits for a
+                # stopped job still answers every call of the batch (laws 1, 8).
+                await flow.before_batch(whole)
             allowed: list[tuple[ToolCall, Any]] = []
             for index, call in enumerate(calls):
                 record = state.calls[call.id]

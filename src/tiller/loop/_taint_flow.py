@@ -212,8 +212,7 @@ class TaintFlow:
 
     async def before_batch(self, taint: Taint) -> None:
         """A batch is about to be gated; `taint` is the conversation's with every call of
-        the batch ORed in."""
-        self._refresh()
+        the batch ORed in (`refresh` has just re-read the index)."""
         if taint & Taint.UNTRUSTED_INPUT and self._stamps is None:
             # From now on what the run writes may carry untrusted text: remember how the
             # workspace looked before.
