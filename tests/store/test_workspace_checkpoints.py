@@ -306,3 +306,24 @@ async def test_old_and_new_manifests_restore_together(ws: Path) -> None:
     await files.restore_to(SESSION, 1, ws)
     assert sorted(os.listdir(ws)) == ["a.txt"]
     assert (ws / "a.txt").read_bytes() == b"a0"
+
+
+def test_a_wide_tree_is_walked_whole_under_a_small_descriptor_limit(tmp_path: Path) -> None:
+    """The walk once held a descriptor per queued directory: 1,500 sibling directories
+    under the usual 1,024-file limit stopped it ("could not be opened"), so every shell
+    snapshot was partial. It holds one per level now, in the same name order."""
+    import resource
+
+    for n in range(1500):
+        (tmp_path / f"d{n:04}").mkdir()
+    (tmp_path / "d1499" / "f.txt").write_text("x\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        walked = walk_workspace(tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert walked.complete, walked
+    paths = [found.path for found in walked.entries]
+    assert paths[:2] == ["d0000", "d0001"]
+    assert paths[-1] == "d1499/f.txt"

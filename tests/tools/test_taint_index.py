@@ -167,3 +167,22 @@ def test_a_write_that_crashed_halfway_leaves_the_index_valid(tmp_path: Path) -> 
     assert index.health is IndexHealth.OK and set(index.entries) == {"a"}
     index.mark(["b"], Taint.UNTRUSTED_INPUT, run="r2")
     assert set(TaintIndex(tmp_path).load().entries) == {"a", "b"}
+
+
+def test_a_wide_tree_is_stamped_whole_under_a_small_descriptor_limit(tmp_path: Path) -> None:
+    """The walk once held a descriptor per queued directory: 1,500 sibling directories
+    under the usual 1,024-file limit made every later scan incomplete (every read then
+    untrusted). It holds one per level now."""
+    import resource
+
+    for n in range(1500):
+        (tmp_path / f"d{n}").mkdir()
+    (tmp_path / "d1499" / "f.txt").write_text("x\n")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        stamps = stamp_workspace(tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert stamps.complete
+    assert "d1499/f.txt" in stamps.files

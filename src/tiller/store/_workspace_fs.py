@@ -137,20 +137,44 @@ def walk_workspace(
     walked = Walked()
     root_fd = os.open(root, _DIR_FLAGS)
     device = os.fstat(root_fd).st_dev
-    stack: list[tuple[int, tuple[str, ...]]] = [(root_fd, ())]
+    # Depth first, one open directory per level (never one per queued directory: a wide
+    # tree must not exhaust the descriptors): (its fd, its parts, subdirectories to walk).
+    stack: list[tuple[int, tuple[str, ...], list[_Child]]] = []
     try:
+        stack.append((root_fd, (), _list(root_fd, (), device, walked, max_entries, max_depth)))
         while stack:
-            fd, where = stack.pop()
-            try:
-                children = _list(fd, where, device, walked, stack, max_entries, max_depth)
-            finally:
+            fd, _, pending = stack[-1]
+            if not pending:
+                stack.pop()
                 os.close(fd)
-            # Reversed onto the stack, so directories are walked in name order.
-            stack.extend(reversed(children))
+                continue
+            name, parts, ino = pending.pop(0)  # in name order
+            child = _open_child(fd, name, parts, ino, walked)
+            if child is not None:
+                listed = _list(child, parts, device, walked, max_entries, max_depth)
+                stack.append((child, parts, listed))
     finally:
-        for fd, _ in stack:
+        for fd, _, _ in stack:
             os.close(fd)
     return walked
+
+
+#: A subdirectory still to walk: its name in its parent, its parts, its inode when listed.
+_Child = tuple[str, tuple[str, ...], int]
+
+
+def _open_child(fd: int, name: str, parts: tuple[str, ...], ino: int, walked: Walked) -> int | None:
+    rel = "/".join(parts)
+    try:
+        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except OSError:
+        walked.stop(f"{rel} could not be opened")
+        return None
+    if os.fstat(child).st_ino != ino:  # swapped meanwhile
+        os.close(child)
+        walked.stop(f"{rel} changed while it was walked")
+        return None
+    return child
 
 
 def _list(
@@ -158,11 +182,10 @@ def _list(
     where: tuple[str, ...],
     device: int,
     walked: Walked,
-    stack: list[tuple[int, tuple[str, ...]]],
     max_entries: int,
     max_depth: int,
-) -> list[tuple[int, tuple[str, ...]]]:
-    children: list[tuple[int, tuple[str, ...]]] = []
+) -> list[_Child]:
+    children: list[_Child] = []
     try:
         with os.scandir(fd) as listing:
             names = sorted(entry.name for entry in listing)
@@ -201,16 +224,7 @@ def _list(
             if len(parts) >= max_depth:
                 walked.stop(f"{rel} is more than {max_depth} directories deep")
                 continue
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                walked.stop(f"{rel} could not be opened")
-                continue
-            if os.fstat(child).st_ino != st.st_ino:  # swapped meanwhile
-                os.close(child)
-                walked.stop(f"{rel} changed while it was walked")
-                continue
-            children.append((child, parts))
+            children.append((name, parts, st.st_ino))
     return children
 
 

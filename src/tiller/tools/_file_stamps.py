@@ -19,7 +19,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -56,48 +56,59 @@ def stamp_workspace(root: Path) -> Stamps:
     except OSError:
         return Stamps({}, complete=False)
     device = os.fstat(top).st_dev
-    # Each item owns its descriptor: (fd, relative prefix, depth).
-    stack: list[tuple[int, str, int]] = [(top, "", 0)]
+    # Depth first, one open directory per level (never one per queued directory: a wide
+    # tree must not exhaust the descriptors): (fd, its listing, relative prefix, depth).
+    stack: list[tuple[int, Iterator[os.DirEntry[str]], str, int]] = []
     try:
+        stack.append((top, os.scandir(top), "", 0))
         while stack:
-            fd, prefix, depth = stack.pop()
-            try:
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        seen += 1
-                        if seen > MAX_STAMPED_ENTRIES:
-                            complete = False
-                            break
-                        name = entry.name
-                        try:
-                            st = entry.stat(follow_symlinks=False)
-                        except OSError as exc:
-                            complete = complete and exc.errno in _GONE
-                            continue
-                        rel = f"{prefix}{name}"
-                        if stat.S_ISREG(st.st_mode):
-                            files[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                        elif stat.S_ISDIR(st.st_mode):
-                            if st.st_dev != device:
-                                continue
-                            if depth + 1 > MAX_STAMP_DEPTH:
-                                complete = False
-                                continue
-                            try:
-                                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                            except OSError as exc:
-                                # (Unreadable: files may hide there, so fail closed.)
-                                complete = complete and exc.errno in _GONE
-                                continue
-                            stack.append((child, f"{rel}/", depth + 1))
-            finally:
-                os.close(fd)
-            if not complete and seen > MAX_STAMPED_ENTRIES:
+            fd, entries, prefix, depth = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                _close(fd, entries)
+                continue
+            seen += 1
+            if seen > MAX_STAMPED_ENTRIES:
+                complete = False
                 break
+            name = entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                complete = complete and exc.errno in _GONE
+                continue
+            rel = f"{prefix}{name}"
+            if stat.S_ISREG(st.st_mode):
+                files[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+            elif stat.S_ISDIR(st.st_mode):
+                if st.st_dev != device:
+                    continue
+                if depth + 1 > MAX_STAMP_DEPTH:
+                    complete = False
+                    continue
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    # (Unreadable: files may hide there, so fail closed.)
+                    complete = complete and exc.errno in _GONE
+                    continue
+                try:
+                    stack.append((child, os.scandir(child), f"{rel}/", depth + 1))
+                except OSError as exc:
+                    os.close(child)
+                    complete = complete and exc.errno in _GONE
     finally:
-        for fd, _, _ in stack:
-            os.close(fd)
+        for fd, entries, _, _ in stack:
+            _close(fd, entries)
     return Stamps(files, complete)
+
+
+def _close(fd: int, entries: Iterator[os.DirEntry[str]]) -> None:
+    close = getattr(entries, "close", None)
+    if close is not None:
+        close()
+    os.close(fd)
 
 
 def changed_files(before: Stamps, after: Stamps) -> list[str]:
