@@ -108,6 +108,26 @@ async def test_the_same_send_routed_to_the_outbox_is_staged(workspace: Path) -> 
     assert run.result.state.calls[item.call_id].staged
 
 
+async def test_the_tool_trace_says_which_calls_were_staged(workspace: Path) -> None:
+    """Pins the break where `ToolTraceEntry.staged` was never set: a call routed to the
+    outbox (staged, not executed) read as an ordinary successful run in the trace."""
+    sent.clear()
+    bus = MemoryBus()
+    ctx = (
+        RunContext.sandboxed(workspace, AllowAll())
+        .with_store(bus)
+        .with_outbox(OutboxRoute(["send_mail"]))
+    )
+    batch = [{"name": "read_secrets"}, mail()]
+    model = ScriptedModel([{"tool_calls": batch}, "Drafted."])
+    run = await drive(Agent(model, TOOLS), "go", ctx)
+    trace = {entry.name: entry for entry in run.result.tool_trace}
+    assert trace["send_mail"].staged and not trace["send_mail"].is_error
+    assert not trace["send_mail"].denied
+    assert not trace["read_secrets"].staged  # it ran
+    assert sent == []
+
+
 async def test_a_send_after_private_data_alone_is_asked(workspace: Path) -> None:
     asked: list[str] = []
 

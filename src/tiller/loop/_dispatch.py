@@ -476,6 +476,7 @@ class ToolDispatch:
                 refused_by=record.refused_by,
                 unknown=record.refused_by == "unknown",
                 malformed_arguments=record.malformed_arguments,
+                staged=record.staged,
             )
         )
         return result
