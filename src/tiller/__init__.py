@@ -23,11 +23,14 @@ from .events import (
     RunOutcome,
     run_agent,
 )
+from .loop import ResumeReplayBlocked
+from .store import AlreadyResumed, RunStillRunning
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AgUiContext",
+    "AlreadyResumed",
     "CancellationToken",
     "Cancelled",
     "HandleClosed",
@@ -36,7 +39,9 @@ __all__ = [
     "InvalidToolArguments",
     "ProtocolViolation",
     "ResumeEntry",
+    "ResumeReplayBlocked",
     "RunOutcome",
+    "RunStillRunning",
     "StateDecodeError",
     "StatePatchError",
     "SubscriberLagged",

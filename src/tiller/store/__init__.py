@@ -48,7 +48,7 @@ from ._bus import (
     encoded_prefix,
     wall_clock,
 )
-from ._checkpoints import AlreadyResumed, CallLog, Checkpoint, CheckpointStore
+from ._checkpoints import AlreadyResumed, CallLog, Checkpoint, CheckpointStore, RunStillRunning
 from ._control import CONTROL_BUCKET, ControlStore, ControlWatcher, MalformedControl
 from ._event_log import EventLog, EventLogWriter
 from ._file_checkpoints import FILE_BLOBS_BUCKET, FILE_CHECKPOINTS_BUCKET, FileCheckpoints
@@ -82,6 +82,7 @@ from ._outbox import (
     OutboxStore,
     UnknownOutboxItem,
 )
+from ._records import MalformedRecord
 from ._sqlite import SqliteBus
 
 __all__ = [
@@ -125,6 +126,7 @@ __all__ = [
     "MalformedFileCheckpoint",
     "MalformedMail",
     "MalformedOutboxItem",
+    "MalformedRecord",
     "Manifest",
     "MemoryBus",
     "MessageTooLarge",
@@ -138,6 +140,7 @@ __all__ = [
     "QuarantinedMail",
     "RestoreReport",
     "RevisionConflict",
+    "RunStillRunning",
     "SqliteBus",
     "StoreError",
     "StoreUnavailable",

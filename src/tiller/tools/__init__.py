@@ -34,13 +34,21 @@ TillerError
 ├── ChecklistError           a change the task checklist refuses
 ├── SandboxUnavailable       no bwrap or no namespaces, and no unsandboxed shell accepted
 ├── UnknownJob               a background job id this run does not have
+├── PatternTooSlow           a `wait` pattern that backtracks past its time limit
 ├── TaintIndexError          the workspace's taint index could not be written
 └── WebBudgetExceeded        the turn's web downloads reached their limit
 ToolError (Exception)         raised by tools on purpose; deliberately not a TillerError
 ```
 """
 
-from ._background import BackgroundJobs, JobOutput, JobState, JobStatus, UnknownJob
+from ._background import (
+    BackgroundJobs,
+    JobOutput,
+    JobState,
+    JobStatus,
+    PatternTooSlow,
+    UnknownJob,
+)
 from ._client_tool import ClientTool
 from ._errors import (
     DuplicateTool,
@@ -173,6 +181,7 @@ __all__ = [
     "OutputBudget",
     "PathOutsideJail",
     "PathTooLong",
+    "PatternTooSlow",
     "PrivateDestination",
     "Progress",
     "ProtectedPathRefused",
