@@ -10,10 +10,18 @@ from typing import Any
 
 import pytest
 
-from tiller.conversation import Usage, UserMessage
-from tiller.loop import Agent, Budget, Pricing, RunContext, RunOptions
+from tiller.conversation import AssistantMessage, Usage, UserMessage
+from tiller.loop import (
+    Agent,
+    Budget,
+    GuardrailOutcome,
+    Pricing,
+    RefusalKeywords,
+    RunContext,
+    RunOptions,
+)
 from tiller.loop._run import FINAL_ANSWER_NUDGE
-from tiller.model import ScriptedModel
+from tiller.model import ModelRequest, ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
 from tiller.tools import tool
@@ -100,6 +108,79 @@ async def test_a_final_answer_made_of_tool_calls_keeps_nothing(ctx: RunContext) 
     assert looked == ["look"]
     assert run.messages[-1].role == "user"
     assert run.result.text == ""
+
+
+class FinalAnswerOnly:
+    """A guardrail that judges only the tool-less final-answer call (its request offers
+    no tools), answering `pre` before it and `post` after it; it records what it saw."""
+
+    name = "final_answer_only"
+
+    def __init__(
+        self, *, pre: GuardrailOutcome | None = None, post: GuardrailOutcome | None = None
+    ) -> None:
+        self._pre = pre or GuardrailOutcome.passed()
+        self._post = post or GuardrailOutcome.passed()
+        self.seen: list[str] = []
+
+    async def pre_llm(self, request: ModelRequest) -> GuardrailOutcome:
+        if request.tools:
+            return GuardrailOutcome.passed()
+        self.seen.append("pre")
+        return self._pre
+
+    async def post_llm(self, request: ModelRequest, response: AssistantMessage) -> GuardrailOutcome:
+        if request.tools:
+            return GuardrailOutcome.passed()
+        self.seen.append(f"post:{response.text}")
+        return self._post
+
+
+async def test_a_refused_final_answer_is_not_kept(ctx: RunContext) -> None:
+    """Pins the break where the budget's tool-less final answer skipped the post-LLM
+    guardrails: a response the guardrail refuses reached the result as the answer."""
+    model = ScriptedModel([tool_turn(), text_turn("The launch code is 1234.")])
+    budget = Budget(max_turns=1, final_answer_reserve=64)
+    guard = RefusalKeywords(["launch code"])
+    options = RunOptions(guardrails=(guard,))
+    run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget), options)
+    result = run.result
+    assert len(model.requests) == 2  # the final call was made, and then refused
+    assert result.stop_cause is StopCause.REFUSED
+    assert result.error == "the response mentions 'launch code'"
+    assert "1234" not in result.text
+    assert all("1234" not in m.text for m in run.messages)
+    assert run.terminal["result"] == {"stopCause": "refused"}
+
+
+async def test_the_final_answer_passes_the_same_guardrails_as_a_turn(ctx: RunContext) -> None:
+    """The final answer is judged before (pre) and after (post) its call, and a passing
+    answer is kept as usual."""
+    guard = FinalAnswerOnly()
+    model = ScriptedModel([tool_turn(), text_turn("I found: seen.")])
+    budget = Budget(max_turns=1, final_answer_reserve=64)
+    options = RunOptions(guardrails=(guard,))
+    run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget), options)
+    assert guard.seen == ["pre", "post:I found: seen."]
+    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert run.result.text == "I found: seen."
+
+
+async def test_a_handoff_before_the_final_answer_makes_no_call(ctx: RunContext) -> None:
+    """Pins the same break on the pre-LLM side: a guardrail that hands the final answer
+    off is honoured, and the reserve held for the call is given back unspent."""
+    guard = FinalAnswerOnly(pre=GuardrailOutcome.handoff("summariser", "long history"))
+    model = ScriptedModel([tool_turn(), text_turn("unused")])
+    budget = Budget(max_turns=1, final_answer_reserve=64)
+    options = RunOptions(guardrails=(guard,))
+    run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget), options)
+    assert guard.seen == ["pre"]
+    assert len(model.requests) == 1  # no money spent on a call the guardrail stopped
+    assert run.result.stop_cause is StopCause.HANDOFF
+    assert run.result.handoff == "summariser"
+    assert run.result.error == "long history"
+    assert budget.turns == 1
+    assert (budget.turns_in_flight, budget.tokens_in_flight) == (0, 0)
 
 
 # ── output tokens ────────────────────────────────────────────────────────────────

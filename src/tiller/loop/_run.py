@@ -473,11 +473,22 @@ class Loop(ToolDispatch):
         with self.agui.step("final answer"):
             request = self._request(tools=False, final_answer=True)
             try:
+                # The guardrails judge this call like any turn's: a refusal or a handoff
+                # stops the run with that cause, and a refused answer is not kept.
+                verdict = await run_pre(self.options.guardrails, request)
+                if verdict.kind != "pass":
+                    self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
+                    return
                 turn = await self._model_turn(request)
             finally:
                 self._release_unspent()
         # Calls are not run here; a reply that was only calls leaves nothing to keep (law 1).
         answer = turn.message.model_copy(update={"tool_calls": ()})
+        verdict = await run_post(self.options.guardrails, request, answer)
+        if verdict.kind != "pass":
+            self._capture_call(turn, appended=False)  # the call happened; a replay needs it
+            self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
+            return
         if not answer.is_empty:
             state.messages.append(answer)
         self._capture_call(turn, appended=not answer.is_empty)
