@@ -164,6 +164,33 @@ async def test_a_run_with_a_history_window_replays_identically(ctx: RunContext) 
     assert again.wire == original.wire
 
 
+@tool(read_only=True)
+def dump(n: int) -> str:
+    """Dump a long log."""
+    return "".join(f"{n}: line {i}\n" for i in range(2000))
+
+
+async def test_a_run_whose_newest_results_were_cut_replays_identically(
+    ctx: RunContext,
+) -> None:
+    """The window shortens results over `max_history_tokens`; the capture records them as
+    the model was sent them, so a replay (which builds the same window) does not diverge."""
+    windowed = RunOptions(max_steps=5, max_history_tokens=400)
+    turns = [Turn(tool_calls=(TurnCall("dump", {"n": n}),)) for n in range(3)]
+    turns.append(Turn(text="Read them."))
+    captures = memory_capture()
+    model = ScriptedModel(turns)
+    original = await drive(model, ctx, windowed.with_capture_sink(captures), tools=(dump,))
+    assert original.result.stop_cause is StopCause.COMPLETED
+    (cut,) = model.requests[-1].messages[-1].tool_results
+    assert "characters of this result were cut here" in cut.content  # the window did cut
+    replay = ReplayModel(captures[RUN_ID])
+    again = await drive(replay, ctx, windowed, tools=(dump,))
+    assert replay.mismatches == []
+    assert again.wire == original.wire
+    assert again.result.state.messages == original.result.state.messages
+
+
 # ── size ─────────────────────────────────────────────────────────────────────────────
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tiller.conversation import AssistantMessage, Reasoning, ToolCall, Usage, check_transcript
+from tiller.conversation import AssistantMessage, Reasoning, ToolCall, Usage
 from tiller.loop import Agent, RunContext, RunOptions
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
@@ -126,28 +126,3 @@ async def test_the_request_carries_system_tools_and_options(ctx: RunContext) -> 
     assert [spec.name for spec in request.tools] == ["add"]
     assert request.tools[0].parameters["required"] == ["a", "b"]
     assert (request.max_tokens, request.temperature) == (123, 0.25)
-
-
-async def test_the_history_window_never_orphans_a_result(ctx: RunContext) -> None:
-    """With a small `max_history_tokens`, older turns are left out of the request; the
-    window starts at a user message, and results whose calls fell outside become a note."""
-    long = "x" * 400
-
-    @tool(read_only=True)
-    def read() -> str:
-        """Read a long file."""
-        return long
-
-    model = ScriptedModel([{"tool_calls": [{"name": "read"}]}] * 4 + ["done"])
-    options = RunOptions(max_history_tokens=250)
-    run = await drive(Agent(model, [read]), "Read it all.", ctx, options)
-    assert run.result.stop_cause is StopCause.COMPLETED
-    last = model.requests[-1].messages
-    assert len(last) < len(run.messages) - 1
-    assert last[0].role == "user"
-    assert last[0].text == "[1 earlier tool result(s) left out of this window]"
-    assert last[-1] == run.messages[-2]
-    # The window is itself a legal transcript a provider accepts.
-    for request in model.requests:
-        check_transcript(request.messages)
-        assert request.messages[0].role == "user"

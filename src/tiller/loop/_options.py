@@ -24,7 +24,9 @@ class RunOptions:
 
     - `max_steps`: hard cap on model turns (the graceful one is `Budget.max_turns`).
     - `max_history_tokens`: the history window sent to the model (estimated tokens);
-      the window never separates a tool call from its result. None: everything.
+      it always keeps the first request and the newest exchange (shortening the newest
+      results, with a marker, if they alone are over it) and never separates a tool call
+      from its result. None: everything.
     - `max_response_bytes`: per streaming cycle (text, reasoning and tool arguments);
       exceeding it ends the run with a clear error.
     - `guardrails`: checked before and after every model call, in order.

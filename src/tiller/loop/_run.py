@@ -149,6 +149,9 @@ class Loop(ToolDispatch):
         #: Messages before this index were already captured. A fresh run captures its
         #: prompt with the first call; a continued one starts after what it was given.
         self._capture_from = 0 if state.step == 0 else len(state.messages)
+        # The newest results as the last request sent them, shortened by the history
+        # window, with their index: a capture records what the model was sent.
+        self._sent_shortened: tuple[int, UserMessage | AssistantMessage] | None = None
         self.handoff: str | None = None
         self.parent = parent
         self.services = RunServices(agent, run_ctx, agui, state)
@@ -508,9 +511,12 @@ class Loop(ToolDispatch):
         max_tokens = budget.cap_max_tokens(self.options.max_tokens, final_answer=final_answer)
         # Held from here until the call is settled: no `await` since the ceiling check.
         self._held = budget.reserve_call(max_tokens)
+        window = history_window(state.messages, self.options.max_history_tokens)
+        shortened = bool(window) and window[-1] is not state.messages[-1]
+        self._sent_shortened = (len(state.messages) - 1, window[-1]) if shortened else None
         return ModelRequest(
             system=self.agent.system_prompt_for_run(),
-            messages=history_window(state.messages, self.options.max_history_tokens),
+            messages=window,
             tools=specs,
             max_tokens=max_tokens,
             temperature=self.options.temperature,
@@ -593,7 +599,12 @@ class Loop(ToolDispatch):
             return
         messages = self.state.messages
         end = len(messages) - 1 if appended else len(messages)
-        new = [m.model_dump(mode="json") for m in messages[self._capture_from : end]]
+        sent = list(messages[self._capture_from : end])
+        if self._sent_shortened is not None:
+            index, message = self._sent_shortened
+            if self._capture_from <= index < end:
+                sent[index - self._capture_from] = message
+        new = [m.model_dump(mode="json") for m in sent]
         self._capture_from = len(messages)
         record = ModelCallRecord(
             run_id=self.state.run_id,
