@@ -103,6 +103,28 @@ def test_approve_deny_with_a_reason_and_steer(tmp_path: Path) -> None:
     assert "stop cause  completed" in out
 
 
+def test_the_prompt_says_why_it_asks_and_the_risk(tmp_path: Path) -> None:
+    """Pins the break where the inline approval prompt showed only the call: the policy's
+    reason and the risk class reached headless records, never the person at the
+    terminal, who had to approve without knowing why they were asked."""
+    script = tmp_path / "script.yaml"
+    script.write_text(SCRIPT)
+    workspace = tmp_path / "ws"
+    term = Terminal("run", "write files", "-m", f"scripted:{script}", "-w", str(workspace))
+    term.read_until("allow write_file(path='a.txt'")
+    out = term.read_until("(risk: file_mutation)")
+    prompt = out[out.index("allow write_file(path='a.txt'") :]
+    why = next(line for line in prompt.splitlines() if line.strip().startswith("why:"))
+    assert "why: ask mode asks before file_mutation: `write_file` writes `a.txt`" in why
+    term.type("n")
+    term.read_until("reason (optional)")
+    term.type("")
+    term.read_until("allow write_file(path='b.txt'")
+    term.type("y")
+    assert term.wait() == 0, term.plain
+    assert term.plain.count("(risk: file_mutation)") == 2  # each prompt says it
+
+
 def test_always_remembers_the_tool(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)

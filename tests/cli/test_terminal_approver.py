@@ -10,7 +10,7 @@ from rich.console import Console
 
 from tiller.cli._run import TerminalApprover
 from tiller.conversation import ToolCall
-from tiller.policy import ApprovalBroker
+from tiller.policy import ApprovalBroker, AskReason, Callback, Decision, RiskClass
 
 
 class ScriptedLines:
@@ -44,3 +44,40 @@ async def test_the_web_is_never_approved_always() -> None:
     assert "[a]lways" not in out.getvalue()
     assert (await broker.approve(fetch, None)).allowed  # asked again
     assert lines.lines == []
+
+
+async def test_the_prompt_shows_why_and_the_risk_with_control_characters_escaped() -> None:
+    """Pins the break where the terminal prompt never said why it asked. The reason may
+    quote what the model wrote, so its control characters are shown escaped: a model
+    cannot clear or redraw the person's terminal through it."""
+    out = io.StringIO()
+    lines = ScriptedLines(["y"])
+    broker = ApprovalBroker(TerminalApprover(Console(file=out, width=200), lines))
+    why = AskReason("the command `\x1b[2Jrm -rf build` deletes files", RiskClass.DESTRUCTIVE)
+    assert (await broker.ask(shell("c1", "rm -rf build"), None, why=why)).allowed
+    shown = out.getvalue()
+    assert "? allow execute_command(command='rm -rf build')? " in shown
+    assert "why: the command `\\x1b[2Jrm -rf build` deletes files  (risk: destructive)" in shown
+    assert "\x1b" not in shown
+    assert lines.lines == []
+
+
+async def test_a_prompt_without_a_reason_shows_no_why_line() -> None:
+    out = io.StringIO()
+    broker = ApprovalBroker(TerminalApprover(Console(file=out, width=200), ScriptedLines(["y"])))
+    assert (await broker.approve(shell("c1", "make"), None)).allowed
+    assert "why:" not in out.getvalue()
+
+
+async def test_an_approver_that_takes_no_reason_is_still_asked() -> None:
+    """The reason is offered, never required: a plain `Approver` (a callback) is asked as
+    before when the broker has one."""
+    asked: list[str] = []
+
+    def approve(call: ToolCall, tool: object) -> Decision:
+        asked.append(call.id)
+        return Decision.allow()
+
+    broker = ApprovalBroker(Callback(approve))
+    assert (await broker.ask(shell("c1", "make"), None, why=AskReason("why", None))).allowed
+    assert asked == ["c1"]

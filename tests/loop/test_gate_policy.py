@@ -11,7 +11,16 @@ from typing import Any
 from tiller.conversation import Taint, ToolResult
 from tiller.loop import Agent, OutboxRoute, RunContext, RunOptions
 from tiller.model import ScriptedModel
-from tiller.policy import AllowAll, AutoClassifier, HookSet, HookVerdict, Interlock
+from tiller.policy import (
+    AllowAll,
+    AskReason,
+    AutoClassifier,
+    Decision,
+    HookSet,
+    HookVerdict,
+    Interlock,
+    RiskClass,
+)
 from tiller.state import StopCause
 from tiller.store import MemoryBus, OutboxStore
 from tiller.store._approvals import ApprovalStore
@@ -145,6 +154,37 @@ async def test_a_send_after_private_data_alone_is_asked(workspace: Path) -> None
     run = await drive(Agent(model, TOOLS), "go", ctx)
     assert asked == ["send_mail"]  # full_access, but the leak guard asks
     assert results(run)["send_mail"].content.startswith("Denied by the user:")
+
+
+class ExplainedRecorder:
+    """An approver that is told why it is asked (as the terminal prompt is); says no."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, AskReason]] = []
+
+    async def approve(self, call: Any, tool: Any) -> Decision:
+        raise AssertionError("the gate had a reason: it should have been given it")
+
+    async def approve_explained(self, call: Any, tool: Any, why: AskReason) -> Decision:
+        self.asked.append((call.name, why))
+        return Decision.deny("not now")
+
+
+async def test_the_approver_is_told_why_it_is_asked_and_the_risk(workspace: Path) -> None:
+    """Pins the break where an inline approver got only the call: the interlock's (or the
+    policy's, or the classifier's) reason and the risk class never reached it."""
+    approver = ExplainedRecorder()
+    ctx = RunContext.sandboxed(workspace, approver)
+    ctx.tools.safety.set(SafetyMode.FULL_ACCESS)
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "read_secrets"}]}, {"tool_calls": [mail("me@x")]}, "ok"]
+    )
+    run = await drive(Agent(model, TOOLS), "go", ctx)
+    ((name, why),) = approver.asked
+    assert name == "send_mail"
+    assert why.risk is RiskClass.EXTERNAL_ACCESS
+    assert why.reason == "send_mail sends data out after the conversation read private data"
+    assert results(run)["send_mail"].content.startswith("Denied by the user: not now.")
 
 
 async def test_a_pre_tool_hook_denies_and_says_so(ctx: RunContext) -> None:

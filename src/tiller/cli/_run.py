@@ -32,7 +32,7 @@ from ..errors import Cancelled
 from ..events import Event
 from ..loop import Budget, DetachSwitch, RunContext, RunOptions, SteeringQueue
 from ..pinned_policy import PinnedPolicy, with_store_protected
-from ..policy import AllowAll, Approver, Decision, NoOneToAsk, approval_key
+from ..policy import AllowAll, Approver, AskReason, Decision, NoOneToAsk, approval_key
 from ..state import StopCause
 from ..store import HeldApproval, open_bus
 from ..store._approvals import ApprovalStore
@@ -128,11 +128,16 @@ class TerminalApprover:
         self._lock = lock if lock is not None else asyncio.Lock()
 
     async def approve(self, call: ToolCall, tool: Any) -> Decision:
+        return await self.approve_explained(call, tool, AskReason())
+
+    async def approve_explained(self, call: ToolCall, tool: Any, why: AskReason) -> Decision:
+        """Show the call, then why it is asked (the policy's or classifier's reason and
+        the risk class), then the choices; read the answer."""
         async with self._lock:  # one question at a time, even for a parallel batch
             try:
                 shown = ", ".join(f"{k}={v!r}" for k, v in orjson.loads(call.arguments).items())
             except (orjson.JSONDecodeError, AttributeError):
-                shown = call.arguments
+                shown = _printable(call.arguments)
             always = approval_key(call) is not None
             choices = "[y]es / [a]lways / [n]o " if always else "[y]es / [n]o "
             self._console.print(
@@ -140,6 +145,11 @@ class TerminalApprover:
                 + Text(f"allow {call.name}({shown})? ")
                 + Text(choices, style="bold")
             )
+            if why.reason or why.risk is not None:
+                line = Text("  why: ", style="dim") + Text(_printable(why.reason or "—"))
+                if why.risk is not None:
+                    line += Text(f"  (risk: {why.risk.value})", style="bold")
+                self._console.print(line)
             answer = (await self._lines.ask()).strip().lower()
             if answer in ("y", "yes"):
                 return Decision.allow()
@@ -148,6 +158,12 @@ class TerminalApprover:
             self._console.print(Text("reason (optional): ", style="bold"), end="")
             reason = (await self._lines.ask()).strip()
             return Decision.deny(reason or "no reason given")
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters escaped: what a model wrote (arguments, a reason
+    quoting them) must not drive the person's terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # Leading option numbers ("2", "1,3", "1 3"), then an optional note after a separator.

@@ -28,6 +28,7 @@ import orjson
 from ..conversation import Taint, ToolCall
 from ..policy import (
     ApprovalBroker,
+    AskReason,
     AutoClassifier,
     DecidedApprover,
     Decision,
@@ -307,7 +308,8 @@ class Gate:
             )
         # An "always" given earlier does not answer the interlock: it was given before
         # the conversation read what makes this send dangerous.
-        answer: Decision = await approver.ask(call, tool, remembered=remembered)
+        why = AskReason(reason, risk)
+        answer: Decision = await approver.ask(call, tool, remembered=remembered, why=why)
         if answer.allowed:
             return GateAnswer(tool=tool, risk=risk)
         record.refused_by = "user" if answer.kind == "deny" else "policy"

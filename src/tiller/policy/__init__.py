@@ -2,7 +2,8 @@
 
 - Approvers (`AllowAll`, `ReadOnly`, `Callback`, `NoOneToAsk`) answer an Ask with a
   `Decision`; the `ApprovalBroker` parks the call, answers deny on cancel and remembers
-  "approve always" under a key as narrow as the danger (`approval_key`).
+  "approve always" under a key as narrow as the danger (`approval_key`). An
+  `ExplainedApprover` (the terminal prompt) is also told why it is asked (`AskReason`).
 - `RiskClass` and `PolicyDecision`: the policy engine's vocabulary; `PolicyEngine` decides
   a call from its risk (`classify_command` for the shell), the live safety mode and the
   user's `PolicyRules`.
@@ -14,9 +15,11 @@
 from ._approver import (
     AllowAll,
     Approver,
+    AskReason,
     Callback,
     DecidedApprover,
     Decision,
+    ExplainedApprover,
     NoOneToAsk,
     ReadOnly,
 )
@@ -56,6 +59,7 @@ __all__ = [
     "AllowAll",
     "ApprovalBroker",
     "Approver",
+    "AskReason",
     "AutoClassifier",
     "CallRisk",
     "Callback",
@@ -63,6 +67,7 @@ __all__ = [
     "DecidedApprover",
     "Decision",
     "DecisionKind",
+    "ExplainedApprover",
     "FunctionHook",
     "HookConfigError",
     "HookEvent",

@@ -4,6 +4,10 @@
 by policy: ..."). The loop chooses the prefix from the kind, never the approver (law 4), so
 a policy refusal is never presented to the model as a user's correction. Read-only calls
 never reach an approver.
+
+An approver that shows a person the call (a terminal prompt) should also show *why* it is
+asked: it implements `ExplainedApprover` too, and the broker hands it the `AskReason` (the
+policy's, interlock's or classifier's reason, and the risk class).
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..conversation import ToolCall
+from ._risk import RiskClass
 
 __all__ = [
     "AllowAll",
     "Approver",
+    "AskReason",
     "Callback",
     "DecidedApprover",
     "Decision",
+    "ExplainedApprover",
     "NoOneToAsk",
     "ReadOnly",
 ]
@@ -57,6 +64,25 @@ class Approver(Protocol):
     """Decides a call that needs a person's approval."""
 
     async def approve(self, call: ToolCall, tool: Any) -> Decision: ...
+
+
+@dataclass(slots=True, frozen=True)
+class AskReason:
+    """Why the gate asks about a call: the reason the policy engine, the interlock or the
+    classifier gave, and the call's risk class (None when nothing classified it)."""
+
+    reason: str = ""
+    risk: RiskClass | None = None
+
+
+@runtime_checkable
+class ExplainedApprover(Protocol):
+    """An `Approver` that is told why it is asked, to show the person (the broker calls
+    `approve_explained` instead of `approve` when it has the reason)."""
+
+    async def approve(self, call: ToolCall, tool: Any) -> Decision: ...
+
+    async def approve_explained(self, call: ToolCall, tool: Any, why: AskReason) -> Decision: ...
 
 
 class AllowAll:

@@ -17,7 +17,7 @@ import orjson
 
 from ..cancel import CancellationToken
 from ..conversation import ToolCall
-from ._approver import Approver, Decision
+from ._approver import Approver, AskReason, Decision, ExplainedApprover
 
 __all__ = ["ApprovalBroker", "approval_key"]
 
@@ -57,19 +57,32 @@ class ApprovalBroker:
     async def approve(self, call: ToolCall, tool: Any) -> Decision:
         return await self.ask(call, tool)
 
-    async def ask(self, call: ToolCall, tool: Any, *, remembered: bool = True) -> Decision:
+    async def ask(
+        self,
+        call: ToolCall,
+        tool: Any,
+        *,
+        remembered: bool = True,
+        why: AskReason | None = None,
+    ) -> Decision:
         """Ask the approver about `call`; with `remembered` false an earlier "always" does
-        not answer (the interlock asks because the conversation changed since then)."""
+        not answer (the interlock asks because the conversation changed since then). `why`
+        reaches an `ExplainedApprover`, which shows it to the person."""
         key = approval_key(call)
         if remembered and key is not None and key in self._always:
             return Decision.allow()
+        approver = self._approver
+        if why is not None and isinstance(approver, ExplainedApprover):
+            asking = approver.approve_explained(call, tool, why)
+        else:
+            asking = approver.approve(call, tool)
         if self._cancel is not None:
             # A cancel while the person thinks is a "no": the call never runs. It ends the
             # wait with the run's `Cancelled`, so the call is answered as cut by the cancel
             # (law 8), not as a person's refusal nobody gave.
-            answer = await self._cancel.race(self._approver.approve(call, tool))
+            answer = await self._cancel.race(asking)
         else:
-            answer = await self._approver.approve(call, tool)
+            answer = await asking
         if answer.allowed and answer.always and key is not None:
             self._always.add(key)
         return answer
