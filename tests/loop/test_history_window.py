@@ -101,6 +101,7 @@ async def test_the_first_request_stays_when_the_window_slides(ctx: RunContext) -
     for request in model.requests:
         assert_legal_window(request.messages)
         assert request.messages[0].text.startswith("Read it all.")
+        assert sum(estimate_tokens(m) for m in request.messages) <= 250
     last = model.requests[-1].messages
     assert len(last) < len(run.messages) - 1  # the window did slide
     assert last[0].text == "Read it all.\n\n[6 earlier message(s) left out of this window]"

@@ -32,6 +32,8 @@ Messages = Sequence[UserMessage | AssistantMessage]
 #: Characters of each result kept however small the budget: a result cut to nothing would
 #: leave the model guessing what its call did.
 MIN_KEPT_CHARS: Final = 256
+#: Tokens the note on left-out messages adds to the first request.
+_NOTE_TOKENS: Final = 16
 #: Characters held back for the marker in each shortened result.
 _MARKER_ROOM: Final = 160
 #: Estimated bytes a token.
@@ -88,7 +90,7 @@ def history_window(
     kept = sum(costs[start:])
     for index in reversed(assistants[:-1]):
         carried = costs[task] if task is not None and task < index else 0
-        if costs[0] + carried + kept + sum(costs[index:start]) > max_tokens:
+        if costs[0] + _NOTE_TOKENS + carried + kept + sum(costs[index:start]) > max_tokens:
             break
         kept += sum(costs[index:start])
         start = index
