@@ -63,6 +63,7 @@ from ._dispatch import ToolDispatch
 from ._gate import Gate
 from ._guardrails import run_post, run_pre
 from ._lease_keeper import LeaseKeeper
+from ._response_cap import fit_response_cap
 from ._result import ToolTraceEntry
 from ._services import RunServices
 from ._subagents import Subagents
@@ -86,6 +87,13 @@ FINAL_ANSWER_NUDGE = (
 
 class ResponseTooLarge(TillerError):
     """One model response exceeded `RunOptions.max_response_bytes`."""
+
+
+def _too_large(limit: int) -> ResponseTooLarge:
+    return ResponseTooLarge(
+        f"the model's response passed {limit} bytes "
+        "(RunOptions.max_response_bytes); the run was stopped"
+    )
 
 
 class LoopFailed(TillerError):
@@ -521,15 +529,14 @@ class Loop(ToolDispatch):
         recorded: list[StreamEvent] | None = [] if self._capture is not None else None
         outcome.events = recorded
         try:
-            async for event in stream_with_retry(model, request, self.agent.retry):
+            async for received in stream_with_retry(model, request, self.agent.retry):
+                # Cut before keeping or streaming, so the kept text is what the client saw.
+                event, capped = fit_response_cap(received, limit - accumulator.bytes)
+                if event is None:
+                    raise _too_large(limit)
                 accumulator.feed(event)
                 if recorded is not None:
                     recorded.append(event)
-                if accumulator.bytes > limit:
-                    raise ResponseTooLarge(
-                        f"the model's response passed {limit} bytes "
-                        "(RunOptions.max_response_bytes); the run was stopped"
-                    )
                 if isinstance(event, TextDelta):
                     if reasoning is not None:
                         reasoning.end()
@@ -548,6 +555,8 @@ class Loop(ToolDispatch):
                     call = accumulator.completed_call(event.index)
                     if call is not None:
                         outcome.handles[call.id] = self._announce_call(call, message_id)
+                if capped:
+                    raise _too_large(limit)
         except BaseException as exc:
             accumulator.interrupt()
             self._keep_partial(accumulator, message_id, exc)
