@@ -253,8 +253,17 @@ class Loop(ToolDispatch):
                 self._publish_run_state()
             suspended = state.stop_cause is StopCause.SUSPENDED
             await self._checkpoint("suspended" if suspended else "running")
+            if state.stop_cause is StopCause.COMPLETED and await self._reports_unread():
+                state.stop_cause = None  # the model reads the detached subagents' reports
         if state.stop_cause is not StopCause.SUSPENDED:
             await self._checkpoint("finished")
+
+    async def _reports_unread(self) -> bool:
+        """Wait for the subagents a person sent to the background; whether a report of
+        theirs is still unread (then the run is not done: the next turn reads it)."""
+        if self.subagents is None:
+            return False
+        return await self.subagents.detached.wait_and_report()
 
     def _publish_run_state(self) -> None:
         """The run's spending, limits and staged drafts, in its AG-UI state (`tiller`):
