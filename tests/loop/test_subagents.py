@@ -562,3 +562,37 @@ async def test_a_run_that_stops_otherwise_cancels_its_detached_subagent(
     assert cancelled == [True]
     errors = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
     assert [e["subagentRunId"] for e in errors] == ["r1-sub-1"]
+
+
+async def test_a_detached_subagent_that_needs_a_person_fails_instead_of_suspending(
+    ctx: RunContext,
+) -> None:
+    """Sibling: a child in the background cannot suspend its parent for a person (its
+    agent call was answered when it was detached, so nothing would hold it): it fails
+    with a reason, which reaches the parent as its note; nothing is left nested."""
+    from tiller.loop import DetachSwitch, PauseOnWrites
+
+    switch = DetachSwitch()
+    notes: list[str] = []
+
+    def play(messages: Messages, info: TurnInfo) -> Any:
+        if not is_parent(info):
+            switch.detach()
+            return call("note", text="from the child")
+        if len(messages) == 1:
+            return spawn(("general", "write a note"))
+        if "[background work:" in messages[-1].text:
+            notes.append(messages[-1].text)
+            return "The subagent could not write without approval."
+        return "Waiting."
+
+    model = ScriptedModel(play)
+    options = RunOptions(review_policy=PauseOnWrites())
+    run = await drive(Agent(model, [builtin.agent, note]), "go", ctx.with_detach(switch), options)
+
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert not (ctx.tools.root / "notes.txt").exists()
+    assert run.result.state.children == {}
+    assert len(notes) == 1 and "needs a person's approval" in notes[0]
+    errors = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
+    assert [e.get("code") for e in errors] == ["NEEDS_PERSON"]
