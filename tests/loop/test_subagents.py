@@ -596,3 +596,34 @@ async def test_a_detached_subagent_that_needs_a_person_fails_instead_of_suspendi
     assert len(notes) == 1 and "needs a person's approval" in notes[0]
     errors = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
     assert [e.get("code") for e in errors] == ["NEEDS_PERSON"]
+
+
+async def test_a_final_answer_on_the_last_step_stands_with_a_detached_subagent(
+    ctx: RunContext,
+) -> None:
+    """With no step left to read a detached child's report, the final answer stands (the
+    run completed; it is not turned into max_steps) and the child is cancelled."""
+    from tiller.loop import DetachSwitch
+
+    switch = DetachSwitch()
+    never = asyncio.Event()
+
+    async def play(messages: Messages, info: TurnInfo) -> Any:
+        if not is_parent(info):
+            switch.detach()
+            await never.wait()
+        if len(messages) == 1:
+            return spawn(("explore", "look around"))
+        return "Done without it."
+
+    model = ScriptedModel(play)
+    run = await drive(
+        Agent(model, [builtin.agent]), "go", ctx.with_detach(switch), RunOptions(max_steps=2)
+    )
+
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert run.result.text == "Done without it."
+    assert [e["type"] for e in run.wire if e["type"].startswith("SUBAGENT_")] == [
+        "SUBAGENT_STARTED",
+        "SUBAGENT_ERROR",
+    ]

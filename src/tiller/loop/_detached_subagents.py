@@ -73,6 +73,12 @@ class DetachedSubagents:
         self._running[run_id] = (description, task)
         task.add_done_callback(functools.partial(self._ended, run_id))
 
+    def pending(self) -> bool:
+        """Whether a detached child still runs, or its report waits unread."""
+        return bool(self._running) or any(
+            source in self._reported for source in self._notifier.sources()
+        )
+
     async def wait_and_report(self) -> bool:
         """Wait for every detached child; returns whether one's report is still unread
         (waiting in the notifier), so the run must give the model a turn to read it."""

@@ -260,8 +260,12 @@ class Loop(ToolDispatch):
 
     async def _reports_unread(self) -> bool:
         """Wait for the subagents a person sent to the background; whether a report of
-        theirs is still unread (then the run is not done: the next turn reads it)."""
-        if self.subagents is None:
+        theirs is still unread (then the run is not done: the next turn reads it). With
+        no turn left to read one (steps or budget spent), the answer stands: the run
+        ends, and the children still running are cancelled with it."""
+        if self.subagents is None or not self.subagents.detached.pending():
+            return False
+        if self.state.step >= self.options.max_steps or self.run_ctx.budget.exceeded():
             return False
         return await self.subagents.detached.wait_and_report()
 
