@@ -335,3 +335,126 @@ def test_files_that_cannot_be_restored_fail_and_the_same_rewind_finishes_later(
     done = tiller("rewind", RUN, "--to", "3", "--store", url, "--yes")
     assert done.exit_code == 0, done.stderr
     assert tree(ws) == trees["after 1"]
+
+
+# ── the task checklist goes back too ─────────────────────────────────────────────────
+
+
+def checklist_run(url: str, ws: Path) -> list[list[tuple[str, str, str]]]:
+    """A real run with a store whose model keeps a checklist through the task tools:
+
+    0 user "go" · 1 assistant: task_create x2 · 2 user: results ·
+    3 assistant: task_update t1 completed, task_create · 4 user: results · 5 assistant "done".
+
+    Returns the checklist (id, subject, status) after each batch."""
+    from tiller.loop import Agent, RunOptions
+    from tiller.model import ScriptedModel
+    from tiller.store._checkpoints import DEFAULT_BUCKET
+    from tiller.tools.builtin._tasks import task_create, task_update
+
+    def create(subject: str) -> dict[str, Any]:
+        return {"name": "task_create", "arguments": {"subject": subject}}
+
+    model = ScriptedModel(
+        [
+            {"tool_calls": [create("Find the bug"), create("Fix it")]},
+            {
+                "tool_calls": [
+                    {"name": "task_update", "arguments": {"id": "t1", "status": "completed"}},
+                    create("Verify"),
+                ]
+            },
+            "done",
+        ]
+    )
+    agent = Agent(model, [task_create, task_update])
+
+    async def work(bus: Bus) -> RunState:
+        ctx = RunContext.sandboxed(ws, AllowAll()).with_store(bus)
+        options = RunOptions(checkpoint_bucket=DEFAULT_BUCKET)
+        state = RunState(run_id=RUN, thread_id=THREAD, messages=[UserMessage(text="go")])
+        record_policy(state, ctx, options)
+        result = await agent.run_in(ctx, state, options)
+        assert result.stop_cause is StopCause.COMPLETED
+        return result.state
+
+    final = on_store(url, work)
+    assert len(final.messages) == 6
+    return [
+        [],
+        [("t1", "Find the bug", "pending"), ("t2", "Fix it", "pending")],
+        [
+            ("t1", "Find the bug", "completed"),
+            ("t2", "Fix it", "pending"),
+            ("t3", "Verify", "pending"),
+        ],
+    ]
+
+
+def checklist(state: RunState) -> list[tuple[str, str, str]]:
+    return [(task["id"], task["subject"], task["status"]) for task in state.tasks]
+
+
+def test_rewind_restores_the_checklist_of_that_point(url: str, ws: Path) -> None:
+    """Pins the break where `tiller rewind` cut the conversation but left the checklist as
+    the run's end left it: the model resumed at message 3 reading t1 completed and t3,
+    made by calls the rewind had cut."""
+    start, after_first, end = checklist_run(url, ws)
+    assert checklist(stored(url)[0]) == end
+
+    done = tiller("rewind", RUN, "--to", "5", "--store", url, "--yes")
+    assert done.exit_code == 0, done.stderr
+    assert checklist(stored(url)[0]) == end  # nothing after message 5 changed it
+
+    done = tiller("rewind", RUN, "--to", "3", "--store", url, "--yes")
+    assert done.exit_code == 0, done.stderr
+    state = stored(url)[0]
+    assert len(state.messages) == 3
+    assert checklist(state) == after_first
+    assert [entry.messages for entry in state.tasks_history] == [2]  # the cut changes left
+
+    shown = tiller("runs", "show", RUN, "--store", url)
+    assert shown.exit_code == 0, shown.stderr
+    assert "Verify" not in shown.stdout
+
+    done = tiller("rewind", RUN, "--to", "1", "--store", url, "--yes")
+    assert done.exit_code == 0, done.stderr
+    state = stored(url)[0]
+    assert checklist(state) == start and state.tasks_history == []
+
+
+def test_a_rewound_run_resumes_with_the_checklist_of_the_cut(
+    url: str, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the rewind, the resumed run's broker is seeded with the restored checklist:
+    a task made after the cut gets the id the cut freed (t3 again), not t4."""
+    name = f"rewind_tasks_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "from tiller.loop import Agent\n"
+        "from tiller.model import ScriptedModel\n"
+        "from tiller.tools.builtin._tasks import task_create\n"
+        "def build():\n"
+        "    return Agent(ScriptedModel([{'tool_calls': [{'name': 'task_create', "
+        "'arguments': {'subject': 'Redo'}}]}, 'ok']), [task_create])\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    checklist_run(url, ws)
+
+    async def point_at_agent(bus: Bus) -> None:
+        checkpoints = CheckpointStore(bus)
+        checkpoint = await checkpoints.load(RUN)
+        checkpoint.state.agent_ref = f"{name}:build"
+        await checkpoints.save(checkpoint.state, checkpoint.status)
+
+    on_store(url, point_at_agent)
+    assert tiller("rewind", RUN, "--to", "3", "--store", url, "--yes").exit_code == 0
+
+    resumed = tiller("runs", "resume", RUN, "--store", url, "--yes")
+
+    assert resumed.exit_code == 0, resumed.stdout + resumed.stderr
+    state = stored(url)[0]
+    assert checklist(state) == [
+        ("t1", "Find the bug", "pending"),
+        ("t2", "Fix it", "pending"),
+        ("t3", "Redo", "pending"),
+    ]

@@ -206,3 +206,29 @@ def test_last_assistant_and_unanswered_calls() -> None:
     assert state.unanswered_calls() == []
     assert state.last_assistant() == asking
     assert RunState(run_id="r", thread_id="t").last_assistant() is None
+
+
+def test_the_checklist_history_keeps_one_change_per_length_and_answers_by_length() -> None:
+    state = RunState(run_id="r", thread_id="t", messages=[UserMessage(text="go")])
+    assert state.checklist_at(1) == []  # never changed, nothing recorded
+    first = [{"id": "t1", "subject": "a", "status": "pending"}]
+    second = [{"id": "t1", "subject": "a", "status": "completed"}]
+    state.messages.append(AssistantMessage(text="planning"))
+    state.record_checklist(first)
+    state.record_checklist(second)  # the same length: replaces, not appends
+    assert state.tasks == second
+    assert [(e.messages, e.tasks) for e in state.tasks_history] == [(2, second)]
+    assert state.checklist_at(1) == [] and state.checklist_at(2) == second
+    # A conversation cut shorter (compaction, rewind) forgets changes past its length.
+    del state.messages[1:]
+    state.record_checklist(first)
+    assert [(e.messages, e.tasks) for e in state.tasks_history] == [(1, first)]
+    assert RunState.from_json(state.to_json()).checklist_at(1) == first
+
+
+def test_a_state_without_checklist_history_answers_its_checklist() -> None:
+    """A checkpoint written before the history was kept: the current checklist is all
+    that is known, so a rewind keeps it rather than inventing an empty one."""
+    tasks = [{"id": "t1", "subject": "a", "status": "pending"}]
+    state = RunState(run_id="r", thread_id="t", tasks=tasks)
+    assert state.checklist_at(0) == tasks

@@ -21,6 +21,7 @@ from .phase import Phase
 
 __all__ = [
     "CallRecord",
+    "ChecklistAt",
     "CallStatus",
     "CompactionState",
     "RewrittenHistory",
@@ -133,6 +134,16 @@ class CompactionState(BaseModel):
     guard_seen: str | None = None
 
 
+class ChecklistAt(BaseModel):
+    """The task checklist as it stood once the conversation had `messages` messages (the
+    last change made at that length), so `tiller rewind` can put it back with them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: int
+    tasks: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class RunState(BaseModel):
     """The whole of a run, at a step boundary."""
 
@@ -165,6 +176,10 @@ class RunState(BaseModel):
     #: id, subject, description, status, created_turn, updated_turn), so a resumed run
     #: seeds its broker with it. Plain dicts: the state does not depend on the tools.
     tasks: list[dict[str, Any]] = Field(default_factory=list)
+    #: Each change of the checklist, with the conversation's length when it was made (one
+    #: entry per length, oldest first), so a rewind to a message restores the checklist
+    #: of that moment (`checklist_at`).
+    tasks_history: list[ChecklistAt] = Field(default_factory=list)
     #: What a person approved "always" for this run (`approval_key`s), kept across a
     #: suspension so a served run's "approve always" holds after its resume.
     always_approved: list[str] = Field(default_factory=list)
@@ -258,6 +273,26 @@ class RunState(BaseModel):
             self.messages.append(UserMessage(text=text))
 
     # ── serialization ────────────────────────────────────────────────────────────
+
+    def record_checklist(self, tasks: list[dict[str, Any]]) -> None:
+        """The checklist changed to `tasks` now: keep it as `tasks`, and in the history
+        under the conversation's current length (replacing a change made at that length,
+        and forgetting any recorded at a length the conversation no longer reaches)."""
+        self.tasks = tasks
+        at = len(self.messages)
+        history = [entry for entry in self.tasks_history if entry.messages < at]
+        history.append(ChecklistAt(messages=at, tasks=tasks))
+        self.tasks_history = history
+
+    def checklist_at(self, messages: int) -> list[dict[str, Any]]:
+        """The checklist as it stood when the conversation had its first `messages`
+        messages: the last change made at that length or before (empty if none was).
+        A state without history (written before it was kept) answers its current
+        checklist: nothing better is known."""
+        if not self.tasks_history:
+            return list(self.tasks)
+        earlier = [entry for entry in self.tasks_history if entry.messages <= messages]
+        return list(earlier[-1].tasks) if earlier else []
 
     def to_json(self) -> bytes:
         return self.model_dump_json().encode()

@@ -22,7 +22,7 @@ from tiller.model import ModelRequest, ScriptedModel
 from tiller.state import StopCause
 from tiller.tools import tool
 
-from ._support import drive, texts
+from ._support import Run, drive, texts
 
 
 @tool(read_only=True)
@@ -70,11 +70,55 @@ async def test_an_oversized_response_stops_the_run_and_keeps_the_partial(
     assert run.terminal["type"] == "RUN_ERROR"
     assert run.terminal["code"] == "RESPONSE_TOO_LARGE"
     assert "10 bytes" in run.terminal["message"]
-    # "hello" (5) + " world," (7) passed 10 bytes: the text up to there is kept.
-    assert run.messages[-1] == AssistantMessage(id="r1-msg-1", text="hello world,")
-    assert result.text == "hello world,"
+    # "hello" (5) + " world," (7) passed 10 bytes: the text up to the cap is kept, and it
+    # is exactly what the client was sent.
+    assert run.messages[-1] == AssistantMessage(id="r1-msg-1", text="hello worl")
+    assert result.text == "hello worl" == streamed(run, "TEXT_MESSAGE_CONTENT")
     assert result.usage_complete is False
     assert len(model.requests) == 1
+
+
+def streamed(run: Run, kind: str) -> str:
+    """The deltas of one kind of content event, joined as a client joins them."""
+    return "".join(event["delta"] for event in run.wire if event["type"] == kind)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "limit", "kept"),
+    [
+        (["ab", "cdef", "gh"], 4, "abcd"),  # the cap falls mid-delta
+        (["ab", "cd", "ef"], 4, "abcd"),  # exactly at a delta's end
+        (["ab", "\u00e9\u00e9\u00e9"], 5, "ab\u00e9"),  # mid-character: cut before it
+        (["\u00e9", "x"], 1, ""),  # nothing fits: nothing kept, nothing streamed
+    ],
+)
+async def test_the_kept_text_is_exactly_what_was_streamed(
+    ctx: RunContext, chunks: list[str], limit: int, kept: str
+) -> None:
+    """Pins the break where the delta that crossed `max_response_bytes` was kept in the
+    transcript but never sent to the client (kept "abcdef", streamed "ab")."""
+    model = ScriptedModel([{"chunks": chunks}])
+    run = await drive(Agent(model), "go", ctx, RunOptions(max_response_bytes=limit))
+    assert run.terminal["code"] == "RESPONSE_TOO_LARGE"
+    assert streamed(run, "TEXT_MESSAGE_CONTENT") == kept
+    assert run.result.text == kept
+    if kept:
+        assert run.messages[-1] == AssistantMessage(id="r1-msg-1", text=kept)
+    else:
+        assert texts(run.messages) == [("user", "go")]
+
+
+async def test_reasoning_that_crosses_the_cap_is_cut_where_it_is_streamed(
+    ctx: RunContext,
+) -> None:
+    """Sibling: reasoning counts towards the cap and is streamed; the client is sent no
+    more of it than the cap allows, and no text after it."""
+    model = ScriptedModel([{"reasoning": [{"text": "think " * 10}], "text": "answer"}])
+    run = await drive(Agent(model), "go", ctx, RunOptions(max_response_bytes=20))
+    assert run.terminal["code"] == "RESPONSE_TOO_LARGE"
+    assert streamed(run, "REASONING_MESSAGE_CONTENT") == ("think " * 10)[:20]
+    assert streamed(run, "TEXT_MESSAGE_CONTENT") == ""
+    assert texts(run.messages) == [("user", "go")]
 
 
 async def test_tool_arguments_count_towards_the_response_cap(ctx: RunContext) -> None:

@@ -463,3 +463,167 @@ async def test_parallel_children_never_spend_the_final_answer_reserve(tmp_path: 
     await Agent(model, [noop, builtin.agent]).run_in(ctx, "go", RunOptions())
     assert budget.usage.output_tokens <= budget.max_output_tokens
     assert len([request for request in model.requests if not request.tools]) <= 1
+
+
+# ── a person's detach sends a running subagent to the background ────────────────────
+
+
+async def test_a_detached_subagent_keeps_running_and_reports_at_a_later_turn(
+    ctx: RunContext,
+) -> None:
+    """Pins the break where the `agent` tool ignored the turn's background token: a
+    person's detach did nothing, and the parent's turn waited for the whole subagent.
+    Now the call returns at once, the parent goes on, and the report arrives as a note."""
+    from tiller.loop import DetachSwitch
+
+    switch = DetachSwitch()
+    release = asyncio.Event()
+    seen: dict[str, Any] = {}
+
+    async def child(messages: Messages, info: TurnInfo) -> Any:
+        switch.detach()  # the person presses the key while the subagent works
+        await release.wait()  # a slow model: it answers once the test lets it
+        return "the bug is in parse()"
+
+    async def parent(messages: Messages, info: TurnInfo) -> Any:
+        if not is_parent(info):
+            return await child(messages, info)
+        turn = len(seen)
+        if turn == 0:
+            seen["spawn"] = True
+            return spawn(("explore", "find the bug"))
+        if turn == 1:
+            # The agent call came back while its subagent still works: the turn went on.
+            seen["result"] = messages[-1].tool_results[0].content
+            seen["child done"] = release.is_set()
+            release.set()
+            return "I will wait for the subagent's report."
+        seen["note"] = messages[-1].text
+        return "The subagent says the bug is in parse()."
+
+    model = ScriptedModel(parent)
+    run = await drive(Agent(model, [builtin.agent]), "go", ctx.with_detach(switch))
+
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert seen["child done"] is False
+    assert seen["result"].startswith(
+        "The person moved subagent r1-sub-1 (explore) to the background"
+    )
+    assert seen["note"].startswith("[background work: r1-sub-1] the subagent (task 0) ended:\n")
+    assert "the bug is in parse()" in seen["note"]
+    assert run.result.text == "The subagent says the bug is in parse()."
+    assert run.results()[0].is_error is False
+    # The subagent's segment opened in the first turn and closed after the call returned.
+    kinds = [e["type"] for e in run.wire]
+    result_at = kinds.index("TOOL_CALL_RESULT")
+    assert kinds.index("SUBAGENT_STARTED") < result_at < kinds.index("SUBAGENT_FINISHED")
+    finished = next(e for e in run.wire if e["type"] == "SUBAGENT_FINISHED")
+    assert finished["result"]["text"] == "the bug is in parse()"
+    assert run.custom("tiller.notice")[0]["source"] == "r1-sub-1"
+    assert [m.role for m in run.messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+
+async def test_a_run_that_stops_otherwise_cancels_its_detached_subagent(
+    ctx: RunContext,
+) -> None:
+    """A run that ends on a ceiling while a detached subagent still works cancels it (as
+    it kills background commands): no task outlives the run, and the stream is closed."""
+    from tiller.loop import DetachSwitch
+
+    switch = DetachSwitch()
+    never = asyncio.Event()
+    cancelled: list[bool] = []
+
+    async def play(messages: Messages, info: TurnInfo) -> Any:
+        if not is_parent(info):
+            switch.detach()
+            try:
+                await never.wait()
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+        if len(messages) == 1:
+            return spawn(("explore", "look around"))
+        return call("agent", description="again", prompt="look", subagent_type="nope")
+
+    model = ScriptedModel(play)
+    run = await drive(
+        Agent(model, [builtin.agent]), "go", ctx.with_detach(switch), RunOptions(max_steps=2)
+    )
+
+    assert run.result.stop_cause is StopCause.MAX_STEPS
+    assert cancelled == [True]
+    errors = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
+    assert [e["subagentRunId"] for e in errors] == ["r1-sub-1"]
+
+
+async def test_a_detached_subagent_that_needs_a_person_fails_instead_of_suspending(
+    ctx: RunContext,
+) -> None:
+    """Sibling: a child in the background cannot suspend its parent for a person (its
+    agent call was answered when it was detached, so nothing would hold it): it fails
+    with a reason, which reaches the parent as its note; nothing is left nested."""
+    from tiller.loop import DetachSwitch, PauseOnWrites
+
+    switch = DetachSwitch()
+    notes: list[str] = []
+
+    def play(messages: Messages, info: TurnInfo) -> Any:
+        if not is_parent(info):
+            switch.detach()
+            return call("note", text="from the child")
+        if len(messages) == 1:
+            return spawn(("general", "write a note"))
+        if "[background work:" in messages[-1].text:
+            notes.append(messages[-1].text)
+            return "The subagent could not write without approval."
+        return "Waiting."
+
+    model = ScriptedModel(play)
+    options = RunOptions(review_policy=PauseOnWrites())
+    run = await drive(Agent(model, [builtin.agent, note]), "go", ctx.with_detach(switch), options)
+
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert not (ctx.tools.root / "notes.txt").exists()
+    assert run.result.state.children == {}
+    assert len(notes) == 1 and "needs a person's approval" in notes[0]
+    errors = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
+    assert [e.get("code") for e in errors] == ["NEEDS_PERSON"]
+
+
+async def test_a_final_answer_on_the_last_step_stands_with_a_detached_subagent(
+    ctx: RunContext,
+) -> None:
+    """With no step left to read a detached child's report, the final answer stands (the
+    run completed; it is not turned into max_steps) and the child is cancelled."""
+    from tiller.loop import DetachSwitch
+
+    switch = DetachSwitch()
+    never = asyncio.Event()
+
+    async def play(messages: Messages, info: TurnInfo) -> Any:
+        if not is_parent(info):
+            switch.detach()
+            await never.wait()
+        if len(messages) == 1:
+            return spawn(("explore", "look around"))
+        return "Done without it."
+
+    model = ScriptedModel(play)
+    run = await drive(
+        Agent(model, [builtin.agent]), "go", ctx.with_detach(switch), RunOptions(max_steps=2)
+    )
+
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert run.result.text == "Done without it."
+    assert [e["type"] for e in run.wire if e["type"].startswith("SUBAGENT_")] == [
+        "SUBAGENT_STARTED",
+        "SUBAGENT_ERROR",
+    ]

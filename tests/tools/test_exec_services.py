@@ -117,16 +117,17 @@ def test_every_progress_kind_has_its_fields(tmp_path: Path) -> None:
     assert len(seen) == 7
 
 
-def test_the_web_budget_saturates(tmp_path: Path) -> None:
+def test_a_web_charge_that_does_not_fit_fails_alone(tmp_path: Path) -> None:
     budget = WebBudget(100, body_limit=50)
     ctx = ExecContext.for_test(tmp_path, web_bytes=budget)
     assert ctx.charge_web_bytes(60) == 60
     with pytest.raises(WebBudgetExceeded, match="100 bytes"):
         ctx.charge_web_bytes(41)
-    assert budget.used == 100 and budget.exhausted
+    assert budget.used == 60 and not budget.exhausted  # the refusal changed nothing
+    assert ctx.charge_web_bytes(40) == 100  # what fits is still paid for
     with pytest.raises(WebBudgetExceeded):
-        ctx.charge_web_bytes(1)  # saturated: every later charge fails
-    assert budget.used == 100
+        ctx.charge_web_bytes(1)
+    assert budget.used == 100 and budget.exhausted
 
 
 def test_the_web_budget_is_shared_by_threads_and_never_overshoots() -> None:
@@ -148,7 +149,7 @@ def test_the_web_budget_is_shared_by_threads_and_never_overshoots() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert budget.used == 10_000
+    assert budget.used == 10_000 // 7 * 7  # refused charges cost nothing
     assert refused == 8 * 500 - 10_000 // 7
 
 

@@ -479,8 +479,15 @@ async def test_going_over_the_turn_budget_fails_the_call(
     done = await fetch(ctx, server.url("/big"))
     assert done.is_error
     assert done.result.content.startswith("the turn's web download budget is exhausted (1000 ")
+    assert "(400 bytes are left)" in done.result.content
     assert "b" * 10 not in done.result.content  # nothing of the page that did not fit
-    assert budget.used == budget.limit  # saturated: every later fetch is refused too
+    assert budget.used == 600  # refused on its announced size: none of its body was read
+    # The refusal did not saturate the budget: a page that fits what is left still comes,
+    # and one that would cross it does not.
+    server.routes["/tiny"] = reply(200, b"t" * 400)
+    assert (await fetch(ctx, server.url("/tiny"))).outcome is Outcome.OK
+    assert budget.used == budget.limit == 1000 and budget.reserved == 0
+    assert (await fetch(ctx, server.url("/tiny"))).is_error
 
 
 async def test_max_bytes_must_be_positive(tmp_path: Path) -> None:
@@ -537,28 +544,96 @@ async def test_parallel_fetches_never_exceed_the_turn_budget(
         *(fetch(ctx, server.url(path), f"call-{n}") for n, path in enumerate(paths))
     )
 
-    assert budget.used <= budget.limit
-    assert budget.exhausted  # 8 pages of 300 KiB cannot fit in 1 MiB
+    assert budget.used <= budget.limit and budget.reserved == 0
     delivered = sum(each.result.content.count("Z") for each in done)
     assert delivered <= budget.limit
     exhausted = [each for each in done if "web download budget is exhausted" in each.result.content]
     assert exhausted and all(each.is_error for each in exhausted)
-    for each in done:
-        if each.outcome is Outcome.OK:  # a page that came back came back whole
-            assert each.data["bytes"] == len(page) and not each.data["truncated"]
+    whole = [each for each in done if each.outcome is Outcome.OK]
+    assert len(whole) == 3  # 3 of the 300 KiB pages fit in 1 MiB beside the error previews
+    for each in whole:  # a page that came back came back whole
+        assert each.data["bytes"] == len(page) and not each.data["truncated"]
     assert server.hits["/error/5"] in (1, 2)
 
-    # A fetch later in the turn is refused without even sending the request.
-    server.hits.clear()
+    # A fetch later in the turn is refused on its announced size, reading none of it.
+    left = budget.remaining
     later = await fetch(ctx, server.url("/page/0"), "call-later")
     assert later.is_error
     assert later.result.content == (
         "the turn's web download budget is exhausted (1048576 bytes for all fetches of this "
-        f"turn), so {server.url('/page/0')} was not fetched in full. Work with what you have, "
-        "fetch fewer or smaller pages (max_bytes), or continue in the next turn."
+        f"turn), so {server.url('/page/0')} was not fetched in full ({left} bytes are left). "
+        "Work with what you have, fetch fewer or smaller pages (max_bytes), or continue in "
+        "the next turn."
     )
     assert later.data == {"url": server.url("/page/0"), "budget_exhausted": True}
-    assert not server.hits
+    assert budget.remaining == left
+
+
+async def test_parallel_fetches_over_the_budget_complete_those_that_fit(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """Pins the break where six parallel fetches of 15 MiB in a 64 MiB turn completed none
+    (the saturating counter failed every call once the sum crossed the limit) and read far
+    more than the budget. Scaled down: six pages of 15 units in a turn of 64 units. Those
+    that fit complete in full, in arrival order; the rest fail having read nothing."""
+    unit = 16 * 1024
+    page = b"P" * (15 * unit)
+    for n in range(6):
+        server.routes[f"/big/{n}"] = reply(200, page)
+    budget = WebBudget(limit=64 * unit)
+    ctx = context(tmp_path, budget)
+
+    done = await asyncio.gather(
+        *(fetch(ctx, server.url(f"/big/{n}"), f"call-{n}") for n in range(6))
+    )
+
+    whole = [each for each in done if each.outcome is Outcome.OK]
+    refused = [each for each in done if each.is_error]
+    assert len(whole) == 4 and len(refused) == 2
+    for each in whole:
+        assert each.data["bytes"] == len(page) and not each.data["truncated"]
+        assert each.result.content.endswith("P" * 100)
+    for each in refused:
+        assert each.data["budget_exhausted"] is True
+        assert f"({4 * unit} bytes are left)" in each.result.content
+    assert budget.used == 4 * len(page) and budget.reserved == 0  # nothing read for the two
+
+
+def chunked(body: bytes, piece: int = 4096) -> Handler:
+    """A 200 response without `Content-Length` (chunked), so nothing can be reserved."""
+
+    async def handle(_: Request, __: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        )
+        for start in range(0, len(body), piece):
+            part = body[start : start + piece]
+            w.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            await w.drain()
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+
+    return handle
+
+
+async def test_an_unannounced_body_fails_at_the_chunk_that_would_cross(
+    tmp_path: Path, server: LocalServer
+) -> None:
+    """Without a size to reserve, each chunk is paid as it arrives: the fetch whose next
+    chunk would cross the budget fails then, keeping nothing, and the counter never goes
+    past the limit. A page that fits, fetched first, came whole."""
+    server.routes["/stream"] = chunked(b"c" * 50_000)
+    server.routes["/short"] = chunked(b"s" * 3000)
+    budget = WebBudget(limit=20_000)
+    ctx = context(tmp_path, budget)
+
+    short = await fetch(ctx, server.url("/short"))
+    assert short.outcome is Outcome.OK and short.data["bytes"] == 3000
+    crossed = await fetch(ctx, server.url("/stream"))
+    assert crossed.is_error and crossed.data["budget_exhausted"] is True
+    assert "c" * 10 not in crossed.result.content
+    assert 3000 < budget.used <= budget.limit and budget.reserved == 0
 
 
 # ── progress, cancellation, the transport seam ──────────────────────────────────────

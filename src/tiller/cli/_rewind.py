@@ -11,7 +11,8 @@ kept is a user message (the prompt, or one carrying tool results), so no call is
 without its result. A run still running (its lease is held) is refused, and the rewind
 holds the lease itself meanwhile, so no resume starts halfway through. What the run spent
 (usage, cost, budget) and its taint stay: a rewind is not a fresh purse (law 7) and not a
-security boundary (law 6). Its typed state is not rewound (it is not snapshotted).
+security boundary (law 6). The task checklist goes back too, to how it stood at message
+INDEX (`RunState.tasks_history`). Its typed state is not rewound (it is not snapshotted).
 
 Order, so that a failure can be retried: the truncated conversation is saved first
 (compare-and-set on the checkpoint's revision: a run that moved on meanwhile is refused),
@@ -152,6 +153,9 @@ def _truncated(state: RunState, to: int) -> RunState:
     rewound.calls = {
         call_id: record for call_id, record in rewound.calls.items() if call_id in kept
     }
+    # The checklist goes back with the conversation: as it stood at message `to`.
+    rewound.tasks = rewound.checklist_at(to)
+    rewound.tasks_history = [e for e in rewound.tasks_history if e.messages <= to]
     rewound.interrupts = []
     rewound.pending_input = []  # steering given after the point: part of the cut future
     rewound.stop_cause = StopCause.SUSPENDED

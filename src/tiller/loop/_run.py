@@ -63,6 +63,7 @@ from ._dispatch import ToolDispatch
 from ._gate import Gate
 from ._guardrails import run_post, run_pre
 from ._lease_keeper import LeaseKeeper
+from ._response_cap import fit_response_cap
 from ._result import ToolTraceEntry
 from ._services import RunServices
 from ._subagents import Subagents
@@ -86,6 +87,13 @@ FINAL_ANSWER_NUDGE = (
 
 class ResponseTooLarge(TillerError):
     """One model response exceeded `RunOptions.max_response_bytes`."""
+
+
+def _too_large(limit: int) -> ResponseTooLarge:
+    return ResponseTooLarge(
+        f"the model's response passed {limit} bytes "
+        "(RunOptions.max_response_bytes); the run was stopped"
+    )
 
 
 class LoopFailed(TillerError):
@@ -248,8 +256,21 @@ class Loop(ToolDispatch):
                 self._publish_run_state()
             suspended = state.stop_cause is StopCause.SUSPENDED
             await self._checkpoint("suspended" if suspended else "running")
+            if state.stop_cause is StopCause.COMPLETED and await self._reports_unread():
+                state.stop_cause = None  # the model reads the detached subagents' reports
         if state.stop_cause is not StopCause.SUSPENDED:
             await self._checkpoint("finished")
+
+    async def _reports_unread(self) -> bool:
+        """Wait for the subagents a person sent to the background; whether a report of
+        theirs is still unread (then the run is not done: the next turn reads it). With
+        no turn left to read one (steps or budget spent), the answer stands: the run
+        ends, and the children still running are cancelled with it."""
+        if self.subagents is None or not self.subagents.detached.pending():
+            return False
+        if self.state.step >= self.options.max_steps or self.run_ctx.budget.exceeded():
+            return False
+        return await self.subagents.detached.wait_and_report()
 
     def _publish_run_state(self) -> None:
         """The run's spending, limits and staged drafts, in its AG-UI state (`tiller`):
@@ -538,15 +559,14 @@ class Loop(ToolDispatch):
         recorded: list[StreamEvent] | None = [] if self._capture is not None else None
         outcome.events = recorded
         try:
-            async for event in stream_with_retry(model, request, self.agent.retry):
+            async for received in stream_with_retry(model, request, self.agent.retry):
+                # Cut before keeping or streaming, so the kept text is what the client saw.
+                event, capped = fit_response_cap(received, limit - accumulator.bytes)
+                if event is None:
+                    raise _too_large(limit)
                 accumulator.feed(event)
                 if recorded is not None:
                     recorded.append(event)
-                if accumulator.bytes > limit:
-                    raise ResponseTooLarge(
-                        f"the model's response passed {limit} bytes "
-                        "(RunOptions.max_response_bytes); the run was stopped"
-                    )
                 if isinstance(event, TextDelta):
                     if reasoning is not None:
                         reasoning.end()
@@ -565,6 +585,8 @@ class Loop(ToolDispatch):
                     call = accumulator.completed_call(event.index)
                     if call is not None:
                         outcome.handles[call.id] = self._announce_call(call, message_id)
+                if capped:
+                    raise _too_large(limit)
         except BaseException as exc:
             accumulator.interrupt()
             self._keep_partial(accumulator, message_id, exc)

@@ -143,7 +143,7 @@ class RunServices:
         """The broker changed the checklist: keep it in the state (it is checkpointed with
         the run) and publish it in the AG-UI state document, on the run's loop (the
         broker may be called from another thread; the state stream belongs to the loop)."""
-        self._state.tasks = snapshot
+        self._state.record_checklist(snapshot)  # with its place, for `tiller rewind`
         loop = self._loop
         if loop is None or _running_loop() is loop:
             self._agui.set_runtime_state("tasks", snapshot)

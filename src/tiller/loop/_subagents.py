@@ -22,6 +22,12 @@ What a child inherits, and what it does not:
   available);
 - the parent's taint, and the parent gets the child's back with its answer (law 6).
 
+A person's detach (the turn's background token, `DetachSwitch`) sends a running child to
+the background, as it does a command: the `agent` call returns at once, the child keeps
+running, owned by the run, and its report comes as a note at a later turn
+(`_detached_subagents`). A detached child that would need a person fails instead of
+suspending: no one holds its call any more.
+
 At most `SubagentConfig.max_concurrent` children of one run work at once: a further one
 *waits* for a slot (it is not refused), and its timeout starts when it gets one.
 
@@ -53,6 +59,7 @@ from ..tools import LiveSafetyMode, Tool, ToolError, least_permissive
 from ..tools.builtin import AGENT_TOOL, SubagentReport
 from ._agui_messages import agui_messages
 from ._detach import DetachSwitch
+from ._detached_subagents import DetachedSubagents, until_detached
 from ._steering import SteeringQueue
 from ._subagent_types import SubagentType
 
@@ -74,6 +81,9 @@ class Subagents:
 
     def __init__(self, parent: Loop) -> None:
         self._parent = parent
+        #: Children a person sent to the background, and the agent calls they came from.
+        self.detached = DetachedSubagents(parent.services.notifier)
+        self._detached_calls: set[str] = set()
         self._config = parent.run_ctx.subagents
         self._slots = asyncio.Semaphore(self._config.max_concurrent)
         #: Agent calls whose child suspended in this run: the parent holds them.
@@ -86,7 +96,9 @@ class Subagents:
         return call_id in self._held
 
     async def aclose(self) -> None:
-        """Close the models this run built for its children."""
+        """Cancel the children still working in the background; close the models this run
+        built for its children."""
+        await self.detached.aclose()
         models, self._models = self._models, {}
         for model in models.values():
             await model.aclose()
@@ -94,10 +106,17 @@ class Subagents:
     # ── one child ────────────────────────────────────────────────────────────────
 
     async def run(
-        self, *, call_id: str, subagent_type: str, prompt: str, description: str
+        self,
+        *,
+        call_id: str,
+        subagent_type: str,
+        prompt: str,
+        description: str,
+        background: CancellationToken | None = None,
     ) -> SubagentReport:
         """Run the child of agent call `call_id` (or continue it, if it is suspended in
-        the parent's state) and report how it ended."""
+        the parent's state) and report how it ended; or, if `background` (the turn's
+        background token) fires first, leave it running detached and report that."""
         parent = self._parent
         kind = self._config.types.get(subagent_type)
         try:
@@ -130,6 +149,33 @@ class Subagents:
             state.error = None
             state.interrupts = []
             state.add_taint(parent.state.taint_flags)
+        work = self._in_slot(call_id, kind, tools, model, state, description)
+        if background is None:
+            return await work
+        # Its own task from the start, so attribution (which follows the task) and the
+        # child's scopes stay the same when the call stops waiting for it.
+        task = asyncio.get_running_loop().create_task(work, name=f"tiller-{state.run_id}")
+        if not await until_detached(task, background):
+            return task.result()
+        self._detached_calls.add(call_id)
+        self.detached.adopt(state.run_id, description or kind.name, task)
+        return SubagentReport(
+            subagent_run_id=state.run_id,
+            subagent_type=kind.name,
+            text="",
+            stop_cause="running",
+            detached=True,
+        )
+
+    async def _in_slot(
+        self,
+        call_id: str,
+        kind: SubagentType,
+        tools: list[Tool],
+        model: Model,
+        state: RunState,
+        description: str,
+    ) -> SubagentReport:
         async with self._slots:
             return await self._run(call_id, kind, tools, model, state, description)
 
@@ -200,6 +246,15 @@ class Subagents:
                     self._account(state, spent_before, cost_before)
                 if error is None and state.stop_cause is StopCause.ERROR:
                     error = (state.error or "the subagent failed", "RUN_FAILED")
+                if state.stop_cause is StopCause.SUSPENDED and call_id in self._detached_calls:
+                    # Its agent call was answered when it was detached: nothing would
+                    # hold it for a person, so it stops here.
+                    state.stop_cause = StopCause.ERROR
+                    error = (
+                        "it needs a person's approval for a call, which a subagent in the "
+                        "background cannot wait for; start it again in the foreground",
+                        "NEEDS_PERSON",
+                    )
                 if error is not None:
                     state.stop_cause = state.stop_cause or StopCause.ERROR
                     state.error = error[0]

@@ -320,7 +320,8 @@ class ExecContext:
 
     def charge_web_bytes(self, n: int) -> int:
         """Count `n` downloaded bytes against the turn's shared budget; returns the new
-        total or raises `WebBudgetExceeded` (and leaves the budget exhausted)."""
+        total, or raises `WebBudgetExceeded` (changing nothing) if they do not fit: the
+        call that charged them fails, sibling calls that fit go on."""
         return self.web_bytes.charge(n)
 
     def web_budget(self) -> WebBudget:

@@ -3,6 +3,9 @@
 Every byte a fetch accepts is charged, chunk by chunk as it arrives, to the turn's shared
 `WebBudget` through a `BodyMeter`: parallel fetches of one turn cannot download more than
 its limit together, and error bodies and retries are paid for like any other body. A body
+whose size is announced is reserved when its headers arrive, so parallel fetches are
+served in arrival order: those that fit complete, one that would cross the limit fails
+before reading its body. A body
 is also capped (the budget's `body_limit`, or the caller's smaller `max_bytes`); a longer
 one is cut and marked `truncated`.
 
@@ -323,8 +326,11 @@ class Fetcher:
         if ok and not sniff and _kind(media_type, b"") == "binary":
             return fetched  # the model cannot read it: do not spend the budget on it
         cap = max_bytes if ok else min(ERROR_PREVIEW_BYTES, max_bytes or ERROR_PREVIEW_BYTES)
-        meter = BodyMeter(self._budget, cap)
-        body = await self._read(response, meter, sniff=sniff)
+        # An announced size is reserved whole before reading, so parallel fetches are
+        # served in arrival order: a body that would cross the turn's budget is refused
+        # here, having cost nothing, and those that fit complete (see `WebBudget`).
+        with BodyMeter(self._budget, cap, expected=length) as meter:
+            body = await self._read(response, meter, sniff=sniff)
         if body is None:
             return replace(fetched, media_type=media_type or "application/octet-stream")
         return replace(fetched, body=body, truncated=meter.truncated, cap=meter.cap, read=True)

@@ -48,6 +48,11 @@ class Notifier:
             self._items.clear()
         return items
 
+    def sources(self) -> list[str]:
+        """Who sent the pending notes, oldest first (they stay queued)."""
+        with self._lock:
+            return [notice.source for notice in self._items]
+
     def __len__(self) -> int:
         return len(self._items)
 

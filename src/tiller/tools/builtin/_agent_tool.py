@@ -5,7 +5,9 @@ a child run of the requested type — `general` (the agent's tools), `explore` (
 tools), or a type the workspace defines in `tiller.toml` — in the same jail, on the same
 budget, under a child of the run's cancel token, with its events inside the parent's
 stream between `SUBAGENT_STARTED` and `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`. What comes
-back is the child's final answer and what it spent (`SubagentReport`).
+back is the child's final answer and what it spent (`SubagentReport`). A person's detach
+(the turn's background token) sends a running child to the background, as it does a
+command: the call returns at once, and the child's report comes later as a note.
 
 A subagent never gets this tool (no recursion): in a child run `ctx.subagents` is `None`
 and the call is refused. The tool is `read_only` because the call itself changes nothing:
@@ -20,6 +22,7 @@ from typing import Annotated, Any, Final, Protocol, runtime_checkable
 
 from pydantic import Field
 
+from ...cancel import CancellationToken
 from ...conversation import Taint, Usage
 from .._exec import ExecContext
 from .._tool import ToolError, ToolOutput, tool
@@ -51,6 +54,9 @@ class SubagentReport:
     suspended: bool = False
     #: What the child read (`Taint` flags): its answer may carry it.
     taint: int = 0
+    #: A person sent it to the background while it ran: it keeps running, and its report
+    #: comes later as a note (`[background work: {subagent_run_id}] ...`).
+    detached: bool = False
 
     @property
     def brings_untrusted(self) -> bool:
@@ -74,6 +80,7 @@ class SubagentReport:
                 "totalTokens": self.usage.total_tokens,
             },
             "costUsd": round(self.cost_usd, 6),
+            **({"detached": True} if self.detached else {}),
         }
 
 
@@ -82,10 +89,18 @@ class SubagentRunner(Protocol):
     """What `ExecContext.subagents` is: the run's subagent starter (`tiller.loop`)."""
 
     async def run(
-        self, *, call_id: str, subagent_type: str, prompt: str, description: str
+        self,
+        *,
+        call_id: str,
+        subagent_type: str,
+        prompt: str,
+        description: str,
+        background: CancellationToken | None = None,
     ) -> SubagentReport:
         """Run (or, after a resume, continue) the subagent of call `call_id`; raise
-        `ToolError` for a request that cannot be run (an unknown type)."""
+        `ToolError` for a request that cannot be run (an unknown type). If `background`
+        (the turn's background token) fires while it runs, return at once a report with
+        `detached` set, leaving the subagent running."""
         ...
 
 
@@ -124,6 +139,7 @@ async def agent(
         subagent_type=subagent_type.strip(),
         prompt=prompt,
         description=description.strip(),
+        background=ctx.background,  # a person's detach sends it on in the background
     )
     return ToolOutput(describe_report(report), is_error=report.failed, data=report)
 
@@ -136,6 +152,13 @@ def describe_report(report: SubagentReport) -> str:
         f"{report.turns} turn{'' if report.turns == 1 else 's'}, "
         f"{usage.input_tokens} input + {usage.output_tokens} output tokens]"
     )
+    if report.detached:
+        return (
+            f"The person moved subagent {report.subagent_run_id} ({report.subagent_type}) to "
+            "the background: it keeps working, and its report will reach you as a note "
+            f"([background work: {report.subagent_run_id}]) at a later turn. Carry on "
+            "with other work meanwhile; do not start it again."
+        )
     if report.suspended:
         return f"The subagent is waiting for a person's approval.\n{spent}"
     if report.error is not None:

@@ -1,8 +1,10 @@
 """`web_fetch`: fetch a web page and return it as text, within the turn's web byte budget.
 
 All fetches of one model turn share the turn's `WebBudget` (`ctx.web_budget()`), charged
-chunk by chunk, error bodies and retries included; see `Fetcher` for the HTTP side
-(redirects, the one retry, the per-body cap, what is not downloaded). This module turns a
+chunk by chunk, error bodies and retries included; parallel fetches are served in arrival
+order, so those that fit complete and one that would cross the budget fails alone; see
+`Fetcher` for the HTTP side (redirects, the one retry, the per-body cap, what is not
+downloaded). This module turns a
 `Fetched` into what the model reads: a header line (final URL, status, type, size), then
 an HTML page as readable text (`html_to_text`), other text as it is, a binary body as a
 short description; a note when the body was cut; a non-2xx status as an error showing the
@@ -83,12 +85,13 @@ async def web_fetch(
     fetcher = Fetcher(budget, access=ctx.tools.web, transport=transport, progress=ctx.progress)
     try:
         fetched = await fetcher.fetch(url, max_bytes=max_bytes)
-    except WebBudgetExceeded:
+    except WebBudgetExceeded as exc:
+        left = f" ({exc.remaining} bytes are left)" if exc.remaining else ""
         return ToolOutput(
             f"the turn's web download budget is exhausted ({budget.limit} bytes for all "
-            f"fetches of this turn), so {url.strip()} was not fetched in full. Work with "
-            "what you have, fetch fewer or smaller pages (max_bytes), or continue in the "
-            "next turn.",
+            f"fetches of this turn), so {url.strip()} was not fetched in full{left}. Work "
+            "with what you have, fetch fewer or smaller pages (max_bytes), or continue in "
+            "the next turn.",
             is_error=True,
             data={"url": url.strip(), "budget_exhausted": True},
         )
