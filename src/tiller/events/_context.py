@@ -16,7 +16,7 @@ from ag_ui.core import Context, Message, RunAgentInput, TextPart, Tool
 from pydantic import BaseModel, ValidationError
 
 from ..cancel import CancellationToken
-from ..errors import InvalidResume, StateDecodeError, UsageError
+from ..errors import InvalidResume, StateDecodeError, StatePatchError, UsageError
 from ..ids import RunIds
 from ._handles import (
     MessageHandle,
@@ -102,6 +102,11 @@ class AgUiContext(Generic[S]):
         self.sink = sink
         self._state = state
         self._state_manager = StateManager()
+        # The state event this context is emitting now, and whether it was delivered as it
+        # is (a transformer may drop or replace it); see `_learn_state`.
+        self._publishing: Event | None = None
+        self._published_as_made = False
+        sink.observe_state(self._learn_state)
         # The runtime's facts published beside the typed state (see `set_runtime_state`).
         self._runtime: dict[str, Any] = {}
         self._ids = RunIds(input.run_id)
@@ -334,6 +339,7 @@ class AgUiContext(Generic[S]):
             if published.kind == "snapshot"
             else StateDeltaEvent(published.delta)
         )
+        self._publishing, self._published_as_made = event, False
         try:
             self.sink.emit(event)
         except BaseException:
@@ -341,6 +347,33 @@ class AgUiContext(Generic[S]):
             # it did, or a later delta would apply to a state the client does not have.
             self._state_manager.reset()
             raise
+        finally:
+            delivered, self._publishing = self._published_as_made, None
+        if not delivered:
+            self._state_manager.reset()  # a transformer dropped or replaced it
+
+    def _learn_state(self, event: Event) -> None:
+        """A state event went out (called by the sink after delivery). If this context did
+        not make it — a transformer's, or one the agent emitted by hand — the manager and
+        the live state take it on, so the next publish is a delta that applies to what the
+        client has, and does not undo the change."""
+        if event is self._publishing:
+            self._published_as_made = True
+            return
+        manager = self._state_manager
+        if isinstance(event, StateSnapshotEvent):
+            manager.adopt_snapshot(event.snapshot)
+            state_type = type(self._state) if isinstance(self._state, BaseModel) else None
+            try:
+                self._state = decode_state(jsonable(event.snapshot), state_type)
+            except StateDecodeError:
+                manager.reset()  # the live state stays; the client gets it back in full
+        elif isinstance(event, StateDeltaEvent):
+            manager.adopt_delta(event.delta)
+            try:
+                self._state = apply_to_live(self._state, jsonable(event.delta))
+            except StatePatchError:
+                manager.reset()
 
     # ── cancellation ─────────────────────────────────────────────────────────────
 
