@@ -34,7 +34,14 @@ from ..errors import Cancelled, ProtocolViolation, SubscriberLagged, UsageError
 from ._types import Event
 from ._verifier import Verifier
 
-__all__ = ["EventSink", "Subscription", "Transformer"]
+__all__ = [
+    "EventSink",
+    "Subscription",
+    "Transformer",
+    "TransformerFactory",
+    "check_transformer_factory",
+    "transformers_of",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -62,6 +69,38 @@ class Transformer(Protocol):
     """Maps one outgoing event to zero or more. Stateful transformers belong to one run."""
 
     def transform(self, event: Event) -> Iterable[Event]: ...
+
+
+#: What a long-lived owner of many runs (an `Agent`, a server) takes: a function that
+#: builds a fresh chain for each run, because transformers keep per-run state (the calls
+#: they dropped, the ids they saw) and two runs must never share it.
+TransformerFactory = Callable[[], Sequence[Transformer]]
+
+
+def check_transformer_factory(factory: object) -> None:
+    """Refuse a list (or one transformer) passed where a factory belongs, with a message,
+    before any run starts."""
+    if factory is not None and (not callable(factory) or hasattr(factory, "transform")):
+        raise UsageError(
+            "transformers= takes a factory that builds each run's transformers, e.g. "
+            "transformers=lambda: [FilterToolCalls.deny(['secret'])]; transformers keep "
+            "per-run state, so runs must not share them"
+        )
+
+
+def transformers_of(factory: TransformerFactory | None) -> list[Transformer]:
+    """One run's chain from `factory` (none without one)."""
+    check_transformer_factory(factory)
+    if factory is None:
+        return []
+    chain = list(factory())
+    for transformer in chain:
+        if not callable(getattr(transformer, "transform", None)):
+            raise UsageError(
+                f"the transformers factory returned {transformer!r}, which has no "
+                "transform(event) method"
+            )
+    return chain
 
 
 @dataclass(slots=True, eq=False)
@@ -239,10 +278,8 @@ class EventSink:
         or replaced the terminal event, or the verifier still refuses it, it goes out as
         it is. A stream that ends beats one that hangs.
         """
-        try:
+        with contextlib.suppress(ProtocolViolation):
             self.emit_forced(event)
-        except ProtocolViolation:
-            pass
         if self._terminated:
             return
         if self.verifier is not None:

@@ -17,17 +17,17 @@ Rules (names as in the `ag-ui` crate, plus the ones `ag-ui-validate` adds):
 | `NotOpen` | content or an end for something that is not open |
 | `UnknownId` | `TOOL_CALL_RESULT` for an unknown call; an unknown `parentSubagentRunId` |
 | `OutOfOrder` | `TOOL_CALL_RESULT` before that call's `TOOL_CALL_END` |
-| `ArgsNotJson` | `TOOL_CALL_END` whose concatenated arguments do not parse as JSON; a `TOOL_CALL_CHUNK` after which a chunked call's arguments can no longer become JSON |
+| `ArgsNotJson` | `TOOL_CALL_END` with arguments not JSON; a chunk after which they cannot be |
 | `OpenAtFinish` | `RUN_FINISHED` while anything is open (`RUN_ERROR` is exempt) |
 | `RunIdMismatch` | a `RUN_FINISHED` naming another thread or run than `RUN_STARTED` did |
 | `OwnerMismatch` | a continuation or end attributed to another subagent than its opener |
 | `InvalidOutcome` | an interrupt outcome without interrupts |
 | `MissingId` | a first `*_CHUNK` without its id (and name, for tool calls) |
 | `EmptyDelta` | an empty text or reasoning delta (clients warn on it) |
-| `InvalidRole` | a role (or subtype) the event's schema does not allow: a text message as `tool` or `reasoning`, a tool result not as `tool`, a reasoning message not as `reasoning` |
+| `InvalidRole` | a role or subtype the schema does not allow (a text message as `tool`) |
 | `DeltaNotRfc6902` | a `STATE_DELTA` that is not a list of RFC 6902 operations |
-| `DeltaDoesNotApply` | a `STATE_DELTA` that does not apply to the last snapshot plus the deltas since |
-| `InvalidInterrupt` | an approval interrupt (reason `tool_call`) without its `toolCallId`; an interrupt without a string `id` and `reason` |
+| `DeltaDoesNotApply` | a `STATE_DELTA` that does not apply to the state the client has |
+| `InvalidInterrupt` | an approval (reason `tool_call`) without `toolCallId`; no `id`/`reason` |
 
 A `RUN_ERROR` that comes while a chunked call's arguments are half written cannot be
 valid as it is (clients judge the arguments at the next event, whatever it is);
