@@ -920,6 +920,24 @@ async def test_an_open_chunked_call_with_broken_args_still_ends_the_stream() -> 
     # A healthy run ends in milliseconds; this one would wait forever.
     wire = await collect(agent, guard_s=1)
     assert [e["type"] for e in wire if e["type"] in TERMINAL] == ["RUN_ERROR"]
+    # Broke on main: the RUN_ERROR closed the chunk with `{"q": ` (AGUI204). The
+    # arguments are completed first, so the ending is valid.
+    assert_valid_stream(wire)
+    assert [e.get("delta") for e in wire if e["type"] == "TOOL_CALL_CHUNK"] == ['{"q": ', "null}"]
+
+
+async def test_a_cancel_during_half_written_chunked_args_ends_validly() -> None:
+    """Law 2 with a chunked call: the cancelled run cannot finish (the arguments never
+    became JSON), so it ends RUN_ERROR{CANCELLED}, after the chunk completing them."""
+
+    async def agent(ctx: AgUiContext[Any]) -> None:
+        ctx.emit(ToolCallChunkEvent("c1", "search", delta='{"q": "half'))
+        ctx.cancel_token.cancel()
+        ctx.say("more")  # raises Cancelled
+
+    wire = await collect(agent)
+    assert_valid_stream(wire)
+    assert wire[-1]["type"] == "RUN_ERROR" and wire[-1]["code"] == "CANCELLED"
 
 
 async def test_an_agent_that_swallows_the_cancel_still_finishes_as_cancelled() -> None:

@@ -192,6 +192,7 @@ def test_a_tool_result_delta_that_does_not_apply_is_refused() -> None:
     with pytest.raises(ProtocolViolation, match="DeltaDoesNotApply"):
         ctx.tool_call("patch_todo").result([{"op": "remove", "path": "/missing"}])
     assert ctx.state == {"todo": [], "filler": FILLER}
+    assert "STATE_DELTA" not in [e.type for e in rx.drain()]
 
 
 def test_a_snapshot_sent_by_hand_is_learned_too() -> None:

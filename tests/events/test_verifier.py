@@ -263,7 +263,8 @@ def test_a_delta_that_does_not_apply_to_the_client_state_is_refused() -> None:
     changes nothing: the next valid one still applies."""
     v = feed(START, StateSnapshotEvent({"a": 1, "items": [1]}))
     refused("DeltaDoesNotApply", v, StateDeltaEvent([{"op": "replace", "path": "/b", "value": 2}]))
-    refused("DeltaDoesNotApply", v, StateDeltaEvent([{"op": "add", "path": "/items/5", "value": 0}]))
+    beyond = [{"op": "add", "path": "/items/5", "value": 0}]
+    refused("DeltaDoesNotApply", v, StateDeltaEvent(beyond))
     refused("DeltaDoesNotApply", v, StateDeltaEvent([{"op": "test", "path": "/a", "value": True}]))
     # Atomic: the first operation applies, the second does not, so neither counts.
     refused(

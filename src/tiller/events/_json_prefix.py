@@ -50,16 +50,27 @@ _NUMBER_DONE: Final = frozenset({_ZERO, _INT, _FRACTION, _EXPONENT})
 _NUMBER_NEEDS_DIGIT: Final = frozenset({_MINUS, _DOT, _E, _E_SIGN})
 
 
+def _is_high_surrogate(hex_digits: str) -> bool:
+    return 0xD800 <= int(hex_digits, 16) <= 0xDBFF
+
+
+def _is_low_surrogate(hex_digits: str) -> bool:
+    return 0xDC00 <= int(hex_digits, 16) <= 0xDFFF
+
+
 class JsonPrefix:
     """The scanner's state after some text; `advanced(text)` gives the state after more."""
 
-    __slots__ = ("_in_key", "_pending", "_stack", "_state")
+    __slots__ = ("_high", "_in_key", "_pending", "_stack", "_state")
 
     def __init__(self) -> None:
         self._stack: list[str] = []  # "{" or "[" per open container
         self._state = _VALUE
         self._in_key = False  # the string being read is an object key
-        self._pending: str | int = ""  # a literal's rest, or \\u hex digits to go
+        self._pending = ""  # a literal's rest, or the hex digits of a \\u escape so far
+        # The string's last character is a \\u escape of a high surrogate: a low one must
+        # follow, or strict parsers refuse the text.
+        self._high = False
 
     def _copy(self) -> JsonPrefix:
         other = JsonPrefix.__new__(JsonPrefix)
@@ -67,6 +78,7 @@ class JsonPrefix:
         other._state = self._state
         other._in_key = self._in_key
         other._pending = self._pending
+        other._high = self._high
         return other
 
     @property
@@ -93,17 +105,25 @@ class JsonPrefix:
         parts: list[str] = []
         state = self._state
         if state == _ESCAPE:
-            parts.append('\\"')  # an escaped backslash, then the closing quote
+            # After a high surrogate the escape becomes the low one; otherwise an escaped
+            # backslash. Then the closing quote.
+            parts.append('udc00"' if self._high else '\\"')
             state = _COLON if self._in_key else _AFTER
         elif state == _UNICODE:
-            assert isinstance(self._pending, int)
-            parts.append("0" * self._pending + '"')
-            state = _COLON if self._in_key else _AFTER
-        elif state == _STRING:
+            low = "dc00"[len(self._pending) :]
+            if self._high and _is_low_surrogate(self._pending + low):
+                code = self._pending + low  # the pair's second half
+            else:
+                code = self._pending + "0" * (4 - len(self._pending))
+            parts.append(code[len(self._pending) :])
+            if _is_high_surrogate(code):
+                parts.append("\\udc00")
             parts.append('"')
             state = _COLON if self._in_key else _AFTER
+        elif state == _STRING:
+            parts.append('\\udc00"' if self._high else '"')
+            state = _COLON if self._in_key else _AFTER
         elif state == _LITERAL:
-            assert isinstance(self._pending, str)
             parts.append(self._pending)
             state = _AFTER
         elif state in _NUMBER_NEEDS_DIGIT:
@@ -126,10 +146,12 @@ class JsonPrefix:
     def _step(self, char: str) -> bool:
         state = self._state
         if state == _STRING:
+            if char == "\\":
+                self._state = _ESCAPE  # `_high` stays: this may be the low surrogate
+                return True
+            self._high = False
             if char == '"':
                 self._state = _COLON if self._in_key else _AFTER
-            elif char == "\\":
-                self._state = _ESCAPE
             elif char < " ":
                 return False  # a raw control character
             return True
@@ -137,20 +159,19 @@ class JsonPrefix:
             if char not in _ESCAPES:
                 return False
             if char == "u":
-                self._state, self._pending = _UNICODE, 4
+                self._state, self._pending = _UNICODE, ""
             else:
-                self._state = _STRING
+                self._state, self._high = _STRING, False
             return True
         if state == _UNICODE:
             if char not in _HEX:
                 return False
-            assert isinstance(self._pending, int)
-            self._pending -= 1
-            if self._pending == 0:
+            self._pending += char
+            if len(self._pending) == 4:
                 self._state = _STRING
+                self._high = _is_high_surrogate(self._pending)
             return True
         if state == _LITERAL:
-            assert isinstance(self._pending, str)
             if char != self._pending[0]:
                 return False
             self._pending = self._pending[1:]
