@@ -107,6 +107,9 @@ class AgUiContext(Generic[S]):
         self._publishing: Event | None = None
         self._published_as_made = False
         sink.observe_state(self._learn_state)
+        if sink.verifier is not None:
+            # A delta before the first snapshot applies to what the client sent.
+            sink.verifier.state.seed(input.state)
         # The runtime's facts published beside the typed state (see `set_runtime_state`).
         self._runtime: dict[str, Any] = {}
         self._ids = RunIds(input.run_id)

@@ -8,8 +8,9 @@ AGUI302), whoever built it: the agent by hand, a transformer, or a buggy diff.
 Cheap where it can be: a snapshot is kept by reference (the event owns its value), and
 copied only when the first delta after it must be applied, so a stream of snapshots costs
 nothing and deltas cost one copy per snapshot plus work proportional to each change.
-Like the validator, a delta before any snapshot is judged on its shape only: its base may
-be the state the client sent with the run, which the stream does not show.
+A delta before any snapshot applies to the state the client sent with the run; the run
+context seeds it (`seed`). Without a seed (a bare verifier), such a delta is judged on its
+shape only, as the validator does, since the stream does not show its base.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ class StreamState:
     def document(self) -> Any:
         """A copy of the state the client has now (None before any snapshot)."""
         return jsonable(self._doc)
+
+    def seed(self, value: Any) -> None:
+        """The client's state before any snapshot: the one it sent with the run."""
+        self._doc = value
+        self._owned = False
+        self._known = True
 
     def snapshot(self, event: Any) -> Callable[[], None]:
         def commit() -> None:
