@@ -244,3 +244,45 @@ async def test_a_transformer_that_drops_the_run_error_does_not_hang_the_stream()
     async with asyncio.timeout(10):  # a hang guard only: a healthy run takes milliseconds
         wire = assert_valid_stream(await stream.collect())
     assert wire[-1]["type"] == "RUN_ERROR"
+
+
+def test_a_hand_sent_delta_is_judged_against_what_the_manager_sent_last() -> None:
+    """The manager's own deltas are not re-applied by the verifier (they are valid by
+    construction); a hand-sent delta after them is still judged against the client's
+    current state, fetched from the manager."""
+    ctx, rx = stateful()
+    ctx.publish_state()
+    ctx.state_mut()["todo"].append("a")
+    ctx.publish_state()  # a trusted delta
+    with pytest.raises(ProtocolViolation, match="DeltaDoesNotApply"):
+        ctx.emit(StateDeltaEvent([{"op": "test", "path": "/todo", "value": []}]))
+    ctx.emit(StateDeltaEvent([{"op": "replace", "path": "/todo/0", "value": "A"}]))
+    ctx.state_mut()["todo"].append("b")
+    ctx.publish_state()
+    wire = valid(rx)
+    assert client_state(wire) == ctx.state == {"todo": ["A", "b"], "filler": FILLER}
+
+
+class DropOneDelta:
+    def __init__(self) -> None:
+        self.dropped = False
+
+    def transform(self, event: Event) -> Iterable[Event]:
+        if isinstance(event, StateDeltaEvent) and not self.dropped:
+            self.dropped = True
+            return ()
+        return (event,)
+
+
+def test_after_a_dropped_state_event_no_hand_sent_delta_goes_out_until_a_snapshot() -> None:
+    """The manager's document is then ahead of the client's, so nothing can judge a
+    delta until the snapshot the next publish sends."""
+    ctx, rx = stateful(DropOneDelta())
+    ctx.publish_state()
+    ctx.state_mut()["todo"].append("a")
+    ctx.publish_state()  # dropped
+    with pytest.raises(ProtocolViolation, match="DeltaDoesNotApply"):
+        ctx.emit(StateDeltaEvent([{"op": "add", "path": "/x", "value": 1}]))
+    ctx.publish_state()  # the snapshot
+    ctx.emit(StateSnapshotEvent({"todo": ["hand"], "filler": FILLER}))
+    assert client_state(valid(rx)) == {"todo": ["hand"], "filler": FILLER}

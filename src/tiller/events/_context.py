@@ -343,17 +343,31 @@ class AgUiContext(Generic[S]):
             else StateDeltaEvent(published.delta)
         )
         self._publishing, self._published_as_made = event, False
+        if published.kind == "delta" and self.sink.verifier is not None:
+            # Made against the manager's document, which is the client's: the verifier
+            # need not apply it, and asks the manager for the document if it must.
+            self.sink.verifier.state.trust(event, self._client_document)
         try:
             self.sink.emit(event)
         except BaseException:
             # The client never got it (a cancel, a refusal): the manager must not believe
             # it did, or a later delta would apply to a state the client does not have.
-            self._state_manager.reset()
+            self._lost_track()
             raise
         finally:
             delivered, self._publishing = self._published_as_made, None
         if not delivered:
-            self._state_manager.reset()  # a transformer dropped or replaced it
+            self._lost_track()  # a transformer dropped or replaced it
+
+    def _lost_track(self) -> None:
+        """The manager's document is ahead of the client's: the next publish is a
+        snapshot, and until then the verifier judges no delta against the manager's."""
+        self._state_manager.reset()
+        if self.sink.verifier is not None:
+            self.sink.verifier.state.blind()
+
+    def _client_document(self) -> Any:
+        return self._state_manager.published
 
     def _learn_state(self, event: Event) -> None:
         """A state event went out (called by the sink after delivery). If this context did

@@ -6,8 +6,11 @@ apply to what the client has, is refused before it goes out (ag-ui-validate AGUI
 AGUI302), whoever built it: the agent by hand, a transformer, or a buggy diff.
 
 Cheap where it can be: a snapshot is kept by reference (the event owns its value), and
-copied only when the first delta after it must be applied, so a stream of snapshots costs
-nothing and deltas cost one copy per snapshot plus work proportional to each change.
+copied only when the first delta after it must be applied. A delta the run's own state
+manager made (`trust`) is valid by construction: it is not applied here at all; the
+document is fetched from the manager only if a delta from elsewhere must be judged after
+it. So a run that publishes through its context pays nothing here per delta, and a hand
+sent delta costs work proportional to the change (plus one copy after trusted ones).
 A delta before any snapshot applies to the state the client sent with the run; the run
 context seeds it (`seed`). Without a seed (a bare verifier), such a delta is judged on its
 shape only, as the validator does, since the stream does not show its base.
@@ -57,12 +60,18 @@ def shape_problem(delta: object) -> str | None:
 class StreamState:
     """The client's view of the state, and the check of each state event against it."""
 
-    __slots__ = ("_doc", "_known", "_owned")
+    __slots__ = ("_blind", "_doc", "_known", "_owned", "_pending_source", "_source", "_trusted")
 
     def __init__(self) -> None:
         self._known = False  # a snapshot went out in this run
         self._doc: Any = None
         self._owned = False  # `_doc` is our copy (else the last snapshot's own value)
+        # Where the document is while `_doc` is stale (after trusted deltas): a function
+        # returning a fresh copy of it.
+        self._source: Callable[[], Any] | None = None
+        self._trusted: object = None  # the delta event `trust` vouched for, if any
+        self._pending_source: Callable[[], Any] | None = None
+        self._blind = False  # the manager lost track of the client's document
 
     @property
     def known(self) -> bool:
@@ -71,27 +80,63 @@ class StreamState:
     @property
     def document(self) -> Any:
         """A copy of the state the client has now (None before any snapshot)."""
+        self._refresh()
         return jsonable(self._doc)
+
+    def trust(self, event: object, source: Callable[[], Any]) -> None:
+        """`event` (a `STATE_DELTA` about to be emitted) was made by a state manager whose
+        document is the client's: if it arrives unchanged it is not checked, and the
+        document after it is `source()`, fetched only when needed."""
+        self._trusted = event
+        self._pending_source = source
+
+    def blind(self) -> None:
+        """The manager's document is no longer the client's (a state event it made was
+        dropped or refused): until the next snapshot, which it sends next, no delta from
+        elsewhere can be judged, so none is let out."""
+        self._blind = True
+        self._source = None
+
+    def _refresh(self) -> None:
+        if self._source is not None:
+            self._doc, self._source = self._source(), None
+            self._owned = True
 
     def seed(self, value: Any) -> None:
         """The client's state before any snapshot: the one it sent with the run."""
         self._doc = value
         self._owned = False
         self._known = True
+        self._source = None
 
     def snapshot(self, event: Any) -> Callable[[], None]:
         def commit() -> None:
             self._doc = event.snapshot
             self._owned = False
             self._known = True
+            self._source = None
+            self._blind = False
 
         return commit
 
     def delta(self, event: Any) -> Callable[[], None] | None:
+        if event is self._trusted and self._known:
+            source = self._pending_source
+
+            def trusted() -> None:
+                self._source, self._doc = source, None
+
+            return trusted
         ops = jsonable(event.delta)  # the wire form: pydantic values dumped, tuples listed
         problem = shape_problem(ops)
         if problem is not None:
             raise ProtocolViolation("DeltaNotRfc6902", problem)
+        if self._blind:
+            raise ProtocolViolation(
+                "DeltaDoesNotApply",
+                "a state event the run made did not reach the client, so the state it has "
+                "is not known until the next snapshot; call publish_state() first",
+            )
         if not self._known:
             return None
         for index, op in enumerate(ops):
@@ -101,6 +146,7 @@ class StreamState:
                 raise ProtocolViolation(
                     "DeltaDoesNotApply", f"operation {index} moves the whole document"
                 )
+        self._refresh()
         if not self._owned:
             self._doc = jsonable(self._doc)
             self._owned = True
