@@ -286,3 +286,24 @@ def test_after_a_dropped_state_event_no_hand_sent_delta_goes_out_until_a_snapsho
     ctx.publish_state()  # the snapshot
     ctx.emit(StateSnapshotEvent({"todo": ["hand"], "filler": FILLER}))
     assert client_state(valid(rx)) == {"todo": ["hand"], "filler": FILLER}
+
+
+def test_state_published_inside_an_inlined_subagent_is_not_applied_twice() -> None:
+    """SubagentVisibility.INLINE copies each attributed event to strip its owner. The
+    copy of the context's own delta must not read as a hand-sent one: applied again to
+    the manager and the live state, it would append twice."""
+    ctx, rx = stateful(SubagentVisibility.INLINE)
+    ctx.publish_state()
+    with ctx.subagent("helper"):
+        ctx.state_mut()["todo"].append("a")
+        ctx.publish_state()
+        ctx.state_mut()["todo"].append("b")
+        ctx.publish_state()
+    wire = valid(rx)
+    assert ctx.state == {"todo": ["a", "b"], "filler": FILLER}
+    assert client_state(wire) == ctx.state
+    assert [e["type"] for e in wire if e["type"].startswith("STATE")] == [
+        "STATE_SNAPSHOT",
+        "STATE_DELTA",
+        "STATE_DELTA",
+    ]

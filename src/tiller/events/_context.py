@@ -88,6 +88,13 @@ def decode_state(raw: Any, state_type: type[Any] | None) -> Any:
         ) from exc
 
 
+def _payload(event: Event) -> Any:
+    """What a state event carries: transformers that copy an event keep it by reference."""
+    if isinstance(event, StateSnapshotEvent):
+        return event.snapshot
+    return getattr(event, "delta", None)
+
+
 class AgUiContext(Generic[S]):
     """One run's request, typed state, event sink and cancellation, with its emitters."""
 
@@ -374,7 +381,9 @@ class AgUiContext(Generic[S]):
         not make it — a transformer's, or one the agent emitted by hand — the manager and
         the live state take it on, so the next publish is a delta that applies to what the
         client has, and does not undo the change."""
-        if event is self._publishing:
+        own = self._publishing
+        if own is not None and type(event) is type(own) and _payload(event) is _payload(own):
+            # Ours, perhaps copied by a transformer (attribution stripped): not news.
             self._published_as_made = True
             return
         manager = self._state_manager

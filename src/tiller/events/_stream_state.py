@@ -69,7 +69,7 @@ class StreamState:
         # Where the document is while `_doc` is stale (after trusted deltas): a function
         # returning a fresh copy of it.
         self._source: Callable[[], Any] | None = None
-        self._trusted: object = None  # the delta event `trust` vouched for, if any
+        self._trusted: object = None  # the operations `trust` vouched for, if any
         self._pending_source: Callable[[], Any] | None = None
         self._blind = False  # the manager lost track of the client's document
 
@@ -85,9 +85,10 @@ class StreamState:
 
     def trust(self, event: object, source: Callable[[], Any]) -> None:
         """`event` (a `STATE_DELTA` about to be emitted) was made by a state manager whose
-        document is the client's: if it arrives unchanged it is not checked, and the
-        document after it is `source()`, fetched only when needed."""
-        self._trusted = event
+        document is the client's: if it arrives with its operations unchanged (a
+        transformer may copy it to strip attribution) it is not checked, and the document
+        after it is `source()`, fetched only when needed."""
+        self._trusted = getattr(event, "delta", None)
         self._pending_source = source
 
     def blind(self) -> None:
@@ -120,7 +121,7 @@ class StreamState:
         return commit
 
     def delta(self, event: Any) -> Callable[[], None] | None:
-        if event is self._trusted and self._known:
+        if event.delta is self._trusted and self._known:
             source = self._pending_source
 
             def trusted() -> None:
