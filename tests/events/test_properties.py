@@ -220,9 +220,7 @@ class With:
 
 @dataclass(frozen=True)
 class State:
-    #: set | delete | append | patch | replace | update, through the state manager;
-    #: raw_snapshot | raw_delta | raw_bad_delta, emitted by hand (the manager learns them)
-    action: str
+    action: str  # set | delete | append | patch | replace | update
     key: str
     value: Any
     guard: bool
@@ -385,13 +383,6 @@ def leaf_ops() -> st.SearchStrategy[Any]:
         made(
             State,
             st.sampled_from(["set", "append", "patch", "update"]),
-            st.sampled_from(STATE_KEYS),
-            JSON_VALUES,
-            guards,
-        ),
-        made(
-            State,
-            st.sampled_from(["raw_snapshot", "raw_delta", "raw_bad_delta"]),
             st.sampled_from(STATE_KEYS),
             JSON_VALUES,
             guards,
@@ -576,12 +567,6 @@ class Runner:
             ctx.patch_state([{"op": "add", "path": f"/{op.key}", "value": value}])
         elif op.action == "replace":
             ctx.set_state({op.key: value})
-        elif op.action == "raw_snapshot":
-            ctx.emit(StateSnapshotEvent({**ctx.state, op.key: value}))
-        elif op.action == "raw_delta":
-            ctx.emit(StateDeltaEvent([{"op": "add", "path": f"/{op.key}", "value": value}]))
-        elif op.action == "raw_bad_delta":  # refused: never applies
-            ctx.emit(StateDeltaEvent([{"op": "remove", "path": "/no/such/member"}]))
         else:
             ctx.update_state(lambda s: {**s, op.key: value})
         self.expected_state = copy.deepcopy(ctx.state)
