@@ -494,3 +494,16 @@ def test_a_state_event_that_never_went_out_is_not_counted_as_published() -> None
     ctx.publish_state()
     kinds = [e.type for e in rx.drain()]
     assert kinds == ["STATE_SNAPSHOT", "STATE_SNAPSHOT"]
+
+
+def test_a_message_with_a_role_text_messages_cannot_have_is_refused() -> None:
+    """Broke on main: `ctx.message("tool")` opened a text message with role `tool`, which
+    the AG-UI schema does not allow (AGUI504): a tool's output is a TOOL_CALL_RESULT."""
+    ctx, rx = make()
+    for role in ("tool", "reasoning", "bot"):
+        with pytest.raises(ProtocolViolation, match="InvalidRole"):
+            ctx.message(role)
+    assert rx.drain() == []
+    with ctx.message("system") as message:
+        message.delta("be brief")
+    valid(rx.drain())

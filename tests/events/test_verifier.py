@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tiller import ProtocolViolation
+from tiller import ProtocolViolation, UsageError
 from tiller.events import (
     Event,
+    EventSink,
     Interrupt,
     MessagesSnapshotEvent,
+    ReasoningEncryptedValueEvent,
     ReasoningEndEvent,
     ReasoningMessageChunkEvent,
     ReasoningMessageContentEvent,
@@ -19,6 +21,7 @@ from tiller.events import (
     RunFinishedEvent,
     RunOutcome,
     RunStartedEvent,
+    StateDeltaEvent,
     StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
@@ -249,3 +252,127 @@ def test_empty_deltas_are_refused() -> None:
 
 def test_unordered_events_pass() -> None:
     feed(START, StateSnapshotEvent({}), StateSnapshotEvent({"a": 1}), FINISH)
+
+
+# ── what the verifier now knows that the validator knows (issue 14, item 4) ─────────
+
+
+def test_a_delta_that_does_not_apply_to_the_client_state_is_refused() -> None:
+    """Broke on main: any STATE_DELTA went out, so a client failed to apply it (AGUI302).
+    The verifier now keeps the last snapshot plus the deltas since, and a refused delta
+    changes nothing: the next valid one still applies."""
+    v = feed(START, StateSnapshotEvent({"a": 1, "items": [1]}))
+    refused("DeltaDoesNotApply", v, StateDeltaEvent([{"op": "replace", "path": "/b", "value": 2}]))
+    beyond = [{"op": "add", "path": "/items/5", "value": 0}]
+    refused("DeltaDoesNotApply", v, StateDeltaEvent(beyond))
+    refused("DeltaDoesNotApply", v, StateDeltaEvent([{"op": "test", "path": "/a", "value": True}]))
+    # Atomic: the first operation applies, the second does not, so neither counts.
+    refused(
+        "DeltaDoesNotApply",
+        v,
+        StateDeltaEvent(
+            [{"op": "remove", "path": "/a"}, {"op": "replace", "path": "/zz", "value": 1}]
+        ),
+    )
+    refused("DeltaDoesNotApply", v, StateDeltaEvent([{"op": "move", "from": "", "path": ""}]))
+    v.check(StateDeltaEvent([{"op": "remove", "path": "/a"}]))  # /a is still there
+    refused("DeltaDoesNotApply", v, StateDeltaEvent([{"op": "remove", "path": "/a"}]))
+    assert v.state.document == {"items": [1]}
+    # A new snapshot is the new base.
+    v.check(StateSnapshotEvent({"b": 0}))
+    v.check(StateDeltaEvent([{"op": "replace", "path": "/b", "value": 2}]))
+    assert v.state.document == {"b": 2}
+
+
+def test_a_delta_that_is_not_rfc6902_is_refused_even_before_a_snapshot() -> None:
+    """Broke on main: `{"op": "frobnicate"}` went out (AGUI303). Before any snapshot the
+    base may be the client's input state, so only the shape is judged there, as the
+    validator does."""
+    for delta in (
+        [{"op": "frobnicate", "path": "/a"}],
+        [{"op": "add", "path": "/a"}],  # no value
+        [{"op": "add", "path": "a", "value": 1}],  # not a JSON pointer
+        [{"op": "copy", "path": "/a"}],  # no from
+        ["add"],
+    ):
+        refused("DeltaNotRfc6902", feed(START), StateDeltaEvent(delta))  # type: ignore[arg-type]
+    feed(START, StateDeltaEvent([{"op": "replace", "path": "/unknown/base", "value": 1}]))
+
+
+def test_a_snapshot_value_is_not_changed_by_later_deltas() -> None:
+    """The verifier keeps the snapshot by reference until a delta must apply; then it
+    works on its own copy, never on the value a subscriber still holds."""
+    snapshot = {"items": [1]}
+    v = feed(START, StateSnapshotEvent(snapshot))
+    v.check(StateDeltaEvent([{"op": "add", "path": "/items/-", "value": 2}]))
+    assert snapshot == {"items": [1]}
+    assert v.state.document == {"items": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        TextMessageStartEvent("m", "tool"),
+        TextMessageStartEvent("m", "reasoning"),
+        TextMessageChunkEvent("m", "tool", "x"),
+        ToolCallResultEvent("r", "c", "ok", "assistant"),
+        ReasoningMessageStartEvent("m", "assistant"),
+        ReasoningEncryptedValueEvent("thought", "m", "opaque"),
+    ],
+    ids=lambda e: f"{e.type}-{getattr(e, 'role', None) or getattr(e, 'subtype', None)}",
+)
+def test_roles_the_schema_does_not_allow_are_refused(event: Event) -> None:
+    """Broke on main: `ctx.message("tool")` opened a TEXT_MESSAGE_START with role `tool`,
+    which the schema does not allow (AGUI504); a tool's output is a TOOL_CALL_RESULT."""
+    v = feed(START, ToolCallStartEvent("c", "t"), ToolCallEndEvent("c"))
+    refused("InvalidRole", v, event)
+
+
+def test_an_approval_interrupt_needs_its_call() -> None:
+    """Broke on main: an approval interrupt (reason `tool_call`) without `toolCallId`
+    was accepted, leaving the client nothing to show the approval next to."""
+    with pytest.raises(UsageError, match="tool_call_id"):
+        Interrupt("approve-c", "tool_call")
+    wire = {"type": "interrupt", "interrupts": [{"id": "approve-c", "reason": "tool_call"}]}
+    refused("InvalidInterrupt", feed(START), RunFinishedEvent("t", "r", outcome=wire))
+    nameless = {"type": "interrupt", "interrupts": [{"reason": "question"}]}
+    refused("InvalidInterrupt", feed(START), RunFinishedEvent("t", "r", outcome=nameless))
+    ok = RunOutcome.interrupt(Interrupt("approve-c", "tool_call", tool_call_id="c"))
+    feed(START, RunFinishedEvent("t", "r", outcome=ok))
+
+
+def test_a_chunk_after_which_the_arguments_cannot_be_json_is_refused() -> None:
+    """A chunked call has no end event: its arguments are judged at the next event,
+    whatever it is. So a chunk that leaves them no way to become JSON is refused at once,
+    and the call can still be continued validly."""
+    v = feed(START, ToolCallChunkEvent("c", "t", None, '{"a": 1'))
+    refused("ArgsNotJson", v, ToolCallChunkEvent(delta="]"))
+    refused("ArgsNotJson", v, ToolCallChunkEvent("c", delta="}}"))
+    refused("ArgsNotJson", feed(START), ToolCallChunkEvent("c", "t", None, "nul!"))
+    v.check(ToolCallChunkEvent(delta="}"))
+    v.check(FINISH)
+
+
+@pytest.mark.parametrize(
+    "args",
+    ['{"q": ', '{"q": "ab\\', '{"q": "\\u00', '{"q": [1, tr', '{"q": -', "  ", '{"a": 1,'],
+)
+def test_a_run_error_after_half_written_chunked_args_ends_validly(args: str) -> None:
+    """Broke on main: the driver's last-resort RUN_ERROR after a chunked call's arguments
+    that never became JSON left an invalid stream (AGUI204 at the RUN_ERROR). The sink now
+    sends the chunk that completes them first."""
+    sink = EventSink()
+    received = sink.subscribe(maxsize=None)
+    sink.emit_forced(START)
+    sink.emit(ToolCallChunkEvent("c", "t", None, args))
+    with pytest.raises(ProtocolViolation, match="ArgsNotJson"):
+        sink.emit_forced(FINISH)
+    sink.emit_terminal(RunErrorEvent("the model stream died", "AGENT_ERROR"))
+    events = received.drain()
+    assert [e.type for e in events] == [
+        "RUN_STARTED",
+        "TOOL_CALL_CHUNK",
+        "TOOL_CALL_CHUNK",
+        "RUN_ERROR",
+    ]
+    assert_valid_stream(events)

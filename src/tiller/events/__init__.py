@@ -16,7 +16,13 @@ from ._outcome import (
     RunOutcome,
     approval_interrupt_id,
 )
-from ._sink import CLOSING_TYPES, EventSink, Subscription, Transformer
+from ._sink import (
+    CLOSING_TYPES,
+    EventSink,
+    Subscription,
+    Transformer,
+    TransformerFactory,
+)
 from ._state import StateManager
 from ._transformers import FilterToolCalls, SubagentVisibility, ToolResultToState
 from ._types import (
@@ -116,6 +122,7 @@ __all__ = [
     "ToolCallStartEvent",
     "ToolResultToState",
     "Transformer",
+    "TransformerFactory",
     "Verifier",
     "approval_interrupt_id",
     "decode_state",

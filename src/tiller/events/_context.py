@@ -16,7 +16,7 @@ from ag_ui.core import Context, Message, RunAgentInput, TextPart, Tool
 from pydantic import BaseModel, ValidationError
 
 from ..cancel import CancellationToken
-from ..errors import InvalidResume, StateDecodeError, UsageError
+from ..errors import InvalidResume, StateDecodeError, StatePatchError, UsageError
 from ..ids import RunIds
 from ._handles import (
     MessageHandle,
@@ -88,6 +88,13 @@ def decode_state(raw: Any, state_type: type[Any] | None) -> Any:
         ) from exc
 
 
+def _payload(event: Event) -> Any:
+    """What a state event carries: transformers that copy an event keep it by reference."""
+    if isinstance(event, StateSnapshotEvent):
+        return event.snapshot
+    return getattr(event, "delta", None)
+
+
 class AgUiContext(Generic[S]):
     """One run's request, typed state, event sink and cancellation, with its emitters."""
 
@@ -102,6 +109,14 @@ class AgUiContext(Generic[S]):
         self.sink = sink
         self._state = state
         self._state_manager = StateManager()
+        # The state event this context is emitting now, and whether it was delivered as it
+        # is (a transformer may drop or replace it); see `_learn_state`.
+        self._publishing: Event | None = None
+        self._published_as_made = False
+        sink.observe_state(self._learn_state)
+        if sink.verifier is not None:
+            # A delta before the first snapshot applies to what the client sent.
+            sink.verifier.state.seed(input.state)
         # The runtime's facts published beside the typed state (see `set_runtime_state`).
         self._runtime: dict[str, Any] = {}
         self._ids = RunIds(input.run_id)
@@ -334,13 +349,57 @@ class AgUiContext(Generic[S]):
             if published.kind == "snapshot"
             else StateDeltaEvent(published.delta)
         )
+        self._publishing, self._published_as_made = event, False
+        if published.kind == "delta" and self.sink.verifier is not None:
+            # Made against the manager's document, which is the client's: the verifier
+            # need not apply it, and asks the manager for the document if it must.
+            self.sink.verifier.state.trust(event, self._client_document)
         try:
             self.sink.emit(event)
         except BaseException:
             # The client never got it (a cancel, a refusal): the manager must not believe
             # it did, or a later delta would apply to a state the client does not have.
-            self._state_manager.reset()
+            self._lost_track()
             raise
+        finally:
+            delivered, self._publishing = self._published_as_made, None
+        if not delivered:
+            self._lost_track()  # a transformer dropped or replaced it
+
+    def _lost_track(self) -> None:
+        """The manager's document is ahead of the client's: the next publish is a
+        snapshot, and until then the verifier judges no delta against the manager's."""
+        self._state_manager.reset()
+        if self.sink.verifier is not None:
+            self.sink.verifier.state.blind()
+
+    def _client_document(self) -> Any:
+        return self._state_manager.published
+
+    def _learn_state(self, event: Event) -> None:
+        """A state event went out (called by the sink after delivery). If this context did
+        not make it — a transformer's, or one the agent emitted by hand — the manager and
+        the live state take it on, so the next publish is a delta that applies to what the
+        client has, and does not undo the change."""
+        own = self._publishing
+        if own is not None and type(event) is type(own) and _payload(event) is _payload(own):
+            # Ours, perhaps copied by a transformer (attribution stripped): not news.
+            self._published_as_made = True
+            return
+        manager = self._state_manager
+        if isinstance(event, StateSnapshotEvent):
+            manager.adopt_snapshot(event.snapshot)
+            state_type = type(self._state) if isinstance(self._state, BaseModel) else None
+            try:
+                self._state = decode_state(jsonable(event.snapshot), state_type)
+            except StateDecodeError:
+                manager.reset()  # the live state stays; the client gets it back in full
+        elif isinstance(event, StateDeltaEvent):
+            manager.adopt_delta(event.delta)
+            try:
+                self._state = apply_to_live(self._state, jsonable(event.delta))
+            except StatePatchError:
+                manager.reset()
 
     # ── cancellation ─────────────────────────────────────────────────────────────
 

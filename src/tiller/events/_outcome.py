@@ -38,7 +38,8 @@ class Interrupt:
     """Something the run needs from outside before it can go on (an approval, an answer).
 
     `id` must be stable for the thing asked about, because the answer arrives in a later
-    run (with a new run id) and is matched by it.
+    run (with a new run id) and is matched by it. An approval (reason `tool_call`) names
+    the call it is about in `tool_call_id`; without it `UsageError` is raised.
     """
 
     id: str
@@ -49,6 +50,15 @@ class Interrupt:
     expires_at: str | None = None
     metadata: dict[str, Any] | None = None
     subagent_run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.reason == "tool_call" and not self.tool_call_id:
+            # The client shows an approval next to its call, and the answer edits or
+            # denies that call: without the id there is nothing to show or to answer.
+            raise UsageError(
+                f"approval interrupt {self.id!r} (reason 'tool_call') needs the "
+                "tool_call_id of the call it asks about"
+            )
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"id": self.id, "reason": self.reason}

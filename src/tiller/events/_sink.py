@@ -3,7 +3,9 @@
 Per event, in order: the cancellation check (after cancel only closing and terminal
 events pass, so a cancelled run can still close what it opened), subagent attribution,
 the transformer chain (each maps one event to zero or more), the verifier, then delivery
-to every subscriber.
+to every subscriber, and, for a state event, to the state observer (the run context's
+state manager, which so learns of state events it did not make itself: a transformer's,
+or one the agent emitted by hand, and the next delta it makes applies).
 
 Emitting is synchronous: it returns once the event is in every subscriber's buffer, and
 it raises right there if the event was refused. A worker thread's emit is handed to the
@@ -32,7 +34,14 @@ from ..errors import Cancelled, ProtocolViolation, SubscriberLagged, UsageError
 from ._types import Event
 from ._verifier import Verifier
 
-__all__ = ["EventSink", "Subscription", "Transformer"]
+__all__ = [
+    "EventSink",
+    "Subscription",
+    "Transformer",
+    "TransformerFactory",
+    "check_transformer_factory",
+    "transformers_of",
+]
 
 _logger = logging.getLogger(__name__)
 
@@ -51,6 +60,7 @@ CLOSING_TYPES = frozenset(
     }
 )
 _TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+_STATE_TYPES = frozenset({"STATE_SNAPSHOT", "STATE_DELTA"})
 
 DEFAULT_BUFFER = 10_000
 
@@ -59,6 +69,38 @@ class Transformer(Protocol):
     """Maps one outgoing event to zero or more. Stateful transformers belong to one run."""
 
     def transform(self, event: Event) -> Iterable[Event]: ...
+
+
+#: What a long-lived owner of many runs (an `Agent`, a server) takes: a function that
+#: builds a fresh chain for each run, because transformers keep per-run state (the calls
+#: they dropped, the ids they saw) and two runs must never share it.
+TransformerFactory = Callable[[], Sequence[Transformer]]
+
+
+def check_transformer_factory(factory: object) -> None:
+    """Refuse a list (or one transformer) passed where a factory belongs, with a message,
+    before any run starts."""
+    if factory is not None and (not callable(factory) or hasattr(factory, "transform")):
+        raise UsageError(
+            "transformers= takes a factory that builds each run's transformers, e.g. "
+            "transformers=lambda: [FilterToolCalls.deny(['secret'])]; transformers keep "
+            "per-run state, so runs must not share them"
+        )
+
+
+def transformers_of(factory: TransformerFactory | None) -> list[Transformer]:
+    """One run's chain from `factory` (none without one)."""
+    check_transformer_factory(factory)
+    if factory is None:
+        return []
+    chain = list(factory())
+    for transformer in chain:
+        if not callable(getattr(transformer, "transform", None)):
+            raise UsageError(
+                f"the transformers factory returned {transformer!r}, which has no "
+                "transform(event) method"
+            )
+    return chain
 
 
 @dataclass(slots=True, eq=False)
@@ -165,6 +207,7 @@ class EventSink:
         self.verifier: Verifier | None = Verifier() if verify else None
         self._subscribers: list[Subscription] = []
         self._listeners: list[Callable[[Event], object]] = []
+        self._state_observer: Callable[[Event], None] | None = None
         self._terminated = False
         self._owner_thread = threading.get_ident()
         self._lock = threading.Lock()
@@ -200,6 +243,11 @@ class EventSink:
         """
         self._listeners.append(listener)
 
+    def observe_state(self, observer: Callable[[Event], None]) -> None:
+        """Call `observer` with every delivered `STATE_SNAPSHOT` / `STATE_DELTA`, after the
+        subscribers have it (one observer: the run context's state manager)."""
+        self._state_observer = observer
+
     def emit(self, event: Event, *, attribute: bool = True) -> None:
         """Send one event through the pipeline; raises `Cancelled` or `ProtocolViolation`.
 
@@ -225,20 +273,22 @@ class EventSink:
     def emit_terminal(self, event: Event) -> None:
         """Deliver a `RUN_ERROR` that must end the stream whatever the verifier thinks.
 
-        The driver's last resort: if even `RUN_ERROR` is refused (say a chunked tool call's
-        arguments are not JSON), readers would otherwise wait forever. A stream that ends
-        beats one that hangs.
+        The driver's last resort, so readers never wait forever: a chunked call's half
+        written arguments are completed first (`_deliver`), and if a transformer dropped
+        or replaced the terminal event, or the verifier still refuses it, it goes out as
+        it is. A stream that ends beats one that hangs.
         """
-        try:
+        with contextlib.suppress(ProtocolViolation):
             self.emit_forced(event)
-        except ProtocolViolation:
-            if self.verifier is not None:
-                self.verifier.ended = True
-            verifier, self.verifier = self.verifier, None
-            try:
-                self._deliver(event)
-            finally:
-                self.verifier = verifier
+        if self._terminated:
+            return
+        if self.verifier is not None:
+            self.verifier.ended = True
+        verifier, self.verifier = self.verifier, None
+        try:
+            self._deliver(event)
+        finally:
+            self.verifier = verifier
 
     # ── internals ────────────────────────────────────────────────────────────────
 
@@ -275,8 +325,15 @@ class EventSink:
         return events
 
     def _deliver(self, event: Event) -> None:
-        if self.verifier is not None:
-            self.verifier.check(event)
+        verifier = self.verifier
+        if verifier is not None:
+            if event.type == "RUN_ERROR" and not verifier.ended:
+                # Clients judge a chunked call's arguments at the next event, whatever it
+                # is: half-written ones are completed first, so the error ends validly.
+                completion = verifier.completion_before_error()
+                if completion is not None:
+                    self._deliver(completion)
+            verifier.check(event)
         elif self._terminated:
             return
         lagged: list[Subscription] | None = None
@@ -291,6 +348,8 @@ class EventSink:
                 listener(event)
             except Exception:
                 _logger.exception("an event listener failed on %s; it was skipped", event.type)
+        if self._state_observer is not None and event.type in _STATE_TYPES:
+            self._state_observer(event)
         if event.type in _TERMINAL:
             self._terminated = True
             for subscription in self._subscribers:

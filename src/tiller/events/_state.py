@@ -222,6 +222,30 @@ class StateManager:
         """Make the next publish a snapshot, whatever changed (e.g. after a reconnect)."""
         self._snapshot_next = True
 
+    # ── state events the manager did not make ────────────────────────────────────
+
+    def adopt_snapshot(self, value: Any) -> None:
+        """The client got `value` as a `STATE_SNAPSHOT` by another path (a transformer,
+        an event sent by hand): it is the published document now, and the next publish
+        is diffed against it. Costs one encoding of `value`."""
+        self._published = False
+        self.publish(value)
+
+    def adopt_delta(self, ops: Iterable[Mapping[str, Any]]) -> None:
+        """The client got `ops` as a `STATE_DELTA` by another path: apply them to the
+        published document. If they do not apply to it (the client's base was not ours),
+        the next publish is a snapshot, which puts the client right whatever it has."""
+        if not self._published:
+            return  # nothing published yet: the first publish is a snapshot anyway
+        try:
+            own_ops = orjson.loads(orjson.dumps(ops if isinstance(ops, list) else list(ops)))
+            self._shadow = _jsondiff.apply(self._shadow, own_ops)
+        except (StatePatchError, orjson.JSONEncodeError, TypeError):
+            self._snapshot_next = True
+            return
+        self._encoded = None
+        self._index = None
+
     def _snapshot_after_reset(self, encoded: bytes) -> StatePublish | None:
         if not self._snapshot_next:
             return None

@@ -1,7 +1,8 @@
 """Stream transformers: each maps one outgoing event to zero or more.
 
 They run after attribution and before the verifier, per run (stateful ones must not be
-shared between runs: build one per run).
+shared between runs: `Agent.run`, `run_in`, `resume` and `create_app` take a factory,
+`transformers=lambda: [...]`, called once per run).
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class ToolResultToState:
     `ToolResultToState.delta(tool)`: the result is an RFC 6902 patch (`STATE_DELTA`).
     `.replacing()` drops the result event itself; otherwise the state event follows it.
     A result that is not JSON (or, for `delta`, not a list of operations) passes unchanged.
+
+    The state event is checked by the verifier like any other (a patch that does not
+    apply to the client's state is refused), and once delivered the run context's state
+    manager and live state take it on, so `ctx.state` is the tool's state and the next
+    `publish_state()` is a delta from it.
     """
 
     def __init__(self, tool: str, *, mode: str, replace: bool = False) -> None:

@@ -17,13 +17,22 @@ Rules (names as in the `ag-ui` crate, plus the ones `ag-ui-validate` adds):
 | `NotOpen` | content or an end for something that is not open |
 | `UnknownId` | `TOOL_CALL_RESULT` for an unknown call; an unknown `parentSubagentRunId` |
 | `OutOfOrder` | `TOOL_CALL_RESULT` before that call's `TOOL_CALL_END` |
-| `ArgsNotJson` | `TOOL_CALL_END` whose concatenated arguments do not parse as JSON |
+| `ArgsNotJson` | `TOOL_CALL_END` with arguments not JSON; a chunk after which they cannot be |
 | `OpenAtFinish` | `RUN_FINISHED` while anything is open (`RUN_ERROR` is exempt) |
 | `RunIdMismatch` | a `RUN_FINISHED` naming another thread or run than `RUN_STARTED` did |
 | `OwnerMismatch` | a continuation or end attributed to another subagent than its opener |
 | `InvalidOutcome` | an interrupt outcome without interrupts |
 | `MissingId` | a first `*_CHUNK` without its id (and name, for tool calls) |
 | `EmptyDelta` | an empty text or reasoning delta (clients warn on it) |
+| `InvalidRole` | a role or subtype the schema does not allow (a text message as `tool`) |
+| `DeltaNotRfc6902` | a `STATE_DELTA` that is not a list of RFC 6902 operations |
+| `DeltaDoesNotApply` | a `STATE_DELTA` that does not apply to the state the client has |
+| `InvalidInterrupt` | an approval (reason `tool_call`) without `toolCallId`; no `id`/`reason` |
+
+A `RUN_ERROR` that comes while a chunked call's arguments are half written cannot be
+valid as it is (clients judge the arguments at the next event, whatever it is);
+`completion_before_error()` gives the chunk that completes them, which the sink sends
+first. `TOOL_CALL_CHUNK`s are refused as soon as no completion would exist.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ from typing import Any
 import orjson
 
 from ..errors import ProtocolViolation
+from ._json_prefix import JsonPrefix
+from ._stream_state import StreamState
 from ._types import (
     Event,
     MessagesSnapshotEvent,
@@ -52,11 +63,17 @@ from ._types import (
 
 __all__ = ["Verifier"]
 
+#: Roles the AG-UI schema allows on the events that carry one (ag-ui-validate AGUI504).
+TEXT_ROLES = frozenset({"developer", "system", "assistant", "user"})
+ENCRYPTED_SUBTYPES = frozenset({"tool-call", "message"})
+
 
 @dataclass(slots=True)
 class _OpenCall:
     owner: str | None
     args: list[str] = field(default_factory=list)
+    #: For a chunked call: where its arguments stand as a JSON prefix.
+    prefix: JsonPrefix | None = None
 
 
 def _args_parse(args: list[str]) -> bool:
@@ -68,6 +85,35 @@ def _args_parse(args: list[str]) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
+
+
+def _check_role(kind: str, role: object, allowed: frozenset[str]) -> None:
+    if role not in allowed:
+        raise ProtocolViolation(
+            "InvalidRole",
+            f"{kind} has role {role!r}; AG-UI allows {', '.join(sorted(allowed))} "
+            "(a tool's output is a TOOL_CALL_RESULT, reasoning a REASONING_MESSAGE_*)",
+        )
+
+
+def _check_interrupts(interrupts: object) -> None:
+    """Each interrupt names itself and why; an approval names the call it is about."""
+    if not isinstance(interrupts, list):
+        raise ProtocolViolation("InvalidInterrupt", "an outcome's interrupts are a list")
+    for interrupt in interrupts:
+        if not isinstance(interrupt, dict) or not all(
+            isinstance(interrupt.get(key), str) for key in ("id", "reason")
+        ):
+            raise ProtocolViolation(
+                "InvalidInterrupt", f"an interrupt needs a string id and reason: {interrupt!r}"
+            )
+        call_id = interrupt.get("toolCallId")
+        if interrupt["reason"] == "tool_call" and not (isinstance(call_id, str) and call_id):
+            raise ProtocolViolation(
+                "InvalidInterrupt",
+                f"approval interrupt {interrupt['id']} (reason 'tool_call') does not say "
+                "which call it is about: set its toolCallId",
+            )
 
 
 class Verifier:
@@ -94,6 +140,7 @@ class Verifier:
         self._text_chunk: str | None = None
         self._tool_chunk: tuple[str, _OpenCall] | None = None
         self._reasoning_chunk: str | None = None
+        self._state = StreamState()
         self._checks: dict[str, Callable[[Any], Callable[[], None] | None]] = {
             "RUN_STARTED": self._run_started,
             "RUN_FINISHED": self._run_finished,
@@ -119,6 +166,9 @@ class Verifier:
             "SUBAGENT_FINISHED": self._subagent_closed,
             "SUBAGENT_ERROR": self._subagent_closed,
             "MESSAGES_SNAPSHOT": self._messages_snapshot,
+            "STATE_SNAPSHOT": self._state.snapshot,
+            "STATE_DELTA": self._state.delta,
+            "REASONING_ENCRYPTED_VALUE": self._encrypted_value,
         }
 
     # ── public ───────────────────────────────────────────────────────────────────
@@ -154,6 +204,23 @@ class Verifier:
         items += [f"step {n!r}" for n in self._steps]
         items += [f"subagent {i}" for i in self._subagents]
         return items
+
+    @property
+    def state(self) -> StreamState:
+        """The state the client has, as the accepted state events describe it."""
+        return self._state
+
+    def completion_before_error(self) -> Event | None:
+        """The chunk that completes an open chunked call's half-written arguments, so a
+        `RUN_ERROR` can follow validly; None when nothing needs completing."""
+        if self._tool_chunk is None:
+            return None
+        call_id, call = self._tool_chunk
+        if _args_parse(call.args) or call.prefix is None:
+            return None
+        return ToolCallChunkEvent(
+            call_id, delta=call.prefix.completion(), subagent_run_id=call.owner
+        )
 
     def message_owner(self, message_id: str) -> str | None:
         """The subagent that owns text message `message_id` (None: the agent, or unknown)."""
@@ -213,10 +280,12 @@ class Verifier:
             )
         outcome = jsonable(event.outcome)
         interrupt = isinstance(outcome, dict) and outcome.get("type") == "interrupt"
-        if interrupt and not outcome.get("interrupts"):
-            raise ProtocolViolation(
-                "InvalidOutcome", "an interrupt outcome needs at least one interrupt"
-            )
+        if interrupt:
+            if not outcome.get("interrupts"):
+                raise ProtocolViolation(
+                    "InvalidOutcome", "an interrupt outcome needs at least one interrupt"
+                )
+            _check_interrupts(outcome["interrupts"])
 
         def commit() -> None:
             self.ended = True
@@ -233,6 +302,7 @@ class Verifier:
 
     def _text_start(self, event: TextMessageStartEvent) -> Callable[[], None]:
         mid = event.message_id
+        _check_role(event.type, event.role, TEXT_ROLES)
         if mid in self._messages:
             raise ProtocolViolation("DuplicateStart", f"text message {mid} is already open")
         if mid in self._closed_messages or mid == self._text_chunk:
@@ -267,6 +337,8 @@ class Verifier:
 
     def _text_chunk_event(self, event: TextMessageChunkEvent) -> Callable[[], None] | None:
         mid = event.message_id
+        if event.role is not None:
+            _check_role(event.type, event.role, TEXT_ROLES)
         if mid is None or mid == self._text_chunk:
             if self._text_chunk is None:
                 raise ProtocolViolation(
@@ -350,7 +422,7 @@ class Verifier:
                     "MissingId", "the first TOOL_CALL_CHUNK of a call needs toolCallId and name"
                 )
             if event.delta:
-                chunk[1].args.append(event.delta)
+                self._extend_chunk(chunk[0], chunk[1], event.delta)
             return None
         if cid in self._calls:
             if event.delta:
@@ -365,16 +437,37 @@ class Verifier:
 
         if self._tool_chunk is not None:
             self._check_tool_chunk(event.type)
+        opened = _OpenCall(event.subagent_run_id, prefix=JsonPrefix())
+        if event.delta:
+            self._extend_chunk(cid, opened, event.delta)
 
         def commit() -> None:
             if self._tool_chunk is not None:
                 self._ended_calls.add(self._tool_chunk[0])
-            self._tool_chunk = (cid, _OpenCall(event.subagent_run_id, [event.delta or ""]))
+            self._tool_chunk = (cid, opened)
 
         return commit
 
+    @staticmethod
+    def _extend_chunk(call_id: str, call: _OpenCall, delta: str) -> None:
+        """Add a chunk's arguments, refusing them if the call could then never end validly."""
+        assert call.prefix is not None
+        advanced = call.prefix.advanced(delta)
+        if advanced is None:
+            raise ProtocolViolation(
+                "ArgsNotJson",
+                f"after this TOOL_CALL_CHUNK the arguments of tool call {call_id} can no "
+                f"longer become JSON ({''.join(call.args) + delta!r})",
+            )
+        call.prefix = advanced
+        call.args.append(delta)
+
     def _tool_result(self, event: ToolCallResultEvent) -> None:
         cid = event.tool_call_id
+        if event.role is not None and event.role != "tool":
+            raise ProtocolViolation(
+                "InvalidRole", f"TOOL_CALL_RESULT for {cid} has role {event.role!r}; it is 'tool'"
+            )
         if cid in self._calls:
             raise ProtocolViolation(
                 "OutOfOrder", f"TOOL_CALL_RESULT for {cid} before its TOOL_CALL_END"
@@ -422,6 +515,11 @@ class Verifier:
 
     def _reasoning_message_start(self, event: Any) -> Callable[[], None]:
         mid = event.message_id
+        if event.role != "reasoning":
+            raise ProtocolViolation(
+                "InvalidRole",
+                f"REASONING_MESSAGE_START for {mid} has role {event.role!r}; it is 'reasoning'",
+            )
         if mid in self._reasoning_messages:
             raise ProtocolViolation("DuplicateStart", f"reasoning message {mid} is already open")
         if mid in self._closed_reasoning_messages:
@@ -475,6 +573,16 @@ class Verifier:
                 self._reasoning_chunk = mid
 
         return commit
+
+    @staticmethod
+    def _encrypted_value(event: Any) -> None:
+        if event.subtype not in ENCRYPTED_SUBTYPES:
+            raise ProtocolViolation(
+                "InvalidRole",
+                f"REASONING_ENCRYPTED_VALUE has subtype {event.subtype!r}; it is one of "
+                + ", ".join(sorted(ENCRYPTED_SUBTYPES)),
+            )
+        return None
 
     # ── steps ────────────────────────────────────────────────────────────────────
 

@@ -22,7 +22,8 @@ from pydantic import BaseModel
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, UserMessage
 from ..errors import Cancelled, UsageError
-from ..events import AgUiContext, Event, Interrupt, RunOutcome, run_agent
+from ..events import AgUiContext, Event, Interrupt, RunOutcome, TransformerFactory, run_agent
+from ..events._sink import transformers_of
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
@@ -100,10 +101,12 @@ class Agent:
         on_event: Callable[[Event], None] | None = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        transformers: TransformerFactory | None = None,
     ) -> RunResult:
         """Run on `prompt`. Without `context`, the run is jailed to `workspace` with
         `approver` (None: calls that need approval are blocked); with no workspace either,
-        to a fresh temporary directory that is removed when the run ends."""
+        to a fresh temporary directory that is removed when the run ends. `transformers`
+        builds the run's stream transformers (see `run_in`)."""
         scratch: Path | None = None
         if context is None:
             if workspace is None:
@@ -115,7 +118,13 @@ class Agent:
             context = context.with_cancel(cancel)
         try:
             return await self.run_in(
-                context, prompt, options, on_event=on_event, run_id=run_id, thread_id=thread_id
+                context,
+                prompt,
+                options,
+                on_event=on_event,
+                run_id=run_id,
+                thread_id=thread_id,
+                transformers=transformers,
             )
         finally:
             if scratch is not None:
@@ -131,12 +140,19 @@ class Agent:
         run_id: str | None = None,
         thread_id: str | None = None,
         opening_messages: list[dict[str, Any]] | None = None,
+        transformers: TransformerFactory | None = None,
     ) -> RunResult:
         """Run under `run_ctx`. `conversation` is a prompt, a list of messages, or a
         `RunState` to continue from (its stop cause is cleared). `opening_messages` (AG-UI
         message dicts) are sent as the stream's first `MESSAGES_SNAPSHOT`; by default a
-        continued run sends its conversation so far, and a new one sends none."""
+        continued run sends its conversation so far, and a new one sends none.
+
+        `transformers` is a factory called once for this run, returning the transformers
+        its events pass through before the verifier (and so before `on_event`, the event
+        log and any client): `lambda: [FilterToolCalls.deny(["secret"])]`. A factory, not
+        a list, because transformers keep per-run state."""
         options = options if options is not None else RunOptions()
+        chain = transformers_of(transformers)
         state = self._initial_state(conversation, run_id, thread_id, run_ctx)
         adapter = _LoopRun(self, run_ctx, options, state, opening_messages)
         listeners: list[Callable[[Event], None]] = [on_event] if on_event is not None else []
@@ -158,6 +174,7 @@ class Agent:
                 "state": state.state,
             },
             state_type=self.state_type,
+            transformers=chain,
             cancel=run_ctx.cancel,
             # Synchronous, so the observer sees the run as it is now (a budget line after a
             # step shows that step's spending; a steer pushed there reaches the next turn).

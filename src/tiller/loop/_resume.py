@@ -28,7 +28,7 @@ import orjson
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, ToolCall
 from ..errors import TillerError, UsageError
-from ..events import Event
+from ..events import Event, TransformerFactory
 from ..policy import Approver, DecidedApprover, Decision
 from ..state import RunState
 from ..store import Bus
@@ -100,10 +100,12 @@ async def resume(
     configure: Callable[[RunContext], RunContext] | None = None,
     run_id: str | None = None,
     reclaim_orphan: bool = False,
+    transformers: TransformerFactory | None = None,
 ) -> RunResult:
     """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
     load from the store (`run_ctx.store` or `store`, bucket `bucket`). `decisions` answers
-    every pending call by id.
+    every pending call by id. `transformers` builds the continued run's stream
+    transformers, as for `Agent.run_in`.
 
     With `decisions=None` this *recovers* a run whose process died: a `running` checkpoint
     is claimed too, and its pending calls go through the run's own gate (calls recorded as
@@ -236,7 +238,9 @@ async def resume(
         )
     state.interrupts = []
     if decisions is None:
-        return await agent.run_in(run_ctx, state, options, on_event=on_event, run_id=new_id)
+        return await agent.run_in(
+            run_ctx, state, options, on_event=on_event, run_id=new_id, transformers=transformers
+        )
     _apply_edited_arguments(state, decisions)
     decided = DecidedApprover(
         {
@@ -248,7 +252,12 @@ async def resume(
         run_ctx.approver,
     )
     return await agent.run_in(
-        run_ctx.with_approver(decided), state, options, on_event=on_event, run_id=new_id
+        run_ctx.with_approver(decided),
+        state,
+        options,
+        on_event=on_event,
+        run_id=new_id,
+        transformers=transformers,
     )
 
 

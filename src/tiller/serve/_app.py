@@ -29,6 +29,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import UsageError
+from ..events import TransformerFactory
+from ..events._sink import check_transformer_factory
 from ..loop import Agent, RunContext, RunOptions
 from ..pinned_policy import PinnedPolicy
 from ..store import Bus, open_bus
@@ -62,13 +64,16 @@ def create_app(
     options: RunOptions | None = None,
     configure: Callable[[RunContext], RunContext] | None = None,
     policy: PinnedPolicy | None = None,
+    transformers: TransformerFactory | None = None,
 ) -> Starlette:
     """Serve `agent` over AG-UI. `store` is a store URL (opened with the app, closed with
     it; `namespace` keeps the users of one store apart) or an open `Bus`; `token` the
     bearer token every API call must carry (None: no auth, loopback `Host` names only);
     `workspace` every run's jail. `policy` is what new runs start with (None: the
     workspace's `tiller.toml` read once, now); it is never re-read per request, and its
-    MCP servers are started with the app."""
+    MCP servers are started with the app. `transformers` builds each run's stream
+    transformers (`lambda: [FilterToolCalls.deny(["secret"])]`): a factory, so two
+    requests never share one's state."""
     if token is not None and not token.strip():
         raise UsageError("the bearer token is empty; pass a real token, or None for no auth")
     if interrupt_ttl is not None and not interrupt_ttl > 0:
@@ -81,7 +86,9 @@ def create_app(
         options=options or RunOptions(),
         configure=configure,
         policy=policy if policy is not None else PinnedPolicy.read(root),
+        transformers=transformers,
     )
+    check_transformer_factory(transformers)
     server = _Server(
         agent, store, settings, keep_alive=keep_alive, max_body=max_body, namespace=namespace
     )

@@ -34,7 +34,13 @@ from ag_ui.core import RunAgentInput
 from ..cancel import CancellationToken
 from ..conversation import Taint, ToolResult, UserMessage
 from ..errors import InvalidResume, TillerError
-from ..events import RUNTIME_STATE_KEY, RunErrorEvent, RunStartedEvent, encode_json
+from ..events import (
+    RUNTIME_STATE_KEY,
+    RunErrorEvent,
+    RunStartedEvent,
+    TransformerFactory,
+    encode_json,
+)
 from ..loop import (
     Agent,
     Budget,
@@ -110,6 +116,8 @@ class ServeSettings:
     #: steer or a cancel at once; the re-read only catches one whose message was lost, so
     #: it can be slow, and it costs a store read per run per interval.
     control_poll: float = 2.0
+    #: Builds each run's stream transformers (one chain per run, new or resumed).
+    transformers: TransformerFactory | None = None
 
 
 @dataclass(slots=True)
@@ -326,7 +334,12 @@ class Runner:
             run_ctx = _spent_so_far(run_ctx, waited, self.settings.workspace)
             state.always_approved = list(waited.always_approved)
         return await prepared.agent.run_in(
-            run_ctx, state, options, on_event=live.push, opening_messages=messages
+            run_ctx,
+            state,
+            options,
+            on_event=live.push,
+            opening_messages=messages,
+            transformers=self.settings.transformers,
         )
 
     async def _resume(
@@ -354,6 +367,7 @@ class Runner:
             bucket=self.settings.bucket,
             on_event=live.push,
             run_id=prepared.input.run_id,
+            transformers=self.settings.transformers,
         )
 
     async def _close_cancelled(self, state: RunState) -> None:
