@@ -138,11 +138,7 @@ class Registry:
         # Gate order (DESIGN §3): phase first, then withheld.
         # Plan hides writing tools, except those that may write to the scratchpad (they
         # refuse any other path themselves, through `ExecContext.require_writable`).
-        if (
-            phase is Phase.PLAN
-            and not tool.read_only
-            and not getattr(tool, "plan_scratchpad", False)
-        ):
+        if phase is Phase.PLAN and tool.read_only is not True and tool.plan_scratchpad is not True:
             return "phase"
         if tool.name in withheld:
             return "withheld"
