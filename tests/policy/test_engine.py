@@ -3,17 +3,18 @@ tool, destructive commands in every mode, and how user rules combine with the mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 from itertools import product
 from typing import Any, ClassVar
 
+import mcp_types
 import pytest
 
 from tiller.policy._engine import PolicyEngine, mode_default
 from tiller.policy._risk import PolicyDecision, RiskClass
 from tiller.policy._rules import PolicyRule, PolicyRules
 from tiller.tools._safety import SafetyMode
-from tiller.tools._tool import BaseTool
+from tiller.tools._tool import BaseTool, ToolOutput
 from tiller.tools.builtin._ask import ask_user
 from tiller.tools.builtin._background import background_process
 from tiller.tools.builtin._files import edit_file, list_dir, read_file, write_file
@@ -23,6 +24,8 @@ from tiller.tools.builtin._search import grep
 from tiller.tools.builtin._shell import execute_command_tool
 from tiller.tools.builtin._tasks import task_create, task_list, task_update
 from tiller.tools.builtin._web import web_fetch
+from tiller.tools.mcp._schema import ArgumentsCheck
+from tiller.tools.mcp._tool import McpTool
 
 R = RiskClass
 M = SafetyMode
@@ -76,12 +79,28 @@ EXPECTED: dict[SafetyMode, dict[RiskClass, str]] = {
 }
 
 
-@dataclass
-class Declared:
+class Declared(BaseTool):
     """A tool that declares its risk, as `@tool(risk=...)` does."""
 
-    risk: str | None
-    read_only: bool = False
+    name = "custom"
+    description = "a tool"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self, risk: str | None, *, read_only: bool = False) -> None:
+        self.risk = risk
+        self.read_only = read_only
+
+
+class RunsCommands(Declared):
+    """A tool that runs the shell command in its `command` argument (`command_of`) and
+    declares a floor for it, as `execute_command` does for a background command."""
+
+    def command_of(self, arguments: Mapping[str, Any]) -> str | None:
+        command = arguments.get("command")
+        return command if isinstance(command, str) else None
+
+
+SHELL = execute_command_tool()
 
 
 def decide(
@@ -97,7 +116,7 @@ def decide(
 
 
 def shell(command: str, mode: SafetyMode = M.ASK, *rules: PolicyRule) -> PolicyDecision:
-    return decide("execute_command", {"command": command}, None, mode, rules)
+    return decide("execute_command", {"command": command}, SHELL, mode, rules)
 
 
 # ── every mode against every risk class ─────────────────────────────────────────
@@ -145,6 +164,30 @@ class McpLike(BaseTool):
         self.risk = risk
 
 
+def mcp_tool(
+    remote: str, *, trust: bool = False, **hints: bool | None
+) -> McpTool:
+    """A real `McpTool` of a server `github`, as `McpClient` makes it from the server's
+    listing (`hints`: its annotations); nothing is ever sent."""
+
+    async def never(tool: McpTool, args: dict[str, Any], ctx: Any) -> ToolOutput:
+        raise AssertionError("the engine must not call the tool")
+
+    listed = mcp_types.Tool(
+        name=remote,
+        input_schema={"type": "object"},
+        annotations=mcp_types.ToolAnnotations(**hints) if hints else None,
+    )
+    return McpTool(
+        name=f"github__{remote}",
+        server="github",
+        remote=listed,
+        check=ArgumentsCheck(remote, {"type": "object"}),
+        send=never,
+        trust_annotations=trust,
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "tool", "arguments", "risk"),
     [
@@ -180,26 +223,15 @@ class McpLike(BaseTool):
             R.SYSTEM_INSTALL,
         ),
         ("execute_command", execute_command_tool(), {}, R.SHELL_MUTATION),
-        (
-            "github__list_issues",
-            McpLike("github__list_issues", read_only=True),
-            {},
-            R.EXTERNAL_ACCESS,
-        ),
-        (
-            "github__list_issues",
-            McpLike("github__list_issues", risk="read_only"),
-            {},
-            R.EXTERNAL_ACCESS,
-        ),
+        ("github__list_issues", mcp_tool("list_issues", read_only_hint=True), {}, R.EXTERNAL_ACCESS),
         ("db__drop", McpLike("db__drop", risk="destructive"), {}, R.DESTRUCTIVE),
         ("custom", Declared("network"), {}, R.NETWORK),
         ("custom", Declared(None, read_only=True), {}, R.READ_ONLY),
         ("custom", Declared(None), {}, R.EXTERNAL_ACCESS),
         ("custom", None, {}, R.EXTERNAL_ACCESS),
         ("read_file", Declared("system_install"), {}, R.SYSTEM_INSTALL),
-        ("execute_command", Declared("read_only"), {"command": "rm x"}, R.FILE_MUTATION),
-        ("execute_command", Declared("network"), {"command": "ls"}, R.NETWORK),
+        ("run", RunsCommands("read_only"), {"command": "rm x"}, R.FILE_MUTATION),
+        ("run", RunsCommands("network"), {"command": "ls"}, R.NETWORK),
     ],
 )
 def test_the_risk_of_a_call(
@@ -222,7 +254,7 @@ def test_an_invalid_declared_risk_is_denied() -> None:
 
 
 def test_an_mcp_tool_asks_even_in_full_access() -> None:
-    tool = McpLike("github__list_issues", read_only=True, risk="read_only")
+    tool = mcp_tool("list_issues", read_only_hint=True)
     assert decide(tool.name, {}, tool, M.FULL_ACCESS).kind == "ask"
 
 
@@ -270,10 +302,10 @@ def test_the_denial_names_the_dangerous_part() -> None:
 
 def test_a_known_workspace_keeps_absolute_paths_inside_it() -> None:
     inside = decide(
-        "execute_command", {"command": "rm -rf /ws/build"}, None, M.AUTO, workspace="/ws"
+        "execute_command", {"command": "rm -rf /ws/build"}, SHELL, M.AUTO, workspace="/ws"
     )
     assert inside.kind == "allow"
-    assert decide("execute_command", {"command": "rm -rf /ws/build"}, None, M.AUTO).kind == "deny"
+    assert decide("execute_command", {"command": "rm -rf /ws/build"}, SHELL, M.AUTO).kind == "deny"
 
 
 # ── user rules ──────────────────────────────────────────────────────────────────

@@ -123,7 +123,7 @@ def test_unknown_keys_are_listed_in_the_message() -> None:
         McpServers.from_config({"servers": {"a": {"command": "x", "cmd": "y"}}})
     assert str(raised.value) == (
         "mcp.servers.a.cmd: unknown key; the keys of an MCP server are: "
-        "args, command, cwd, env, startup_timeout, timeout"
+        "args, command, cwd, env, startup_timeout, timeout, trust_annotations"
     )
 
 
