@@ -14,7 +14,7 @@ from tiller.policy._engine import PolicyEngine, mode_default
 from tiller.policy._risk import PolicyDecision, RiskClass
 from tiller.policy._rules import PolicyRule, PolicyRules
 from tiller.tools._safety import SafetyMode
-from tiller.tools._tool import BaseTool, ToolOutput
+from tiller.tools._tool import BaseTool, Capability, ToolOutput
 from tiller.tools.builtin._ask import ask_user
 from tiller.tools.builtin._background import background_process
 from tiller.tools.builtin._files import edit_file, list_dir, read_file, write_file
@@ -164,9 +164,7 @@ class McpLike(BaseTool):
         self.risk = risk
 
 
-def mcp_tool(
-    remote: str, *, trust: bool = False, **hints: bool | None
-) -> McpTool:
+def mcp_tool(remote: str, *, trust: bool = False, **hints: bool | None) -> McpTool:
     """A real `McpTool` of a server `github`, as `McpClient` makes it from the server's
     listing (`hints`: its annotations); nothing is ever sent."""
 
@@ -223,7 +221,12 @@ def mcp_tool(
             R.SYSTEM_INSTALL,
         ),
         ("execute_command", execute_command_tool(), {}, R.SHELL_MUTATION),
-        ("github__list_issues", mcp_tool("list_issues", read_only_hint=True), {}, R.EXTERNAL_ACCESS),
+        (
+            "github__list_issues",
+            mcp_tool("list_issues", read_only_hint=True),
+            {},
+            R.EXTERNAL_ACCESS,
+        ),
         ("db__drop", McpLike("db__drop", risk="destructive"), {}, R.DESTRUCTIVE),
         ("custom", Declared("network"), {}, R.NETWORK),
         ("custom", Declared(None, read_only=True), {}, R.READ_ONLY),
@@ -473,3 +476,128 @@ def test_command_rules_only_match_shell_calls() -> None:
     rule = PolicyRule("deny", command="*")
     assert decide("read_file", {"path": "a"}, read_file, M.ASK, (rule,)).kind == "allow"
     assert shell("ls", M.ASK, rule).kind == "deny"
+
+
+# ── law 12: declarations, never names ───────────────────────────────────────────
+
+
+class Undeclared(BaseTool):
+    """A tool that declares nothing, under any name."""
+
+    description = "a tool"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self, name: str, *, read_only: bool = False) -> None:
+        self.name = name
+        self.read_only = read_only
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "task_purge",
+        "read_file",
+        "read_secrets",
+        "list_dir",
+        "web_fetch",
+        "write_file",
+        "background_process",
+        "execute_command",
+        "x__y",
+        "purge_tasks",
+    ],
+)
+def test_a_name_decides_nothing(name: str) -> None:
+    """`task_*`, the built-in names and `__` set the risk before (`task_purge` and
+    `read_file` were read-only, `web_fetch` network, `x__y` external access, and
+    `execute_command` had its `command` argument rated as a shell command); now a tool
+    that declares nothing is external access whatever it is called, and one that
+    declares read-only is read-only whatever it is called."""
+    bare = PolicyEngine().assess(name, {"command": "ls", "action": "list"}, Undeclared(name))
+    assert bare.risk is R.EXTERNAL_ACCESS
+    assert bare.shell is None
+    assert decide(name, {}, Undeclared(name), M.FULL_ACCESS).kind == "ask"
+    reading = Undeclared(name, read_only=True)
+    assert decide(name, {"command": "rm -rf /"}, reading, M.ASK).kind == "allow"
+
+
+def test_a_declaration_that_crashes_is_denied_saying_so() -> None:
+    """Law 3: a `risk_of` that raises rates nothing, so the call is denied, not run."""
+
+    class Fragile(Declared):
+        def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None:
+            raise KeyError("level")
+
+    decision = decide("custom", {}, Fragile(None), M.FULL_ACCESS)
+    assert decision.kind == "deny"
+    assert "could not rate this call (KeyError: 'level')" in decision.reason
+
+
+def test_an_invalid_risk_is_refused_when_the_tool_is_defined() -> None:
+    from tiller.tools import ToolDefinitionError, tool
+
+    with pytest.raises(ToolDefinitionError, match="declares an invalid risk"):
+
+        @tool(risk="kinda_risky")
+        def risky() -> str:
+            """A tool."""
+            return ""
+
+    with pytest.raises(ToolDefinitionError, match="declares an invalid risk"):
+
+        class Risky(BaseTool):
+            name = "risky"
+            risk = "kinda_risky"
+
+    with pytest.raises(ToolDefinitionError, match="not both"):
+
+        @tool(risk="network", risk_of=lambda arguments: R.READ_ONLY)
+        def both() -> str:
+            """A tool."""
+            return ""
+
+
+@pytest.mark.parametrize(
+    ("hints", "trust", "read_only", "risk", "capabilities"),
+    [
+        ({}, False, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        ({"read_only_hint": True}, False, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        (
+            {"read_only_hint": True, "open_world_hint": False},
+            False,
+            False,
+            R.EXTERNAL_ACCESS,
+            "untrusted|send",
+        ),
+        ({"destructive_hint": True}, False, False, R.EXTERNAL_ACCESS, "untrusted|send|destructive"),
+        ({"read_only_hint": True}, True, True, R.READ_ONLY, "untrusted|send"),
+        ({"read_only_hint": True, "open_world_hint": False}, True, True, R.READ_ONLY, ""),
+        (
+            {"read_only_hint": True, "destructive_hint": True},
+            True,
+            False,
+            R.EXTERNAL_ACCESS,
+            "untrusted|send|destructive",
+        ),
+        ({"destructive_hint": False, "open_world_hint": False}, True, False, R.LOW_MUTATION, ""),
+        ({"destructive_hint": False}, True, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        ({"idempotent_hint": True}, True, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        ({}, True, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+    ],
+)
+def test_an_mcp_tools_annotations_only_raise_its_risk_unless_trusted(
+    hints: dict[str, bool], trust: bool, read_only: bool, risk: RiskClass, capabilities: str
+) -> None:
+    """The server's hints are claims: untrusted, they can add `DESTRUCTIVE` and never
+    lower the risk below external access; trusted (`trust_annotations`), they may."""
+    names = {
+        "untrusted": Capability.UNTRUSTED_INPUT,
+        "send": Capability.EXTERNAL_SEND,
+        "destructive": Capability.DESTRUCTIVE,
+    }
+    expected = Capability.NONE
+    for each in filter(None, capabilities.split("|")):
+        expected |= names[each]
+    tool = mcp_tool("issues", trust=trust, **hints)
+    assert (tool.read_only, tool.risk_of({}), tool.capabilities) == (read_only, risk, expected)
+    assert PolicyEngine().assess(tool.name, {}, tool).risk is risk

@@ -55,7 +55,7 @@ _MAX_DESCRIPTION: Final = 2000
 Send = Callable[["McpTool", dict[str, Any], ExecContext], Awaitable[ToolOutput]]
 
 
-def _description(server: str, remote: mcp_types.Tool) -> str:
+def _description(server: str, remote: mcp_types.Tool, *, trusted: bool) -> str:
     annotations = remote.annotations
     text = (
         remote.description
@@ -67,7 +67,10 @@ def _description(server: str, remote: mcp_types.Tool) -> str:
         text = text[: _MAX_DESCRIPTION - 1] + "…"
     notes = [f"MCP tool {remote.name!r} of the server {server!r}"]
     if annotations is not None and annotations.read_only_hint:
-        notes.append("the server says it is read-only")
+        notes.append(
+            "the server says it is read-only"
+            + ("" if trusted else "; tiller does not rely on that")
+        )
     if annotations is not None and annotations.idempotent_hint:
         notes.append("the server says repeating a call changes nothing more")
     if annotations is not None and annotations.destructive_hint:
@@ -171,7 +174,7 @@ class McpTool:
             annotations.idempotent_hint if annotations is not None else None
         )
         self.trust_annotations = trust_annotations
-        self.description = _description(server, remote)
+        self.description = _description(server, remote, trusted=trust_annotations)
         self.input_schema = _model_schema(remote.input_schema)
         # From the server's hints only as far as the user trusts them (module docstring).
         self.read_only, self.risk, self.capabilities = _declarations(
