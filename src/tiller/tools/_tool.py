@@ -51,6 +51,7 @@ from ._risk_class import RiskClass
 
 __all__ = [
     "ArgumentsReader",
+    "TOOL_MEMBERS",
     "BaseTool",
     "Capability",
     "FunctionTool",
@@ -58,6 +59,7 @@ __all__ = [
     "ToolError",
     "ToolOutput",
     "declared_risk",
+    "missing_members",
     "path_argument",
     "tool",
 ]
@@ -183,6 +185,30 @@ class Tool(Protocol):
     async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput: ...
 
     def spec(self) -> ToolSpec: ...
+
+
+#: Every member of `Tool`, for the check at registration (`Registry.add`).
+TOOL_MEMBERS: Final = (
+    "name",
+    "description",
+    "input_schema",
+    "read_only",
+    "capabilities",
+    "plan_scratchpad",
+    "runs_on_client",
+    "sandboxed",
+    "denial_remedy",
+    "risk_of",
+    "paths_of",
+    "command_of",
+    "call",
+    "spec",
+)
+
+
+def missing_members(tool: object) -> list[str]:
+    """The members of `Tool` that `tool` lacks (none for a tool)."""
+    return [member for member in TOOL_MEMBERS if not hasattr(tool, member)]
 
 
 def declared_risk(risk: RiskClass | str | None, tool_name: str) -> RiskClass | None:
