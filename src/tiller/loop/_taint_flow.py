@@ -191,7 +191,7 @@ class TaintFlow:
         tool (None) runs nothing at all."""
         if not _trifecta(taint) or self._interlock.on_trifecta == "allow":
             return ""
-        if not isinstance(tool, Tool) or tool.read_only is True:
+        if tool is None or tool.read_only is True:
             return ""
         try:
             if tool.risk_of(arguments) is RiskClass.READ_ONLY:

@@ -29,7 +29,7 @@ def approval_key(call: ToolCall, tool: Tool | None) -> str | None:
     """What "approve always" remembers for `call` to `tool`, or None if it cannot be
     remembered: no tool (nothing declared), or a tool that sends data out and runs no
     shell command (a shell command is remembered as itself, whatever its tool can do)."""
-    if not isinstance(tool, Tool):
+    if tool is None:
         return None
     try:
         arguments = orjson.loads(call.arguments or "{}")

@@ -142,16 +142,19 @@ class _Declared:
     invalid: str | None = None
 
 
-def _declared(tool_name: str, tool: object, arguments: Mapping[str, Any]) -> _Declared:
+def _declared(tool_name: str, tool: Tool | None, arguments: Mapping[str, Any]) -> _Declared:
     """The tool's declarations for this call (`Tool.risk_of`, `command_of`, `paths_of`,
-    `read_only`). Something that is no `Tool` declares nothing. A declaration that is no
-    risk class, or that raises, is `invalid`: law 3, policy fails closed."""
-    if not isinstance(tool, Tool):
+    `read_only`). No tool declares nothing. A declaration that is no risk class, or
+    that raises (an object lacking a member of `Tool` too), is `invalid`: law 3, policy
+    fails closed. (No `isinstance(tool, Tool)`: a runtime protocol check costs more than
+    the rest of a read's gate; `Registry.add` checks the members once.)"""
+    if tool is None:
         return _Declared()
     try:
         risk: object = tool.risk_of(arguments)
         command = tool.command_of(arguments)
         paths = tuple(tool.paths_of(arguments))
+        read_only = tool.read_only is True
     except ToolDefinitionError as error:
         return _Declared(invalid=str(error))
     except Exception as error:  # a declaration that crashes rates nothing: deny
@@ -171,9 +174,7 @@ def _declared(tool_name: str, tool: object, arguments: Mapping[str, Any]) -> _De
             invalid=f"the tool `{tool_name}` names a shell command that is no string "
             f"({command!r}); fix its `command_of`"
         )
-    return _Declared(
-        risk, command, tuple(p for p in paths if isinstance(p, str)), tool.read_only is True
-    )
+    return _Declared(risk, command, tuple(p for p in paths if isinstance(p, str)), read_only)
 
 
 def _workspace_parts(path: str, workspace: str | None) -> tuple[str, ...] | None:
@@ -228,7 +229,7 @@ class PolicyEngine:
     def rules(self) -> PolicyRules:
         return self._rules
 
-    def assess(self, tool_name: str, arguments: Mapping[str, Any], tool: object) -> CallRisk:
+    def assess(self, tool_name: str, arguments: Mapping[str, Any], tool: Tool | None) -> CallRisk:
         """The call's risk class (step 1 of the module docstring), from what `tool`
         declares. Never raises: a tool whose declaration is invalid is assessed as
         external access (and `decide` denies it)."""
@@ -263,7 +264,7 @@ class PolicyEngine:
         )
 
     def decide(
-        self, tool_name: str, arguments: Mapping[str, Any], tool: object, mode: SafetyMode
+        self, tool_name: str, arguments: Mapping[str, Any], tool: Tool | None, mode: SafetyMode
     ) -> PolicyDecision:
         """Allow, Ask, Classify or Deny the call in `mode` (the live mode, read when the
         call is gated). Never raises: a tool with an invalid declaration is denied."""

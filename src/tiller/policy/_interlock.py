@@ -27,8 +27,7 @@ record) counts as untrusted (law 3: fail closed). A tool that declares itself `s
 (the shell and its background jobs) has no network unless the run grants it, so without
 the grant its calls count as neither fetching untrusted text nor sending
 (`capabilities_of`): the sandbox is the boundary. Only declarations count, never names
-(law 12); something that is no `Tool` declares nothing, so it is taken at its word of
-nothing: it is no send here, and the policy engine asks a person about it.
+(law 12). No tool at all (an unknown name) runs nothing, so it sends nothing.
 """
 
 from __future__ import annotations
@@ -82,7 +81,7 @@ def capabilities_of(tool: Tool | None, *, network: bool = True) -> Capability:
     """What `tool` can do in a run that grants the sandbox the network (`network`) or not:
     its declared capabilities, less what only the network gives for tools that declare
     themselves `sandboxed`."""
-    if not isinstance(tool, Tool):
+    if tool is None:
         return Capability.NONE
     declared = tool.capabilities if isinstance(tool.capabilities, Capability) else Capability.NONE
     if not network and tool.sandboxed is True:
