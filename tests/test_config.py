@@ -11,6 +11,7 @@ from tiller.config import ConfigError, TillerConfig, find_config, load_config
 from tiller.loop import RunContext
 from tiller.policy import HookSet, Interlock
 from tiller.tools import SafetyMode
+from tiller.tools.builtin import write_file
 
 FULL = """
 [policy]
@@ -55,7 +56,7 @@ def test_a_full_file_is_parsed_and_applied(tmp_path: Path) -> None:
     assert ctx.outbox is not None and ctx.outbox.routes("files__send")
     assert ctx.policy is not None
     decision = ctx.policy.decide(
-        "write_file", {"path": "prod.env", "content": ""}, None, SafetyMode.FULL_ACCESS
+        "write_file", {"path": "prod.env", "content": ""}, write_file, SafetyMode.FULL_ACCESS
     )
     assert decision.kind == "deny"
 

@@ -1,5 +1,7 @@
 """`TerminalApprover` behind the run's `ApprovalBroker`: "always" for the shell covers one
-exact command (whitespace aside), not the tool; the web is never "always"."""
+exact command (whitespace aside), not the tool; the web is never "always". The broker
+reads both from the tool's declarations (`command_of`, `EXTERNAL_SEND`), so each call
+is approved with its tool."""
 
 from __future__ import annotations
 
@@ -11,6 +13,10 @@ from rich.console import Console
 from tiller.cli._run import TerminalApprover
 from tiller.conversation import ToolCall
 from tiller.policy import ApprovalBroker, AskReason, Callback, Decision, RiskClass
+from tiller.tools.builtin._shell import execute_command_tool
+from tiller.tools.builtin._web import web_fetch
+
+SHELL = execute_command_tool()
 
 
 class ScriptedLines:
@@ -29,9 +35,9 @@ def shell(call_id: str, command: str) -> ToolCall:
 async def test_always_for_a_command_does_not_allow_other_commands() -> None:
     lines = ScriptedLines(["a", "n", ""])
     broker = ApprovalBroker(TerminalApprover(Console(file=io.StringIO()), lines))
-    assert (await broker.approve(shell("c1", "make test"), None)).allowed
-    assert (await broker.approve(shell("c2", "make   test"), None)).allowed  # not asked
-    assert not (await broker.approve(shell("c3", "rm -rf build"), None)).allowed
+    assert (await broker.approve(shell("c1", "make test"), SHELL)).allowed
+    assert (await broker.approve(shell("c2", "make   test"), SHELL)).allowed  # not asked
+    assert not (await broker.approve(shell("c3", "rm -rf build"), SHELL)).allowed
     assert lines.lines == []
 
 
@@ -40,9 +46,9 @@ async def test_the_web_is_never_approved_always() -> None:
     lines = ScriptedLines(["a", "", "y"])
     broker = ApprovalBroker(TerminalApprover(Console(file=out, width=200), lines))
     fetch = ToolCall(id="c1", name="web_fetch", arguments='{"url": "https://example.org"}')
-    assert not (await broker.approve(fetch, None)).allowed  # "a" is not offered: a no
+    assert not (await broker.approve(fetch, web_fetch)).allowed  # "a" is not offered: a no
     assert "[a]lways" not in out.getvalue()
-    assert (await broker.approve(fetch, None)).allowed  # asked again
+    assert (await broker.approve(fetch, web_fetch)).allowed  # asked again
     assert lines.lines == []
 
 

@@ -21,15 +21,18 @@ async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
         await jobs.start(["sleep", "30"], command="sleep 30 # offline", cwd=workspace, env={})
         flow = TaintFlow(workspace, Interlock(), jobs, run_id="r1", network=True)
         both = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
-        assert flow.sends_through(write_file, both) == ""
+        assert flow.sends_through(write_file, both, {"path": "a"}) == ""
         await jobs.start(
             ["sleep", "30"], command="sleep 30 # sender", cwd=workspace, env={}, network=True
         )
-        through = flow.sends_through(write_file, both)
+        through = flow.sends_through(write_file, both, {"path": "a"})
         assert "bg-2 (`sleep 30 # sender`)" in through and "bg-1" not in through
-        assert flow.sends_through(read_file, both) == ""
-        assert flow.sends_through(background_process, both) == ""
-        assert flow.sends_through(write_file, Taint.PRIVATE_DATA) == ""
+        assert flow.sends_through(read_file, both, {"path": "a"}) == ""
+        # Reading a job writes nothing (its declared risk is read-only); stopping one is
+        # a process change the interlock cannot see through, so it counts (fail closed).
+        assert flow.sends_through(background_process, both, {"action": "read", "id": "bg-2"}) == ""
+        assert flow.sends_through(background_process, both, {"action": "stop", "id": "bg-2"})
+        assert flow.sends_through(write_file, Taint.PRIVATE_DATA, {"path": "a"}) == ""
         verdict = Interlock().check(write_file, both, Capability.EXTERNAL_SEND, through=through)
         assert verdict.kind == "block"
         assert verdict.reason.startswith(
@@ -41,7 +44,7 @@ async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
             ("bg-1", "running"),
             ("bg-2", "stopped by the interlock"),
         ]
-        assert flow.sends_through(write_file, both) == ""
+        assert flow.sends_through(write_file, both, {"path": "a"}) == ""
     finally:
         await jobs.close()
 

@@ -11,6 +11,30 @@ from tiller.cancel import CancellationToken
 from tiller.conversation import ToolCall
 from tiller.errors import Cancelled
 from tiller.policy import ApprovalBroker, Decision, approval_key
+from tiller.tools import Capability, tool
+from tiller.tools.builtin._files import edit_file, write_file
+from tiller.tools.builtin._shell import execute_command_tool
+from tiller.tools.builtin._web import web_fetch
+
+SHELL = execute_command_tool()
+
+
+@tool(name="github__create_issue", capabilities=Capability.EXTERNAL_SEND)
+def create_issue(title: str) -> str:
+    """Open an issue (stands in for an MCP tool: it sends its arguments out)."""
+    return title
+
+
+@tool(name="run_script", risk="shell_mutation", command_of=lambda a: a.get("script"))
+def run_script(script: str) -> str:
+    """Run a script (a user's tool that declares the shell command it runs)."""
+    return script
+
+
+@tool(name="execute_command", risk="low_mutation")
+def not_a_shell(command: str) -> str:
+    """A user's tool that happens to be called `execute_command` and runs no command."""
+    return command
 
 
 def call(name: str, arguments: str = "{}", call_id: str = "c") -> ToolCall:
@@ -28,24 +52,39 @@ class Counting:
 
 
 def test_keys() -> None:
-    assert approval_key(call("execute_command", '{"command": " make\\ttest "}')) == (
-        "execute_command:make test"
+    shell = call("execute_command", '{"command": " make\\ttest "}')
+    assert approval_key(shell, SHELL) == "execute_command:make test"
+    assert approval_key(call("execute_command", "not json"), SHELL) is None
+    assert approval_key(call("execute_command", '{"command": 3}'), SHELL) is None
+    assert approval_key(call("write_file"), write_file) == "write_file"
+    assert approval_key(call("web_fetch"), web_fetch) is None
+    assert approval_key(call("github__create_issue"), create_issue) is None
+    # No tool declares nothing: nothing is remembered.
+    assert approval_key(call("write_file"), None) is None
+
+
+def test_keys_follow_what_the_tool_declares_not_its_name() -> None:
+    """Law 12: the key came from the name (`execute_command`, `web_fetch`, `__`), so a
+    user's script runner was remembered as a whole tool ("always" for one script approved
+    every script), and a tool merely named `execute_command` lost its "always"."""
+    first = call("run_script", '{"script": "make  test"}')
+    assert approval_key(first, run_script) == "run_script:make test"
+    assert approval_key(call("run_script", '{"script": "rm -rf ~"}'), run_script) == (
+        "run_script:rm -rf ~"
     )
-    assert approval_key(call("execute_command", "not json")) is None
-    assert approval_key(call("execute_command", '{"command": 3}')) is None
-    assert approval_key(call("write_file")) == "write_file"
-    assert approval_key(call("web_fetch")) is None
-    assert approval_key(call("github__create_issue")) is None
+    assert approval_key(call("execute_command", '{"command": "ls"}'), not_a_shell) == (
+        "execute_command"
+    )
 
 
 async def test_always_is_remembered_for_its_key_only() -> None:
     inner = Counting(Decision.allow(always=True))
     broker = ApprovalBroker(inner)
-    assert (await broker.approve(call("write_file", call_id="1"), None)).allowed
-    assert (await broker.approve(call("write_file", call_id="2"), None)).allowed
+    assert (await broker.approve(call("write_file", call_id="1"), write_file)).allowed
+    assert (await broker.approve(call("write_file", call_id="2"), write_file)).allowed
     assert inner.asked == ["1"]
     assert broker.remembered == frozenset({"write_file"})
-    assert (await broker.approve(call("edit_file", call_id="3"), None)).allowed
+    assert (await broker.approve(call("edit_file", call_id="3"), edit_file)).allowed
     assert inner.asked == ["1", "3"]
 
 
@@ -53,7 +92,7 @@ async def test_always_for_the_web_is_an_allow_once() -> None:
     inner = Counting(Decision.allow(always=True))
     broker = ApprovalBroker(inner)
     for n in "12":
-        assert (await broker.approve(call("web_fetch", call_id=n), None)).allowed
+        assert (await broker.approve(call("web_fetch", call_id=n), web_fetch)).allowed
     assert inner.asked == ["1", "2"]
     assert broker.remembered == frozenset()
 

@@ -3,17 +3,18 @@ tool, destructive commands in every mode, and how user rules combine with the mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 from itertools import product
 from typing import Any, ClassVar
 
+import mcp_types
 import pytest
 
 from tiller.policy._engine import PolicyEngine, mode_default
 from tiller.policy._risk import PolicyDecision, RiskClass
 from tiller.policy._rules import PolicyRule, PolicyRules
 from tiller.tools._safety import SafetyMode
-from tiller.tools._tool import BaseTool
+from tiller.tools._tool import BaseTool, Capability, ToolOutput
 from tiller.tools.builtin._ask import ask_user
 from tiller.tools.builtin._background import background_process
 from tiller.tools.builtin._files import edit_file, list_dir, read_file, write_file
@@ -23,6 +24,8 @@ from tiller.tools.builtin._search import grep
 from tiller.tools.builtin._shell import execute_command_tool
 from tiller.tools.builtin._tasks import task_create, task_list, task_update
 from tiller.tools.builtin._web import web_fetch
+from tiller.tools.mcp._schema import ArgumentsCheck
+from tiller.tools.mcp._tool import McpTool
 
 R = RiskClass
 M = SafetyMode
@@ -76,12 +79,28 @@ EXPECTED: dict[SafetyMode, dict[RiskClass, str]] = {
 }
 
 
-@dataclass
-class Declared:
+class Declared(BaseTool):
     """A tool that declares its risk, as `@tool(risk=...)` does."""
 
-    risk: str | None
-    read_only: bool = False
+    name = "custom"
+    description = "a tool"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self, risk: str | None, *, read_only: bool = False) -> None:
+        self.risk = risk
+        self.read_only = read_only
+
+
+class RunsCommands(Declared):
+    """A tool that runs the shell command in its `command` argument (`command_of`) and
+    declares a floor for it, as `execute_command` does for a background command."""
+
+    def command_of(self, arguments: Mapping[str, Any]) -> str | None:
+        command = arguments.get("command")
+        return command if isinstance(command, str) else None
+
+
+SHELL = execute_command_tool()
 
 
 def decide(
@@ -97,7 +116,7 @@ def decide(
 
 
 def shell(command: str, mode: SafetyMode = M.ASK, *rules: PolicyRule) -> PolicyDecision:
-    return decide("execute_command", {"command": command}, None, mode, rules)
+    return decide("execute_command", {"command": command}, SHELL, mode, rules)
 
 
 # ── every mode against every risk class ─────────────────────────────────────────
@@ -145,6 +164,28 @@ class McpLike(BaseTool):
         self.risk = risk
 
 
+def mcp_tool(remote: str, *, trust: bool = False, **hints: bool | None) -> McpTool:
+    """A real `McpTool` of a server `github`, as `McpClient` makes it from the server's
+    listing (`hints`: its annotations); nothing is ever sent."""
+
+    async def never(tool: McpTool, args: dict[str, Any], ctx: Any) -> ToolOutput:
+        raise AssertionError("the engine must not call the tool")
+
+    listed = mcp_types.Tool(
+        name=remote,
+        input_schema={"type": "object"},
+        annotations=mcp_types.ToolAnnotations(**hints) if hints else None,
+    )
+    return McpTool(
+        name=f"github__{remote}",
+        server="github",
+        remote=listed,
+        check=ArgumentsCheck(remote, {"type": "object"}),
+        send=never,
+        trust_annotations=trust,
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "tool", "arguments", "risk"),
     [
@@ -182,13 +223,7 @@ class McpLike(BaseTool):
         ("execute_command", execute_command_tool(), {}, R.SHELL_MUTATION),
         (
             "github__list_issues",
-            McpLike("github__list_issues", read_only=True),
-            {},
-            R.EXTERNAL_ACCESS,
-        ),
-        (
-            "github__list_issues",
-            McpLike("github__list_issues", risk="read_only"),
+            mcp_tool("list_issues", read_only_hint=True),
             {},
             R.EXTERNAL_ACCESS,
         ),
@@ -198,8 +233,8 @@ class McpLike(BaseTool):
         ("custom", Declared(None), {}, R.EXTERNAL_ACCESS),
         ("custom", None, {}, R.EXTERNAL_ACCESS),
         ("read_file", Declared("system_install"), {}, R.SYSTEM_INSTALL),
-        ("execute_command", Declared("read_only"), {"command": "rm x"}, R.FILE_MUTATION),
-        ("execute_command", Declared("network"), {"command": "ls"}, R.NETWORK),
+        ("run", RunsCommands("read_only"), {"command": "rm x"}, R.FILE_MUTATION),
+        ("run", RunsCommands("network"), {"command": "ls"}, R.NETWORK),
     ],
 )
 def test_the_risk_of_a_call(
@@ -222,7 +257,7 @@ def test_an_invalid_declared_risk_is_denied() -> None:
 
 
 def test_an_mcp_tool_asks_even_in_full_access() -> None:
-    tool = McpLike("github__list_issues", read_only=True, risk="read_only")
+    tool = mcp_tool("list_issues", read_only_hint=True)
     assert decide(tool.name, {}, tool, M.FULL_ACCESS).kind == "ask"
 
 
@@ -270,10 +305,10 @@ def test_the_denial_names_the_dangerous_part() -> None:
 
 def test_a_known_workspace_keeps_absolute_paths_inside_it() -> None:
     inside = decide(
-        "execute_command", {"command": "rm -rf /ws/build"}, None, M.AUTO, workspace="/ws"
+        "execute_command", {"command": "rm -rf /ws/build"}, SHELL, M.AUTO, workspace="/ws"
     )
     assert inside.kind == "allow"
-    assert decide("execute_command", {"command": "rm -rf /ws/build"}, None, M.AUTO).kind == "deny"
+    assert decide("execute_command", {"command": "rm -rf /ws/build"}, SHELL, M.AUTO).kind == "deny"
 
 
 # ── user rules ──────────────────────────────────────────────────────────────────
@@ -441,3 +476,128 @@ def test_command_rules_only_match_shell_calls() -> None:
     rule = PolicyRule("deny", command="*")
     assert decide("read_file", {"path": "a"}, read_file, M.ASK, (rule,)).kind == "allow"
     assert shell("ls", M.ASK, rule).kind == "deny"
+
+
+# ── law 12: declarations, never names ───────────────────────────────────────────
+
+
+class Undeclared(BaseTool):
+    """A tool that declares nothing, under any name."""
+
+    description = "a tool"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self, name: str, *, read_only: bool = False) -> None:
+        self.name = name
+        self.read_only = read_only
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "task_purge",
+        "read_file",
+        "read_secrets",
+        "list_dir",
+        "web_fetch",
+        "write_file",
+        "background_process",
+        "execute_command",
+        "x__y",
+        "purge_tasks",
+    ],
+)
+def test_a_name_decides_nothing(name: str) -> None:
+    """`task_*`, the built-in names and `__` set the risk before (`task_purge` and
+    `read_file` were read-only, `web_fetch` network, `x__y` external access, and
+    `execute_command` had its `command` argument rated as a shell command); now a tool
+    that declares nothing is external access whatever it is called, and one that
+    declares read-only is read-only whatever it is called."""
+    bare = PolicyEngine().assess(name, {"command": "ls", "action": "list"}, Undeclared(name))
+    assert bare.risk is R.EXTERNAL_ACCESS
+    assert bare.shell is None
+    assert decide(name, {}, Undeclared(name), M.FULL_ACCESS).kind == "ask"
+    reading = Undeclared(name, read_only=True)
+    assert decide(name, {"command": "rm -rf /"}, reading, M.ASK).kind == "allow"
+
+
+def test_a_declaration_that_crashes_is_denied_saying_so() -> None:
+    """Law 3: a `risk_of` that raises rates nothing, so the call is denied, not run."""
+
+    class Fragile(Declared):
+        def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None:
+            raise KeyError("level")
+
+    decision = decide("custom", {}, Fragile(None), M.FULL_ACCESS)
+    assert decision.kind == "deny"
+    assert "could not rate this call (KeyError: 'level')" in decision.reason
+
+
+def test_an_invalid_risk_is_refused_when_the_tool_is_defined() -> None:
+    from tiller.tools import ToolDefinitionError, tool
+
+    with pytest.raises(ToolDefinitionError, match="declares an invalid risk"):
+
+        @tool(risk="kinda_risky")
+        def risky() -> str:
+            """A tool."""
+            return ""
+
+    with pytest.raises(ToolDefinitionError, match="declares an invalid risk"):
+
+        class Risky(BaseTool):
+            name = "risky"
+            risk = "kinda_risky"
+
+    with pytest.raises(ToolDefinitionError, match="not both"):
+
+        @tool(risk="network", risk_of=lambda arguments: R.READ_ONLY)
+        def both() -> str:
+            """A tool."""
+            return ""
+
+
+@pytest.mark.parametrize(
+    ("hints", "trust", "read_only", "risk", "capabilities"),
+    [
+        ({}, False, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        ({"read_only_hint": True}, False, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        (
+            {"read_only_hint": True, "open_world_hint": False},
+            False,
+            False,
+            R.EXTERNAL_ACCESS,
+            "untrusted|send",
+        ),
+        ({"destructive_hint": True}, False, False, R.EXTERNAL_ACCESS, "untrusted|send|destructive"),
+        ({"read_only_hint": True}, True, True, R.READ_ONLY, "untrusted|send"),
+        ({"read_only_hint": True, "open_world_hint": False}, True, True, R.READ_ONLY, ""),
+        (
+            {"read_only_hint": True, "destructive_hint": True},
+            True,
+            False,
+            R.EXTERNAL_ACCESS,
+            "untrusted|send|destructive",
+        ),
+        ({"destructive_hint": False, "open_world_hint": False}, True, False, R.LOW_MUTATION, ""),
+        ({"destructive_hint": False}, True, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        ({"idempotent_hint": True}, True, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+        ({}, True, False, R.EXTERNAL_ACCESS, "untrusted|send"),
+    ],
+)
+def test_an_mcp_tools_annotations_only_raise_its_risk_unless_trusted(
+    hints: dict[str, bool], trust: bool, read_only: bool, risk: RiskClass, capabilities: str
+) -> None:
+    """The server's hints are claims: untrusted, they can add `DESTRUCTIVE` and never
+    lower the risk below external access; trusted (`trust_annotations`), they may."""
+    names = {
+        "untrusted": Capability.UNTRUSTED_INPUT,
+        "send": Capability.EXTERNAL_SEND,
+        "destructive": Capability.DESTRUCTIVE,
+    }
+    expected = Capability.NONE
+    for each in filter(None, capabilities.split("|")):
+        expected |= names[each]
+    tool = mcp_tool("issues", trust=trust, **hints)
+    assert (tool.read_only, tool.risk_of({}), tool.capabilities) == (read_only, risk, expected)
+    assert PolicyEngine().assess(tool.name, {}, tool).risk is risk

@@ -104,3 +104,25 @@ def test_the_sandboxed_shell_sends_nothing_without_the_network() -> None:
     assert Interlock().check(execute_command, BOTH, offline).kind == "allow"
     online = capabilities_of(execute_command, network=True)
     assert Interlock().check(execute_command, BOTH, online).kind == "block"
+
+
+def test_only_a_declared_sandbox_lets_a_send_off_without_the_network() -> None:
+    """The exemption went by name (`execute_command`, `background_process`): a user's
+    sender called `execute_command` counted as no send in a run without the network.
+    Now only `sandboxed` counts, whatever the tool is called."""
+    from tiller.tools import tool
+
+    @tool(name="execute_command", capabilities=Capability.EXTERNAL_SEND, risk="network")
+    def post(text: str) -> str:
+        """Post the text to a web service."""
+        return text
+
+    @tool(name="post_in_jail", capabilities=Capability.EXTERNAL_SEND, sandboxed=True)
+    def jailed(text: str) -> str:
+        """Post the text through the sandbox's network."""
+        return text
+
+    assert capabilities_of(post, network=False) == Capability.EXTERNAL_SEND
+    assert capabilities_of(jailed, network=False) == Capability.NONE
+    assert capabilities_of(jailed, network=True) == Capability.EXTERNAL_SEND
+    assert capabilities_of(None) == Capability.NONE

@@ -25,12 +25,15 @@ from tiller import CancellationToken, Cancelled, UsageError
 from tiller.conversation import ToolCall
 from tiller.events import CustomEvent, Event
 from tiller.phase import Phase
+from tiller.policy import PolicyEngine
 from tiller.tools import (
     Capability,
     ExecContext,
     Execution,
     Outcome,
     Registry,
+    RiskClass,
+    SafetyMode,
     Tool,
 )
 from tiller.tools.mcp import (
@@ -194,7 +197,8 @@ async def test_tools_are_listed_named_and_never_trusted_to_be_read_only(
         for each in mcp.tools:
             assert isinstance(each, Tool)
             assert each.read_only is False
-            assert each.risk == "external_access"
+            assert each.risk is RiskClass.EXTERNAL_ACCESS
+            assert each.risk_of({}) is RiskClass.EXTERNAL_ACCESS
             assert each.capabilities == Capability.UNTRUSTED_INPUT | Capability.EXTERNAL_SEND
             assert each.denial_remedy is not None
             assert each.spec().name == each.name
@@ -211,6 +215,41 @@ async def test_tools_are_listed_named_and_never_trusted_to_be_read_only(
         assert (dotted.outcome, dotted.result.content) == (Outcome.OK, "dotted")
         longest = await runner.run(mcp_tool_name("fx", "x" * 100))
         assert longest.result.content == "long"
+    assert tagged_processes(tag) == []
+
+
+async def test_a_hostile_servers_read_only_claim_buys_nothing_unless_the_user_trusts_it(
+    make_config: MakeConfig, tag: str
+) -> None:
+    """The engine took every `server__tool` for external access by its `__`, and the
+    tool's own `read_only` was ignored; now the tool declares it, from the server's
+    annotations only when the server's config says `trust_annotations = true`. By
+    default `lookup`'s `readOnlyHint` leaves it asked about in every mode."""
+    engine = PolicyEngine()
+    async with asyncio.timeout(HANG_GUARD), McpClient(make_config("fx")) as mcp:
+        lookup = next(t for t in mcp.tools if t.name == "fx__lookup")
+        assert lookup.read_only is False
+        assert engine.decide(lookup.name, {"key": "k"}, lookup, SafetyMode.FULL_ACCESS).kind == (
+            "ask"
+        )
+    trusted = make_config("fx", trust_annotations=True)
+    async with asyncio.timeout(HANG_GUARD), McpClient(trusted) as mcp:
+        by_name = {t.name: t for t in mcp.tools}
+        lookup, echo = by_name["fx__lookup"], by_name["fx__echo"]
+        assert (lookup.read_only, lookup.risk) == (True, RiskClass.READ_ONLY)
+        assert "tiller does not rely on that" not in lookup.description
+        # Trusted or not, its output comes from outside and its arguments leave.
+        assert lookup.capabilities == Capability.UNTRUSTED_INPUT | Capability.EXTERNAL_SEND
+        decision = engine.decide(lookup.name, {"key": "k"}, lookup, SafetyMode.ASK)
+        assert (decision.kind, decision.risk) == ("allow", RiskClass.READ_ONLY)
+        # A tool without hints stays external access: trust adds no claim it never made.
+        assert echo.risk is RiskClass.EXTERNAL_ACCESS
+        assert engine.decide(echo.name, {"text": "x"}, echo, SafetyMode.FULL_ACCESS).kind == "ask"
+        plan = [spec.name for spec in Registry(mcp.tools).specs_for(Phase.PLAN)]
+        assert plan == ["fx__lookup"]
+        runner = Runner(mcp.tools, Path.cwd())
+        answered = await runner.run("fx__lookup", key="k")
+        assert (answered.outcome, answered.result.content) == (Outcome.OK, "value of k")
     assert tagged_processes(tag) == []
 
 

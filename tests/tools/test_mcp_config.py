@@ -91,6 +91,10 @@ def test_config_parses_the_mcp_table(tmp_path: Path) -> None:
             {"servers": {"a": {"command": "x", "startup_timeout": float("inf")}}},
             "mcp.servers.a.startup_timeout",
         ),
+        (
+            {"servers": {"a": {"command": "x", "trust_annotations": "yes"}}},
+            "mcp.servers.a.trust_annotations",
+        ),
         ({"servers": {"a__b": {"command": "x"}}}, "mcp.servers.a__b"),
         ({"servers": {"_a": {"command": "x"}}}, "mcp.servers._a"),
         ({"servers": {"a_": {"command": "x"}}}, "mcp.servers.a_"),
@@ -103,6 +107,14 @@ def test_config_refuses_bad_entries(section: dict[str, Any], key: str) -> None:
         McpServers.from_config(section)
     assert raised.value.key == key
     assert isinstance(raised.value, UsageError)
+
+
+def test_trust_annotations_is_off_unless_the_user_turns_it_on() -> None:
+    """A server's annotations can lower a tool's risk only where the user says so."""
+    servers = McpServers.from_config(
+        {"servers": {"a": {"command": "x"}, "b": {"command": "y", "trust_annotations": True}}}
+    )
+    assert [s.trust_annotations for s in servers] == [False, True]
 
 
 def test_config_built_in_code_is_checked_too() -> None:
@@ -123,7 +135,7 @@ def test_unknown_keys_are_listed_in_the_message() -> None:
         McpServers.from_config({"servers": {"a": {"command": "x", "cmd": "y"}}})
     assert str(raised.value) == (
         "mcp.servers.a.cmd: unknown key; the keys of an MCP server are: "
-        "args, command, cwd, env, startup_timeout, timeout"
+        "args, command, cwd, env, startup_timeout, timeout, trust_annotations"
     )
 
 

@@ -20,6 +20,7 @@ from tiller.tools import (
     Lookup,
     Outcome,
     Registry,
+    ToolDefinitionError,
     ToolError,
     ToolOutput,
     tool,
@@ -84,6 +85,29 @@ def test_duplicate_names_are_refused() -> None:
     with pytest.raises(DuplicateTool, match="'look' is already registered"):
         registry.add(look)
     assert registry.names() == ["look"]
+
+
+def test_a_tool_that_declares_too_little_is_refused_at_registration() -> None:
+    """What a tool may do is read from its declared members (law 12): an object written
+    to the old protocol (no `risk_of`, `runs_on_client`, ...) crashed the loop when it
+    read them; now registration says what is missing and how to get the defaults."""
+
+    class OldStyle:
+        name = "old"
+        description = "a tool"
+        input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+        read_only = True
+        denial_remedy = None
+
+        async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+            return ToolOutput("ran")
+
+    with pytest.raises(ToolDefinitionError) as refused:
+        Registry([OldStyle()])  # type: ignore[list-item]
+    message = str(refused.value)
+    assert message.startswith("'old' is not a tool: it lacks capabilities, plan_scratchpad,")
+    assert "risk_of, paths_of, command_of, spec" in message
+    assert "subclass BaseTool or use @tool" in message
 
 
 def test_copy_is_independent(registry: Registry) -> None:

@@ -138,7 +138,7 @@ class TerminalApprover:
                 shown = ", ".join(f"{k}={v!r}" for k, v in orjson.loads(call.arguments).items())
             except (orjson.JSONDecodeError, AttributeError):
                 shown = _printable(call.arguments)
-            always = approval_key(call) is not None
+            always = approval_key(call, tool) is not None
             choices = "[y]es / [a]lways / [n]o " if always else "[y]es / [n]o "
             self._console.print(
                 Text("? ", style="bold yellow")

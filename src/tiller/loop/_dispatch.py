@@ -33,6 +33,7 @@ from ..tools import (
     Execution,
     InterruptQuestions,
     OutputBudget,
+    Tool,
     TurnSignals,
     question_interrupt_id,
     questions_metadata,
@@ -151,7 +152,8 @@ class ToolDispatch:
 
     def _leaves_for_client(self, call: ToolCall) -> bool:
         """Whether `call` is to a tool the client runs (an AG-UI frontend tool)."""
-        return bool(getattr(self.agent.registry.get(call.name), "runs_on_client", False))
+        tool = self.agent.registry.get(call.name)
+        return tool is not None and tool.runs_on_client is True
 
     def _asks_served_question(self, call: ToolCall) -> bool:
         """Whether `call` is a question that must wait for the person: a served, durable
@@ -251,7 +253,7 @@ class ToolDispatch:
                     continue
                 taint = Interlock.batch_taint(state.taint_flags, seen[:index] + seen[index + 1 :])
                 # A write while a networked background job runs may be a send through it.
-                through = flow.sends_through(tools[index], taint)
+                through = flow.sends_through(tools[index], taint, _arguments_or_empty(call))
                 can = able[index] | Capability.EXTERNAL_SEND if through else able[index]
                 answer = await self.gate.check(call, record, taint, can, through=through)
                 if answer.tool is not None and self._leaves_for_client(call):
@@ -285,7 +287,7 @@ class ToolDispatch:
                         group.create_task(self._run_call(call, tool, executed, signals))
             self._finish_executed(calls, executed, budget, handles, results)
             # What the batch wrote carries the taint; the taint may now stop networked jobs.
-            wrote = any(getattr(tool, "read_only", False) is not True for _, tool in allowed)
+            wrote = any(tool.read_only is not True for _, tool in allowed)
             if watched or flow.watches(state.taint_flags):
                 await flow.after_batch(state.taint_flags, wrote=wrote)
             if self.subagents is not None and any(self.subagents.holds(c.id) for c, _ in allowed):
@@ -490,5 +492,5 @@ def _arguments_or_empty(call: ToolCall) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def _brings_untrusted(tool: Any) -> bool:
-    return bool(getattr(tool, "capabilities", Capability.NONE) & Capability.UNTRUSTED_INPUT)
+def _brings_untrusted(tool: Tool | None) -> bool:
+    return tool is not None and bool(tool.capabilities & Capability.UNTRUSTED_INPUT)

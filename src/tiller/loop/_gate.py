@@ -39,7 +39,7 @@ from ..policy import (
     approval_key,
 )
 from ..state import CallRecord, RunState
-from ..tools import Capability, Registry, SafetyMode
+from ..tools import Capability, Registry, SafetyMode, Tool
 from ._protected_writes import protected_write_refusal
 
 if TYPE_CHECKING:
@@ -148,21 +148,19 @@ class Gate:
             record.refused_by = lookup.refusal
             return GateAnswer(refusal=_lookup_refusal(call.name, lookup.refusal, self._registry))
         tool = lookup.tool
+        arguments = _arguments(call)
+        if arguments is None:
+            # Not a JSON object: the registry answers it with an error, running nothing.
+            return GateAnswer(tool=tool)
         if (
             self._plain_reads
-            and tool.read_only is True
-            and getattr(tool, "risk", None) is None
             and not (capabilities or Capability.NONE) & Capability.EXTERNAL_SEND
-            and "__" not in call.name
+            and _plain_read(tool, arguments)
             and (self._decided is None or self._decided.decision_for(call.id) is None)
         ):
             # A plain read in a run with no rules, hooks or outbox: every mode allows it
             # and nothing else could refuse it, so the per-call work is skipped.
             return GateAnswer(tool=tool, risk=RiskClass.READ_ONLY)
-        arguments = _arguments(call)
-        if arguments is None:
-            # Not a JSON object: the registry answers it with an error, running nothing.
-            return GateAnswer(tool=tool)
         outbox = run_ctx.outbox
         if outbox is not None and outbox.routes(call.name):
             refused = await self._hooks(call, arguments, batch_taint, None, record)
@@ -204,7 +202,7 @@ class Gate:
             # A person already answered this call (a resume): their answer replaces the
             # approver's, whatever the mode says now; the checks above still applied.
             if decided.allowed:
-                key = approval_key(call) if decided.always else None
+                key = approval_key(call, tool) if decided.always else None
                 if key is not None and key not in self._state.always_approved:
                     # "Approve always" from a resume: it holds for the rest of the run,
                     # across later suspensions too (it is in the state).
@@ -219,7 +217,7 @@ class Gate:
             if decision.kind == "allow":
                 return GateAnswer(tool=tool, risk=decision.risk)
             if decision.kind == "classify":
-                vetted = await self._vet(call, arguments, decision)
+                vetted = await self._vet(call, tool, arguments, decision)
                 if vetted is None:
                     return GateAnswer(tool=tool, risk=decision.risk)
                 ask_reason = vetted
@@ -258,15 +256,14 @@ class Gate:
         return GateAnswer(refusal=f"Refused by hook {outcome.hook}: {outcome.reason}", risk=risk)
 
     async def _vet(
-        self, call: ToolCall, arguments: Mapping[str, Any], decision: PolicyDecision
+        self, call: ToolCall, tool: Tool, arguments: Mapping[str, Any], decision: PolicyDecision
     ) -> str | None:
         """Ask the classifier; None if it allows, else the reason a person is asked."""
-        command = arguments.get("command") if call.name == "execute_command" else None
-        paths = tuple(
-            str(value)
-            for key, value in arguments.items()
-            if key in ("path", "paths") and isinstance(value, str)
-        )
+        try:
+            command = tool.command_of(arguments)
+            paths = tuple(p for p in tool.paths_of(arguments) if isinstance(p, str))
+        except Exception:  # the engine rated the call; the classifier only loses detail
+            command, paths = None, ()
         request = VetRequest(
             tool=call.name,
             summary=_summary(call.name, arguments),
@@ -287,7 +284,7 @@ class Gate:
     async def _ask(
         self,
         call: ToolCall,
-        tool: Any,
+        tool: Tool,
         record: CallRecord,
         risk: RiskClass,
         reason: str,
@@ -295,7 +292,7 @@ class Gate:
         remembered: bool = True,
     ) -> GateAnswer:
         approver = self._approver
-        if remembered and approval_key(call) in self._state.always_approved:
+        if remembered and approval_key(call, tool) in self._state.always_approved:
             return GateAnswer(tool=tool, risk=risk)
         if approver is None:
             if self._durable:
@@ -343,9 +340,23 @@ class Gate:
         )
 
 
-def _remedy(tool: Any) -> str:
-    remedy = getattr(tool, "denial_remedy", None)
+def _remedy(tool: Tool) -> str:
+    remedy = tool.denial_remedy
     return f" {remedy}" if remedy else ""
+
+
+def _plain_read(tool: Tool, arguments: Mapping[str, Any]) -> bool:
+    """Whether the call is one the engine could only allow: a read-only tool that
+    declares no other risk for it and runs no shell command. A declaration that cannot
+    be read is no plain read: the engine denies it."""
+    if tool.read_only is not True:
+        return False
+    try:
+        return tool.risk_of(arguments) in (None, RiskClass.READ_ONLY) and (
+            tool.command_of(arguments) is None
+        )
+    except Exception:  # the engine words the refusal
+        return False
 
 
 def _summary(name: str, arguments: Mapping[str, Any]) -> str:

@@ -30,13 +30,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from ..conversation import Taint
 from ..policy import Interlock, capabilities_of
-from ..tools import DEFAULT_SANDBOX, BackgroundJobs, Capability, JobStatus, Sandbox, ToolCtx
+from ..tools import (
+    DEFAULT_SANDBOX,
+    BackgroundJobs,
+    Capability,
+    JobStatus,
+    RiskClass,
+    Sandbox,
+    Tool,
+    ToolCtx,
+)
 from ..tools._file_stamps import Stamps, changed_files, stamp_workspace
 from ..tools._taint_index import TAINT_INDEX, TaintIndex, TaintIndexError
 
@@ -47,8 +56,6 @@ _log = logging.getLogger("tiller.taint")
 _TRIFECTA: Final = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
 #: The index's own files (`taint.json`, its lock and its temporary files).
 _OWN_FILES: Final = f"{TAINT_INDEX.parent.as_posix()}/taint."
-#: Tools that only reach the run's own background jobs (read, wait, stop): never a send.
-_REACHES_ONLY_JOBS: Final = frozenset({"background_process"})
 
 
 def shell_holds_network(tools: ToolCtx, sandbox: Sandbox = DEFAULT_SANDBOX) -> bool:
@@ -176,15 +183,21 @@ class TaintFlow:
                     "private data out"
                 )
 
-    def sends_through(self, tool: Any, taint: Taint) -> str:
-        """What a call to `tool` could send through, on a conversation tainted `taint`:
-        a running background job that holds the network, named; or `""`."""
+    def sends_through(self, tool: Tool | None, taint: Taint, arguments: Mapping[str, Any]) -> str:
+        """What a call to `tool` with `arguments` could send through, on a conversation
+        tainted `taint`: a running background job that holds the network, named; or `""`.
+        A call the tool declares read-only (`read_only`, or `risk_of` is `read_only`:
+        `background_process` reading a job) writes nothing a job could send; an unknown
+        tool (None) runs nothing at all."""
         if not _trifecta(taint) or self._interlock.on_trifecta == "allow":
             return ""
-        if tool is None or getattr(tool, "read_only", False) is True:
+        if tool is None or tool.read_only is True:
             return ""
-        if getattr(tool, "name", None) in _REACHES_ONLY_JOBS:
-            return ""
+        try:
+            if tool.risk_of(arguments) is RiskClass.READ_ONLY:
+                return ""
+        except Exception:  # an unreadable declaration counts as a write (law 3)
+            pass
         jobs = self._networked()
         if not jobs:
             return ""

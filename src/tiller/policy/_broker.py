@@ -5,8 +5,10 @@ it with what every approval needs: a cancelled run ends the wait and the call ne
 (the person is not asked about a call that will never run), and "approve always" is
 remembered for the run under a key *as narrow as the danger*: the whole command,
 whitespace-normalized, for the shell (so approving `pytest -q` never approves
-`pytest -q; rm -rf ~`); the tool's name for other tools; and never for the web or MCP
-tools, whose every call reaches somewhere new.
+`pytest -q; rm -rf ~`) for a tool that runs one (`Tool.command_of`); the tool's name for
+other tools; and never for another tool that sends data out (`Capability.EXTERNAL_SEND`: the
+web, MCP servers, mail), whose every call reaches somewhere new. What the tool declares
+decides, never its name (law 12).
 """
 
 from __future__ import annotations
@@ -17,27 +19,32 @@ import orjson
 
 from ..cancel import CancellationToken
 from ..conversation import ToolCall
+from ..tools import Capability, Tool
 from ._approver import Approver, AskReason, Decision, ExplainedApprover
 
 __all__ = ["ApprovalBroker", "approval_key"]
 
-#: Tools whose calls can never be approved "always": each reaches somewhere new.
-_NEVER_ALWAYS = frozenset({"web_fetch"})
-_SHELL = frozenset({"execute_command"})
 
-
-def approval_key(call: ToolCall) -> str | None:
-    """What "approve always" remembers for `call`, or None if it cannot be remembered."""
-    if call.name in _NEVER_ALWAYS or "__" in call.name:  # the web, MCP (`server__tool`)
+def approval_key(call: ToolCall, tool: Tool | None) -> str | None:
+    """What "approve always" remembers for `call` to `tool`, or None if it cannot be
+    remembered: no tool (nothing declared), or a tool that sends data out and runs no
+    shell command (a shell command is remembered as itself, whatever its tool can do)."""
+    if tool is None:
         return None
-    if call.name in _SHELL:
-        try:
-            command = orjson.loads(call.arguments).get("command")
-        except (orjson.JSONDecodeError, AttributeError):
-            return None
-        if not isinstance(command, str):
-            return None
-        return f"{call.name}:{' '.join(command.split())}"
+    try:
+        arguments = orjson.loads(call.arguments or "{}")
+    except orjson.JSONDecodeError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        arguments = {}
+    try:
+        command = tool.command_of(arguments)
+    except Exception:  # an unreadable declaration remembers nothing (law 3)
+        return None
+    if command is not None:
+        return f"{call.name}:{' '.join(command.split())}" if isinstance(command, str) else None
+    if tool.capabilities & Capability.EXTERNAL_SEND:
+        return None
     return call.name
 
 
@@ -68,7 +75,7 @@ class ApprovalBroker:
         """Ask the approver about `call`; with `remembered` false an earlier "always" does
         not answer (the interlock asks because the conversation changed since then). `why`
         reaches an `ExplainedApprover`, which shows it to the person."""
-        key = approval_key(call)
+        key = approval_key(call, tool)
         if remembered and key is not None and key in self._always:
             return Decision.allow()
         approver = self._approver

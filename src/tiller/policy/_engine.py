@@ -5,22 +5,22 @@ engine answers `Allow`, `Ask` (a person decides), `Classify` (the auto classifie
 turn it into Allow, else Ask) or `Deny`, always with the call's risk class. It is pure
 and synchronous: no I/O, no model, no clock.
 
-**1. The call's risk** (`assess`):
+**1. The call's risk** (`assess`), from what the tool declares (law 12: the name decides
+nothing; see `tiller.tools.Tool`):
 
-- a tool named `server__tool` (MCP): `external_access`, or its declared risk if higher (a
-  server's read-only hint never lowers it);
-- `execute_command`: `classify_command(command)` (`_shell_risk`); `background=true` raises
-  it to at least `process`; a declared risk can only raise it;
-- a tool declaring `risk` (`@tool(risk="network")`): that class;
-- `background_process`: `list`, `read` and `wait` are `read_only` (they watch a command the
-  run was already allowed to start); `stop` and anything else is `process`;
-- `read_file`, `list_dir`, `glob`, `grep`, `ask_user`, `task_*`: `read_only`;
-- `write_file`, `edit_file`, `apply_patch`: `file_mutation`;
-- `web_fetch`, `web_search`: `network`;
+- a tool that runs a shell command (`command_of` gives one, as `execute_command` does):
+  `classify_command(command)` (`_shell_risk`); the risk the tool declares for the call
+  (`risk_of`: `process` for a background command) can only raise it;
+- a tool declaring a risk for the call (`risk_of`, `@tool(risk="network")`): that class
+  (`background_process` declares `read_only` for `list`, `read`, `wait` and `process`
+  for `stop`; the file tools `file_mutation`; `web_fetch` `network`; an MCP tool
+  `external_access` or more, see `tiller.tools.mcp`);
 - any other tool marked `read_only`: `read_only`;
-- any other tool: `external_access` (fail closed: an unknown tool may do anything).
+- any other tool, or an object that is no `Tool`: `external_access` (fail closed: what
+  declares nothing may do anything, so a person is asked).
 
-A tool declaring a risk that is not a `RiskClass` is denied with a message saying so.
+A tool declaring a risk that is not a `RiskClass`, or whose declaration fails for the
+call's arguments, is denied with a message saying so.
 
 **2. Destructive is denied**, in every mode, before any rule: the reason names the part
 of the command that was dangerous. So is a shell command that writes, removes or
@@ -74,10 +74,10 @@ from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from typing import Any, Final
 
+from ..tools._errors import ToolDefinitionError
 from ..tools._jail import PROTECTED_PATHS
 from ..tools._safety import SafetyMode
-from ..tools._tool import ToolError
-from ..tools.builtin._diff import parse_patch
+from ..tools._tool import Tool
 from ._risk import DecisionKind, PolicyDecision, RiskClass
 from ._rules import PolicyRule, PolicyRules
 from ._shell_risk import ShellRisk, classify_command
@@ -112,12 +112,6 @@ _MODE_TABLE: Final[dict[SafetyMode, dict[RiskClass, DecisionKind]]] = {
 _FLOORS: Final = frozenset({R.EXTERNAL_ACCESS, R.SYSTEM_INSTALL})
 _STRICTNESS: Final[dict[DecisionKind, int]] = {_A: 0, _C: 1, _Q: 2, _D: 3}
 
-_SHELL: Final = "execute_command"
-_READ_TOOLS: Final = frozenset({"read_file", "list_dir", "glob", "grep", "ask_user"})
-_FILE_TOOLS: Final = frozenset({"write_file", "edit_file", "apply_patch"})
-_NETWORK_TOOLS: Final = frozenset({"web_fetch", "web_search"})
-_WATCHING: Final = frozenset({"list", "read", "wait"})
-
 
 def mode_default(mode: SafetyMode, risk: RiskClass) -> DecisionKind:
     """What `mode` decides for a call of `risk` when no rule matches (the table above)."""
@@ -126,8 +120,9 @@ def mode_default(mode: SafetyMode, risk: RiskClass) -> DecisionKind:
 
 @dataclass(frozen=True, slots=True)
 class CallRisk:
-    """A call's risk class and why; `shell` is the command's classification for
-    `execute_command`, `paths` the workspace paths the call names (for path rules)."""
+    """A call's risk class and why; `shell` is the classification of the shell command
+    the call runs (`Tool.command_of`), `paths` the workspace paths it names
+    (`Tool.paths_of`, for path rules)."""
 
     risk: RiskClass
     reason: str
@@ -135,42 +130,51 @@ class CallRisk:
     paths: tuple[str, ...] = ()
 
 
-def _call_paths(tool_name: str, arguments: Mapping[str, Any]) -> tuple[str, ...]:
-    if tool_name == "apply_patch":
-        patch = arguments.get("patch")
-        if not isinstance(patch, str):
-            return ()
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    """What a tool declares of one call, read once; `invalid` says why a declaration
+    could not be read (the call is then denied)."""
+
+    risk: RiskClass | None = None
+    command: str | None = None
+    paths: tuple[str, ...] = ()
+    read_only: bool = False
+    invalid: str | None = None
+
+
+def _declared(tool_name: str, tool: Tool | None, arguments: Mapping[str, Any]) -> _Declared:
+    """The tool's declarations for this call (`Tool.risk_of`, `command_of`, `paths_of`,
+    `read_only`). No tool declares nothing. A declaration that is no risk class, or
+    that raises (an object lacking a member of `Tool` too), is `invalid`: law 3, policy
+    fails closed. (No `isinstance(tool, Tool)`: a runtime protocol check costs more than
+    the rest of a read's gate; `Registry.add` checks the members once.)"""
+    if tool is None:
+        return _Declared()
+    try:
+        risk: object = tool.risk_of(arguments)
+        command = tool.command_of(arguments)
+        paths = tuple(tool.paths_of(arguments))
+        read_only = tool.read_only is True
+    except ToolDefinitionError as error:
+        return _Declared(invalid=str(error))
+    except Exception as error:  # a declaration that crashes rates nothing: deny
+        return _Declared(
+            invalid=f"the tool `{tool_name}` could not rate this call "
+            f"({type(error).__name__}: {error}); fix its `risk_of`, `command_of` or `paths_of`"
+        )
+    if risk is not None and not isinstance(risk, RiskClass):
         try:
-            sections = parse_patch(patch)
-        except ToolError:  # an unreadable patch writes nothing: no path to match
-            return ()
-        paths = {p for s in sections for p in (s.old_path, s.new_path) if p is not None}
-        return tuple(sorted(paths))
-    path = arguments.get("path")
-    return (path,) if isinstance(path, str) else ()
-
-
-def _declared(tool: Any) -> RiskClass | None:
-    """The risk class the tool declares (`None`: none, or not a valid one)."""
-    declared = getattr(tool, "risk", None)
-    if declared is None or isinstance(declared, RiskClass):
-        return declared
-    try:
-        return RiskClass.parse(str(declared))
-    except ValueError:
-        return None
-
-
-def _invalid_risk(tool_name: str, tool: Any) -> str | None:
-    """Why the tool's declared risk is no risk class, or `None` if it is fine."""
-    declared = getattr(tool, "risk", None)
-    if declared is None or isinstance(declared, RiskClass):
-        return None
-    try:
-        RiskClass.parse(str(declared))
-    except ValueError as error:
-        return f"the tool `{tool_name}` declares an invalid risk: {error}; fix its `risk`"
-    return None
+            risk = RiskClass.parse(str(risk))
+        except ValueError as error:
+            return _Declared(
+                invalid=f"the tool `{tool_name}` declares an invalid risk: {error}; fix its `risk`"
+            )
+    if command is not None and not isinstance(command, str):
+        return _Declared(
+            invalid=f"the tool `{tool_name}` names a shell command that is no string "
+            f"({command!r}); fix its `command_of`"
+        )
+    return _Declared(risk, command, tuple(p for p in paths if isinstance(p, str)), read_only)
 
 
 def _workspace_parts(path: str, workspace: str | None) -> tuple[str, ...] | None:
@@ -225,44 +229,33 @@ class PolicyEngine:
     def rules(self) -> PolicyRules:
         return self._rules
 
-    def assess(self, tool_name: str, arguments: Mapping[str, Any], tool: Any) -> CallRisk:
-        """The call's risk class (step 1 of the module docstring). Never raises: a tool
-        declaring a risk that is not a `RiskClass` is assessed as external access (and
-        `decide` denies it)."""
-        invalid = _invalid_risk(tool_name, tool)
-        if invalid is not None:
-            return CallRisk(R.EXTERNAL_ACCESS, invalid)
-        declared = _declared(tool)
-        paths = _call_paths(tool_name, arguments)
-        if "__" in tool_name:
-            risk = R.EXTERNAL_ACCESS
-            if declared is not None and declared.rank > risk.rank:
-                risk = declared
-            return CallRisk(
-                risk, f"`{tool_name}` is a tool of an MCP server, outside tiller", paths=paths
-            )
-        if tool_name == _SHELL:
-            call = self._shell(arguments)
-            if declared is not None and declared.rank > call.risk.rank:
-                return CallRisk(declared, f"`{tool_name}` declares the risk {declared.value}")
+    def assess(self, tool_name: str, arguments: Mapping[str, Any], tool: Tool | None) -> CallRisk:
+        """The call's risk class (step 1 of the module docstring), from what `tool`
+        declares. Never raises: a tool whose declaration is invalid is assessed as
+        external access (and `decide` denies it)."""
+        return self._assess(tool_name, arguments, _declared(tool_name, tool, arguments))
+
+    def _assess(
+        self, tool_name: str, arguments: Mapping[str, Any], declared: _Declared
+    ) -> CallRisk:
+        if declared.invalid is not None:
+            return CallRisk(R.EXTERNAL_ACCESS, declared.invalid)
+        risk, paths = declared.risk, declared.paths
+        if declared.command is not None:
+            call = self._shell(declared.command)
+            if risk is not None and risk.rank > call.risk.rank:
+                return CallRisk(
+                    risk,
+                    f"`{tool_name}` rates this call {risk.value}: {call.reason}",
+                    shell=call.shell,
+                )
             return call
-        if declared is not None:
-            return CallRisk(
-                declared, f"`{tool_name}` declares the risk {declared.value}", paths=paths
-            )
-        if tool_name == "background_process":
-            action = arguments.get("action")
-            if action in _WATCHING:
-                return CallRisk(R.READ_ONLY, f"{action}s a background command of this run")
-            return CallRisk(R.PROCESS, "stops a background command")
-        if tool_name in _READ_TOOLS or tool_name.startswith("task_"):
-            return CallRisk(R.READ_ONLY, f"`{tool_name}` only reads", paths=paths)
-        if tool_name in _FILE_TOOLS:
-            shown = ", ".join(f"`{p}`" for p in paths) or "files"
-            return CallRisk(R.FILE_MUTATION, f"`{tool_name}` writes {shown}", paths=paths)
-        if tool_name in _NETWORK_TOOLS:
-            return CallRisk(R.NETWORK, f"`{tool_name}` reaches the network", paths=paths)
-        if getattr(tool, "read_only", False) is True:
+        if risk is not None:
+            if risk is R.FILE_MUTATION:
+                shown = ", ".join(f"`{p}`" for p in paths) or "files"
+                return CallRisk(risk, f"`{tool_name}` writes {shown}", paths=paths)
+            return CallRisk(risk, f"`{tool_name}` declares the risk {risk.value}", paths=paths)
+        if declared.read_only:
             return CallRisk(R.READ_ONLY, f"`{tool_name}` is read-only", paths=paths)
         return CallRisk(
             R.EXTERNAL_ACCESS,
@@ -271,14 +264,14 @@ class PolicyEngine:
         )
 
     def decide(
-        self, tool_name: str, arguments: Mapping[str, Any], tool: Any, mode: SafetyMode
+        self, tool_name: str, arguments: Mapping[str, Any], tool: Tool | None, mode: SafetyMode
     ) -> PolicyDecision:
         """Allow, Ask, Classify or Deny the call in `mode` (the live mode, read when the
-        call is gated). Never raises: a tool with an invalid declared risk is denied."""
-        invalid = _invalid_risk(tool_name, tool)
-        if invalid is not None:
-            return PolicyDecision.deny(R.EXTERNAL_ACCESS, invalid)
-        call = self.assess(tool_name, arguments, tool)
+        call is gated). Never raises: a tool with an invalid declaration is denied."""
+        declared = _declared(tool_name, tool, arguments)
+        if declared.invalid is not None:
+            return PolicyDecision.deny(R.EXTERNAL_ACCESS, declared.invalid)
+        call = self._assess(tool_name, arguments, declared)
         if call.risk is R.DESTRUCTIVE:
             uncertain = "" if call.shell is None or call.shell.uncertain is None else "uncertain, "
             return PolicyDecision.deny(
@@ -292,12 +285,8 @@ class PolicyEngine:
                     f"writes `{hit}`, a protected path no command may change in any mode: "
                     f"{call.reason}",
                 )
-        command = arguments.get("command") if tool_name == _SHELL else None
         match = self._rules.first_match(
-            tool_name,
-            command=command if isinstance(command, str) else None,
-            shell=call.shell,
-            paths=call.paths,
+            tool_name, command=declared.command, shell=call.shell, paths=call.paths
         )
         if match is not None:
             decision = self._by_rule(match[0], match[1], call, mode)
@@ -309,15 +298,9 @@ class PolicyEngine:
 
     # ── internals ────────────────────────────────────────────────────────────────
 
-    def _shell(self, arguments: Mapping[str, Any]) -> CallRisk:
-        command = arguments.get("command")
-        if not isinstance(command, str):
-            return CallRisk(R.SHELL_MUTATION, "`execute_command` without a command string")
+    def _shell(self, command: str) -> CallRisk:
         shell = classify_command(command, workspace=self._workspace)
-        risk, reason = shell.risk, shell.reason
-        if arguments.get("background") is True and risk.rank < R.PROCESS.rank:
-            risk, reason = R.PROCESS, f"runs in the background: {command}"
-        return CallRisk(risk, reason, shell=shell)
+        return CallRisk(shell.risk, shell.reason, shell=shell)
 
     def _protected_write(self, shell: ShellRisk) -> str | None:
         """The first path the command writes that a protected path covers (or that holds

@@ -23,9 +23,11 @@ a run wrote while it held untrusted input carry its taint to later runs that rea
 
 Tool results from untrusted sources can be wrapped and marked as data, so the model reads
 them as quoted text rather than instructions. A taint that cannot be read (a corrupt
-record) counts as untrusted (law 3: fail closed). The sandboxed shell has no network unless
-the run grants it, so without the grant its commands count as neither fetching untrusted
-text nor sending (`capabilities_of`): the sandbox is the boundary.
+record) counts as untrusted (law 3: fail closed). A tool that declares itself `sandboxed`
+(the shell and its background jobs) has no network unless the run grants it, so without
+the grant its calls count as neither fetching untrusted text nor sending
+(`capabilities_of`): the sandbox is the boundary. Only declarations count, never names
+(law 12). No tool at all (an unknown name) runs nothing, so it sends nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Final, Literal
 
 from ..conversation import Taint
 from ..errors import UsageError
-from ..tools import Capability
+from ..tools import Capability, Tool
 
 __all__ = ["Interlock", "InterlockVerdict", "capabilities_of", "taint_names", "taint_of"]
 
@@ -71,18 +73,18 @@ def taint_names(taint: Taint) -> list[str]:
     return names
 
 
-#: Tools whose commands run in the sandbox: without the network grant they can neither
-#: fetch untrusted text nor send anything out, whatever they declare.
-_SANDBOXED: Final = frozenset({"execute_command", "background_process"})
+#: What only the network gives: a sandboxed tool without the grant has neither.
 _NETWORK_ONLY: Final = Capability.UNTRUSTED_INPUT | Capability.EXTERNAL_SEND
 
 
-def capabilities_of(tool: Any, *, network: bool = True) -> Capability:
+def capabilities_of(tool: Tool | None, *, network: bool = True) -> Capability:
     """What `tool` can do in a run that grants the sandbox the network (`network`) or not:
-    its declared capabilities, less what only the network gives for sandboxed tools."""
-    found = getattr(tool, "capabilities", Capability.NONE)
-    declared = found if isinstance(found, Capability) else Capability.NONE
-    if not network and getattr(tool, "name", None) in _SANDBOXED:
+    its declared capabilities, less what only the network gives for tools that declare
+    themselves `sandboxed`."""
+    if tool is None:
+        return Capability.NONE
+    declared = tool.capabilities if isinstance(tool.capabilities, Capability) else Capability.NONE
+    if not network and tool.sandboxed is True:
         return declared & ~_NETWORK_ONLY
     return declared
 
@@ -136,7 +138,7 @@ class Interlock:
 
     def check(
         self,
-        tool: Any,
+        tool: Tool,
         taint: Taint,
         capabilities: Capability | None = None,
         *,
@@ -151,7 +153,7 @@ class Interlock:
             return InterlockVerdict("allow")
         private = bool(taint & Taint.PRIVATE_DATA)
         untrusted = bool(taint & Taint.UNTRUSTED_INPUT)
-        name = getattr(tool, "name", "this tool")
+        name = tool.name
         sends = (
             f"{name} may send data out through {through}" if through else f"{name} sends data out"
         )
@@ -164,7 +166,7 @@ class Interlock:
             )
             if self.on_trifecta == "ask":
                 return InterlockVerdict("ask", reason)
-            remedy = getattr(tool, "denial_remedy", None)
+            remedy = tool.denial_remedy
             alternatives = (
                 "Safe alternatives: show the user what you would send and let them send "
                 "it, or go on without sending."

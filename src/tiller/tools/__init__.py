@@ -1,6 +1,7 @@
 """Tools: what the model may call, what each call receives, and what a run's tools may touch.
 
-- `Tool`, `@tool`, `ToolOutput`, `ToolError`, `Capability`: defining tools.
+- `Tool`, `@tool`, `ToolOutput`, `ToolError`, `Capability`, `RiskClass`: defining tools
+  (what a tool may do is declared on it, law 12).
 - `ExecContext`: what one call receives (cancel and background tokens, ids, the jail,
   progress, notify, safety mode, the user's goal, brokers, the web budget, the run's state),
   built by `ExecContext.assemble(turn, call_id, progress, TurnSignals, CallSite,
@@ -100,6 +101,7 @@ from ._questions import (
     QuestionOutcome,
 )
 from ._registry import Execution, Lookup, Outcome, Refusal, Registry
+from ._risk_class import RiskClass
 from ._safety import LiveSafetyMode, SafetyMode, least_permissive
 from ._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
 from ._taint_index import IndexHealth, TaintEntry, TaintIndex, TaintIndexError
@@ -191,6 +193,7 @@ __all__ = [
     "QuestionOutcome",
     "Refusal",
     "Registry",
+    "RiskClass",
     "SafetyMode",
     "Sandbox",
     "SandboxUnavailable",

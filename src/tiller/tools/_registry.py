@@ -21,9 +21,9 @@ from ..conversation import ToolCall, ToolResult
 from ..errors import Cancelled, InvalidToolArguments
 from ..model._base import ToolSpec
 from ..phase import Phase
-from ._errors import DuplicateTool, PathOutsideJail
+from ._errors import DuplicateTool, PathOutsideJail, ToolDefinitionError
 from ._exec import ExecContext
-from ._tool import Tool, ToolError, ToolOutput
+from ._tool import Tool, ToolError, ToolOutput, missing_members
 
 __all__ = ["Execution", "Lookup", "Outcome", "Refusal", "Registry"]
 
@@ -102,7 +102,17 @@ class Registry:
             self.add(each)
 
     def add(self, tool: Tool) -> None:
-        """Register `tool`; raises `DuplicateTool` if its name is taken."""
+        """Register `tool`; raises `DuplicateTool` if its name is taken, and
+        `ToolDefinitionError` if it lacks a member of `Tool`: what a tool may do is read
+        from those members (law 12), so a tool must declare them all (subclass
+        `BaseTool` or use `@tool` for the defaults)."""
+        missing = missing_members(tool)
+        if missing:
+            shown = getattr(tool, "name", None) or type(tool).__name__
+            raise ToolDefinitionError(
+                f"{shown!r} is not a tool: it lacks {', '.join(missing)}; subclass BaseTool "
+                "or use @tool, which declare the defaults"
+            )
         if tool.name in self._tools:
             raise DuplicateTool(tool.name)
         self._tools[tool.name] = tool
@@ -138,11 +148,7 @@ class Registry:
         # Gate order (DESIGN §3): phase first, then withheld.
         # Plan hides writing tools, except those that may write to the scratchpad (they
         # refuse any other path themselves, through `ExecContext.require_writable`).
-        if (
-            phase is Phase.PLAN
-            and not tool.read_only
-            and not getattr(tool, "plan_scratchpad", False)
-        ):
+        if phase is Phase.PLAN and tool.read_only is not True and tool.plan_scratchpad is not True:
             return "phase"
         if tool.name in withheld:
             return "withheld"

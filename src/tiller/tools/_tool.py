@@ -33,9 +33,9 @@ import inspect
 import re
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Protocol, overload, runtime_checkable
+from typing import Annotated, Any, Final, Protocol, TypeVar, overload, runtime_checkable
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -47,16 +47,24 @@ from ..model._base import ToolSpec
 from ._docstring import parse_docstring
 from ._errors import ToolDefinitionError
 from ._exec import ExecContext
+from ._risk_class import RiskClass
 
 __all__ = [
+    "ArgumentsReader",
+    "TOOL_MEMBERS",
     "BaseTool",
     "Capability",
     "FunctionTool",
     "Tool",
     "ToolError",
     "ToolOutput",
+    "declared_risk",
+    "missing_members",
+    "path_argument",
     "tool",
 ]
+
+_T = TypeVar("_T")
 
 # What OpenAI and Anthropic both accept as a function name.
 _NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -104,13 +112,36 @@ class ToolError(Exception):
         self.message = message
 
 
+#: Reads one call's arguments (the parsed JSON object the model sent, not yet validated).
+ArgumentsReader = Callable[[Mapping[str, Any]], _T]
+
+
 @runtime_checkable
 class Tool(Protocol):
     """What the loop needs of a tool. Implement it directly (or subclass `BaseTool`) for
     tools whose schema is not a Python signature, such as proxies to MCP servers.
 
+    What a tool may do is declared here, as typed members; the policy engine, the gate,
+    the approval broker and the interlock read only these, never the tool's name (law 12):
+
     - `read_only`: the call changes nothing; shown in Plan phase, never needs approval.
-    - `capabilities`: see `Capability`.
+    - `capabilities`: see `Capability`. The one source of what the interlock weighs: a
+      tool *sends* data out iff it has `EXTERNAL_SEND` and *brings untrusted input* iff it
+      has `UNTRUSTED_INPUT` (the bases offer `sends` and `brings_untrusted`, read from it).
+    - `plan_scratchpad`: a writing tool visible in Plan, where it writes only inside the
+      run's scratchpad.
+    - `runs_on_client`: the client runs the call (an AG-UI frontend tool); the server
+      runs nothing.
+    - `sandboxed`: the call's work runs in the run's sandbox, so without the run's network
+      grant it can neither fetch untrusted text nor send (the shell, its jobs).
+    - `risk_of(arguments)`: the call's `RiskClass`, or `None` when the tool declares none
+      (then read-only tools are `read_only` and any other is `external_access`: what is
+      not declared may do anything, so a person is asked).
+    - `paths_of(arguments)`: the workspace paths the call names, for path rules and the
+      protected-path check.
+    - `command_of(arguments)`: the shell command the call runs, or `None`: the engine rates
+      it with the shell classifier (a declared risk can only raise that), path rules see
+      what it writes, and "approve always" remembers the command, not the tool.
     - `denial_remedy`: what the model should do instead when the call is refused
       (appended to the refusal), or `None`.
     - `call(args, ctx)`: `args` is the parsed JSON object the model sent, not yet
@@ -134,11 +165,69 @@ class Tool(Protocol):
     def capabilities(self) -> Capability: ...
 
     @property
+    def plan_scratchpad(self) -> bool: ...
+
+    @property
+    def runs_on_client(self) -> bool: ...
+
+    @property
+    def sandboxed(self) -> bool: ...
+
+    @property
     def denial_remedy(self) -> str | None: ...
+
+    def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None: ...
+
+    def paths_of(self, arguments: Mapping[str, Any]) -> tuple[str, ...]: ...
+
+    def command_of(self, arguments: Mapping[str, Any]) -> str | None: ...
 
     async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput: ...
 
     def spec(self) -> ToolSpec: ...
+
+
+#: Every member of `Tool`, for the check at registration (`Registry.add`).
+TOOL_MEMBERS: Final = (
+    "name",
+    "description",
+    "input_schema",
+    "read_only",
+    "capabilities",
+    "plan_scratchpad",
+    "runs_on_client",
+    "sandboxed",
+    "denial_remedy",
+    "risk_of",
+    "paths_of",
+    "command_of",
+    "call",
+    "spec",
+)
+
+
+def missing_members(tool: object) -> list[str]:
+    """The members of `Tool` that `tool` lacks (none for a tool)."""
+    return [member for member in TOOL_MEMBERS if not hasattr(tool, member)]
+
+
+def declared_risk(risk: RiskClass | str | None, tool_name: str) -> RiskClass | None:
+    """`risk` as a `RiskClass` (a name like `"network"` is parsed); raises
+    `ToolDefinitionError` naming the tool and the classes when it is none of them."""
+    if risk is None or isinstance(risk, RiskClass):
+        return risk
+    try:
+        return RiskClass.parse(str(risk))
+    except ValueError as error:
+        raise ToolDefinitionError(
+            f"the tool {tool_name!r} declares an invalid risk: {error}; fix its `risk`"
+        ) from None
+
+
+def path_argument(arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    """The default `paths_of`: the call's `path` argument, when it is a string."""
+    path = arguments.get("path")
+    return (path,) if isinstance(path, str) else ()
 
 
 class BaseTool:
@@ -154,6 +243,11 @@ class BaseTool:
         async def call(self, args, ctx):
             return ToolOutput(str(args.get("text", "")))
     ```
+
+    Override `risk_of`, `paths_of` or `command_of` when what a call may do depends on
+    its arguments; by default every call has the risk `risk`, names its `path`
+    argument, and runs no shell command. A `risk` that is no `RiskClass` is refused
+    when the class is defined (`ToolDefinitionError`).
     """
 
     name: str
@@ -164,8 +258,37 @@ class BaseTool:
     denial_remedy: str | None = None
     #: Visible in the Plan phase, writing only inside the scratchpad (see `@tool`).
     plan_scratchpad: bool = False
-    #: The risk class for the policy engine, by name (see `@tool`).
-    risk: str | None = None
+    #: The client runs its calls (see `ClientTool`).
+    runs_on_client: bool = False
+    #: Its work runs in the run's sandbox (see `Tool`).
+    sandboxed: bool = False
+    #: The risk of every call, for the policy engine (see `@tool`).
+    risk: RiskClass | str | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.risk = declared_risk(cls.risk, cls.__dict__.get("name", cls.__name__))
+
+    @property
+    def sends(self) -> bool:
+        """It can send data out of the machine (`Capability.EXTERNAL_SEND`)."""
+        return bool(self.capabilities & Capability.EXTERNAL_SEND)
+
+    @property
+    def brings_untrusted(self) -> bool:
+        """Its output may hold untrusted text (`Capability.UNTRUSTED_INPUT`)."""
+        return bool(self.capabilities & Capability.UNTRUSTED_INPUT)
+
+    def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None:
+        """Every call's risk is the class's `risk` (raises `ToolDefinitionError` if an
+        instance set it to something that is no risk class)."""
+        return declared_risk(self.risk, self.name)
+
+    def paths_of(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+        return path_argument(arguments)
+
+    def command_of(self, arguments: Mapping[str, Any]) -> str | None:
+        return None
 
     async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
         raise NotImplementedError
@@ -179,10 +302,13 @@ class FunctionTool:
     """A tool made from a typed function by `@tool`. `function` is the original."""
 
     __slots__ = (
+        "_command_of",
         "_ctx_params",
         "_fields",
         "_is_async",
         "_model",
+        "_paths_of",
+        "_risk_of",
         "_spec",
         "capabilities",
         "denial_remedy",
@@ -193,7 +319,11 @@ class FunctionTool:
         "plan_scratchpad",
         "read_only",
         "risk",
+        "sandboxed",
     )
+
+    #: A function tool runs on the server (see `ClientTool` for the other kind).
+    runs_on_client: Final = False
 
     def __init__(
         self,
@@ -205,7 +335,11 @@ class FunctionTool:
         capabilities: Capability = Capability.NONE,
         denial_remedy: str | None = None,
         plan_scratchpad: bool = False,
-        risk: str | None = None,
+        risk: RiskClass | str | None = None,
+        risk_of: ArgumentsReader[RiskClass | None] | None = None,
+        paths_of: ArgumentsReader[tuple[str, ...]] | None = None,
+        command_of: ArgumentsReader[str | None] | None = None,
+        sandboxed: bool = False,
         localns: dict[str, Any] | None = None,
     ) -> None:
         self.function = function
@@ -226,13 +360,45 @@ class FunctionTool:
         self.capabilities = capabilities
         self.denial_remedy = denial_remedy
         self.plan_scratchpad = plan_scratchpad
-        self.risk = risk
+        self.risk = declared_risk(risk, self.name)
+        if risk_of is not None and risk is not None:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: pass `risk` (every call) or `risk_of` (per call), not both"
+            )
+        self._risk_of = risk_of
+        self._paths_of = paths_of if paths_of is not None else path_argument
+        self._command_of = command_of
+        self.sandboxed = sandboxed
         self._is_async = inspect.iscoroutinefunction(function)
         self._model, self._fields, self._ctx_params = _arguments_model(
             function, self.name, doc.params, localns
         )
         self.input_schema = _clean_schema(self._model.model_json_schema())
         self._spec = ToolSpec(self.name, self.description, self.input_schema)
+
+    @property
+    def sends(self) -> bool:
+        """It can send data out of the machine (`Capability.EXTERNAL_SEND`)."""
+        return bool(self.capabilities & Capability.EXTERNAL_SEND)
+
+    @property
+    def brings_untrusted(self) -> bool:
+        """Its output may hold untrusted text (`Capability.UNTRUSTED_INPUT`)."""
+        return bool(self.capabilities & Capability.UNTRUSTED_INPUT)
+
+    def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None:
+        """The call's risk: `risk_of(arguments)` if given, else `risk`."""
+        if self._risk_of is not None:
+            return self._risk_of(arguments)
+        return self.risk
+
+    def paths_of(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+        """The workspace paths the call names (by default its `path` argument)."""
+        return self._paths_of(arguments)
+
+    def command_of(self, arguments: Mapping[str, Any]) -> str | None:
+        """The shell command the call runs, or `None`."""
+        return self._command_of(arguments) if self._command_of is not None else None
 
     def spec(self) -> ToolSpec:
         """The tool as the model sees it."""
@@ -325,7 +491,11 @@ def tool(
     capabilities: Capability = Capability.NONE,
     denial_remedy: str | None = None,
     plan_scratchpad: bool = False,
-    risk: str | None = None,
+    risk: RiskClass | str | None = None,
+    risk_of: ArgumentsReader[RiskClass | None] | None = None,
+    paths_of: ArgumentsReader[tuple[str, ...]] | None = None,
+    command_of: ArgumentsReader[str | None] | None = None,
+    sandboxed: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -339,7 +509,11 @@ def tool(
     capabilities: Capability = Capability.NONE,
     denial_remedy: str | None = None,
     plan_scratchpad: bool = False,
-    risk: str | None = None,
+    risk: RiskClass | str | None = None,
+    risk_of: ArgumentsReader[RiskClass | None] | None = None,
+    paths_of: ArgumentsReader[tuple[str, ...]] | None = None,
+    command_of: ArgumentsReader[str | None] | None = None,
+    sandboxed: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function, sync or async, into a `FunctionTool`. Bare or with options:
 
@@ -362,9 +536,17 @@ def tool(
       `ExecContext` (any name) receives the call's context and is not in the schema.
     - plan_scratchpad: a writing tool that stays visible in the Plan phase, where it may
       write only inside the run's scratchpad (it must check `ctx.require_writable`).
-    - risk: the tool's risk class for the policy engine (`"file_mutation"`, `"network"`,
-      ... see `tiller.policy.RiskClass`); by default read-only tools are `read_only` and
-      the others are classified by the engine (unknown ones as `external_access`).
+    - risk: the risk class of every call, for the policy engine (a `RiskClass` or its
+      name: `"file_mutation"`, `"network"`, ...); an invalid one raises
+      `ToolDefinitionError`. Without it, read-only tools are `read_only` and any other is
+      `external_access` (a person is asked in every mode): the name never decides.
+    - risk_of: instead of `risk`, a function of the call's arguments giving its risk
+      (for tools whose risk depends on them, like `background_process`'s actions).
+    - paths_of: the workspace paths a call names, for path rules and the protected-path
+      check (by default its `path` argument, if it has one).
+    - command_of: the shell command a call runs, rated by the shell classifier (a
+      declared risk can only raise that rating).
+    - sandboxed: the tool's work runs in the run's sandbox (see `Tool`).
 
     Raises `ToolDefinitionError` at definition time if the function cannot be a tool.
     """
@@ -381,6 +563,10 @@ def tool(
             denial_remedy=denial_remedy,
             plan_scratchpad=plan_scratchpad,
             risk=risk,
+            risk_of=risk_of,
+            paths_of=paths_of,
+            command_of=command_of,
+            sandboxed=sandboxed,
             localns=_caller_locals(),
         )
 

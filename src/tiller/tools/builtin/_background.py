@@ -13,7 +13,8 @@ command output, hence its capabilities: private data, and untrusted input.
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal
 
 import regex as re
 from pydantic import Field
@@ -26,6 +27,7 @@ from .._background import (
     UnknownJob,
 )
 from .._exec import ExecContext
+from .._risk_class import RiskClass
 from .._tool import Capability, ToolError, ToolOutput, tool
 
 __all__ = ["background_process"]
@@ -53,8 +55,19 @@ def _listing(jobs: BackgroundJobs) -> str:
     return "\n".join(lines)
 
 
+#: Actions that only watch a command the run was already allowed to start.
+_WATCHING: Final = frozenset({"list", "read", "wait"})
+
+
+def _risk_of_action(arguments: Mapping[str, Any]) -> RiskClass:
+    """`list`, `read` and `wait` watch (read-only); `stop`, or anything else, is `process`."""
+    return RiskClass.READ_ONLY if arguments.get("action") in _WATCHING else RiskClass.PROCESS
+
+
 @tool(
     capabilities=Capability.PRIVATE_DATA | Capability.UNTRUSTED_INPUT,
+    risk_of=_risk_of_action,
+    sandboxed=True,
     denial_remedy="Leave the background command running and carry on without its output.",
 )
 async def background_process(

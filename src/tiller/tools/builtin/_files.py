@@ -24,6 +24,7 @@ from pydantic import Field
 
 from .._exec import ExecContext
 from .._fs import display_name
+from .._risk_class import RiskClass
 from .._tool import Capability, ToolError, tool
 from ._text import (
     SNIFF_BYTES,
@@ -179,6 +180,7 @@ def _read_window(raw: BinaryIO, shown: str, offset: int, count: int, ctx: ExecCo
 
 @tool(
     plan_scratchpad=True,
+    risk=RiskClass.FILE_MUTATION,
     denial_remedy="Describe the change you would make (the path and the new content) "
     "instead of writing it.",
 )
@@ -219,6 +221,7 @@ def _occurrences(text: str, old: str) -> list[int]:
 
 @tool(
     plan_scratchpad=True,
+    risk=RiskClass.FILE_MUTATION,
     denial_remedy="Describe the edit you would make (the path, the old and the new text) "
     "instead of making it.",
 )

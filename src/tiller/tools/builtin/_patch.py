@@ -11,12 +11,14 @@ the hunk rules live in `_diff`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from .._errors import PathOutsideJail
 from .._exec import ExecContext
+from .._risk_class import RiskClass
 from .._tool import ToolError, tool
 from ._diff import AppliedHunk, FilePatch, apply_hunks, parse_patch, split_lines
 from ._files import encode_content
@@ -184,8 +186,24 @@ def _restore(ctx: ExecContext, done: list[_Change]) -> list[str]:
     return failed
 
 
+def patch_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every file a call's `patch` touches (old and new names), for path rules and the
+    protected-path check; none for a patch that cannot be read (it writes nothing)."""
+    patch = arguments.get("patch")
+    if not isinstance(patch, str):
+        return ()
+    try:
+        sections = parse_patch(patch)
+    except ToolError:
+        return ()
+    paths = {p for s in sections for p in (s.old_path, s.new_path) if p is not None}
+    return tuple(sorted(paths))
+
+
 @tool(
     plan_scratchpad=True,
+    risk=RiskClass.FILE_MUTATION,
+    paths_of=patch_paths,
     denial_remedy="Describe the change you would make (the files and the diff) instead of "
     "applying it.",
 )

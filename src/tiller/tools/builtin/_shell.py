@@ -35,7 +35,8 @@ import codecs
 import contextlib
 import enum
 import os
-from typing import Annotated, Final
+from collections.abc import Mapping
+from typing import Annotated, Any, Final
 
 from pydantic import Field
 
@@ -46,6 +47,7 @@ from .._file_snapshots import snapshot_before_command
 from .._process import Command, describe_exit, spawn
 from .._progress import Progress
 from .._protected_snapshot import ProtectedSnapshot
+from .._risk_class import RiskClass
 from .._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
 from .._tool import Capability, FunctionTool, ToolError, ToolOutput, tool
 
@@ -318,6 +320,23 @@ def _with_note(text: str, note: str) -> str:
     return f"{text}\n{note}" if note else text
 
 
+def _command_of(arguments: Mapping[str, Any]) -> str | None:
+    """The command a call runs: the policy engine rates it with the shell classifier."""
+    command = arguments.get("command")
+    return command if isinstance(command, str) else None
+
+
+def _risk_of_command(arguments: Mapping[str, Any]) -> RiskClass | None:
+    """What the call declares beyond its command's rating: a call without a command
+    string is a shell mutation (nothing to rate), one in the background at least a
+    process; otherwise nothing (the classifier rates the command)."""
+    if not isinstance(arguments.get("command"), str):
+        return RiskClass.SHELL_MUTATION
+    if arguments.get("background") is True:
+        return RiskClass.PROCESS
+    return None
+
+
 def execute_command_tool(sandbox: Sandbox = DEFAULT_SANDBOX) -> FunctionTool:
     """The `execute_command` tool, running commands in `sandbox`."""
 
@@ -326,6 +345,9 @@ def execute_command_tool(sandbox: Sandbox = DEFAULT_SANDBOX) -> FunctionTool:
         capabilities=Capability.PRIVATE_DATA
         | Capability.UNTRUSTED_INPUT
         | Capability.EXTERNAL_SEND,
+        risk_of=_risk_of_command,
+        command_of=_command_of,
+        sandboxed=True,
         denial_remedy="Inspect the workspace with read_file, list_dir, glob and grep instead, "
         "or say which command you would run and why.",
     )

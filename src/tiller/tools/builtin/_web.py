@@ -35,6 +35,7 @@ from ...errors import UsageError
 from .._exec import ExecContext
 from .._fetcher import Fetched, Fetcher
 from .._html import html_to_text
+from .._risk_class import RiskClass
 from .._tool import Capability, ToolOutput, tool
 from .._web_budget import WebBudgetExceeded
 
@@ -54,6 +55,7 @@ ERROR_PREVIEW_CHARS: Final = 2000
 # the interlock counts it as a send (law 3: fail closed).
 @tool(
     capabilities=Capability.UNTRUSTED_INPUT | Capability.EXTERNAL_SEND,
+    risk=RiskClass.NETWORK,
     denial_remedy="Answer from what you already know, or ask the user for the page's content.",
 )
 async def web_fetch(

@@ -341,7 +341,14 @@ class McpClient:
                 continue
             taken[name] = remote.name
             tools.append(
-                McpTool(name=name, server=self.name, remote=remote, check=check, send=self._send)
+                McpTool(
+                    name=name,
+                    server=self.name,
+                    remote=remote,
+                    check=check,
+                    send=self._send,
+                    trust_annotations=self.config.trust_annotations,
+                )
             )
         for each in skipped:
             _logger.warning(

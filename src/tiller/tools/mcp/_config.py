@@ -8,6 +8,7 @@ env = { GITHUB_PERSONAL_ACCESS_TOKEN = "..." }    # added to a minimal inherited
 cwd = "tools/github"                              # relative to the config file's directory
 timeout = 60                                      # seconds one tool call may take
 startup_timeout = 30                              # seconds to start, initialize and list tools
+trust_annotations = false                         # true: the server's read-only hints count
 ```
 
 The table's name is the server's name and the prefix of its tools (`github__create_issue`),
@@ -50,7 +51,15 @@ _SERVER_NAME: Final = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")
 #: Leaves at least 30 of a tool name's 64 characters for the tool's own name.
 MAX_SERVER_NAME: Final = 32
 
-_SERVER_KEYS: Final = ("args", "command", "cwd", "env", "startup_timeout", "timeout")
+_SERVER_KEYS: Final = (
+    "args",
+    "command",
+    "cwd",
+    "env",
+    "startup_timeout",
+    "timeout",
+    "trust_annotations",
+)
 _SECTION_KEYS: Final = ("servers",)
 
 
@@ -95,6 +104,9 @@ class McpServerConfig:
     - `cwd`: the server's working directory (`None`: tiller's).
     - `timeout`: seconds one tool call may take; then it is cancelled on the server too.
     - `startup_timeout`: seconds to start, initialize and list the tools.
+    - `trust_annotations`: whether the server's tool annotations (`readOnlyHint`, ...)
+      may lower a tool's risk below external access (`tiller.tools.mcp.McpTool`); off by
+      default, because a server is not a party that sets its own permissions.
     """
 
     name: str
@@ -104,6 +116,7 @@ class McpServerConfig:
     cwd: Path | None = None
     timeout: float = DEFAULT_MCP_TIMEOUT
     startup_timeout: float = DEFAULT_MCP_STARTUP_TIMEOUT
+    trust_annotations: bool = False
 
     def __post_init__(self) -> None:
         where = f"mcp.servers.{self.name}"
@@ -139,6 +152,11 @@ class McpServerConfig:
             "startup_timeout",
             _check_timeout(self.startup_timeout, f"{where}.startup_timeout"),
         )
+        if not isinstance(self.trust_annotations, bool):
+            raise McpConfigError(
+                f"{where}.trust_annotations",
+                f"must be true or false, not {self.trust_annotations!r}",
+            )
 
     @classmethod
     def from_config(
@@ -182,6 +200,7 @@ class McpServerConfig:
             cwd=cwd,
             timeout=table.get("timeout", DEFAULT_MCP_TIMEOUT),
             startup_timeout=table.get("startup_timeout", DEFAULT_MCP_STARTUP_TIMEOUT),
+            trust_annotations=table.get("trust_annotations", False),
         )
 
 
