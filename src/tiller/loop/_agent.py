@@ -135,7 +135,37 @@ class Agent:
         """Run under `run_ctx`. `conversation` is a prompt, a list of messages, or a
         `RunState` to continue from (its stop cause is cleared). `opening_messages` (AG-UI
         message dicts) are sent as the stream's first `MESSAGES_SNAPSHOT`; by default a
-        continued run sends its conversation so far, and a new one sends none."""
+        continued run sends its conversation so far, and a new one sends none.
+
+        The run steers, switches modes, detaches and spends through `run_ctx.controls`,
+        unless another run is using that context's own controls right now: then it gets
+        fresh ones (`RunControls.for_run`). To reach a run's live parts from outside, pass
+        them: `run_in(ctx.with_controls(controls), ...)`."""
+        # The live controls this run uses (law 13): the context's own, unless another run
+        # is using them now (then fresh ones), or the ones a caller passed on to share.
+        with run_ctx.controls.for_run() as controls:
+            return await self._run_with(
+                # Whatever the run derives while it works shares the run's controls.
+                run_ctx.with_controls(controls.shared_by_all()),
+                conversation,
+                options,
+                on_event=on_event,
+                run_id=run_id,
+                thread_id=thread_id,
+                opening_messages=opening_messages,
+            )
+
+    async def _run_with(
+        self,
+        run_ctx: RunContext,
+        conversation: str | Sequence[UserMessage | AssistantMessage] | RunState,
+        options: RunOptions | None,
+        *,
+        on_event: Callable[[Event], None] | None,
+        run_id: str | None,
+        thread_id: str | None,
+        opening_messages: list[dict[str, Any]] | None,
+    ) -> RunResult:
         options = options if options is not None else RunOptions()
         state = self._initial_state(conversation, run_id, thread_id, run_ctx)
         adapter = _LoopRun(self, run_ctx, options, state, opening_messages)
