@@ -80,8 +80,10 @@ class ToolCtx:
       with its file tools. It is created when the first output is spilled.
     - `output_budget_bytes`: the bytes one turn's tool outputs share (see `OutputBudget`).
     - `shell_timeout`: the longest a shell command may run, in seconds.
-    - `safety`: the run's live safety mode (`LiveSafetyMode`, shared: a change applies to
-      the next call). A new context gets its own, at `ask`.
+    - `safety`: the run's live safety mode (`LiveSafetyMode`: a change applies to the
+      next call). A new `ToolCtx` gets its own, at `ask`; in a `RunContext` it is the
+      switch of the context's `RunControls` (`ctx.controls.safety`), which the context
+      rebinds its tools to (`with_safety_mode(switch)`, a cheap copy).
     - `network`: whether shell commands may use the network (the sandbox shares the host's
       network only when this is granted).
     - `unsandboxed_shell`: the user explicitly accepts running shell commands without the
