@@ -176,6 +176,12 @@ def _builders(other: Path) -> dict[str, Callable[[RunContext], RunContext]]:
     }
 
 
+def test_the_builder_cases_cover_every_builder() -> None:
+    """A builder added to `RunContext` without a case here fails this test."""
+    builders = {name for name in dir(RunContext) if name.startswith("with_")}
+    assert builders <= set(_builders(Path("/"))), builders - set(_builders(Path("/")))
+
+
 @pytest.mark.parametrize("name", sorted(_builders(Path("/"))))
 def test_every_builder_leaves_the_original_as_it_was(
     workspace: Path, tmp_path: Path, name: str
