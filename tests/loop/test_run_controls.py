@@ -439,3 +439,25 @@ async def test_a_subagent_spends_from_its_parent_and_steering_reaches_the_parent
     assert run.result.text == f"parent heard: {STEER}"
     assert child_saw == [""]
     assert controls.budget.turns == 4  # parent 2 + child 2: one purse
+
+
+async def test_agent_run_with_a_cancel_token_runs_the_contexts_own_controls(
+    workspace: Path,
+) -> None:
+    """`agent.run(prompt, context=ctx, cancel=token)` runs *ctx*: a steer pushed to
+    `ctx.queued_input` reaches it and its spending shows in `ctx.budget`, though the
+    token is the caller's."""
+    ctx = RunContext.sandboxed(workspace, AllowAll())
+    token = CancellationToken()
+
+    @tool(read_only=True, name="wait")
+    def steer_it() -> str:
+        """Steer the run."""
+        ctx.queued_input.push(STEER)
+        return "waited"
+
+    agent = Agent(ScriptedModel(_tool_then_answer("done")), [steer_it])
+    result = await agent.run("go", context=ctx, cancel=token)
+    assert result.text == f"done: {STEER}"
+    assert ctx.budget.turns == 2
+    assert ctx.cancel is None  # the context itself is unchanged

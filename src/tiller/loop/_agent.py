@@ -103,7 +103,9 @@ class Agent:
     ) -> RunResult:
         """Run on `prompt`. Without `context`, the run is jailed to `workspace` with
         `approver` (None: calls that need approval are blocked); with no workspace either,
-        to a fresh temporary directory that is removed when the run ends."""
+        to a fresh temporary directory that is removed when the run ends. `cancel` runs
+        `context` under that token, keeping the context's own live controls (its steering
+        queue and budget are the run's)."""
         scratch: Path | None = None
         if context is None:
             if workspace is None:
@@ -112,7 +114,9 @@ class Agent:
         elif workspace is not None or approver is not None:
             raise UsageError("pass either a RunContext or workspace/approver, not both")
         if cancel is not None:
-            context = context.with_cancel(cancel)
+            # The caller's context, run under `cancel`: its own live parts stay the ones
+            # this run uses (not a derived context's fresh ones).
+            context = context.with_controls(context.controls.with_member("cancel", cancel))
         try:
             return await self.run_in(
                 context, prompt, options, on_event=on_event, run_id=run_id, thread_id=thread_id

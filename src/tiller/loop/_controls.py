@@ -162,7 +162,11 @@ class RunControls:
             )
         marks = self.shared | {name} if shared else self.shared - {name}
         changes: dict[str, Any] = {name: value}
-        return replace(self, shared=marks, _occupancy=_Occupancy(), **changes)
+        if name != "cancel":
+            # Other live objects: another set of controls, which another run may take.
+            # (A token is never renewed, so these are still the same controls.)
+            changes["_occupancy"] = _Occupancy()
+        return replace(self, shared=marks, **changes)
 
     def shared_by_all(self) -> RunControls:
         """These very members, every one of them shared: what a run hands to what it
