@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tiller
 import tiller.events
+import tiller.loop
 
 
 def test_all_is_sorted_and_complete() -> None:
-    for module in (tiller, tiller.events):
+    for module in (tiller, tiller.events, tiller.loop):
         assert module.__all__ == sorted(module.__all__, key=lambda n: (not n.isupper(), n))
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name} is listed but missing"
@@ -75,3 +76,9 @@ def test_every_error_a_user_can_meet_has_a_public_import() -> None:
         name for name, cls in defined.items() if cls not in public and name not in _INTERNAL_ERRORS
     )
     assert private_only == [], f"export these from a public namespace: {private_only}"
+
+
+def test_run_controls_are_public_beside_the_run_context() -> None:
+    """Law 13's `RunControls` is exported where `RunContext` is (`tiller.loop`)."""
+    assert "RunControls" in tiller.loop.__all__
+    assert tiller.loop.RunControls is tiller.loop._controls.RunControls

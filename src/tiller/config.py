@@ -130,12 +130,14 @@ class TillerConfig:
             raise ConfigError(f"{where}: {exc}") from exc
 
     def apply(self, run_ctx: RunContext) -> RunContext:
-        """`run_ctx` with this configuration's policy: the safety mode (set on the live
-        mode), the engine's rules, the interlock, the hooks (code's first, then the
-        file's), the outbox routes, the subagent types and where `web_fetch` may connect."""
-        if self.mode is not None:
-            run_ctx.tools.safety.set(self.mode)
+        """A new context: `run_ctx` with this configuration's policy — the safety mode (on
+        a new switch of the new context's own), the engine's rules, the interlock, the
+        hooks (code's first, then the file's), the outbox routes, the subagent types and
+        where `web_fetch` may connect. `run_ctx` itself is left as it was (law 13): its
+        mode, and every run already using it, are untouched."""
         updated = run_ctx.with_interlock(self.interlock).with_hooks(run_ctx.hooks.merge(self.hooks))
+        if self.mode is not None:
+            updated = updated.with_safety_mode(self.mode)
         if self.rules is not None:
             updated = updated.with_policy(
                 PolicyEngine(

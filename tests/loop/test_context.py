@@ -45,12 +45,19 @@ def test_builders_return_new_contexts_and_leave_the_original(workspace: Path) ->
         (base.with_withheld(["a", "b", "a"]), "withheld", frozenset({"a", "b"})),
         (base.with_compact_at(5000), "compact_at_tokens", 5000),
     ]
+    live = {"budget", "cancel", "queued_input"}
     for derived, name, value in changes:
         assert derived is not base
         assert getattr(derived, name) == value
         for field in dataclasses.fields(RunContext):
-            if field.name != name:
+            # The tools are rebound to the derived context's own safety switch, and its
+            # live controls are its own (law 13; `test_run_controls.py`).
+            if field.name not in {name, "controls", "tools"} and name not in {"tools"}:
                 assert getattr(derived, field.name) is getattr(base, field.name), field.name
+        if name != "tools":
+            assert derived.tools.root == base.tools.root
+        if name not in live:
+            assert derived.queued_input is not base.queued_input
     # The original is exactly as it was, field by field (identity, not just equality).
     for field in dataclasses.fields(RunContext):
         assert getattr(base, field.name) is getattr(before, field.name)
@@ -64,13 +71,19 @@ def test_contexts_are_frozen(workspace: Path) -> None:
         context.phase = Phase.PLAN  # type: ignore[misc]
 
 
-def test_budget_and_queue_are_shared_objects_by_design(workspace: Path) -> None:
+def test_live_controls_are_shared_only_where_passed_on(workspace: Path) -> None:
+    """Law 13 (it was the other way round): a derived context's queue and budget are its
+    own; a queue passed on with `with_queued_input` is shared by what is derived."""
     base = RunContext.sandboxed(workspace, AllowAll())
     derived = base.with_phase(Phase.PLAN).with_withheld(["x"])
-    assert derived.budget is base.budget
-    assert derived.queued_input is base.queued_input
+    assert derived.budget is not base.budget
+    assert derived.queued_input is not base.queued_input
     derived.queued_input.push("steer")
-    assert base.queued_input.drain() == ["steer"]
+    assert base.queued_input.drain() == []
+    queue = SteeringQueue()
+    shared = base.with_queued_input(queue).with_phase(Phase.PLAN)
+    shared.queued_input.push("steer")
+    assert queue.drain() == ["steer"]
 
 
 def test_constructors(workspace: Path) -> None:

@@ -77,17 +77,19 @@ async def test_mail_is_folded_after_steering_framed_as_from_its_agent(
     bus: Bus, ctx: RunContext
 ) -> None:
     store = MailboxStore(bus)
+    # The live queue of the context the run is given (law 13: a derived context's own).
+    run_ctx = ctx.with_mailbox(MailboxRoute(bus))
 
     @tool(read_only=True)
     async def wait_a_bit() -> str:
         """Wait."""
-        ctx.queued_input.push(STEER)
+        run_ctx.queued_input.push(STEER)
         await store.send("bob", "the build is green", sender=ALICE, taint=Taint.NONE)
         return "waited"
 
     model = ScriptedModel([call("wait_a_bit"), "Done."])
     agent = Agent(model, [wait_a_bit], name="bob")
-    run = await drive(agent, "Wait for news.", ctx.with_mailbox(MailboxRoute(bus)))
+    run = await drive(agent, "Wait for news.", run_ctx)
     assert run.result.stop_cause is StopCause.COMPLETED
     folded = UserMessage(
         text=f"{STEER}\n\n[message from agent alice] the build is green",

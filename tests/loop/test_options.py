@@ -309,3 +309,13 @@ async def test_refusal_keywords_check_the_latest_user_text(ctx: RunContext) -> N
     )
     assert run.result.stop_cause is StopCause.REFUSED
     assert run.messages == [UserMessage(text="hello\n\nnow do something forbidden")]
+
+
+def test_options_keep_their_own_guardrails_when_given_a_list() -> None:
+    """Break (law 13's sibling): `RunOptions(guardrails=[...])` kept the caller's list, so
+    appending to it later changed the options of every run that shared them."""
+    mine: list[Guardrail] = [RefusalKeywords(["nope"])]
+    options = RunOptions(guardrails=mine)
+    mine.append(RefusalKeywords(["later"]))
+    assert len(options.guardrails) == 1
+    assert isinstance(options.guardrails, tuple)

@@ -221,7 +221,9 @@ async def test_steering_taken_just_before_a_cancel_is_kept_in_the_state(
     from tiller.cancel import CancellationToken
 
     token = CancellationToken()
-    queue = ctx.queued_input
+    # Passed on, so both runs (the cancelled one and its continuation) read this queue.
+    queue = SteeringQueue()
+    ctx = ctx.with_queued_input(queue)
     model = ScriptedModel(
         [{"tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}}]}, "unused"]
     )

@@ -28,11 +28,11 @@ from rich.text import Text
 
 from ..conversation import AssistantMessage, ToolCall, UserMessage
 from ..events import Event
-from ..loop import Agent, Budget, Pricing, RunContext
+from ..loop import Agent, Budget, Pricing, RunContext, RunControls
 from ..model import ScriptedModel
 from ..model.scripted import TurnInfo
 from ..policy import Approver, Decision, PolicyEngine, PolicyRules
-from ..tools import SafetyMode, Tool, coding_tools, private_copy
+from ..tools import LiveSafetyMode, SafetyMode, Tool, coding_tools, private_copy
 from ..tools._sandbox import Sandbox
 from ..tools.builtin._shell import execute_command_tool
 from ..tools.builtin._tasks import task_create, task_list, task_update
@@ -273,12 +273,16 @@ async def run_demo(
         pricing={"scripted:demo-coder": Pricing(input=3.0, output=15.0)},
     )
     approver: Approver = ScriptedDemoApprover(console)
-    run_ctx = RunContext(tools=tools, budget=budget).with_policy(
-        PolicyEngine(PolicyRules.from_config(DEMO_POLICY), workspace=tools.root)
+    # The run's live parts, passed on (law 13): the steering a person types reaches it
+    # through every context derived below.
+    controls = RunControls(budget=budget, safety=LiveSafetyMode(SafetyMode.FULL_ACCESS))
+    run_ctx = (
+        RunContext(tools=tools)
+        .with_controls(controls)
+        .with_policy(PolicyEngine(PolicyRules.from_config(DEMO_POLICY), workspace=tools.root))
     )
-    run_ctx.tools.safety.set(SafetyMode.FULL_ACCESS)
     if interactive:
-        lines = LineRouter(asyncio.get_running_loop(), run_ctx.queued_input)
+        lines = LineRouter(asyncio.get_running_loop(), controls.steering)
         lines.start()
         approver = TerminalApprover(console, lines)
     run_ctx = run_ctx.with_approver(approver)
@@ -293,7 +297,7 @@ async def run_demo(
             steps += 1
             if steer and steps == 3:
                 console.print(Text(f"(a person types) {STEERING}", style="magenta"))
-                run_ctx.queued_input.push(STEERING)
+                controls.steering.push(STEERING)
 
     console.rule("[bold]tiller demo: a coding agent on a private copy of a small project")
     console.print(Text(f"workspace {tools.root}", style="dim"))

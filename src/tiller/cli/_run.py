@@ -30,7 +30,7 @@ from ..cancel import CancellationToken
 from ..conversation import ToolCall
 from ..errors import Cancelled
 from ..events import Event
-from ..loop import Budget, DetachSwitch, RunContext, RunOptions, SteeringQueue
+from ..loop import Budget, DetachSwitch, RunContext, RunControls, RunOptions, SteeringQueue
 from ..pinned_policy import PinnedPolicy, with_store_protected
 from ..policy import AllowAll, Approver, AskReason, Decision, NoOneToAsk, approval_key
 from ..state import StopCause
@@ -334,19 +334,19 @@ async def run_task(
         approver = NoOneToAsk("rerun with --yes to allow it, or with a store to approve later")
     cancel = CancellationToken()
     budget = Budget(max_turns=max_turns, max_cost_usd=max_cost)
+    # The run's live parts, passed on deliberately (law 13): what the terminal types,
+    # detaches, cancels and shows the spending of is this run's.
+    controls = RunControls(steering=queue, detach=detach, cancel=cancel, budget=budget)
     run_ctx = pinned.apply(
         RunContext(
             tools=ToolCtx(workspace, network=network, unsandboxed_shell=unsandboxed_shell),
             approver=approver,
-            budget=budget,
-            cancel=cancel,
-            queued_input=queue,
             questions=questions,
-            detach=detach,
-        )
+        ).with_controls(controls)
     )
     if mode is not None:
-        run_ctx.tools.safety.set(SafetyMode.parse(mode))
+        # `--mode` wins over the file's: a new switch of this run's own, at that mode.
+        run_ctx = run_ctx.with_safety_mode(SafetyMode.parse(mode))
     agent = coding_agent_web(model) if web else coding_agent(model)
     view = RunView(console, budget=budget)
     interrupts = 0

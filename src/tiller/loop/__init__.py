@@ -6,6 +6,7 @@ from ._agent_ref import load_agent, options_from, policy_of, record_policy, run_
 from ._budget import Budget, Pricing
 from ._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
 from ._context import RunContext
+from ._controls import RunControls
 from ._detach import DetachSwitch
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
 from ._mailbox_route import MailboxRoute, RunMailbox
@@ -54,6 +55,7 @@ __all__ = [
     "ResumeReplayBlocked",
     "ReviewPolicy",
     "RunContext",
+    "RunControls",
     "RunMailbox",
     "RunOptions",
     "RunResult",

@@ -105,8 +105,10 @@ class Agent:
     ) -> RunResult:
         """Run on `prompt`. Without `context`, the run is jailed to `workspace` with
         `approver` (None: calls that need approval are blocked); with no workspace either,
-        to a fresh temporary directory that is removed when the run ends. `transformers`
-        builds the run's stream transformers (see `run_in`)."""
+        to a fresh temporary directory that is removed when the run ends. `cancel` runs
+        `context` under that token, keeping the context's own live controls (its steering
+        queue and budget are the run's). `transformers` builds the run's stream
+        transformers (see `run_in`)."""
         scratch: Path | None = None
         if context is None:
             if workspace is None:
@@ -115,7 +117,9 @@ class Agent:
         elif workspace is not None or approver is not None:
             raise UsageError("pass either a RunContext or workspace/approver, not both")
         if cancel is not None:
-            context = context.with_cancel(cancel)
+            # The caller's context, run under `cancel`: its own live parts stay the ones
+            # this run uses (not a derived context's fresh ones).
+            context = context.with_controls(context.controls.with_member("cancel", cancel))
         try:
             return await self.run_in(
                 context,
@@ -150,7 +154,39 @@ class Agent:
         `transformers` is a factory called once for this run, returning the transformers
         its events pass through before the verifier (and so before `on_event`, the event
         log and any client): `lambda: [FilterToolCalls.deny(["secret"])]`. A factory, not
-        a list, because transformers keep per-run state."""
+        a list, because transformers keep per-run state.
+
+        The run steers, switches modes, detaches and spends through `run_ctx.controls`,
+        unless another run is using that context's own controls right now: then it gets
+        fresh ones (`RunControls.for_run`). To reach a run's live parts from outside, pass
+        them: `run_in(ctx.with_controls(controls), ...)`."""
+        # The live controls this run uses (law 13): the context's own, unless another run
+        # is using them now (then fresh ones), or the ones a caller passed on to share.
+        with run_ctx.controls.for_run() as controls:
+            return await self._run_with(
+                # Whatever the run derives while it works shares the run's controls.
+                run_ctx.with_controls(controls.shared_by_all()),
+                conversation,
+                options,
+                on_event=on_event,
+                run_id=run_id,
+                thread_id=thread_id,
+                opening_messages=opening_messages,
+                transformers=transformers,
+            )
+
+    async def _run_with(
+        self,
+        run_ctx: RunContext,
+        conversation: str | Sequence[UserMessage | AssistantMessage] | RunState,
+        options: RunOptions | None,
+        *,
+        on_event: Callable[[Event], None] | None,
+        run_id: str | None,
+        thread_id: str | None,
+        opening_messages: list[dict[str, Any]] | None,
+        transformers: TransformerFactory | None,
+    ) -> RunResult:
         options = options if options is not None else RunOptions()
         chain = transformers_of(transformers)
         state = self._initial_state(conversation, run_id, thread_id, run_ctx)

@@ -68,6 +68,17 @@ class Budget:
     def turns_only(cls, max_turns: int) -> Budget:
         return cls(max_turns=max_turns)
 
+    def unspent(self) -> Budget:
+        """The same ceilings, reserve and pricing with nothing spent: the budget policy of
+        this one for another run (a sibling's spending must not show in this ledger)."""
+        return Budget(
+            max_turns=self.max_turns,
+            max_output_tokens=self.max_output_tokens,
+            max_cost_usd=self.max_cost_usd,
+            final_answer_reserve=self.final_answer_reserve,
+            pricing=self.pricing,
+        )
+
     def exceeded(self) -> StopCause | None:
         """The first ceiling reached (turns, then tokens, then cost), or None."""
         if self.max_turns is not None and self.turns + self.turns_in_flight >= self.max_turns:

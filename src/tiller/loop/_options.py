@@ -80,6 +80,8 @@ class RunOptions:
     loop_guard_repeats: int | None = 3
 
     def __post_init__(self) -> None:
+        # A value: a list the caller keeps (and appends to later) must not change it.
+        object.__setattr__(self, "guardrails", tuple(self.guardrails))
         if self.max_steps < 1:
             raise UsageError("max_steps must be at least 1")
         if self.max_response_bytes < 1:

@@ -168,8 +168,7 @@ async def resume(
             # What is not data in the checkpoint (the workspace's rules, hooks, interlock
             # and outbox routes), put back by the caller; the run's own mode still wins.
             mode = run_ctx.tools.safety.mode
-            run_ctx = configure(run_ctx)
-            run_ctx.tools.safety.set(mode)
+            run_ctx = configure(run_ctx).with_safety_mode(mode)
     if options is None:
         options = options_from(state)
     if loaded is not None:

@@ -58,6 +58,7 @@ from ..state import RunState, StopCause
 from ..tools import LiveSafetyMode, Tool, ToolError, least_permissive
 from ..tools.builtin import AGENT_TOOL, SubagentReport
 from ._agui_messages import agui_messages
+from ._controls import RunControls
 from ._detach import DetachSwitch
 from ._detached_subagents import DetachedSubagents, until_detached
 from ._steering import SteeringQueue
@@ -343,15 +344,16 @@ class Subagents:
         run_ctx = self._parent.run_ctx
         ceiling = kind.safety_ceiling
         mode = least_permissive(run_ctx.tools.safety.mode, ceiling)
-        return dataclasses.replace(
-            run_ctx,
-            tools=run_ctx.tools.with_safety_mode(LiveSafetyMode(mode, ceiling=ceiling)),
-            cancel=token,
-            queued_input=SteeringQueue(),
-            questions=None,
+        # Passed on deliberately (law 13): the parent's budget (one for the run tree,
+        # law 7) and a child of its token; the child's own steering, detach and switch.
+        controls = RunControls(
+            steering=SteeringQueue(),
+            safety=LiveSafetyMode(mode, ceiling=ceiling),
             detach=DetachSwitch(),
-            mailbox=None,
+            cancel=token,
+            budget=run_ctx.budget,
         )
+        return run_ctx.with_controls(controls).with_questions(None).with_mailbox(None)
 
 
 class _SubagentView(AgUiContext[Any]):

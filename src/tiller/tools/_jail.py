@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final
 
@@ -80,8 +80,10 @@ class ToolCtx:
       with its file tools. It is created when the first output is spilled.
     - `output_budget_bytes`: the bytes one turn's tool outputs share (see `OutputBudget`).
     - `shell_timeout`: the longest a shell command may run, in seconds.
-    - `safety`: the run's live safety mode (`LiveSafetyMode`, shared: a change applies to
-      the next call). A new context gets its own, at `ask`.
+    - `safety`: the run's live safety mode (`LiveSafetyMode`: a change applies to the
+      next call). A new `ToolCtx` gets its own, at `ask`; in a `RunContext` it is the
+      switch of the context's `RunControls` (`ctx.controls.safety`), which the context
+      rebinds its tools to (`with_safety_mode(switch)`, a cheap copy).
     - `network`: whether shell commands may use the network (the sandbox shares the host's
       network only when this is granted).
     - `unsandboxed_shell`: the user explicitly accepts running shell commands without the
@@ -166,9 +168,11 @@ class ToolCtx:
 
         The spill dir moves to the new root's default too: a spill dir shared between
         runs would let one run (an eval case, a batch item) read another's output. The
-        new jail gets its own live safety mode, starting at this one's current mode.
+        new jail gets its own live safety mode, starting at this one's current mode, under
+        the same ceiling (a subagent's jail never loosens what its type allows).
         """
-        return self._replace(workspace, spill_dir=None, safety=LiveSafetyMode(self.safety.mode))
+        switch = LiveSafetyMode(self.safety.mode, ceiling=self.safety.ceiling)
+        return self._replace(workspace, spill_dir=None, safety=switch)
 
     def with_spill_dir(self, spill_dir: str | os.PathLike[str]) -> ToolCtx:
         """The same policy, spilling to `spill_dir` (for example outside the jail, so the
@@ -186,7 +190,15 @@ class ToolCtx:
     def with_safety_mode(self, mode: SafetyMode | LiveSafetyMode) -> ToolCtx:
         """The same policy under another safety mode (a `LiveSafetyMode` is shared as is;
         a `SafetyMode` starts a new live one)."""
-        return self._replace(safety=mode)
+        switch = mode if isinstance(mode, LiveSafetyMode) else LiveSafetyMode(mode)
+        if switch is self.safety:
+            return self
+        # Every other field is already checked: a copy, not a new jail (a `RunContext`
+        # rebinds its tools to each derived context's own switch, so this is hot).
+        copy = object.__new__(ToolCtx)
+        for name in _FIELDS:
+            object.__setattr__(copy, name, switch if name == "safety" else getattr(self, name))
+        return copy
 
     def with_network(self, granted: bool = True) -> ToolCtx:
         """The same policy, with shell commands allowed (or not) to use the network."""
@@ -290,6 +302,9 @@ class ToolCtx:
         except ValueError:
             return str(p)
         return rel.as_posix() if rel.parts else "."
+
+
+_FIELDS: Final = tuple(f.name for f in fields(ToolCtx))
 
 
 def _protected_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
