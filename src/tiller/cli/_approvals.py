@@ -324,10 +324,13 @@ async def _records_for(
 def _decision(record: HeldApproval) -> ResumeDecision:
     from ..loop import ResumeDecision
 
+    # Bound to the call the person was shown (law 10): the run applies it to that call only.
     if record.status == "approved":
-        return ResumeDecision.approved(record.edited_arguments)
+        decision = ResumeDecision.approved(record.edited_arguments)
+        return decision.bound_to(record.tool, record.arguments)
     if record.status == "denied":
-        return ResumeDecision.rejected(record.decision_reason or "no reason given")
+        decision = ResumeDecision.rejected(record.decision_reason or "no reason given")
+        return decision.bound_to(record.tool, record.arguments)
     raise UsageError(f"{record.id} is {record.status}: it cannot be used to resume the run")
 
 

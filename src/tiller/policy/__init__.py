@@ -15,7 +15,6 @@ from ._approver import (
     AllowAll,
     Approver,
     Callback,
-    DecidedApprover,
     Decision,
     NoOneToAsk,
     ReadOnly,
@@ -31,6 +30,7 @@ from ._classifier import (
     VetVerdict,
     find_injection_marker,
 )
+from ._decided import CallDecision, DecidedApprover
 from ._engine import CallRisk, PolicyEngine, mode_default
 from ._hook_events import (
     DEFAULT_HOOK_TIMEOUT,
@@ -58,6 +58,7 @@ __all__ = [
     "Approver",
     "AutoClassifier",
     "CallRisk",
+    "CallDecision",
     "Callback",
     "ClassifierBudget",
     "DecidedApprover",
