@@ -342,8 +342,10 @@ async def _resume(
 
     from ..loop import resume
     from ..pinned_policy import restore_pinned_policy
-    from ..store import AlreadyResumed
+    from ..state import StopCause
+    from ..store import AlreadyResumed, ApprovalStore
     from ._pinned import pinned_agent
+    from ._run import _print_held
 
     run_id = next(iter(records.values())).run_id
     decisions = {call_id: _decision(record) for call_id, record in records.items()}
@@ -374,7 +376,12 @@ async def _resume(
         raise
     finally:
         view.close()
-    return _summary(console, result)
+    code = _summary(console, result)
+    if result.stop_cause is StopCause.SUSPENDED:
+        # The calls it holds now are new calls, with records of their own: name them.
+        held = await ApprovalStore(bus).for_run(result.state.run_id)
+        _print_held(console, held, result.state.run_id, None)
+    return code
 
 
 def _summary(console: Console, result: RunResult) -> int:
