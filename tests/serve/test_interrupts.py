@@ -195,8 +195,8 @@ def test_the_pausing_snapshot_keeps_results_of_calls_that_did_not_wait(
     messages, interrupt = _paused(url, "t1", "r1", "go")
     roles = [(m["role"], m.get("toolCallId")) for m in messages]
     # The read ran and the client saw its result: the snapshot keeps it; the write waits.
-    assert roles == [("user", None), ("assistant", None), ("tool", "call-1-0")]
-    assert interrupt["toolCallId"] == "call-1-1"
+    assert roles == [("user", None), ("assistant", None), ("tool", "r1-call-1")]
+    assert interrupt["toolCallId"] == "r1-call-2"
     events = post_run(
         url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve"})])
     )
