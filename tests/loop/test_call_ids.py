@@ -185,3 +185,25 @@ async def test_edited_arguments_are_the_decided_ones(tmp_path: Path) -> None:
         assert lines(workspace) == ["edited"]
         (ran,) = all_calls(done.state.messages)
         assert ran.id == pending.id and ran.parsed_arguments() == {"text": "edited"}
+
+
+async def test_a_conversation_holding_the_runs_ids_is_numbered_past(ctx: RunContext) -> None:
+    """A run given a conversation that already holds `r1-call-1` (a client sending a run
+    id again, a state without its counters) numbers its calls past it, so no two calls
+    share an id."""
+    from tiller.conversation import ToolCall, ToolResult, UserMessage
+
+    earlier = ToolCall(id="r1-call-1", name="append", arguments='{"text": "before"}')
+    conversation = [
+        UserMessage(text="go"),
+        AssistantMessage(id="r1-msg-1", tool_calls=(earlier,)),
+        UserMessage(
+            tool_results=(ToolResult(call_id="r1-call-1", name="append", content="ok"),),
+            text="again",
+        ),
+    ]
+    model = ScriptedModel([{"tool_calls": [call("now")]}, "done"])
+    run = await drive(Agent(model, [append]), conversation, ctx)
+    assert [c.id for c in all_calls(run.messages)] == ["r1-call-1", "r1-call-2"]
+    assistant_ids = [m.id for m in run.messages if isinstance(m, AssistantMessage)]
+    assert len(set(assistant_ids)) == len(assistant_ids)
