@@ -50,14 +50,17 @@ class CallDecision:
 
 class DecidedApprover:
     """A person's decisions for some calls (a resume's), by runtime call id, then another
-    approver.
+    approver. A bare `Decision` (not bound to a tool and arguments) answers whichever call
+    first comes under its id, and is spent there like any other.
 
     The gate asks `has_decision(call)` / `mismatch(call)` and takes the decision with
     `spend(call)`: once taken, it is gone. For a call with no decision the gate goes on
     with `then` like any run: with no approver and a store, that call is held again (the
     run suspends once more) rather than blocked."""
 
-    def __init__(self, decisions: Mapping[str, CallDecision], then: Approver | None) -> None:
+    def __init__(
+        self, decisions: Mapping[str, CallDecision | Decision], then: Approver | None
+    ) -> None:
         self._decisions = dict(decisions)
         self.then = then
 
@@ -69,7 +72,7 @@ class DecidedApprover:
         """Why the decision under `call`'s id is not applied to it (it was made for
         another tool or other arguments), or None (no decision, or it fits)."""
         bound = self._decisions.get(call.id)
-        if bound is None or bound.fits(call):
+        if not isinstance(bound, CallDecision) or bound.fits(call):
             return None
         return (
             f"the decision given for call {call.id} was for {_short(bound.describe())}, "
@@ -81,6 +84,8 @@ class DecidedApprover:
         """The decision made for exactly this call, removed so it answers nothing else;
         a decision under its id that does not fit is discarded too (it answers no call)."""
         bound = self._decisions.pop(call.id, None)
+        if isinstance(bound, Decision):
+            return bound
         if bound is None or not bound.fits(call):
             return None
         return bound.decision
