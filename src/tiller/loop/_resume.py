@@ -7,7 +7,9 @@ two racing processes cannot both continue it (`AlreadyResumed`), refuses while a
 (`ResumeReplayBlocked`, until a person marks it), and continues the loop: completed calls
 are not run again, approved calls run through the gate with the person's decision in place
 of the approver (edited arguments are validated against the tool's schema like any
-others), rejected ones answer "Denied by the user: ...". The resumed stream starts with a
+others), rejected ones answer "Denied by the user: ...". Each decision is keyed by the
+call's runtime id and bound to its tool and canonical arguments (law 10): it answers that
+call once, and a call it does not fit is held again. The resumed stream starts with a
 `MESSAGES_SNAPSHOT`, so the results refer to calls the client knows.
 
 A process that never saw the run's code resumes it from the checkpoint alone:
