@@ -17,8 +17,9 @@ turns:
 The stream it produces is shaped like a real provider's, so consumers exercise the same code
 paths: text arrives word by word (or in the `chunks` given), tool call arguments arrive in a
 few fragments, usage is reported, and every stream ends with `Finish`. Nothing depends on
-time or chance: call ids are `call-{turn}-{index}` (turns count from 1, indexes from 0, as
-in the stream), and usage defaults to an estimate from the text lengths.
+time or chance: the call ids it streams are `call-{turn}-{index}` (turns count from 1,
+indexes from 0, as in the stream; they are the "provider's" ids: the loop gives each call
+the run's own), and usage defaults to an estimate from the text lengths.
 """
 
 from __future__ import annotations
