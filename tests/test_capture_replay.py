@@ -230,7 +230,7 @@ async def test_a_tool_that_returns_something_else_diverges_at_the_next_step(
     # Call 7 asked for `lookup(7)`; its result is among the new messages of call 8.
     assert_failed_with(run, 8)
     assert run.result.error is not None
-    assert "call-7-0 (lookup)" in run.result.error
+    assert "run-capture-call-7 (lookup)" in run.result.error
     assert "'entry 7: ok'" in run.result.error and "'entry 7: MOVED'" in run.result.error
     diff = run.result.error.splitlines()  # a unified diff of the new messages follows
     assert any(line.startswith("-") and '"entry 7: ok"' in line for line in diff)
@@ -255,7 +255,7 @@ async def test_a_changed_agent_with_another_tool_diverges_naming_the_step(
     # result the model reads at step 2 is a refusal instead of the recorded entry.
     assert_failed_with(run, 2)
     assert run.result.error is not None
-    assert "call-1-0 (lookup)" in run.result.error
+    assert "run-capture-call-1 (lookup)" in run.result.error
     assert "Unknown tool 'lookup'" in run.result.error
 
 
@@ -485,3 +485,52 @@ async def test_a_redactor_that_raises_drops_the_record_not_the_run(
     assert len(captures[RUN_ID].model_calls) == 3
     assert captures[RUN_ID].tool_results == []  # dropped, never stored unredacted
     assert any("redactor failed" in r.getMessage() for r in caplog.records)
+
+
+def _as_before_runtime_ids(message: dict[str, Any], provider: dict[str, str]) -> dict[str, Any]:
+    """A message as a capture made before runtime call ids holds it: every call and result
+    under the provider's id, and no `provider_id`."""
+    message = dict(message)
+    if "tool_calls" in message:
+        calls = []
+        for call in message["tool_calls"]:
+            call = {k: v for k, v in call.items() if k != "provider_id"}
+            call["id"] = provider[call["id"]]
+            calls.append(call)
+        message["tool_calls"] = calls
+    if "tool_results" in message:
+        message["tool_results"] = [
+            {**r, "call_id": provider[r["call_id"]]} for r in message["tool_results"]
+        ]
+    return message
+
+
+async def test_a_capture_from_before_runtime_call_ids_still_replays(ctx: RunContext) -> None:
+    """Calls now carry the runtime's id (law 10); a capture recorded when they carried the
+    provider's still replays, strictly, to the same answers."""
+    original, capture = await captured(4, ctx)
+    provider = {
+        call.id: call.provider_id
+        for message in original.result.state.messages
+        for call in getattr(message, "tool_calls", ())
+    }
+    assert len(provider) == 3 and all(provider.values())
+    legacy = Capture(
+        capture.run_id,
+        [
+            dataclasses.replace(
+                record,
+                new_messages=[_as_before_runtime_ids(m, provider) for m in record.new_messages],
+                response=_as_before_runtime_ids(record.response, provider),
+            )
+            if isinstance(record, ModelCallRecord)
+            else record
+            for record in capture.records
+        ],
+    )
+    assert legacy.model_calls[1].new_messages != capture.model_calls[1].new_messages
+    replay = ReplayModel(legacy)
+    again = await drive(replay, ctx, options(4))
+    assert replay.mismatches == [] and replay.remaining == 0
+    assert again.result.state.messages == original.result.state.messages
+    assert again.wire == original.wire

@@ -128,6 +128,29 @@ def test_run_takes_mcp_tools_and_policy_from_the_workspaces_tiller_toml(tmp_path
     assert "stop cause  suspended" in held.stdout and "fx__echo" in held.stdout
 
 
+#: The approving process's agent: its model goes on from the conversation (a YAML script
+#: would start over in a new process, and its first call is then a new call, held again).
+GOES_ON = """
+from tiller.loop import Agent
+from tiller.model import ScriptedModel
+from tiller.tools import builtin
+
+
+def _next(messages, info):
+    results = getattr(messages[-1], "tool_results", ()) if messages else ()
+    if not results:
+        write = {"path": "a.txt", "content": "x"}
+        return {"tool_calls": [{"name": "write_file", "arguments": write}]}
+    if results[0].name == "write_file":
+        return {"tool_calls": [{"name": "read_file", "arguments": {"path": "prod.env"}}]}
+    return "Done."
+
+
+def agent():
+    return Agent(ScriptedModel(_next), [builtin.read_file, builtin.write_file])
+"""
+
+
 def test_approving_in_another_process_keeps_the_workspaces_policy(tmp_path: Path) -> None:
     """Found in review: the approving process rebuilt the run without the workspace's
     tiller.toml, so a deny rule stopped applying after `tiller approve`."""
@@ -139,15 +162,16 @@ def test_approving_in_another_process_keeps_the_workspaces_policy(tmp_path: Path
     )
     script = tmp_path / "script.yaml"
     script.write_text(
-        "turns:\n"
-        "  - tool_calls: [{name: write_file, arguments: {path: a.txt, content: x}}]\n"
-        "  - tool_calls: [{name: read_file, arguments: {path: prod.env}}]\n"
-        "  - Done.\n"
+        "turns:\n  - tool_calls: [{name: write_file, arguments: {path: a.txt, content: x}}]\n"
     )
+    (tmp_path / "goes_on_agent.py").write_text(GOES_ON)
     store = f"sqlite:///{tmp_path / 'store.db'}"
     held = tiller("run", "go", "-m", f"scripted:{script}", "-w", str(workspace), "--store", store)
     (approval_id,) = re.findall(r"tiller approve (ap-[0-9a-f]+)", held.stdout)
-    approved = tiller("approve", approval_id, "--store", store)
+    approved = tiller(
+        "approve", approval_id, "--agent", "goes_on_agent:agent", "--store", store, cwd=tmp_path
+    )
     assert approved.returncode == 0, approved.stdout + approved.stderr
     assert "hunter2" not in approved.stdout
     assert "Blocked by policy" in approved.stdout
+    assert "stop cause  completed" in approved.stdout

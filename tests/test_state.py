@@ -81,7 +81,7 @@ def test_a_full_state_round_trips_through_json() -> None:
 
 def test_the_json_carries_its_schema_version() -> None:
     raw = orjson.loads(full_state().to_json())
-    assert raw["schema_version"] == 1
+    assert raw["schema_version"] == 2
     assert raw["stop_cause"] == "suspended"
     assert raw["phase"] == "plan"
     assert raw["messages"][1]["role"] == "assistant"
@@ -97,14 +97,14 @@ def test_defaults() -> None:
     assert RunState.from_json(state.to_json()) == state
 
 
-@pytest.mark.parametrize("version", [0, 2, 99])
+@pytest.mark.parametrize("version", [0, 3, 99])
 def test_another_schema_version_is_refused(version: int) -> None:
     raw = orjson.loads(full_state().to_json())
     raw["schema_version"] = version
     with pytest.raises(RunStateError) as caught:
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
-        f"run state schema version {version} is not supported (this tiller reads version 1)"
+        f"run state schema version {version} is not supported (this tiller reads versions 1, 2)"
     )
 
 
@@ -232,3 +232,21 @@ def test_a_state_without_checklist_history_answers_its_checklist() -> None:
     tasks = [{"id": "t1", "subject": "a", "status": "pending"}]
     state = RunState(run_id="r", thread_id="t", tasks=tasks)
     assert state.checklist_at(0) == tasks
+
+
+def test_a_version_1_state_is_read_and_migrated() -> None:
+    """Version 2 added `ToolCall.provider_id` (law 10): a version 1 checkpoint, whose call
+    ids were the provider's, still loads; its calls keep their ids, with no provider id."""
+    raw = orjson.loads(full_state().to_json())
+    raw["schema_version"] = 1
+    for message in raw["messages"]:
+        for call in message.get("tool_calls", ()):
+            del call["provider_id"]
+    loaded = RunState.from_json(orjson.dumps(raw))
+    assert loaded.schema_version == 2
+    calls = [c for m in loaded.messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    assert calls and all(c.provider_id == "" for c in calls)
+    original = [
+        c for m in full_state().messages if isinstance(m, AssistantMessage) for c in m.tool_calls
+    ]
+    assert [c.id for c in calls] == [c.id for c in original]

@@ -34,6 +34,7 @@ __all__ = [
     "TranscriptError",
     "Usage",
     "UserMessage",
+    "canonical_json_text",
     "check_transcript",
     "pending_tool_calls",
 ]
@@ -48,15 +49,39 @@ class _Frozen(BaseModel):
 
 
 class ToolCall(_Frozen):
-    """A call the model asked for; `arguments` is the JSON text exactly as the model wrote it."""
+    """A call the model asked for; `arguments` is the JSON text exactly as the model wrote it.
+
+    `id` is the runtime's (`{run_id}-call-{n}`, law 10): the transcript, the AG-UI stream,
+    the store and every decision name the call by it. `provider_id` is what the provider
+    called it, kept only to talk to that provider (`model._wire_ids`); it may be empty or
+    repeated, which is why nothing else may key on it. Empty for calls that never came
+    from a provider (and for calls stored before runtime ids, whose `id` is the provider's).
+    """
 
     id: str
     name: str
     arguments: str = "{}"
+    provider_id: str = ""
 
     def parsed_arguments(self) -> Any:
         """The arguments as JSON (raises `orjson.JSONDecodeError` if they are not JSON)."""
         return orjson.loads(self.arguments or "{}")
+
+    def canonical_arguments(self) -> str:
+        """The arguments as canonical JSON (sorted keys, no whitespace), what a decision is
+        bound to: two spellings of the same arguments are one call, any change is another.
+        Text that is not JSON is its own canonical form."""
+        return canonical_json_text(self.arguments)
+
+
+def canonical_json_text(text: str) -> str:
+    """`text` (JSON) re-encoded canonically: sorted keys, no whitespace; text that is not
+    JSON comes back unchanged."""
+    try:
+        value = orjson.loads(text or "{}")
+    except orjson.JSONDecodeError:
+        return text
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
 class ToolResult(_Frozen):

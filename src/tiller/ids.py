@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = ["RunIds"]
 
 
@@ -41,3 +43,17 @@ class RunIds:
         self._messages = max(self._messages, counters.get("msg", 0))
         self._calls = max(self._calls, counters.get("call", 0))
         self._subagents = max(self._subagents, counters.get("sub", 0))
+
+    def skip(self, ids: Iterable[str]) -> None:
+        """Go on past every id in `ids` this allocator would hand out: a conversation given
+        to a run may already hold some (a client that sent a run id again, a state whose
+        counters were not stored), and no id may name two things (law 10)."""
+        counters = self.counters()
+        start = len(self.prefix) + 1
+        for value in ids:
+            if not value.startswith(f"{self.prefix}-"):
+                continue
+            kind, _, number = value[start:].rpartition("-")
+            if kind in counters and number.isdigit():
+                counters[kind] = max(counters[kind], int(number))
+        self.restore(counters)

@@ -4,8 +4,9 @@ The loop is a function of `RunState` plus the run's contexts: nothing a resume w
 lives only in local variables. At every step boundary the state is complete, so
 suspending is persisting it and resuming is loading it (durable runs build on this).
 
-Serialization is pydantic JSON with a `schema_version`; `RunState.from_json` refuses a
-version it does not know, with a message saying which it found.
+Serialization is pydantic JSON with a `schema_version`; `RunState.from_json` reads the
+versions of the ledger below (an older one is migrated as it is read) and refuses any
+other, with a message saying which it found.
 """
 
 from __future__ import annotations
@@ -30,7 +31,15 @@ __all__ = [
     "StopCause",
 ]
 
-SCHEMA_VERSION = 1
+#: The schema-version ledger: what each version changed, and how an older state is read.
+#:
+#: 1 → 2: a tool call carries `provider_id`, the provider's id, beside `id`, now always the
+#:        runtime's (`{run_id}-call-{n}`, law 10). A version 1 call has no `provider_id`
+#:        (its `id` was the provider's, and stays its id): it reads as `provider_id=""`,
+#:        and the codecs send its `id` back, as before.
+SCHEMA_VERSION = 2
+#: Every version `from_json` reads.
+READABLE_VERSIONS = (1, 2)
 
 
 class RunStateError(TillerError):
@@ -303,9 +312,12 @@ class RunState(BaseModel):
             state = cls.model_validate_json(data)
         except ValidationError as exc:
             raise RunStateError(f"the run state is not valid: {exc}") from exc
-        if state.schema_version != SCHEMA_VERSION:
+        if state.schema_version not in READABLE_VERSIONS:
+            readable = ", ".join(str(version) for version in READABLE_VERSIONS)
             raise RunStateError(
                 f"run state schema version {state.schema_version} is not supported "
-                f"(this tiller reads version {SCHEMA_VERSION})"
+                f"(this tiller reads versions {readable})"
             )
+        # Migrated as read (see the ledger): saved again, it is the current version.
+        state.schema_version = SCHEMA_VERSION
         return state

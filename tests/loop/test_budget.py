@@ -90,7 +90,7 @@ async def test_turn_ceiling_with_reserve_makes_one_toolless_final_call(ctx: RunC
     nudge = final.messages[-1]
     assert isinstance(nudge, UserMessage)
     assert nudge.text == FINAL_ANSWER_NUDGE
-    assert [r.call_id for r in nudge.tool_results] == ["call-2-0"]
+    assert [r.call_id for r in nudge.tool_results] == ["r1-call-2"]
     assert result.text == "I found: seen."
     assert "final answer" in [e.get("stepName") for e in run.wire]
     assert result.turns == 3

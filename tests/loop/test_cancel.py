@@ -199,7 +199,7 @@ async def test_cancel_after_one_call_completed_mid_stream(ctx: RunContext) -> No
     assert_cancelled(run)
     assert run.messages[-1] == AssistantMessage(id="r1-msg-1", text="Two files.")
     started = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_START"]
-    assert started == ["c1"]
+    assert started == ["r1-call-1"]
     assert ran == []
 
 
@@ -235,12 +235,12 @@ async def test_cancel_during_tool_execution(ctx: RunContext) -> None:
     assert len(model.requests) == 1
     results = run.results()
     assert [(r.call_id, r.content, r.is_error) for r in results] == [
-        ("call-1-0", "fast done", False),
-        ("call-1-1", "The run was cancelled before this call finished.", True),
+        ("r1-call-1", "fast done", False),
+        ("r1-call-2", "The run was cancelled before this call finished.", True),
     ]
     calls = run.result.state.calls
-    assert (calls["call-1-0"].status, calls["call-1-1"].status) == ("completed", "failed")
-    assert [entry.call_id for entry in run.result.tool_trace] == ["call-1-0", "call-1-1"]
+    assert (calls["r1-call-1"].status, calls["r1-call-2"].status) == ("completed", "failed")
+    assert [entry.call_id for entry in run.result.tool_trace] == ["r1-call-1", "r1-call-2"]
     # No model call was cut: the usage is all there.
     assert run.result.usage_complete is True
     assert run.result.text == "Both."
@@ -271,7 +271,7 @@ async def test_cancel_on_a_tool_progress_event(ctx: RunContext) -> None:
     assert_cancelled(run)
     assert run.results()[0].content == "The run was cancelled before this call finished."
     assert run.custom("tiller.progress") == [
-        {"toolCallId": "call-1-0", "kind": "status", "message": "compiling", "fraction": 0.5}
+        {"toolCallId": "r1-call-1", "kind": "status", "message": "compiling", "fraction": 0.5}
     ]
     assert run.result.error is None
 
@@ -315,7 +315,7 @@ async def test_cancel_while_the_batch_is_gated(ctx: RunContext) -> None:
     ]
     assert [e.refused_by for e in run.result.tool_trace] == [None, "user", None]
     shown = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"]
-    assert shown == ["call-1-1"]
+    assert shown == ["r1-call-2"]
 
 
 async def test_cancel_while_the_approver_decides(ctx: RunContext) -> None:
@@ -345,7 +345,7 @@ async def test_cancel_while_the_approver_decides(ctx: RunContext) -> None:
         cancel_when(asked, token),
     )
     assert_cancelled(run)
-    assert [r.call_id for r in run.results()] == ["call-1-0", "call-1-1"]
+    assert [r.call_id for r in run.results()] == ["r1-call-1", "r1-call-2"]
     assert all(r.is_error for r in run.results())
     assert {record.status for record in run.result.state.calls.values()} == {"failed"}
 

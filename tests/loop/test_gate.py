@@ -81,8 +81,8 @@ async def test_plan_phase_hides_and_refuses_writing_tools(ctx: RunContext) -> No
         ("look", None, False, False),
         ("write_note", "phase", True, True),
     ]
-    assert run.result.state.calls["call-1-1"].refused_by == "phase"
-    assert run.result.state.calls["call-1-1"].status == "failed"
+    assert run.result.state.calls["r1-call-2"].refused_by == "phase"
+    assert run.result.state.calls["r1-call-2"].status == "failed"
     assert run.result.state.phase is Phase.PLAN
 
 
@@ -181,7 +181,7 @@ async def test_read_only_calls_never_reach_the_approver(workspace: Path) -> None
 
     context = RunContext.sandboxed(workspace, Callback(approve))
     run, _ = await gate(context, "look", "write_note", "look")
-    assert asked == [("call-1-1", "write_note")]
+    assert asked == [("r1-call-2", "write_note")]
     assert [r.content for r in run.results()] == ["seen", "noted", "seen"]
 
 

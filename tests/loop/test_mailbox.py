@@ -93,7 +93,7 @@ async def test_mail_is_folded_after_steering_framed_as_from_its_agent(
     assert run.result.stop_cause is StopCause.COMPLETED
     folded = UserMessage(
         text=f"{STEER}\n\n[message from agent alice] the build is green",
-        tool_results=(ToolResult(call_id="call-1-0", name="wait_a_bit", content="waited"),),
+        tool_results=(ToolResult(call_id="r1-call-1", name="wait_a_bit", content="waited"),),
     )
     assert model.requests[1].messages[-1] == folded
     (delivered,) = await store.list("bob")

@@ -180,8 +180,8 @@ async def test_a_continued_run_never_reuses_a_message_id(ctx: RunContext) -> Non
     assert snapshot["type"] == "MESSAGES_SNAPSHOT"
     roles = [m["role"] for m in snapshot["messages"]]
     assert roles == ["user", "assistant", "tool"]
-    assert snapshot["messages"][1]["toolCalls"][0]["id"] == "c1"
-    assert snapshot["messages"][2]["toolCallId"] == "c1"
+    assert snapshot["messages"][1]["toolCalls"][0]["id"] == "r1-call-1"
+    assert snapshot["messages"][2]["toolCallId"] == "r1-call-1"
 
 
 async def test_a_plan_continued_under_execute_records_the_new_phase(ctx: RunContext) -> None:

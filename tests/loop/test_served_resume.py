@@ -63,7 +63,7 @@ async def test_a_call_to_a_client_tool_ends_the_run_with_it_open(tmp_path: Path)
     agent = Agent(model, [builtin.read_file, banner])
     result = await agent.run_in(RunContext.sandboxed(tmp_path), "go")
     assert result.stop_cause is StopCause.COMPLETED
-    assert result.state.client_calls == ["call-1-0"]
+    assert result.state.client_calls == [f"{result.state.run_id}-call-1"]
     # The server-side call ran (its result went out as an event); the client's did not.
     assert [entry.name for entry in result.tool_trace] == ["read_file"]
 

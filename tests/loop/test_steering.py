@@ -45,7 +45,7 @@ async def test_steering_is_folded_into_the_tool_results_message(ctx: RunContext)
     assert run.result.stop_cause is StopCause.COMPLETED
     folded = UserMessage(
         text=STEER,
-        tool_results=(ToolResult(call_id="call-1-0", name="weather", content="Oslo: 68F"),),
+        tool_results=(ToolResult(call_id="r1-call-1", name="weather", content="Oslo: 68F"),),
     )
     request = model.requests[1]
     assert request.messages[-1] == folded
@@ -110,7 +110,7 @@ async def test_several_messages_and_parallel_results_fold_into_one(ctx: RunConte
     run = await drive(agent, "go", ctx)
     last = model.requests[1].messages[-1]
     assert isinstance(last, UserMessage)
-    assert [r.call_id for r in last.tool_results] == ["call-1-0", "call-1-1"]
+    assert [r.call_id for r in last.tool_results] == ["r1-call-1", "r1-call-2"]
     assert last.text == "first\n\nsecond\n\nfirst\n\nsecond"
     assert len(run.custom("tiller.queued_input")) == 4
 

@@ -49,17 +49,17 @@ async def test_the_whole_stream_of_a_two_turn_run(ctx: RunContext) -> None:
         # they are complete JSON.
         {
             "type": "TOOL_CALL_START",
-            "toolCallId": "call-1-0",
+            "toolCallId": "r-call-1",
             "toolCallName": "add",
             "parentMessageId": "r-msg-1",
         },
-        {"type": "TOOL_CALL_ARGS", "toolCallId": "call-1-0", "delta": '{"a":1,"b":2}'},
-        {"type": "TOOL_CALL_END", "toolCallId": "call-1-0"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "r-call-1", "delta": '{"a":1,"b":2}'},
+        {"type": "TOOL_CALL_END", "toolCallId": "r-call-1"},
         {"type": "TEXT_MESSAGE_END", "messageId": "r-msg-1"},
         {
             "type": "TOOL_CALL_RESULT",
             "messageId": "r-msg-3",
-            "toolCallId": "call-1-0",
+            "toolCallId": "r-call-1",
             "content": "3",
             "role": "tool",
         },
@@ -98,11 +98,13 @@ async def test_the_whole_stream_of_a_two_turn_run(ctx: RunContext) -> None:
         id="r-msg-1",
         text="Adding now",
         reasoning=(Reasoning(text="Simple sum.", signature="sig-1"),),
-        tool_calls=(ToolCall(id="call-1-0", name="add", arguments='{"a":1,"b":2}'),),
+        tool_calls=(
+            ToolCall(id="r-call-1", name="add", arguments='{"a":1,"b":2}', provider_id="call-1-0"),
+        ),
     )
     (entry,) = result.tool_trace
     assert (entry.call_id, entry.name, entry.arguments, entry.turn) == (
-        "call-1-0",
+        "r-call-1",
         "add",
         '{"a":1,"b":2}',
         1,

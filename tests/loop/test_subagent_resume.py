@@ -126,13 +126,13 @@ async def test_a_held_call_in_a_child_suspends_the_parent_and_resumes_under_the_
     }
     assert closed["r1-sub-1"]["outcome"] == {
         "type": "suspended",
-        "interruptIds": ["approve-c-append"],
+        "interruptIds": ["approve-r1-sub-1-call-1"],
     }
     assert closed["r1-sub-2"]["result"]["text"] == "peek: (empty)"
     # The parent's interrupt is the child's, naming it.
     (interrupt,) = wire[-1]["outcome"]["interrupts"]
-    assert interrupt["id"] == "approve-c-append"
-    assert interrupt["toolCallId"] == "c-append"
+    assert interrupt["id"] == "approve-r1-sub-1-call-1"
+    assert interrupt["toolCallId"] == "r1-sub-1-call-1"
     assert interrupt["subagentRunId"] == "r1-sub-1"
     # The closing snapshot lets a client show the call it is asked about.
     snapshot = [e for e in wire if e["type"] == "MESSAGES_SNAPSHOT"][-1]["messages"]
@@ -142,22 +142,22 @@ async def test_a_held_call_in_a_child_suspends_the_parent_and_resumes_under_the_
         if m.get("subagentRunId") == "r1-sub-1"
         for c in m.get("toolCalls", ())
     ]
-    assert child_calls == ["c-append"]
+    assert child_calls == ["r1-sub-1-call-1"]
     # The checkpoint carries the child's state; the person's record names the child's call.
     stored = (await CheckpointStore(bus).load("r1")).state
-    assert list(stored.children) == ["p-write"]
-    assert stored.children["p-write"].run_id == "r1-sub-1"
+    assert list(stored.children) == ["r1-call-1"]
+    assert stored.children["r1-call-1"].run_id == "r1-sub-1"
     assert_round_trips(stored)
     (held,) = await ApprovalStore(bus).for_run("r1")
-    assert (held.call_id, held.tool) == ("c-append", "append")
-    assert [c.id for c in stored.waiting_calls()] == ["c-append"]
+    assert (held.call_id, held.tool) == ("r1-sub-1-call-1", "append")
+    assert [c.id for c in stored.waiting_calls()] == ["r1-sub-1-call-1"]
 
     resumed: list[Event] = []
     ctx = RunContext.sandboxed(workspace).with_store(bus)
     done = await resume(
         agent_def.build_agent(),
         "r1",
-        {"c-append": ResumeDecision.approved()},
+        {"r1-sub-1-call-1": ResumeDecision.approved()},
         run_ctx=ctx,
         on_event=resumed.append,
         run_id="r2",
@@ -170,14 +170,14 @@ async def test_a_held_call_in_a_child_suspends_the_parent_and_resumes_under_the_
     wire = assert_valid_stream(resumed)
     started = [e for e in wire if e["type"] == "SUBAGENT_STARTED"]
     assert [(e["subagentRunId"], e["parentToolCallId"]) for e in started] == [
-        ("r1-sub-1", "p-write")
+        ("r1-sub-1", "r1-call-1")
     ]
     results = {e["toolCallId"]: e for e in wire if e["type"] == "TOOL_CALL_RESULT"}
-    assert results["c-append"]["subagentRunId"] == "r1-sub-1"
-    assert results["c-append"]["content"] == "appended hello"
-    assert "subagentRunId" not in results["p-write"]
+    assert results["r1-sub-1-call-1"]["subagentRunId"] == "r1-sub-1"
+    assert results["r1-sub-1-call-1"]["content"] == "appended hello"
+    assert "subagentRunId" not in results["r1-call-1"]
     # The reader finished before the pause: its answer is given again, it is not re-run.
-    assert results["p-read"]["content"].startswith("peek: (empty)")
+    assert results["r1-call-2"]["content"].startswith("peek: (empty)")
     # Usage: the parent's includes both children, across both runs.
     assert done.usage.requests == 2 + 2 + 2
 
@@ -188,13 +188,13 @@ async def test_decisions_address_the_childs_calls_not_the_agent_call(
     bus = await open_bus("memory://")
     await start(agent_def.build_agent(), bus, tmp_path / "ws", [])
     ctx = RunContext.sandboxed(tmp_path / "ws").with_store(bus)
-    with pytest.raises(UsageError, match=r"missing \['c-append'\]"):
+    with pytest.raises(UsageError, match=r"missing \['r1-sub-1-call-1'\]"):
         await resume(agent_def.build_agent(), "r1", {}, run_ctx=ctx)
-    with pytest.raises(UsageError, match=r"unknown \['p-write'\]"):
+    with pytest.raises(UsageError, match=r"unknown \['r1-call-1'\]"):
         await resume(
             agent_def.build_agent(),
             "r1",
-            {"c-append": ResumeDecision.approved(), "p-write": ResumeDecision.approved()},
+            {"r1-sub-1-call-1": ResumeDecision.approved(), "r1-call-1": ResumeDecision.approved()},
             run_ctx=ctx,
         )
 
@@ -209,7 +209,7 @@ async def test_a_denied_call_is_the_childs_answer_and_it_goes_on(
     done = await resume(
         agent_def.build_agent(),
         "r1",
-        {"c-append": ResumeDecision.rejected("not today")},
+        {"r1-sub-1-call-1": ResumeDecision.rejected("not today")},
         run_ctx=RunContext.sandboxed(workspace).with_store(bus),
         on_event=seen.append,
     )
@@ -228,7 +228,7 @@ async def test_edited_arguments_reach_the_childs_call(
     done = await resume(
         agent_def.build_agent(),
         "r1",
-        {"c-append": ResumeDecision.approved({"text": "edited"})},
+        {"r1-sub-1-call-1": ResumeDecision.approved({"text": "edited"})},
         run_ctx=RunContext.sandboxed(workspace).with_store(bus),
     )
     assert done.completed
@@ -256,7 +256,7 @@ async def main(mode, url, namespace, workspace):
         else:
             # Only the store and the run id: the agent is loaded from the checkpoint.
             result = await resume(
-                None, "x-1", {"c-append": ResumeDecision.approved()}, store=bus,
+                None, "x-1", {"x-1-sub-1-call-1": ResumeDecision.approved()}, store=bus,
                 on_event=events.append,
             )
             out = {"text": result.text}
@@ -339,7 +339,7 @@ def test_tiller_approve_decides_a_childs_call_and_resumes_the_run(
             return list(await ApprovalStore(bus).for_run("r1"))
 
     (held,) = asyncio.run(suspend())
-    assert (held.call_id, held.tool) == ("c-append", "append")
+    assert (held.call_id, held.tool) == ("r1-sub-1-call-1", "append")
     done = CliRunner().invoke(app, ["approve", held.id, "--store", url])
     assert done.exit_code == 0, done.output
     assert "stop cause  completed" in done.stdout
@@ -363,7 +363,7 @@ async def test_a_review_pause_in_a_child_resumes_in_process_from_the_checkpoint(
     )
     assert paused.stop_cause is StopCause.SUSPENDED
     assert paused.checkpoint is not None
-    assert list(paused.checkpoint.children) == ["p-write"]
+    assert list(paused.checkpoint.children) == ["r1-call-1"]
     assert [i["subagentRunId"] for i in paused.checkpoint.interrupts] == ["r1-sub-1"]
     assert_valid_stream(events)
     assert lines(workspace) == []
@@ -372,7 +372,7 @@ async def test_a_review_pause_in_a_child_resumes_in_process_from_the_checkpoint(
     done = await resume(
         agent_def.build_agent(),
         paused.checkpoint,
-        {"c-append": ResumeDecision.approved()},
+        {"r1-sub-1-call-1": ResumeDecision.approved()},
         run_ctx=ctx,
         options=options,
         on_event=resumed.append,
@@ -428,7 +428,7 @@ async def test_a_crash_while_a_child_was_continued_blocks_recovery_instead_of_re
     options = RunOptions().with_checkpoint_bucket(DEFAULT_BUCKET)
     paused = await build().run_in(ctx, "go", options, run_id="r1")
     assert paused.stop_cause is StopCause.SUSPENDED
-    decisions = {"c-append": ResumeDecision.approved()}
+    decisions = {"r1-sub-1-call-1": ResumeDecision.approved()}
     await resume(build(), "r1", decisions, store=bus, workspace=workspace)
     assert (workspace / "log.txt").read_text().splitlines() == ["hello"]
     # The process "dies" right after the child's call: the store goes back to that moment.

@@ -71,14 +71,14 @@ async def test_arguments_that_fail_the_schema_are_an_error_result(ctx: RunContex
     assert run.result.malformed_arguments == 3
     flags = [entry.malformed_arguments for entry in run.result.tool_trace]
     assert flags == [True, True, True, False]
-    assert run.result.state.calls["call-1-0"].malformed_arguments
+    assert run.result.state.calls["r1-call-1"].malformed_arguments
     # The model reads every error and the run goes on.
     assert len(model.requests) == 2
     assert [r.call_id for r in model.requests[1].messages[-1].tool_results] == [  # type: ignore[union-attr]
-        "call-1-0",
-        "call-1-1",
-        "call-1-2",
-        "call-1-3",
+        "r1-call-1",
+        "r1-call-2",
+        "r1-call-3",
+        "r1-call-4",
     ]
 
 
@@ -158,7 +158,7 @@ async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
     assert [(r.name, r.content) for r in run.results()] == [("first", "one"), ("second", "two")]
     assert [e.name for e in run.result.tool_trace] == ["first", "second"]
     emitted = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"]
-    assert emitted == ["call-1-0", "call-1-1"]
+    assert emitted == ["r1-call-1", "r1-call-2"]
     assert {r.status for r in run.result.state.calls.values()} == {"completed"}
 
 
@@ -222,15 +222,15 @@ async def test_the_output_budget_is_shared_in_call_order_and_spills(
     a, b, next_turn = run.results()
     assert a.content == "a" * 80
     assert (
-        b.content == "b" * 20 + "\n[output truncated: 60 bytes more in .tiller/spill/call-1-1.txt]"
+        b.content == "b" * 20 + "\n[output truncated: 60 bytes more in .tiller/spill/r1-call-2.txt]"
     )
-    spilled = workspace / ".tiller" / "spill" / "call-1-1.txt"
+    spilled = workspace / ".tiller" / "spill" / "r1-call-2.txt"
     assert spilled.read_text() == "b" * 80
     # Each turn has a budget of its own.
     assert next_turn.content == "b" * 80
     # What the UI saw is what the model read.
     emitted = {e["toolCallId"]: e["content"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"}
-    assert emitted["call-1-1"] == b.content
+    assert emitted["r1-call-2"] == b.content
 
 
 # ── state ────────────────────────────────────────────────────────────────────────

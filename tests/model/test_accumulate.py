@@ -231,3 +231,26 @@ def test_text_and_arguments_are_the_concatenation_of_their_deltas(
     assert kept | dropped == {f"c{i}" for i in range(len(calls))}
     assert not kept & dropped
     assert all(d.reason == "invalid_json" for d in response.dropped)
+
+
+def test_with_an_allocator_every_ended_call_gets_the_runs_id() -> None:
+    """Law 10: the provider's id (here the same for two calls, and empty for a third) is
+    kept beside the run's id, which the allocator gives as each call ends."""
+    handed = iter(["r1-call-1", "r1-call-2", "r1-call-3"])
+    acc = ResponseAccumulator(call_ids=lambda: next(handed))
+    for index, provider in enumerate(["dup", "dup", ""]):
+        acc.feed(ToolCallStart(index, provider, "look"))
+        acc.feed(ToolCallArgsDelta(index, "{}"))
+    acc.feed(ToolCallEnd(0))
+    assert acc.completed_call(0) == ToolCall(id="r1-call-1", name="look", provider_id="dup")
+    acc.feed(ToolCallEnd(1))
+    acc.feed(ToolCallStart(3, "late", "look"))  # never ends: dropped, with no run id
+    acc.feed(ToolCallEnd(2))
+    message = acc.get().message
+    assert [(c.id, c.provider_id) for c in message.tool_calls] == [
+        ("r1-call-1", "dup"),
+        ("r1-call-2", "dup"),
+        ("r1-call-3", ""),
+    ]
+    (dropped,) = acc.dropped
+    assert (dropped.id, dropped.provider_id, dropped.reason) == ("late", "", "incomplete")

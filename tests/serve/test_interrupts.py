@@ -195,8 +195,8 @@ def test_the_pausing_snapshot_keeps_results_of_calls_that_did_not_wait(
     messages, interrupt = _paused(url, "t1", "r1", "go")
     roles = [(m["role"], m.get("toolCallId")) for m in messages]
     # The read ran and the client saw its result: the snapshot keeps it; the write waits.
-    assert roles == [("user", None), ("assistant", None), ("tool", "call-1-0")]
-    assert interrupt["toolCallId"] == "call-1-1"
+    assert roles == [("user", None), ("assistant", None), ("tool", "r1-call-1")]
+    assert interrupt["toolCallId"] == "r1-call-2"
     events = post_run(
         url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {"decision": "approve"})])
     )
@@ -318,3 +318,47 @@ def test_a_resume_whose_process_died_before_starting_can_be_answered_again(
     )
     assert events[-1]["outcome"] == {"type": "success"}
     assert (tmp_path / "workspace" / "a.txt").read_text() == "x"
+
+
+def test_a_repeated_provider_id_after_a_served_resume_asks_again(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    """Broke (law 10): the model asked for a second write under the id of the one just
+    approved (`call-1-0` both times); the served resume's decision, looked up by that id,
+    ran it with no one asked. Now each call has the run's id, the client is told it (so it
+    answers by it), and the second write is an interrupt of its own."""
+    from tiller.loop import Agent
+    from tiller.model import ScriptedModel
+    from tiller.tools import builtin
+
+    def write(content: str) -> dict[str, Any]:
+        arguments = {"path": "a.txt", "content": content}
+        return {"tool_calls": [{"id": "call-1-0", "name": "write_file", "arguments": arguments}]}
+
+    url = serve(
+        Agent(ScriptedModel([write("first"), write("second"), "done"]), [builtin.write_file])
+    )
+    events = post_run(url, run_input("t1", "r1", _user("write a.txt twice")))
+    (interrupt,) = events[-1]["outcome"]["interrupts"]
+    starts = [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START"]
+    assert starts == ["r1-call-1"] and interrupt["toolCallId"] == "r1-call-1"
+    assert interrupt["metadata"] == {
+        "tool": "write_file",
+        "arguments": '{"content":"first","path":"a.txt"}',
+    }
+    target = tmp_path / "workspace" / "a.txt"
+
+    resume = [_answer(interrupt, {"decision": "approve"})]
+    events = post_run(url, run_input("t1", "r2", last_messages(events), resume=resume))
+    assert target.read_text() == "first"  # the approved write, and only it
+    assert events[-1]["outcome"]["type"] == "interrupt", types(events)
+    (second,) = events[-1]["outcome"]["interrupts"]
+    assert second["toolCallId"] == "r2-call-2"  # numbering goes on from the checkpoint
+    snapshot = last_messages(events)
+    ids = [c["id"] for m in snapshot for c in m.get("toolCalls", ())]
+    assert ids == ["r1-call-1", "r2-call-2"]
+
+    denied = [_answer(second, {"decision": "deny", "reason": "once is enough"})]
+    events = post_run(url, run_input("t1", "r3", snapshot, resume=denied))
+    assert events[-1]["outcome"] == {"type": "success"}
+    assert target.read_text() == "first"

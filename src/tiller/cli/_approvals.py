@@ -324,10 +324,13 @@ async def _records_for(
 def _decision(record: HeldApproval) -> ResumeDecision:
     from ..loop import ResumeDecision
 
+    # Bound to the call the person was shown (law 10): the run applies it to that call only.
     if record.status == "approved":
-        return ResumeDecision.approved(record.edited_arguments)
+        decision = ResumeDecision.approved(record.edited_arguments)
+        return decision.bound_to(record.tool, record.arguments)
     if record.status == "denied":
-        return ResumeDecision.rejected(record.decision_reason or "no reason given")
+        decision = ResumeDecision.rejected(record.decision_reason or "no reason given")
+        return decision.bound_to(record.tool, record.arguments)
     raise UsageError(f"{record.id} is {record.status}: it cannot be used to resume the run")
 
 
@@ -339,8 +342,10 @@ async def _resume(
 
     from ..loop import resume
     from ..pinned_policy import restore_pinned_policy
-    from ..store import AlreadyResumed
+    from ..state import StopCause
+    from ..store import AlreadyResumed, ApprovalStore
     from ._pinned import pinned_agent
+    from ._run import _print_held
 
     run_id = next(iter(records.values())).run_id
     decisions = {call_id: _decision(record) for call_id, record in records.items()}
@@ -371,7 +376,12 @@ async def _resume(
         raise
     finally:
         view.close()
-    return _summary(console, result)
+    code = _summary(console, result)
+    if result.stop_cause is StopCause.SUSPENDED:
+        # The calls it holds now are new calls, with records of their own: name them.
+        held = await ApprovalStore(bus).for_run(result.state.run_id)
+        _print_held(console, held, result.state.run_id, None)
+    return code
 
 
 def _summary(console: Console, result: RunResult) -> int:

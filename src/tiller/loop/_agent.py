@@ -283,6 +283,12 @@ class _LoopRun:
     async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
         state = self.state
         ctx.ids.restore(state.id_counters)
+        # And past the ids the conversation already holds, so no call shares one (law 10).
+        ctx.ids.skip(
+            id_
+            for message in state.messages
+            for id_ in (message.id, *(call.id for call in getattr(message, "tool_calls", ())))
+        )
         if self.opening_messages is not None:
             ctx.messages_snapshot(_with_children(self.opening_messages, state))
         elif state.step > 0:

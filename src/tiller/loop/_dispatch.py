@@ -119,6 +119,8 @@ class ToolDispatch:
                         "toolCallId": call.id,
                         "message": f"Review: {why}. Allow {call.name}({call.arguments})?",
                         "responseSchema": APPROVAL_SCHEMA,
+                        # What the person decides on: the answer is bound to it (law 10).
+                        "metadata": {"tool": call.name, "arguments": call.canonical_arguments()},
                     }
                 )
         ttl = self.options.interrupt_ttl

@@ -156,7 +156,7 @@ class Gate:
             self._plain_reads
             and not (capabilities or Capability.NONE) & Capability.EXTERNAL_SEND
             and _plain_read(tool, arguments)
-            and (self._decided is None or self._decided.decision_for(call.id) is None)
+            and (self._decided is None or not self._decided.has_decision(call))
         ):
             # A plain read in a run with no rules, hooks or outbox: every mode allows it
             # and nothing else could refuse it, so the per-call work is skipped.
@@ -197,7 +197,17 @@ class Gate:
                 + _remedy(tool),
                 risk=decision.risk,
             )
-        decided = self._decided.decision_for(call.id) if self._decided is not None else None
+        decided: Decision | None = None
+        if self._decided is not None:
+            # A person's decision answers the one call it was made for, once (law 10): it
+            # is spent here, and one made for another tool or other arguments is dropped
+            # unused, and this call asked about (held again) as if no one had answered.
+            mismatch = self._decided.mismatch(call)
+            decided = self._decided.spend(call)
+            if mismatch is not None:
+                return await self._ask(
+                    call, tool, record, decision.risk, mismatch, remembered=False
+                )
         if decided is not None:
             # A person already answered this call (a resume): their answer replaces the
             # approver's, whatever the mode says now; the checks above still applied.

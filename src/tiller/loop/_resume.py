@@ -7,7 +7,9 @@ two racing processes cannot both continue it (`AlreadyResumed`), refuses while a
 (`ResumeReplayBlocked`, until a person marks it), and continues the loop: completed calls
 are not run again, approved calls run through the gate with the person's decision in place
 of the approver (edited arguments are validated against the tool's schema like any
-others), rejected ones answer "Denied by the user: ...". The resumed stream starts with a
+others), rejected ones answer "Denied by the user: ...". Each decision is keyed by the
+call's runtime id and bound to its tool and canonical arguments (law 10): it answers that
+call once, and a call it does not fit is held again. The resumed stream starts with a
 `MESSAGES_SNAPSHOT`, so the results refer to calls the client knows.
 
 A process that never saw the run's code resumes it from the checkpoint alone:
@@ -19,7 +21,7 @@ names (`RunState.agent_ref`) and rebuilds the context from its stored policy
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, ToolCall
 from ..errors import TillerError, UsageError
 from ..events import Event, TransformerFactory
-from ..policy import Approver, DecidedApprover, Decision
+from ..policy import Approver, CallDecision, DecidedApprover, Decision
 from ..state import RunState
 from ..store import Bus
 from ..store._checkpoints import (
@@ -63,13 +65,26 @@ class ResumeReplayBlocked(TillerError):
 
 @dataclass(slots=True, frozen=True)
 class ResumeDecision:
-    """A person's answer for one pending call."""
+    """A person's answer for one pending call (keyed by its runtime id in `resume`).
+
+    `tool` and `drafted_arguments` say what the person was shown (a held-approval record,
+    an interrupt): the decision is bound to that call, and a pending call under the id
+    with another tool or other arguments is not answered by it but held again (law 10).
+    Left None, the decision is bound to the pending call as the checkpoint holds it."""
 
     approve: bool
     reason: str = ""
     arguments: dict[str, Any] | None = None
     #: "Approve always": calls like this one are allowed for the rest of the run.
     always: bool = False
+    #: The tool the person decided on.
+    tool: str | None = None
+    #: The arguments the person was shown (a JSON object, or its text).
+    drafted_arguments: dict[str, Any] | str | None = None
+
+    def bound_to(self, tool: str, arguments: dict[str, Any] | str) -> ResumeDecision:
+        """This decision, for the call of `tool` with `arguments` as the person saw it."""
+        return replace(self, tool=tool, drafted_arguments=arguments)
 
     @classmethod
     def approved(
@@ -240,16 +255,9 @@ async def resume(
         return await agent.run_in(
             run_ctx, state, options, on_event=on_event, run_id=new_id, transformers=transformers
         )
+    bound = _bind(state, decisions)
     _apply_edited_arguments(state, decisions)
-    decided = DecidedApprover(
-        {
-            call_id: Decision.allow(always=decision.always)
-            if decision.approve
-            else Decision.deny(decision.reason)
-            for call_id, decision in decisions.items()
-        },
-        run_ctx.approver,
-    )
+    decided = DecidedApprover(bound, run_ctx.approver)
     return await agent.run_in(
         run_ctx.with_approver(decided),
         state,
@@ -293,15 +301,54 @@ async def _check_uncertain(
         raise ResumeReplayBlocked(state.run_id, uncertain)
 
 
+def _bind(state: RunState, decisions: Mapping[str, ResumeDecision]) -> dict[str, CallDecision]:
+    """Each decision bound to the call it answers (law 10): to the pending call when the
+    person was shown it (or the decision does not say what was shown), with the edited
+    arguments if any (they are what the person decided); else to what was shown, which
+    the gate will not apply to the pending call: it holds that call again."""
+    calls = {call.id: call for call in state.nested_calls()}
+    bound: dict[str, CallDecision] = {}
+    for call_id, decision in decisions.items():
+        verdict = (
+            Decision.allow(always=decision.always)
+            if decision.approve
+            else Decision.deny(decision.reason)
+        )
+        call = calls.get(call_id)
+        if call is None:
+            continue  # `resume` let it through: it answers a call that already ran
+        if _shown_for(decision, call):
+            arguments = decision.arguments if decision.arguments is not None else call.arguments
+            bound[call_id] = CallDecision.bind(verdict, call.name, arguments)
+        else:
+            shown = decision.drafted_arguments
+            bound[call_id] = CallDecision.bind(
+                verdict, decision.tool or call.name, shown if shown is not None else "{}"
+            )
+    return bound
+
+
 def _apply_edited_arguments(state: RunState, decisions: Mapping[str, ResumeDecision]) -> None:
+    """Edited arguments replace the model's, only in the call the decision was made for."""
     for child in state.children.values():  # a suspended subagent's calls are decided too
         _apply_edited_arguments(child, decisions)
     last = state.messages[-1]
     assert isinstance(last, AssistantMessage)
     calls = tuple(
         call.model_copy(update={"arguments": orjson.dumps(decision.arguments).decode()})
-        if (decision := decisions.get(call.id)) is not None and decision.arguments is not None
+        if (decision := decisions.get(call.id)) is not None
+        and decision.arguments is not None
+        and _shown_for(decision, call)
         else call
         for call in last.tool_calls
     )
     state.messages[-1] = last.model_copy(update={"tool_calls": calls})
+
+
+def _shown_for(decision: ResumeDecision, call: ToolCall) -> bool:
+    """Whether the person was shown `call` (or was not said to be shown another)."""
+    if decision.tool is not None and decision.tool != call.name:
+        return False
+    if decision.drafted_arguments is None:
+        return True
+    return CallDecision.bind(Decision.allow(), call.name, decision.drafted_arguments).fits(call)

@@ -550,7 +550,8 @@ class Loop(ToolDispatch):
         arguments are complete JSON. On cancel or error, the partial text is kept."""
         agui = self.agui
         model = self.agent.model
-        accumulator = ResponseAccumulator()
+        # Law 10: each call gets the run's id as it ends; the provider's is kept beside it.
+        accumulator = ResponseAccumulator(call_ids=agui.new_tool_call_id)
         message_id = agui.new_message_id()
         outcome = _TurnOutcome(AssistantMessage(id=message_id))
         text: MessageHandle | None = None
@@ -606,7 +607,10 @@ class Loop(ToolDispatch):
             # The model finished writing these calls, but not as JSON: they stay in the
             # transcript with `{}` and an error result the model can act on (they never
             # run). A call cut off mid-stream is dropped instead (law 1).
-            calls = [ToolCall(id=d.id, name=d.name, arguments="{}") for d in broken]
+            calls = [
+                ToolCall(id=d.id, name=d.name, arguments="{}", provider_id=d.provider_id)
+                for d in broken
+            ]
             for dropped, call in zip(broken, calls, strict=True):
                 outcome.malformed[call.id] = dropped.arguments
                 outcome.handles[call.id] = self._announce_call(call, message_id)

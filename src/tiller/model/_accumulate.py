@@ -6,6 +6,11 @@ a cancellation, a provider error — `get()` answers with a legal `AssistantMess
 how far the stream got (`complete`, `interrupted`, `incomplete`), which is what law 8 needs
 to keep a half-written turn.
 
+Law 10 is applied here too: given `call_ids` (the run's allocator), every tool call gets
+the runtime's id the moment its `ToolCallEnd` arrives, and the provider's id is kept beside
+it (`ToolCall.provider_id`) only to talk to that provider, since a provider may repeat one
+or send none at all.
+
 Law 1 is applied here, once for every adapter: a tool call is only part of the message when
 its `ToolCallEnd` arrived *and* its argument text is JSON. Calls that never completed, or
 whose arguments do not parse, are reported in `dropped` and never executed.
@@ -16,6 +21,7 @@ text and argument fragments are kept as lists and joined only when asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -48,12 +54,15 @@ class DroppedCall:
     """A tool call left out of the message, and why (law 1: never executed)."""
 
     index: int
+    #: The runtime's id once the call ended (see `ResponseAccumulator`), else the provider's.
     id: str
     name: str
     #: The argument text received so far, exactly as streamed.
     arguments: str
     #: `incomplete`: no `ToolCallEnd` arrived. `invalid_json`: it ended, but is not JSON.
     reason: Literal["incomplete", "invalid_json"]
+    #: What the provider called it (may be empty, or the id of another call).
+    provider_id: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -70,8 +79,11 @@ class AccumulatedResponse:
 
 @dataclass(slots=True)
 class _CallState:
+    #: The provider's id, as streamed.
     id: str
     name: str
+    #: The runtime's id, given when the call ends (None without an allocator, or before).
+    runtime_id: str | None = None
     fragments: list[str] = field(default_factory=list)
     #: Set by `ToolCallEnd`: the joined argument text, and whether it parsed.
     arguments: str | None = None
@@ -116,6 +128,7 @@ class ResponseAccumulator:
 
     __slots__ = (
         "_bytes",
+        "_call_ids",
         "_calls",
         "_finish",
         "_interrupted",
@@ -125,7 +138,10 @@ class ResponseAccumulator:
         "_usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, call_ids: Callable[[], str] | None = None) -> None:
+        #: Hands out the run's tool call ids; None keeps the provider's (a classifier or
+        #: summary call, whose tool calls are never run).
+        self._call_ids = call_ids
         self._text: list[str] = []
         self._reasoning: list[_ReasoningBlock] = []
         self._open_block: _ReasoningBlock | None = None
@@ -160,7 +176,7 @@ class ResponseAccumulator:
             self._start_call(event)
         elif isinstance(event, ToolCallEnd):
             self._open_block = None
-            self._end_call(self._call(event.index, "the end of"))
+            self._end_call(self._call(event.index, "the end of"), self._call_ids)
         elif isinstance(event, UsageReport):
             self._usage = event.usage if self._usage is None else _merge(self._usage, event.usage)
         elif isinstance(event, Finish):
@@ -212,9 +228,11 @@ class ResponseAccumulator:
             ) from None
 
     @staticmethod
-    def _end_call(call: _CallState) -> None:
+    def _end_call(call: _CallState, call_ids: Callable[[], str] | None) -> None:
         if call.arguments is not None:
             return  # a repeated end changes nothing
+        if call_ids is not None:
+            call.runtime_id = call_ids()
         text = "".join(call.fragments)
         call.fragments = [text]
         if not text.strip():
@@ -266,7 +284,7 @@ class ResponseAccumulator:
         call = self._calls.get(index)
         if call is None or not call.valid or call.arguments is None:
             return None
-        return ToolCall(id=call.id, name=call.name, arguments=call.arguments)
+        return _tool_call(call, call.arguments)
 
     @property
     def dropped(self) -> tuple[DroppedCall, ...]:
@@ -281,14 +299,23 @@ class ResponseAccumulator:
                 arguments, reason = call.arguments, "invalid_json"
             else:
                 continue
-            dropped.append(DroppedCall(index, call.id, call.name, arguments, reason))
+            dropped.append(
+                DroppedCall(
+                    index,
+                    call.runtime_id or call.id,
+                    call.name,
+                    arguments,
+                    reason,
+                    provider_id=call.id if call.runtime_id else "",
+                )
+            )
         return tuple(dropped)
 
     def get(self, *, id: str = "") -> AccumulatedResponse:
         """The response so far: a legal message (only executable calls), its status, usage,
         finish reason and the calls left out. Cheap enough to call at any point."""
         calls = tuple(
-            ToolCall(id=call.id, name=call.name, arguments=call.arguments)
+            _tool_call(call, call.arguments)
             for index in sorted(self._calls)
             if (call := self._calls[index]).valid and call.arguments is not None
         )
@@ -305,6 +332,14 @@ class ResponseAccumulator:
             finish_reason=self.finish_reason,
             dropped=self.dropped,
         )
+
+
+def _tool_call(call: _CallState, arguments: str) -> ToolCall:
+    """The call as the transcript holds it: the runtime's id when it has one, the
+    provider's beside it."""
+    if call.runtime_id is None:
+        return ToolCall(id=call.id, name=call.name, arguments=arguments)
+    return ToolCall(id=call.runtime_id, name=call.name, arguments=arguments, provider_id=call.id)
 
 
 def _merge(earlier: Usage, later: Usage) -> Usage:

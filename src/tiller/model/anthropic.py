@@ -19,6 +19,7 @@ The adapter does not retry; a retry wrapper reads `ModelError.retryable`/`retry_
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from ._base import (
 )
 from ._errors import ModelConnectionError, ModelProtocolError
 from ._http import HttpModel, ServerSentEvent, error_from_payload
+from ._wire_ids import WireIds
 
 __all__ = ["AnthropicModel"]
 
@@ -167,13 +169,20 @@ class AnthropicModel(HttpModel):
         return budget if budget >= MIN_THINKING_BUDGET else None
 
 
+#: What a `tool_use` id may not contain.
+_NOT_IN_TOOL_USE_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
 def _messages(messages: Sequence[UserMessage | AssistantMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    # The provider's own call ids where they are unique, the runtime's elsewhere (law 10),
+    # each in the alphabet the API accepts for a tool_use id.
+    wire = WireIds(messages, sanitize=_tool_use_id)
     for message in messages:
         if isinstance(message, UserMessage):
-            role, blocks = "user", _user_blocks(message)
+            role, blocks = "user", _user_blocks(message, wire)
         else:
-            role, blocks = "assistant", _assistant_blocks(message)
+            role, blocks = "assistant", _assistant_blocks(message, wire)
         if not blocks:
             continue
         if out and out[-1]["role"] == role:
@@ -183,11 +192,16 @@ def _messages(messages: Sequence[UserMessage | AssistantMessage]) -> list[dict[s
     return out
 
 
-def _user_blocks(message: UserMessage) -> list[dict[str, Any]]:
+def _tool_use_id(value: str) -> str:
+    """`value` in the alphabet of a `tool_use` id (`^[a-zA-Z0-9_-]+$`)."""
+    return _NOT_IN_TOOL_USE_ID.sub("_", value) or "call"
+
+
+def _user_blocks(message: UserMessage, wire: WireIds) -> list[dict[str, Any]]:
     """Tool results first (the API requires them to lead the message), then the text."""
     blocks: list[dict[str, Any]] = []
     for result in message.tool_results:
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": result.call_id}
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": wire[result.call_id]}
         if result.content:  # the API rejects empty text, but `content` may be left out
             block["content"] = result.content
         block["is_error"] = result.is_error
@@ -197,7 +211,7 @@ def _user_blocks(message: UserMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
+def _assistant_blocks(message: AssistantMessage, wire: WireIds) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for reasoning in message.reasoning:
         if reasoning.redacted is not None:
@@ -220,7 +234,9 @@ def _assistant_blocks(message: AssistantMessage) -> list[dict[str, Any]]:
             raise TranscriptError(
                 f"tool call {call.id} ({call.name}) has arguments that are not a JSON object"
             )
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": arguments})
+        blocks.append(
+            {"type": "tool_use", "id": wire[call.id], "name": call.name, "input": arguments}
+        )
     return blocks
 
 

@@ -41,6 +41,7 @@ from ._base import (
 )
 from ._errors import ModelConnectionError, ModelProtocolError
 from ._http import HttpModel, error_from_payload
+from ._wire_ids import WireIds
 
 __all__ = ["OpenAICompatModel"]
 
@@ -162,20 +163,26 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
+    # The provider's own call ids where they are unique, the runtime's elsewhere (law 10).
+    wire = WireIds(request.messages)
     for message in request.messages:
         if isinstance(message, UserMessage):
             for result in message.tool_results:
                 messages.append(
-                    {"role": "tool", "tool_call_id": result.call_id, "content": result.content}
+                    {
+                        "role": "tool",
+                        "tool_call_id": wire[result.call_id],
+                        "content": result.content,
+                    }
                 )
             if message.text:
                 messages.append({"role": "user", "content": message.text})
         else:
-            messages.append(_assistant(message))
+            messages.append(_assistant(message, wire))
     return messages
 
 
-def _assistant(message: AssistantMessage) -> dict[str, Any]:
+def _assistant(message: AssistantMessage, wire: WireIds) -> dict[str, Any]:
     # Content is null, not "", beside tool calls: that is what OpenAI itself sends back.
     entry: dict[str, Any] = {
         "role": "assistant",
@@ -184,7 +191,7 @@ def _assistant(message: AssistantMessage) -> dict[str, Any]:
     if message.tool_calls:
         entry["tool_calls"] = [
             {
-                "id": call.id,
+                "id": wire[call.id],
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments or "{}"},
             }

@@ -135,7 +135,11 @@ class ReplayModel:
         record = self._calls[number - 1]
         new = self._new_messages(request.messages, first=number == 1, expected=record)
         self.served = number
-        if new is not None and new != record.new_messages:
+        if (
+            new is not None
+            and new != record.new_messages
+            and _legacy(request.messages, new) != record.new_messages
+        ):
             divergence = _diverged(record.step or number, record.new_messages, new)
             if self.strict:
                 raise divergence
@@ -188,6 +192,38 @@ def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json") for m in messages]
 
 
+def _legacy(messages: Sequence[Message], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`new` as a capture recorded before calls had runtime ids holds it: each call and
+    result under the provider's id, with no `provider_id`. Such a capture still replays."""
+    provider = {
+        call.id: call.provider_id
+        for message in messages
+        if isinstance(message, AssistantMessage)
+        for call in message.tool_calls
+        if call.provider_id
+    }
+    if not provider:
+        return new
+    out: list[dict[str, Any]] = []
+    for message in new:
+        message = dict(message)
+        if message.get("tool_calls"):
+            message["tool_calls"] = [
+                {
+                    **{key: value for key, value in call.items() if key != "provider_id"},
+                    "id": provider.get(call["id"], call["id"]),
+                }
+                for call in message["tool_calls"]
+            ]
+        if message.get("tool_results"):
+            message["tool_results"] = [
+                {**result, "call_id": provider.get(result["call_id"], result["call_id"])}
+                for result in message["tool_results"]
+            ]
+        out.append(message)
+    return out
+
+
 def _events(record: ModelCallRecord) -> list[StreamEvent]:
     """The recorded stream; a record without one (written by a loop that did not keep the
     stream) is streamed from its response, shaped like a provider's."""
@@ -205,7 +241,8 @@ def _events(record: ModelCallRecord) -> list[StreamEvent]:
     if message.text:
         events.append(TextDelta(message.text))
     for index, call in enumerate(message.tool_calls):
-        events.append(ToolCallStart(index, call.id, call.name))
+        # The provider's id, as it was streamed: the replayed run gives the runtime's.
+        events.append(ToolCallStart(index, call.provider_id or call.id, call.name))
         events.append(ToolCallArgsDelta(index, call.arguments))
         events.append(ToolCallEnd(index))
     if record.usage:

@@ -17,8 +17,9 @@ turns:
 The stream it produces is shaped like a real provider's, so consumers exercise the same code
 paths: text arrives word by word (or in the `chunks` given), tool call arguments arrive in a
 few fragments, usage is reported, and every stream ends with `Finish`. Nothing depends on
-time or chance: call ids are `call-{turn}-{index}` (turns count from 1, indexes from 0, as
-in the stream), and usage defaults to an estimate from the text lengths.
+time or chance: the call ids it streams are `call-{turn}-{index}` (turns count from 1,
+indexes from 0, as in the stream; they are the "provider's" ids: the loop gives each call
+the run's own), and usage defaults to an estimate from the text lengths.
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ _PROVIDER = "scripted"
 @dataclass(slots=True, frozen=True)
 class TurnCall:
     """A tool call in a turn. `arguments` is an object, or raw JSON text sent verbatim
-    (raw text lets a script send arguments that are not JSON); `id` defaults to
-    `call-{turn}-{index}`."""
+    (raw text lets a script send arguments that are not JSON); `id` is the provider's id
+    the call is streamed with, `call-{turn}-{index}` when unset (a script may give the same
+    id twice, or `""`, as some providers do: the loop gives every call the run's own id)."""
 
     name: str
     arguments: Mapping[str, Any] | str = field(default_factory=dict)
@@ -444,7 +446,8 @@ async def _stream_turn(
     for chunk in turn.chunks if turn.chunks is not None else _words(turn.text):
         yield TextDelta(chunk)
     for index, call in enumerate(turn.tool_calls):
-        yield ToolCallStart(index, call.id or f"call-{number}-{index}", call.name)
+        provider_id = f"call-{number}-{index}" if call.id is None else call.id
+        yield ToolCallStart(index, provider_id, call.name)
         for fragment in _fragments(call.arguments_text()):
             yield ToolCallArgsDelta(index, fragment)
         if turn.error is None:

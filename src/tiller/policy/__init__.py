@@ -17,7 +17,6 @@ from ._approver import (
     Approver,
     AskReason,
     Callback,
-    DecidedApprover,
     Decision,
     ExplainedApprover,
     NoOneToAsk,
@@ -34,6 +33,7 @@ from ._classifier import (
     VetVerdict,
     find_injection_marker,
 )
+from ._decided import CallDecision, DecidedApprover
 from ._engine import CallRisk, PolicyEngine, mode_default
 from ._hook_events import (
     DEFAULT_HOOK_TIMEOUT,
@@ -62,6 +62,7 @@ __all__ = [
     "AskReason",
     "AutoClassifier",
     "CallRisk",
+    "CallDecision",
     "Callback",
     "ClassifierBudget",
     "DecidedApprover",

@@ -13,7 +13,7 @@ policy's, interlock's or classifier's reason, and the risk class).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -25,7 +25,6 @@ __all__ = [
     "Approver",
     "AskReason",
     "Callback",
-    "DecidedApprover",
     "Decision",
     "ExplainedApprover",
     "NoOneToAsk",
@@ -125,26 +124,3 @@ class Callback:
         if isinstance(answer, Decision):
             return answer
         return Decision.allow() if answer else Decision.deny("the approver said no")
-
-
-class DecidedApprover:
-    """A person's decisions for some calls (a resume's), then another approver.
-
-    The gate asks `decision_for(call_id)` first and, for a call with no decision, goes on
-    with `then` like any run: with no approver and a store, that call is held again (the
-    run suspends once more) rather than blocked."""
-
-    def __init__(self, decisions: Mapping[str, Decision], then: Approver | None) -> None:
-        self._decisions = dict(decisions)
-        self.then = then
-
-    def decision_for(self, call_id: str) -> Decision | None:
-        return self._decisions.get(call_id)
-
-    async def approve(self, call: ToolCall, tool: Any) -> Decision:
-        decision = self._decisions.get(call.id)
-        if decision is not None:
-            return decision
-        if self.then is None:
-            return Decision.blocked("this action needs approval and no approver is attached")
-        return await self.then.approve(call, tool)

@@ -97,12 +97,26 @@ def plan_resume(
                 plan.answers[call_id] = answer
             plan.decisions[call_id] = ResumeDecision.approved()
             continue
-        plan.decisions[call_id] = (
+        decision = (
             ResumeDecision.rejected("the person cancelled the request")
             if cancelled
             else _approval(str(interrupt["id"]), payload)
         )
+        plan.decisions[call_id] = _bound(decision, interrupt)
     return plan
+
+
+def _bound(decision: ResumeDecision, interrupt: Mapping[str, Any]) -> ResumeDecision:
+    """The decision bound to the call the interrupt showed (law 10): the run applies it
+    to that call only. An interrupt from before calls were bound says nothing: the
+    decision is bound to the pending call then."""
+    shown = interrupt.get("metadata")
+    if not isinstance(shown, Mapping):
+        return decision
+    tool, arguments = shown.get("tool"), shown.get("arguments")
+    if isinstance(tool, str) and isinstance(arguments, str):
+        return decision.bound_to(tool, arguments)
+    return decision
 
 
 def _approval(interrupt_id: str, payload: Any) -> ResumeDecision:

@@ -162,7 +162,14 @@ class ApprovalStore(RecordStore[HeldApproval]):
             if existing is None:
                 return record
             held = self._read(approval_id, existing)
-            if (held.run_id, held.call_id) == (run_id, call.id):
+            if (held.run_id, held.call_id, held.tool, held.arguments) == (
+                run_id,
+                call.id,
+                call.name,
+                arguments,
+            ):
+                # The same call held again: its record stands. Another call under the same
+                # id (a record from before runtime ids) is not answered by it (law 10).
                 return held
             await kv.delete(index)  # another call's id: take a longer one
         raise UsageError(f"no free approval id for call {call.id} of run {run_id}")

@@ -49,7 +49,8 @@ class InterruptQuestions:
     async def ask(
         self, questions: Sequence[Question], *, call_id: str, token: CancellationToken
     ) -> QuestionOutcome:
-        answer = self._answers.get(call_id)
+        # An answer answers the one call it was given for, once (law 10).
+        answer = self._answers.pop(call_id, None)
         if answer is None:
             # The loop holds unanswered calls before they run; this is the fail-safe.
             return Dismissed("the question could not be put to the person")
