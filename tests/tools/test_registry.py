@@ -14,6 +14,7 @@ from tiller.conversation import ToolCall, ToolResult
 from tiller.phase import Phase
 from tiller.tools import (
     BaseTool,
+    Capability,
     DuplicateTool,
     ExecContext,
     Execution,
@@ -108,6 +109,42 @@ def test_a_tool_that_declares_too_little_is_refused_at_registration() -> None:
     assert message.startswith("'old' is not a tool: it lacks capabilities, plan_scratchpad,")
     assert "risk_of, paths_of, command_of, spec" in message
     assert "subclass BaseTool or use @tool" in message
+
+
+@pytest.mark.parametrize("capabilities", [0, None, "external_send"])
+def test_capabilities_that_are_no_flags_are_refused_at_registration(capabilities: Any) -> None:
+    """A hand-written tool declaring `capabilities = 0` (or `None`) was registered; the
+    interlock then read it as "sends nothing" and "approve always" crashed on it. Now
+    registration refuses it, naming the value."""
+
+    class Sloppy(BaseTool):
+        name = "sloppy"
+        description = "a tool"
+        input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+
+    sloppy = Sloppy()
+    sloppy.capabilities = capabilities
+    with pytest.raises(ToolDefinitionError) as refused:
+        Registry([sloppy])
+    assert str(refused.value).startswith(f"'sloppy' declares the capabilities {capabilities!r}")
+
+
+def test_the_capability_views_read_the_flags() -> None:
+    """`sends` and `brings_untrusted` are `EXTERNAL_SEND` and `UNTRUSTED_INPUT`, read
+    from `capabilities`, on every base: they cannot disagree with it."""
+
+    @tool(capabilities=Capability.EXTERNAL_SEND)
+    def post(text: str) -> str:
+        """Post it."""
+        return text
+
+    class Fetcher(BaseTool):
+        name = "fetcher"
+        description = "a tool"
+        capabilities = Capability.UNTRUSTED_INPUT
+
+    assert (post.sends, post.brings_untrusted) == (True, False)
+    assert (Fetcher().sends, Fetcher().brings_untrusted) == (False, True)
 
 
 def test_copy_is_independent(registry: Registry) -> None:

@@ -23,7 +23,7 @@ from ..model._base import ToolSpec
 from ..phase import Phase
 from ._errors import DuplicateTool, PathOutsideJail, ToolDefinitionError
 from ._exec import ExecContext
-from ._tool import Tool, ToolError, ToolOutput, missing_members
+from ._tool import Capability, Tool, ToolError, ToolOutput, missing_members
 
 __all__ = ["Execution", "Lookup", "Outcome", "Refusal", "Registry"]
 
@@ -103,7 +103,8 @@ class Registry:
 
     def add(self, tool: Tool) -> None:
         """Register `tool`; raises `DuplicateTool` if its name is taken, and
-        `ToolDefinitionError` if it lacks a member of `Tool`: what a tool may do is read
+        `ToolDefinitionError` if it lacks a member of `Tool` or its `capabilities` are no
+        `Capability`: what a tool may do is read
         from those members (law 12), so a tool must declare them all (subclass
         `BaseTool` or use `@tool` for the defaults)."""
         missing = missing_members(tool)
@@ -112,6 +113,13 @@ class Registry:
             raise ToolDefinitionError(
                 f"{shown!r} is not a tool: it lacks {', '.join(missing)}; subclass BaseTool "
                 "or use @tool, which declare the defaults"
+            )
+        if not isinstance(tool.capabilities, Capability):
+            # The interlock, the broker and the dispatch combine it with flags: a value
+            # that is none (`0`, `None`) would read as "sends nothing" or crash a call.
+            raise ToolDefinitionError(
+                f"{tool.name!r} declares the capabilities {tool.capabilities!r}, which are "
+                "no Capability; combine its flags (Capability.NONE for none)"
             )
         if tool.name in self._tools:
             raise DuplicateTool(tool.name)

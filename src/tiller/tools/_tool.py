@@ -54,6 +54,7 @@ __all__ = [
     "TOOL_MEMBERS",
     "BaseTool",
     "Capability",
+    "CapabilityViews",
     "FunctionTool",
     "Tool",
     "ToolError",
@@ -230,7 +231,26 @@ def path_argument(arguments: Mapping[str, Any]) -> tuple[str, ...]:
     return (path,) if isinstance(path, str) else ()
 
 
-class BaseTool:
+class CapabilityViews:
+    """`sends` and `brings_untrusted`, read from `capabilities`, the one source (so the
+    two can never disagree with it); a base of `BaseTool`, `FunctionTool` and `McpTool`."""
+
+    __slots__ = ()
+
+    capabilities: Capability
+
+    @property
+    def sends(self) -> bool:
+        """It can send data out of the machine (`Capability.EXTERNAL_SEND`)."""
+        return bool(self.capabilities & Capability.EXTERNAL_SEND)
+
+    @property
+    def brings_untrusted(self) -> bool:
+        """Its output may hold untrusted text (`Capability.UNTRUSTED_INPUT`)."""
+        return bool(self.capabilities & Capability.UNTRUSTED_INPUT)
+
+
+class BaseTool(CapabilityViews):
     """A convenient base for hand-written tools: set the class attributes, write `call`.
 
     ```python
@@ -269,16 +289,6 @@ class BaseTool:
         super().__init_subclass__(**kwargs)
         cls.risk = declared_risk(cls.risk, cls.__dict__.get("name", cls.__name__))
 
-    @property
-    def sends(self) -> bool:
-        """It can send data out of the machine (`Capability.EXTERNAL_SEND`)."""
-        return bool(self.capabilities & Capability.EXTERNAL_SEND)
-
-    @property
-    def brings_untrusted(self) -> bool:
-        """Its output may hold untrusted text (`Capability.UNTRUSTED_INPUT`)."""
-        return bool(self.capabilities & Capability.UNTRUSTED_INPUT)
-
     def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None:
         """Every call's risk is the class's `risk` (raises `ToolDefinitionError` if an
         instance set it to something that is no risk class)."""
@@ -298,7 +308,7 @@ class BaseTool:
         return ToolSpec(self.name, self.description, self.input_schema)
 
 
-class FunctionTool:
+class FunctionTool(CapabilityViews):
     """A tool made from a typed function by `@tool`. `function` is the original."""
 
     __slots__ = (
@@ -375,16 +385,6 @@ class FunctionTool:
         )
         self.input_schema = _clean_schema(self._model.model_json_schema())
         self._spec = ToolSpec(self.name, self.description, self.input_schema)
-
-    @property
-    def sends(self) -> bool:
-        """It can send data out of the machine (`Capability.EXTERNAL_SEND`)."""
-        return bool(self.capabilities & Capability.EXTERNAL_SEND)
-
-    @property
-    def brings_untrusted(self) -> bool:
-        """Its output may hold untrusted text (`Capability.UNTRUSTED_INPUT`)."""
-        return bool(self.capabilities & Capability.UNTRUSTED_INPUT)
 
     def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None:
         """The call's risk: `risk_of(arguments)` if given, else `risk`."""

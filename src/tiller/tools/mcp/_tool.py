@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ...model._base import ToolSpec
 from .._exec import ExecContext
 from .._risk_class import RiskClass
-from .._tool import Capability, ToolOutput
+from .._tool import Capability, CapabilityViews, ToolOutput
 from ._schema import ArgumentsCheck
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def _declarations(
     return False, MCP_RISK, capabilities
 
 
-class McpTool:
+class McpTool(CapabilityViews):
     """One tool of an MCP server. Made by `McpClient` when it lists the server's tools;
     calls go through the client's session, so the tool works while its client is open
     and fails with a clear `ToolError` after.
@@ -189,16 +189,6 @@ class McpTool:
         self._check = check
         self._send = send
         self._spec = ToolSpec(name, self.description, self.input_schema)
-
-    @property
-    def sends(self) -> bool:
-        """It can send data out of the machine (`Capability.EXTERNAL_SEND`)."""
-        return bool(self.capabilities & Capability.EXTERNAL_SEND)
-
-    @property
-    def brings_untrusted(self) -> bool:
-        """Its output may hold untrusted text (`Capability.UNTRUSTED_INPUT`)."""
-        return bool(self.capabilities & Capability.UNTRUSTED_INPUT)
 
     def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass:
         """Every call's risk is the tool's (see the module docstring)."""
