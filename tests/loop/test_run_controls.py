@@ -461,3 +461,25 @@ async def test_agent_run_with_a_cancel_token_runs_the_contexts_own_controls(
     assert result.text == f"done: {STEER}"
     assert ctx.budget.turns == 2
     assert ctx.cancel is None  # the context itself is unchanged
+
+
+def test_a_classifier_built_on_the_contexts_budget_spends_with_the_run(
+    workspace: Path,
+) -> None:
+    """Break (law 7, a sibling of the fresh-controls rule): `with_classifier` gave the new
+    context a fresh budget, so `ctx.with_classifier(AutoClassifier(m, budget=ctx.budget))`
+    ran the run on one ledger and the classifier on another; neither saw the other's
+    spending, and the run tree's ceiling no longer covered the classifier."""
+    from tiller.policy import AutoClassifier
+
+    base = RunContext.sandboxed(workspace, AllowAll())
+    classifier = AutoClassifier(ScriptedModel(["ok"]), budget=base.budget)
+    ctx = base.with_classifier(classifier)
+    assert ctx.classifier is classifier
+    assert ctx.budget is base.budget
+    # The budget is passed on from here: what is derived keeps the classifier's purse.
+    assert ctx.with_phase(Phase.PLAN).budget is base.budget
+    # A classifier spending from elsewhere (or none) does not tie the budgets together.
+    other = base.with_classifier(AutoClassifier(ScriptedModel(["ok"]), budget=Budget()))
+    assert other.budget is not base.budget
+    assert base.with_classifier(None).budget is not base.budget

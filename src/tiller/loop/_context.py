@@ -95,8 +95,9 @@ class RunContext:
 
     - `ctx.with_controls(c)` shares all of `c` with every run of `ctx` and of what is
       derived from it; `with_budget`, `with_queued_input`, `with_detach` (and the same
-      keywords of the constructor) share that one member. Keep the object you passed to
-      steer, switch or detach the run.
+      keywords of the constructor) share that one member, and so does `with_classifier`
+      given a classifier that spends from this context's budget. Keep the object you
+      passed to steer, switch or detach the run.
     - Every other builder (and `sandboxed`, `TillerConfig.apply`) gives the new context
       fresh controls of its own for the members not shared: an empty steering queue, its
       own detach switch, a safety switch at the current mode, a budget with the same
@@ -309,6 +310,13 @@ class RunContext:
         return self._with(policy=policy)
 
     def with_classifier(self, classifier: AutoClassifier | None) -> RunContext:
+        """This context vetting with `classifier`. A classifier built to spend from this
+        context's budget (`AutoClassifier(model, budget=ctx.budget)`) passes that budget
+        on: the new context's runs spend from it too, one purse for the run tree (law 7),
+        instead of a fresh ledger the classifier's calls never reach."""
+        if classifier is not None and classifier.budget is self.budget:
+            controls = self.controls.fresh().with_member("budget", self.budget)
+            return self._with(classifier=classifier, controls=controls)
         return self._with(classifier=classifier)
 
     def with_interlock(self, interlock: Interlock) -> RunContext:
