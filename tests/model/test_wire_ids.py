@@ -94,3 +94,16 @@ async def test_a_call_stored_before_runtime_ids_keeps_its_id() -> None:
     messages = exchange(ToolCall(id="toolu_old", name="look"))
     assert await openai_pairs(messages) == [("toolu_old", "toolu_old")]
     assert await anthropic_pairs(messages) == [("toolu_old", "toolu_old")]
+
+
+async def test_openai_gets_no_call_id_longer_than_it_accepts() -> None:
+    """Broke: a history from an AG-UI client carries runtime ids only, and a served run's
+    id is the client's `runId` (a UUID): `{uuid}-call-1` is 43 characters, and OpenAI
+    refuses any tool call id over 40. Long ids go out as stable digests, still paired."""
+    run = "6f1c2a9e-3b7d-4e21-9a55-0c8e4f2b7d19"
+    long_provider = "fc_" + "0" * 50  # some servers' own ids are longer still
+    messages = exchange(call(f"{run}-call-1"), call(f"{run}-call-2", long_provider))
+    pairs = await openai_pairs(messages)
+    assert all(len(sent) <= 40 and sent == result for sent, result in pairs)
+    assert len({sent for sent, _ in pairs}) == 2
+    assert pairs == await openai_pairs(messages)  # the same history, the same ids

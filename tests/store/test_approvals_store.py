@@ -129,6 +129,19 @@ async def test_an_id_taken_by_another_call_gets_a_longer_one(bus: Bus, clock: Fa
     assert await hold(store) == held  # stable: found again under the longer id
 
 
+async def test_another_call_under_a_held_calls_id_keeps_both_listed(bus: Bus) -> None:
+    """A second call under a held call's id (other arguments: not the same call, law 10)
+    gets a record of its own, and the run still lists the first: taking the longer id
+    must not drop the first record's index, which is the same key within one run."""
+    store = ApprovalStore(bus)
+    first = await hold(store, path="a.txt")
+    second = await hold(store, path="b.txt")
+    assert second.id != first.id
+    assert [r.id for r in await store.for_run("run-1")] == [first.id, second.id]
+    assert await hold(store, path="a.txt") == first
+    assert await hold(store, path="b.txt") == second
+
+
 async def test_a_decision_is_recorded_once(bus: Bus, clock: FakeClock) -> None:
     store = ApprovalStore(bus)
     held = await hold(store)

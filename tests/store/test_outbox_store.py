@@ -80,6 +80,18 @@ async def test_staging_a_call_twice_keeps_one_item(bus: Bus, clock: FakeClock) -
     assert await store.list() == [first, other]
 
 
+async def test_another_call_under_a_staged_calls_id_gets_its_own_item(bus: Bus) -> None:
+    """A call under a staged call's id with other arguments is another call (law 10, as
+    for held approvals): it gets its own draft, not the first one's (which a send would
+    deliver in its place)."""
+    store = OutboxStore(bus)
+    first = await stage(store, to="ana", body="hi")
+    second = await stage(store, to="bob", body="other")
+    assert second.id != first.id and second.drafted_arguments == {"to": "bob", "body": "other"}
+    assert await stage(store, to="ana", body="hi") == first
+    assert await stage(store, to="bob", body="other") == second
+
+
 async def test_edit_then_send(bus: Bus, clock: FakeClock) -> None:
     store = OutboxStore(bus)
     item = await stage(store)

@@ -18,6 +18,7 @@ The adapter does not retry; a retry wrapper reads `ModelError.retryable`/`retry_
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -163,8 +164,9 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
-    # The provider's own call ids where they are unique, the runtime's elsewhere (law 10).
-    wire = WireIds(request.messages)
+    # The provider's own call ids where they are unique, the runtime's elsewhere (law 10),
+    # each short enough for the API.
+    wire = WireIds(request.messages, sanitize=_call_id)
     for message in request.messages:
         if isinstance(message, UserMessage):
             for result in message.tool_results:
@@ -180,6 +182,19 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
         else:
             messages.append(_assistant(message, wire))
     return messages
+
+
+#: The longest tool call id OpenAI accepts (longer: 400 `string_above_max_length`).
+_MAX_CALL_ID = 40
+
+
+def _call_id(value: str) -> str:
+    """`value`, or a stable digest of it when it is too long for the API: a runtime id
+    grows with the run id (a served run's is the client's `runId`, often a UUID), and a
+    history from an AG-UI client holds runtime ids only."""
+    if len(value) <= _MAX_CALL_ID:
+        return value
+    return "call_" + hashlib.sha256(value.encode()).hexdigest()[:24]
 
 
 def _assistant(message: AssistantMessage, wire: WireIds) -> dict[str, Any]:

@@ -171,7 +171,11 @@ class ApprovalStore(RecordStore[HeldApproval]):
                 # The same call held again: its record stands. Another call under the same
                 # id (a record from before runtime ids) is not answered by it (law 10).
                 return held
-            await kv.delete(index)  # another call's id: take a longer one
+            if held.run_id != run_id:
+                # Another run's id: drop the index just put. Within one run the key is
+                # the existing record's own index, which must stay (it is still listed).
+                await kv.delete(index)
+            # Take a longer one.
         raise UsageError(f"no free approval id for call {call.id} of run {run_id}")
 
     async def hold_interrupts(

@@ -186,8 +186,15 @@ class OutboxStore(RecordStore[OutboxItem]):
             if existing is None:
                 return item
             staged = self._read(item_id, existing)
-            if (staged.run_id, staged.call_id) == (run_id, call.id):
+            if (staged.run_id, staged.call_id, staged.tool, staged.drafted_arguments) == (
+                run_id,
+                call.id,
+                call.name,
+                drafted,
+            ):
                 return staged
+            # Another call under the same id (another run's, or a record from before
+            # runtime ids) is not this one's draft (law 10): take a longer id.
         raise UsageError(f"no free outbox id for call {call.id} of run {run_id}")
 
     async def get(self, item_id: str) -> OutboxItem:
