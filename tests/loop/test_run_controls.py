@@ -231,10 +231,11 @@ def test_a_control_passed_on_is_shared_by_what_is_derived(workspace: Path) -> No
     assert derived.detach is detach
     # The switch was not passed on: the derived context's is its own, at the same mode.
     assert derived.tools.safety is not base.tools.safety
-    controls = RunControls()
-    shared = base.with_controls(controls).with_phase(Phase.PLAN)
-    assert shared.controls.safety is controls.safety
-    assert shared.tools.safety is controls.safety
+    # Controls built without a switch take one at the context's mode, shared like the rest.
+    given = base.with_controls(RunControls())
+    shared = given.with_phase(Phase.PLAN)
+    assert shared.controls.safety is given.controls.safety
+    assert shared.tools.safety is given.controls.safety
 
 
 def test_run_controls_refuse_a_member_of_the_wrong_kind() -> None:
@@ -483,3 +484,22 @@ def test_a_classifier_built_on_the_contexts_budget_spends_with_the_run(
     other = base.with_classifier(AutoClassifier(ScriptedModel(["ok"]), budget=Budget()))
     assert other.budget is not base.budget
     assert base.with_classifier(None).budget is not base.budget
+
+
+def test_controls_given_without_a_switch_keep_the_contexts_mode_and_ceiling(
+    workspace: Path,
+) -> None:
+    """Break (review of law 13): `RunControls()` brought a fresh `ask` switch with no
+    ceiling, so `ctx.with_controls(RunControls(budget=...))` loosened a `read_only`
+    context, and `RunContext(tools, controls=RunControls())` dropped the tools' mode."""
+    tools = ToolCtx(workspace, safety=LiveSafetyMode(SafetyMode.READ_ONLY, ceiling=SafetyMode.AUTO))
+    ctx = RunContext.new(tools).with_controls(RunControls(budget=Budget(max_turns=3)))
+    assert ctx.tools.safety.mode is SafetyMode.READ_ONLY
+    assert ctx.tools.safety.ceiling is SafetyMode.AUTO
+    assert ctx.controls.budget.max_turns == 3
+    built = RunContext(ToolCtx(workspace, safety=SafetyMode.FULL_ACCESS), controls=RunControls())
+    assert built.tools.safety.mode is SafetyMode.FULL_ACCESS
+    # A switch given on purpose is the one the context runs with.
+    given = LiveSafetyMode(SafetyMode.AUTO)
+    chosen = RunContext.new(tools).with_controls(RunControls(safety=given))
+    assert chosen.tools.safety is given

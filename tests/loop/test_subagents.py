@@ -24,7 +24,7 @@ from tiller.loop import Agent, Budget, RunContext, RunOptions, SubagentConfig, S
 from tiller.model import ScriptedModel, TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.tools import Capability, ExecContext, SafetyMode, ToolCtx, builtin, tool
+from tiller.tools import Capability, ExecContext, LiveSafetyMode, SafetyMode, ToolCtx, builtin, tool
 
 from ._support import Run, drive
 
@@ -627,3 +627,21 @@ async def test_a_final_answer_on_the_last_step_stands_with_a_detached_subagent(
         "SUBAGENT_STARTED",
         "SUBAGENT_ERROR",
     ]
+
+
+@tool(read_only=True)
+def raise_mode(ctx: ExecContext) -> str:
+    """Switch this run to full access, then say which mode is in force."""
+    assert ctx.tools.safety is not None
+    return f"mode={ctx.tools.safety.set(SafetyMode.FULL_ACCESS).value}"
+
+
+async def test_a_childs_ceiling_is_never_above_its_parents(workspace: Path) -> None:
+    """Break: a child's switch took its type's ceiling alone (full access for `general`),
+    so a parent capped at `auto` had a child that could be switched to full access."""
+    parent = LiveSafetyMode(SafetyMode.ASK, ceiling=SafetyMode.AUTO)
+    ctx = RunContext.new(ToolCtx(workspace, safety=parent), AllowAll())
+    model = tree([spawn(("general", "raise"))], one_tool_then_answer("raise_mode"))
+    run = await drive(Agent(model, [raise_mode, builtin.agent]), "go", ctx)
+    assert run.results()[0].content.startswith("raise -> mode=auto")
+    assert ctx.tools.safety.mode is SafetyMode.ASK

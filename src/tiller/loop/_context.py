@@ -162,6 +162,8 @@ class RunContext:
         if controls is None:
             # The context's own: its ToolCtx's switch, nothing shared.
             controls = RunControls.own(safety=tools.safety)
+        else:
+            controls = controls.adopting_safety(tools.safety)
         # The older keywords share one member each, as `with_*` does.
         if budget is not None:
             controls = controls.with_member("budget", budget)
@@ -254,7 +256,7 @@ class RunContext:
         defaults). Its `ToolCtx` reads `controls.safety`. Members not shared are policy
         only: `RunControls(budget=Budget(max_turns=5), shared=frozenset())` sets the
         ceilings every derived context and every run gets a fresh ledger of."""
-        return self._with(controls=controls)
+        return self._with(controls=controls.adopting_safety(self.controls.safety))
 
     def _with_member(self, name: ControlMember, value: object) -> RunContext:
         return self._with(controls=self.controls.fresh().with_member(name, value))

@@ -79,6 +79,15 @@ class _Occupancy:
             self._busy = False
 
 
+class _UnsetSafety(LiveSafetyMode):
+    """The switch of a `RunControls` built without `safety=`: a placeholder the context
+    that takes the controls replaces with its own switch (`adopting_safety`). Without it,
+    `ctx.with_controls(RunControls(budget=...))` would move a `read_only` context, or one
+    with a ceiling, to a fresh `ask` switch with none: a loosening nobody asked for."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class RunControls:
     """The live parts of a run: steering, safety switch, detach switch, cancel, budget.
@@ -108,7 +117,7 @@ class RunControls:
     """
 
     steering: SteeringQueue = field(default_factory=SteeringQueue)
-    safety: LiveSafetyMode = field(default_factory=LiveSafetyMode)
+    safety: LiveSafetyMode = field(default_factory=lambda: _UnsetSafety())
     detach: DetachSwitch = field(default_factory=DetachSwitch)
     cancel: CancellationToken | None = None
     budget: Budget = field(default_factory=Budget)
@@ -167,6 +176,16 @@ class RunControls:
             # (A token is never renewed, so these are still the same controls.)
             changes["_occupancy"] = _Occupancy()
         return replace(self, shared=marks, **changes)
+
+    def adopting_safety(self, switch: LiveSafetyMode) -> RunControls:
+        """These controls as a context whose switch is `switch` takes them: controls built
+        without `safety=` get a new switch at that switch's mode and ceiling, so giving a
+        context controls for its budget or steering never resets its mode or ceiling, and
+        never ties the new context to the old one's switch."""
+        if not isinstance(self.safety, _UnsetSafety):
+            return self
+        copy = LiveSafetyMode(switch.mode, ceiling=switch.ceiling)
+        return self.with_member("safety", copy, shared="safety" in self.shared)
 
     def shared_by_all(self) -> RunControls:
         """These very members, every one of them shared: what a run hands to what it
