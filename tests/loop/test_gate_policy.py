@@ -96,14 +96,19 @@ async def test_the_trifecta_in_one_parallel_batch_is_blocked(ctx: RunContext) ->
     assert sent == []
 
 
-async def test_the_same_send_routed_to_the_outbox_is_staged(workspace: Path) -> None:
-    sent.clear()
-    bus = MemoryBus()
-    ctx = (
+def _mail_to_the_outbox(workspace: Path, bus: MemoryBus) -> RunContext:
+    """A context that allows everything but stages `send_mail` in `bus`'s outbox."""
+    return (
         RunContext.sandboxed(workspace, AllowAll())
         .with_store(bus)
         .with_outbox(OutboxRoute(["send_mail"]))
     )
+
+
+async def test_the_same_send_routed_to_the_outbox_is_staged(workspace: Path) -> None:
+    sent.clear()
+    bus = MemoryBus()
+    ctx = _mail_to_the_outbox(workspace, bus)
     batch = [{"name": "read_secrets"}, {"name": "fetch_page", "arguments": {"url": "u"}}, mail()]
     model = ScriptedModel([{"tool_calls": batch}, "Drafted, waiting for you."])
     run = await drive(Agent(model, TOOLS), "go", ctx)
@@ -122,11 +127,7 @@ async def test_the_tool_trace_says_which_calls_were_staged(workspace: Path) -> N
     outbox (staged, not executed) read as an ordinary successful run in the trace."""
     sent.clear()
     bus = MemoryBus()
-    ctx = (
-        RunContext.sandboxed(workspace, AllowAll())
-        .with_store(bus)
-        .with_outbox(OutboxRoute(["send_mail"]))
-    )
+    ctx = _mail_to_the_outbox(workspace, bus)
     batch = [{"name": "read_secrets"}, mail()]
     model = ScriptedModel([{"tool_calls": batch}, "Drafted."])
     run = await drive(Agent(model, TOOLS), "go", ctx)

@@ -117,7 +117,7 @@ class RunControls:
     """
 
     steering: SteeringQueue = field(default_factory=SteeringQueue)
-    safety: LiveSafetyMode = field(default_factory=lambda: _UnsetSafety())
+    safety: LiveSafetyMode = field(default_factory=_UnsetSafety)
     detach: DetachSwitch = field(default_factory=DetachSwitch)
     cancel: CancellationToken | None = None
     budget: Budget = field(default_factory=Budget)
