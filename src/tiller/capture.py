@@ -34,7 +34,7 @@ from typing import Any, TypeAlias
 import orjson
 
 from .errors import UsageError
-from .loop._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
+from .loop import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
 from .store import Bus, RevisionConflict
 
 __all__ = [

@@ -53,9 +53,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .errors import UsageError
-from .loop import RunContext
-from .loop._outbox_route import OutboxRoute
-from .loop._subagent_types import SubagentConfig
+from .loop import OutboxRoute, RunContext, SubagentConfig
 from .policy import HookSet, Interlock, PolicyEngine, PolicyRules
 from .tools import SafetyMode, WebAccess
 from .tools.mcp import McpServers

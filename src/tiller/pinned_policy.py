@@ -32,10 +32,7 @@ from typing import Any, Final
 from .config import CONFIG_FILE, ConfigError, TillerConfig, read_config_document
 from .errors import TillerError
 from .loop import RunContext
-from .policy import HookSet
-from .policy._file_pins import FilePin, changed_pins, pin_files, script_paths
-from .policy._hook_events import HookKind
-from .policy._shell_hook import ShellHook
+from .policy import FilePin, HookKind, HookSet, ShellHook, changed_pins, pin_files, script_paths
 from .tools.mcp import McpServers
 
 __all__ = [

@@ -45,7 +45,7 @@ from ._errors import ModelError
 
 if TYPE_CHECKING:
     from ..capture import Capture
-    from ..loop._capture import ModelCallRecord
+    from ..loop import ModelCallRecord
 
 __all__ = ["Divergence", "ReplayModel"]
 

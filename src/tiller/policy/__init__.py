@@ -35,6 +35,12 @@ from ._classifier import (
 )
 from ._decided import CallDecision, DecidedApprover
 from ._engine import CallRisk, PolicyEngine, mode_default
+
+# For tiller's own packages (not API; not in __all__).
+from ._file_pins import FilePin as FilePin
+from ._file_pins import changed_pins as changed_pins
+from ._file_pins import pin_files as pin_files
+from ._file_pins import script_paths as script_paths
 from ._hook_events import (
     DEFAULT_HOOK_TIMEOUT,
     HookEvent,

@@ -74,10 +74,7 @@ from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from typing import Any, Final
 
-from ..tools._errors import ToolDefinitionError
-from ..tools._jail import PROTECTED_PATHS
-from ..tools._safety import SafetyMode
-from ..tools._tool import Tool
+from ..tools import PROTECTED_PATHS, SafetyMode, Tool, ToolDefinitionError
 from ._risk import DecisionKind, PolicyDecision, RiskClass
 from ._rules import PolicyRule, PolicyRules
 from ._shell_risk import ShellRisk, classify_command

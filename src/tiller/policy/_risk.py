@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..tools._risk_class import RiskClass
+from ..tools import RiskClass
 
 __all__ = ["DecisionKind", "PolicyDecision", "RiskClass"]
 

@@ -55,7 +55,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Final, Literal
 
 from ..errors import UsageError
-from ..tools._safety import SafetyMode
+from ..tools import SafetyMode
 from ._shell_risk import ShellRisk, classify_command
 
 __all__ = ["PolicyConfigError", "PolicyRule", "PolicyRules", "RuleAction"]

@@ -39,7 +39,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import orjson
 
@@ -49,13 +49,20 @@ from ._ordered_ids import ORDERED_ID, OrderedIds
 from ._records import MalformedRecord, Record, create_or_get, decode, encode
 
 if TYPE_CHECKING:
-    # For the annotations only: the store layer does not import the run loop.
     from ..cancel import CancellationToken
-    from ..loop._steering import SteeringQueue
 
 __all__ = ["CONTROL_BUCKET", "ControlStore", "ControlWatcher", "MalformedControl"]
 
 _logger: Final = logging.getLogger(__name__)
+
+
+class SteeringQueue(Protocol):
+    """Where a watcher puts the steering text it reads: the run's steering queue
+    (`tiller.loop.SteeringQueue`), seen through the one method the watcher calls, because
+    the store knows nothing of the loop (DESIGN §5)."""
+
+    def push(self, text: str) -> None: ...
+
 
 #: The control bucket's default name (DESIGN §7).
 CONTROL_BUCKET = "tiller-control"

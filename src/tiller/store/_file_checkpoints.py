@@ -142,7 +142,7 @@ class FileCheckpoints:
         so of two calls changing one file the one that wrote first has the smaller number.
         """
         from ..tools import ToolCtx, ToolError
-        from ..tools._file_snapshots import MAX_SAVED_FILE_BYTES
+        from ..tools import MAX_SAVED_FILE_BYTES
 
         tools = ToolCtx(root)
         records: list[FileRecord] = []

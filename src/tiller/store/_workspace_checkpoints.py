@@ -54,7 +54,7 @@ RACY_NS: Final = 2_000_000_000
 
 
 def _max_saved() -> int:
-    from ..tools._file_snapshots import MAX_SAVED_FILE_BYTES
+    from ..tools import MAX_SAVED_FILE_BYTES
 
     return MAX_SAVED_FILE_BYTES
 

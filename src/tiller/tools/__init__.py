@@ -63,6 +63,9 @@ from ._errors import (
 )
 from ._exec import CallSite, ExecContext, LocalState, StateAccess, ToolServices, TurnSignals
 from ._fetcher import Fetched, Fetcher
+
+# For tiller's own packages (not API; not in __all__).
+from ._file_snapshots import MAX_SAVED_FILE_BYTES as MAX_SAVED_FILE_BYTES
 from ._file_snapshots import CheckpointOrigin, FileSnapshotter
 from ._fs import NAME_MAX, PATH_MAX, JailFS
 from ._goal import UserGoal

@@ -19,7 +19,7 @@ import orjson
 
 from ..conversation import ToolCall, ToolResult
 from ..errors import Cancelled, InvalidToolArguments
-from ..model._base import ToolSpec
+from ..model import ToolSpec
 from ..phase import Phase
 from ._errors import DuplicateTool, PathOutsideJail, ToolDefinitionError
 from ._exec import ExecContext

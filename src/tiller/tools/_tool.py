@@ -43,7 +43,7 @@ from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 from pydantic.fields import FieldInfo
 
 from ..errors import InvalidToolArguments
-from ..model._base import ToolSpec
+from ..model import ToolSpec
 from ._docstring import parse_docstring
 from ._errors import ToolDefinitionError
 from ._exec import ExecContext

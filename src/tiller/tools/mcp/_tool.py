@@ -32,7 +32,7 @@ import copy
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ...model._base import ToolSpec
+from ...model import ToolSpec
 from .._exec import ExecContext
 from .._risk_class import RiskClass
 from .._tool import Capability, CapabilityViews, ToolOutput
