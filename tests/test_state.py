@@ -6,6 +6,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+import tiller
 from tiller.conversation import (
     AssistantMessage,
     Reasoning,
@@ -97,7 +98,7 @@ def test_defaults() -> None:
     assert RunState.from_json(state.to_json()) == state
 
 
-@pytest.mark.parametrize("version", [0, 3, 99])
+@pytest.mark.parametrize("version", [0])
 def test_another_schema_version_is_refused(version: int) -> None:
     raw = orjson.loads(full_state().to_json())
     raw["schema_version"] = version
@@ -105,6 +106,21 @@ def test_another_schema_version_is_refused(version: int) -> None:
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
         f"run state schema version {version} is not supported (this tiller reads versions 1, 2)"
+    )
+
+
+@pytest.mark.parametrize("version", [3, 99])
+def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> None:
+    """Issue 15: a state of a newer schema says which tiller wrote it, and to upgrade."""
+    raw = orjson.loads(full_state().to_json())
+    raw["schema_version"] = version
+    raw["written_by"] = "7.0.0"
+    with pytest.raises(RunStateError) as caught:
+        RunState.from_json(orjson.dumps(raw))
+    assert str(caught.value) == (
+        f"run state schema version {version} is not supported (this tiller reads versions 1, 2)"
+        f": it was written by tiller 7.0.0 (this is tiller {tiller.__version__}): "
+        "upgrade tiller to read it"
     )
 
 

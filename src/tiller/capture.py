@@ -33,13 +33,15 @@ from typing import Any, TypeAlias
 
 import orjson
 
-from .errors import UsageError
+from ._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
+from .errors import NewerSchemaError, UsageError
 from .loop import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
 from .store import Bus, RevisionConflict
 
 __all__ = [
     "CAPTURE_BUCKET",
     "SCHEMA_VERSION",
+    "CaptureFromNewerTiller",
     "BusCaptures",
     "Capture",
     "CaptureError",
@@ -61,7 +63,7 @@ _logger = logging.getLogger(__name__)
 CAPTURE_BUCKET = "tiller-captures"
 #: Bumped whenever the JSON shape changes; `Capture.from_json` refuses other versions
 #: rather than replaying a capture it would misread.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = LEDGER["capture"].current
 
 CaptureRecord: TypeAlias = ModelCallRecord | ToolResultRecord
 #: `(record) -> record`: scrubs a record before it is buffered (secrets, personal data).
@@ -74,6 +76,15 @@ _WRITE_ATTEMPTS = 5
 
 class CaptureError(UsageError):
     """A capture could not be read: not JSON, the wrong shape, or another schema version."""
+
+
+class CaptureFromNewerTiller(CaptureError, NewerSchemaError):
+    """A capture of a schema newer than this tiller knows: a newer tiller wrote it
+    (`written_by`, None when it does not say). Upgrade tiller to replay it."""
+
+    def __init__(self, message: str, written_by: str | None) -> None:
+        super().__init__(message)
+        self.written_by = written_by
 
 
 @dataclass(slots=True)
@@ -111,6 +122,7 @@ class Capture:
         """The JSON shape: records carry a `type`, and not the run id (said once)."""
         return {
             "schema_version": self.schema_version,
+            "written_by": tiller_version(),
             "run_id": self.run_id,
             "records": [_record_to_dict(r) for r in self.records],
         }
@@ -121,7 +133,11 @@ class Capture:
     def to_jsonl(self) -> bytes:
         """A header line (`schema_version`, `run_id`), then one record per line: appendable,
         and readable with line tools."""
-        header = {"schema_version": self.schema_version, "run_id": self.run_id}
+        header = {
+            "schema_version": self.schema_version,
+            "written_by": tiller_version(),
+            "run_id": self.run_id,
+        }
         lines = [orjson.dumps(header)]
         lines.extend(orjson.dumps(_record_to_dict(r)) for r in self.records)
         return b"\n".join(lines) + b"\n"
@@ -163,10 +179,14 @@ class Capture:
 def _header(data: Mapping[str, Any]) -> str:
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise CaptureError(
+        problem = (
             f"capture schema version {version!r} is not supported "
             f"(this tiller reads version {SCHEMA_VERSION})"
         )
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            writer = written_by_of(data)
+            raise CaptureFromNewerTiller(f"{problem}: {newer_problem(writer)}", writer)
+        raise CaptureError(problem)
     run_id = data.get("run_id")
     if not isinstance(run_id, str):
         raise CaptureError("a capture needs a string `run_id`")

@@ -10,7 +10,8 @@ TillerError
 ├── StateDecodeError           the run's input state does not fit the agent's state type
 ├── InvalidResume              a resume does not answer the run's open interrupts correctly
 ├── InvalidToolArguments       a tool call's arguments do not fit the tool's parameters
-└── SubscriberLagged           a subscriber fell too far behind and was detached
+├── SubscriberLagged           a subscriber fell too far behind and was detached
+└── NewerSchemaError           a stored record was written by a newer tiller (upgrade to read it)
 ```
 
 Signals that a tool raises on purpose (retry with feedback, needs approval) are not
@@ -110,3 +111,13 @@ class InvalidToolArguments(TillerError):
         super().__init__(f"invalid arguments for tool {tool_name!r}: {detail}")
         self.tool_name = tool_name
         self.detail = detail
+
+
+class NewerSchemaError(TillerError):
+    """A stored record (a run state, a checkpoint, a held approval...) has a schema version
+    newer than this tiller knows: a newer tiller wrote it. Reading on could misread it, so
+    it is refused; the message names the writer (its `written_by`) and says to upgrade.
+
+    The store's and the state's own errors for such a record derive from this class too
+    (`RecordFromNewerTiller` is a `MalformedRecord` as well), so existing handlers still
+    catch them, and `except NewerSchemaError` catches them all."""

@@ -4,9 +4,10 @@ The loop is a function of `RunState` plus the run's contexts: nothing a resume w
 lives only in local variables. At every step boundary the state is complete, so
 suspending is persisting it and resuming is loading it (durable runs build on this).
 
-Serialization is pydantic JSON with a `schema_version`; `RunState.from_json` reads the
-versions of the ledger below (an older one is migrated as it is read) and refuses any
-other, with a message saying which it found.
+Serialization is pydantic JSON with a `schema_version` and a `written_by` (the tiller
+that wrote it); `RunState.from_json` reads the versions of the ledger below (an older one
+is migrated as it is read) and refuses any other, with a message saying which it found; a
+newer one is refused with `NewerRunState`, naming the tiller that wrote it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from __future__ import annotations
 import enum
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
 from .conversation import AssistantMessage, Message, Taint, ToolCall, Usage, UserMessage
-from .errors import TillerError
+from .errors import NewerSchemaError, TillerError
 from .phase import Phase
 
 __all__ = [
@@ -26,24 +29,35 @@ __all__ = [
     "CallStatus",
     "CompactionState",
     "RewrittenHistory",
+    "NewerRunState",
     "RunState",
     "RunStateError",
     "StopCause",
 ]
 
-#: The schema-version ledger: what each version changed, and how an older state is read.
+#: The versions, in short (the ledger is `tiller._schema_ledger.LEDGER["run_state"]`,
+#: rendered in docs/schema-versions.md):
 #:
 #: 1 → 2: a tool call carries `provider_id`, the provider's id, beside `id`, now always the
 #:        runtime's (`{run_id}-call-{n}`, law 10). A version 1 call has no `provider_id`
 #:        (its `id` was the provider's, and stays its id): it reads as `provider_id=""`,
 #:        and the codecs send its `id` back, as before.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = LEDGER["run_state"].readable
 
 
 class RunStateError(TillerError):
     """A serialized run state cannot be loaded (wrong schema version, or corrupt)."""
+
+
+class NewerRunState(RunStateError, NewerSchemaError):
+    """A serialized run state of a schema newer than this tiller knows: a newer tiller
+    wrote it (`written_by`, None when it does not say). Upgrade tiller to resume it."""
+
+    def __init__(self, message: str, written_by: str | None) -> None:
+        super().__init__(message)
+        self.written_by = written_by
 
 
 class StopCause(enum.Enum):
@@ -159,6 +173,8 @@ class RunState(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
     schema_version: int = SCHEMA_VERSION
+    #: The tiller that wrote it (stamped by `to_json`); None when it predates the field.
+    written_by: str | None = Field(default_factory=tiller_version)
     run_id: str
     thread_id: str
     agent_name: str = "agent"
@@ -308,6 +324,7 @@ class RunState(BaseModel):
 
     @classmethod
     def from_json(cls, data: bytes | str) -> RunState:
+        _refuse_newer(data)
         try:
             state = cls.model_validate_json(data)
         except ValidationError as exc:
@@ -321,3 +338,28 @@ class RunState(BaseModel):
         # Migrated as read (see the ledger): saved again, it is the current version.
         state.schema_version = SCHEMA_VERSION
         return state
+
+
+def _refuse_newer(data: bytes | str) -> None:
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return  # not JSON: pydantic's validation says so, as before
+    refuse_newer_state(raw)
+
+
+def refuse_newer_state(raw: object) -> None:
+    """`NewerRunState` if `raw` (a state as decoded JSON) is of a newer schema: checked
+    before the fields, which a newer schema may have changed (they would read as merely
+    "not valid"). Readers of a state inside another record (a checkpoint) call it too."""
+    if not isinstance(raw, dict):
+        return
+    version = raw.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        readable = ", ".join(str(number) for number in READABLE_VERSIONS)
+        writer = written_by_of(raw)
+        raise NewerRunState(
+            f"run state schema version {version} is not supported (this tiller reads "
+            f"versions {readable}): {newer_problem(writer)}",
+            writer,
+        )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from ..conversation import Taint, ToolCall
 from ..errors import UsageError
@@ -30,6 +30,7 @@ from ._bus import Bus, NotFound, StoreError
 from ._records import (
     MalformedRecord,
     Record,
+    RecordFromNewerTiller,
     RecordStore,
     TaintNames,
     call_arguments,
@@ -62,6 +63,11 @@ class MalformedApproval(MalformedRecord):
     """A record of the approvals bucket does not have the shape this tiller writes."""
 
 
+class ApprovalFromNewerTiller(MalformedApproval, RecordFromNewerTiller):
+    """A record of the approvals bucket written by a newer tiller (its schema is newer than this
+    tiller knows): upgrade tiller to read it."""
+
+
 class UnknownApproval(NotFound):
     """No held approval has this id."""
 
@@ -85,6 +91,8 @@ class AlreadyDecided(StoreError):
 
 class HeldApproval(Record):
     """One held call and what became of it."""
+
+    ledger_kind: ClassVar[str] = "held_approval"
 
     id: str
     run_id: str
@@ -117,6 +125,7 @@ class ApprovalStore(RecordStore[HeldApproval]):
 
     record_type = HeldApproval
     malformed = MalformedApproval
+    newer = ApprovalFromNewerTiller
 
     def __init__(self, bus: Bus, bucket: str = APPROVALS_BUCKET) -> None:
         super().__init__(bus, bucket)

@@ -1,8 +1,8 @@
 """Checkpoints: a run's `RunState` in the store, and a record per tool call.
 
 One bucket (`tiller-run-checkpoints` by default) holds, per run:
-- `<run_id>`: `{"schema_version", "status", "state"}` — the `RunState` at its latest step
-  boundary; `status` is `running`, `suspended`, `resumed` or `finished`;
+- `<run_id>`: `{"schema_version", "written_by", "status", "state"}` — the `RunState` at
+  its latest step boundary; `status` is `running`, `suspended`, `resumed` or `finished`;
 - `<run_id>/calls/<call_id>`: `{"status": "started" | "completed", "result"?}` — written
   before a call runs and after it returns, so a resume never runs a completed call again,
   and knows which calls are uncertain (started, never completed) after a crash;
@@ -21,17 +21,35 @@ from typing import Any, Literal
 
 import orjson
 
-from ..state import RunState
+from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
+from ..errors import NewerSchemaError
+from ..state import RunState, refuse_newer_state
 from ._bus import Bus, KeyValue, Lease, NotFound, RevisionConflict, StoreError
 
-__all__ = ["AlreadyResumed", "CallLog", "Checkpoint", "CheckpointStore", "RunStillRunning"]
+__all__ = [
+    "AlreadyResumed",
+    "CallLog",
+    "Checkpoint",
+    "CheckpointFromNewerTiller",
+    "CheckpointStore",
+    "RunStillRunning",
+]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = LEDGER["run_checkpoint"].current
 DEFAULT_BUCKET = "tiller-run-checkpoints"
 
 #: `continued`: the run was resumed under a new run id (an AG-UI resume), which goes on
 #: in its place (`Checkpoint.continued_as`); it can never be claimed again.
 Status = Literal["running", "suspended", "resumed", "continued", "finished"]
+
+
+class CheckpointFromNewerTiller(StoreError, NewerSchemaError):
+    """A checkpoint record of a schema newer than this tiller knows: a newer tiller wrote
+    it (`written_by`, None when it does not say). Upgrade tiller to resume the run."""
+
+    def __init__(self, message: str, written_by: str | None) -> None:
+        super().__init__(message)
+        self.written_by = written_by
 
 
 class AlreadyResumed(StoreError):
@@ -90,6 +108,7 @@ class CheckpointStore:
     def _encode(state: RunState, status: Status, continued_as: str | None = None) -> bytes:
         record: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
+            "written_by": tiller_version(),
             "status": status,
             "state": orjson.Fragment(state.to_json()),
         }
@@ -127,11 +146,17 @@ class CheckpointStore:
         if entry is None:
             raise NotFound(f"no checkpoint for run {run_id!r} in bucket {self.bucket!r}")
         record: dict[str, Any] = orjson.loads(entry.value)
-        if record.get("schema_version") != SCHEMA_VERSION:
-            raise StoreError(
-                f"checkpoint {run_id!r} has schema version {record.get('schema_version')}; "
+        version = record.get("schema_version")
+        if version != SCHEMA_VERSION:
+            problem = (
+                f"checkpoint {run_id!r} has schema version {version}; "
                 f"this tiller reads {SCHEMA_VERSION}"
             )
+            if isinstance(version, int) and version > SCHEMA_VERSION:
+                writer = written_by_of(record)
+                raise CheckpointFromNewerTiller(f"{problem}: {newer_problem(writer)}", writer)
+            raise StoreError(problem)
+        refuse_newer_state(record["state"])
         state = RunState.model_validate(record["state"])
         return Checkpoint(state, record["status"], entry.revision, record.get("continued_as"))
 

@@ -39,7 +39,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol, TypeVar
 
 import orjson
 
@@ -78,6 +78,8 @@ class MalformedControl(MalformedRecord):
 
 
 class _RunRecord(Record):
+    ledger_kind: ClassVar[str] = "control"
+
     run_id: str
 
 

@@ -11,7 +11,8 @@ NATS publishes); the writer batches instead:
 - a full batch (`batch_size` events, 256 by default), and the run's terminal event, hand
   the batch to a write task on the running loop; the batches are written in order, one
   KV record each, `"<run_id>/<batch_no:08d>"` in the `tiller-run-events` bucket:
-  `{"schema_version": 1, "start": <index of its first event>, "events": [...]}`;
+  `{"schema_version": 1, "written_by": <tiller version>, "start": <index of its first
+  event>, "events": [...]}`;
 - `await writer.wait()` flushes what is left and waits for the writes; `Agent.run_in` does
   it after the stream ends, so a durable run's log is complete when `run_in` returns.
 
@@ -32,16 +33,18 @@ from typing import Any
 
 import orjson
 
+from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
+from ..errors import NewerSchemaError
 from ..events import Event, encode_json
 from ._bus import Bus, KeyValue, RevisionConflict
 
-__all__ = ["EVENT_LOG_BUCKET", "EventLog", "EventLogWriter"]
+__all__ = ["EVENT_LOG_BUCKET", "EventLog", "EventLogFromNewerTiller", "EventLogWriter"]
 
 _logger = logging.getLogger(__name__)
 
 #: The event log bucket's default name (DESIGN §7).
 EVENT_LOG_BUCKET = "tiller-run-events"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = LEDGER["event_log_batch"].current
 DEFAULT_BATCH_SIZE = 256
 _TERMINAL = frozenset({"RUN_FINISHED", "RUN_ERROR"})
 _DIGITS = 8
@@ -103,11 +106,16 @@ class EventLog:
 
     def _batch(self, key: str, value: bytes) -> tuple[int, list[dict[str, Any]]]:
         record: dict[str, Any] = orjson.loads(value)
-        if record.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.bucket}/{key} has schema version {record.get('schema_version')!r}; "
+        version = record.get("schema_version")
+        if version != SCHEMA_VERSION:
+            problem = (
+                f"{self.bucket}/{key} has schema version {version!r}; "
                 f"this tiller reads {SCHEMA_VERSION}"
             )
+            if isinstance(version, int) and version > SCHEMA_VERSION:
+                writer = written_by_of(record)
+                raise EventLogFromNewerTiller(f"{problem}: {newer_problem(writer)}", writer)
+            raise ValueError(problem)
         return record["start"], record["events"]
 
     async def batches(self, run_id: str, *, skip: Collection[str] = ()) -> list[_Batch]:
@@ -122,6 +130,15 @@ class EventLog:
                 start, batch = self._batch(key, entry.value)
                 found.append(_Batch(key, start, batch))
         return found
+
+
+class EventLogFromNewerTiller(NewerSchemaError, ValueError):
+    """A batch of the event log written by a newer tiller (`written_by`, None when it does
+    not say): upgrade tiller to read the log. A `ValueError` too, as a malformed batch is."""
+
+    def __init__(self, message: str, written_by: str | None) -> None:
+        super().__init__(message)
+        self.written_by = written_by
 
 
 class EventLogWriter:
@@ -219,8 +236,9 @@ class EventLogWriter:
                     self._offset = logged  # fixed by the first write: indices stay put
             number = self._next_batch
             # Built around the encoded events, so nothing is decoded and encoded again.
-            value = b'{"schema_version":%d,"start":%d,"events":[%s]}' % (
+            value = b'{"schema_version":%d,"written_by":%s,"start":%d,"events":[%s]}' % (
                 SCHEMA_VERSION,
+                orjson.dumps(tiller_version()),
                 (self._offset or 0) + start,
                 b",".join(batch),
             )

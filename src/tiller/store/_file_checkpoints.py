@@ -141,8 +141,7 @@ class FileCheckpoints:
         and the tool must not write. The files are read before the checkpoint gets its number,
         so of two calls changing one file the one that wrote first has the smaller number.
         """
-        from ..tools import ToolCtx, ToolError
-        from ..tools import MAX_SAVED_FILE_BYTES
+        from ..tools import MAX_SAVED_FILE_BYTES, ToolCtx, ToolError
 
         tools = ToolCtx(root)
         records: list[FileRecord] = []

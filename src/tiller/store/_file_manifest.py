@@ -28,10 +28,12 @@ from typing import Any, Literal
 
 import orjson
 
-from ..errors import TillerError
+from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
+from ..errors import NewerSchemaError, TillerError
 from ._bus import StoreError
 
 __all__ = [
+    "FileCheckpointFromNewerTiller",
     "FileRecord",
     "FileRestoreFailed",
     "MalformedFileCheckpoint",
@@ -44,9 +46,9 @@ __all__ = [
     "parse_manifest",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = LEDGER["file_checkpoint"].current
 #: The versions this tiller reads (every one it ever wrote).
-READABLE_VERSIONS = frozenset({1, 2})
+READABLE_VERSIONS = frozenset(LEDGER["file_checkpoint"].readable)
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TYPE_NAMES: dict[type, str] = {
@@ -67,6 +69,15 @@ class MalformedFileCheckpoint(StoreError):
         super().__init__(f"{bucket}/{key}: {problem}")
         self.bucket = bucket
         self.key = key
+
+
+class FileCheckpointFromNewerTiller(MalformedFileCheckpoint, NewerSchemaError):
+    """A file-checkpoint record written by a newer tiller (`written_by`, None when it does
+    not say): upgrade tiller to read it."""
+
+    def __init__(self, bucket: str, key: str, problem: str, written_by: str | None) -> None:
+        super().__init__(bucket, key, problem)
+        self.written_by = written_by
 
 
 class FileRestoreFailed(TillerError):
@@ -183,6 +194,7 @@ class Manifest:
             {
                 **extra,
                 "schema_version": SCHEMA_VERSION,
+                "written_by": tiller_version(),
                 "id": self.id,
                 "seq": self.seq,
                 "run_id": self.run_id,
@@ -258,11 +270,15 @@ def load_record(value: bytes, bucket: str, key: str) -> _Fields:
     except orjson.JSONDecodeError as exc:
         raise MalformedFileCheckpoint(bucket, key, f"not JSON ({exc})") from None
     fields = _Fields(data, bucket, key)
-    if fields.data.get("schema_version") not in READABLE_VERSIONS:
-        raise fields.error(
-            f"schema version {fields.data.get('schema_version')!r}; this tiller reads "
-            f"{SCHEMA_VERSION}"
-        )
+    version = fields.data.get("schema_version")
+    if version not in READABLE_VERSIONS:
+        problem = f"schema version {version!r}; this tiller reads {SCHEMA_VERSION}"
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            writer = written_by_of(fields.data)
+            raise FileCheckpointFromNewerTiller(
+                bucket, key, f"{problem}: {newer_problem(writer)}", writer
+            )
+        raise fields.error(problem)
     return fields
 
 
@@ -363,7 +379,11 @@ def encode_records(records: Sequence[FileRecord]) -> bytes:
     """A workspace manifest's records as one blob: compressed JSON (`schema_version`,
     `files`)."""
     data = orjson.dumps(
-        {"schema_version": SCHEMA_VERSION, "files": [record.to_data() for record in records]}
+        {
+            "schema_version": SCHEMA_VERSION,
+            "written_by": tiller_version(),
+            "files": [record.to_data() for record in records],
+        }
     )
     return zlib.compress(data, 6)
 
@@ -414,4 +434,6 @@ class RestoreReport:
 
 def counter_value(last: int) -> bytes:
     """The record of a key space's counter: the last sequence number handed out."""
-    return orjson.dumps({"schema_version": SCHEMA_VERSION, "last": last})
+    return orjson.dumps(
+        {"schema_version": SCHEMA_VERSION, "written_by": tiller_version(), "last": last}
+    )

@@ -44,7 +44,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import ClassVar, Final, Literal, get_args
 
 import orjson
 
@@ -163,6 +163,8 @@ class MailIdentity:
 class MailMessage(Record):
     """One message and what became of it."""
 
+    ledger_kind: ClassVar[str] = "mail"
+
     id: str
     #: The recipient: an agent name, not a session (any run of that agent may read it).
     to: str
@@ -183,6 +185,8 @@ class MailMessage(Record):
 class QuarantinedMail(Record):
     """A record that could not be read, as it was, and why (never delivered)."""
 
+    ledger_kind: ClassVar[str] = "mail"
+
     key: str
     problem: str
     raw: str
@@ -190,6 +194,8 @@ class QuarantinedMail(Record):
 
 
 class _MailHead(Record):
+    ledger_kind: ClassVar[str] = "mail"
+
     to: str
     pending: list[str]
     latest: str | None = None

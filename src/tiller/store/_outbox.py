@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -39,6 +39,7 @@ from ._bus import Bus, NotFound, StoreError
 from ._records import (
     MalformedRecord,
     Record,
+    RecordFromNewerTiller,
     RecordStore,
     TaintNames,
     call_arguments,
@@ -72,6 +73,11 @@ class MalformedOutboxItem(MalformedRecord):
     """A record of the outbox bucket does not have the shape this tiller writes."""
 
 
+class OutboxItemFromNewerTiller(MalformedOutboxItem, RecordFromNewerTiller):
+    """A record of the outbox bucket written by a newer tiller (its schema is newer than this
+    tiller knows): upgrade tiller to read it."""
+
+
 class UnknownOutboxItem(NotFound):
     """No outbox item has this id."""
 
@@ -102,6 +108,8 @@ class OutboxResult(BaseModel):
 
 class OutboxItem(Record):
     """One staged call and what became of it."""
+
+    ledger_kind: ClassVar[str] = "outbox_item"
 
     id: str
     run_id: str
@@ -147,6 +155,7 @@ class OutboxStore(RecordStore[OutboxItem]):
 
     record_type = OutboxItem
     malformed = MalformedOutboxItem
+    newer = OutboxItemFromNewerTiller
 
     def __init__(self, bus: Bus, bucket: str = OUTBOX_BUCKET) -> None:
         super().__init__(bus, bucket)

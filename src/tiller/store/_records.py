@@ -10,7 +10,9 @@ and changed by others (a person at `tiller approve`, `tiller outbox send`), so:
 - taint is stored by flag name (`["private_data"]`), readable in a store browser and
   stable if the flags are ever renumbered;
 - reading a record checks its `schema_version` and every field; anything else raises the
-  bucket's `Malformed...` error naming the bucket and key, never a bare `KeyError`;
+  bucket's `Malformed...` error naming the bucket and key, never a bare `KeyError`; a
+  version newer than this tiller knows raises `RecordFromNewerTiller` (a `MalformedRecord`
+  too), naming the tiller that wrote it: every record says so in `written_by`;
 - a status change reads the record, checks the transition, and writes it at the revision
   it read; if another writer got there first it reads again and re-checks, so of two
   people deciding at once exactly one wins and the other is told why.
@@ -23,16 +25,25 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, PlainSerializer, PlainValidator, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+)
 
+from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
 from ..conversation import Taint, ToolCall
-from ..errors import UsageError
+from ..errors import NewerSchemaError, UsageError
 from ._bus import Bus, KeyValue, RevisionConflict, StoreError
 
 __all__ = [
     "SCHEMA_VERSION",
     "MalformedRecord",
     "Record",
+    "RecordFromNewerTiller",
     "RecordStore",
     "TaintNames",
     "call_arguments",
@@ -62,6 +73,15 @@ class MalformedRecord(StoreError):
         self.bucket = bucket
         self.key = key
         self.problem = problem
+
+
+class RecordFromNewerTiller(MalformedRecord, NewerSchemaError):
+    """A record whose schema version is newer than this tiller knows: a newer tiller wrote
+    it (`written_by`, None when the record does not say). Upgrade tiller to read it."""
+
+    def __init__(self, bucket: str, key: str, problem: str, written_by: str | None) -> None:
+        super().__init__(bucket, key, problem)
+        self.written_by = written_by
 
 
 def _taint_from_names(value: Any) -> Taint:
@@ -96,10 +116,20 @@ class Record(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
+    #: Its kind in the schema-version ledger (`tiller._schema_ledger.LEDGER`).
+    ledger_kind: ClassVar[str]
+
     schema_version: int = SCHEMA_VERSION
+    #: The tiller that wrote it; None for a record written before the field existed.
+    written_by: str | None = Field(default_factory=tiller_version)
 
 
 def encode(record: Record) -> bytes:
+    """The record as stored: written by this tiller, whoever wrote what it was made from
+    (a status change of an older record rewrites it)."""
+    current = tiller_version()
+    if record.written_by != current:
+        record = record.model_copy(update={"written_by": current})
     return record.model_dump_json().encode()
 
 
@@ -112,14 +142,19 @@ def decode(kind: type[R], bucket: str, key: str, value: bytes) -> R:
     if not isinstance(data, dict):
         raise MalformedRecord(bucket, key, "not a JSON object")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise MalformedRecord(
-            bucket, key, f"schema version {version!r}; this tiller reads {SCHEMA_VERSION}"
-        )
+    current = LEDGER[kind.ledger_kind].current
+    if version != current:
+        problem = f"schema version {version!r}; this tiller reads {current}"
+        if isinstance(version, int) and not isinstance(version, bool) and version > current:
+            writer = written_by_of(data)
+            raise RecordFromNewerTiller(bucket, key, f"{problem}: {newer_problem(writer)}", writer)
+        raise MalformedRecord(bucket, key, problem)
     try:
         record = kind.model_validate_json(value, strict=True)
     except ValidationError as exc:
         raise MalformedRecord(bucket, key, _describe(exc)) from None
+    if "written_by" not in data:
+        record = record.model_copy(update={"written_by": None})  # written before it existed
     if getattr(record, "id", key) != key:
         raise MalformedRecord(bucket, key, f"its id is {getattr(record, 'id', None)!r}")
     return record
@@ -207,6 +242,8 @@ class RecordStore(Generic[R]):
 
     record_type: ClassVar[type[Record]]
     malformed: ClassVar[type[MalformedRecord]]
+    #: The `malformed` error of a record from a newer tiller (a `RecordFromNewerTiller` too).
+    newer: ClassVar[type[RecordFromNewerTiller]]
 
     def __init__(self, bus: Bus, bucket: str) -> None:
         self.bus = bus
@@ -245,6 +282,8 @@ class RecordStore(Generic[R]):
     def _read(self, key: str, value: bytes) -> R:
         try:
             record = decode(self.record_type, self.bucket, key, value)
+        except RecordFromNewerTiller as exc:
+            raise self.newer(exc.bucket, exc.key, exc.problem, exc.written_by) from None
         except MalformedRecord as exc:
             raise self.malformed(exc.bucket, exc.key, exc.problem) from None
         return record  # type: ignore[return-value]  # record_type is R by construction

@@ -1,0 +1,255 @@
+"""The schema-version ledger: every kind of record tiller stores, each version of its
+schema, what changed at that version, and the first tiller that wrote it.
+
+A stored record outlives the process that wrote it: a checkpoint is resumed by another
+worker, a held approval is decided from another machine, a fleet is upgraded one worker at
+a time. So every record carries its `schema_version`, and, from tiller 0.1.0 on, a
+`written_by` naming the tiller that wrote it. A reader:
+
+- reads the versions it knows, migrating an older one as it reads it (RunState 1 → 2,
+  file checkpoints 1 → 2), and refuses an older version it cannot read with a message
+  naming the version;
+- refuses a version newer than it knows (`NewerSchemaError`), naming the tiller that
+  wrote it, or "an unknown, newer tiller" when the record does not say, and telling the
+  user to upgrade: reading on could misread fields it does not know.
+
+A record without `written_by` (written before it existed) still loads. docs/
+schema-versions.md is generated from this ledger (`render_markdown`); a test keeps the
+two equal. Add a version here in the same change that writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = [
+    "LEDGER",
+    "RecordKind",
+    "SchemaVersion",
+    "current_version",
+    "newer_problem",
+    "render_markdown",
+    "tiller_version",
+    "written_by_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersion:
+    """One version of one record kind's schema."""
+
+    number: int
+    since: str  # the first tiller version that wrote it
+    change: str  # what this version changed (for 1: what the record is)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKind:
+    """A kind of stored record: where it lives and its versions, oldest first."""
+
+    name: str
+    where: str  # the bucket or file it is stored in
+    code: tuple[str, ...]  # the modules (under src/tiller) that write and read it
+    versions: tuple[SchemaVersion, ...]
+    readable: tuple[int, ...]  # the versions this tiller reads (older ones migrated)
+
+    @property
+    def current(self) -> int:
+        return self.versions[-1].number
+
+
+_WRITTEN_BY = "Records written from tiller 0.1.0 on also carry `written_by`."
+
+
+def _kind(
+    name: str, where: str, code: tuple[str, ...], *versions: SchemaVersion
+) -> tuple[str, RecordKind]:
+    numbers = tuple(version.number for version in versions)
+    return name, RecordKind(name, where, code, versions, numbers)
+
+
+LEDGER: Mapping[str, RecordKind] = dict(
+    [
+        _kind(
+            "run_state",
+            "inside a checkpoint (`tiller-run-checkpoints`) and a suspended `RunResult`",
+            ("state.py",),
+            SchemaVersion(1, "0.1.0", "`RunState`: messages, step, usage, taint, phase, calls."),
+            SchemaVersion(
+                2,
+                "0.1.0",
+                "A tool call carries `provider_id` beside `id`, now always the runtime's "
+                '(law 10). A version 1 call reads with `provider_id=""`, keeping its id. '
+                + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "run_checkpoint",
+            "`tiller-run-checkpoints`, key `<run_id>`",
+            ("store/_checkpoints.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "`{status, state, continued_as?}` around a `RunState`. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "held_approval",
+            "`tiller-approvals`",
+            ("store/_approvals.py", "store/_records.py"),
+            SchemaVersion(
+                1, "0.1.0", "A held call awaiting a person, and its decision. " + _WRITTEN_BY
+            ),
+        ),
+        _kind(
+            "outbox_item",
+            "`tiller-outbox`",
+            ("store/_outbox.py", "store/_records.py"),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "A staged call: arguments as drafted and edited, status, taint. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "mail",
+            "`tiller-mailbox`: `msg/<to>/<id>`, `head/<to>`, `quarantine/...`",
+            ("store/_mailbox.py", "store/_records.py"),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "Messages, each recipient's head, and quarantined damaged messages. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "control",
+            "`tiller-control`: `<run_id>/cancel`, `<run_id>/steer/<id>`, the steer head",
+            ("store/_control.py", "store/_records.py"),
+            SchemaVersion(1, "0.1.0", "Cancel and steer requests for a run. " + _WRITTEN_BY),
+        ),
+        _kind(
+            "event_log_batch",
+            "`tiller-run-events`, key `<run_id>/<batch_no>`",
+            ("store/_event_log.py",),
+            SchemaVersion(
+                1, "0.1.0", "`{start, events}`: a batch of the run's AG-UI events. " + _WRITTEN_BY
+            ),
+        ),
+        _kind(
+            "file_checkpoint",
+            "`tiller-file-checkpoints`: manifests, counters, workspace manifests",
+            ("store/_file_manifest.py", "store/_file_checkpoints.py"),
+            SchemaVersion(1, "0.1.0", "Manifests of the paths a file tool wrote (`files`)."),
+            SchemaVersion(
+                2,
+                "0.1.0",
+                'Workspace manifests (`kind: "workspace"`, before a shell command), '
+                "directories, `unsaved` and `chunks` files, the `stat` signature. A version "
+                '1 manifest reads as `kind: "files"`. ' + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "capture",
+            "`tiller-captures` and capture files (JSON or JSON lines)",
+            ("capture.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "A header `{run_id}` and per model call the new messages and the response; "
+                "tool results. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "lease",
+            "any bucket: a run's lease, a worker's claim",
+            ("store/_bus.py",),
+            SchemaVersion(1, "0.1.0", "`{owner, expires_at}`, written by compare-and-set."),
+        ),
+        _kind(
+            "job",
+            "the NATS backend's job queue state",
+            ("store/_nats.py",),
+            SchemaVersion(1, "0.1.0", "A queued job's attempt, worker, expiry and order."),
+        ),
+        _kind(
+            "sqlite_database",
+            "the `meta` table of a `sqlite:///` store",
+            ("store/_sqlite.py",),
+            SchemaVersion(1, "0.1.0", "The tables of the embedded store."),
+        ),
+        _kind(
+            "taint_index",
+            "`.tiller/taint.json` in a workspace",
+            ("tools/_taint_index.py",),
+            SchemaVersion(1, "0.1.0", "The taint of the files tainted runs wrote."),
+        ),
+        _kind(
+            "compaction_audit",
+            "`tiller-compactions`, key `<run_id>/<number>`",
+            ("loop/_compaction.py",),
+            SchemaVersion(1, "0.1.0", "The messages a compaction replaced, and why."),
+        ),
+    ]
+)
+
+
+def tiller_version() -> str:
+    """This tiller's version (`tiller.__version__`, its one home), read on first use:
+    the records' modules sit below the package root, which is imported before them."""
+    from . import __version__
+
+    return __version__
+
+
+def current_version(kind: str) -> int:
+    return LEDGER[kind].current
+
+
+def written_by_of(record: Mapping[str, object]) -> str | None:
+    """The `written_by` a raw record carries (None when it predates the field)."""
+    writer = record.get("written_by")
+    return writer if isinstance(writer, str) and writer else None
+
+
+def newer_problem(written_by: str | None) -> str:
+    """What to add when refusing a record whose schema is newer than this tiller knows:
+    who wrote it, and what to do. Readers put it after their own "schema version N; this
+    tiller reads M"."""
+    writer = f"tiller {written_by}" if written_by else "an unknown, newer tiller"
+    return (
+        f"it was written by {writer} (this is tiller {tiller_version()}): upgrade tiller to read it"
+    )
+
+
+def render_markdown() -> str:
+    """docs/schema-versions.md, from the ledger."""
+    lines = [
+        "# Schema versions",
+        "",
+        "<!-- Generated from src/tiller/_schema_ledger.py (render_markdown); "
+        "tests/test_schema_ledger.py keeps it equal. Edit the ledger, not this file. -->",
+        "",
+        "Every record tiller stores carries a `schema_version`, and from tiller 0.1.0 on a",
+        "`written_by` (the tiller that wrote it). An older version is migrated as it is read",
+        "or refused; a newer one is refused with `NewerSchemaError`, naming the tiller that",
+        "wrote it: upgrade tiller to read it.",
+    ]
+    for kind in LEDGER.values():
+        readable = ", ".join(str(number) for number in kind.readable)
+        lines += [
+            "",
+            f"## `{kind.name}`",
+            "",
+            f"Where: {kind.where}. Written and read by "
+            + ", ".join(f"`{module}`" for module in kind.code)
+            + f". This tiller writes version {kind.current} and reads {readable}.",
+            "",
+            "| version | first written by | what changed |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {version.number} | {version.since} | {version.change} |"
+            for version in kind.versions
+        ]
+    return "\n".join(lines) + "\n"
