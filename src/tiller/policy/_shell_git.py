@@ -28,6 +28,7 @@ a program) count as writing `.git/config`, a protected path the engine denies.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from typing import Final
 
 from ._shell_argv import (
@@ -42,6 +43,7 @@ from ._shell_argv import (
     Env,
     Handler,
     Nested,
+    Opts,
     Outcome,
     options,
     valued,
@@ -77,168 +79,244 @@ _GIT_VALUED: Final = valued(
 )  # fmt: skip
 
 
+#: A subcommand's handler: its name, its arguments, and those arguments parsed.
+_Sub = Callable[[str, list[str], Opts], Outcome]
+
+
 def _git_sub(sub: str, rest: list[str], env: Env) -> Outcome:
     opts = options(rest, _GIT_VALUED)
-    words = opts.positional
-    verb = words[0] if words else ""
     if sub in _GIT_READ:
-        if opts.has("--output"):
-            return Outcome(FILE, f"`git {sub} --output` writes a file")
-        if opts.has("-O", "--open-files-in-pager"):
-            return Outcome(SHELL, f"`git {sub} -O` opens the files in a program")
-        return Outcome(READ, f"`git {sub}` only reads")
-    if sub in ("rebase", "bisect", "difftool", "mergetool"):
-        return _runs_commands(sub, rest)
-    if sub in ("add", "commit", "notes"):
-        return Outcome(LOW, f"`git {sub}` records in the repository")
-    if sub == "branch":
-        if opts.has("-D", "-M", "-C") or (opts.has("-d", "--delete") and opts.has("-f", "--force")):
-            return Outcome(SHELL, "deletes or overwrites a branch for good (`git branch -D/-M`)")
-        listing = opts.has(
-            "--list",
-            "-l",
-            "--contains",
-            "--no-contains",
-            "--merged",
-            "--no-merged",
-            "--points-at",
-            "--show-current",
-        )
-        if opts.has(
-            "-d",
-            "--delete",
-            "-m",
-            "--move",
-            "-c",
-            "--copy",
-            "-u",
-            "--set-upstream-to",
-            "--unset-upstream",
-            "--edit-description",
-        ) or (words and not listing):
-            return Outcome(LOW, "creates, renames or deletes a branch")
-        return Outcome(READ, "lists branches")
-    if sub == "tag":
-        if not words or opts.has(
-            "-l", "--list", "-v", "--verify", "--contains", "--no-contains", "--points-at", "-n"
-        ):
-            return Outcome(READ, "lists tags")
-        return Outcome(LOW, "creates or deletes a tag")
-    if sub == "remote":
-        if verb in ("", "show", "get-url"):
-            return Outcome(READ, "lists remotes")
-        if verb in ("update", "prune"):
-            return Outcome(NET, "fetches from remotes")
-        return Outcome(LOW, "changes the remotes")
-    if sub == "config":
-        setting = opts.has(
-            "--unset",
-            "--unset-all",
-            "--add",
-            "--replace-all",
-            "--rename-section",
-            "--remove-section",
-            "--edit",
-            "-e",
-        )
-        getting = opts.has(
-            "--get",
-            "--get-all",
-            "--get-regexp",
-            "--get-urlmatch",
-            "--list",
-            "-l",
-            "--get-color",
-            "--get-colorbool",
-        )
-        if not setting and (verb in ("get", "list") or getting or len(words) <= 1):
-            return Outcome(READ, "reads git configuration")
-        result = Outcome(SHELL, "changes git configuration, which can make git run programs")
-        if opts.has("--global", "--system"):
-            return result
-        target = opts.value("-f", "--file") or ".git/config"
-        return result.raise_to(Verdict(SHELL, result.reason, target))
-    if sub == "stash":
-        verb = verb or "push"
-        if verb in ("list", "show"):
-            return Outcome(READ, "lists stashes")
-        if verb == "clear":
-            return Outcome(BOOM, "discards every stash for good (`git stash clear`)")
-        if verb == "drop":
-            return Outcome(SHELL, "discards stashed work for good")
-        if verb in ("pop", "apply", "branch"):
-            return Outcome(FILE, "applies stashed changes to the working tree")
-        return Outcome(LOW, "stashes changes")
-    if sub == "reflog":
-        if verb in ("expire", "delete"):
-            return Outcome(SHELL, "deletes reflog entries, the way back to lost commits")
-        return Outcome(READ, "shows the reflog")
-    if sub == "submodule":
-        if verb == "foreach":
-            script = " ".join(w for w in words[1:])
-            return Outcome(
-                SHELL, "runs a command in every submodule", nested=[Nested(script=script)]
-            )
-        if verb in ("", "status", "summary"):
-            return Outcome(READ, "lists submodules")
-        return Outcome(NET, "fetches or changes submodules")
-    if sub == "reset":
-        if opts.has("--hard"):
-            return Outcome(BOOM, "discards all uncommitted work for good (`git reset --hard`)")
-        if opts.has("--keep", "--merge"):
-            return Outcome(FILE, "moves the branch and updates the working tree")
-        return Outcome(LOW, "moves the branch or unstages changes")
-    if sub == "clean":
-        if opts.has("-n", "--dry-run"):
-            return Outcome(READ, "lists untracked files it would delete")
-        return Outcome(BOOM, "deletes untracked files in bulk, for good (`git clean`)")
-    if sub in ("checkout", "switch"):
-        discards = opts.has(
-            "-f", "--force", "--discard-changes", "-p", "--patch", "--ours", "--theirs"
-        )
-        if _everything(words):
-            return Outcome(BOOM, f"discards all uncommitted changes for good (`git {sub} .`)")
-        if opts.has("-f", "--force", "--discard-changes") and "--" not in rest:
-            # No pathspec: the whole working tree, like `git reset --hard`.
-            return Outcome(BOOM, f"discards all uncommitted changes for good (`git {sub} -f`)")
-        if discards or "--" in rest:
-            return Outcome(SHELL, f"discards uncommitted changes (`git {sub}`)")
-        return Outcome(FILE, f"switches the working tree (`git {sub}`)")
-    if sub == "restore":
-        if opts.has("--staged", "-S") and not opts.has("--worktree", "-W"):
-            return Outcome(LOW, "unstages changes")
-        if _everything(words):
-            return Outcome(BOOM, "discards all uncommitted changes for good (`git restore .`)")
-        return Outcome(SHELL, "discards uncommitted changes to files for good (`git restore`)")
-    if sub in ("filter-branch", "filter-repo"):
-        # Rewrites every commit, running the filters it is given as shell code.
-        return Outcome(BOOM, f"rewrites all history and runs its filters (`git {sub}`)")
-    if sub == "prune" or (sub == "gc" and any(a.startswith("--prune") for a in rest)):
-        return Outcome(SHELL, f"rewrites or prunes history for good (`git {sub}`)")
-    if sub == "update-ref":
-        return Outcome(SHELL if opts.has("-d") else FILE, "changes a ref directly")
-    if sub == "rm" and _everything(words):
-        return Outcome(BOOM, "deletes every tracked file (`git rm -r .`)")
+        return _reads(sub, opts)
+    handler = _SUBCOMMANDS.get(sub)
+    if handler is not None:
+        return handler(sub, rest, opts)
+    return _by_set(sub)
+
+
+def _by_set(sub: str) -> Outcome:
+    """A subcommand with no handler of its own: classified by the set it is in."""
     if sub in _GIT_FILE:
         return Outcome(FILE, f"`git {sub}` changes the working tree or the repository")
     if sub in _GIT_NET:
         return Outcome(NET, f"`git {sub}` downloads from a remote")
-    if sub == "push":
-        forced = opts.has(
-            "-f", "--force", "--force-with-lease", "--mirror", "--delete", "-d"
-        ) or any(w.startswith("+") for w in words)
-        return Outcome(
-            EXT, "pushes to a remote" + (", rewriting or deleting what is there" if forced else "")
-        )
-    if sub in ("send-email", "imap-send", "svn", "p4", "cvsexportcommit"):
+    if sub in _GIT_SENDS:
         return Outcome(EXT, f"`git {sub}` sends to another system")
-    if sub == "lfs":
-        return Outcome(EXT if verb == "push" else NET, f"`git lfs {verb}` talks to the LFS server")
     if sub in ("daemon", "instaweb"):
         return Outcome(PROC, f"`git {sub}` starts a server")
     return Outcome(
         SHELL, f"`git {sub}` is not a git command tiller knows (an alias can run anything)"
     )
+
+
+def _verb(opts: Opts) -> str:
+    return opts.positional[0] if opts.positional else ""
+
+
+def _reads(sub: str, opts: Opts) -> Outcome:
+    if opts.has("--output"):
+        return Outcome(FILE, f"`git {sub} --output` writes a file")
+    if opts.has("-O", "--open-files-in-pager"):
+        return Outcome(SHELL, f"`git {sub} -O` opens the files in a program")
+    return Outcome(READ, f"`git {sub}` only reads")
+
+
+def _records(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    return Outcome(LOW, f"`git {sub}` records in the repository")
+
+
+_BRANCH_LISTING: Final = (
+    "--list", "-l", "--contains", "--no-contains", "--merged", "--no-merged", "--points-at",
+    "--show-current",
+)  # fmt: skip
+_BRANCH_CHANGING: Final = (
+    "-d", "--delete", "-m", "--move", "-c", "--copy", "-u", "--set-upstream-to",
+    "--unset-upstream", "--edit-description",
+)  # fmt: skip
+
+
+def _branch(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    if opts.has("-D", "-M", "-C") or (opts.has("-d", "--delete") and opts.has("-f", "--force")):
+        return Outcome(SHELL, "deletes or overwrites a branch for good (`git branch -D/-M`)")
+    listing = opts.has(*_BRANCH_LISTING)
+    if opts.has(*_BRANCH_CHANGING) or (opts.positional and not listing):
+        return Outcome(LOW, "creates, renames or deletes a branch")
+    return Outcome(READ, "lists branches")
+
+
+def _tag(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    if not opts.positional or opts.has(
+        "-l", "--list", "-v", "--verify", "--contains", "--no-contains", "--points-at", "-n"
+    ):
+        return Outcome(READ, "lists tags")
+    return Outcome(LOW, "creates or deletes a tag")
+
+
+def _remote(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    verb = _verb(opts)
+    if verb in ("", "show", "get-url"):
+        return Outcome(READ, "lists remotes")
+    if verb in ("update", "prune"):
+        return Outcome(NET, "fetches from remotes")
+    return Outcome(LOW, "changes the remotes")
+
+
+_CONFIG_SETTING: Final = (
+    "--unset", "--unset-all", "--add", "--replace-all", "--rename-section",
+    "--remove-section", "--edit", "-e",
+)  # fmt: skip
+_CONFIG_GETTING: Final = (
+    "--get", "--get-all", "--get-regexp", "--get-urlmatch", "--list", "-l", "--get-color",
+    "--get-colorbool",
+)  # fmt: skip
+
+
+def _config(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    setting = opts.has(*_CONFIG_SETTING)
+    getting = opts.has(*_CONFIG_GETTING)
+    if not setting and (_verb(opts) in ("get", "list") or getting or len(opts.positional) <= 1):
+        return Outcome(READ, "reads git configuration")
+    result = Outcome(SHELL, "changes git configuration, which can make git run programs")
+    if opts.has("--global", "--system"):
+        return result
+    target = opts.value("-f", "--file") or ".git/config"
+    return result.raise_to(Verdict(SHELL, result.reason, target))
+
+
+def _stash(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    verb = _verb(opts) or "push"
+    if verb in ("list", "show"):
+        return Outcome(READ, "lists stashes")
+    if verb == "clear":
+        return Outcome(BOOM, "discards every stash for good (`git stash clear`)")
+    if verb == "drop":
+        return Outcome(SHELL, "discards stashed work for good")
+    if verb in ("pop", "apply", "branch"):
+        return Outcome(FILE, "applies stashed changes to the working tree")
+    return Outcome(LOW, "stashes changes")
+
+
+def _reflog(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    if _verb(opts) in ("expire", "delete"):
+        return Outcome(SHELL, "deletes reflog entries, the way back to lost commits")
+    return Outcome(READ, "shows the reflog")
+
+
+def _submodule(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    verb = _verb(opts)
+    if verb == "foreach":
+        script = " ".join(w for w in opts.positional[1:])
+        return Outcome(SHELL, "runs a command in every submodule", nested=[Nested(script=script)])
+    if verb in ("", "status", "summary"):
+        return Outcome(READ, "lists submodules")
+    return Outcome(NET, "fetches or changes submodules")
+
+
+def _reset(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    if opts.has("--hard"):
+        return Outcome(BOOM, "discards all uncommitted work for good (`git reset --hard`)")
+    if opts.has("--keep", "--merge"):
+        return Outcome(FILE, "moves the branch and updates the working tree")
+    return Outcome(LOW, "moves the branch or unstages changes")
+
+
+def _clean(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    if opts.has("-n", "--dry-run"):
+        return Outcome(READ, "lists untracked files it would delete")
+    return Outcome(BOOM, "deletes untracked files in bulk, for good (`git clean`)")
+
+
+def _checkout(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    """`checkout` and `switch`."""
+    discards = opts.has("-f", "--force", "--discard-changes", "-p", "--patch", "--ours", "--theirs")
+    if _everything(opts.positional):
+        return Outcome(BOOM, f"discards all uncommitted changes for good (`git {sub} .`)")
+    if opts.has("-f", "--force", "--discard-changes") and "--" not in rest:
+        # No pathspec: the whole working tree, like `git reset --hard`.
+        return Outcome(BOOM, f"discards all uncommitted changes for good (`git {sub} -f`)")
+    if discards or "--" in rest:
+        return Outcome(SHELL, f"discards uncommitted changes (`git {sub}`)")
+    return Outcome(FILE, f"switches the working tree (`git {sub}`)")
+
+
+def _restore(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    if opts.has("--staged", "-S") and not opts.has("--worktree", "-W"):
+        return Outcome(LOW, "unstages changes")
+    if _everything(opts.positional):
+        return Outcome(BOOM, "discards all uncommitted changes for good (`git restore .`)")
+    return Outcome(SHELL, "discards uncommitted changes to files for good (`git restore`)")
+
+
+def _filter(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    # Rewrites every commit, running the filters it is given as shell code.
+    return Outcome(BOOM, f"rewrites all history and runs its filters (`git {sub}`)")
+
+
+def _prunes(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    """`prune`, and `gc` (which prunes when asked to)."""
+    if sub == "prune" or any(a.startswith("--prune") for a in rest):
+        return Outcome(SHELL, f"rewrites or prunes history for good (`git {sub}`)")
+    return _by_set(sub)
+
+
+def _update_ref(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    return Outcome(SHELL if opts.has("-d") else FILE, "changes a ref directly")
+
+
+def _rm(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    if _everything(opts.positional):
+        return Outcome(BOOM, "deletes every tracked file (`git rm -r .`)")
+    return _by_set(sub)
+
+
+def _push(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    forced = opts.has("-f", "--force", "--force-with-lease", "--mirror", "--delete", "-d") or any(
+        w.startswith("+") for w in opts.positional
+    )
+    return Outcome(
+        EXT, "pushes to a remote" + (", rewriting or deleting what is there" if forced else "")
+    )
+
+
+def _lfs(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    verb = _verb(opts)
+    return Outcome(EXT if verb == "push" else NET, f"`git lfs {verb}` talks to the LFS server")
+
+
+def _runs(sub: str, rest: list[str], opts: Opts) -> Outcome:
+    return _runs_commands(sub, rest)
+
+
+_GIT_SENDS: Final = frozenset({"send-email", "imap-send", "svn", "p4", "cvsexportcommit"})
+#: The subcommands with a handler of their own (checked after `_GIT_READ`, before the sets).
+_SUBCOMMANDS: Final[dict[str, _Sub]] = {
+    "rebase": _runs,
+    "bisect": _runs,
+    "difftool": _runs,
+    "mergetool": _runs,
+    "add": _records,
+    "commit": _records,
+    "notes": _records,
+    "branch": _branch,
+    "tag": _tag,
+    "remote": _remote,
+    "config": _config,
+    "stash": _stash,
+    "reflog": _reflog,
+    "submodule": _submodule,
+    "reset": _reset,
+    "clean": _clean,
+    "checkout": _checkout,
+    "switch": _checkout,
+    "restore": _restore,
+    "filter-branch": _filter,
+    "filter-repo": _filter,
+    "prune": _prunes,
+    "gc": _prunes,
+    "update-ref": _update_ref,
+    "rm": _rm,
+    "push": _push,
+    "lfs": _lfs,
+}
 
 
 def _everything(paths: list[str]) -> bool:
