@@ -212,14 +212,8 @@ class Lexer:
                 self.pos = fd.end()
                 self._redirect(fd.group(1), fd.start())
             elif (op := self._match(_OPERATORS)) is not None:
-                if op == ")" and until_paren and self.parens == 0 and self.cases == 0:
-                    self.pos += 1
+                if self._operator(op, until_paren=until_paren):
                     return self.tokens
-                if op == "(":
-                    self.parens += 1
-                elif op == ")" and self.parens > 0:
-                    self.parens -= 1
-                self._emit("op", op, self.pos + len(op))
             elif self._match(_REDIRECTS) is not None:
                 self._redirect(None, self.pos)
             else:
@@ -228,6 +222,19 @@ class Lexer:
             raise ShellSyntaxError("a `$(` or `(` is never closed")
         self._read_heredocs()
         return self.tokens
+
+    def _operator(self, op: str, *, until_paren: bool) -> bool:
+        """Emit the operator `op`, counting parentheses; True (and `pos` past it) when it is
+        the `)` that closes this lexer's substitution (emitted as no token)."""
+        if op == ")" and until_paren and self.parens == 0 and self.cases == 0:
+            self.pos += 1
+            return True
+        if op == "(":
+            self.parens += 1
+        elif op == ")" and self.parens > 0:
+            self.parens -= 1
+        self._emit("op", op, self.pos + len(op))
+        return False
 
     def _emit(self, kind: Literal["word", "op", "redir", "arith"], text: str, end: int) -> None:
         self.tokens.append(Token(kind, text, self.pos, end))

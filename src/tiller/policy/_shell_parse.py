@@ -128,27 +128,35 @@ class _Builder:
             inner = replace(where, subshells=(*where.subshells, self.subshells))
             self.statements(node.children, inner)
         elif kind == "function_definition":
-            self.script.compound = True
-            name = node.child_by_field_name("name")
-            body = node.child_by_field_name("body")
-            label = self.text(name) if name is not None else ""
-            if name is not None:
-                self.script.loose.append(self.word(name))
-            if body is not None:
-                self.statement(body, replace(where, functions=(*where.functions, label)))
+            self.function(node, where)
         elif kind == "compound_statement" and node.children[:1] and node.children[0].type == "((":
-            self.script.compound = True
-            command = self.new(node, where)
-            command.kind = "arith"
-            arith = self.text(node)[2:-2]
-            subs = Lexer(arith, 0, self.depth).scan_expansions()
-            command.words = [Word(self.text(node), arith, dynamic=True, substitutions=tuple(subs))]
+            self.arithmetic(node, where)
         elif kind in _LOOPS:
             self.script.compound = True
             self.block(node, replace(where, repeats=True))
         elif kind in _BLOCKS or kind not in _SKIPPED:
             self.script.compound = True
             self.block(node, where)
+
+    def function(self, node: tree_sitter.Node, where: _Where) -> None:
+        """A function definition: its name a loose word, its body statements inside it."""
+        self.script.compound = True
+        name = node.child_by_field_name("name")
+        body = node.child_by_field_name("body")
+        label = self.text(name) if name is not None else ""
+        if name is not None:
+            self.script.loose.append(self.word(name))
+        if body is not None:
+            self.statement(body, replace(where, functions=(*where.functions, label)))
+
+    def arithmetic(self, node: tree_sitter.Node, where: _Where) -> None:
+        """`(( ... ))`: a command of its own, whose expansions still run."""
+        self.script.compound = True
+        command = self.new(node, where)
+        command.kind = "arith"
+        arith = self.text(node)[2:-2]
+        subs = Lexer(arith, 0, self.depth).scan_expansions()
+        command.words = [Word(self.text(node), arith, dynamic=True, substitutions=tuple(subs))]
 
     def block(self, node: tree_sitter.Node, where: _Where) -> None:
         """A compound command: its statements in order, its header words (a `for`
