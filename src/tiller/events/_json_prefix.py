@@ -156,21 +156,9 @@ class JsonPrefix:
                 return False  # a raw control character
             return True
         if state == _ESCAPE:
-            if char not in _ESCAPES:
-                return False
-            if char == "u":
-                self._state, self._pending = _UNICODE, ""
-            else:
-                self._state, self._high = _STRING, False
-            return True
+            return self._escape(char)
         if state == _UNICODE:
-            if char not in _HEX:
-                return False
-            self._pending += char
-            if len(self._pending) == 4:
-                self._state = _STRING
-                self._high = _is_high_surrogate(self._pending)
-            return True
+            return self._unicode(char)
         if state == _LITERAL:
             if char != self._pending[0]:
                 return False
@@ -184,6 +172,26 @@ class JsonPrefix:
             self._state = _AFTER  # the number ended; the character belongs to what follows
             return state in _NUMBER_DONE and self._structure(char)
         return self._structure(char)
+
+    def _escape(self, char: str) -> bool:
+        """The character after a backslash in a string."""
+        if char not in _ESCAPES:
+            return False
+        if char == "u":
+            self._state, self._pending = _UNICODE, ""
+        else:
+            self._state, self._high = _STRING, False
+        return True
+
+    def _unicode(self, char: str) -> bool:
+        """One of the four hex digits of a `\\u` escape."""
+        if char not in _HEX:
+            return False
+        self._pending += char
+        if len(self._pending) == 4:
+            self._state = _STRING
+            self._high = _is_high_surrogate(self._pending)
+        return True
 
     def _number(self, char: str) -> bool:
         """Consume `char` as part of the number being read; False if it is not."""

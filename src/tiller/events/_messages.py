@@ -52,13 +52,7 @@ class MessageLog:
         elif isinstance(event, TextMessageContentEvent):
             self._append_text(event.message_id, event.delta)
         elif isinstance(event, TextMessageChunkEvent):
-            message_id = event.message_id or self._chunk_message
-            if message_id is None:
-                return
-            self._chunk_message = message_id
-            self._message(message_id, event.role or "assistant", event.subagent_run_id)
-            if event.delta:
-                self._append_text(message_id, event.delta)
+            self._text_chunk(event)
         elif isinstance(event, ReasoningMessageStartEvent):
             self._message(event.message_id, "reasoning", event.subagent_run_id)
         elif isinstance(event, ReasoningMessageContentEvent):
@@ -70,15 +64,7 @@ class MessageLog:
             if call is not None:
                 call["function"]["arguments"] += event.delta
         elif isinstance(event, ToolCallChunkEvent):
-            call_id = event.tool_call_id or self._chunk_call
-            if call_id is None:
-                return
-            if call_id not in self._calls and event.tool_call_name is not None:
-                self._start_call(call_id, event.tool_call_name, event.parent_message_id)
-            self._chunk_call = call_id
-            call = self._calls.get(call_id)
-            if call is not None and event.delta:
-                call["function"]["arguments"] += event.delta
+            self._call_chunk(event)
         elif isinstance(event, ToolCallResultEvent):
             self._messages.append(
                 {
@@ -89,6 +75,29 @@ class MessageLog:
                 }
             )
             self._by_id[event.message_id] = self._messages[-1]
+
+    def _text_chunk(self, event: TextMessageChunkEvent) -> None:
+        """A chunk: its message started on first sight, its id carried to later chunks."""
+        message_id = event.message_id or self._chunk_message
+        if message_id is None:
+            return
+        self._chunk_message = message_id
+        self._message(message_id, event.role or "assistant", event.subagent_run_id)
+        if event.delta:
+            self._append_text(message_id, event.delta)
+
+    def _call_chunk(self, event: ToolCallChunkEvent) -> None:
+        """A tool call chunk: the call started on first sight (when named), its id carried
+        to later chunks."""
+        call_id = event.tool_call_id or self._chunk_call
+        if call_id is None:
+            return
+        if call_id not in self._calls and event.tool_call_name is not None:
+            self._start_call(call_id, event.tool_call_name, event.parent_message_id)
+        self._chunk_call = call_id
+        call = self._calls.get(call_id)
+        if call is not None and event.delta:
+            call["function"]["arguments"] += event.delta
 
     def _message(self, message_id: str, role: str, owner: str | None) -> dict[str, Any]:
         message = self._by_id.get(message_id)
