@@ -70,7 +70,7 @@ def state_with(*exchanges: tuple[str, str, str, str]) -> RunState:
 
 
 def feed(
-    guard: LoopGuard, state: RunState, call_id: str, path: str, content: str, text: str = ""
+    guard: LoopGuard, state: RunState, call_id: str, path: str, content: str, *, text: str = ""
 ) -> str | None:
     extra = state_with((call_id, path, content, text))
     state.messages.extend(extra.messages[1:])

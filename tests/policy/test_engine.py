@@ -109,6 +109,7 @@ def decide(
     tool: Any = None,
     mode: SafetyMode = M.ASK,
     rules: tuple[PolicyRule, ...] = (),
+    *,
     workspace: str | None = None,
 ) -> PolicyDecision:
     engine = PolicyEngine(PolicyRules(rules=rules), workspace=workspace)

@@ -75,7 +75,7 @@ class AnthropicModel(HttpModel):
     pass; that client stays yours to close.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # a public typed constructor: its keywords are the API
         self,
         model: str,
         *,

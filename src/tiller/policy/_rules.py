@@ -90,6 +90,7 @@ def _split_tool(tool: str) -> tuple[str, str | None]:
 def _check(
     key: str,
     action: object,
+    *,
     command: object,
     tool: object,
     path: object,
@@ -181,7 +182,12 @@ class PolicyRule:
 
     def __post_init__(self) -> None:
         _, command, tool, path, reason = _check(
-            "PolicyRule", self.action, self.command, self.tool, self.path, self.reason
+            "PolicyRule",
+            self.action,
+            command=self.command,
+            tool=self.tool,
+            path=self.path,
+            reason=self.reason,
         )
         object.__setattr__(self, "command", command)
         object.__setattr__(self, "tool", tool)
@@ -307,9 +313,9 @@ def _parse_rule(key: str, entry: object) -> PolicyRule:
     action, command, tool, path, reason = _check(
         key,
         entry["action"],
-        entry.get("command"),
-        entry.get("tool"),
-        entry.get("path"),
-        entry.get("reason"),
+        command=entry.get("command"),
+        tool=entry.get("tool"),
+        path=entry.get("path"),
+        reason=entry.get("reason"),
     )
     return PolicyRule(action, command, tool, path, reason)

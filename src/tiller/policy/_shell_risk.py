@@ -233,7 +233,7 @@ class _Walker:
         argv, computed = _argv(command.words, known)
         index = len(self.parts)
         network_fed = fetched.at_least(RiskClass.NETWORK)
-        risk = self._classified(command, argv, computed, depth, env, network_fed)
+        risk = self._classified(command, argv, computed, depth, env, network_fed=network_fed)
         result = Outcome(risk.risk, risk.reason, uncertain=risk.uncertain)
         self.writes.extend(risk.writes)
         network_code = risk.runs_code and fetched.at_least(RiskClass.NETWORK)
@@ -286,6 +286,7 @@ class _Walker:
         computed: list[str],
         depth: int,
         env: Env,
+        *,
         network_fed: bool,
     ) -> CommandRisk:
         """The command's own risk, with the scripts it runs classified as parts after it."""

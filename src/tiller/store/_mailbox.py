@@ -370,7 +370,7 @@ class MailboxStore:
             if limit is not None and len(taken) >= limit:
                 left_over = True
                 break
-            claimed = await self._take(kv, key, entry, message, run_id, session)
+            claimed = await self._take(kv, key, entry, message, run_id=run_id, session=session)
             if claimed is not None:
                 taken.append(claimed)
                 if on_claimed is not None:
@@ -389,6 +389,7 @@ class MailboxStore:
         key: str,
         entry: Entry,
         message: MailMessage,
+        *,
         run_id: str | None,
         session: str | None,
     ) -> MailMessage | None:

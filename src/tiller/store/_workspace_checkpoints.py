@@ -317,17 +317,8 @@ async def _make(
         try:
             wfs.check_parts(parts)
             if record.kind == "directory":
-                if record.path in decided.absent_dirs:
-                    continue
-                mode = 0o755 if record.mode is None else record.mode
-                if now is None or now.kind != "directory":
-                    if not dry_run:
-                        await asyncio.to_thread(wfs.make_directory, root, parts, mode)
-                    outcome.restored.append(f"{record.path}/")
-                elif now.mode != mode:  # `chmod -R 000 .` is undone too
-                    if not dry_run:
-                        await asyncio.to_thread(wfs.set_mode, root, parts, mode)
-                    outcome.restored.append(f"{record.path}/")
+                if record.path not in decided.absent_dirs:
+                    await _make_directory(root, parts, record, now, outcome, dry_run=dry_run)
             elif record.kind == "symlink":
                 if now is not None and now.kind == "symlink" and now.target == record.target:
                     outcome.unchanged.append(record.path)
@@ -348,6 +339,27 @@ async def _make(
                 outcome.restored.append(record.path)
         except (OSError, wfs.UnsafePath, MalformedFileCheckpoint) as exc:
             outcome.failed.append((record.path, _why(exc)))
+
+
+async def _make_directory(
+    root: Path,
+    parts: list[str],
+    record: FileRecord,
+    now: wfs.Found | None,
+    outcome: WorkspaceOutcome,
+    *,
+    dry_run: bool,
+) -> None:
+    """Make the recorded directory, or give it back its mode."""
+    mode = 0o755 if record.mode is None else record.mode
+    if now is None or now.kind != "directory":
+        if not dry_run:
+            await asyncio.to_thread(wfs.make_directory, root, parts, mode)
+        outcome.restored.append(f"{record.path}/")
+    elif now.mode != mode:  # `chmod -R 000 .` is undone too
+        if not dry_run:
+            await asyncio.to_thread(wfs.set_mode, root, parts, mode)
+        outcome.restored.append(f"{record.path}/")
 
 
 async def _same_file(root: Path, record: FileRecord, now: wfs.Found | None) -> bool:

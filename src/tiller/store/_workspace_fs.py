@@ -141,7 +141,13 @@ def walk_workspace(
     # tree must not exhaust the descriptors): (its fd, its parts, subdirectories to walk).
     stack: list[tuple[int, tuple[str, ...], list[_Child]]] = []
     try:
-        stack.append((root_fd, (), _list(root_fd, (), device, walked, max_entries, max_depth)))
+        stack.append(
+            (
+                root_fd,
+                (),
+                _list(root_fd, (), device, walked, max_entries=max_entries, max_depth=max_depth),
+            )
+        )
         while stack:
             fd, _, pending = stack[-1]
             if not pending:
@@ -151,7 +157,9 @@ def walk_workspace(
             name, parts, ino = pending.pop(0)  # in name order
             child = _open_child(fd, name, parts, ino, walked)
             if child is not None:
-                listed = _list(child, parts, device, walked, max_entries, max_depth)
+                listed = _list(
+                    child, parts, device, walked, max_entries=max_entries, max_depth=max_depth
+                )
                 stack.append((child, parts, listed))
     finally:
         for fd, _, _ in stack:
@@ -182,6 +190,7 @@ def _list(
     where: tuple[str, ...],
     device: int,
     walked: Walked,
+    *,
     max_entries: int,
     max_depth: int,
 ) -> list[_Child]:

@@ -107,7 +107,7 @@ class ToolCtx:
     protected: tuple[str, ...]
     web: WebAccess
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # a public typed constructor: its keywords are the API
         self,
         root: str | os.PathLike[str],
         *,

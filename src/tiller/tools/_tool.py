@@ -335,7 +335,7 @@ class FunctionTool(CapabilityViews):
     #: A function tool runs on the server (see `ClientTool` for the other kind).
     runs_on_client: Final = False
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  # `@tool`'s options, keyword-only: they are the API
         self,
         function: Callable[..., Any],
         *,
@@ -499,7 +499,7 @@ def tool(
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
-def tool(
+def tool(  # noqa: PLR0913  # a tool's declared capabilities, keyword-only: the API
     function: Callable[..., Any] | None = None,
     /,
     *,

@@ -97,6 +97,7 @@ def _search_file(
     shown: str,
     regex: re.Pattern[str],
     context: int,
+    *,
     out: _Output,
     ctx: ExecContext,
 ) -> None:
@@ -233,7 +234,7 @@ def grep(
                 continue
             with opened:
                 try:
-                    _search_file(opened, shown, regex, context, out, ctx)
+                    _search_file(opened, shown, regex, context, out=out, ctx=ctx)
                 except OSError:
                     continue  # vanished or unreadable meanwhile: not a match
             if out.stopped:
