@@ -117,31 +117,35 @@ def private_reason(address: IPAddress) -> str | None:
             return "Teredo tunnel addresses can reach any IPv4 host"
         if address in _NAT64_LOCAL:
             return "local-use NAT64 addresses are private"
-    if address.is_loopback:
-        return "loopback addresses are private"
-    if address.is_link_local:
-        return "link-local addresses are private"
-    if address.is_unspecified or address in _THIS_NETWORK:
-        return "unspecified and 'this network' addresses are not destinations"
-    if address.is_multicast:
-        return "multicast addresses are not destinations"
-    if isinstance(address, ipaddress.IPv4Address) and address == ipaddress.IPv4Address(
-        "255.255.255.255"
-    ):
-        return "the broadcast address is not a destination"
-    if address in _UNIQUE_LOCAL:
-        return "unique-local addresses are private"
-    if address in _CGNAT:
-        return "shared (carrier-grade NAT) addresses are private"
-    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
-        return "site-local addresses are private"
-    if address.is_reserved:
-        return "reserved addresses are not destinations"
-    if address.is_private:
-        return "private-network addresses are private"
-    if not address.is_global:
-        return "the address is not a public internet address"
+    for test, reason in _NOT_PUBLIC:
+        if test(address):
+            return reason
     return None
+
+
+_BROADCAST: Final = ipaddress.IPv4Address("255.255.255.255")
+
+#: The kinds of address that are not public destinations, checked in order (the first
+#: that matches says why); the last catches whatever else is not global.
+_NOT_PUBLIC: Final[tuple[tuple[Callable[[IPAddress], bool], str], ...]] = (
+    (lambda a: a.is_loopback, "loopback addresses are private"),
+    (lambda a: a.is_link_local, "link-local addresses are private"),
+    (
+        lambda a: a.is_unspecified or a in _THIS_NETWORK,
+        "unspecified and 'this network' addresses are not destinations",
+    ),
+    (lambda a: a.is_multicast, "multicast addresses are not destinations"),
+    (lambda a: a == _BROADCAST, "the broadcast address is not a destination"),
+    (lambda a: a in _UNIQUE_LOCAL, "unique-local addresses are private"),
+    (lambda a: a in _CGNAT, "shared (carrier-grade NAT) addresses are private"),
+    (
+        lambda a: isinstance(a, ipaddress.IPv6Address) and a.is_site_local,
+        "site-local addresses are private",
+    ),
+    (lambda a: a.is_reserved, "reserved addresses are not destinations"),
+    (lambda a: a.is_private, "private-network addresses are private"),
+    (lambda a: not a.is_global, "the address is not a public internet address"),
+)
 
 
 def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
