@@ -15,6 +15,7 @@ tags and other real-world mess cost nothing but a little structure.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Final
 from urllib.parse import urljoin
@@ -225,47 +226,12 @@ class _TextParser(HTMLParser):
         elif tag == "pre":
             self._blank()
             self._pre += 1
-        elif self._pre:
-            return  # inside <pre>, only the text counts
-        elif tag in ("ul", "ol"):
-            self._blank()
-            self._lists.append(_List(tag == "ol", _start(attributes.get("start"))))
-        elif tag == "li":
-            self._flush()
-            if not self._lists:
-                self._lists.append(_List(False, 1, implied=True))
-            current = self._lists[-1]
-            current.count += 1
-            self._bullet = f"{current.count}. " if current.ordered else "- "
-        elif tag in _HEADINGS:
-            self._blank()
-            self._heading = _HEADINGS[tag]
-        elif tag == "blockquote":
-            self._blank()
-            self._quote += 1
-        elif tag == "br":
-            self._flush()
-        elif tag == "hr":
-            self._blank()
-            self._lines += ["---", ""]
-        elif tag == "tr":
-            self._flush()
-            self._cells = 0
-        elif tag in ("td", "th"):
-            if self._cells:
-                self._inline.append(" | ")
-            self._cells += 1
-        elif tag == "a":
-            href = attributes.get("href") or ""
-            self._links.append(_Link(href, len(self._inline), len(self._lines)))
-        elif tag == "img":
-            alt = (attributes.get("alt") or "").strip()
-            if alt:
-                self._inline.append(f" {alt} ")
-        elif tag in _PARAGRAPH_BLOCKS:
-            self._blank()
-        elif tag in _LINE_BLOCKS:
-            self._flush()
+        elif not self._pre:  # inside <pre>, only the text counts
+            start = _STARTS.get(tag)
+            if start is not None:
+                start(self, tag, attributes)
+            else:
+                self._block(tag)
 
     def handle_endtag(self, tag: str) -> None:
         if self._dropped:
@@ -282,29 +248,87 @@ class _TextParser(HTMLParser):
                 self._pre -= 1
                 if not self._pre:
                     self._end_pre()
-        elif self._pre:
-            return
-        elif tag in ("ul", "ol"):
-            self._flush()
-            if self._lists:
-                self._lists.pop()
-                self._bullet = None
-            if not self._lists:
-                self._blank()
-        elif tag in _HEADINGS:
-            self._flush()
-            self._heading = 0
-            self._blank()
-        elif tag == "blockquote":
-            self._flush()
-            self._quote = max(self._quote - 1, 0)
-            self._blank()
-        elif tag == "a":
-            self._end_link()
-        elif tag in _PARAGRAPH_BLOCKS:
+        elif not self._pre:
+            end = _ENDS.get(tag)
+            if end is not None:
+                end(self, tag)
+            else:
+                self._block(tag)
+
+    def _block(self, tag: str) -> None:
+        """A block's start or end: a paragraph break, or a line break."""
+        if tag in _PARAGRAPH_BLOCKS:
             self._blank()
         elif tag in _LINE_BLOCKS:
             self._flush()
+
+    # ── one tag's start or end (the tables below the class) ───────────────────────
+
+    def _start_list(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._blank()
+        self._lists.append(_List(tag == "ol", _start(attributes.get("start"))))
+
+    def _start_item(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+        if not self._lists:
+            self._lists.append(_List(False, 1, implied=True))
+        current = self._lists[-1]
+        current.count += 1
+        self._bullet = f"{current.count}. " if current.ordered else "- "
+
+    def _start_heading(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._blank()
+        self._heading = _HEADINGS[tag]
+
+    def _start_quote(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._blank()
+        self._quote += 1
+
+    def _start_break(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+
+    def _start_rule(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._blank()
+        self._lines += ["---", ""]
+
+    def _start_row(self, tag: str, attributes: dict[str, str | None]) -> None:
+        self._flush()
+        self._cells = 0
+
+    def _start_cell(self, tag: str, attributes: dict[str, str | None]) -> None:
+        if self._cells:
+            self._inline.append(" | ")
+        self._cells += 1
+
+    def _start_link(self, tag: str, attributes: dict[str, str | None]) -> None:
+        href = attributes.get("href") or ""
+        self._links.append(_Link(href, len(self._inline), len(self._lines)))
+
+    def _start_image(self, tag: str, attributes: dict[str, str | None]) -> None:
+        alt = (attributes.get("alt") or "").strip()
+        if alt:
+            self._inline.append(f" {alt} ")
+
+    def _end_list(self, tag: str) -> None:
+        self._flush()
+        if self._lists:
+            self._lists.pop()
+            self._bullet = None
+        if not self._lists:
+            self._blank()
+
+    def _end_heading(self, tag: str) -> None:
+        self._flush()
+        self._heading = 0
+        self._blank()
+
+    def _end_quote(self, tag: str) -> None:
+        self._flush()
+        self._quote = max(self._quote - 1, 0)
+        self._blank()
+
+    def _end_anchor(self, tag: str) -> None:
+        self._end_link()
 
     def handle_data(self, data: str) -> None:
         if self._dropped:
@@ -346,6 +370,31 @@ class _TextParser(HTMLParser):
         quote = "> " * self._quote
         self._lines += [(quote + line).rstrip() for line in text.split("\n")]
         self._blank()
+
+
+#: What a tag's start does, past `<title>`, `<base>` and `<pre>` (other tags: `_block`).
+_STARTS: Final[dict[str, Callable[[_TextParser, str, dict[str, str | None]], None]]] = {
+    "ul": _TextParser._start_list,
+    "ol": _TextParser._start_list,
+    "li": _TextParser._start_item,
+    **dict.fromkeys(_HEADINGS, _TextParser._start_heading),
+    "blockquote": _TextParser._start_quote,
+    "br": _TextParser._start_break,
+    "hr": _TextParser._start_rule,
+    "tr": _TextParser._start_row,
+    "td": _TextParser._start_cell,
+    "th": _TextParser._start_cell,
+    "a": _TextParser._start_link,
+    "img": _TextParser._start_image,
+}
+#: What a tag's end does, past `</title>` and `</pre>` (other tags: `_block`).
+_ENDS: Final[dict[str, Callable[[_TextParser, str], None]]] = {
+    "ul": _TextParser._end_list,
+    "ol": _TextParser._end_list,
+    **dict.fromkeys(_HEADINGS, _TextParser._end_heading),
+    "blockquote": _TextParser._end_quote,
+    "a": _TextParser._end_anchor,
+}
 
 
 def _hidden(attributes: dict[str, str | None]) -> bool:
