@@ -286,47 +286,13 @@ class Sandbox:
         skip = protect.protected if protect is not None else PROTECTED_PATHS
         user = self._drop_to(jail, grant=grant, skip=skip) if _running_as_root() else None
         home = _home()
-        if user is None:
-            args = [
-                binary,
-                "--unshare-all",
-                # Explicit, for `--disable-userns` (as root, `--unshare-all` only tries it).
-                "--unshare-user",
-                "--disable-userns",
-                "--cap-drop",
-                "ALL",
-            ]
-        else:
-            # Root, without a user namespace: root performs the mounts (so any host path,
-            # such as a Python under /root, can be bound read-only) and `setpriv` then
-            # drops to `user` before the command starts. A user namespace made by root
-            # would map the command to host uid 0. No `--cap-drop`: `setpriv` needs
-            # CAP_SETUID, and the uid change itself clears every capability.
-            args = [binary, "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-            args += ["--unshare-cgroup-try"]
-            if not network:
-                args.append("--unshare-net")
-        args += ["--new-session", "--die-with-parent"]
-        if network and user is None:
-            args.append("--share-net")
-        for name in _SYSTEM_DIRS:
-            args += _system_dir(Path(name))
-        for name in _OPTIONAL_DIRS:
-            if Path(name).is_dir():
-                args += ["--ro-bind", name, name]
-        # Unreadable to the sandbox's uid anyway; hidden too, should a bind ever show them.
-        for secret in _SECRET_FILES:
-            if Path(secret).exists():
-                args += ["--ro-bind", "/dev/null", secret]
-        if network:
-            args += _resolver_binds()
+        args = _namespaces(binary, as_user=user is not None, network=network)
+        args += _host_binds(network=network)
         args += ["--proc", "/proc", *_kernel_knobs(), "--dev", "/dev"]
         # World-writable (sticky) as a normal /tmp: the tmpfs belongs to whoever mounts
         # it, which as root is not the uid the command runs as.
         args += ["--perms", "1777", "--tmpfs", "/tmp"]
-        for hidden in dict.fromkeys((home, Path("/root"))):
-            if hidden != Path("/"):
-                args += ["--perms", "0777", "--tmpfs", str(hidden)]
+        args += _hidden_homes(home)
         for extra in self.ro_binds:
             if extra.exists():
                 args += [*_searchable_parents(extra), "--ro-bind", str(extra), str(extra)]
@@ -425,6 +391,62 @@ def _searchable_parents(path: Path) -> list[str]:
     args: list[str] = []
     for above in reversed(path.parents[:-1]):
         args += ["--perms", "0755", "--dir", str(above)]
+    return args
+
+
+def _namespaces(binary: str, *, as_user: bool, network: bool) -> list[str]:
+    """bwrap and the namespaces it makes: with a user namespace (not root), or as root
+    without one, dropping to `user` later (`as_user`)."""
+    if not as_user:
+        args = [
+            binary,
+            "--unshare-all",
+            # Explicit, for `--disable-userns` (as root, `--unshare-all` only tries it).
+            "--unshare-user",
+            "--disable-userns",
+            "--cap-drop",
+            "ALL",
+        ]
+    else:
+        # Root, without a user namespace: root performs the mounts (so any host path,
+        # such as a Python under /root, can be bound read-only) and `setpriv` then
+        # drops to `user` before the command starts. A user namespace made by root
+        # would map the command to host uid 0. No `--cap-drop`: `setpriv` needs
+        # CAP_SETUID, and the uid change itself clears every capability.
+        args = [binary, "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        args += ["--unshare-cgroup-try"]
+        if not network:
+            args.append("--unshare-net")
+    args += ["--new-session", "--die-with-parent"]
+    if network and not as_user:
+        args.append("--share-net")
+    return args
+
+
+def _host_binds(*, network: bool) -> list[str]:
+    """The host's system directories, read-only; its secrets hidden; its resolver
+    configuration when the network is shared."""
+    args: list[str] = []
+    for name in _SYSTEM_DIRS:
+        args += _system_dir(Path(name))
+    for name in _OPTIONAL_DIRS:
+        if Path(name).is_dir():
+            args += ["--ro-bind", name, name]
+    # Unreadable to the sandbox's uid anyway; hidden too, should a bind ever show them.
+    for secret in _SECRET_FILES:
+        if Path(secret).exists():
+            args += ["--ro-bind", "/dev/null", secret]
+    if network:
+        args += _resolver_binds()
+    return args
+
+
+def _hidden_homes(home: Path) -> list[str]:
+    """A tmpfs over the home directory and /root."""
+    args: list[str] = []
+    for hidden in dict.fromkeys((home, Path("/root"))):
+        if hidden != Path("/"):
+            args += ["--perms", "0777", "--tmpfs", str(hidden)]
     return args
 
 
