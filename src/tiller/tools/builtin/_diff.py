@@ -293,6 +293,54 @@ def _git_paths(rest: str, line: int) -> tuple[str, str] | None:
     return stripped_old, stripped_new
 
 
+def _git_extended(git: _GitHeader, line: str, number: int) -> bool:
+    """Read `line` (line `number`) into the git header if it is one of its extended
+    lines (modes, renames, index...); False if it is not one."""
+    if line.startswith(("new file mode ", "deleted file mode ")):
+        git.new_file = git.new_file or line.startswith("new")
+        git.deleted_file = git.deleted_file or line.startswith("deleted")
+        return True
+    if line.startswith(("rename from ", "rename to ")):
+        renamed = line.split(" ", 2)[2]
+        if renamed.startswith('"'):
+            renamed = _unquote(renamed, number)
+        if line.startswith("rename from "):
+            git.rename_from = renamed
+        else:
+            git.rename_to = renamed
+        return True
+    return line.startswith(_GIT_EXTENDED)
+
+
+def _file_section(lines: list[str], index: int, git: _GitHeader | None) -> tuple[FilePatch, int]:
+    """The section whose `--- path` / `+++ path` header is at `index`, and the index just
+    past its hunks."""
+    line = lines[index].rstrip("\r")
+    start = index + 1
+    old, new = _strip_prefixes(
+        _header_path(line[4:], index + 1), _header_path(lines[index + 1][4:], index + 2)
+    )
+    if old is None and new is None:
+        raise _malformed(start, "both sides of the file header are /dev/null")
+    name = new if new is not None else old
+    assert name is not None  # not both /dev/null, checked above
+    if git is not None and git.rename_from is not None and old is not None:
+        old = git.rename_from  # the rename lines are unambiguous; prefer them
+    index += 2
+    hunks: list[Hunk] = []
+    while index < len(lines):
+        if lines[index].startswith("@@"):
+            hunk, index = _parse_hunk(lines, index, len(hunks) + 1, name)
+            hunks.append(hunk)
+        elif lines[index].strip() == "" and _next_nonblank(lines, index).startswith("@@"):
+            index += 1  # blank lines between two hunks
+        else:
+            break
+    if not hunks:
+        raise _malformed(start, f"the file header for {name} is not followed by any '@@' hunk")
+    return FilePatch(old, new, tuple(hunks), start), index
+
+
 def parse_patch(patch: str) -> list[FilePatch]:
     """The sections of a unified diff, in order. Raises `ToolError` with the line at
     fault for anything it cannot read; text around the diff (a commit message, prose) is
@@ -317,52 +365,13 @@ def parse_patch(patch: str) -> list[FilePatch]:
             continue
         if line.startswith(("Binary files ", "GIT binary patch")):
             raise _malformed(index + 1, "binary patches are not supported; patch text files")
-        if git is not None:
-            if line.startswith(("new file mode ", "deleted file mode ")):
-                git.new_file = git.new_file or line.startswith("new")
-                git.deleted_file = git.deleted_file or line.startswith("deleted")
-                index += 1
-                continue
-            if line.startswith(("rename from ", "rename to ")):
-                renamed = line.split(" ", 2)[2]
-                if renamed.startswith('"'):
-                    renamed = _unquote(renamed, index + 1)
-                if line.startswith("rename from "):
-                    git.rename_from = renamed
-                else:
-                    git.rename_to = renamed
-                index += 1
-                continue
-            if line.startswith(_GIT_EXTENDED):
-                index += 1
-                continue
+        if git is not None and _git_extended(git, line, index + 1):
+            index += 1
+            continue
         if _is_file_header(lines, index):
-            start = index + 1
-            old, new = _strip_prefixes(
-                _header_path(line[4:], index + 1), _header_path(lines[index + 1][4:], index + 2)
-            )
-            if old is None and new is None:
-                raise _malformed(start, "both sides of the file header are /dev/null")
-            name = new if new is not None else old
-            assert name is not None  # not both /dev/null, checked above
-            if git is not None and git.rename_from is not None and old is not None:
-                old = git.rename_from  # the rename lines are unambiguous; prefer them
+            section, index = _file_section(lines, index, git)
+            sections.append(section)
             git = None
-            index += 2
-            hunks: list[Hunk] = []
-            while index < len(lines):
-                if lines[index].startswith("@@"):
-                    hunk, index = _parse_hunk(lines, index, len(hunks) + 1, name)
-                    hunks.append(hunk)
-                elif lines[index].strip() == "" and _next_nonblank(lines, index).startswith("@@"):
-                    index += 1  # blank lines between two hunks
-                else:
-                    break
-            if not hunks:
-                raise _malformed(
-                    start, f"the file header for {name} is not followed by any '@@' hunk"
-                )
-            sections.append(FilePatch(old, new, tuple(hunks), start))
             continue
         if line.startswith("@@"):
             raise _malformed(
