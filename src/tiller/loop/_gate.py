@@ -10,11 +10,13 @@ phase (hidden tools) ─► withheld / unknown tool
                  ─► approver answers Ask: Allow | Deny(reason) | Blocked(reason)
 ```
 
-Each refusal names who refused (law 4) — the gate writes the prefix, never the refuser:
-"Refused by the plan phase", "Refused: ... withheld", "Unknown tool", "Blocked by the
-interlock", "Refused by hook <name>", "Blocked by policy", "Denied by the user". An Ask
-with no approver goes to a person later when the run is durable (the call is *held* and
-the run suspends after the allowed calls ran), and is blocked otherwise.
+The answer is a `GateAnswer` (`Run | Refuse | Hold | Stage | ForClient`, see
+`_gate_answer`). Each refusal names who refused (law 4) as its `by`, and the loop writes
+the prefix from it, never the refuser: "Refused by the plan phase", "Refused: ...
+withheld", "Unknown tool", "Blocked by the interlock", "Refused by hook <name>", "Blocked
+by policy", "Denied by the user". An Ask with no approver goes to a person later when the
+run is durable (`Hold`: the run suspends after the allowed calls ran), and is blocked
+otherwise. An allowed call to a tool the client runs is `ForClient`.
 """
 
 from __future__ import annotations
