@@ -167,7 +167,7 @@ async def test_callback_refusals_say_who_refused(
     run, _ = await gate(RunContext.sandboxed(workspace, approver), "write_note")
     result = run.results()[0]
     assert (result.content, result.is_error) == (content, True)
-    expected = "policy" if isinstance(answer, Decision) and answer.kind == "blocked" else "user"
+    expected = "policy" if isinstance(answer, Decision) and answer.by == "policy" else "user"
     assert run.result.tool_trace[0].refused_by == expected
     assert ran == []
 

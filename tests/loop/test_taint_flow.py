@@ -34,7 +34,7 @@ async def test_a_write_while_a_networked_job_runs_is_refused_naming_the_job(
         assert flow.sends_through(background_process, both, {"action": "stop", "id": "bg-2"})
         assert flow.sends_through(write_file, Taint.PRIVATE_DATA, {"path": "a"}) == ""
         verdict = Interlock().check(write_file, both, Capability.EXTERNAL_SEND, through=through)
-        assert verdict.kind == "block"
+        assert verdict.kind == "deny"
         assert verdict.reason.startswith(
             "write_file may send data out through the background command bg-2"
         )

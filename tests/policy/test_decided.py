@@ -23,7 +23,7 @@ async def test_a_bound_decision_is_spent_on_the_call_it_was_made_for() -> None:
     # Spent: the same id again is a call no one decided.
     assert not decided.has_decision(same)
     again = await decided.approve(same, None)
-    assert again.kind == "blocked"
+    assert (again.kind, again.by) == ("deny", "policy")  # blocked: no approver
 
 
 async def test_a_decision_for_other_arguments_or_another_tool_is_not_applied() -> None:

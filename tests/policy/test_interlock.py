@@ -55,13 +55,13 @@ def test_the_batch_ors_every_calls_capabilities_in() -> None:
         (Taint.NONE, "allow"),
         (Taint.UNTRUSTED_INPUT, "allow"),
         (Taint.PRIVATE_DATA, "ask"),  # the leak guard
-        (BOTH, "block"),
+        (BOTH, "deny"),  # blocked
     ],
 )
 def test_a_send_by_taint(taint: Taint, expected: str) -> None:
     verdict = Interlock().check(send_mail, taint)
     assert verdict.kind == expected
-    if expected == "block":
+    if expected == "deny":
         assert "private data and untrusted input" in verdict.reason
         assert "Safe alternatives" in verdict.reason
         assert verdict.reason.endswith("Draft the mail instead.")
@@ -103,7 +103,7 @@ def test_the_sandboxed_shell_sends_nothing_without_the_network() -> None:
     offline = capabilities_of(execute_command, network=False)
     assert Interlock().check(execute_command, BOTH, offline).kind == "allow"
     online = capabilities_of(execute_command, network=True)
-    assert Interlock().check(execute_command, BOTH, online).kind == "block"
+    assert Interlock().check(execute_command, BOTH, online).kind == "deny"
 
 
 def test_only_a_declared_sandbox_lets_a_send_off_without_the_network() -> None:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import orjson
 
@@ -42,6 +42,7 @@ from ..tools._output import recorded_head
 from ..tools._read_watch import stop_watching_reads, watch_reads
 from ._agent_ref import record_policy
 from ._capture import CaptureSink, ToolResultRecord, call_quietly
+from ._gate_answer import ForClient, Hold, Refuse, Run, Stage, recorded_refuser, refusal_text
 from ._result import ToolTraceEntry
 
 if TYPE_CHECKING:
@@ -152,11 +153,6 @@ class ToolDispatch:
             "metadata": {"questions": questions},
         }
 
-    def _leaves_for_client(self, call: ToolCall) -> bool:
-        """Whether `call` is to a tool the client runs (an AG-UI frontend tool)."""
-        tool = self.agent.registry.get(call.name)
-        return tool is not None and tool.runs_on_client is True
-
     def _asks_served_question(self, call: ToolCall) -> bool:
         """Whether `call` is a question that must wait for the person: a served, durable
         run (the answer comes with a resume, which needs the checkpoint) whose `ask_user`
@@ -258,29 +254,34 @@ class ToolDispatch:
                 through = flow.sends_through(tools[index], taint, _arguments_or_empty(call))
                 can = able[index] | Capability.EXTERNAL_SEND if through else able[index]
                 answer = await self.gate.check(call, record, taint, can, through=through)
-                if answer.tool is not None and self._leaves_for_client(call):
-                    # Allowed: the client runs it, and its result comes with the next
-                    # request, as untrusted as any outside input (law 6).
-                    for_client.append(call)
-                    state.add_taint(taint_of(able[index]))
-                elif answer.tool is not None and self._asks_served_question(call):
-                    # Allowed to ask: the question goes to the page as an interrupt.
-                    held.append(call)
-                    self._held_questions.add(call.id)
-                    self._held_reasons[call.id] = ("a question for the person", answer.risk)
-                elif answer.held:
-                    held.append(call)
-                    self._held_reasons[call.id] = (answer.ask_reason, answer.risk)
-                elif answer.staged is not None:
-                    results[call.id] = self._finish_call(
-                        call, record, handles, answer.staged, is_error=False
-                    )
-                elif answer.tool is None:
-                    results[call.id] = self._finish_call(
-                        call, record, handles, answer.refusal or "Refused.", is_error=True
-                    )
-                else:
-                    allowed.append((call, answer.tool))
+                match answer:
+                    case ForClient():
+                        # Allowed: the client runs it, and its result comes with the next
+                        # request, as untrusted as any outside input (law 6).
+                        for_client.append(call)
+                        state.add_taint(taint_of(able[index]))
+                    case Run(risk=risk) if self._asks_served_question(call):
+                        # Allowed to ask: the question goes to the page as an interrupt.
+                        held.append(call)
+                        self._held_questions.add(call.id)
+                        self._held_reasons[call.id] = ("a question for the person", risk)
+                    case Run(tool=tool):
+                        allowed.append((call, tool))
+                    case Hold(reason=reason, risk=risk):
+                        held.append(call)
+                        self._held_reasons[call.id] = (reason, risk)
+                    case Stage(result=staged):
+                        results[call.id] = self._finish_call(
+                            call, record, handles, staged, is_error=False
+                        )
+                    case Refuse():
+                        # The loop words the refusal from who refused (law 4).
+                        record.refused_by = recorded_refuser(answer)
+                        results[call.id] = self._finish_call(
+                            call, record, handles, refusal_text(answer), is_error=True
+                        )
+                    case _:
+                        assert_never(answer)
             if len(allowed) == 1:  # the common case: no task group, no extra loop pass
                 await self._run_call(*allowed[0], executed, signals)
             elif allowed:

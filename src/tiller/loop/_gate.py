@@ -10,11 +10,13 @@ phase (hidden tools) ─► withheld / unknown tool
                  ─► approver answers Ask: Allow | Deny(reason) | Blocked(reason)
 ```
 
-Each refusal names who refused (law 4) — the gate writes the prefix, never the refuser:
-"Refused by the plan phase", "Refused: ... withheld", "Unknown tool", "Blocked by the
-interlock", "Refused by hook <name>", "Blocked by policy", "Denied by the user". An Ask
-with no approver goes to a person later when the run is durable (the call is *held* and
-the run suspends after the allowed calls ran), and is blocked otherwise.
+The answer is a `GateAnswer` (`Run | Refuse | Hold | Stage | ForClient`, see
+`_gate_answer`). Each refusal names who refused (law 4) as its `by`, and the loop writes
+the prefix from it, never the refuser: "Refused by the plan phase", "Refused: ...
+withheld", "Unknown tool", "Blocked by the interlock", "Refused by hook <name>", "Blocked
+by policy", "Denied by the user". An Ask with no approver goes to a person later when the
+run is durable (`Hold`: the run suspends after the allowed calls ran), and is blocked
+otherwise. An allowed call to a tool the client runs is `ForClient`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..policy import (
     AutoClassifier,
     DecidedApprover,
     Decision,
+    InterlockVerdict,
     PolicyDecision,
     PolicyEngine,
     RiskClass,
@@ -40,6 +43,7 @@ from ..policy import (
 )
 from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode, Tool
+from ._gate_answer import ForClient, GateAnswer, Hold, Refuse, Run, Stage
 from ._protected_writes import protected_write_refusal
 
 if TYPE_CHECKING:
@@ -47,21 +51,6 @@ if TYPE_CHECKING:
     from ._services import RunServices
 
 __all__ = ["Gate", "GateAnswer"]
-
-
-@dataclass(frozen=True, slots=True)
-class GateAnswer:
-    """The gate's answer for one call: run `tool`; or answer the model with `refusal`
-    (an error result); or `held` for a person (a durable run suspends); or `staged` in
-    the outbox (`staged` is the result the model reads: not an error, not a success)."""
-
-    tool: Any = None
-    refusal: str | None = None
-    held: bool = False
-    staged: str | None = None
-    risk: RiskClass | None = None
-    #: Why a person is asked (the interlock's, the policy's or the classifier's reason).
-    ask_reason: str = ""
 
 
 def _arguments(call: ToolCall) -> Mapping[str, Any] | None:
@@ -141,63 +130,98 @@ class Gate:
     ) -> GateAnswer:
         """Decide one call: `batch_taint` is the conversation's taint with the rest of its
         batch ORed in; `capabilities`, what the call can do in this run; `through`, what
-        it could send through (a networked background job, for a write)."""
+        it could send through (a networked background job, for a write). An allowed call
+        to a tool the client runs is the client's (`ForClient`)."""
         run_ctx = self._run_ctx
         lookup = self._registry.lookup(call.name, run_ctx.phase, run_ctx.withheld)
         if lookup.tool is None:
-            record.refused_by = lookup.refusal
-            return GateAnswer(refusal=_lookup_refusal(call.name, lookup.refusal, self._registry))
+            return _lookup_refusal(call.name, lookup.refusal, self._registry)
         tool = lookup.tool
+        answer = await self._decide(call, tool, record, _Reach(batch_taint, capabilities, through))
+        if isinstance(answer, Run) and tool.runs_on_client is True:
+            return ForClient(answer.tool, answer.risk)
+        return answer
+
+    async def _decide(
+        self, call: ToolCall, tool: Tool, record: CallRecord, reach: _Reach
+    ) -> GateAnswer:
+        """Every stage after the lookup, in the module docstring's order."""
         arguments = _arguments(call)
         if arguments is None:
             # Not a JSON object: the registry answers it with an error, running nothing.
-            return GateAnswer(tool=tool)
-        if (
+            return Run(tool)
+        if self._skips_checks(call, tool, arguments, reach.capabilities):
+            # A plain read in a run with no rules, hooks or outbox: every mode allows it
+            # and nothing else could refuse it, so the per-call work is skipped.
+            return Run(tool, RiskClass.READ_ONLY)
+        outbox = self._run_ctx.outbox
+        if outbox is not None and outbox.routes(call.name):
+            refused = await self._hooks(call, arguments, reach.taint, None)
+            if refused is not None:
+                return refused
+            return await self._stage(call, reach.taint, record)
+        interlock = self._run_ctx.interlock.check(
+            tool, reach.taint, reach.capabilities, through=reach.through
+        )
+        if interlock.kind == "deny":
+            return Refuse(interlock.by, interlock.reason)
+        decision = self._engine.decide(call.name, arguments, tool, self._mode())
+        refused = self._protected(call, tool, arguments, decision)
+        if refused is None:
+            refused = await self._hooks(call, arguments, reach.taint, decision.risk)
+        if refused is not None:
+            return refused
+        if decision.kind == "deny":
+            return Refuse(
+                decision.by,
+                f"{decision.reason} (risk: {decision.risk.value}).",
+                decision.risk,
+                tool.denial_remedy or "",
+            )
+        return await self._answer(call, tool, arguments, decision, interlock)
+
+    def _skips_checks(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        capabilities: Capability | None,
+    ) -> bool:
+        return (
             self._plain_reads
             and not (capabilities or Capability.NONE) & Capability.EXTERNAL_SEND
             and _plain_read(tool, arguments)
             and (self._decided is None or not self._decided.has_decision(call))
-        ):
-            # A plain read in a run with no rules, hooks or outbox: every mode allows it
-            # and nothing else could refuse it, so the per-call work is skipped.
-            return GateAnswer(tool=tool, risk=RiskClass.READ_ONLY)
-        outbox = run_ctx.outbox
-        if outbox is not None and outbox.routes(call.name):
-            refused = await self._hooks(call, arguments, batch_taint, None, record)
-            if refused is not None:
-                return refused
-            return await self._stage(call, batch_taint, record)
-        ask_reason = ""
-        verdict = run_ctx.interlock.check(tool, batch_taint, capabilities, through=through)
-        if verdict.kind == "block":
-            record.refused_by = "policy"
-            return GateAnswer(refusal=f"Blocked by the interlock: {verdict.reason}")
-        interlock_asks = verdict.kind == "ask"
-        if interlock_asks:
-            ask_reason = verdict.reason
-        decision = self._engine.decide(call.name, arguments, tool, self._mode())
-        if decision.risk is RiskClass.FILE_MUTATION:
-            protected = protected_write_refusal(
-                run_ctx.tools, self._engine.assess(call.name, arguments, tool).paths
-            )
-            if protected is not None:
-                record.refused_by = "policy"
-                return GateAnswer(
-                    refusal=f"Blocked by policy: {protected} (risk: {decision.risk.value})."
-                    + _remedy(tool),
-                    risk=decision.risk,
-                )
-        refused = await self._hooks(call, arguments, batch_taint, decision.risk, record)
-        if refused is not None:
-            return refused
-        if decision.kind == "deny":
-            record.refused_by = "policy"
-            return GateAnswer(
-                refusal=f"Blocked by policy: {decision.reason} (risk: {decision.risk.value})."
-                + _remedy(tool),
-                risk=decision.risk,
-            )
-        decided: Decision | None = None
+        )
+
+    def _protected(
+        self, call: ToolCall, tool: Tool, arguments: Mapping[str, Any], decision: PolicyDecision
+    ) -> Refuse | None:
+        """A write to a path the jail protects is refused whatever the mode says."""
+        if decision.risk is not RiskClass.FILE_MUTATION:
+            return None
+        protected = protected_write_refusal(
+            self._run_ctx.tools, self._engine.assess(call.name, arguments, tool).paths
+        )
+        if protected is None:
+            return None
+        return Refuse(
+            "policy",
+            f"{protected} (risk: {decision.risk.value}).",
+            decision.risk,
+            tool.denial_remedy or "",
+        )
+
+    async def _answer(
+        self,
+        call: ToolCall,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        decision: PolicyDecision,
+        interlock: InterlockVerdict,
+    ) -> GateAnswer:
+        """The policy allowed or asked: a person's earlier decision, the classifier, the
+        approver (or a hold) answer it."""
         if self._decided is not None:
             # A person's decision answers the one call it was made for, once (law 10): it
             # is spent here, and one made for another tool or other arguments is dropped
@@ -205,37 +229,34 @@ class Gate:
             mismatch = self._decided.mismatch(call)
             decided = self._decided.spend(call)
             if mismatch is not None:
-                return await self._ask(
-                    call, tool, record, decision.risk, mismatch, remembered=False
-                )
-        if decided is not None:
-            # A person already answered this call (a resume): their answer replaces the
-            # approver's, whatever the mode says now; the checks above still applied.
-            if decided.allowed:
-                key = approval_key(call, tool) if decided.always else None
-                if key is not None and key not in self._state.always_approved:
-                    # "Approve always" from a resume: it holds for the rest of the run,
-                    # across later suspensions too (it is in the state).
-                    self._state.always_approved.append(key)
-                return GateAnswer(tool=tool, risk=decision.risk)
-            record.refused_by = "user"
-            return GateAnswer(
-                refusal=f"Denied by the user: {decided.reason}." + _remedy(tool),
-                risk=decision.risk,
-            )
+                return await self._ask(call, tool, decision.risk, mismatch, remembered=False)
+            if decided is not None:
+                return self._apply(call, tool, decision.risk, decided)
+        interlock_asks = interlock.kind == "ask"
+        ask_reason = interlock.reason if interlock_asks else ""
         if not ask_reason:
             if decision.kind == "allow":
-                return GateAnswer(tool=tool, risk=decision.risk)
-            if decision.kind == "classify":
+                return Run(tool, decision.risk)
+            if decision.to_classifier:
                 vetted = await self._vet(call, tool, arguments, decision)
                 if vetted is None:
-                    return GateAnswer(tool=tool, risk=decision.risk)
+                    return Run(tool, decision.risk)
                 ask_reason = vetted
             else:
                 ask_reason = decision.reason
-        return await self._ask(
-            call, tool, record, decision.risk, ask_reason, remembered=not interlock_asks
-        )
+        return await self._ask(call, tool, decision.risk, ask_reason, remembered=not interlock_asks)
+
+    def _apply(self, call: ToolCall, tool: Tool, risk: RiskClass, decided: Decision) -> GateAnswer:
+        """A person already answered this call (a resume): their answer replaces the
+        approver's, whatever the mode says now; the checks before it still applied."""
+        if decided.allowed:
+            key = approval_key(call, tool) if decided.always else None
+            if key is not None and key not in self._state.always_approved:
+                # "Approve always" from a resume: it holds for the rest of the run,
+                # across later suspensions too (it is in the state).
+                self._state.always_approved.append(key)
+            return Run(tool, risk)
+        return Refuse("user", f"{decided.reason}.", risk, tool.denial_remedy or "")
 
     # ── the stages ───────────────────────────────────────────────────────────────
 
@@ -245,8 +266,7 @@ class Gate:
         arguments: Mapping[str, Any],
         taint: Taint,
         risk: RiskClass | None,
-        record: CallRecord,
-    ) -> GateAnswer | None:
+    ) -> Refuse | None:
         hooks = self._run_ctx.hooks
         if not hooks or not hooks.watches("pre_tool", call.name):  # most runs have none
             return None
@@ -262,8 +282,7 @@ class Gate:
         )
         if outcome.allowed:
             return None
-        record.refused_by = "hook"
-        return GateAnswer(refusal=f"Refused by hook {outcome.hook}: {outcome.reason}", risk=risk)
+        return Refuse(f"hook:{outcome.hook}", outcome.reason, risk)
 
     async def _vet(
         self, call: ToolCall, tool: Tool, arguments: Mapping[str, Any], decision: PolicyDecision
@@ -287,7 +306,7 @@ class Gate:
             # Charged to the budget already; the run's own usage counts it too (law 7).
             self._state.usage = self._state.usage + verdict.usage
             self._state.cost_usd += verdict.cost_usd
-        if verdict.allow:
+        if verdict.kind == "allow":
             return None
         return f"[auto-review: {verdict.reason}]"
 
@@ -295,7 +314,6 @@ class Gate:
         self,
         call: ToolCall,
         tool: Tool,
-        record: CallRecord,
         risk: RiskClass,
         reason: str,
         *,
@@ -303,25 +321,21 @@ class Gate:
     ) -> GateAnswer:
         approver = self._approver
         if remembered and approval_key(call, tool) in self._state.always_approved:
-            return GateAnswer(tool=tool, risk=risk)
+            return Run(tool, risk)
+        remedy = tool.denial_remedy or ""
         if approver is None:
             if self._durable:
-                return GateAnswer(held=True, risk=risk, ask_reason=reason)
-            record.refused_by = "policy"
-            return GateAnswer(
-                refusal="Blocked by policy: this action needs approval and no approver is "
-                "attached." + _remedy(tool),
-                risk=risk,
+                return Hold(reason, risk)
+            return Refuse(
+                "policy", "this action needs approval and no approver is attached.", risk, remedy
             )
         # An "always" given earlier does not answer the interlock: it was given before
         # the conversation read what makes this send dangerous.
         why = AskReason(reason, risk)
         answer: Decision = await approver.ask(call, tool, remembered=remembered, why=why)
         if answer.allowed:
-            return GateAnswer(tool=tool, risk=risk)
-        record.refused_by = "user" if answer.kind == "deny" else "policy"
-        prefix = "Denied by the user" if answer.kind == "deny" else "Blocked by policy"
-        return GateAnswer(refusal=f"{prefix}: {answer.reason}." + _remedy(tool), risk=risk)
+            return Run(tool, risk)
+        return Refuse(answer.by, f"{answer.reason}.", risk, remedy)
 
     async def _stage(self, call: ToolCall, taint: Taint, record: CallRecord) -> GateAnswer:
         outbox = self._run_ctx.outbox
@@ -336,23 +350,28 @@ class Gate:
                 store=self._run_ctx.store,
             )
         except Exception as exc:  # a staging failure never executes (law 3)
-            record.refused_by = "policy"
-            return GateAnswer(
-                refusal=f"Blocked by policy: {call.name} is routed to the outbox and could "
-                f"not be staged ({type(exc).__name__}: {exc}); nothing was sent."
+            return Refuse(
+                "policy",
+                f"{call.name} is routed to the outbox and could not be staged "
+                f"({type(exc).__name__}: {exc}); nothing was sent.",
             )
         record.staged = True
         record.outbox_item = item_id
         self.staged.append(record)
-        return GateAnswer(
-            staged=f"Staged in the outbox as {item_id}: the draft awaits a person's release "
+        return Stage(
+            f"Staged in the outbox as {item_id}: the draft awaits a person's release "
             f"(tiller outbox send {item_id}). It has NOT been sent; do not report it as done."
         )
 
 
-def _remedy(tool: Tool) -> str:
-    remedy = tool.denial_remedy
-    return f" {remedy}" if remedy else ""
+@dataclass(frozen=True, slots=True)
+class _Reach:
+    """What one call could reach beyond itself: the conversation's taint with the rest of
+    its batch ORed in, what it can do in this run, what it could send through."""
+
+    taint: Taint
+    capabilities: Capability | None
+    through: str
 
 
 def _plain_read(tool: Tool, arguments: Mapping[str, Any]) -> bool:
@@ -374,12 +393,10 @@ def _summary(name: str, arguments: Mapping[str, Any]) -> str:
     return f"{name}({shown})"[:300]
 
 
-def _lookup_refusal(name: str, refusal: str | None, registry: Registry) -> str:
+def _lookup_refusal(name: str, refusal: str | None, registry: Registry) -> Refuse:
     if refusal == "phase":
-        return (
-            f"Refused by the plan phase: {name} changes things and is not available while planning."
-        )
+        return Refuse("phase", f"{name} changes things and is not available while planning.")
     if refusal == "withheld":
-        return f"Refused: the tool {name} is withheld from this run."
+        return Refuse("withheld", f"the tool {name} is withheld from this run.")
     known = ", ".join(sorted(registry.names())) or "none"
-    return f"Unknown tool {name!r}. The tools you can call are: {known}."
+    return Refuse("unknown_tool", f"{name!r}. The tools you can call are: {known}.")

@@ -3,6 +3,10 @@
 Each answers Pass, Refuse(reason) or Handoff(agent, reason); they run in registration order
 and the first non-Pass wins. A refusal stops the run with stop cause `refused`, a handoff
 with `handoff` (the result names the agent to hand to).
+
+In the verdicts' one vocabulary (`tiller.policy`), a pass is `allow` and both a refusal
+and a handoff are `deny` (this agent does not go on with the call), `by` the guardrail; a
+handoff is told apart by `handoff_to`, the agent it hands to: it is no refusal.
 """
 
 from __future__ import annotations
@@ -26,21 +30,40 @@ __all__ = [
 
 @dataclass(slots=True, frozen=True)
 class GuardrailOutcome:
-    kind: Literal["pass", "refuse", "handoff"]
+    """A guardrail's answer. Build with `GuardrailOutcome.passed()`, `.refuse(reason)` or
+    `.handoff(agent, reason)`."""
+
+    kind: Literal["allow", "deny"]
     reason: str = ""
-    agent: str | None = None
+    #: The agent the run is handed to: set only on a handoff (a deny that is no refusal).
+    handoff_to: str | None = None
+
+    @property
+    def by(self) -> str:
+        """Who decided: a guardrail."""
+        return "guardrail"
+
+    @property
+    def agent(self) -> str | None:
+        """The agent a handoff names (`handoff_to`'s older name)."""
+        return self.handoff_to
+
+    @property
+    def refused(self) -> bool:
+        """Whether the guardrail refused (a deny that hands to no one)."""
+        return self.kind == "deny" and self.handoff_to is None
 
     @classmethod
     def passed(cls) -> GuardrailOutcome:
-        return cls("pass")
+        return cls("allow")
 
     @classmethod
     def refuse(cls, reason: str) -> GuardrailOutcome:
-        return cls("refuse", reason)
+        return cls("deny", reason)
 
     @classmethod
     def handoff(cls, agent: str, reason: str) -> GuardrailOutcome:
-        return cls("handoff", reason, agent)
+        return cls("deny", reason, handoff_to=agent)
 
 
 @runtime_checkable
@@ -106,7 +129,7 @@ class MaxResponseLength:
 async def run_pre(guardrails: Sequence[Guardrail], request: ModelRequest) -> GuardrailOutcome:
     for guardrail in guardrails:
         outcome = await guardrail.pre_llm(request)
-        if outcome.kind != "pass":
+        if outcome.kind != "allow":
             return outcome
     return GuardrailOutcome.passed()
 
@@ -116,6 +139,6 @@ async def run_post(
 ) -> GuardrailOutcome:
     for guardrail in guardrails:
         outcome = await guardrail.post_llm(request, response)
-        if outcome.kind != "pass":
+        if outcome.kind != "allow":
             return outcome
     return GuardrailOutcome.passed()

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -81,6 +81,16 @@ class ResumeDecision:
     tool: str | None = None
     #: The arguments the person was shown (a JSON object, or its text).
     drafted_arguments: dict[str, Any] | str | None = None
+
+    @property
+    def kind(self) -> Literal["allow", "deny"]:
+        """What the person decided, in the verdicts' vocabulary (`tiller.policy`)."""
+        return "allow" if self.approve else "deny"
+
+    @property
+    def by(self) -> str:
+        """Who decided: a person."""
+        return "user"
 
     def bound_to(self, tool: str, arguments: dict[str, Any] | str) -> ResumeDecision:
         """This decision, for the call of `tool` with `arguments` as the person saw it."""

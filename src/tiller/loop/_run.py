@@ -412,7 +412,7 @@ class Loop(ToolDispatch):
             return
         request = self._request(tools=True)
         verdict = await run_pre(self.options.guardrails, request)
-        if verdict.kind != "pass":
+        if verdict.kind != "allow":
             self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
             return
         turn = await self.compaction.model_turn(request, self._model_turn)
@@ -420,7 +420,7 @@ class Loop(ToolDispatch):
             return
         message = turn.message
         verdict = await run_post(self.options.guardrails, request, message)
-        if verdict.kind != "pass":
+        if verdict.kind != "allow":
             self._capture_call(turn, appended=False)  # the call happened; a replay needs it
             self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
             return
@@ -479,7 +479,7 @@ class Loop(ToolDispatch):
         self.state.stop_cause = StopCause.COMPLETED
 
     def _stop_by_guardrail(self, kind: str, reason: str, agent: str | None) -> None:
-        if kind == "handoff":
+        if agent is not None:  # a handoff: a guardrail's deny that hands the run on
             self.state.stop_cause = StopCause.HANDOFF
             self.handoff = agent
         else:
@@ -500,7 +500,7 @@ class Loop(ToolDispatch):
                 # The guardrails judge this call like any turn's: a refusal or a handoff
                 # stops the run with that cause, and a refused answer is not kept.
                 verdict = await run_pre(self.options.guardrails, request)
-                if verdict.kind != "pass":
+                if verdict.kind != "allow":
                     self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
                     return
                 turn = await self._model_turn(request)
@@ -509,7 +509,7 @@ class Loop(ToolDispatch):
         # Calls are not run here; a reply that was only calls leaves nothing to keep (law 1).
         answer = turn.message.model_copy(update={"tool_calls": ()})
         verdict = await run_post(self.options.guardrails, request, answer)
-        if verdict.kind != "pass":
+        if verdict.kind != "allow":
             self._capture_call(turn, appended=False)  # the call happened; a replay needs it
             self._stop_by_guardrail(verdict.kind, verdict.reason, verdict.agent)
             return

@@ -1,9 +1,10 @@
 """Approvers answer an Ask: Allow, Deny(reason) or Blocked(reason).
 
 `Deny` is a person's answer ("Denied by the user: ..."); `Blocked` is a machine's ("Blocked
-by policy: ..."). The loop chooses the prefix from the kind, never the approver (law 4), so
-a policy refusal is never presented to the model as a user's correction. Read-only calls
-never reach an approver.
+by policy: ..."). In the verdicts' one vocabulary (`tiller.policy._verdict`) both are a
+`deny`; who said it is `by` (`user` or `policy`). The loop chooses the prefix from `by`,
+never the approver (law 4), so a policy refusal is never presented to the model as a
+user's correction. Read-only calls never reach an approver.
 
 An approver that shows a person the call (a terminal prompt) should also show *why* it is
 asked: it implements `ExplainedApprover` too, and the broker hands it the `AskReason` (the
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..conversation import ToolCall
+from ..errors import UsageError
 from ._risk import RiskClass
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "Approver",
     "AskReason",
     "Callback",
+    "DecidedBy",
     "Decision",
     "ExplainedApprover",
     "NoOneToAsk",
@@ -32,14 +35,32 @@ __all__ = [
 ]
 
 
+#: Who an approver's answer is from: a person, or a machine that stands in for none.
+DecidedBy = Literal["user", "policy"]
+
+
 @dataclass(slots=True, frozen=True)
 class Decision:
-    """An approver's answer. Build with `Decision.allow()`, `.deny(reason)`, `.blocked(reason)`."""
+    """An approver's answer. Build with `Decision.allow()`, `.deny(reason)` (a person
+    said no) or `.blocked(reason)` (a deny `by` the policy: no one could say yes)."""
 
-    kind: Literal["allow", "deny", "blocked"]
+    kind: Literal["allow", "deny"]
     reason: str = ""
     #: "Approve always": the approval broker remembers the call's key for the run.
     always: bool = False
+    #: Who decided: `user` (a person, or their standing `--yes`) or `policy` (blocked).
+    by: DecidedBy = "user"
+
+    def __post_init__(self) -> None:
+        if self.kind == "blocked":  # type: ignore[comparison-overlap]
+            # The older spelling, `Decision("blocked", reason)`: a deny by the policy.
+            object.__setattr__(self, "kind", "deny")
+            object.__setattr__(self, "by", "policy")
+        # The prefix the model reads comes from `by` (law 4): only these two may answer.
+        if self.by not in ("user", "policy"):
+            raise UsageError(f"an approver's decision is by 'user' or 'policy', not {self.by!r}")
+        if self.kind not in ("allow", "deny"):
+            raise UsageError(f"an approver's decision is 'allow' or 'deny', not {self.kind!r}")
 
     @classmethod
     def allow(cls, *, always: bool = False) -> Decision:
@@ -51,11 +72,16 @@ class Decision:
 
     @classmethod
     def blocked(cls, reason: str) -> Decision:
-        return cls("blocked", reason)
+        return cls("deny", reason, by="policy")
 
     @property
     def allowed(self) -> bool:
         return self.kind == "allow"
+
+    @property
+    def blocked_by_policy(self) -> bool:
+        """Whether this is a `blocked` answer: a deny no person gave."""
+        return self.kind == "deny" and self.by == "policy"
 
 
 @runtime_checkable

@@ -205,6 +205,16 @@ class VetVerdict:
     usage: Usage | None = None
     cost_usd: float = 0.0
 
+    @property
+    def kind(self) -> Literal["allow", "ask"]:
+        """The verdicts' vocabulary (`tiller.policy._verdict`): allow, or ask a person."""
+        return "allow" if self.allow else "ask"
+
+    @property
+    def by(self) -> str:
+        """Who decided: the classifier (an escalation without a call is its verdict too)."""
+        return "classifier"
+
 
 class AutoClassifier:
     """Vets `Classify` decisions with `model`, usually the run's own.

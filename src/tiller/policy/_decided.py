@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from ..conversation import ToolCall, canonical_json_text
-from ._approver import Approver, Decision
+from ._approver import Approver, DecidedBy, Decision
 
 __all__ = ["CallDecision", "DecidedApprover"]
 
@@ -29,6 +29,16 @@ class CallDecision:
     decision: Decision
     tool: str
     arguments: str
+
+    @property
+    def kind(self) -> Literal["allow", "deny"]:
+        """The bound decision's kind (the verdicts' vocabulary)."""
+        return self.decision.kind
+
+    @property
+    def by(self) -> DecidedBy:
+        """Who decided: the bound decision's `by`."""
+        return self.decision.by
 
     @classmethod
     def for_call(cls, decision: Decision, call: ToolCall) -> CallDecision:

@@ -194,7 +194,7 @@ def _workspace_parts(path: str, workspace: str | None) -> tuple[str, ...] | None
 
 def _never_allow_uncertain(decision: PolicyDecision, why: str) -> PolicyDecision:
     """Law 12: an uncertain command is never allowed, nor left to the auto classifier."""
-    if decision.kind in (_A, _C):
+    if decision.kind == _A or decision.to_classifier:
         return PolicyDecision.ask(
             decision.risk,
             f"uncertain, so a person decides in every mode: {why} ({decision.reason})",

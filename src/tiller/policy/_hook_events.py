@@ -137,6 +137,16 @@ class HookVerdict:
     allowed: bool
     reason: str = ""
 
+    @property
+    def kind(self) -> Literal["allow", "deny"]:
+        """The verdicts' vocabulary (`tiller.policy._verdict`): a hook allows or denies."""
+        return "allow" if self.allowed else "deny"
+
+    @property
+    def by(self) -> str:
+        """Who decided: a hook (the set names which one, on its `HookOutcome`)."""
+        return "hook"
+
     @classmethod
     def allow(cls) -> HookVerdict:
         return cls(True)
@@ -154,6 +164,16 @@ class HookOutcome:
     allowed: bool
     reason: str = ""
     hook: str = ""
+
+    @property
+    def kind(self) -> Literal["allow", "deny"]:
+        """The verdicts' vocabulary (`tiller.policy._verdict`): the hooks allow or deny."""
+        return "allow" if self.allowed else "deny"
+
+    @property
+    def by(self) -> str:
+        """Who decided: `hook:<name>` for the hook that denied; `hook` when all allowed."""
+        return f"hook:{self.hook}" if self.hook else "hook"
 
     @classmethod
     def allow(cls) -> HookOutcome:

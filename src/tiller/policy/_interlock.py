@@ -39,6 +39,7 @@ from typing import Any, Final, Literal
 from ..conversation import Taint
 from ..errors import UsageError
 from ..tools import Capability, Tool
+from ._verdict import Kind
 
 __all__ = ["Interlock", "InterlockVerdict", "capabilities_of", "taint_names", "taint_of"]
 
@@ -47,10 +48,21 @@ OnTrifecta = Literal["block", "ask", "allow"]
 
 @dataclass(frozen=True, slots=True)
 class InterlockVerdict:
-    """`allow`, `ask` (a person must approve, whatever the mode) or `block`, and why."""
+    """`allow`, `ask` (a person must approve, whatever the mode) or `deny` (the send is
+    blocked: "Blocked by the interlock"), and why."""
 
-    kind: Literal["allow", "ask", "block"]
+    kind: Kind
     reason: str = ""
+
+    @property
+    def by(self) -> str:
+        """Who decided: the interlock."""
+        return "interlock"
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the send is blocked (the interlock's word for its `deny`)."""
+        return self.kind == "deny"
 
 
 def taint_of(capabilities: Capability) -> Taint:
@@ -172,7 +184,7 @@ class Interlock:
                 "it, or go on without sending."
             )
             return InterlockVerdict(
-                "block", f"{reason}. {alternatives}" + (f" {remedy}" if remedy else "")
+                "deny", f"{reason}. {alternatives}" + (f" {remedy}" if remedy else "")
             )
         if private and self.leak_guard:
             return InterlockVerdict("ask", f"{sends} after the conversation read private data")

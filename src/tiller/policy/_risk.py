@@ -6,6 +6,11 @@ into a `PolicyDecision`: Allow, Ask (a person decides), Classify (the auto class
 turn it into Allow, else it is an Ask) or Deny. Every decision carries its risk class, so
 a refusal can say what kind of action was refused and a review policy can pause on a
 minimum risk.
+
+A decision speaks the verdicts' one vocabulary (`tiller.policy._verdict`): its `kind` is
+allow, ask or deny, decided `by` the policy. A Classify is an ask whose `whom` is the
+classifier (the person is asked only if the classifier does not allow it); the engine's
+mode table keeps the word `classify` (`DecisionKind`).
 """
 
 from __future__ import annotations
@@ -14,21 +19,38 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..tools import RiskClass
+from ._verdict import Kind
 
-__all__ = ["DecisionKind", "PolicyDecision", "RiskClass"]
+__all__ = ["AskWhom", "DecisionKind", "PolicyDecision", "RiskClass"]
 
 
+#: What the engine's mode table and rules say; a decision's `kind` folds `classify` into
+#: `ask` (with `whom="classifier"`).
 DecisionKind = Literal["allow", "ask", "classify", "deny"]
+
+#: Who answers an ask: a person, or first the auto classifier (a Classify).
+AskWhom = Literal["person", "classifier"]
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
     """The engine's answer for one call: what to do, the call's risk class, and why
-    (the matching rule, or the mode's default)."""
+    (the matching rule, or the mode's default); for an ask, `whom` it goes to first."""
 
-    kind: DecisionKind
+    kind: Kind
     risk: RiskClass
     reason: str = ""
+    whom: AskWhom = "person"
+
+    @property
+    def by(self) -> str:
+        """Who decided: the policy (the engine, its mode table and the user's rules)."""
+        return "policy"
+
+    @property
+    def to_classifier(self) -> bool:
+        """Whether this is a Classify: an ask the auto classifier answers first."""
+        return self.kind == "ask" and self.whom == "classifier"
 
     @classmethod
     def allow(cls, risk: RiskClass, reason: str = "") -> PolicyDecision:
@@ -40,7 +62,7 @@ class PolicyDecision:
 
     @classmethod
     def classify(cls, risk: RiskClass, reason: str = "") -> PolicyDecision:
-        return cls("classify", risk, reason)
+        return cls("ask", risk, reason, whom="classifier")
 
     @classmethod
     def deny(cls, risk: RiskClass, reason: str) -> PolicyDecision:
