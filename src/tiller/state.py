@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import _public
 from .conversation import AssistantMessage, Message, Taint, ToolCall, Usage, UserMessage
 from .errors import TillerError
 from .phase import Phase
@@ -321,3 +322,7 @@ class RunState(BaseModel):
         # Migrated as read (see the ledger): saved again, it is the current version.
         state.schema_version = SCHEMA_VERSION
         return state
+
+
+# StopCause reports `tiller` as its module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -1,6 +1,7 @@
 """The agent loop: `Agent`, the per-run `RunContext`, `RunOptions`, `Budget`, `RunResult`,
 and the subagents a run starts (`SubagentConfig`, `SubagentType`, `Subagents`)."""
 
+from .. import _public
 from ._agent import Agent
 from ._agent_ref import load_agent, options_from, policy_of, record_policy, run_context_from
 from ._budget import Budget, Pricing
@@ -12,6 +13,7 @@ from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, Refusal
 from ._mailbox_route import MailboxRoute, RunMailbox
 from ._options import RunOptions
 from ._outbox_route import OutboxRoute
+from ._refusals import RefusedCall
 from ._result import RunResult, ToolTraceEntry
 from ._resume import ResumeDecision, ResumeReplayBlocked, resume
 from ._review import (
@@ -50,6 +52,7 @@ __all__ = [
     "PauseOnWrites",
     "Pricing",
     "RefusalKeywords",
+    "RefusedCall",
     "ResponseTooLarge",
     "ResumeDecision",
     "ResumeReplayBlocked",
@@ -75,3 +78,6 @@ __all__ = [
     "resume",
     "run_context_from",
 ]
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -41,6 +41,7 @@ from ..policy import (
 from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode, Tool
 from ._protected_writes import protected_write_refusal
+from ._refusals import warn_unapprovable
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -110,6 +111,7 @@ class Gate:
         )
         self._model = model
         self._retry = retry
+        self._warned_unapprovable = False
         #: The calls this run staged in the outbox, in order (for the run's AG-UI state),
         #: those of the run before a resume included.
         self.staged: list[CallRecord] = [r for r in state.calls.values() if r.staged]
@@ -308,6 +310,9 @@ class Gate:
             if self._durable:
                 return GateAnswer(held=True, risk=risk, ask_reason=reason)
             record.refused_by = "policy"
+            if not self._warned_unapprovable:  # once per run: the user learns the remedies
+                self._warned_unapprovable = True
+                warn_unapprovable(call.name, risk.value)
             return GateAnswer(
                 refusal="Blocked by policy: this action needs approval and no approver is "
                 "attached." + _remedy(tool),

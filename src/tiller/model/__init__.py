@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .. import _public
 from ._accumulate import AccumulatedResponse, DroppedCall, ResponseAccumulator, ResponseStatus
 from ._base import (
     Finish,
@@ -92,3 +93,7 @@ if not TYPE_CHECKING:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -12,6 +12,7 @@
 - `HookSet`: the user's pre_tool (deciding), post_tool and session_end (observing) hooks.
 """
 
+from .. import _public
 from ._approver import (
     AllowAll,
     Approver,
@@ -105,3 +106,6 @@ __all__ = [
     "taint_names",
     "taint_of",
 ]
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlsplit
 
+from .. import _public
 from ..errors import UsageError
 from ._approvals import (
     APPROVALS_BUCKET,
@@ -205,3 +206,7 @@ async def open_bus(url: str, *, clock: Clock = wall_clock, namespace: str = "") 
     raise UsageError(
         f"{url!r}: unknown store; use 'memory://', 'sqlite:///path.db' or 'nats://host:4222'"
     )
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

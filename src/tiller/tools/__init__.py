@@ -42,6 +42,7 @@ ToolError (Exception)         raised by tools on purpose; deliberately not a Til
 ```
 """
 
+from .. import _public
 from ._background import (
     BackgroundJobs,
     JobOutput,
@@ -229,3 +230,6 @@ __all__ = [
     "questions_metadata",
     "tool",
 ]
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())
