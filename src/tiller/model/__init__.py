@@ -11,7 +11,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .. import _public
-from ._accumulate import AccumulatedResponse, DroppedCall, ResponseAccumulator, ResponseStatus
+
+# For tiller's own packages (not API; not in __all__).
+from ._accumulate import AccumulatedResponse as AccumulatedResponse
+from ._accumulate import DroppedCall as DroppedCall
+from ._accumulate import ResponseAccumulator as ResponseAccumulator
 from ._base import (
     Finish,
     FinishReason,
@@ -35,7 +39,10 @@ from ._errors import (
     ModelTimeout,
 )
 from ._resolve import resolve_model
-from ._retry import RetryPolicy, stream_with_retry
+from ._retry import RetryPolicy
+
+# For tiller's own packages (not API; not in __all__).
+from ._retry import stream_with_retry as stream_with_retry
 from .scripted import ScriptedModel, Turn, TurnCall, TurnError, TurnInfo
 
 if TYPE_CHECKING:
@@ -43,10 +50,8 @@ if TYPE_CHECKING:
     from .openai_compat import OpenAICompatModel
 
 __all__ = [
-    "AccumulatedResponse",
     "AnthropicModel",
     "ContextOverflow",
-    "DroppedCall",
     "Finish",
     "FinishReason",
     "Model",
@@ -58,8 +63,6 @@ __all__ = [
     "ModelTimeout",
     "OpenAICompatModel",
     "ReasoningDelta",
-    "ResponseAccumulator",
-    "ResponseStatus",
     "RetryPolicy",
     "ScriptedModel",
     "StreamEvent",
@@ -74,7 +77,6 @@ __all__ = [
     "TurnInfo",
     "UsageReport",
     "resolve_model",
-    "stream_with_retry",
 ]
 
 _LAZY = {"AnthropicModel": ".anthropic", "OpenAICompatModel": ".openai_compat"}

@@ -17,8 +17,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .. import _public
 from ..errors import UsageError
+
+# For tiller's own packages (not API; not in __all__).
+from ._approvals import APPROVALS_BUCKET as APPROVALS_BUCKET
 from ._approvals import (
-    APPROVALS_BUCKET,
     AlreadyDecided,
     ApprovalStatus,
     ApprovalStore,
@@ -41,27 +43,34 @@ from ._bus import (
     StoreError,
     StoreUnavailable,
     Subscription,
-    check_bucket,
     check_namespace,
-    check_subject,
-    decode_key,
-    encode_key,
-    encoded_prefix,
     wall_clock,
 )
-from ._checkpoints import AlreadyResumed, CallLog, Checkpoint, CheckpointStore, RunStillRunning
-from ._control import CONTROL_BUCKET, ControlStore, ControlWatcher, MalformedControl
-from ._event_log import EventLog, EventLogWriter
-from ._file_checkpoints import FILE_BLOBS_BUCKET, FILE_CHECKPOINTS_BUCKET, FileCheckpoints
-from ._file_manifest import (
-    FileRecord,
-    FileRestoreFailed,
-    MalformedFileCheckpoint,
-    Manifest,
-    RestoreReport,
-)
+
+# For tiller's own packages (not API; not in __all__).
+from ._bus import check_subject as check_subject
+from ._bus import decode_key as decode_key
+from ._bus import encode_key as encode_key
+from ._bus import encoded_prefix as encoded_prefix
+from ._checkpoints import AlreadyResumed, Checkpoint, CheckpointStore, RunStillRunning
+
+# For tiller's own packages (not API; not in __all__).
+from ._checkpoints import CallLog as CallLog
+from ._control import CONTROL_BUCKET as CONTROL_BUCKET
+from ._control import ControlStore, MalformedControl
+from ._control import ControlWatcher as ControlWatcher
+from ._event_log import EventLog
+
+# For tiller's own packages (not API; not in __all__).
+from ._event_log import EventLogWriter as EventLogWriter
+from ._file_checkpoints import FILE_BLOBS_BUCKET as FILE_BLOBS_BUCKET
+from ._file_checkpoints import FILE_CHECKPOINTS_BUCKET as FILE_CHECKPOINTS_BUCKET
+from ._file_checkpoints import FileCheckpoints
+from ._file_manifest import FileRestoreFailed, MalformedFileCheckpoint, RestoreReport
+
+# For tiller's own packages (not API; not in __all__).
+from ._mailbox import MAILBOX_BUCKET as MAILBOX_BUCKET
 from ._mailbox import (
-    MAILBOX_BUCKET,
     MailboxFull,
     MailboxStore,
     MailClaim,
@@ -73,8 +82,10 @@ from ._mailbox import (
     QuarantinedMail,
 )
 from ._memory import MemoryBus
+
+# For tiller's own packages (not API; not in __all__).
+from ._outbox import OUTBOX_BUCKET as OUTBOX_BUCKET
 from ._outbox import (
-    OUTBOX_BUCKET,
     MalformedOutboxItem,
     OutboxItem,
     OutboxResult,
@@ -87,7 +98,6 @@ from ._records import MalformedRecord
 from ._sqlite import SqliteBus
 
 __all__ = [
-    "APPROVALS_BUCKET",
     "AlreadyDecided",
     "AlreadyResumed",
     "ApprovalStatus",
@@ -95,27 +105,19 @@ __all__ = [
     "Bus",
     "BusClosed",
     "BusMessage",
-    "CONTROL_BUCKET",
-    "CallLog",
     "Checkpoint",
     "CheckpointStore",
     "Clock",
     "ControlStore",
-    "ControlWatcher",
     "Entry",
     "EventLog",
-    "EventLogWriter",
-    "FILE_BLOBS_BUCKET",
-    "FILE_CHECKPOINTS_BUCKET",
     "FileCheckpoints",
-    "FileRecord",
     "FileRestoreFailed",
     "HeldApproval",
     "Job",
     "JobQueue",
     "KeyValue",
     "Lease",
-    "MAILBOX_BUCKET",
     "MailClaim",
     "MailIdentity",
     "MailMessage",
@@ -128,11 +130,9 @@ __all__ = [
     "MalformedMail",
     "MalformedOutboxItem",
     "MalformedRecord",
-    "Manifest",
     "MemoryBus",
     "MessageTooLarge",
     "NotFound",
-    "OUTBOX_BUCKET",
     "OutboxItem",
     "OutboxResult",
     "OutboxStatus",
@@ -148,14 +148,7 @@ __all__ = [
     "Subscription",
     "UnknownApproval",
     "UnknownOutboxItem",
-    "check_bucket",
-    "check_namespace",
-    "check_subject",
-    "decode_key",
-    "encode_key",
-    "encoded_prefix",
     "open_bus",
-    "wall_clock",
 ]
 
 _SQLITE_OPTIONS = ("poll_interval", "busy_timeout", "retention")
