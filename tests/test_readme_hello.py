@@ -54,3 +54,19 @@ def test_the_hello_world_runs_offline(capsys: pytest.CaptureFixture[str]) -> Non
     exec(compile(offline, "README.md", "exec"), {"__name__": "readme", "model": model})
     assert capsys.readouterr().out == "2 + 3 = 5\n"
     assert len(model.requests) == 2, "the model called add, then answered"
+
+
+def test_a_model_string_and_a_plain_list_of_tools_make_an_agent() -> None:
+    """The hello world as written builds its agent offline: the string names the model,
+    which is only contacted when the run starts."""
+    from tiller import Agent, tool
+
+    @tool(read_only=True)
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    agent = Agent("ollama:qwen2.5-coder", [add])
+    assert (agent.model.provider, agent.model.name) == ("ollama", "qwen2.5-coder")
+    assert agent.model_spec == "ollama:qwen2.5-coder"
+    assert agent.registry.get("add") is add
