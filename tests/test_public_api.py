@@ -282,6 +282,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "HookSet",
         "HookVerdict",
         "Interlock",
+        "InterlockVerdict",
         "NoOneToAsk",
         "PolicyConfigError",
         "PolicyDecision",

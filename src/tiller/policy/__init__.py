@@ -43,7 +43,7 @@ from ._hook_events import (
     SessionEndEvent,
 )
 from ._hooks import FunctionHook, HookConfigError, HookLike, HookSet
-from ._interlock import Interlock
+from ._interlock import Interlock, InterlockVerdict
 
 # For tiller's own packages (not API; not in __all__).
 from ._interlock import capabilities_of as capabilities_of
@@ -75,6 +75,7 @@ __all__ = [
     "HookSet",
     "HookVerdict",
     "Interlock",
+    "InterlockVerdict",
     "NoOneToAsk",
     "PolicyConfigError",
     "PolicyDecision",
