@@ -1,6 +1,24 @@
-"""The public namespace is complete and sorted, so a forgotten export fails CI."""
+"""The public namespaces: what each exports is pinned, documented and resolvable, and the
+front door (`tiller`) re-exports what a user needs daily, cheaply, under its own name.
+
+Every namespace's `__all__` is pinned below as a literal list, so adding or removing a
+public name is a deliberate diff to this file. Plumbing that tiller's own packages import
+stays importable from a namespace (`from ._m import X as X`) without being listed.
+"""
 
 from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+import pkgutil
+import subprocess
+import sys
+import typing
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
 
 import tiller
 import tiller.events
@@ -82,3 +100,543 @@ def test_run_controls_are_public_beside_the_run_context() -> None:
     """Law 13's `RunControls` is exported where `RunContext` is (`tiller.loop`)."""
     assert "RunControls" in tiller.loop.__all__
     assert tiller.loop.RunControls is tiller.loop._controls.RunControls
+
+
+# ── every namespace's __all__, pinned ────────────────────────────────────────────────
+
+#: The order is the one `test_all_is_sorted_and_complete` keeps: constants first.
+PUBLIC_API: dict[str, list[str]] = {
+    "tiller": [
+        "Agent",
+        "AllowAll",
+        "AlreadyResumed",
+        "Budget",
+        "CancellationToken",
+        "Cancelled",
+        "ExecContext",
+        "HandleClosed",
+        "InvalidResume",
+        "InvalidToolArguments",
+        "NewerSchemaError",
+        "ProtocolViolation",
+        "ResumeDecision",
+        "ResumeReplayBlocked",
+        "RunContext",
+        "RunControls",
+        "RunOptions",
+        "RunResult",
+        "RunStillRunning",
+        "ScriptedModel",
+        "StateDecodeError",
+        "StatePatchError",
+        "StopCause",
+        "SubscriberLagged",
+        "TillerError",
+        "Tool",
+        "ToolError",
+        "UsageError",
+        "__version__",
+        "open_bus",
+        "tool",
+    ],
+    "tiller.cli": [
+        "app",
+        "main",
+    ],
+    "tiller.events": [
+        "SSE_CONTENT_TYPE",
+        "ActivityDeltaEvent",
+        "ActivitySnapshotEvent",
+        "AgUiAgent",
+        "AgUiContext",
+        "CustomEvent",
+        "Event",
+        "FilterToolCalls",
+        "Interrupt",
+        "MessageHandle",
+        "MessageLog",
+        "MessagesSnapshotEvent",
+        "RawEvent",
+        "ReasoningEncryptedValueEvent",
+        "ReasoningEndEvent",
+        "ReasoningHandle",
+        "ReasoningMessageChunkEvent",
+        "ReasoningMessageContentEvent",
+        "ReasoningMessageEndEvent",
+        "ReasoningMessageStartEvent",
+        "ReasoningStartEvent",
+        "ResumeEntry",
+        "RunErrorEvent",
+        "RunFinishedEvent",
+        "RunOutcome",
+        "RunStartedEvent",
+        "RunStream",
+        "StateDeltaEvent",
+        "StateSnapshotEvent",
+        "StepFinishedEvent",
+        "StepHandle",
+        "StepStartedEvent",
+        "StreamConsumed",
+        "SubagentErrorEvent",
+        "SubagentFinishedEvent",
+        "SubagentHandle",
+        "SubagentStartedEvent",
+        "SubagentVisibility",
+        "TextMessageChunkEvent",
+        "TextMessageContentEvent",
+        "TextMessageEndEvent",
+        "TextMessageStartEvent",
+        "ToolCallArgsEvent",
+        "ToolCallChunkEvent",
+        "ToolCallEndEvent",
+        "ToolCallHandle",
+        "ToolCallResultEvent",
+        "ToolCallStartEvent",
+        "ToolResultToState",
+        "Transformer",
+        "TransformerFactory",
+        "encode_sse",
+        "event_from_wire",
+        "run_agent",
+    ],
+    "tiller.loop": [
+        "Agent",
+        "Budget",
+        "CaptureSink",
+        "CaptureSinkFactory",
+        "DetachSwitch",
+        "Guardrail",
+        "GuardrailOutcome",
+        "LoopFailed",
+        "MailboxRoute",
+        "MaxResponseLength",
+        "ModelCallRecord",
+        "NeverReview",
+        "OutboxRoute",
+        "PauseEveryStep",
+        "PauseOnRisk",
+        "PauseOnTools",
+        "PauseOnWrites",
+        "Pricing",
+        "RefusalKeywords",
+        "RefusedCall",
+        "ResponseTooLarge",
+        "ResumeDecision",
+        "ResumeReplayBlocked",
+        "ReviewPolicy",
+        "RunContext",
+        "RunControls",
+        "RunOptions",
+        "RunResult",
+        "SteeringQueue",
+        "SubagentConfig",
+        "SubagentType",
+        "ToolResultRecord",
+        "ToolTraceEntry",
+        "resume",
+    ],
+    "tiller.model": [
+        "AnthropicModel",
+        "ContextOverflow",
+        "Finish",
+        "FinishReason",
+        "Model",
+        "ModelConnectionError",
+        "ModelError",
+        "ModelHTTPError",
+        "ModelProtocolError",
+        "ModelRequest",
+        "ModelTimeout",
+        "OpenAICompatModel",
+        "ReasoningDelta",
+        "RetryPolicy",
+        "ScriptedModel",
+        "StreamEvent",
+        "TextDelta",
+        "ToolCallArgsDelta",
+        "ToolCallEnd",
+        "ToolCallStart",
+        "ToolSpec",
+        "Turn",
+        "TurnCall",
+        "TurnError",
+        "TurnInfo",
+        "UsageReport",
+        "resolve_model",
+    ],
+    "tiller.policy": [
+        "AllowAll",
+        "Approver",
+        "AskReason",
+        "AutoClassifier",
+        "Callback",
+        "ClassifierBudget",
+        "Decision",
+        "DecisionKind",
+        "ExplainedApprover",
+        "FunctionHook",
+        "HookConfigError",
+        "HookEvent",
+        "HookKind",
+        "HookLike",
+        "HookOutcome",
+        "HookSet",
+        "HookVerdict",
+        "Interlock",
+        "InterlockVerdict",
+        "NoOneToAsk",
+        "PolicyConfigError",
+        "PolicyDecision",
+        "PolicyEngine",
+        "PolicyRule",
+        "PolicyRules",
+        "PostToolEvent",
+        "PreToolEvent",
+        "ReadOnly",
+        "RiskClass",
+        "RuleAction",
+        "SessionEndEvent",
+        "ShellHook",
+        "VetRequest",
+        "VetVerdict",
+    ],
+    "tiller.serve": [
+        "InvalidRunInput",
+        "ServeSettings",
+        "Server",
+        "ThreadBusy",
+        "create_app",
+        "run_server",
+    ],
+    "tiller.store": [
+        "AlreadyDecided",
+        "AlreadyResumed",
+        "ApprovalFromNewerTiller",
+        "ApprovalStatus",
+        "ApprovalStore",
+        "Bus",
+        "BusClosed",
+        "BusMessage",
+        "Checkpoint",
+        "CheckpointFromNewerTiller",
+        "CheckpointStore",
+        "Clock",
+        "ControlStore",
+        "Entry",
+        "EventLog",
+        "EventLogFromNewerTiller",
+        "FileCheckpointFromNewerTiller",
+        "FileCheckpoints",
+        "FileRestoreFailed",
+        "HeldApproval",
+        "Job",
+        "JobQueue",
+        "KeyValue",
+        "Lease",
+        "MailClaim",
+        "MailIdentity",
+        "MailMessage",
+        "MailStatus",
+        "MailboxFull",
+        "MailboxStore",
+        "MalformedApproval",
+        "MalformedControl",
+        "MalformedFileCheckpoint",
+        "MalformedMail",
+        "MalformedOutboxItem",
+        "MalformedRecord",
+        "MemoryBus",
+        "MessageTooLarge",
+        "NotFound",
+        "OutboxItem",
+        "OutboxItemFromNewerTiller",
+        "OutboxResult",
+        "OutboxStatus",
+        "OutboxStatusError",
+        "OutboxStore",
+        "QuarantinedMail",
+        "RecordFromNewerTiller",
+        "RestoreReport",
+        "RevisionConflict",
+        "RunStillRunning",
+        "SqliteBus",
+        "StoreError",
+        "StoreUnavailable",
+        "Subscription",
+        "UnknownApproval",
+        "UnknownOutboxItem",
+        "open_bus",
+    ],
+    "tiller.tools": [
+        "Answer",
+        "Answered",
+        "BaseTool",
+        "CallbackQuestions",
+        "Capability",
+        "ChecklistError",
+        "CheckpointOrigin",
+        "ClientTool",
+        "Dismissed",
+        "DuplicateTool",
+        "ExecContext",
+        "FunctionTool",
+        "HardLinkRefused",
+        "HostRule",
+        "InvalidPath",
+        "LiveSafetyMode",
+        "NoOneToAskQuestions",
+        "Notifier",
+        "PathOutsideJail",
+        "PathTooLong",
+        "PatternTooSlow",
+        "Progress",
+        "ProtectedPathRefused",
+        "Question",
+        "QuestionBroker",
+        "QuestionOption",
+        "QuestionOutcome",
+        "Registry",
+        "RiskClass",
+        "SafetyMode",
+        "SandboxUnavailable",
+        "SymlinkRefused",
+        "TaintIndexError",
+        "Task",
+        "TaskBroker",
+        "TaskStatus",
+        "Tool",
+        "ToolCtx",
+        "ToolDefinitionError",
+        "ToolError",
+        "ToolOutput",
+        "UnknownJob",
+        "UserGoal",
+        "WebAccess",
+        "WebBudget",
+        "WebBudgetExceeded",
+        "coding_tools",
+        "tool",
+    ],
+    "tiller.tools.builtin": [
+        "Mailer",
+        "SubagentRunner",
+        "agent",
+        "apply_patch",
+        "ask_user",
+        "background_process",
+        "coding_tools",
+        "edit_file",
+        "execute_command",
+        "execute_command_tool",
+        "glob",
+        "grep",
+        "list_dir",
+        "message_send",
+        "read_file",
+        "task_create",
+        "task_list",
+        "task_update",
+        "web_fetch",
+        "write_file",
+    ],
+    "tiller.tools.mcp": [
+        "McpClient",
+        "McpConfigError",
+        "McpServerConfig",
+        "McpServers",
+        "McpStartError",
+        "McpTool",
+        "SkippedTool",
+        "open_mcp_tools",
+    ],
+}
+
+#: Packages that are not API, so they pin no `__all__`.
+_NOT_API = {"tiller.examples"}
+
+
+def _packages() -> set[str]:
+    found = {"tiller"}
+    for info in pkgutil.walk_packages(tiller.__path__, "tiller."):
+        if info.ispkg and not any(part.startswith("_") for part in info.name.split(".")):
+            found.add(info.name)
+    return found - _NOT_API
+
+
+def test_every_package_has_its_all_pinned() -> None:
+    assert _packages() == set(PUBLIC_API)
+
+
+@pytest.mark.parametrize("namespace", sorted(PUBLIC_API))
+def test_all_is_exactly_the_pinned_list(namespace: str) -> None:
+    module = importlib.import_module(namespace)
+    assert list(module.__all__) == PUBLIC_API[namespace]
+
+
+@pytest.mark.parametrize("namespace", sorted(PUBLIC_API))
+def test_all_has_no_duplicates_and_every_name_resolves(namespace: str) -> None:
+    module = importlib.import_module(namespace)
+    assert len(set(module.__all__)) == len(module.__all__)
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert missing == []
+
+
+# ── every exported name is documented ────────────────────────────────────────────────
+
+#: Exported values that cannot carry a docstring of their own (strings, `Literal`s, unions
+#: and callable aliases: `#:` comments are not visible at runtime), each with what it
+#: means. A new one is documented here, deliberately; classes, functions and tools carry
+#: their own documentation and are checked for it.
+DOCUMENTED_VALUES: dict[str, str] = {
+    "tiller.__version__": "the installed tiller's version",
+    "tiller.cli.app": "the `tiller` command's Typer application",
+    "tiller.events.SSE_CONTENT_TYPE": "the media type of an AG-UI SSE response",
+    "tiller.events.TransformerFactory": "builds one run's stream transformers",
+    "tiller.loop.CaptureSinkFactory": "builds one run's capture sink from its run id",
+    "tiller.model.FinishReason": "why a model response ended",
+    "tiller.model.StreamEvent": "one event of a model's response stream",
+    "tiller.policy.DecisionKind": "the policy engine's answer: allow, ask, classify, deny",
+    "tiller.policy.HookEvent": "what a hook is called with (pre_tool, post_tool, session_end)",
+    "tiller.policy.HookKind": "when a hook runs: pre_tool, post_tool or session_end",
+    "tiller.policy.HookLike": "a hook: a shell hook or a Python function hook",
+    "tiller.policy.RuleAction": "what a policy rule does: allow, ask or deny",
+    "tiller.store.ApprovalStatus": "a held approval's status",
+    "tiller.store.Clock": "gives the time leases and job leases are measured in",
+    "tiller.store.MailStatus": "a mailbox message's status",
+    "tiller.store.OutboxStatus": "an outbox item's status",
+    "tiller.tools.QuestionOutcome": "what a question broker returns: answered or dismissed",
+    "tiller.tools.TaskStatus": "a checklist task's status",
+}
+
+
+def _undocumented(namespace: str, name: str, value: Any) -> bool:
+    if f"{namespace}.{name}" in DOCUMENTED_VALUES:
+        return False
+    if inspect.isclass(value) or inspect.isroutine(value):
+        return not (inspect.getdoc(value) or "").strip()
+    if isinstance(value, tiller.tools.Tool):
+        return not value.description.strip()  # a tool's documentation is what the model reads
+    return True  # a value with no docstring of its own: document it in the table
+
+
+def test_every_exported_name_is_documented() -> None:
+    undocumented = [
+        f"{namespace}.{name}"
+        for namespace, names in PUBLIC_API.items()
+        for name in names
+        if _undocumented(namespace, name, getattr(importlib.import_module(namespace), name))
+    ]
+    assert undocumented == []
+
+
+def test_the_documented_values_table_lists_only_exported_names() -> None:
+    exported = {f"{ns}.{name}" for ns, names in PUBLIC_API.items() for name in names}
+    assert set(DOCUMENTED_VALUES) <= exported
+    assert all(text.strip() for text in DOCUMENTED_VALUES.values())
+
+
+# ── the front door ───────────────────────────────────────────────────────────────────
+
+_FRONT = [name for name in PUBLIC_API["tiller"] if name != "__version__"]
+
+
+def _python(code: str) -> str:
+    """Run `code` in a fresh interpreter (nothing imported yet) and return its output."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_the_names_a_user_needs_daily_come_from_tiller() -> None:
+    from tiller import (  # noqa: F401 - the import is what is tested
+        Agent,
+        AllowAll,
+        Budget,
+        CancellationToken,
+        ExecContext,
+        RunContext,
+        RunOptions,
+        RunResult,
+        ScriptedModel,
+        StopCause,
+        ToolError,
+        tool,
+    )
+
+    assert len(_FRONT) <= 30, "the front door stays short"
+    assert set(_FRONT) <= set(dir(tiller))
+
+
+def test_attribute_access_after_a_bare_import_works() -> None:
+    assert _python("import tiller; tiller.Agent; tiller.tool; print(tiller.loop.__name__)") == (
+        "tiller.loop"
+    )
+
+
+def test_importing_tiller_does_not_import_the_loop() -> None:
+    """`import tiller` stays cheap (DESIGN §10): the loop, the tools, pydantic and the
+    AG-UI models are imported when a front-door name is first used, not before."""
+    loaded = _python(
+        "import sys, tiller; print(' '.join(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('tiller', 'pydantic', 'ag_ui'))))"
+    ).split()
+    assert loaded == ["tiller", "tiller._public", "tiller.cancel", "tiller.errors"]
+
+
+@pytest.mark.parametrize("name", _FRONT)
+def test_each_front_door_name_reports_tiller_as_its_module(name: str) -> None:
+    assert getattr(tiller, name).__module__ == "tiller"
+
+
+@pytest.mark.parametrize(
+    "home",
+    [
+        "tiller.cancel",
+        "tiller.errors",
+        "tiller.loop",
+        "tiller.model",
+        "tiller.policy",
+        "tiller.state",
+        "tiller.store",
+        "tiller.tools",
+    ],
+)
+def test_the_module_is_tiller_before_the_front_door_is_used(home: str) -> None:
+    """Set where the name is defined, not on first access through `tiller`: importing the
+    home namespace alone already shows it."""
+    names = [n for n in _FRONT if _home_of(n) == home]
+    assert names
+    code = f"import {home} as m; print(' '.join(getattr(m, n).__module__ for n in {names!r}))"
+    assert _python(code).split() == ["tiller"] * len(names)
+
+
+def _home_of(name: str) -> str:
+    from tiller import _public
+
+    return {**_public.FRONT, **_public.EAGER}[name]
+
+
+def test_every_front_door_name_has_a_home_in_the_table() -> None:
+    from tiller import _public
+
+    assert sorted({**_public.FRONT, **_public.EAGER}) == sorted(_FRONT)
+    for name in _FRONT:
+        home = importlib.import_module(_home_of(name))
+        assert getattr(home, name) is getattr(tiller, name)
+
+
+def test_rehomed_values_pickle_repr_and_introspect_as_before() -> None:
+    options = tiller.RunOptions().with_max_steps(7)
+    assert pickle.loads(pickle.dumps(options)) == options
+    assert pickle.loads(pickle.dumps(tiller.StopCause.COMPLETED)) is tiller.StopCause.COMPLETED
+    decision = tiller.ResumeDecision(approve=True)
+    assert pickle.loads(pickle.dumps(decision)) == decision
+    error = pickle.loads(pickle.dumps(tiller.UsageError("wrong")))
+    assert type(error) is tiller.UsageError and str(error) == "wrong"
+    assert repr(options).startswith("RunOptions(max_steps=7,")
+    assert repr(tiller.Agent).startswith("<class 'tiller.Agent'>")
+    # The string annotations were resolved where they were written, so introspection that
+    # looks them up by `__module__` still finds them.
+    hints = typing.get_type_hints(tiller.RunResult)
+    assert hints["usage"] is tiller.loop.RunResult.__dataclass_fields__["usage"].type
+    schema = TypeAdapter(tiller.Budget).json_schema()
+    assert schema["title"] == "Budget" and "max_turns" in schema["properties"]

@@ -25,6 +25,7 @@ __all__ = [
     "HandleClosed",
     "InvalidResume",
     "InvalidToolArguments",
+    "NewerSchemaError",
     "ProtocolViolation",
     "StateDecodeError",
     "StatePatchError",

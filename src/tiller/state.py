@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from . import _public
 from ._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
 from .conversation import AssistantMessage, Message, Taint, ToolCall, Usage, UserMessage
 from .errors import NewerSchemaError, TillerError
@@ -363,3 +364,7 @@ def refuse_newer_state(raw: object) -> None:
             f"versions {readable}): {newer_problem(writer)}",
             writer,
         )
+
+
+# StopCause reports `tiller` as its module from here on (tiller._public).
+_public.rehome(__name__, globals())

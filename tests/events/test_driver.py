@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tiller import CancellationToken, Cancelled, Interrupt, RunOutcome
+from tiller import CancellationToken, Cancelled
 from tiller.events import (
     AgUiContext,
     Event,
     FilterToolCalls,
+    Interrupt,
     RunFinishedEvent,
+    RunOutcome,
     RunStream,
     StreamConsumed,
     TextMessageContentEvent,

@@ -141,4 +141,5 @@ _register_durable_commands()
 
 
 def main() -> None:
+    """The `tiller` command's entry point (`python -m tiller` and the console script)."""
     app()

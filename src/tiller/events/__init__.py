@@ -4,29 +4,36 @@ Everything tiller does is seen through one AG-UI 1.0 event stream; this package 
 stream valid by construction and cheap to produce.
 """
 
-from ._context import RUNTIME_STATE_KEY, AgUiContext, decode_state, parse_input
-from ._driver import PROTOCOL_VERSION, AgUiAgent, RunStream, StreamConsumed, run_agent
-from ._encode import SSE_CONTENT_TYPE, encode_json, encode_sse, keep_alive_frame
+# For tiller's own packages (not API; not in __all__).
+from ._context import RUNTIME_STATE_KEY as RUNTIME_STATE_KEY
+from ._context import AgUiContext
+from ._context import decode_state as decode_state
+from ._context import parse_input as parse_input
+from ._driver import AgUiAgent, RunStream, StreamConsumed, run_agent
+from ._encode import SSE_CONTENT_TYPE, encode_sse
+
+# For tiller's own packages (not API; not in __all__).
+from ._encode import encode_json as encode_json
+from ._encode import keep_alive_frame as keep_alive_frame
 from ._handles import MessageHandle, ReasoningHandle, StepHandle, SubagentHandle, ToolCallHandle
 from ._messages import MessageLog
-from ._outcome import (
-    APPROVAL_SCHEMA,
-    Interrupt,
-    ResumeEntry,
-    RunOutcome,
-    approval_interrupt_id,
-)
-from ._sink import (
-    CLOSING_TYPES,
-    EventSink,
-    Subscription,
-    Transformer,
-    TransformerFactory,
-)
-from ._state import StateManager
+
+# For tiller's own packages (not API; not in __all__).
+from ._outcome import APPROVAL_SCHEMA as APPROVAL_SCHEMA
+from ._outcome import Interrupt, ResumeEntry, RunOutcome
+from ._outcome import approval_interrupt_id as approval_interrupt_id
+
+# For tiller's own packages (not API; not in __all__).
+from ._sink import CLOSING_TYPES as CLOSING_TYPES
+from ._sink import EventSink as EventSink
+from ._sink import Transformer, TransformerFactory
+from ._sink import check_transformer_factory as check_transformer_factory
+from ._sink import transformers_of as transformers_of
 from ._transformers import FilterToolCalls, SubagentVisibility, ToolResultToState
+
+# For tiller's own packages (not API; not in __all__).
+from ._types import EVENT_TYPES as EVENT_TYPES
 from ._types import (
-    EVENT_TYPES,
     ActivityDeltaEvent,
     ActivitySnapshotEvent,
     CustomEvent,
@@ -61,14 +68,11 @@ from ._types import (
     ToolCallStartEvent,
     event_from_wire,
 )
-from ._verifier import Verifier
+
+# For tiller's own packages (not API; not in __all__).
+from ._verifier import Verifier as Verifier
 
 __all__ = [
-    "APPROVAL_SCHEMA",
-    "CLOSING_TYPES",
-    "EVENT_TYPES",
-    "PROTOCOL_VERSION",
-    "RUNTIME_STATE_KEY",
     "SSE_CONTENT_TYPE",
     "ActivityDeltaEvent",
     "ActivitySnapshotEvent",
@@ -76,7 +80,6 @@ __all__ = [
     "AgUiContext",
     "CustomEvent",
     "Event",
-    "EventSink",
     "FilterToolCalls",
     "Interrupt",
     "MessageHandle",
@@ -98,7 +101,6 @@ __all__ = [
     "RunStartedEvent",
     "RunStream",
     "StateDeltaEvent",
-    "StateManager",
     "StateSnapshotEvent",
     "StepFinishedEvent",
     "StepHandle",
@@ -109,7 +111,6 @@ __all__ = [
     "SubagentHandle",
     "SubagentStartedEvent",
     "SubagentVisibility",
-    "Subscription",
     "TextMessageChunkEvent",
     "TextMessageContentEvent",
     "TextMessageEndEvent",
@@ -123,13 +124,7 @@ __all__ = [
     "ToolResultToState",
     "Transformer",
     "TransformerFactory",
-    "Verifier",
-    "approval_interrupt_id",
-    "decode_state",
-    "encode_json",
     "encode_sse",
     "event_from_wire",
-    "keep_alive_frame",
-    "parse_input",
     "run_agent",
 ]

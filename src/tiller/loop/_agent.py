@@ -10,6 +10,7 @@ produce the same event stream; `on_event` sees it live.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
@@ -133,6 +134,49 @@ class Agent:
         finally:
             if scratch is not None:
                 remove_tree(scratch)  # iterative: the model may have nested it deep
+
+    def run_sync(
+        self,
+        prompt: str,
+        *,
+        workspace: str | Path | None = None,
+        approver: Approver | None = None,
+        context: RunContext | None = None,
+        options: RunOptions | None = None,
+        cancel: CancellationToken | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        transformers: TransformerFactory | None = None,
+    ) -> RunResult:
+        """`run`, for scripts: the run gets an event loop of its own, closed when it ends.
+
+        Code already inside an event loop (a notebook cell, a server, an `async def`)
+        awaits `agent.run(...)` instead: one loop cannot wait on another in its own
+        thread, so calling this there raises `UsageError` rather than deadlocking."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # no loop running in this thread: the script's case
+            pass
+        else:
+            raise UsageError(
+                "Agent.run_sync() was called inside a running event loop; "
+                "use `await agent.run(...)` there instead"
+            )
+        return asyncio.run(
+            self.run(
+                prompt,
+                workspace=workspace,
+                approver=approver,
+                context=context,
+                options=options,
+                cancel=cancel,
+                on_event=on_event,
+                run_id=run_id,
+                thread_id=thread_id,
+                transformers=transformers,
+            )
+        )
 
     async def run_in(
         self,

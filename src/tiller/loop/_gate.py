@@ -45,6 +45,7 @@ from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode, Tool
 from ._gate_answer import ForClient, GateAnswer, Hold, Refuse, Run, Stage
 from ._protected_writes import protected_write_refusal
+from ._refusals import warn_unapprovable
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -99,6 +100,7 @@ class Gate:
         )
         self._model = model
         self._retry = retry
+        self._warned_unapprovable = False
         #: The calls this run staged in the outbox, in order (for the run's AG-UI state),
         #: those of the run before a resume included.
         self.staged: list[CallRecord] = [r for r in state.calls.values() if r.staged]
@@ -326,6 +328,9 @@ class Gate:
         if approver is None:
             if self._durable:
                 return Hold(reason, risk)
+            if not self._warned_unapprovable:  # once per run: the user learns the remedies
+                self._warned_unapprovable = True
+                warn_unapprovable(call.name, risk.value)
             return Refuse(
                 "policy", "this action needs approval and no approver is attached.", risk, remedy
             )

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..conversation import Usage
 from ..state import RunState, StopCause
+from ._refusals import RefusedCall, refusals_of
 
 __all__ = ["RunResult", "ToolTraceEntry"]
 
@@ -58,6 +59,12 @@ class RunResult:
     @property
     def malformed_arguments(self) -> int:
         return sum(1 for entry in self.tool_trace if entry.malformed_arguments)
+
+    @property
+    def refusals(self) -> tuple[RefusedCall, ...]:
+        """The calls this run refused, in call order: who refused each (law 4) and the
+        reason the model read. A run can refuse calls and still end `completed`."""
+        return refusals_of(self.tool_trace, self.state)
 
     @property
     def completed(self) -> bool:

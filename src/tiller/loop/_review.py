@@ -27,6 +27,9 @@ __all__ = [
 
 @runtime_checkable
 class ReviewPolicy(Protocol):
+    """When a run suspends for a person to review a step before its calls run
+    (`RunOptions.review_policy`; the default, `NeverReview`, never does)."""
+
     def should_pause(self, step: int, message: AssistantMessage, registry: Any) -> str | None:
         """A reason to suspend before the step's calls run, or None to go on."""
         ...

@@ -10,7 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._accumulate import AccumulatedResponse, DroppedCall, ResponseAccumulator, ResponseStatus
+from .. import _public
+
+# For tiller's own packages (not API; not in __all__).
+from ._accumulate import AccumulatedResponse as AccumulatedResponse
+from ._accumulate import DroppedCall as DroppedCall
+from ._accumulate import ResponseAccumulator as ResponseAccumulator
 from ._base import (
     Finish,
     FinishReason,
@@ -34,7 +39,10 @@ from ._errors import (
     ModelTimeout,
 )
 from ._resolve import resolve_model
-from ._retry import RetryPolicy, stream_with_retry
+from ._retry import RetryPolicy
+
+# For tiller's own packages (not API; not in __all__).
+from ._retry import stream_with_retry as stream_with_retry
 from .scripted import ScriptedModel, Turn, TurnCall, TurnError, TurnInfo
 
 if TYPE_CHECKING:
@@ -42,10 +50,8 @@ if TYPE_CHECKING:
     from .openai_compat import OpenAICompatModel
 
 __all__ = [
-    "AccumulatedResponse",
     "AnthropicModel",
     "ContextOverflow",
-    "DroppedCall",
     "Finish",
     "FinishReason",
     "Model",
@@ -57,8 +63,6 @@ __all__ = [
     "ModelTimeout",
     "OpenAICompatModel",
     "ReasoningDelta",
-    "ResponseAccumulator",
-    "ResponseStatus",
     "RetryPolicy",
     "ScriptedModel",
     "StreamEvent",
@@ -73,7 +77,6 @@ __all__ = [
     "TurnInfo",
     "UsageReport",
     "resolve_model",
-    "stream_with_retry",
 ]
 
 _LAZY = {"AnthropicModel": ".anthropic", "OpenAICompatModel": ".openai_compat"}
@@ -92,3 +95,7 @@ if not TYPE_CHECKING:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

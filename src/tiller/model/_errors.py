@@ -76,6 +76,8 @@ class ContextOverflow(ModelHTTPError):
 
 
 class ModelTimeout(ModelError):
+    """The provider did not answer in time (connecting or between chunks); retryable."""
+
     retryable = True
 
 

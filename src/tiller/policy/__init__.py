@@ -2,16 +2,17 @@
 
 - Approvers (`AllowAll`, `ReadOnly`, `Callback`, `NoOneToAsk`) answer an Ask with a
   `Decision`; the `ApprovalBroker` parks the call, answers deny on cancel and remembers
-  "approve always" under a key as narrow as the danger (`approval_key`). An
+  "approve always" under a key as narrow as the danger. An
   `ExplainedApprover` (the terminal prompt) is also told why it is asked (`AskReason`).
 - `RiskClass` and `PolicyDecision`: the policy engine's vocabulary; `PolicyEngine` decides
-  a call from its risk (`classify_command` for the shell), the live safety mode and the
-  user's `PolicyRules`.
+  a call from its risk (a real parse for the shell), the live safety mode and the user's
+  `PolicyRules`.
 - `Interlock`: no send after private data met untrusted input.
 - `AutoClassifier`: turns a Classify decision into Allow or Ask, asking the run's model.
 - `HookSet`: the user's pre_tool (deciding), post_tool and session_end (observing) hooks.
 """
 
+from .. import _public
 from ._approver import (
     AllowAll,
     Approver,
@@ -22,27 +23,21 @@ from ._approver import (
     NoOneToAsk,
     ReadOnly,
 )
-from ._broker import ApprovalBroker, approval_key
-from ._classifier import (
-    FENCE_BEGIN,
-    FENCE_END,
-    AutoClassifier,
-    ClassifierBudget,
-    VetBasis,
-    VetRequest,
-    VetVerdict,
-    find_injection_marker,
-)
-from ._decided import CallDecision, DecidedApprover
-from ._engine import CallRisk, PolicyEngine, mode_default
 
 # For tiller's own packages (not API; not in __all__).
+from ._broker import ApprovalBroker as ApprovalBroker
+from ._broker import approval_key as approval_key
+from ._classifier import AutoClassifier, ClassifierBudget, VetRequest, VetVerdict
+
+# For tiller's own packages (not API; not in __all__).
+from ._decided import CallDecision as CallDecision
+from ._decided import DecidedApprover as DecidedApprover
+from ._engine import PolicyEngine
 from ._file_pins import FilePin as FilePin
 from ._file_pins import changed_pins as changed_pins
 from ._file_pins import pin_files as pin_files
 from ._file_pins import script_paths as script_paths
 from ._hook_events import (
-    DEFAULT_HOOK_TIMEOUT,
     HookEvent,
     HookKind,
     HookOutcome,
@@ -52,26 +47,26 @@ from ._hook_events import (
     SessionEndEvent,
 )
 from ._hooks import FunctionHook, HookConfigError, HookLike, HookSet
-from ._interlock import Interlock, InterlockVerdict, capabilities_of, taint_names, taint_of
+from ._interlock import Interlock, InterlockVerdict
+
+# For tiller's own packages (not API; not in __all__).
+from ._interlock import capabilities_of as capabilities_of
+from ._interlock import taint_names as taint_names
+from ._interlock import taint_of as taint_of
 from ._risk import DecisionKind, PolicyDecision, RiskClass
 from ._rules import PolicyConfigError, PolicyRule, PolicyRules, RuleAction
 from ._shell_hook import ShellHook
-from ._shell_risk import ShellPart, ShellRisk, classify_command
+
+# For tiller's own packages (not API; not in __all__).
+from ._shell_risk import classify_command as classify_command
 
 __all__ = [
-    "DEFAULT_HOOK_TIMEOUT",
-    "FENCE_BEGIN",
-    "FENCE_END",
     "AllowAll",
-    "ApprovalBroker",
     "Approver",
     "AskReason",
     "AutoClassifier",
-    "CallRisk",
-    "CallDecision",
     "Callback",
     "ClassifierBudget",
-    "DecidedApprover",
     "Decision",
     "DecisionKind",
     "ExplainedApprover",
@@ -98,16 +93,9 @@ __all__ = [
     "RuleAction",
     "SessionEndEvent",
     "ShellHook",
-    "ShellPart",
-    "ShellRisk",
-    "VetBasis",
     "VetRequest",
     "VetVerdict",
-    "approval_key",
-    "capabilities_of",
-    "classify_command",
-    "find_injection_marker",
-    "mode_default",
-    "taint_names",
-    "taint_of",
 ]
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlsplit
 
+from .. import _public
 from ..errors import UsageError
+
+# For tiller's own packages (not API; not in __all__).
+from ._approvals import APPROVALS_BUCKET as APPROVALS_BUCKET
 from ._approvals import (
-    APPROVALS_BUCKET,
     AlreadyDecided,
+    ApprovalFromNewerTiller,
     ApprovalStatus,
     ApprovalStore,
     HeldApproval,
@@ -40,27 +44,45 @@ from ._bus import (
     StoreError,
     StoreUnavailable,
     Subscription,
-    check_bucket,
     check_namespace,
-    check_subject,
-    decode_key,
-    encode_key,
-    encoded_prefix,
     wall_clock,
 )
-from ._checkpoints import AlreadyResumed, CallLog, Checkpoint, CheckpointStore, RunStillRunning
-from ._control import CONTROL_BUCKET, ControlStore, ControlWatcher, MalformedControl
-from ._event_log import EventLog, EventLogWriter
-from ._file_checkpoints import FILE_BLOBS_BUCKET, FILE_CHECKPOINTS_BUCKET, FileCheckpoints
+
+# For tiller's own packages (not API; not in __all__).
+from ._bus import check_subject as check_subject
+from ._bus import decode_key as decode_key
+from ._bus import encode_key as encode_key
+from ._bus import encoded_prefix as encoded_prefix
+from ._checkpoints import (
+    AlreadyResumed,
+    Checkpoint,
+    CheckpointFromNewerTiller,
+    CheckpointStore,
+    RunStillRunning,
+)
+
+# For tiller's own packages (not API; not in __all__).
+from ._checkpoints import CallLog as CallLog
+from ._control import CONTROL_BUCKET as CONTROL_BUCKET
+from ._control import ControlStore, MalformedControl
+from ._control import ControlWatcher as ControlWatcher
+from ._event_log import EventLog, EventLogFromNewerTiller
+
+# For tiller's own packages (not API; not in __all__).
+from ._event_log import EventLogWriter as EventLogWriter
+from ._file_checkpoints import FILE_BLOBS_BUCKET as FILE_BLOBS_BUCKET
+from ._file_checkpoints import FILE_CHECKPOINTS_BUCKET as FILE_CHECKPOINTS_BUCKET
+from ._file_checkpoints import FileCheckpoints
 from ._file_manifest import (
-    FileRecord,
+    FileCheckpointFromNewerTiller,
     FileRestoreFailed,
     MalformedFileCheckpoint,
-    Manifest,
     RestoreReport,
 )
+
+# For tiller's own packages (not API; not in __all__).
+from ._mailbox import MAILBOX_BUCKET as MAILBOX_BUCKET
 from ._mailbox import (
-    MAILBOX_BUCKET,
     MailboxFull,
     MailboxStore,
     MailClaim,
@@ -72,49 +94,47 @@ from ._mailbox import (
     QuarantinedMail,
 )
 from ._memory import MemoryBus
+
+# For tiller's own packages (not API; not in __all__).
+from ._outbox import OUTBOX_BUCKET as OUTBOX_BUCKET
 from ._outbox import (
-    OUTBOX_BUCKET,
     MalformedOutboxItem,
     OutboxItem,
+    OutboxItemFromNewerTiller,
     OutboxResult,
     OutboxStatus,
     OutboxStatusError,
     OutboxStore,
     UnknownOutboxItem,
 )
-from ._records import MalformedRecord
+from ._records import MalformedRecord, RecordFromNewerTiller
 from ._sqlite import SqliteBus
 
 __all__ = [
-    "APPROVALS_BUCKET",
     "AlreadyDecided",
     "AlreadyResumed",
+    "ApprovalFromNewerTiller",
     "ApprovalStatus",
     "ApprovalStore",
     "Bus",
     "BusClosed",
     "BusMessage",
-    "CONTROL_BUCKET",
-    "CallLog",
     "Checkpoint",
+    "CheckpointFromNewerTiller",
     "CheckpointStore",
     "Clock",
     "ControlStore",
-    "ControlWatcher",
     "Entry",
     "EventLog",
-    "EventLogWriter",
-    "FILE_BLOBS_BUCKET",
-    "FILE_CHECKPOINTS_BUCKET",
+    "EventLogFromNewerTiller",
+    "FileCheckpointFromNewerTiller",
     "FileCheckpoints",
-    "FileRecord",
     "FileRestoreFailed",
     "HeldApproval",
     "Job",
     "JobQueue",
     "KeyValue",
     "Lease",
-    "MAILBOX_BUCKET",
     "MailClaim",
     "MailIdentity",
     "MailMessage",
@@ -127,17 +147,17 @@ __all__ = [
     "MalformedMail",
     "MalformedOutboxItem",
     "MalformedRecord",
-    "Manifest",
     "MemoryBus",
     "MessageTooLarge",
     "NotFound",
-    "OUTBOX_BUCKET",
     "OutboxItem",
+    "OutboxItemFromNewerTiller",
     "OutboxResult",
     "OutboxStatus",
     "OutboxStatusError",
     "OutboxStore",
     "QuarantinedMail",
+    "RecordFromNewerTiller",
     "RestoreReport",
     "RevisionConflict",
     "RunStillRunning",
@@ -147,14 +167,7 @@ __all__ = [
     "Subscription",
     "UnknownApproval",
     "UnknownOutboxItem",
-    "check_bucket",
-    "check_namespace",
-    "check_subject",
-    "decode_key",
-    "encode_key",
-    "encoded_prefix",
     "open_bus",
-    "wall_clock",
 ]
 
 _SQLITE_OPTIONS = ("poll_interval", "busy_timeout", "retention")
@@ -205,3 +218,7 @@ async def open_bus(url: str, *, clock: Clock = wall_clock, namespace: str = "") 
     raise UsageError(
         f"{url!r}: unknown store; use 'memory://', 'sqlite:///path.db' or 'nats://host:4222'"
     )
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -1,23 +1,16 @@
 """Tools: what the model may call, what each call receives, and what a run's tools may touch.
 
-- `Tool`, `@tool`, `ToolOutput`, `ToolError`, `Capability`, `RiskClass`: defining tools
-  (what a tool may do is declared on it, law 12).
+- `Tool`, `@tool`, `BaseTool`, `FunctionTool`, `ClientTool`, `ToolOutput`, `ToolError`,
+  `Capability`, `RiskClass`: defining tools (what a tool may do is declared on it, law 12).
 - `ExecContext`: what one call receives (cancel and background tokens, ids, the jail,
-  progress, notify, safety mode, the user's goal, brokers, the web budget, the run's state),
-  built by `ExecContext.assemble(turn, call_id, progress, TurnSignals, CallSite,
-  ToolServices)`.
-- `SafetyMode`, `LiveSafetyMode`, `least_permissive`; `UserGoal`; `Progress`;
-  `WebBudget`; `Notifier`; `QuestionBroker` and its questions; `CheckpointOrigin` and
-  `FileSnapshotter`: what `ExecContext` carries.
-- `TaskBroker`: the run's task checklist (the task tools write through it);
-  `NoOneToAskQuestions`, `CallbackQuestions`: question brokers; `Fetcher`: `web_fetch`'s
-  HTTP side; `Sandbox`: the `bwrap` command line `execute_command` runs under;
-  `BackgroundJobs`: one run's detached commands.
+  progress, notify, safety mode, the user's goal, brokers, the web budget, the run's state).
+- `SafetyMode`, `LiveSafetyMode`; `UserGoal`; `Progress`; `WebBudget`; `Notifier`;
+  `CheckpointOrigin`; `QuestionBroker` and its questions (`CallbackQuestions`,
+  `NoOneToAskQuestions`); `TaskBroker` and its `Task`s: what `ExecContext` carries.
 - `ToolCtx`: one run's tool policy (the jail root, spill dir, output budget, shell
-  timeout, live safety mode, the network grant, an accepted unsandboxed shell).
-- `OutputBudget`: one turn's shared output byte budget; the overflow is spilled to files.
+  timeout, live safety mode, the network grant (`WebAccess`, `HostRule`), an accepted
+  unsandboxed shell).
 - `Registry`: tools by name, what a phase shows, and executing one call into one result.
-- `TaintIndex`: the taint files carry from one run to the next (`.tiller/taint.json`).
 - `tiller.tools.builtin`: the coding tools (`coding_tools()`).
 
 ```
@@ -42,14 +35,12 @@ ToolError (Exception)         raised by tools on purpose; deliberately not a Til
 ```
 """
 
-from ._background import (
-    BackgroundJobs,
-    JobOutput,
-    JobState,
-    JobStatus,
-    PatternTooSlow,
-    UnknownJob,
-)
+from .. import _public
+
+# For tiller's own packages (not API; not in __all__).
+from ._background import BackgroundJobs as BackgroundJobs
+from ._background import JobStatus as JobStatus
+from ._background import PatternTooSlow, UnknownJob
 from ._client_tool import ClientTool
 from ._errors import (
     DuplicateTool,
@@ -61,39 +52,44 @@ from ._errors import (
     SymlinkRefused,
     ToolDefinitionError,
 )
-from ._exec import CallSite, ExecContext, LocalState, StateAccess, ToolServices, TurnSignals
-from ._fetcher import Fetched, Fetcher
 
 # For tiller's own packages (not API; not in __all__).
+from ._exec import CallSite as CallSite
+from ._exec import ExecContext
+from ._exec import LocalState as LocalState
+from ._exec import StateAccess as StateAccess
+from ._exec import ToolServices as ToolServices
+from ._exec import TurnSignals as TurnSignals
 from ._file_snapshots import MAX_SAVED_FILE_BYTES as MAX_SAVED_FILE_BYTES
-from ._file_snapshots import CheckpointOrigin, FileSnapshotter
-from ._fs import NAME_MAX, PATH_MAX, JailFS
+from ._file_snapshots import CheckpointOrigin
+
+# For tiller's own packages (not API; not in __all__).
+from ._file_snapshots import FileSnapshotter as FileSnapshotter
 from ._goal import UserGoal
-from ._html import html_to_text
-from ._interrupt_questions import (
-    ASK_USER,
-    QUESTION_SCHEMA,
-    InterruptQuestions,
-    answers_from_payload,
-    question_interrupt_id,
-    questions_metadata,
-)
-from ._jail import (
-    DEFAULT_OUTPUT_BUDGET_BYTES,
-    DEFAULT_SHELL_TIMEOUT,
-    PROTECTED_PATHS,
-    SPILL_SUBDIR,
-    ToolCtx,
-    private_copy,
-)
-from ._notify import Notice, Notifier
-from ._output import OutputBudget
-from ._progress import PROGRESS_EVENT, Progress
-from ._question_brokers import (
-    NO_ONE_TO_ASK,
-    CallbackQuestions,
-    NoOneToAskQuestions,
-)
+
+# For tiller's own packages (not API; not in __all__).
+from ._interrupt_questions import ASK_USER as ASK_USER
+from ._interrupt_questions import QUESTION_SCHEMA as QUESTION_SCHEMA
+from ._interrupt_questions import InterruptQuestions as InterruptQuestions
+from ._interrupt_questions import answers_from_payload as answers_from_payload
+from ._interrupt_questions import question_interrupt_id as question_interrupt_id
+from ._interrupt_questions import questions_metadata as questions_metadata
+
+# For tiller's own packages (not API; not in __all__).
+from ._jail import PROTECTED_PATHS as PROTECTED_PATHS
+from ._jail import SPILL_SUBDIR as SPILL_SUBDIR
+from ._jail import ToolCtx
+from ._jail import private_copy as private_copy
+
+# For tiller's own packages (not API; not in __all__).
+from ._notify import Notice as Notice
+from ._notify import Notifier
+
+# For tiller's own packages (not API; not in __all__).
+from ._output import OutputBudget as OutputBudget
+from ._progress import PROGRESS_EVENT as PROGRESS_EVENT
+from ._progress import Progress
+from ._question_brokers import CallbackQuestions, NoOneToAskQuestions
 from ._questions import (
     Answer,
     Answered,
@@ -103,55 +99,45 @@ from ._questions import (
     QuestionOption,
     QuestionOutcome,
 )
-from ._registry import Execution, Lookup, Outcome, Refusal, Registry
+
+# For tiller's own packages (not API; not in __all__).
+from ._registry import Execution as Execution
+from ._registry import Lookup as Lookup
+from ._registry import Outcome as Outcome
+from ._registry import Registry
 from ._risk_class import RiskClass
-from ._safety import LiveSafetyMode, SafetyMode, least_permissive
-from ._sandbox import DEFAULT_SANDBOX, Sandbox, SandboxUnavailable
-from ._taint_index import IndexHealth, TaintEntry, TaintIndex, TaintIndexError
-from ._tasks import (
-    MAX_TASKS,
-    TASKS_EVENT,
-    ChecklistError,
-    Task,
-    TaskBroker,
-    TaskSnapshot,
-    TaskStatus,
-    checklist_text,
-)
+from ._safety import LiveSafetyMode, SafetyMode
+
+# For tiller's own packages (not API; not in __all__).
+from ._safety import least_permissive as least_permissive
+from ._sandbox import DEFAULT_SANDBOX as DEFAULT_SANDBOX
+from ._sandbox import Sandbox as Sandbox
+from ._sandbox import SandboxUnavailable
+
+# For tiller's own packages (not API; not in __all__).
+from ._taint_index import IndexHealth as IndexHealth
+from ._taint_index import TaintIndex as TaintIndex
+from ._taint_index import TaintIndexError
+
+# For tiller's own packages (not API; not in __all__).
+from ._tasks import TASKS_EVENT as TASKS_EVENT
+from ._tasks import ChecklistError, Task, TaskBroker, TaskStatus
+from ._tasks import checklist_text as checklist_text
 from ._tool import BaseTool, Capability, FunctionTool, Tool, ToolError, ToolOutput, tool
-from ._vetted_network import VettedTransport
-from ._web_access import HostRule, LocalAddresses, PrivateDestination, WebAccess
-from ._web_budget import (
-    BODY_LIMIT_BYTES,
-    TURN_LIMIT_BYTES,
-    BodyMeter,
-    WebBudget,
-    WebBudgetExceeded,
-)
-from .builtin import Mailer, coding_tools
+
+# For tiller's own packages (not API; not in __all__).
+from ._vetted_network import VettedTransport as VettedTransport
+from ._web_access import HostRule, WebAccess
+
+# For tiller's own packages (not API; not in __all__).
+from ._web_access import LocalAddresses as LocalAddresses
+from ._web_budget import WebBudget, WebBudgetExceeded
+from .builtin import coding_tools
 
 __all__ = [
-    "ASK_USER",
-    "BODY_LIMIT_BYTES",
-    "DEFAULT_OUTPUT_BUDGET_BYTES",
-    "DEFAULT_SANDBOX",
-    "DEFAULT_SHELL_TIMEOUT",
-    "MAX_TASKS",
-    "NAME_MAX",
-    "NO_ONE_TO_ASK",
-    "PATH_MAX",
-    "PROGRESS_EVENT",
-    "PROTECTED_PATHS",
-    "QUESTION_SCHEMA",
-    "SPILL_SUBDIR",
-    "TASKS_EVENT",
-    "TURN_LIMIT_BYTES",
     "Answer",
     "Answered",
-    "BackgroundJobs",
     "BaseTool",
-    "BodyMeter",
-    "CallSite",
     "CallbackQuestions",
     "Capability",
     "ChecklistError",
@@ -160,75 +146,44 @@ __all__ = [
     "Dismissed",
     "DuplicateTool",
     "ExecContext",
-    "Execution",
-    "Fetched",
-    "Fetcher",
-    "FileSnapshotter",
     "FunctionTool",
     "HardLinkRefused",
     "HostRule",
-    "IndexHealth",
-    "InterruptQuestions",
     "InvalidPath",
-    "JailFS",
-    "JobOutput",
-    "JobState",
-    "JobStatus",
     "LiveSafetyMode",
-    "LocalAddresses",
-    "LocalState",
-    "Lookup",
-    "Mailer",
     "NoOneToAskQuestions",
-    "Notice",
     "Notifier",
-    "Outcome",
-    "OutputBudget",
     "PathOutsideJail",
     "PathTooLong",
     "PatternTooSlow",
-    "PrivateDestination",
     "Progress",
     "ProtectedPathRefused",
     "Question",
     "QuestionBroker",
     "QuestionOption",
     "QuestionOutcome",
-    "Refusal",
     "Registry",
     "RiskClass",
     "SafetyMode",
-    "Sandbox",
     "SandboxUnavailable",
-    "StateAccess",
     "SymlinkRefused",
-    "TaintEntry",
-    "TaintIndex",
     "TaintIndexError",
     "Task",
     "TaskBroker",
-    "TaskSnapshot",
     "TaskStatus",
     "Tool",
     "ToolCtx",
     "ToolDefinitionError",
     "ToolError",
     "ToolOutput",
-    "ToolServices",
-    "TurnSignals",
     "UnknownJob",
     "UserGoal",
-    "VettedTransport",
     "WebAccess",
     "WebBudget",
     "WebBudgetExceeded",
-    "answers_from_payload",
-    "checklist_text",
     "coding_tools",
-    "html_to_text",
-    "least_permissive",
-    "private_copy",
-    "question_interrupt_id",
-    "questions_metadata",
     "tool",
 ]
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -14,7 +14,12 @@ tasks to subagents (`coding_tools(subagents=True)`).
 from __future__ import annotations
 
 from .._tool import Tool
-from ._agent_tool import AGENT_TOOL, SubagentReport, SubagentRunner, agent
+
+# For tiller's own packages (not API; not in __all__).
+from ._agent_tool import AGENT_TOOL as AGENT_TOOL
+from ._agent_tool import SubagentReport as SubagentReport
+from ._agent_tool import SubagentRunner, agent
+from ._agent_tool import describe_report as describe_report
 from ._ask import ask_user
 from ._background import background_process
 from ._files import edit_file, list_dir, read_file, write_file
@@ -27,9 +32,7 @@ from ._tasks import task_create, task_list, task_update
 from ._web import web_fetch
 
 __all__ = [
-    "AGENT_TOOL",
     "Mailer",
-    "SubagentReport",
     "SubagentRunner",
     "agent",
     "apply_patch",

@@ -6,30 +6,24 @@ when a client opens.
 
 from __future__ import annotations
 
-from ._client import McpClient, McpClientState, SkippedTool, open_mcp_tools
-from ._config import (
-    DEFAULT_MCP_STARTUP_TIMEOUT,
-    DEFAULT_MCP_TIMEOUT,
-    McpServerConfig,
-    McpServers,
-)
+from ._client import McpClient, SkippedTool, open_mcp_tools
+
+# For tiller's own packages (not API; not in __all__).
+from ._client import McpClientState as McpClientState
+from ._config import McpServerConfig, McpServers
 from ._errors import McpConfigError, McpStartError
-from ._naming import mcp_tool_name
-from ._tool import MCP_CAPABILITIES, MCP_RISK, McpTool
+
+# For tiller's own packages (not API; not in __all__).
+from ._naming import mcp_tool_name as mcp_tool_name
+from ._tool import McpTool
 
 __all__ = [
-    "DEFAULT_MCP_STARTUP_TIMEOUT",
-    "DEFAULT_MCP_TIMEOUT",
-    "MCP_CAPABILITIES",
-    "MCP_RISK",
     "McpClient",
-    "McpClientState",
     "McpConfigError",
     "McpServerConfig",
     "McpServers",
     "McpStartError",
     "McpTool",
     "SkippedTool",
-    "mcp_tool_name",
     "open_mcp_tools",
 ]

@@ -1,0 +1,107 @@
+"""The front door's table: which names `tiller` re-exports, and from which namespace.
+
+One table serves two ends. `tiller/__init__.py` imports these names on first use (PEP 562),
+so `import tiller` does not pull in the loop. And each home namespace calls `rehome` once
+its names exist, so each of them reports `tiller` as its `__module__` (as httpx's do) from
+the moment it can be reached at all: `tiller.loop.Agent.__module__` and
+`tiller.Agent.__module__` agree whichever is imported first, and a pickle or a repr says
+`tiller.Agent`, which resolves through the front door.
+
+A class's string annotations were written for the namespace of the module that defines it,
+and tools that read them (`typing.get_type_hints`, pydantic's `TypeAdapter`) look them up in
+the module `__module__` names. `rehome` therefore resolves them in their own module first,
+so changing the name changes nothing those tools see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["EAGER", "FRONT", "rehome"]
+
+#: Every name `tiller` re-exports on first use, and the namespace it comes from. A name
+#: here is also listed in `tiller.__all__`.
+FRONT: Mapping[str, str] = {
+    "Agent": "tiller.loop",
+    "AllowAll": "tiller.policy",
+    "AlreadyResumed": "tiller.store",
+    "Budget": "tiller.loop",
+    "ExecContext": "tiller.tools",
+    "ResumeDecision": "tiller.loop",
+    "ResumeReplayBlocked": "tiller.loop",
+    "RunContext": "tiller.loop",
+    "RunControls": "tiller.loop",
+    "RunOptions": "tiller.loop",
+    "RunResult": "tiller.loop",
+    "RunStillRunning": "tiller.store",
+    "ScriptedModel": "tiller.model",
+    "StopCause": "tiller.state",
+    "Tool": "tiller.tools",
+    "ToolError": "tiller.tools",
+    "open_bus": "tiller.store",
+    "tool": "tiller.tools",
+}
+
+#: The names `tiller` imports at once: their modules are cheap (no pydantic, no loop).
+EAGER: Mapping[str, str] = {
+    "CancellationToken": "tiller.cancel",
+    "Cancelled": "tiller.errors",
+    "HandleClosed": "tiller.errors",
+    "InvalidResume": "tiller.errors",
+    "InvalidToolArguments": "tiller.errors",
+    "NewerSchemaError": "tiller.errors",
+    "ProtocolViolation": "tiller.errors",
+    "StateDecodeError": "tiller.errors",
+    "StatePatchError": "tiller.errors",
+    "SubscriberLagged": "tiller.errors",
+    "TillerError": "tiller.errors",
+    "UsageError": "tiller.errors",
+}
+
+
+def rehome(namespace: str, names: Mapping[str, Any]) -> None:
+    """Make each front-door name whose home is `namespace` report `tiller` as its module.
+
+    `names` is the home namespace's globals. Called at the end of that namespace's
+    module, so no importer ever sees the old name.
+    """
+    for table in (FRONT, EAGER):
+        for name, home in table.items():
+            if home != namespace:
+                continue
+            value = names[name]
+            if isinstance(value, type):
+                _resolve_annotations(value)
+            value.__module__ = "tiller"
+
+
+def _resolve_annotations(cls: type) -> None:
+    """Replace the string annotations of `cls` (and its dataclass fields' types) by what
+    they name in the module that defines `cls`; one that cannot be resolved there (a
+    name imported only for type checkers) stays a string."""
+    module = sys.modules.get(cls.__module__)
+    if module is None or cls.__module__ == "tiller":
+        return
+    namespace = {**vars(module), cls.__name__: cls}
+    annotations: dict[str, Any] = dict(inspect.get_annotations(cls))
+    for key, annotation in annotations.items():
+        annotations[key] = _evaluated(annotation, namespace)
+    if annotations:
+        cls.__annotations__ = annotations
+    if dataclasses.is_dataclass(cls):
+        for field in dataclasses.fields(cls):
+            if field.name in annotations:
+                field.type = annotations[field.name]
+
+
+def _evaluated(annotation: Any, namespace: dict[str, Any]) -> Any:
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return eval(annotation, namespace)
+    except Exception:  # a name only type checkers import: leave the text as it was
+        return annotation
