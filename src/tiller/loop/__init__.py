@@ -21,7 +21,14 @@ from ._options import RunOptions
 from ._outbox_route import OutboxRoute
 from ._refusals import RefusedCall
 from ._result import RunResult, ToolTraceEntry
-from ._resume import ResumeDecision, ResumeReplayBlocked, resume
+from ._resume import (
+    ContinueAs,
+    FromCheckpoint,
+    ResumeDecision,
+    ResumeReplayBlocked,
+    recover,
+    resume,
+)
 from ._review import (
     NeverReview,
     PauseEveryStep,
@@ -43,7 +50,9 @@ __all__ = [
     "Budget",
     "CaptureSink",
     "CaptureSinkFactory",
+    "ContinueAs",
     "DetachSwitch",
+    "FromCheckpoint",
     "Guardrail",
     "GuardrailOutcome",
     "LoopFailed",
@@ -72,6 +81,7 @@ __all__ = [
     "SubagentType",
     "ToolResultRecord",
     "ToolTraceEntry",
+    "recover",
     "resume",
 ]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import BaseModel
@@ -28,6 +28,7 @@ from ..events._sink import transformers_of
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
+from ..store import DEFAULT_BUCKET
 from ..store._event_log import EventLog, EventLogWriter
 from ..tools import Registry, Tool
 from ..tools._walk import remove_tree
@@ -37,6 +38,9 @@ from ._options import RunOptions
 from ._result import RunResult
 from ._run import Loop, LoopFailed, ResponseTooLarge
 from ._subagents import nested_messages
+
+if TYPE_CHECKING:  # `_resume` imports this module: its names are for the annotations only
+    from ._resume import ContinueAs, FromCheckpoint, ResumeDecision
 
 __all__ = ["Agent"]
 
@@ -218,6 +222,40 @@ class Agent:
                 opening_messages=opening_messages,
                 transformers=transformers,
             )
+
+    async def resume(
+        self,
+        checkpoint: RunState | RunResult | str,
+        decisions: Mapping[str, ResumeDecision],
+        *,
+        ctx: RunContext | FromCheckpoint | None = None,
+        options: RunOptions | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        transformers: TransformerFactory | None = None,
+        bucket: str = DEFAULT_BUCKET,
+        continue_as: ContinueAs | None = None,
+    ) -> RunResult:
+        """Continue a suspended run with a person's `decisions` (one per pending call, by
+        its runtime id). `checkpoint` is the suspended `RunState`, the suspended
+        `RunResult`, or a run id to load from the store (bucket `bucket`).
+
+        `ctx` is the continued run's context, or how to rebuild it from the checkpoint's
+        stored policy (`FromCheckpoint(store=..., approver=...)`); None rebuilds it with
+        nothing. `options=None` uses the stored options. `continue_as` goes on under a new
+        run id (an AG-UI resume). A run another process resumed first raises
+        `AlreadyResumed`; uncertain calls raise `ResumeReplayBlocked`. For a run whose
+        process died, see `tiller.loop.recover`."""
+        from ._resume import FromCheckpoint, _Resumption, resume_checkpoint
+
+        how = _Resumption(
+            ctx if ctx is not None else FromCheckpoint(),
+            options=options,
+            bucket=bucket,
+            on_event=on_event,
+            transformers=transformers,
+            continue_as=continue_as,
+        )
+        return await resume_checkpoint(self, checkpoint, decisions, how)
 
     async def _run_with(
         self,

@@ -1,29 +1,41 @@
-"""Resume a suspended run with a person's decisions — in this process, or in another one.
+"""Continue a run from its checkpoint — in this process, or in another one.
 
-`resume(agent, checkpoint, decisions, run_ctx=...)` takes the suspended `RunState` (from a
-`RunResult.checkpoint`, or by run id from the store), claims it with a compare-and-set so
-two racing processes cannot both continue it (`AlreadyResumed`), refuses while a call is
-*uncertain* — recorded as started but never completed, as after a crash —
-(`ResumeReplayBlocked`, until a person marks it), and continues the loop: completed calls
-are not run again, approved calls run through the gate with the person's decision in place
-of the approver (edited arguments are validated against the tool's schema like any
-others), rejected ones answer "Denied by the user: ...". Each decision is keyed by the
-call's runtime id and bound to its tool and canonical arguments (law 10): it answers that
-call once, and a call it does not fit is held again. The resumed stream starts with a
-`MESSAGES_SNAPSHOT`, so the results refer to calls the client knows.
+Two entry points, one per situation:
 
-A process that never saw the run's code resumes it from the checkpoint alone:
-`resume(None, run_id, decisions, store=bus, approver=...)` loads the agent the checkpoint
-names (`RunState.agent_ref`) and rebuilds the context from its stored policy
-(`RunState.policy`; see `_agent_ref`), the caller giving only what is not data.
+- `agent.resume(checkpoint, decisions, ctx=...)` continues a *suspended* run with a
+  person's decisions. `checkpoint` is the suspended `RunState`, the suspended `RunResult`,
+  or a run id to load from the store. Completed calls are not run again, approved calls
+  run through the gate with the person's decision in place of the approver (edited
+  arguments are validated against the tool's schema like any others), rejected ones
+  answer "Denied by the user: ...". Each decision is keyed by the call's runtime id and
+  bound to its tool and canonical arguments (law 10): it answers that call once, and a
+  call it does not fit is held again.
+- `recover(run_id, store, force=...)` continues a run whose process *died*, found in the
+  store: its pending calls go through the run's own gate.
+
+Both claim the stored checkpoint with a compare-and-set, so two racing processes cannot
+both continue it (`AlreadyResumed`), and refuse while a call is *uncertain* — recorded as
+started but never completed, as after a crash — (`ResumeReplayBlocked`, until a person
+marks it). The continued stream starts with a `MESSAGES_SNAPSHOT`, so the results refer to
+calls the client knows.
+
+A process that never saw the run's code continues it from the checkpoint alone: `recover`
+(or `tiller.ops`) loads the agent the checkpoint names (`RunState.agent_ref`), and
+`FromCheckpoint` rebuilds the context from its stored policy (`RunState.policy`; see
+`_agent_ref`), the caller giving only what is not data.
+
+Home: `recover` lives here, in `tiller.loop`, beside `Agent.resume`, because both are the
+run's own continuation; `tiller.ops` (what the CLI and the server do) calls it. The old
+`resume(agent, checkpoint, decisions=None, ...)` is deprecated (one release).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 import orjson
 
@@ -33,10 +45,10 @@ from ..errors import TillerError, UsageError
 from ..events import Event, TransformerFactory
 from ..policy import Approver, CallDecision, DecidedApprover, Decision
 from ..state import RunState
-from ..store import Bus
-from ..store._checkpoints import (
+from ..store import (
     DEFAULT_BUCKET,
     AlreadyResumed,
+    Bus,
     Checkpoint,
     CheckpointStore,
     RunStillRunning,
@@ -47,7 +59,14 @@ from ._context import RunContext
 from ._options import RunOptions
 from ._result import RunResult
 
-__all__ = ["ResumeDecision", "ResumeReplayBlocked", "resume"]
+__all__ = [
+    "ContinueAs",
+    "FromCheckpoint",
+    "ResumeDecision",
+    "ResumeReplayBlocked",
+    "recover",
+    "resume",
+]
 
 
 class ResumeReplayBlocked(TillerError):
@@ -108,51 +127,145 @@ class ResumeDecision:
         return cls(False, reason=reason)
 
 
+@dataclass(frozen=True, slots=True)
+class FromCheckpoint:
+    """Rebuild the continued run's context from its checkpoint's stored policy
+    (`run_context_from`), with what is not data supplied here: the store, the approver,
+    the cancel token, optionally another workspace, and `configure` to put back what the
+    workspace's policy adds (a run that pinned a policy needs
+    `configure=tiller.pinned_policy.restore_pinned_policy`)."""
+
+    store: Bus | None = None
+    approver: Approver | None = None
+    cancel: CancellationToken | None = None
+    workspace: str | Path | None = None
+    configure: Callable[[RunContext], RunContext] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContinueAs:
+    """Continue the run under a new id (an AG-UI resume arrives with one): the call
+    records of the suspended batch are carried over to it, so nothing runs twice.
+    `reclaim_orphan` also claims a checkpoint `continued` under a new id that never wrote a
+    checkpoint (that resume's process died first); the caller must know that resume is
+    gone (the server does: it holds the thread's lease)."""
+
+    #: The new id; None goes on under the run's own (to reclaim an orphan only).
+    run_id: str | None = None
+    reclaim_orphan: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Resumption:
+    """Everything one continuation of a run was asked for, checked before it is claimed."""
+
+    ctx: RunContext | FromCheckpoint
+    options: RunOptions | None = None
+    bucket: str = DEFAULT_BUCKET
+    on_event: Callable[[Event], None] | None = None
+    transformers: TransformerFactory | None = None
+    continue_as: ContinueAs | None = None
+    force: bool = False
+
+    @property
+    def store(self) -> Bus | None:
+        return self.ctx.store
+
+
+async def resume_checkpoint(
+    agent: Agent,
+    checkpoint: RunState | RunResult | str,
+    decisions: Mapping[str, ResumeDecision],
+    how: _Resumption,
+) -> RunResult:
+    """`Agent.resume`: continue a suspended run with a person's decisions."""
+    if isinstance(checkpoint, RunResult):
+        if checkpoint.checkpoint is None:
+            raise UsageError(
+                "this result has no checkpoint to resume: only a suspended run can be resumed"
+            )
+        checkpoint = checkpoint.checkpoint
+    return await _continue(agent, checkpoint, decisions, how)
+
+
+async def recover(
+    run_id: str,
+    store: Bus,
+    *,
+    agent: Agent | str | None = None,
+    force: bool = False,
+    ctx: RunContext | FromCheckpoint | None = None,
+    options: RunOptions | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    bucket: str = DEFAULT_BUCKET,
+) -> RunResult:
+    """Continue a run whose process died, found in `store` by `run_id` (bucket `bucket`).
+
+    A `running` checkpoint is claimed (a `suspended` one too: its calls then go through
+    the run's own gate); calls recorded as completed are not run again, and uncertain ones
+    (started, never completed) block with `ResumeReplayBlocked` until reconciled. While the
+    run's lease is live (its process renews it as it runs) recovery raises
+    `RunStillRunning`, since that process may not be dead; `force=True` breaks the lease,
+    for when you know it is.
+
+    `agent` is an `Agent`, a `"module:attr"` reference to one, or None to load the one the
+    checkpoint names (`RunState.agent_ref`). `ctx` is the run's context (its store must be
+    `store`), or how to rebuild it from the checkpoint (`FromCheckpoint`; its store is
+    `store`); by default it is rebuilt with no approver. `options=None` uses the stored
+    options."""
+    if ctx is None:
+        ctx = FromCheckpoint(store=store)
+    elif isinstance(ctx, FromCheckpoint):
+        if ctx.store is not None and ctx.store is not store:
+            raise UsageError("recover(run_id, store, ...) takes the store once: not in ctx too")
+        ctx = replace(ctx, store=store)
+    elif ctx.store is not store:
+        raise UsageError("recover(run_id, store, ctx=...): the context's store must be `store`")
+    how = _Resumption(ctx, options=options, bucket=bucket, on_event=on_event, force=force)
+    return await _continue(agent, run_id, None, how)
+
+
+class _LegacyResumeArgs(TypedDict, total=False):
+    """The keyword arguments of the deprecated `resume()`, as they were."""
+
+    run_ctx: RunContext | None
+    store: Bus | None
+    approver: Approver | None
+    cancel: CancellationToken | None
+    workspace: str | Path | None
+    options: RunOptions | None
+    bucket: str
+    on_event: Callable[[Event], None] | None
+    force: bool
+    configure: Callable[[RunContext], RunContext] | None
+    run_id: str | None
+    reclaim_orphan: bool
+    transformers: TransformerFactory | None
+
+
 async def resume(
     agent: Agent | str | None,
     checkpoint: RunState | str,
     decisions: Mapping[str, ResumeDecision] | None = None,
-    *,
-    run_ctx: RunContext | None = None,
-    store: Bus | None = None,
-    approver: Approver | None = None,
-    cancel: CancellationToken | None = None,
-    workspace: str | Path | None = None,
-    options: RunOptions | None = None,
-    bucket: str = DEFAULT_BUCKET,
-    on_event: Callable[[Event], None] | None = None,
-    force: bool = False,
-    configure: Callable[[RunContext], RunContext] | None = None,
-    run_id: str | None = None,
-    reclaim_orphan: bool = False,
-    transformers: TransformerFactory | None = None,
+    **legacy: Unpack[_LegacyResumeArgs],
 ) -> RunResult:
-    """Continue a suspended run. `checkpoint` is the suspended `RunState`, or a run id to
-    load from the store (`run_ctx.store` or `store`, bucket `bucket`). `decisions` answers
-    every pending call by id. `transformers` builds the continued run's stream
-    transformers, as for `Agent.run_in`.
+    """Deprecated: `agent.resume(checkpoint, decisions, ...)` continues a suspended run
+    with decisions, and `recover(run_id, store, ...)` a crashed one (`decisions=None`
+    here). Behaves as before for one release."""
+    replacement = "recover(run_id, store, ...)" if decisions is None else "agent.resume(...)"
+    warnings.warn(
+        f"tiller.loop.resume() is deprecated; use {replacement} (tiller.loop)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return await _continue(agent, checkpoint, decisions, _legacy_resumption(legacy))
 
-    With `decisions=None` this *recovers* a run whose process died: a `running` checkpoint
-    is claimed too, and its pending calls go through the run's own gate (calls recorded as
-    completed are not run again; uncertain ones block). While the run's lease is live (its
-    process renews it as it runs) recovery raises `RunStillRunning`, since that process
-    may not be dead; `force=True` breaks the lease, for when you know it is.
 
-    `agent` may be an `Agent`, a `"module:attr"` reference to one, or None to load the one
-    the checkpoint names (`RunState.agent_ref`). With `run_ctx=None` the context is rebuilt
-    from the checkpoint's stored policy (`run_context_from`), with `store`, `approver`,
-    `cancel` and optionally another `workspace` supplied here, since they are not data; with
-    `options=None` the stored options are used (`options_from`).
-
-    `run_id` continues the run under a new id (an AG-UI resume arrives with one); the
-    call records of the suspended batch are carried over to it, so nothing runs twice.
-    `reclaim_orphan` also claims a checkpoint `continued` under a new id that never wrote
-    a checkpoint (that resume's process died first); the caller must know that resume is
-    gone (the server does: it holds the thread's lease).
-
-    Everything that can fail on the caller's side (the agent, the context, the decisions,
-    uncertain calls) is checked *before* the checkpoint is claimed, so a mistake can be
-    fixed and the resume tried again."""
+def _legacy_resumption(legacy: _LegacyResumeArgs) -> _Resumption:
+    run_ctx, store = legacy.get("run_ctx"), legacy.get("store")
+    approver, cancel = legacy.get("approver"), legacy.get("cancel")
+    workspace = legacy.get("workspace")
+    ctx: RunContext | FromCheckpoint
     if run_ctx is not None:
         if store is not None and store is not run_ctx.store:
             raise UsageError("pass the store in the RunContext or as store=, not both")
@@ -161,121 +274,195 @@ async def resume(
                 "approver, cancel and workspace rebuild a context from the checkpoint; "
                 "with run_ctx given, set them on it (run_ctx.with_approver(...))"
             )
-        bus = run_ctx.store
+        ctx = run_ctx
     else:
-        bus = store
-    checkpoints = CheckpointStore(bus, bucket) if bus is not None else None
-    loaded: Checkpoint | None = None
-    if isinstance(checkpoint, str):
-        if checkpoints is None:
-            raise UsageError(
-                "resuming by run id needs a store: store=bus, or RunContext.with_store(bus)"
-            )
-        loaded = await checkpoints.load(checkpoint)
-        state = loaded.state.model_copy(deep=True)
-    else:
-        state = checkpoint.model_copy(deep=True)
-    agent, ref = _resolve_agent(agent, state)
+        ctx = FromCheckpoint(
+            store=store,
+            approver=approver,
+            cancel=cancel,
+            workspace=workspace,
+            configure=legacy.get("configure"),
+        )
+    return _Resumption(
+        ctx,
+        options=legacy.get("options"),
+        bucket=legacy.get("bucket", DEFAULT_BUCKET),
+        on_event=legacy.get("on_event"),
+        transformers=legacy.get("transformers"),
+        continue_as=ContinueAs(legacy.get("run_id"), legacy.get("reclaim_orphan", False)),
+        force=legacy.get("force", False),
+    )
+
+
+async def _continue(
+    agent: Agent | str | None,
+    checkpoint: RunState | str,
+    decisions: Mapping[str, ResumeDecision] | None,
+    how: _Resumption,
+) -> RunResult:
+    """Continue a run: with `decisions`, a suspended one; with None, one whose process
+    died (see `recover`). Everything that can fail on the caller's side (the agent, the
+    context, the decisions, uncertain calls) is checked *before* the checkpoint is
+    claimed, so a mistake can be fixed and the continuation tried again."""
+    bus = how.store
+    checkpoints = CheckpointStore(bus, how.bucket) if bus is not None else None
+    loaded, state = await _load(checkpoints, checkpoint)
+    continuing, ref = _resolve_agent(agent, state)
     if ref is not None and state.agent_ref is None:
         state.agent_ref = ref  # later checkpoints can be resumed without naming it again
-    if run_ctx is None:
-        run_ctx = run_context_from(
-            state, store=bus, approver=approver, cancel=cancel, workspace=workspace
-        )
-        if configure is None and run_ctx.pinned_policy is not None:
-            # Its rules, hooks and interlock are in the record but not applied: resuming
-            # without them would let the run act under less policy than it started with.
-            raise UsageError(
-                f"run {state.run_id!r} pinned a policy when it started (tiller.toml); resume "
-                "it with configure=tiller.pinned_policy.restore_pinned_policy"
-            )
-        if configure is not None:
-            # What is not data in the checkpoint (the workspace's rules, hooks, interlock
-            # and outbox routes), put back by the caller; the run's own mode still wins.
-            mode = run_ctx.tools.safety.mode
-            run_ctx = configure(run_ctx).with_safety_mode(mode)
-    if options is None:
-        options = options_from(state)
+    run_ctx = _context_for(state, how.ctx)
+    options = how.options if how.options is not None else options_from(state)
     if loaded is not None:
-        options = options.with_checkpoint_bucket(options.checkpoint_bucket or bucket)
-    orphan = reclaim_orphan and loaded is not None and loaded.status == "continued"
+        options = options.with_checkpoint_bucket(options.checkpoint_bucket or how.bucket)
+    continue_as = how.continue_as
+    orphan = continue_as is not None and continue_as.reclaim_orphan
+    orphan = orphan and loaded is not None and loaded.status == "continued"
     if loaded is not None and decisions is not None and loaded.status != "suspended" and not orphan:
         # Someone else resumed it already (it may even have finished): say so, before
         # judging decisions against a state that has moved on.
         raise AlreadyResumed(
             f"run {state.run_id!r} is {loaded.status}, not suspended: another process resumed it"
         )
-    # Calls left for the client (AG-UI frontend tools) are the client's to answer; calls
-    # answered before the step paused (their results are in the state) need nothing; an
-    # agent call whose subagent is suspended in the run waits on that subagent's calls.
-    pending = state.waiting_calls()
-    if checkpoints is not None:
-        # Calls of the batch that already ran (the allowed ones of a step whose other calls
-        # were held for a person) need no decision: their results are recorded.
-        done = {
-            call_id
-            for call_id, log in (await checkpoints.calls(state.run_id)).items()
-            if log.status == "completed"
-        }
-        pending = [call for call in pending if call.id not in done]
     if decisions is not None:
-        if not pending:
-            raise UsageError(f"run {state.run_id} has no calls waiting for a decision")
-        missing = [c.id for c in pending if c.id not in decisions]
-        # A decision for a call that already ran is harmless (it is not used); one for an
-        # agent call whose subagent waits is not: the person decides the subagent's calls.
-        decidable = {c.id for c in state.nested_calls()} - set(state.children)
-        unknown = sorted(set(decisions) - decidable)
-        if missing or unknown:
-            raise UsageError(
-                f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
-            )
-    if loaded is not None and checkpoints is not None and decisions is None:
+        _check_decisions(state, decisions, await _pending(checkpoints, state))
+    new_id = continue_as.run_id if continue_as is not None else None
+    if checkpoints is not None:
+        recovering = decisions is None
+        await _prepare_claim(checkpoints, state, loaded, recovering=recovering, how=how)
+        await _claim(
+            checkpoints, state, loaded, recovering=recovering, new_id=new_id, orphan=orphan
+        )
+    state.interrupts = []
+    if decisions is not None:
+        bound = _bind(state, decisions)
+        _apply_edited_arguments(state, decisions)
+        run_ctx = run_ctx.with_approver(DecidedApprover(bound, run_ctx.approver))
+    return await continuing.run_in(
+        run_ctx,
+        state,
+        options,
+        on_event=how.on_event,
+        run_id=new_id if new_id is not None else state.run_id,
+        transformers=how.transformers,
+    )
+
+
+async def _load(
+    checkpoints: CheckpointStore | None, checkpoint: RunState | str
+) -> tuple[Checkpoint | None, RunState]:
+    """The checkpoint as stored (None when given as a state), and a copy of its state."""
+    if not isinstance(checkpoint, str):
+        return None, checkpoint.model_copy(deep=True)
+    if checkpoints is None:
+        raise UsageError(
+            "resuming by run id needs a store: FromCheckpoint(store=bus), or "
+            "RunContext.with_store(bus)"
+        )
+    loaded = await checkpoints.load(checkpoint)
+    return loaded, loaded.state.model_copy(deep=True)
+
+
+def _context_for(state: RunState, ctx: RunContext | FromCheckpoint) -> RunContext:
+    """The continued run's context: the caller's, or one rebuilt from the checkpoint."""
+    if isinstance(ctx, RunContext):
+        return ctx
+    run_ctx = run_context_from(
+        state, store=ctx.store, approver=ctx.approver, cancel=ctx.cancel, workspace=ctx.workspace
+    )
+    if ctx.configure is None and run_ctx.pinned_policy is not None:
+        # Its rules, hooks and interlock are in the record but not applied: resuming
+        # without them would let the run act under less policy than it started with.
+        raise UsageError(
+            f"run {state.run_id!r} pinned a policy when it started (tiller.toml); resume "
+            "it with configure=tiller.pinned_policy.restore_pinned_policy"
+        )
+    if ctx.configure is None:
+        return run_ctx
+    # What is not data in the checkpoint (the workspace's rules, hooks, interlock and
+    # outbox routes), put back by the caller; the run's own mode still wins.
+    mode = run_ctx.tools.safety.mode
+    return ctx.configure(run_ctx).with_safety_mode(mode)
+
+
+async def _pending(checkpoints: CheckpointStore | None, state: RunState) -> list[ToolCall]:
+    """The calls waiting for a decision. Calls left for the client (AG-UI frontend tools)
+    are the client's to answer; calls answered before the step paused (their results are
+    in the state) need nothing; an agent call whose subagent is suspended in the run waits
+    on that subagent's calls; and the calls of the batch that already ran (the allowed ones
+    of a step whose other calls were held for a person) have their results recorded."""
+    pending = state.waiting_calls()
+    if checkpoints is None:
+        return pending
+    logs = await checkpoints.calls(state.run_id)
+    done = {call_id for call_id, log in logs.items() if log.status == "completed"}
+    return [call for call in pending if call.id not in done]
+
+
+def _check_decisions(
+    state: RunState, decisions: Mapping[str, ResumeDecision], pending: list[ToolCall]
+) -> None:
+    if not pending:
+        raise UsageError(f"run {state.run_id} has no calls waiting for a decision")
+    missing = [c.id for c in pending if c.id not in decisions]
+    # A decision for a call that already ran is harmless (it is not used); one for an
+    # agent call whose subagent waits is not: the person decides the subagent's calls.
+    decidable = {c.id for c in state.nested_calls()} - set(state.children)
+    unknown = sorted(set(decisions) - decidable)
+    if missing or unknown:
+        raise UsageError(
+            f"decide every pending call, and only those: missing {missing}, unknown {unknown}"
+        )
+
+
+async def _prepare_claim(
+    checkpoints: CheckpointStore,
+    state: RunState,
+    loaded: Checkpoint | None,
+    *,
+    recovering: bool,
+    how: _Resumption,
+) -> None:
+    """The last checks before the claim: a recovered run's lease, and uncertain calls."""
+    if loaded is not None and recovering:
         # A live process renews the run's lease; its started calls are running, not
         # uncertain. Only a lapsed lease (or force) means the process is gone.
         held = await checkpoints.holder(state.run_id)
-        if held is not None and not force:
+        if held is not None and not how.force:
             raise RunStillRunning(state.run_id, *held)
         if held is not None:
             await checkpoints.break_hold(state.run_id)
-    if checkpoints is not None:
-        await _check_uncertain(
-            checkpoints, state, was_running=loaded is not None and loaded.status != "suspended"
-        )
-    new_id = run_id if run_id is not None else state.run_id
-    renamed = new_id != state.run_id
-    if renamed and checkpoints is not None:
+    await _check_uncertain(
+        checkpoints, state, was_running=loaded is not None and loaded.status != "suspended"
+    )
+
+
+async def _claim(
+    checkpoints: CheckpointStore,
+    state: RunState,
+    loaded: Checkpoint | None,
+    *,
+    recovering: bool,
+    new_id: str | None,
+    orphan: bool,
+) -> None:
+    """Claim the stored checkpoint (compare-and-set), under `new_id` if it is renamed."""
+    renamed = new_id is not None and new_id != state.run_id
+    if new_id is not None and renamed:
         # Before the claim: the records of the open calls under the id the run goes on
         # with, so it knows which already ran (a loser's copies are harmless).
         await checkpoints.carry_calls(
             state.run_id, new_id, [call.id for call in state.unanswered_calls()]
         )
-    if loaded is not None and checkpoints is not None:
+    if loaded is not None:
         # AlreadyResumed for the process that loses the race. Under a new id the old
         # checkpoint is closed for good (`continued`): recovering it would run its calls
         # a second time beside the new run.
         await checkpoints.claim(
             loaded,
-            recovering=decisions is None,
+            recovering=recovering,
             continued_as=new_id if renamed else None,
             orphan=orphan,
         )
-    state.interrupts = []
-    if decisions is None:
-        return await agent.run_in(
-            run_ctx, state, options, on_event=on_event, run_id=new_id, transformers=transformers
-        )
-    bound = _bind(state, decisions)
-    _apply_edited_arguments(state, decisions)
-    decided = DecidedApprover(bound, run_ctx.approver)
-    return await agent.run_in(
-        run_ctx.with_approver(decided),
-        state,
-        options,
-        on_event=on_event,
-        run_id=new_id,
-        transformers=transformers,
-    )
 
 
 def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, str | None]:

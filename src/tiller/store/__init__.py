@@ -53,6 +53,7 @@ from ._bus import check_subject as check_subject
 from ._bus import decode_key as decode_key
 from ._bus import encode_key as encode_key
 from ._bus import encoded_prefix as encoded_prefix
+from ._checkpoints import DEFAULT_BUCKET as DEFAULT_BUCKET
 from ._checkpoints import (
     AlreadyResumed,
     Checkpoint,
