@@ -43,9 +43,7 @@ if TYPE_CHECKING:
 
     from ..conversation import ToolCall
     from ..loop import ResumeDecision, RunResult
-    from ..store import Bus
-    from ..store._approvals import ApprovalStore, HeldApproval
-    from ..store._checkpoints import Checkpoint
+    from ..store import ApprovalStore, Bus, Checkpoint, HeldApproval
 
 __all__ = ["APPROVALS_BUCKET", "approvals_app", "approve_command", "deny_command"]
 
@@ -81,7 +79,7 @@ def list_approvals(
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
     """List held calls: ID, RUN, TOOL, ARGS, AGE, STATUS (by default the pending ones)."""
-    from ..store._approvals import ApprovalStore
+    from ..store import ApprovalStore
 
     async def work(bus: Bus) -> int:
         records = await ApprovalStore(bus, bucket).list(None if all_records else "pending")
@@ -182,9 +180,8 @@ async def decide_and_resume(
 ) -> int:
     """Record the decision on `approval_id`; if the run now has every held call decided,
     resume it in this process. Returns the exit code."""
-    from ..loop._agent_ref import load_agent
-    from ..store._approvals import AlreadyDecided, ApprovalStore
-    from ..store._checkpoints import CheckpointStore
+    from ..loop import load_agent
+    from ..store import AlreadyDecided, ApprovalStore, CheckpointStore
 
     approvals = ApprovalStore(bus, bucket)
     record = await approvals.get(approval_id)
@@ -238,8 +235,7 @@ def resume_decided(
     """Resume a suspended run whose held calls are all decided (when the resume that
     `approve` or `deny` started did not happen: it failed, or was interrupted)."""
     allow_cwd_imports()
-    from ..store._approvals import ApprovalStore
-    from ..store._checkpoints import CheckpointStore
+    from ..store import ApprovalStore, CheckpointStore
 
     async def work(bus: Bus) -> int:
         checkpoint = await CheckpointStore(bus, checkpoints_bucket).load(run_id)
@@ -267,7 +263,7 @@ async def _check_waiting(
 ) -> None:
     """Refuse a decision the run no longer waits for. A finished run never will: its
     pending records are marked expired, so they leave `tiller approvals list`."""
-    from ..store._approvals import AlreadyDecided
+    from ..store import AlreadyDecided
 
     state = checkpoint.state
     if checkpoint.status == "finished":
@@ -294,7 +290,7 @@ async def _pending_calls(
     """The calls the suspended run waits on: its unanswered calls, less those of the
     batch that ran before it suspended (their results are recorded), as `resume` counts
     them."""
-    from ..store._checkpoints import CheckpointStore
+    from ..store import CheckpointStore
 
     state = checkpoint.state
     logs = await CheckpointStore(bus, checkpoints_bucket).calls(state.run_id)

@@ -32,8 +32,7 @@ from ..loop import Agent, Budget, Pricing, RunContext, RunControls
 from ..model import ScriptedModel
 from ..model.scripted import TurnInfo
 from ..policy import Approver, Decision, PolicyEngine, PolicyRules
-from ..tools import LiveSafetyMode, SafetyMode, Tool, coding_tools, private_copy
-from ..tools._sandbox import Sandbox
+from ..tools import LiveSafetyMode, SafetyMode, Sandbox, Tool, coding_tools, private_copy
 from ..tools.builtin._shell import execute_command_tool
 from ..tools.builtin._tasks import task_create, task_list, task_update
 from ._run import LineRouter, TerminalApprover, with_tools

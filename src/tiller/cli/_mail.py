@@ -20,8 +20,7 @@ from ._held import EXIT_OK, age, finish, print_table
 from ._runs import DEFAULT_STORE, _with_store
 
 if TYPE_CHECKING:
-    from ..store import Bus
-    from ..store._mailbox import MailMessage
+    from ..store import Bus, MailMessage
 
 __all__ = ["MAILBOX_BUCKET", "mail_app"]
 
@@ -69,7 +68,7 @@ def list_mail(
     """List the messages waiting to be read (--all: every message).
 
     Columns: ID, FROM, TO, TAINT, AGE, STATUS, TEXT."""
-    from ..store._mailbox import MailboxStore, check_mail_name
+    from ..store import MailboxStore, check_mail_name
 
     async def work(bus: Bus) -> int:
         mailbox = MailboxStore(bus, bucket)
@@ -127,7 +126,7 @@ def send_mail(
     Its runs read it at the top of a turn, as a message from that agent, never as their
     user; it is stamped untrusted unless --trusted."""
     from ..conversation import Taint
-    from ..store._mailbox import MailboxStore, MailIdentity, check_mail_name
+    from ..store import MailboxStore, MailIdentity, check_mail_name
 
     taint = Taint.NONE if trusted else Taint.UNTRUSTED_INPUT
 

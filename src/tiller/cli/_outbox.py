@@ -41,8 +41,7 @@ from ._held import (
 from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE, _with_store
 
 if TYPE_CHECKING:
-    from ..store import Bus
-    from ..store._outbox import OutboxItem
+    from ..store import Bus, OutboxItem
 
 __all__ = ["OUTBOX_BUCKET", "Confirm", "ReleaseCheck", "outbox_app", "send_outbox_item"]
 
@@ -81,9 +80,7 @@ async def _pinned_record(
 ) -> dict[str, Any] | None:
     """The pinned policy of the run that staged `item_id` (None: its checkpoint is gone
     or pinned nothing: the release is checked with the defaults)."""
-    from ..store import NotFound
-    from ..store._checkpoints import CheckpointStore
-    from ..store._outbox import OutboxStore
+    from ..store import CheckpointStore, NotFound, OutboxStore
 
     try:
         item = await OutboxStore(bus, bucket).get(item_id)
@@ -116,12 +113,9 @@ async def send_outbox_item(
     error result too: the tool ran), a crash or an interruption marks it `failed`."""
     from ..cancel import CancellationToken
     from ..conversation import ToolCall
-    from ..loop._agent_ref import load_agent
-    from ..store import NotFound, StoreError
-    from ..store._checkpoints import CheckpointStore
-    from ..store._outbox import OutboxStatusError, OutboxStore
-    from ..tools import ExecContext, ToolCtx
-    from ..tools._registry import Outcome
+    from ..loop import load_agent
+    from ..store import CheckpointStore, NotFound, OutboxStatusError, OutboxStore, StoreError
+    from ..tools import ExecContext, Outcome, ToolCtx
 
     outbox = OutboxStore(bus, bucket)
     item = await outbox.get(item_id)
@@ -222,7 +216,7 @@ def list_items(
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
     """List the outbox: ID, RUN, TOOL, ARGS, AGE, STATUS (by default the items waiting)."""
-    from ..store._outbox import OutboxStore
+    from ..store import OutboxStore
 
     async def work(bus: Bus) -> int:
         items = await OutboxStore(bus, bucket).list()
@@ -252,7 +246,7 @@ def show_item(
     """Show an item: its arguments as drafted and as edited, taint, status, result."""
     import orjson
 
-    from ..store._outbox import OutboxStore
+    from ..store import OutboxStore
 
     def pretty(value: Any) -> str:
         return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode().replace("\n", "\n  ")
@@ -301,7 +295,7 @@ def edit_item(
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
     """Replace a staged item's arguments (checked against the tool when it is sent)."""
-    from ..store._outbox import OutboxStore
+    from ..store import OutboxStore
 
     def start() -> Coroutine[Any, Any, int]:
         arguments = parse_arguments(args)  # before the store: a usage error, exit 2
@@ -390,7 +384,7 @@ def reject_item(
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
     """Reject a staged item: it is never sent."""
-    from ..store._outbox import OutboxStore
+    from ..store import OutboxStore
 
     async def work(bus: Bus) -> int:
         rejected = await OutboxStore(bus, bucket).reject(item_id, reason)

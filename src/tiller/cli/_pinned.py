@@ -27,9 +27,9 @@ async def pinned_agent(
     """What to pass to `resume` as the agent: `agent` unchanged when the run's pinned
     policy has no MCP servers; else the agent loaded (from `agent` or the checkpoint's
     reference) with the pinned servers' tools added, the servers stopped on exit."""
-    from ..loop._agent_ref import load_agent
+    from ..loop import load_agent
     from ..pinned_policy import PinnedPolicy
-    from ..store._checkpoints import CheckpointStore
+    from ..store import CheckpointStore
     from ..tools.mcp import open_mcp_tools
 
     state = (await CheckpointStore(bus, bucket).load(run_id)).state

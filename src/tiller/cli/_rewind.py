@@ -41,8 +41,7 @@ from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE
 
 if TYPE_CHECKING:
     from ..state import RunState
-    from ..store import Bus, FileCheckpoints, RestoreReport
-    from ..store._checkpoints import CheckpointStore
+    from ..store import Bus, CheckpointStore, FileCheckpoints, RestoreReport
 
 __all__ = ["rewind_command"]
 
@@ -173,8 +172,7 @@ async def _rewind(
     yes: bool,
     interactive: bool,
 ) -> int:
-    from ..store import FileCheckpoints, RevisionConflict
-    from ..store._checkpoints import CheckpointStore, RunStillRunning
+    from ..store import CheckpointStore, FileCheckpoints, RevisionConflict, RunStillRunning
 
     checkpoints = CheckpointStore(bus, bucket)
     checkpoint = await checkpoints.load(run_id)

@@ -34,17 +34,19 @@ from ..loop import Budget, DetachSwitch, RunContext, RunControls, RunOptions, St
 from ..pinned_policy import PinnedPolicy, with_store_protected
 from ..policy import AllowAll, Approver, AskReason, Decision, NoOneToAsk, approval_key
 from ..state import StopCause
-from ..store import HeldApproval, open_bus
-from ..store._approvals import ApprovalStore
-from ..tools import SafetyMode, Tool, ToolCtx
-from ..tools._question_brokers import CANCELLED_REASON, NoOneToAskQuestions
-from ..tools._questions import (
+from ..store import ApprovalStore, HeldApproval, open_bus
+from ..tools import (
+    CANCELLED_REASON,
     Answer,
     Answered,
     Dismissed,
+    NoOneToAskQuestions,
     Question,
     QuestionBroker,
     QuestionOutcome,
+    SafetyMode,
+    Tool,
+    ToolCtx,
 )
 from ..tools.mcp import open_mcp_tools
 from ._coder import CODING_PROMPT, coding_agent, coding_agent_web

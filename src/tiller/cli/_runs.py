@@ -38,8 +38,7 @@ if TYPE_CHECKING:
     from ..loop import Agent, RunResult
     from ..policy import Approver
     from ..state import RunState
-    from ..store import Bus
-    from ..store._checkpoints import CallLog
+    from ..store import Bus, CallLog
     from ._view import RunView
 
 __all__ = ["DEFAULT_STORE", "replay_command", "runs_app"]
@@ -76,7 +75,7 @@ _AGENT_HELP = (
 def _finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
     """Run `work` and exit with its code; errors a person can fix become a message on
     stderr and exit code 2, never a traceback."""
-    from ..store._checkpoints import AlreadyResumed, RunStillRunning
+    from ..store import AlreadyResumed, RunStillRunning
 
     try:
         code = asyncio.run(work())
@@ -117,8 +116,7 @@ def list_runs(
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
     """List the checkpointed runs: id, thread, status, step, stop cause."""
-    from ..store import NotFound
-    from ..store._checkpoints import CheckpointStore
+    from ..store import CheckpointStore, NotFound
 
     async def work(bus: Bus) -> int:
         checkpoints = CheckpointStore(bus, bucket)
@@ -205,7 +203,7 @@ def show_run(
 ) -> None:
     """Show a run: its status, its transcript in short, its pending and uncertain calls;
     with --events, the run as it streamed, from its event log."""
-    from ..store._checkpoints import CheckpointStore
+    from ..store import CheckpointStore
 
     async def work(bus: Bus) -> int:
         checkpoints = CheckpointStore(bus, bucket)
@@ -264,7 +262,7 @@ async def _show_events(bus: Bus, run_id: str) -> int:
     from rich.console import Console
 
     from ..events import event_from_wire
-    from ..store._event_log import EventLog
+    from ..store import EventLog
     from ._view import RunView
 
     wire = await EventLog(bus).read(run_id)
@@ -313,7 +311,7 @@ def reconcile_run(
     happened is unknown, so only a person can say. --done: it happened (the model reads
     --result); --failed: it did not, or went wrong (the model reads --result as an error);
     --rerun: run it again when the run resumes."""
-    from ..store._checkpoints import CheckpointStore
+    from ..store import CheckpointStore
 
     async def work(bus: Bus) -> int:
         checkpoints = CheckpointStore(bus, bucket)
@@ -408,7 +406,7 @@ def resume_run(
     from ..loop import ResumeReplayBlocked, resume
     from ..pinned_policy import restore_pinned_policy
     from ..policy import AllowAll, NoOneToAsk
-    from ..store._checkpoints import CheckpointStore
+    from ..store import CheckpointStore
     from ._pinned import pinned_agent
 
     if agent is not None:
@@ -580,9 +578,8 @@ def replay_command(
     from ..capture import load_capture
     from ..loop import RunContext, RunOptions
     from ..policy import AllowAll, NoOneToAsk
-    from ..store import NotFound
-    from ..store._checkpoints import CheckpointStore
-    from ..tools._walk import remove_tree
+    from ..store import CheckpointStore, NotFound
+    from ..tools import remove_tree
     from ._view import RunView
 
     if tools not in ("recorded", "live"):
@@ -595,7 +592,7 @@ def replay_command(
         live_root.mkdir(parents=True, exist_ok=True)
 
     async def work(bus: Bus) -> int:
-        from ..loop._agent_ref import load_agent
+        from ..loop import load_agent
 
         capture = await load_capture(bus, run_id, bucket=captures_bucket)
         if not capture.model_calls:

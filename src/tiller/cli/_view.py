@@ -24,8 +24,7 @@ from rich.text import Text
 
 from ..events import Event
 from ..loop import Budget
-from ..tools._progress import PROGRESS_EVENT
-from ..tools._tasks import TASKS_EVENT
+from ..tools import PROGRESS_EVENT, TASKS_EVENT
 from ._progress_view import ProgressBoard, checklist_lines
 
 __all__ = ["RunView"]

@@ -29,8 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import UsageError
-from ..events import TransformerFactory
-from ..events._sink import check_transformer_factory
+from ..events import TransformerFactory, check_transformer_factory
 from ..loop import Agent, RunContext, RunOptions
 from ..pinned_policy import PinnedPolicy
 from ..store import Bus, open_bus

@@ -21,8 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..events import RunErrorEvent, encode_json
-from ..store import EventLog, NotFound, StoreError
-from ..store._checkpoints import Checkpoint
+from ..store import Checkpoint, EventLog, NotFound, StoreError
 from ._http import SSE_HEADERS, error, is_json, read_body
 from ._run_view import run_summary
 from ._runner import Runner

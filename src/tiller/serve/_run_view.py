@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store._checkpoints import Checkpoint
+from ..store import Checkpoint
 
 __all__ = ["run_summary"]
 

@@ -54,9 +54,17 @@ from ..loop import (
 )
 from ..pinned_policy import PinnedPolicy
 from ..state import RunState, StopCause
-from ..store import AlreadyResumed, Bus, CheckpointStore, Lease, RevisionConflict, StoreError
-from ..store._checkpoints import DEFAULT_BUCKET
-from ..store._control import ControlStore, ControlWatcher
+from ..store import (
+    DEFAULT_BUCKET,
+    AlreadyResumed,
+    Bus,
+    CheckpointStore,
+    ControlStore,
+    ControlWatcher,
+    Lease,
+    RevisionConflict,
+    StoreError,
+)
 from ..tools import ClientTool, DuplicateTool, InterruptQuestions, QuestionOutcome
 from ._input import InvalidRunInput, conversation_from_agui
 from ._live import LiveRun

@@ -18,8 +18,7 @@ from typing import Any
 
 from ..conversation import ToolResult, UserMessage
 from ..state import RunState
-from ..store import NotFound
-from ..store._checkpoints import Checkpoint, CheckpointStore
+from ..store import Checkpoint, CheckpointStore, NotFound
 
 __all__ = ["EXPIRED_APPROVAL", "EXPIRED_QUESTION", "ThreadView", "expired", "open_interrupts"]
 

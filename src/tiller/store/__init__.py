@@ -94,6 +94,7 @@ from ._mailbox import (
     MessageTooLarge,
     QuarantinedMail,
 )
+from ._mailbox import check_mail_name as check_mail_name
 from ._memory import MemoryBus
 
 # For tiller's own packages (not API; not in __all__).

@@ -89,6 +89,9 @@ from ._notify import Notifier
 from ._output import OutputBudget as OutputBudget
 from ._progress import PROGRESS_EVENT as PROGRESS_EVENT
 from ._progress import Progress
+
+# For tiller's own packages (not API; not in __all__).
+from ._question_brokers import CANCELLED_REASON as CANCELLED_REASON
 from ._question_brokers import CallbackQuestions, NoOneToAskQuestions
 from ._questions import (
     Answer,
@@ -127,6 +130,7 @@ from ._tool import BaseTool, Capability, FunctionTool, Tool, ToolError, ToolOutp
 
 # For tiller's own packages (not API; not in __all__).
 from ._vetted_network import VettedTransport as VettedTransport
+from ._walk import remove_tree as remove_tree
 from ._web_access import HostRule, WebAccess
 
 # For tiller's own packages (not API; not in __all__).
