@@ -18,19 +18,17 @@ resumed run stopped short, 2 a refusal.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..errors import TillerError, UsageError
+from ..errors import TillerError
 from ._held import (
     EXIT_NOT_COMPLETED,
     EXIT_OK,
     age,
     allow_cwd_imports,
-    check_arguments,
     finish,
     parse_arguments,
     print_table,
@@ -41,9 +39,8 @@ from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE, _resume_view, _with_store
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..conversation import ToolCall
-    from ..loop import ResumeDecision, RunResult
-    from ..store import ApprovalStore, Bus, Checkpoint, HeldApproval
+    from ..loop import RunResult
+    from ..store import Bus, HeldApproval
 
 __all__ = ["APPROVALS_BUCKET", "approvals_app", "approve_command", "deny_command"]
 
@@ -79,10 +76,12 @@ def list_approvals(
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
     """List held calls: ID, RUN, TOOL, ARGS, AGE, STATUS (by default the pending ones)."""
-    from ..store import ApprovalStore
+    from ..ops import Buckets, held_approvals
 
     async def work(bus: Bus) -> int:
-        records = await ApprovalStore(bus, bucket).list(None if all_records else "pending")
+        records = await held_approvals(
+            bus, include_decided=all_records, buckets=Buckets(approvals=bucket)
+        )
         if not records:
             typer.echo("no pending approvals" if not all_records else "no held approvals")
             return EXIT_OK
@@ -180,45 +179,24 @@ async def decide_and_resume(
 ) -> int:
     """Record the decision on `approval_id`; if the run now has every held call decided,
     resume it in this process. Returns the exit code."""
-    from ..loop import load_agent
-    from ..store import AlreadyDecided, ApprovalStore, CheckpointStore
+    from .. import ops
 
-    approvals = ApprovalStore(bus, bucket)
-    record = await approvals.get(approval_id)
-    if not record.pending:
-        raise AlreadyDecided(record)
-    checkpoint = await CheckpointStore(bus, checkpoints_bucket).load(record.run_id)
-    await _check_waiting(approvals, checkpoint, record)
-    ref = agent if agent is not None else checkpoint.state.agent_ref
-    if ref is None:
-        raise UsageError(
-            f"run {record.run_id} does not record its agent (it is needed to resume the run); "
-            "pass --agent module:attr"
+    buckets = ops.Buckets(checkpoints=checkpoints_bucket, approvals=bucket)
+    if approve:
+        done = await ops.approve(
+            bus, approval_id, arguments=edited_arguments, agent=agent, buckets=buckets
         )
-    loaded = load_agent(ref, model=checkpoint.state.model_spec)
-    if edited_arguments is not None:
-        tool = loaded.registry.get(record.tool)
-        if tool is None:
-            raise UsageError(f"the agent {ref!r} has no tool {record.tool!r}; check --agent")
-        check_arguments(tool, edited_arguments)
-    pending = await _pending_calls(bus, checkpoint, checkpoints_bucket)
-    await _records_for(approvals, record.run_id, pending)  # every held call has a record
-
-    decided = await approvals.decide(
-        record.id, approve=approve, reason=reason, edited_arguments=edited_arguments
-    )
+    else:
+        done = await ops.deny(bus, approval_id, reason or "", agent=agent, buckets=buckets)
+    decided = done.record
     verdict = "approved" if approve else "denied"
     edited = f" with {short_json(edited_arguments, 200)}" if edited_arguments is not None else ""
     why = f": {reason}" if reason else ""
     typer.echo(f"{verdict} {decided.id} ({decided.tool}{edited}, run {decided.run_id}){why}")
-    # Read the run's records again *after* deciding: of two people deciding a run's last
-    # two calls at once, the later one to get here sees both decisions and resumes.
-    records = await _records_for(approvals, record.run_id, pending)
-    waiting = [r.id for r in records.values() if r.pending]
-    if waiting:
-        typer.echo(f"waiting for: {', '.join(waiting)} (the run resumes once each is decided)")
+    if done.waiting:
+        typer.echo(f"waiting for: {', '.join(done.waiting)} (the run resumes once each is decided)")
         return EXIT_OK
-    return await _resume(bus, records, agent, checkpoints_bucket)
+    return await _resume(bus, done.records, agent, checkpoints_bucket)
 
 
 @approvals_app.command("resume")
@@ -235,21 +213,11 @@ def resume_decided(
     """Resume a suspended run whose held calls are all decided (when the resume that
     `approve` or `deny` started did not happen: it failed, or was interrupted)."""
     allow_cwd_imports()
-    from ..store import ApprovalStore, CheckpointStore
+    from ..ops import Buckets, decided_records
 
     async def work(bus: Bus) -> int:
-        checkpoint = await CheckpointStore(bus, checkpoints_bucket).load(run_id)
-        if checkpoint.status != "suspended":
-            raise UsageError(f"run {run_id} is {checkpoint.status}, not suspended")
-        pending = await _pending_calls(bus, checkpoint, checkpoints_bucket)
-        if not pending:
-            raise UsageError(f"run {run_id} has no calls waiting for a decision")
-        records = await _records_for(ApprovalStore(bus, bucket), run_id, pending)
-        waiting = [r.id for r in records.values() if r.pending]
-        if waiting:
-            raise UsageError(
-                f"run {run_id} still waits for: {', '.join(waiting)} (tiller approve | deny)"
-            )
+        buckets = Buckets(checkpoints=checkpoints_bucket, approvals=bucket)
+        records = await decided_records(bus, run_id, buckets=buckets)
         return await _resume(bus, records, agent, checkpoints_bucket)
 
     finish(lambda: _with_store(store, namespace, work))
@@ -258,109 +226,27 @@ def resume_decided(
 # ── the pieces ───────────────────────────────────────────────────────────────────────
 
 
-async def _check_waiting(
-    approvals: ApprovalStore, checkpoint: Checkpoint, record: HeldApproval
-) -> None:
-    """Refuse a decision the run no longer waits for. A finished run never will: its
-    pending records are marked expired, so they leave `tiller approvals list`."""
-    from ..store import AlreadyDecided
-
-    state = checkpoint.state
-    if checkpoint.status == "finished":
-        for stale in await approvals.for_run(state.run_id):
-            if stale.pending:
-                with contextlib.suppress(AlreadyDecided):  # decided meanwhile: it stands
-                    await approvals.expire(stale.id, f"run {state.run_id} finished without it")
-        raise UsageError(
-            f"run {state.run_id} has finished; it no longer waits for {record.id} (marked expired)"
-        )
-    if checkpoint.status != "suspended":
-        raise UsageError(
-            f"run {state.run_id} is {checkpoint.status}, not suspended: it was already resumed"
-        )
-    if record.call_id not in {call.id for call in state.nested_calls()}:
-        raise UsageError(
-            f"run {state.run_id} does not wait for call {record.call_id} ({record.id}) now"
-        )
-
-
-async def _pending_calls(
-    bus: Bus, checkpoint: Checkpoint, checkpoints_bucket: str
-) -> list[ToolCall]:
-    """The calls the suspended run waits on: its unanswered calls, less those of the
-    batch that ran before it suspended (their results are recorded), as `resume` counts
-    them."""
-    from ..store import CheckpointStore
-
-    state = checkpoint.state
-    logs = await CheckpointStore(bus, checkpoints_bucket).calls(state.run_id)
-    return [
-        call
-        for call in state.waiting_calls()
-        if (log := logs.get(call.id)) is None or log.status != "completed"
-    ]
-
-
-async def _records_for(
-    approvals: ApprovalStore, run_id: str, pending: list[ToolCall]
-) -> dict[str, HeldApproval]:
-    """The held-approval record of each pending call, by call id; every pending call
-    must have one, or the decisions could never be complete."""
-    by_call = {r.call_id: r for r in await approvals.for_run(run_id)}
-    missing = [call for call in pending if call.id not in by_call]
-    if missing:
-        listed = ", ".join(f"{c.name} [{c.id}]" for c in missing)
-        raise UsageError(
-            f"run {run_id} also waits on calls that are not held for approval ({listed}); "
-            f"resume it with tiller runs resume {run_id}"
-        )
-    return {call.id: by_call[call.id] for call in pending}
-
-
-def _decision(record: HeldApproval) -> ResumeDecision:
-    from ..loop import ResumeDecision
-
-    # Bound to the call the person was shown (law 10): the run applies it to that call only.
-    if record.status == "approved":
-        decision = ResumeDecision.approved(record.edited_arguments)
-        return decision.bound_to(record.tool, record.arguments)
-    if record.status == "denied":
-        decision = ResumeDecision.rejected(record.decision_reason or "no reason given")
-        return decision.bound_to(record.tool, record.arguments)
-    raise UsageError(f"{record.id} is {record.status}: it cannot be used to resume the run")
-
-
 async def _resume(
     bus: Bus, records: dict[str, HeldApproval], agent: str | None, checkpoints_bucket: str
 ) -> int:
     """Resume the run with every decision, showing its stream; then say how it ended."""
     from rich.console import Console
 
-    from ..loop import resume
-    from ..pinned_policy import restore_pinned_policy
+    from ..ops import resume_decided
     from ..state import StopCause
     from ..store import AlreadyResumed, ApprovalStore
-    from ._pinned import pinned_agent
     from ._run import _print_held
 
     run_id = next(iter(records.values())).run_id
-    decisions = {call_id: _decision(record) for call_id, record in records.items()}
     console = Console(highlight=False)
     typer.echo(f"resuming run {run_id}")
     view = _resume_view(console)
     try:
-        async with pinned_agent(bus, checkpoints_bucket, run_id, agent) as continuing:
-            result = await resume(
-                continuing,
-                run_id,
-                decisions,
-                store=bus,
-                bucket=checkpoints_bucket,
-                on_event=view.on_event,
-                # The policy the run was started with, from its checkpoint: never the
-                # workspace's tiller.toml, which the model may have written (law 11).
-                configure=restore_pinned_policy,
-            )
+        # The policy the run was started with, from its checkpoint: never the
+        # workspace's tiller.toml, which the model may have written (law 11).
+        result = await resume_decided(
+            bus, records, agent=agent, bucket=checkpoints_bucket, on_event=view.on_event
+        )
     except AlreadyResumed:
         raise  # someone else continued it: nothing to retry
     except TillerError:

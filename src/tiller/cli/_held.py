@@ -26,7 +26,6 @@ __all__ = [
     "EXIT_REFUSED",
     "age",
     "allow_cwd_imports",
-    "check_arguments",
     "finish",
     "parse_arguments",
     "print_table",
@@ -87,33 +86,6 @@ def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
     return "a number"
-
-
-def check_arguments(tool: Any, arguments: dict[str, Any]) -> None:
-    """Check `arguments` against `tool`'s parameters before anything is recorded or run;
-    `InvalidToolArguments` says what does not fit.
-
-    A `@tool` function validates with its own signature (the model the registry runs it
-    with); any other tool with its JSON Schema (`input_schema`)."""
-    from ..errors import InvalidToolArguments
-    from ..tools import FunctionTool
-
-    if isinstance(tool, FunctionTool):
-        tool.validate(arguments)
-        return
-    schema = getattr(tool, "input_schema", None)
-    if not schema:
-        return
-    import jsonschema  # type: ignore[import-untyped]  # installed with mcp
-
-    try:
-        jsonschema.validate(arguments, schema)
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(part) for part in exc.absolute_path)
-        detail = f"{where}: {exc.message}" if where else exc.message
-        raise InvalidToolArguments(str(tool.name), detail) from None
-    except jsonschema.SchemaError as exc:
-        raise UsageError(f"tool {tool.name!r} has an invalid input schema: {exc.message}") from None
 
 
 def short_json(value: Any, limit: int = 48) -> str:

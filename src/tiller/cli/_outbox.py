@@ -31,7 +31,6 @@ from ._held import (
     EXIT_OK,
     age,
     allow_cwd_imports,
-    check_arguments,
     finish,
     parse_arguments,
     print_table,
@@ -114,6 +113,7 @@ async def send_outbox_item(
     from ..cancel import CancellationToken
     from ..conversation import ToolCall
     from ..loop import load_agent
+    from ..ops import check_arguments
     from ..store import CheckpointStore, NotFound, OutboxStatusError, OutboxStore, StoreError
     from ..tools import ExecContext, Outcome, ToolCtx
 

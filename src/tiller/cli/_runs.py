@@ -116,20 +116,15 @@ def list_runs(
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
     """List the checkpointed runs: id, thread, status, step, stop cause."""
-    from ..store import CheckpointStore, NotFound
+    from ..ops import list_runs as stored_runs
 
     async def work(bus: Bus) -> int:
-        checkpoints = CheckpointStore(bus, bucket)
         rows: list[tuple[str, ...]] = []
-        for run_id in await checkpoints.run_ids():
-            try:
-                checkpoint = await checkpoints.load(run_id)
-            except NotFound:
-                continue  # deleted meanwhile
+        for checkpoint in await stored_runs(bus, bucket=bucket):
             state = checkpoint.state
             rows.append(
                 (
-                    run_id,
+                    state.run_id,
                     state.thread_id,
                     checkpoint.status,
                     str(state.step),
@@ -203,6 +198,7 @@ def show_run(
 ) -> None:
     """Show a run: its status, its transcript in short, its pending and uncertain calls;
     with --events, the run as it streamed, from its event log."""
+    from ..ops import uncertain_calls
     from ..store import CheckpointStore
 
     async def work(bus: Bus) -> int:
@@ -245,7 +241,7 @@ def show_run(
                     else _call_status(call, logs)
                 )
                 typer.echo(f"  {_call_line(call)}: {status}")
-        uncertain = _uncertain(state, logs)
+        uncertain = uncertain_calls(state, logs)
         if uncertain:
             typer.echo("")
             typer.echo(
@@ -276,20 +272,7 @@ async def _show_events(bus: Bus, run_id: str) -> int:
     return EXIT_OK
 
 
-def _uncertain(state: RunState, logs: dict[str, CallLog]) -> list[ToolCall]:
-    return [
-        call
-        for call in state.unanswered_calls()
-        if (log := logs.get(call.id)) is not None
-        and log.status == "started"
-        and call.id not in state.children  # its suspended subagent says where it stands
-    ]
-
-
 # ── reconcile ────────────────────────────────────────────────────────────────────────
-
-DONE_DEFAULT = "Completed (marked done by a person after a crash; its output was not recorded)."
-FAILED_DEFAULT = "Failed (marked failed by a person after a crash)."
 
 
 @runs_app.command("reconcile")
@@ -311,47 +294,23 @@ def reconcile_run(
     happened is unknown, so only a person can say. --done: it happened (the model reads
     --result); --failed: it did not, or went wrong (the model reads --result as an error);
     --rerun: run it again when the run resumes."""
-    from ..store import CheckpointStore
+    from ..ops import CallVerdict, reconcile
 
     async def work(bus: Bus) -> int:
-        checkpoints = CheckpointStore(bus, bucket)
-        checkpoint = await checkpoints.load(run_id)
-        logs = await checkpoints.calls(run_id)
-        uncertain = {call.id: call for call in _uncertain(checkpoint.state, logs)}
-        marks = [*((c, "done") for c in done), *((c, "failed") for c in failed)]
-        marks += [(c, "rerun") for c in rerun]
-        seen: set[str] = set()
-        for call_id, _ in marks:
-            if call_id in seen:
-                raise UsageError(f"call {call_id} is marked twice; give each call one verdict")
-            seen.add(call_id)
-            if call_id not in uncertain:
-                known = ", ".join(uncertain) or "none"
-                raise UsageError(
-                    f"call {call_id} of run {run_id} is not uncertain; the uncertain calls "
-                    f"are: {known}"
-                )
-        if result is not None and not (done or failed):
-            raise UsageError("--result goes with --done or --failed")
-        for call_id, verdict in marks:
-            call = uncertain.pop(call_id)
-            if verdict == "rerun":
-                await checkpoints.forget_call(run_id, call_id)
-            else:
-                text = (
-                    result
-                    if result is not None
-                    else (DONE_DEFAULT if verdict == "done" else FAILED_DEFAULT)
-                )
-                await checkpoints.mark_call(
-                    run_id, call_id, content=text, is_error=verdict == "failed"
-                )
+        marks: list[tuple[str, CallVerdict]] = [
+            *((c, "done") for c in done),
+            *((c, "failed") for c in failed),
+            *((c, "rerun") for c in rerun),
+        ]
+        settled = await reconcile(bus, run_id, marks, result=result, bucket=bucket)
+        for call, verdict in settled.marked:
             typer.echo(f"marked {_call_line(call)}: {verdict}")
+        uncertain = settled.uncertain
         if not uncertain:
             typer.echo(f"run {run_id} has no uncertain calls; it can be resumed")
             return EXIT_OK
         typer.echo(f"uncertain calls of run {run_id} (started, never completed):")
-        for call in uncertain.values():
+        for call in uncertain:
             typer.echo(f"  {_call_line(call)}")
         typer.echo(
             "mark each: --done CALL_ID [--result TEXT] | --failed CALL_ID [--result TEXT] "
@@ -403,11 +362,10 @@ def resume_run(
     with --yes, and blocked otherwise."""
     from rich.console import Console
 
-    from ..loop import ResumeReplayBlocked, resume
-    from ..pinned_policy import restore_pinned_policy
+    from ..loop import ResumeReplayBlocked
+    from ..ops import recover_run
     from ..policy import AllowAll, NoOneToAsk
     from ..store import CheckpointStore
-    from ._pinned import pinned_agent
 
     if agent is not None:
         _allow_cwd_imports()
@@ -441,19 +399,17 @@ def resume_run(
         if lines is not None:
             lines.start()
         try:
-            async with pinned_agent(bus, bucket, run_id, agent) as continuing:
-                result = await resume(
-                    continuing,
-                    run_id,
-                    store=bus,
-                    bucket=bucket,
-                    approver=approver,
-                    workspace=root,
-                    on_event=view.on_event,
-                    force=force,
-                    # The run's pinned policy, never the workspace's file (law 11).
-                    configure=restore_pinned_policy,
-                )
+            # Under the run's pinned policy, never the workspace's file (law 11).
+            result = await recover_run(
+                bus,
+                run_id,
+                agent=agent,
+                approver=approver,
+                workspace=root,
+                force=force,
+                bucket=bucket,
+                on_event=view.on_event,
+            )
         except ResumeReplayBlocked as exc:
             typer.echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
             for call in exc.calls:

@@ -32,7 +32,7 @@ from typing import Any
 from ag_ui.core import RunAgentInput
 
 from ..cancel import CancellationToken
-from ..conversation import Taint, ToolResult, UserMessage
+from ..conversation import Taint, UserMessage
 from ..errors import InvalidResume, TillerError
 from ..events import (
     RUNTIME_STATE_KEY,
@@ -44,14 +44,15 @@ from ..events import (
 from ..loop import (
     Agent,
     Budget,
+    ContinueAs,
     ResumeReplayBlocked,
     RunContext,
     RunOptions,
     RunResult,
     SteeringQueue,
-    resume,
     run_context_from,
 )
+from ..ops import close_cancelled, pinned_policy_of
 from ..pinned_policy import PinnedPolicy
 from ..state import RunState, StopCause
 from ..store import (
@@ -84,7 +85,6 @@ _ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 #: How long a run's end is remembered here for a client that reattaches right after it
 #: (later ones read the store's event log).
 _KEEP_ENDED = 30.0
-CANCELLED_CALL = "The run was cancelled before this call ran."
 _SHUTDOWN = (
     "the server stopped while this run worked; the run is kept as it was and can be "
     "recovered (`tiller runs resume`, or another server sharing the store)"
@@ -215,7 +215,7 @@ class Runner:
                 result = await self._run(prepared, live)
                 if result.stop_cause is StopCause.CANCELLED and not self.closing.is_set():
                     # Still under the thread's lease, before the client hears the end.
-                    await self._close_cancelled(result.state)
+                    await close_cancelled(self.checkpoints, result.state)
         except TillerError as exc:  # a resume that does not fit, a busy thread, ...
             _fail(live, input, str(exc), _code(exc))
         except Exception:  # the server stays up; the client hears that something broke
@@ -361,58 +361,22 @@ class Runner:
         reclaim: bool = False,
     ) -> RunResult:
         run_ctx = _spent_so_far(
-            self._context(live, plan.answers, _pinned_of(paused)), paused, self.settings.workspace
+            self._context(live, plan.answers, pinned_policy_of(paused)),
+            paused,
+            self.settings.workspace,
         )
-        return await resume(
-            prepared.agent,
+        return await prepared.agent.resume(
             plan.run_id,
             plan.decisions,
-            # Safe only here: this request holds the thread's lease, so a resume that
-            # claimed the run and never started is certainly gone.
-            reclaim_orphan=reclaim,
-            run_ctx=run_ctx,
+            ctx=run_ctx,
             options=options,
             bucket=self.settings.bucket,
             on_event=live.push,
-            run_id=prepared.input.run_id,
             transformers=self.settings.transformers,
+            # reclaim_orphan is safe only here: this request holds the thread's lease, so
+            # a resume that claimed the run and never started is certainly gone.
+            continue_as=ContinueAs(prepared.input.run_id, reclaim_orphan=reclaim),
         )
-
-    async def _close_cancelled(self, state: RunState) -> None:
-        """A cancelled run is over: its checkpoint says so, every call of its last turn
-        has its answer (law 1), and nothing of it is waiting any more."""
-        closed = state.model_copy(deep=True)
-        open_calls = closed.unanswered_calls()
-        if open_calls:
-            closed.messages.append(
-                UserMessage(
-                    tool_results=tuple(
-                        ToolResult(
-                            call_id=call.id,
-                            name=call.name,
-                            content=record.result
-                            if (record := closed.calls.get(call.id)) and record.result is not None
-                            else CANCELLED_CALL,
-                            is_error=record.is_error
-                            if record and record.result is not None
-                            else True,
-                        )
-                        for call in open_calls
-                    )
-                )
-            )
-        closed.stop_cause = StopCause.CANCELLED
-        closed.interrupts = []
-        closed.children = {}
-        closed.client_calls = []
-        with contextlib.suppress(StoreError):
-            # Compare-and-set on what the loop left: a recovery or an approval that
-            # claimed the run meanwhile wins. The thread's index is not touched.
-            current = await self.checkpoints.load(closed.run_id)
-            if current.status in ("running", "suspended"):
-                await self.checkpoints.save(
-                    closed, "finished", expected=current.revision, index=False
-                )
 
     def _context(
         self,
@@ -464,12 +428,6 @@ async def _watching(watcher: ControlWatcher) -> AsyncIterator[None]:
         await asyncio.wait([entering])
         if not entering.cancelled() and entering.exception() is None:
             await watcher.__aexit__(None, None, None)
-
-
-def _pinned_of(state: RunState) -> PinnedPolicy:
-    """The policy `state`'s run pinned when it started (the defaults if none: law 3)."""
-    data = (state.policy or {}).get("pinned")
-    return PinnedPolicy.from_data(data) if data is not None else PinnedPolicy()
 
 
 def _spent_so_far(run_ctx: RunContext, earlier: RunState, workspace: Path) -> RunContext:

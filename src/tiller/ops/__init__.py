@@ -1,0 +1,44 @@
+"""Operations on durable runs, shared by the `tiller` command and the server: a person
+approves or denies a held call, a suspended run is resumed with the decisions, a crashed
+one recovered, runs and held calls listed, uncertain calls reconciled and stale records
+settled. Each takes the store (a `tiller.store.Bus`) and returns data; printing is the
+caller's.
+
+`recover` itself (continuing a crashed run, given its agent) lives in `tiller.loop`, beside
+`Agent.resume`; `recover_run` here is the operation around it: the agent loaded from the
+checkpoint and the run's pinned policy restored.
+"""
+
+from ._approvals import Decided, approve, decided_records, decision_of, deny, held_approvals
+from ._arguments import check_arguments
+from ._buckets import Buckets
+from ._continue import recover_run, resume_decided
+from ._pinned import pinned_agent, pinned_policy_of
+from ._reconcile import DONE_DEFAULT, FAILED_DEFAULT, CallVerdict, Reconciled, reconcile
+from ._runs import list_runs, uncertain_calls
+from ._settle import CANCELLED_CALL, close_cancelled, expire_held
+
+__all__ = [
+    "CANCELLED_CALL",
+    "DONE_DEFAULT",
+    "FAILED_DEFAULT",
+    "Buckets",
+    "CallVerdict",
+    "Decided",
+    "Reconciled",
+    "approve",
+    "check_arguments",
+    "close_cancelled",
+    "decided_records",
+    "decision_of",
+    "deny",
+    "expire_held",
+    "held_approvals",
+    "list_runs",
+    "pinned_agent",
+    "pinned_policy_of",
+    "reconcile",
+    "recover_run",
+    "resume_decided",
+    "uncertain_calls",
+]

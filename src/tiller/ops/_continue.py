@@ -1,0 +1,89 @@
+"""A run continued in a process that never saw it: by its decided held calls, or
+recovered after its process died.
+
+Both load the agent the checkpoint names (or the one given), start the MCP servers of the
+run's pinned policy, and rebuild the run's context from its checkpoint under that pinned
+policy — never the workspace's `tiller.toml`, which the model may have written (law 11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from ..errors import UsageError
+from ..events import Event
+from ..loop import Agent, FromCheckpoint, RunResult, load_agent, recover
+from ..pinned_policy import restore_pinned_policy
+from ..policy import Approver
+from ..store import DEFAULT_BUCKET, Bus, CheckpointStore, HeldApproval
+from ._approvals import decision_of
+from ._pinned import pinned_agent
+
+__all__ = ["recover_run", "resume_decided"]
+
+
+async def resume_decided(
+    store: Bus,
+    records: Mapping[str, HeldApproval],
+    *,
+    agent: str | None = None,
+    bucket: str = DEFAULT_BUCKET,
+    on_event: Callable[[Event], None] | None = None,
+) -> RunResult:
+    """Resume the run whose held calls `records` (by call id, each decided) are, with
+    every decision (`decision_of`)."""
+    run_id = next(iter(records.values())).run_id
+    decisions = {call_id: decision_of(record) for call_id, record in records.items()}
+    async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
+        resolved = await _agent_for(store, run_id, continuing, bucket)
+        return await resolved.resume(
+            run_id,
+            decisions,
+            ctx=FromCheckpoint(store=store, configure=restore_pinned_policy),
+            bucket=bucket,
+            on_event=on_event,
+        )
+
+
+async def recover_run(
+    store: Bus,
+    run_id: str,
+    *,
+    agent: str | None = None,
+    approver: Approver | None = None,
+    workspace: str | Path | None = None,
+    force: bool = False,
+    bucket: str = DEFAULT_BUCKET,
+    on_event: Callable[[Event], None] | None = None,
+) -> RunResult:
+    """Recover a run whose process died (or continue one suspended for review), its
+    calls that ask going to `approver`; see `tiller.loop.recover`."""
+    async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
+        rebuild = FromCheckpoint(
+            approver=approver, workspace=workspace, configure=restore_pinned_policy
+        )
+        return await recover(
+            run_id,
+            store,
+            agent=continuing,
+            force=force,
+            ctx=rebuild,
+            bucket=bucket,
+            on_event=on_event,
+        )
+
+
+async def _agent_for(store: Bus, run_id: str, agent: Agent | str | None, bucket: str) -> Agent:
+    """The agent itself: as given, loaded by its reference, or the one the checkpoint
+    names."""
+    if isinstance(agent, Agent):
+        return agent
+    state = (await CheckpointStore(store, bucket).load(run_id)).state
+    ref = agent if agent is not None else state.agent_ref
+    if ref is None:
+        raise UsageError(
+            f"run {run_id!r} does not record its agent (RunState.agent_ref); "
+            "pass the agent, or its 'module:attr' reference"
+        )
+    return load_agent(ref, model=state.model_spec)
