@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tiller.events import Event
-from tiller.loop import Agent, PauseOnWrites, ResumeDecision, RunContext, RunOptions, resume
+from tiller.loop import Agent, PauseOnWrites, ResumeDecision, RunContext, RunOptions
 from tiller.model import ScriptedModel, Turn
 from tiller.policy import AllowAll
 from tiller.state import StopCause
@@ -126,11 +126,10 @@ async def test_a_resumed_run_appends_to_its_log(tmp_path: Path) -> None:
         assert first.stop_cause is StopCause.SUSPENDED
         (call,) = first.state.unanswered_calls()
         resumed_events: list[Event] = []
-        done = await resume(
-            Agent(ScriptedModel(["done"]), [note]),
+        done = await Agent(ScriptedModel(["done"]), [note]).resume(
             "res-1",
             {call.id: ResumeDecision.approved()},
-            run_ctx=RunContext.sandboxed(tmp_path / "ws", AllowAll()).with_store(bus),
+            ctx=RunContext.sandboxed(tmp_path / "ws", AllowAll()).with_store(bus),
             bucket="cp",
             on_event=resumed_events.append,
         )

@@ -176,9 +176,12 @@ async def test_the_library_refuses_to_resume_a_pinned_run_without_its_policy(
     ctx = pinned.apply(RunContext.sandboxed(workspace))
     state = record_policy(RunState(run_id="r1", thread_id="t1", agent_name="a"), ctx)
     agent = Agent(ScriptedModel(["done"]), [])
-    with pytest.raises(UsageError, match="pinned a policy when it started"):
+    # A state continued with no decisions and no store: only the deprecated form says it.
+    refused = pytest.raises(UsageError, match="pinned a policy when it started")
+    with refused, pytest.warns(DeprecationWarning, match="recover"):
         await resume(agent, state)
-    result = await resume(agent, state, configure=restore_pinned_policy)
+    with pytest.warns(DeprecationWarning, match="recover"):
+        result = await resume(agent, state, configure=restore_pinned_policy)
     assert result.text == "done"
 
 

@@ -34,6 +34,7 @@ from tiller.loop import (
     resume,
 )
 from tiller.loop._agent_ref import load_agent, options_from, record_policy, run_context_from
+from tiller.ops import resume_run
 from tiller.phase import Phase
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
@@ -439,9 +440,9 @@ async def test_resume_rebuilds_agent_and_context_from_the_checkpoint(
         paused = await load_agent(f"{agent_module}:build").run_in(ctx, state, options)
         assert paused.stop_cause is StopCause.SUSPENDED
         decisions = {c.id: ResumeDecision.approved() for c in paused.state.unanswered_calls()}
-        with pytest.raises(UsageError, match="not both"):
+        with pytest.raises(UsageError, match="not both"), pytest.warns(DeprecationWarning):
             await resume(None, "r", decisions, run_ctx=ctx, store=await open_bus("memory://"))
-        done = await resume(None, "r", decisions, store=bus)  # no agent, no context
+        done = await resume_run(bus, "r", decisions)  # no agent, no context
         assert done.completed and done.text == "finished"
         assert sorted(lines(workspace)) == ["a", "b", "c"]
 

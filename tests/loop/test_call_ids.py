@@ -15,7 +15,7 @@ from typing import Any
 
 from tiller.conversation import AssistantMessage
 from tiller.events import Event
-from tiller.loop import Agent, ResumeDecision, RunContext, RunOptions, resume
+from tiller.loop import Agent, ResumeDecision, RunContext, RunOptions
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
 from tiller.store import open_bus
@@ -113,11 +113,10 @@ async def test_a_call_reusing_an_approved_calls_id_is_held_not_run(tmp_path: Pat
         (first,) = paused.state.waiting_calls()
         assert first.id == "reuse-1-call-1"
 
-        again = await resume(
-            agent,
+        again = await agent.resume(
             "reuse-1",
             {first.id: ResumeDecision.approved()},
-            run_ctx=ctx,
+            ctx=ctx,
             bucket="cp",
             on_event=events.append,
         )
@@ -129,8 +128,8 @@ async def test_a_call_reusing_an_approved_calls_id_is_held_not_run(tmp_path: Pat
         assert [i["toolCallId"] for i in again.state.interrupts] == [second.id]
 
         # Decided, the second runs; the third (identical to the first) is held in turn.
-        third = await resume(
-            agent, "reuse-1", {second.id: ResumeDecision.approved()}, run_ctx=ctx, bucket="cp"
+        third = await agent.resume(
+            "reuse-1", {second.id: ResumeDecision.approved()}, ctx=ctx, bucket="cp"
         )
         assert lines(workspace) == ["approved", "never asked"]
         assert third.stop_cause is StopCause.SUSPENDED
@@ -155,7 +154,7 @@ async def test_a_decision_shown_for_another_call_is_not_applied(tmp_path: Path) 
             "arguments": '{"text":"a"}',
         }
         shown_other = ResumeDecision.approved().bound_to("append", {"text": "other"})
-        held = await resume(agent, "bound-1", {pending.id: shown_other}, run_ctx=ctx, bucket="cp")
+        held = await agent.resume("bound-1", {pending.id: shown_other}, ctx=ctx, bucket="cp")
         assert lines(workspace) == []
         assert held.stop_cause is StopCause.SUSPENDED
         (interrupt,) = held.state.interrupts
@@ -164,7 +163,7 @@ async def test_a_decision_shown_for_another_call_is_not_applied(tmp_path: Path) 
 
         # Shown the call itself (keys in another order: canonical JSON), it runs, once.
         fits = ResumeDecision.approved().bound_to("append", '{ "text" : "a" }')
-        done = await resume(agent, "bound-1", {pending.id: fits}, run_ctx=ctx, bucket="cp")
+        done = await agent.resume("bound-1", {pending.id: fits}, ctx=ctx, bucket="cp")
         assert done.stop_cause is StopCause.COMPLETED
         assert lines(workspace) == ["a"]
 
@@ -180,7 +179,7 @@ async def test_edited_arguments_are_the_decided_ones(tmp_path: Path) -> None:
         paused = await agent.run_in(ctx, "go", options, run_id="edit-1")
         (pending,) = paused.state.waiting_calls()
         edited = ResumeDecision.approved({"text": "edited"}).bound_to("append", {"text": "a"})
-        done = await resume(agent, "edit-1", {pending.id: edited}, run_ctx=ctx, bucket="cp")
+        done = await agent.resume("edit-1", {pending.id: edited}, ctx=ctx, bucket="cp")
         assert done.stop_cause is StopCause.COMPLETED
         assert lines(workspace) == ["edited"]
         (ran,) = all_calls(done.state.messages)

@@ -26,7 +26,7 @@ from tiller.loop import (
     ResumeReplayBlocked,
     RunContext,
     RunOptions,
-    resume,
+    recover,
 )
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
@@ -83,9 +83,7 @@ async def test_a_review_pause_suspends_before_any_call_and_resumes_in_process(
 
     resumed_events: list[Event] = []
     decisions = {ids[0]: ResumeDecision.approved(), ids[1]: ResumeDecision.rejected("not two")}
-    done = await resume(
-        agent, paused.checkpoint, decisions, run_ctx=ctx, on_event=resumed_events.append
-    )
+    done = await agent.resume(paused.checkpoint, decisions, ctx=ctx, on_event=resumed_events.append)
     assert done.stop_cause is StopCause.COMPLETED
     assert lines(tmp_path) == ["one"]
     resumed = assert_valid_stream(resumed_events)
@@ -101,19 +99,16 @@ async def test_edited_arguments_replace_the_models(tmp_path: Path) -> None:
     paused = await agent.run_in(ctx, "go", RunOptions(review_policy=PauseOnTools(["append"])))
     assert paused.checkpoint is not None
     (call,) = paused.checkpoint.unanswered_calls()
-    await resume(
-        agent, paused.checkpoint, {call.id: ResumeDecision.approved({"text": "final"})}, run_ctx=ctx
+    await agent.resume(
+        paused.checkpoint, {call.id: ResumeDecision.approved({"text": "final"})}, ctx=ctx
     )
     assert lines(tmp_path) == ["final"]
     again = Agent(ScriptedModel([first_turn("draft")]), [append])
     bad = await again.run_in(ctx, "go", RunOptions(review_policy=PauseOnWrites()), run_id="r2")
     assert bad.checkpoint is not None
     (call,) = bad.checkpoint.unanswered_calls()
-    result = await resume(
-        Agent(ScriptedModel(["done"]), [append]),
-        bad.checkpoint,
-        {call.id: ResumeDecision.approved({"text": 3})},  # fails the schema: an error result
-        run_ctx=ctx,
+    result = await Agent(ScriptedModel(["done"]), [append]).resume(
+        bad.checkpoint, {call.id: ResumeDecision.approved({"text": 3})}, ctx=ctx
     )
     assert result.tool_trace[0].malformed_arguments
     assert lines(tmp_path) == ["final"]
@@ -128,7 +123,7 @@ async def test_resume_needs_a_decision_for_every_pending_call(tmp_path: Path) ->
     from tiller.errors import UsageError
 
     with pytest.raises(UsageError, match="missing"):
-        await resume(agent, paused.checkpoint, {first.id: ResumeDecision.approved()}, run_ctx=ctx)
+        await agent.resume(paused.checkpoint, {first.id: ResumeDecision.approved()}, ctx=ctx)
 
 
 async def test_durable_mode_checkpoints_every_step_and_records_calls(tmp_path: Path) -> None:
@@ -163,11 +158,10 @@ async def test_two_racing_resumes_one_proceeds(tmp_path: Path, backend: str) -> 
         buses = [await open_bus(url, namespace=namespace) for _ in range(2)]
         try:
             attempts = [
-                resume(
-                    Agent(ScriptedModel(["done"]), [append]),
+                Agent(ScriptedModel(["done"]), [append]).resume(
                     "race-1",
                     {call.id: ResumeDecision.approved()},
-                    run_ctx=RunContext.sandboxed(workspace).with_store(b),
+                    ctx=RunContext.sandboxed(workspace).with_store(b),
                     bucket="cp",
                 )
                 for b in buses
@@ -199,9 +193,9 @@ async def test_an_uncertain_call_blocks_until_reconciled(tmp_path: Path) -> None
         decisions = {x.id: ResumeDecision.approved() for x in (a, b, c)}
         later = Agent(ScriptedModel(["done"]), [append])
         with pytest.raises(ResumeReplayBlocked, match=b.id):
-            await resume(later, "crash-1", decisions, run_ctx=ctx, bucket="cp")
+            await later.resume("crash-1", decisions, ctx=ctx, bucket="cp")
         await store.mark_call("crash-1", b.id, content="appended b", is_error=False)
-        done = await resume(later, "crash-1", decisions, run_ctx=ctx, bucket="cp")
+        done = await later.resume("crash-1", decisions, ctx=ctx, bucket="cp")
         assert done.completed
         assert lines(tmp_path / "ws") == ["c"]  # a and b were done already: never again
 
@@ -229,7 +223,7 @@ PROCESS = """
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
 from agent_def import build
-from tiller.loop import PauseOnWrites, ResumeDecision, RunContext, RunOptions, resume
+from tiller.loop import PauseOnWrites, ResumeDecision, RunContext, RunOptions
 from tiller.store import open_bus
 
 BUCKET = "tiller-run-checkpoints"
@@ -246,7 +240,7 @@ async def main(mode, url, namespace, workspace):
             print(json.dumps({"stop": result.stop_cause.value, "calls": calls}))
         else:
             decisions = {sys.argv[6]: ResumeDecision.approved()}
-            result = await resume(build(["all done"]), "xproc-1", decisions, run_ctx=ctx)
+            result = await build(["all done"]).resume("xproc-1", decisions, ctx=ctx)
             print(json.dumps({"stop": result.stop_cause.value, "text": result.text}))
 
 asyncio.run(main(*sys.argv[2:6]))
@@ -321,11 +315,10 @@ async def test_headless_durable_asks_hold_the_call_after_the_allowed_ones_ran(
         assert [r["toolCallId"] for r in results] == [peek_call.id]  # the read ran
         assert [i["toolCallId"] for i in wire[-1]["outcome"]["interrupts"]] == [append_call.id]
         assert lines(workspace) == []
-        done = await resume(
-            Agent(ScriptedModel(["done"]), [append, peek]),
+        done = await Agent(ScriptedModel(["done"]), [append, peek]).resume(
             "held-1",
             {append_call.id: ResumeDecision.approved()},
-            run_ctx=ctx.with_approver(None),
+            ctx=ctx.with_approver(None),
             bucket="cp",
         )
         assert done.completed
@@ -405,9 +398,9 @@ async def test_a_live_run_holds_its_lease_so_recovery_waits_or_is_forced(tmp_pat
         store = CheckpointStore(bus, "cp")
         holder = await store.holder("live")
         assert holder is not None and holder[1] == 30
-        recover = Agent(ScriptedModel(["done"]), [slow])
+        recovering = Agent(ScriptedModel(["done"]), [slow])
         with pytest.raises(RunStillRunning, match="--force"):
-            await resume(recover, "live", run_ctx=ctx, bucket="cp")
+            await recover("live", bus, agent=recovering, ctx=ctx, bucket="cp")
         clock.now += 31  # the lease lapsed: as if the process had died 31 s ago
         assert await store.holder("live") is None
         release.set()

@@ -262,7 +262,7 @@ async def test_held_calls_become_approval_records(workspace: Path) -> None:
 async def test_edited_arguments_pass_the_whole_gate_again(workspace: Path) -> None:
     """A person approves a held command but edits it into a destructive one: the policy
     engine still denies it; their decision replaced only the approver."""
-    from tiller.loop import ResumeDecision, resume
+    from tiller.loop import ResumeDecision
 
     bus = MemoryBus()
     ctx = RunContext.sandboxed(workspace).with_store(bus)
@@ -274,11 +274,10 @@ async def test_edited_arguments_pass_the_whole_gate_again(workspace: Path) -> No
     paused = await agent.run_in(ctx, "build", options, run_id="r-edit")
     assert paused.stop_cause is StopCause.SUSPENDED
     (call,) = paused.state.unanswered_calls()
-    done = await resume(
-        agent,
+    done = await agent.resume(
         "r-edit",
         {call.id: ResumeDecision.approved({"command": "rm -rf /"})},
-        run_ctx=ctx,
+        ctx=ctx,
         options=options,
     )
     (result,) = [r for m in done.state.messages for r in getattr(m, "tool_results", ())]
@@ -318,7 +317,7 @@ async def test_a_deny_rule_reaches_read_only_tools_too(ctx: RunContext, workspac
 async def test_a_held_call_beside_a_refused_one_can_be_decided_alone(workspace: Path) -> None:
     """The refused (unknown) call of the batch is answered and recorded before the run
     suspends, so the person decides only the held call — in any process."""
-    from tiller.loop import ResumeDecision, resume
+    from tiller.loop import ResumeDecision
 
     sent.clear()
     bus = MemoryBus()
@@ -329,11 +328,10 @@ async def test_a_held_call_beside_a_refused_one_can_be_decided_alone(workspace: 
     paused = await agent.run_in(ctx, "go", options, run_id="r-mixed")
     assert paused.stop_cause is StopCause.SUSPENDED
     (held,) = await ApprovalStore(bus).for_run("r-mixed")
-    done = await resume(
-        agent,
+    done = await agent.resume(
         "r-mixed",
         {held.call_id: ResumeDecision.approved()},
-        run_ctx=ctx.with_approver(AllowAll()),
+        ctx=ctx.with_approver(AllowAll()),
         options=options,
     )
     assert done.stop_cause is StopCause.COMPLETED
@@ -347,7 +345,7 @@ async def test_a_held_call_beside_a_refused_one_can_be_decided_alone(workspace: 
 async def test_a_call_whose_arguments_were_not_json_never_runs_after_a_review_pause(
     ctx: RunContext,
 ) -> None:
-    from tiller.loop import PauseEveryStep, ResumeDecision, resume
+    from tiller.loop import PauseEveryStep, ResumeDecision
 
     sent.clear()
     broken = {"name": "send_mail", "arguments": '{"to": "x" oops'}
@@ -357,8 +355,8 @@ async def test_a_call_whose_arguments_were_not_json_never_runs_after_a_review_pa
     paused = await agent.run_in(ctx, "go", options)
     assert paused.stop_cause is StopCause.SUSPENDED
     (call,) = paused.state.unanswered_calls()
-    done = await resume(
-        agent, paused.state, {call.id: ResumeDecision.approved()}, run_ctx=ctx, options=options
+    done = await agent.resume(
+        paused.state, {call.id: ResumeDecision.approved()}, ctx=ctx, options=options
     )
     (answer,) = [r for m in done.state.messages for r in getattr(m, "tool_results", ())]
     assert answer.is_error and "not valid JSON" in answer.content and "oops" in answer.content

@@ -19,7 +19,6 @@ from tiller.loop import (
     ResumeDecision,
     RunContext,
     RunOptions,
-    resume,
 )
 from tiller.model import ScriptedModel
 from tiller.phase import Phase
@@ -192,12 +191,8 @@ async def test_the_checklist_is_in_the_state_document_and_survives_resume(
     # Resumed: the checklist is shown at once, then the change is a delta on it.
     (call,) = paused.state.unanswered_calls()
     events: list[Event] = []
-    done = await resume(
-        agent,
-        paused.state,
-        {call.id: ResumeDecision.approved()},
-        run_ctx=ctx,
-        on_event=events.append,
+    done = await agent.resume(
+        paused.state, {call.id: ResumeDecision.approved()}, ctx=ctx, on_event=events.append
     )
     assert done.stop_cause is StopCause.COMPLETED
     state_events = [

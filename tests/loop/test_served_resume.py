@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tiller.loop import Agent, ResumeDecision, RunContext, RunOptions, resume
+from tiller.loop import (
+    Agent,
+    ContinueAs,
+    FromCheckpoint,
+    ResumeDecision,
+    RunContext,
+    RunOptions,
+    recover,
+)
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
 from tiller.store import open_bus
@@ -30,13 +38,12 @@ async def test_approve_always_holds_after_the_resume_under_a_new_run_id(tmp_path
     first = await agent.run_in(ctx, "write twice", options, run_id="r1")
     assert first.stop_cause is StopCause.SUSPENDED
     (call,) = first.state.unanswered_calls()
-    result = await resume(
-        agent,
+    result = await agent.resume(
         "r1",
         {call.id: ResumeDecision.approved(always=True)},
-        run_ctx=ctx,
+        ctx=ctx,
         options=options,
-        run_id="r2",
+        continue_as=ContinueAs("r2"),
     )
     # The second write of the same tool needed no new approval: "always" was kept.
     assert result.stop_cause is StopCause.COMPLETED
@@ -78,14 +85,16 @@ async def test_a_run_continued_under_a_new_id_can_never_be_recovered(tmp_path: P
     options = RunOptions().with_checkpoint_bucket(DEFAULT_BUCKET)
     first = await agent.run_in(ctx, "write", options, run_id="r1")
     (call,) = first.state.unanswered_calls()
-    await resume(agent, "r1", {call.id: ResumeDecision.approved()}, run_ctx=ctx, run_id="r2")
+    await agent.resume(
+        "r1", {call.id: ResumeDecision.approved()}, ctx=ctx, continue_as=ContinueAs("r2")
+    )
     loaded = await CheckpointStore(bus).load("r1")
     assert loaded.status == "continued"
     assert loaded.continued_as == "r2"
     (tmp_path / "a.txt").write_text("changed")
     # A recovery of the old id would run the approved write a second time: refused.
     with pytest.raises(AlreadyResumed):
-        await resume(agent, "r1", None, store=bus, approver=AllowAll())
+        await recover("r1", bus, agent=agent, ctx=FromCheckpoint(approver=AllowAll()))
     assert (tmp_path / "a.txt").read_text() == "changed"
     await bus.aclose()
 
@@ -105,9 +114,7 @@ async def test_a_resume_under_the_same_id_never_reuses_a_message_id(tmp_path: Pa
     (call,) = first.state.unanswered_calls()
     seen: list[Event] = []
     # By run id, from the store (as `tiller approve` does): the counters come from there.
-    await resume(
-        agent, "r1", {call.id: ResumeDecision.approved()}, run_ctx=ctx, on_event=seen.append
-    )
+    await agent.resume("r1", {call.id: ResumeDecision.approved()}, ctx=ctx, on_event=seen.append)
     assert_valid_stream(seen)
     ids: list[str] = []
     for event in seen:

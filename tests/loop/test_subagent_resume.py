@@ -24,7 +24,16 @@ import pytest
 
 from tiller.errors import UsageError
 from tiller.events import Event
-from tiller.loop import Agent, ResumeDecision, RunContext, RunOptions, RunResult, resume
+from tiller.loop import (
+    Agent,
+    ContinueAs,
+    FromCheckpoint,
+    ResumeDecision,
+    RunContext,
+    RunOptions,
+    RunResult,
+    recover,
+)
 from tiller.state import StopCause
 from tiller.store import Bus, open_bus
 from tiller.store._approvals import ApprovalStore
@@ -154,13 +163,12 @@ async def test_a_held_call_in_a_child_suspends_the_parent_and_resumes_under_the_
 
     resumed: list[Event] = []
     ctx = RunContext.sandboxed(workspace).with_store(bus)
-    done = await resume(
-        agent_def.build_agent(),
+    done = await agent_def.build_agent().resume(
         "r1",
         {"r1-sub-1-call-1": ResumeDecision.approved()},
-        run_ctx=ctx,
+        ctx=ctx,
         on_event=resumed.append,
-        run_id="r2",
+        continue_as=ContinueAs("r2"),
     )
     assert done.stop_cause is StopCause.COMPLETED
     assert lines(workspace) == ["hello"]
@@ -189,13 +197,12 @@ async def test_decisions_address_the_childs_calls_not_the_agent_call(
     await start(agent_def.build_agent(), bus, tmp_path / "ws", [])
     ctx = RunContext.sandboxed(tmp_path / "ws").with_store(bus)
     with pytest.raises(UsageError, match=r"missing \['r1-sub-1-call-1'\]"):
-        await resume(agent_def.build_agent(), "r1", {}, run_ctx=ctx)
+        await agent_def.build_agent().resume("r1", {}, ctx=ctx)
     with pytest.raises(UsageError, match=r"unknown \['r1-call-1'\]"):
-        await resume(
-            agent_def.build_agent(),
+        await agent_def.build_agent().resume(
             "r1",
             {"r1-sub-1-call-1": ResumeDecision.approved(), "r1-call-1": ResumeDecision.approved()},
-            run_ctx=ctx,
+            ctx=ctx,
         )
 
 
@@ -206,11 +213,10 @@ async def test_a_denied_call_is_the_childs_answer_and_it_goes_on(
     bus = await open_bus("memory://")
     await start(agent_def.build_agent(), bus, workspace, [])
     seen: list[Event] = []
-    done = await resume(
-        agent_def.build_agent(),
+    done = await agent_def.build_agent().resume(
         "r1",
         {"r1-sub-1-call-1": ResumeDecision.rejected("not today")},
-        run_ctx=RunContext.sandboxed(workspace).with_store(bus),
+        ctx=RunContext.sandboxed(workspace).with_store(bus),
         on_event=seen.append,
     )
     assert_valid_stream(seen)
@@ -225,11 +231,10 @@ async def test_edited_arguments_reach_the_childs_call(
     workspace = tmp_path / "ws"
     bus = await open_bus("memory://")
     await start(agent_def.build_agent(), bus, workspace, [])
-    done = await resume(
-        agent_def.build_agent(),
+    done = await agent_def.build_agent().resume(
         "r1",
         {"r1-sub-1-call-1": ResumeDecision.approved({"text": "edited"})},
-        run_ctx=RunContext.sandboxed(workspace).with_store(bus),
+        ctx=RunContext.sandboxed(workspace).with_store(bus),
     )
     assert done.completed
     assert lines(workspace) == ["edited"]
@@ -238,7 +243,8 @@ async def test_edited_arguments_reach_the_childs_call(
 PROCESS = """
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
-from tiller.loop import Agent, ResumeDecision, RunContext, RunOptions, resume
+from tiller.loop import Agent, ResumeDecision, RunContext, RunOptions
+from tiller.ops import resume_run
 from tiller.store import open_bus
 from tiller.testing import assert_valid_stream
 
@@ -255,8 +261,8 @@ async def main(mode, url, namespace, workspace):
             out = {"interrupts": result.state.interrupts}
         else:
             # Only the store and the run id: the agent is loaded from the checkpoint.
-            result = await resume(
-                None, "x-1", {"x-1-sub-1-call-1": ResumeDecision.approved()}, store=bus,
+            result = await resume_run(
+                bus, "x-1", {"x-1-sub-1-call-1": ResumeDecision.approved()},
                 on_event=events.append,
             )
             out = {"text": result.text}
@@ -369,11 +375,10 @@ async def test_a_review_pause_in_a_child_resumes_in_process_from_the_checkpoint(
     assert lines(workspace) == []
 
     resumed: list[Event] = []
-    done = await resume(
-        agent_def.build_agent(),
+    done = await agent_def.build_agent().resume(
         paused.checkpoint,
         {"r1-sub-1-call-1": ResumeDecision.approved()},
-        run_ctx=ctx,
+        ctx=ctx,
         options=options,
         on_event=resumed.append,
     )
@@ -429,7 +434,7 @@ async def test_a_crash_while_a_child_was_continued_blocks_recovery_instead_of_re
     paused = await build().run_in(ctx, "go", options, run_id="r1")
     assert paused.stop_cause is StopCause.SUSPENDED
     decisions = {"r1-sub-1-call-1": ResumeDecision.approved()}
-    await resume(build(), "r1", decisions, store=bus, workspace=workspace)
+    await build().resume("r1", decisions, ctx=FromCheckpoint(store=bus, workspace=workspace))
     assert (workspace / "log.txt").read_text().splitlines() == ["hello"]
     # The process "dies" right after the child's call: the store goes back to that moment.
     kv = await bus.kv(DEFAULT_BUCKET)
@@ -439,8 +444,12 @@ async def test_a_crash_while_a_child_was_continued_blocks_recovery_instead_of_re
     for key, value in at_the_crash.items():
         await kv.put(key, value)
     with pytest.raises(ResumeReplayBlocked):
-        await resume(
-            build(), "r1", None, store=bus, workspace=workspace, force=True, approver=AllowAll()
+        await recover(
+            "r1",
+            bus,
+            agent=build(),
+            force=True,
+            ctx=FromCheckpoint(workspace=workspace, approver=AllowAll()),
         )
     assert (workspace / "log.txt").read_text().splitlines() == ["hello"]  # never twice
     await bus.aclose()

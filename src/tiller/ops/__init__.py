@@ -12,7 +12,7 @@ checkpoint and the run's pinned policy restored.
 from ._approvals import Decided, approve, decided_records, decision_of, deny, held_approvals
 from ._arguments import check_arguments
 from ._buckets import Buckets
-from ._continue import recover_run, resume_decided
+from ._continue import recover_run, resume_decided, resume_run
 from ._pinned import pinned_agent, pinned_policy_of
 from ._reconcile import DONE_DEFAULT, FAILED_DEFAULT, CallVerdict, Reconciled, reconcile
 from ._runs import list_runs, uncertain_calls
@@ -40,5 +40,6 @@ __all__ = [
     "reconcile",
     "recover_run",
     "resume_decided",
+    "resume_run",
     "uncertain_calls",
 ]

@@ -9,18 +9,38 @@ policy — never the workspace's `tiller.toml`, which the model may have written
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import UsageError
 from ..events import Event
-from ..loop import Agent, FromCheckpoint, RunResult, load_agent, recover
+from ..loop import Agent, FromCheckpoint, ResumeDecision, RunResult, load_agent, recover
 from ..pinned_policy import restore_pinned_policy
 from ..policy import Approver
 from ..store import DEFAULT_BUCKET, Bus, CheckpointStore, HeldApproval
 from ._approvals import decision_of
 from ._pinned import pinned_agent
 
-__all__ = ["recover_run", "resume_decided"]
+__all__ = ["recover_run", "resume_decided", "resume_run"]
+
+
+async def resume_run(
+    store: Bus,
+    run_id: str,
+    decisions: Mapping[str, ResumeDecision],
+    *,
+    agent: Agent | str | None = None,
+    ctx: FromCheckpoint | None = None,
+    bucket: str = DEFAULT_BUCKET,
+    on_event: Callable[[Event], None] | None = None,
+) -> RunResult:
+    """Resume the suspended run `run_id` with `decisions`, in a process that may never
+    have seen its code: the agent is `agent` (an `Agent` or a `"module:attr"`
+    reference), or the one the checkpoint names; the context is rebuilt from the
+    checkpoint (`ctx` adds what is not data; its store is `store`). See `Agent.resume`."""
+    rebuild = replace(ctx, store=store) if ctx is not None else FromCheckpoint(store=store)
+    continuing = await _agent_for(store, run_id, agent, bucket)
+    return await continuing.resume(run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event)
 
 
 async def resume_decided(
@@ -36,11 +56,12 @@ async def resume_decided(
     run_id = next(iter(records.values())).run_id
     decisions = {call_id: decision_of(record) for call_id, record in records.items()}
     async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
-        resolved = await _agent_for(store, run_id, continuing, bucket)
-        return await resolved.resume(
+        return await resume_run(
+            store,
             run_id,
             decisions,
-            ctx=FromCheckpoint(store=store, configure=restore_pinned_policy),
+            agent=continuing,
+            ctx=FromCheckpoint(configure=restore_pinned_policy),
             bucket=bucket,
             on_event=on_event,
         )
