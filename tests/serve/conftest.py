@@ -22,7 +22,7 @@ import uvicorn
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from tiller.loop import Agent
-from tiller.serve import Server, create_app
+from tiller.serve import AppSettings, Server, create_app
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -72,7 +72,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., str]]:
         kwargs.setdefault("store", f"sqlite:///{tmp_path / 'serve.db'}")
         kwargs.setdefault("token", TOKEN)
         kwargs.setdefault("workspace", tmp_path / "workspace")
-        server = ServerThread(create_app(agent, **kwargs), free_port())
+        server = ServerThread(create_app(agent, AppSettings(**kwargs)), free_port())
         server.start()
         started.append(server)
         return server.url

@@ -31,7 +31,7 @@ import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui, assert_valid_agui_endpoint
 
 from tiller.examples.console_agent import make_agent
-from tiller.serve import create_app
+from tiller.serve import AppSettings, create_app
 
 from .conftest import AUTH, TOKEN, ServerThread, free_port, parse_sse, run_input, types
 
@@ -99,7 +99,8 @@ def session(node: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ses
     tmp = tmp_path_factory.mktemp("agui-client-node")
     workspace = tmp / "workspace"
     app = create_app(
-        _agent(), store=f"sqlite:///{tmp / 'serve.db'}", token=TOKEN, workspace=workspace
+        _agent(),
+        AppSettings(store=f"sqlite:///{tmp / 'serve.db'}", token=TOKEN, workspace=workspace),
     )
     server = ServerThread(app, free_port())
     server.start()

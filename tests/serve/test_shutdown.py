@@ -13,7 +13,7 @@ import orjson
 from tiller.conversation import UserMessage
 from tiller.events import RunStartedEvent
 from tiller.examples.console_agent import make_agent
-from tiller.serve import create_app
+from tiller.serve import AppSettings, create_app
 from tiller.state import RunState
 from tiller.store import CheckpointStore, EventLog, open_bus
 
@@ -23,9 +23,11 @@ from .conftest import AUTH, SSE, TOKEN, ServerThread, free_port, parse_sse, run_
 def _server(tmp_path: Path) -> ServerThread:
     app = create_app(
         make_agent(step_delay=0.3),
-        store=f"sqlite:///{tmp_path / 'serve.db'}",
-        token=TOKEN,
-        workspace=tmp_path / "workspace",
+        AppSettings(
+            store=f"sqlite:///{tmp_path / 'serve.db'}",
+            token=TOKEN,
+            workspace=tmp_path / "workspace",
+        ),
     )
     server = ServerThread(app, free_port())
     server.start()

@@ -12,7 +12,7 @@ import pytest
 from tiller import UsageError
 from tiller.events import Event, FilterToolCalls, TextMessageContentEvent
 from tiller.examples.console_agent import make_agent
-from tiller.serve import create_app
+from tiller.serve import AppSettings, create_app
 
 from .conftest import post_run, run_input
 
@@ -49,8 +49,10 @@ def test_a_list_where_the_factory_belongs_is_refused_at_once(tmp_path: Path) -> 
     with pytest.raises(UsageError, match="factory"):
         create_app(
             make_agent(),
-            store="memory://",
-            token=None,
-            workspace=tmp_path,
-            transformers=[FilterToolCalls.deny(["x"])],  # type: ignore[arg-type]
+            AppSettings(
+                store="memory://",
+                token=None,
+                workspace=tmp_path,
+                transformers=[FilterToolCalls.deny(["x"])],  # type: ignore[arg-type]
+            ),
         )

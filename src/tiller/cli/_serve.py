@@ -69,7 +69,7 @@ def serve_command(
     console at /."""
     from ..config import CONFIG_FILE
     from ..pinned_policy import PinnedPolicy
-    from ..serve import create_app, run_server
+    from ..serve import AppSettings, create_app, run_server
 
     try:
         app_token = _token(host, token, no_auth)
@@ -80,8 +80,7 @@ def serve_command(
         # Read once, by the person starting the server (law 11).
         policy = PinnedPolicy.read(workspace, source) if source is not None else PinnedPolicy()
         typer.echo(f"tiller serve: {policy.describe()}")
-        app = create_app(
-            agent,
+        settings = AppSettings(
             policy=policy,
             store=store,
             namespace=namespace,
@@ -91,6 +90,7 @@ def serve_command(
             detach=detach,
             interrupt_ttl=interrupt_ttl,
         )
+        app = create_app(agent, settings)
     except UsageError as exc:
         typer.echo(f"tiller serve: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -374,7 +374,7 @@ def _context_for(state: RunState, ctx: RunContext | FromCheckpoint) -> RunContex
         # without them would let the run act under less policy than it started with.
         raise UsageError(
             f"run {state.run_id!r} pinned a policy when it started (tiller.toml); resume "
-            "it with configure=tiller.pinned_policy.restore_pinned_policy"
+            "it with FromCheckpoint(configure=tiller.pinned_policy.restore_pinned_policy)"
         )
     if ctx.configure is None:
         return run_ctx

@@ -14,8 +14,10 @@ made with `token=None`, and then it answers loopback `Host` names only (`_guard`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Unpack
 
 import orjson
 from ag_ui.core import RunAgentInput
@@ -29,83 +31,63 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import UsageError
-from ..events import TransformerFactory, check_transformer_factory
-from ..loop import Agent, RunContext, RunOptions
+from ..loop import Agent, RunOptions
 from ..pinned_policy import PinnedPolicy
-from ..store import Bus, open_bus
+from ..store import open_bus
 from ..tools.mcp import open_mcp_tools
 from ._guard import Guard
 from ._http import RunStreamResponse, accepts_sse, error, is_json, issues, read_body
 from ._input import InvalidRunInput
 from ._run_routes import RunRoutes
 from ._runner import Runner, ServeSettings
+from ._settings import DEFAULT_MAX_BODY, AppSettings, LegacyAppArgs
 from ._sse import sse_frames
 
-__all__ = ["DEFAULT_MAX_BODY", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY", "AppSettings", "create_app"]
 
-#: The largest request body accepted (bytes): a long thread with attachments fits.
-DEFAULT_MAX_BODY = 8 * 1024 * 1024
 _CONSOLE = Path(__file__).parent / "console"
 
 
 def create_app(
     agent: Agent,
-    *,
-    store: str | Bus,
-    token: str | None,
-    workspace: str | Path = ".",
-    namespace: str = "",
-    cors_origins: Sequence[str] = (),
-    detach: bool = False,
-    keep_alive: float = 15.0,
-    max_body: int = DEFAULT_MAX_BODY,
-    interrupt_ttl: float | None = None,
-    options: RunOptions | None = None,
-    configure: Callable[[RunContext], RunContext] | None = None,
-    policy: PinnedPolicy | None = None,
-    transformers: TransformerFactory | None = None,
+    settings: AppSettings | None = None,
+    /,
+    **legacy: Unpack[LegacyAppArgs],
 ) -> Starlette:
-    """Serve `agent` over AG-UI. `store` is a store URL (opened with the app, closed with
-    it; `namespace` keeps the users of one store apart) or an open `Bus`; `token` the
-    bearer token every API call must carry (None: no auth, loopback `Host` names only);
-    `workspace` every run's jail. `policy` is what new runs start with (None: the
-    workspace's `tiller.toml` read once, now); it is never re-read per request, and its
-    MCP servers are started with the app. `transformers` builds each run's stream
-    transformers (`lambda: [FilterToolCalls.deny(["secret"])]`): a factory, so two
-    requests never share one's state."""
-    if token is not None and not token.strip():
-        raise UsageError("the bearer token is empty; pass a real token, or None for no auth")
-    if interrupt_ttl is not None and not interrupt_ttl > 0:
-        raise UsageError(f"interrupt_ttl must be positive seconds, not {interrupt_ttl!r}")
-    root = Path(workspace).resolve()
-    settings = ServeSettings(
-        workspace=root,
-        detach=detach,
-        interrupt_ttl=interrupt_ttl,
-        options=options or RunOptions(),
-        configure=configure,
-        policy=policy if policy is not None else PinnedPolicy.read(root),
-        transformers=transformers,
-    )
-    check_transformer_factory(transformers)
-    server = _Server(
-        agent, store, settings, keep_alive=keep_alive, max_body=max_body, namespace=namespace
-    )
-    runs = RunRoutes(lambda: server.runner, keep_alive=keep_alive)
+    """Serve `agent` over AG-UI, as `settings` says (`AppSettings`: the store, the bearer
+    token, the workspace, ...). The policy new runs start with is read once, now (unless
+    `settings.policy` gives it), and never re-read per request.
+
+    `create_app(agent, store=..., token=..., ...)`, the settings' fields as keywords, is
+    the old form: it works for one release and warns."""
+    if legacy:
+        if settings is not None:
+            raise UsageError("pass AppSettings or the old keyword arguments, not both")
+        warnings.warn(
+            "create_app(agent, store=..., token=..., ...) is deprecated; pass "
+            "create_app(agent, AppSettings(store=..., token=..., ...)) (tiller.serve)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        settings = _from_legacy(legacy)
+    if settings is None:
+        raise UsageError("create_app(agent, AppSettings(store=..., token=...)): settings missing")
+    server = _Server(agent, settings)
+    runs = RunRoutes(lambda: server.runner, keep_alive=settings.keep_alive)
     routes = [
         Route("/", server.root, methods=["GET", "POST"]),
         Route("/agui", server.agui, methods=["POST"]),
         *runs.routes(),
         Mount("/console", StaticFiles(directory=_CONSOLE, check_dir=False), name="console"),
     ]
-    middleware = [Middleware(Guard, token=token)]
-    if cors_origins:
+    middleware = [Middleware(Guard, token=settings.token)]
+    if settings.cors_origins:
         # Outside the guard: a preflight carries no token, and its answer must still come.
         middleware.insert(
             0,
             Middleware(
                 CORSMiddleware,
-                allow_origins=list(cors_origins),
+                allow_origins=list(settings.cors_origins),
                 allow_methods=["GET", "POST", "OPTIONS"],
                 allow_headers=["Authorization", "Content-Type", "Accept", "Last-Event-ID"],
             ),
@@ -119,22 +101,22 @@ class _Server:
     """The AG-UI handlers, and what every handler shares: the store and this process's
     runs (the `Runner`, made when the app starts)."""
 
-    def __init__(
-        self,
-        agent: Agent,
-        store: str | Bus,
-        settings: ServeSettings,
-        *,
-        keep_alive: float,
-        max_body: int,
-        namespace: str = "",
-    ) -> None:
+    def __init__(self, agent: Agent, app: AppSettings) -> None:
+        root = Path(app.workspace).resolve()
         self.agent = agent
-        self._store = store
-        self.namespace = namespace
-        self.settings = settings
-        self.keep_alive = keep_alive
-        self.max_body = max_body
+        self._store = app.store
+        self.namespace = app.namespace
+        self.settings = ServeSettings(
+            workspace=root,
+            detach=app.detach,
+            interrupt_ttl=app.interrupt_ttl,
+            options=app.options or RunOptions(),
+            configure=app.configure,
+            policy=app.policy if app.policy is not None else PinnedPolicy.read(root),
+            transformers=app.transformers,
+        )
+        self.keep_alive = app.keep_alive
+        self.max_body = app.max_body
         self._runner: Runner | None = None
 
     @contextlib.asynccontextmanager
@@ -195,7 +177,7 @@ class _Server:
             return error(
                 413,
                 f"the request body is over {self.max_body} bytes; send a shorter thread, "
-                "or raise the server's limit (create_app(max_body=...))",
+                "or raise the server's limit (AppSettings(max_body=...))",
             )
         try:
             raw = orjson.loads(body)
@@ -219,3 +201,12 @@ class _Server:
         return RunStreamResponse(
             sse_frames(live.follow(0, idle=self.keep_alive)), on_close=on_close
         )
+
+
+def _from_legacy(legacy: LegacyAppArgs) -> AppSettings:
+    """The settings the deprecated keywords describe (`store` and `token` required, as
+    they were)."""
+    missing = [name for name in ("store", "token") if name not in legacy]
+    if missing:
+        raise UsageError(f"create_app() needs {' and '.join(missing)}: pass AppSettings(...)")
+    return AppSettings(**legacy)
