@@ -24,6 +24,7 @@ def _root() -> None:
 
 @app.command()
 def demo(
+    *,
     agui: bool = typer.Option(
         False, "--agui", help="Show the AG-UI tour instead: an interrupt and its resume."
     ),
@@ -45,6 +46,7 @@ def demo(
 
 @app.command()
 def run(
+    *,
     task: str = typer.Argument(..., help="What the agent should do."),
     model: str = typer.Option(
         ...,
@@ -87,26 +89,24 @@ def run(
     Without a terminal (and without --yes), calls that need a person are held and the run
     suspends: answer them with `tiller approve` / `tiller deny` from any process."""
     from ..errors import TillerError
-    from ._run import run_task
+    from ._run import RunTaskSettings, run_task
 
     try:
         workspace.mkdir(parents=True, exist_ok=True)
-        code = asyncio.run(
-            run_task(
-                task,
-                model=model,
-                workspace=workspace.resolve(),
-                yes=yes,
-                max_turns=max_turns,
-                max_cost=max_cost,
-                network=network,
-                unsandboxed_shell=unsandboxed_shell,
-                web=web,
-                mode=mode,
-                config_path=config,
-                store=store,
-            )
+        settings = RunTaskSettings(
+            model=model,
+            workspace=workspace.resolve(),
+            yes=yes,
+            max_turns=max_turns,
+            max_cost=max_cost,
+            network=network,
+            unsandboxed_shell=unsandboxed_shell,
+            web=web,
+            mode=mode,
+            config_path=config,
+            store=store,
         )
+        code = asyncio.run(run_task(task, settings))
     except TillerError as exc:
         typer.echo(f"tiller: {exc}", err=True)
         code = 2

@@ -100,6 +100,7 @@ def list_approvals(
 
 
 def approve_command(
+    *,
     approval_id: str = typer.Argument(..., help="The held approval's id (ap-...)."),
     args: str | None = typer.Option(
         None, "--args", help="Run it with these arguments instead (a JSON object)."
@@ -137,6 +138,7 @@ def approve_command(
 
 
 def deny_command(
+    *,
     approval_id: str = typer.Argument(..., help="The held approval's id (ap-...)."),
     reason: str = typer.Option(..., "--reason", help="Why not (the model reads it)."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
@@ -201,6 +203,7 @@ async def decide_and_resume(
 
 @approvals_app.command("resume")
 def resume_decided(
+    *,
     run_id: str = typer.Argument(..., help="The run id."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
     store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),

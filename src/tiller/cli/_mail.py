@@ -109,6 +109,7 @@ def list_mail(
 
 @mail_app.command("send")
 def send_mail(
+    *,
     text: str = typer.Argument(..., help="The message."),
     to: str = typer.Option(..., "--to", help="The agent to write to."),
     sender: str = typer.Option(..., "--from", help="The agent the message is from."),

@@ -313,6 +313,7 @@ def edit_item(
 
 @outbox_app.command("send")
 def send_item(
+    *,
     item_id: str = typer.Argument(..., help="The item id (ob-...)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Send without asking."),
     agent: str | None = typer.Option(

@@ -54,6 +54,7 @@ LEASE_TTL = 300.0
 
 
 def rewind_command(
+    *,
     run_id: str = typer.Argument(..., help="The run id."),
     to: int = typer.Option(
         ...,

@@ -18,7 +18,8 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,8 +30,16 @@ from rich.text import Text
 from ..cancel import CancellationToken
 from ..conversation import ToolCall
 from ..errors import Cancelled
-from ..events import Event
-from ..loop import Budget, DetachSwitch, RunContext, RunControls, RunOptions, SteeringQueue
+from ..loop import (
+    Agent,
+    Budget,
+    DetachSwitch,
+    RunContext,
+    RunControls,
+    RunOptions,
+    RunResult,
+    SteeringQueue,
+)
 from ..pinned_policy import PinnedPolicy, with_store_protected
 from ..policy import AllowAll, Approver, AskReason, Decision, NoOneToAsk, approval_key
 from ..state import StopCause
@@ -60,6 +69,7 @@ __all__ = [
     "TerminalApprover",
     "TerminalQuestions",
     "parse_answer",
+    "RunTaskSettings",
     "run_task",
     "with_tools",
 ]
@@ -284,24 +294,36 @@ def with_tools(base: Iterable[Tool], extra: Iterable[Tool]) -> list[Tool]:
     return tools
 
 
-async def run_task(
-    task: str,
-    *,
-    model: str,
-    workspace: Path,
-    yes: bool = False,
-    max_turns: int | None = None,
-    max_cost: float | None = None,
-    console: Console | None = None,
-    interactive: bool | None = None,
-    network: bool = False,
-    unsandboxed_shell: bool = False,
-    web: bool = False,
-    mode: str | None = None,
-    config_path: Path | None = None,
-    store: str | None = None,
-) -> int:
-    """Run the coding agent on `task` in `workspace`; returns a process exit code.
+@dataclass(frozen=True, slots=True)
+class RunTaskSettings:
+    """How `tiller run` runs the coding agent (its command-line options)."""
+
+    model: str
+    #: The directory the agent may touch (its jail).
+    workspace: Path
+    #: Allow every call that asks.
+    yes: bool = False
+    max_turns: int | None = None
+    max_cost: float | None = None
+    #: Ask at the terminal (None: when stdin is one).
+    interactive: bool | None = None
+    #: Let shell commands use the network.
+    network: bool = False
+    #: Accept a shell without the sandbox where `bwrap` cannot run.
+    unsandboxed_shell: bool = False
+    #: Give the agent `web_fetch`.
+    web: bool = False
+    #: The safety mode (None: the policy file's).
+    mode: str | None = None
+    #: The policy file (None: the workspace's `tiller.toml`, if it has one).
+    config_path: Path | None = None
+    #: A store URL: the run is durable (checkpointed, file changes snapshotted, calls
+    #: held for `tiller approve` when headless).
+    store: str | None = None
+
+
+async def run_task(task: str, settings: RunTaskSettings, *, console: Console | None = None) -> int:
+    """Run the coding agent on `task` in `settings.workspace`; returns a process exit code.
 
     `network` lets shell commands use the network; `unsandboxed_shell` accepts a shell
     without the sandbox where `bwrap` cannot run; `web` gives the agent `web_fetch`;
@@ -311,57 +333,39 @@ async def run_task(
     without `--yes`, the calls that need a person are held and the run suspends until
     `tiller approve` / `tiller deny` in any later process."""
     console = console or Console(highlight=False)
-    interactive = sys.stdin.isatty() if interactive is None else interactive
+    interactive = sys.stdin.isatty() if settings.interactive is None else settings.interactive
     # Read once, here, by the person starting the run; pinned in its checkpoint, so
     # nothing the model writes later changes it (law 11).
-    pinned = PinnedPolicy.read(workspace, config_path)
-    config = pinned.config
+    pinned = PinnedPolicy.read(settings.workspace, settings.config_path)
     # One line, never wrapped: a path split at the terminal width cannot be copied.
     console.print(Text(pinned.describe(), style="dim"), soft_wrap=True)
     loop = asyncio.get_running_loop()
     queue = SteeringQueue()
     detach = DetachSwitch()
     lines = LineRouter(loop, queue, detach)
-    approver: Approver | None
-    questions: QuestionBroker = NoOneToAskQuestions()
-    prompt_lock = asyncio.Lock()
-    if yes:
-        approver = AllowAll()
-    elif interactive:
-        approver = TerminalApprover(console, lines, lock=prompt_lock)
-        questions = TerminalQuestions(console, lines, lock=prompt_lock)
-    elif store is not None:
-        approver = None  # headless and durable: held for `tiller approve` (DESIGN §3)
-    else:
-        approver = NoOneToAsk("rerun with --yes to allow it, or with a store to approve later")
     cancel = CancellationToken()
-    budget = Budget(max_turns=max_turns, max_cost_usd=max_cost)
+    budget = Budget(max_turns=settings.max_turns, max_cost_usd=settings.max_cost)
     # The run's live parts, passed on deliberately (law 13): what the terminal types,
     # detaches, cancels and shows the spending of is this run's.
     controls = RunControls(steering=queue, detach=detach, cancel=cancel, budget=budget)
+    approver, questions = _askers(settings, console, lines, interactive=interactive)
     run_ctx = pinned.apply(
         RunContext(
-            tools=ToolCtx(workspace, network=network, unsandboxed_shell=unsandboxed_shell),
+            tools=ToolCtx(
+                settings.workspace,
+                network=settings.network,
+                unsandboxed_shell=settings.unsandboxed_shell,
+            ),
             approver=approver,
             questions=questions,
         ).with_controls(controls)
     )
-    if mode is not None:
+    if settings.mode is not None:
         # `--mode` wins over the file's: a new switch of this run's own, at that mode.
-        run_ctx = run_ctx.with_safety_mode(SafetyMode.parse(mode))
-    agent = coding_agent_web(model) if web else coding_agent(model)
+        run_ctx = run_ctx.with_safety_mode(SafetyMode.parse(settings.mode))
+    agent = coding_agent_web(settings.model) if settings.web else coding_agent(settings.model)
     view = RunView(console, budget=budget)
-    interrupts = 0
-
-    def on_sigint() -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts == 1:
-            console.print(Text("\ncancelling… (Ctrl+C again to exit now)", style="bold red"))
-            cancel.cancel("Ctrl+C")
-        else:
-            os._exit(130)
-
+    on_sigint = _sigint_handler(console, cancel)
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, on_sigint)
     if interactive:
@@ -373,30 +377,92 @@ async def run_task(
                 style="dim",
             )
         )
-
-    def on_event(event: Event) -> None:
-        view.on_event(event)
-
-    held: list[HeldApproval] = []
     try:
-        async with contextlib.AsyncExitStack() as stack:
-            options = RunOptions()
-            if store is not None:
-                bus = await stack.enter_async_context(await open_bus(store))
-                run_ctx = with_store_protected(run_ctx.with_store(bus))
-                options = RunOptions(checkpoint_bucket=CHECKPOINTS_BUCKET)
-            if config.mcp:
-                pinned.check_mcp_files()
-                for each in await stack.enter_async_context(open_mcp_tools(config.mcp)):
-                    agent.registry.add(each)
-            result = await agent.run_in(run_ctx, task, options, on_event=on_event)
-            if result.stop_cause is StopCause.SUSPENDED and run_ctx.store is not None:
-                held = await ApprovalStore(run_ctx.store).for_run(result.state.run_id)
+        result, held = await _run(
+            agent, run_ctx, task, pinned=pinned, store=settings.store, view=view
+        )
     finally:
         view.close()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
         await agent.model.aclose()
+    return _summary(console, result, budget, held, settings.store)
+
+
+def _askers(
+    settings: RunTaskSettings, console: Console, lines: LineRouter, *, interactive: bool
+) -> tuple[Approver | None, QuestionBroker]:
+    """Who answers the run's approvals and questions: everyone allowed (`--yes`), the
+    person at the terminal, the store (held for `tiller approve`), or no one."""
+    if settings.yes:
+        return AllowAll(), NoOneToAskQuestions()
+    if interactive:
+        prompt_lock = asyncio.Lock()
+        return (
+            TerminalApprover(console, lines, lock=prompt_lock),
+            TerminalQuestions(console, lines, lock=prompt_lock),
+        )
+    if settings.store is not None:
+        # Headless and durable: held for `tiller approve` (DESIGN §3).
+        return None, NoOneToAskQuestions()
+    return (
+        NoOneToAsk("rerun with --yes to allow it, or with a store to approve later"),
+        NoOneToAskQuestions(),
+    )
+
+
+def _sigint_handler(console: Console, cancel: CancellationToken) -> Callable[[], None]:
+    """Ctrl+C cancels the run (it ends cleanly); a second Ctrl+C exits at once."""
+    interrupts = 0
+
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            console.print(Text("\ncancelling… (Ctrl+C again to exit now)", style="bold red"))
+            cancel.cancel("Ctrl+C")
+        else:
+            os._exit(130)
+
+    return on_sigint
+
+
+async def _run(
+    agent: Agent,
+    run_ctx: RunContext,
+    task: str,
+    *,
+    pinned: PinnedPolicy,
+    store: str | None,
+    view: RunView,
+) -> tuple[RunResult, list[HeldApproval]]:
+    """The run, with the store and the pinned policy's MCP servers open for as long as it
+    goes; and the calls it holds for a person if it suspended."""
+    held: list[HeldApproval] = []
+    async with contextlib.AsyncExitStack() as stack:
+        options = RunOptions()
+        if store is not None:
+            bus = await stack.enter_async_context(await open_bus(store))
+            run_ctx = with_store_protected(run_ctx.with_store(bus))
+            options = RunOptions(checkpoint_bucket=CHECKPOINTS_BUCKET)
+        if pinned.config.mcp:
+            pinned.check_mcp_files()
+            for each in await stack.enter_async_context(open_mcp_tools(pinned.config.mcp)):
+                agent.registry.add(each)
+        result = await agent.run_in(run_ctx, task, options, on_event=view.on_event)
+        if result.stop_cause is StopCause.SUSPENDED and run_ctx.store is not None:
+            held = await ApprovalStore(run_ctx.store).for_run(result.state.run_id)
+    return result, held
+
+
+def _summary(
+    console: Console,
+    result: RunResult,
+    budget: Budget,
+    held: Sequence[HeldApproval],
+    store: str | None,
+) -> int:
+    """How the run ended, and its exit code."""
     console.rule("[bold]summary")
     console.print(
         f"stop cause  {result.stop_cause.value}" + (" (exhausted)" if result.exhausted else "")

@@ -277,6 +277,7 @@ async def _show_events(bus: Bus, run_id: str) -> int:
 
 @runs_app.command("reconcile")
 def reconcile_run(
+    *,
     run_id: str = typer.Argument(..., help="The run id."),
     done: list[str] = typer.Option([], "--done", help="Mark CALL_ID done (it did happen)."),
     failed: list[str] = typer.Option([], "--failed", help="Mark CALL_ID failed."),
@@ -341,6 +342,7 @@ def _resume_view(console: Console) -> RunView:
 
 @runs_app.command("resume")
 def resume_run(
+    *,
     run_id: str = typer.Argument(..., help="The run id."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
@@ -504,6 +506,7 @@ def _called_tools(capture: Capture) -> set[str]:
 
 
 def replay_command(
+    *,
     run_id: str = typer.Argument(..., help="The run id whose capture to replay."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
     tools: str = typer.Option(

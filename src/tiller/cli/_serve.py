@@ -19,6 +19,7 @@ __all__ = ["serve_command"]
 
 
 def serve_command(
+    *,
     agent_ref: str | None = typer.Argument(
         None,
         metavar="[MODULE:AGENT]",
