@@ -33,8 +33,7 @@ from ..model import ScriptedModel
 from ..model.scripted import TurnInfo
 from ..policy import Approver, Decision, PolicyEngine, PolicyRules
 from ..tools import LiveSafetyMode, SafetyMode, Sandbox, Tool, coding_tools, private_copy
-from ..tools.builtin._shell import execute_command_tool
-from ..tools.builtin._tasks import task_create, task_list, task_update
+from ..tools.builtin import execute_command_tool, task_create, task_list, task_update
 from ._run import LineRouter, TerminalApprover, with_tools
 from ._view import RunView, budget_line
 
