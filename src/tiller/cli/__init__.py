@@ -45,7 +45,7 @@ def demo(
 
 
 @app.command()
-def run(
+def run(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
     task: str = typer.Argument(..., help="What the agent should do."),
     model: str = typer.Option(

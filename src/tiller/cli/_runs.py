@@ -505,7 +505,7 @@ def _called_tools(capture: Capture) -> set[str]:
     return names
 
 
-def replay_command(
+def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
     run_id: str = typer.Argument(..., help="The run id whose capture to replay."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),

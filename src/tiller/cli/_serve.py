@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["serve_command"]
 
 
-def serve_command(
+def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
     agent_ref: str | None = typer.Argument(
         None,
