@@ -190,29 +190,6 @@ ALLOWED_UPWARD = frozenset(
 #: (the store's durability port and the ops module replace most of them).
 ALLOWED_PRIVATE = frozenset(
     {
-        "cli/_approvals.py -> tiller.loop._agent_ref",  # cleared by i15-ops
-        "cli/_approvals.py -> tiller.store._approvals",  # cleared by i15-ops
-        "cli/_approvals.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "cli/_demo.py -> tiller.tools._sandbox",  # cleared by i15-ops
-        "cli/_demo.py -> tiller.tools.builtin._shell",  # cleared by i15-ops
-        "cli/_demo.py -> tiller.tools.builtin._tasks",  # cleared by i15-ops
-        "cli/_mail.py -> tiller.store._mailbox",  # cleared by i15-ops
-        "cli/_outbox.py -> tiller.loop._agent_ref",  # cleared by i15-ops
-        "cli/_outbox.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "cli/_outbox.py -> tiller.store._outbox",  # cleared by i15-ops
-        "cli/_outbox.py -> tiller.tools._registry",  # cleared by i15-ops
-        "cli/_pinned.py -> tiller.loop._agent_ref",  # cleared by i15-ops
-        "cli/_pinned.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "cli/_rewind.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "cli/_run.py -> tiller.store._approvals",  # cleared by i15-ops
-        "cli/_run.py -> tiller.tools._question_brokers",  # cleared by i15-ops
-        "cli/_run.py -> tiller.tools._questions",  # cleared by i15-ops
-        "cli/_runs.py -> tiller.loop._agent_ref",  # cleared by i15-ops
-        "cli/_runs.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "cli/_runs.py -> tiller.store._event_log",  # cleared by i15-ops
-        "cli/_runs.py -> tiller.tools._walk",  # cleared by i15-ops
-        "cli/_view.py -> tiller.tools._progress",  # cleared by i15-ops
-        "cli/_view.py -> tiller.tools._tasks",  # cleared by i15-ops
         "loop/_agent.py -> tiller.events._sink",  # cleared by i15-loop
         "loop/_agent.py -> tiller.store._event_log",  # cleared by i15-loop
         "loop/_agent.py -> tiller.tools._walk",  # cleared by i15-loop
@@ -223,7 +200,6 @@ ALLOWED_PRIVATE = frozenset(
         "loop/_lease_keeper.py -> tiller.store._checkpoints",  # cleared by i15-loop
         "loop/_mailbox_route.py -> tiller.store._mailbox",  # cleared by i15-loop
         "loop/_outbox_route.py -> tiller.store._outbox",  # cleared by i15-loop
-        "loop/_resume.py -> tiller.store._checkpoints",  # cleared by i15-ops
         "loop/_run.py -> tiller.model._codec",  # cleared by i15-loop
         "loop/_run.py -> tiller.store._approvals",  # cleared by i15-loop
         "loop/_run.py -> tiller.store._bus",  # cleared by i15-loop
@@ -231,12 +207,6 @@ ALLOWED_PRIVATE = frozenset(
         "loop/_summary.py -> tiller.tools._goal",  # cleared by i15-loop
         "loop/_taint_flow.py -> tiller.tools._file_stamps",  # cleared by i15-loop
         "loop/_taint_flow.py -> tiller.tools._taint_index",  # cleared by i15-loop
-        "serve/_app.py -> tiller.events._sink",  # cleared by i15-ops
-        "serve/_run_routes.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "serve/_run_view.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "serve/_runner.py -> tiller.store._checkpoints",  # cleared by i15-ops
-        "serve/_runner.py -> tiller.store._control",  # cleared by i15-ops
-        "serve/_thread.py -> tiller.store._checkpoints",  # cleared by i15-ops
     }
 )
 

@@ -14,14 +14,16 @@ from ._arguments import check_arguments
 from ._buckets import Buckets
 from ._continue import recover_run, resume_decided, resume_run
 from ._pinned import pinned_agent, pinned_policy_of
-from ._reconcile import DONE_DEFAULT, FAILED_DEFAULT, CallVerdict, Reconciled, reconcile
+
+# What the operations write for a person, importable by name (not in __all__).
+from ._reconcile import DONE_DEFAULT as DONE_DEFAULT
+from ._reconcile import FAILED_DEFAULT as FAILED_DEFAULT
+from ._reconcile import CallVerdict, Reconciled, reconcile
 from ._runs import list_runs, uncertain_calls
-from ._settle import CANCELLED_CALL, close_cancelled, expire_held
+from ._settle import CANCELLED_CALL as CANCELLED_CALL
+from ._settle import close_cancelled, expire_held
 
 __all__ = [
-    "CANCELLED_CALL",
-    "DONE_DEFAULT",
-    "FAILED_DEFAULT",
     "Buckets",
     "CallVerdict",
     "Decided",
