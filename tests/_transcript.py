@@ -15,6 +15,8 @@ Lines of a transcript:
     reasoning: <text>                     a reasoning part of the message above
     call <call id> <tool> <arguments>     a tool call of the message above
 
+A newline inside a text or result is written `¶`, so each part stays on one line.
+
 Lines of a stream (AG-UI events as a client reads them, `Run.wire`):
 
     RUN_STARTED <run id> {...}            plus `thread=<id>` when the thread differs
@@ -24,6 +26,9 @@ Lines of a stream (AG-UI events as a client reads them, `Run.wire`):
     TOOL_CALL_START <call id> <tool> in <parent message id>
     TOOL_CALL_ARGS <call id> <json>       consecutive deltas of one call joined
     TOOL_CALL_RESULT <call id> (<message id>): <content>
+    MESSAGES_SNAPSHOT                     then one line per message, indented:
+      <id> <role>: <content>              a message (a tool message adds its call id)
+      <id> call <call id> <tool> <json>   a tool call of the message above
     CUSTOM <name> {"value": ...}
     <TYPE> <compact JSON of the rest>     every other event; any field not written bare
                                           above follows as JSON, so nothing is dropped
@@ -53,17 +58,21 @@ def message_lines(message: Message) -> list[str]:
     """One message as transcript lines (see the module docstring)."""
     if isinstance(message, UserMessage):
         lines = [
-            f"{'error' if r.is_error else 'result'} {r.call_id} {r.name}: {r.content}"
+            f"{'error' if r.is_error else 'result'} {r.call_id} {r.name}: {_line(r.content)}"
             for r in message.tool_results
         ]
         if message.text or not message.tool_results:
             label = f"user {message.id}" if message.id else "user"
-            lines.append(f"{label}: {message.text}")
+            lines.append(f"{label}: {_line(message.text)}")
         return lines
-    lines = [f"assistant {message.id}: {message.text}".rstrip()]
-    lines.extend(f"reasoning: {part.text}" for part in message.reasoning)
+    lines = [f"assistant {message.id}: {_line(message.text)}".rstrip()]
+    lines.extend(f"reasoning: {_line(part.text)}" for part in message.reasoning)
     lines.extend(f"call {c.id} {c.name} {c.arguments}" for c in message.tool_calls)
     return lines
+
+
+def _line(text: str) -> str:
+    return text.replace("\n", "¶")
 
 
 def _messages(source: Any) -> Sequence[Message]:
@@ -91,13 +100,16 @@ def event_lines(wire: Iterable[Mapping[str, Any]], *, usage: bool = False) -> li
         if kind in ("TEXT_MESSAGE_CONTENT", "TOOL_CALL_ARGS"):
             key = event.get("messageId") or event["toolCallId"]
             if last == (kind, key):
-                lines[-1] += event["delta"]
+                lines[-1] += _line(event["delta"])
                 continue
-            lines.append(f"{kind} {key} {event['delta']}")
+            lines.append(f"{kind} {key} {_line(event['delta'])}")
             last = (kind, key)
             continue
         last = None
         lines.append(_event_line(event, usage=usage))
+        if kind == "MESSAGES_SNAPSHOT":
+            lines[-1] = kind
+            lines.extend(_snapshot_lines(event["messages"]))
     return lines
 
 
@@ -136,10 +148,34 @@ def _event_line(event: Mapping[str, Any], *, usage: bool) -> str:
         content = rest.pop("content")
         if message is not None:
             words.append(f"({message})")
-        return " ".join(words) + (f" {_compact(rest)}" if rest else "") + f": {content}"
+        return " ".join(words) + (f" {_compact(rest)}" if rest else "") + f": {_line(content)}"
     if rest:
         words.append(_compact(rest))
     return " ".join(words)
+
+
+def _snapshot_lines(messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for message in messages:
+        rest = {k: v for k, v in message.items() if k not in ("id", "role", "content")}
+        calls = rest.pop("toolCalls", [])
+        call_id = rest.pop("toolCallId", None)
+        head = f"  {message['id']} {message['role']}" + (f" {call_id}" if call_id else "")
+        content = message.get("content")
+        text = (
+            ""
+            if content is None
+            else _line(content)
+            if isinstance(content, str)
+            else _compact(content)
+        )
+        lines.append(f"{head}: {text}".rstrip() + (f" {_compact(rest)}" if rest else ""))
+        for call in calls:
+            function = call["function"]
+            lines.append(
+                f"  {message['id']} call {call['id']} {function['name']} {function['arguments']}"
+            )
+    return lines
 
 
 def event_types(wire: Iterable[Mapping[str, Any]]) -> list[str]:

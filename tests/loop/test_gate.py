@@ -2,6 +2,9 @@
 that are not read-only (DESIGN §3). Refusals say who refused (law 4), become error
 results the model reads, and the run goes on."""
 
+# Inline snapshots hold each transcript line whole, as the run wrote it.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 from pathlib import Path

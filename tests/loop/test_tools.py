@@ -1,6 +1,9 @@
 """Running tool calls: malformed arguments, failures the model reads, parallel calls in
 call order, the turn's shared output budget, and state published by tools."""
 
+# Inline snapshots hold each transcript line whole, as the run wrote it.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 import asyncio
