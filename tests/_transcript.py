@@ -23,6 +23,7 @@ Lines of a stream (AG-UI events as a client reads them, `Run.wire`):
     STEP_STARTED <step name>
     TEXT_MESSAGE_START <message id>       plus the role when it is not "assistant"
     TEXT_MESSAGE_CONTENT <id> <text>      consecutive deltas of one message joined
+                                          (REASONING_MESSAGE_CONTENT likewise)
     TOOL_CALL_START <call id> <tool> in <parent message id>
     TOOL_CALL_ARGS <call id> <json>       consecutive deltas of one call joined
     TOOL_CALL_RESULT <call id> (<message id>): <content>
@@ -97,7 +98,7 @@ def event_lines(wire: Iterable[Mapping[str, Any]], *, usage: bool = False) -> li
     last: tuple[str, str] | None = None
     for event in wire:
         kind = event["type"]
-        if kind in ("TEXT_MESSAGE_CONTENT", "TOOL_CALL_ARGS"):
+        if kind in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS"):
             key = event.get("messageId") or event["toolCallId"]
             if last == (kind, key):
                 lines[-1] += _line(event["delta"])
@@ -121,6 +122,10 @@ _BARE: dict[str, tuple[str, ...]] = {
     "STEP_FINISHED": ("stepName",),
     "TEXT_MESSAGE_START": ("messageId",),
     "TEXT_MESSAGE_END": ("messageId",),
+    "REASONING_START": ("messageId",),
+    "REASONING_END": ("messageId",),
+    "REASONING_MESSAGE_START": ("messageId",),
+    "REASONING_MESSAGE_END": ("messageId",),
     "TOOL_CALL_START": ("toolCallId", "toolCallName"),
     "TOOL_CALL_END": ("toolCallId",),
     "TOOL_CALL_RESULT": ("toolCallId",),
@@ -138,6 +143,8 @@ def _event_line(event: Mapping[str, Any], *, usage: bool) -> str:
         words.append(run_id if thread == run_id else f"{run_id} thread={thread}")
     words.extend(str(rest.pop(name)) for name in _BARE.get(kind, ()) if name in rest)
     if kind == "TEXT_MESSAGE_START" and rest.get("role") == "assistant":
+        del rest["role"]
+    if kind == "REASONING_MESSAGE_START" and rest.get("role") == "reasoning":
         del rest["role"]
     if kind == "TOOL_CALL_RESULT" and rest.get("role") == "tool":
         del rest["role"]
