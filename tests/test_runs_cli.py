@@ -37,8 +37,8 @@ from tiller.loop._agent_ref import load_agent, options_from, record_policy, run_
 from tiller.phase import Phase
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
-from tiller.store import Bus, open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from tiller.store import Bus, CheckpointStore, open_bus
+from tiller.store._checkpoints import DEFAULT_BUCKET
 
 T = TypeVar("T")
 

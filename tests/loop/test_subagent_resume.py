@@ -26,9 +26,8 @@ from tiller.errors import UsageError
 from tiller.events import Event
 from tiller.loop import Agent, ResumeDecision, RunContext, RunOptions, RunResult, resume
 from tiller.state import StopCause
-from tiller.store import Bus, open_bus
-from tiller.store._approvals import ApprovalStore
-from tiller.store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from tiller.store import ApprovalStore, Bus, CheckpointStore, open_bus
+from tiller.store._checkpoints import DEFAULT_BUCKET
 from tiller.testing import assert_valid_stream
 
 from ._support import assert_legal, assert_round_trips
