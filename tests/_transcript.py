@@ -11,6 +11,7 @@ Lines of a transcript:
     user: <text>                          a user message's text (its id too, when it has one)
     result <call id> <tool>: <content>    a tool result the model reads
     error <call id> <tool>: <content>     a tool result marked as an error
+    and user: <text>                      text folded into the message of the results above
     assistant <message id>: <text>        an assistant message (text may be empty)
     reasoning: <text>                     a reasoning part of the message above
     call <call id> <tool> <arguments>     a tool call of the message above
@@ -64,6 +65,8 @@ def message_lines(message: Message) -> list[str]:
         ]
         if message.text or not message.tool_results:
             label = f"user {message.id}" if message.id else "user"
+            # Text folded into the message that carries the results (law 1) reads "and".
+            label = f"and {label}" if message.tool_results else label
             lines.append(f"{label}: {_line(message.text)}")
         return lines
     lines = [f"assistant {message.id}: {_line(message.text)}".rstrip()]

@@ -96,7 +96,7 @@ async def test_continuing_from_every_step_boundary(tmp_path: Path) -> None:
             'call r1-call-3 look {"at":"b"}',
             "result r1-call-2 note: noted",
             "result r1-call-3 look: saw b",
-            "user: (noted: found a)¶¶Your last reply was empty. Continue with the task, or give your final answer.",
+            "and user: (noted: found a)¶¶Your last reply was empty. Continue with the task, or give your final answer.",
             "assistant r1-msg-7: Almost.",
             "reasoning: Nearly there.",
             "call r1-call-4 look {}",
@@ -167,7 +167,7 @@ async def test_continuing_after_a_cancel(workspace: Path) -> None:
             "assistant r1-msg-1: Working.",
             "call r1-call-1 slow {}",
             "error r1-call-1 slow: The run was cancelled before this call finished.",
-            "user: Never mind, just say hi.",
+            "and user: Never mind, just say hi.",
         ]
     )
     assert cut == ["started"]

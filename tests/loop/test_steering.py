@@ -60,7 +60,7 @@ async def test_steering_is_folded_into_the_tool_results_message(ctx: RunContext)
             "assistant r1-msg-1: Checking.",
             'call r1-call-1 weather {"city":"Oslo"}',
             "result r1-call-1 weather: Oslo: 68F",
-            "user: Use metric units, please.",
+            "and user: Use metric units, please.",
             "assistant r1-msg-3: It is 20C in Oslo.",
         ]
     )
@@ -147,7 +147,7 @@ async def test_several_messages_and_parallel_results_fold_into_one(ctx: RunConte
             'call r1-call-2 weather {"city":"Rome"}',
             "result r1-call-1 weather: Oslo: 68F",
             "result r1-call-2 weather: Rome: 68F",
-            "user: first¶¶second¶¶first¶¶second",
+            "and user: first¶¶second¶¶first¶¶second",
         ]
     )
     assert len(run.custom("tiller.queued_input")) == 4
@@ -262,7 +262,7 @@ async def test_steering_pushed_by_an_observer_of_the_stream(ctx: RunContext) -> 
             "assistant r1-msg-1:",
             'call r1-call-1 weather {"city":"Oslo"}',
             "result r1-call-1 weather: Oslo: 68F",
-            "user: In Celsius.",
+            "and user: In Celsius.",
             "assistant r1-msg-3: It is 20C.",
             "user: And the wind?",
             "assistant r1-msg-4: It is 20C and windy.",
@@ -307,7 +307,7 @@ async def test_steering_taken_just_before_a_cancel_is_kept_in_the_state(
             "assistant r1-msg-1:",
             'call r1-call-1 weather {"city":"Oslo"}',
             "result r1-call-1 weather: Oslo: 68F",
-            "user: one¶¶two",
+            "and user: one¶¶two",
         ]
     )
     assert event_lines(run.wire) == snapshot(
