@@ -29,8 +29,15 @@ from tiller.conversation import UserMessage
 from tiller.loop import Agent, RunContext, RunOptions
 from tiller.loop._agent_ref import load_agent, record_policy
 from tiller.state import RunState, StopCause
-from tiller.store import APPROVALS_BUCKET, ApprovalStore, Bus, HeldApproval, open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from tiller.store import (
+    APPROVALS_BUCKET,
+    ApprovalStore,
+    Bus,
+    CheckpointStore,
+    HeldApproval,
+    open_bus,
+)
+from tiller.store._checkpoints import DEFAULT_BUCKET
 
 T = TypeVar("T")
 

@@ -25,8 +25,7 @@ def _checkpoint(store: Path, run_id: str) -> RunState:
     """The run's latest checkpoint, read from the SQLite file as another process would."""
     import asyncio
 
-    from tiller.store import open_bus
-    from tiller.store._checkpoints import CheckpointStore
+    from tiller.store import CheckpointStore, open_bus
 
     async def load() -> RunState:
         async with await open_bus(f"sqlite:///{store}") as bus:

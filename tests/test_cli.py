@@ -6,7 +6,13 @@ import re
 import sys
 from pathlib import Path
 
+from dirty_equals import IsStr
+from inline_snapshot import snapshot
+
 from .cli_support import tiller
+
+# The summary's rule is as wide as the terminal rich detects.
+RULE = IsStr(regex=r"─+ summary ─+")
 
 SCRIPT = """
 turns:
@@ -29,8 +35,25 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
         "run", "write hello", "-m", f"scripted:{script}", "-w", str(workspace), "--store", store
     )
     assert held.returncode == 0, held.stderr
-    assert "stop cause  suspended" in held.stdout
-    assert "is waiting for a person" in held.stdout
+    lines = held.stdout.splitlines()
+    # What follows is the approve/deny hint, wrapped where the store's temp path falls.
+    hint = next(n for n, line in enumerate(lines) if "tiller approve" in line)
+    assert lines[hint - 1].endswith(r"content='hi there\n')")
+    assert lines[:hint] == snapshot(
+        [
+            "policy: no tiller.toml: built-in defaults",
+            "assistant Writing the file.",
+            "→ write_file(path='notes/hello.txt', content='hi there⏎')",
+            "  ─ turns 1 · tokens 68 in / 19 out · $0.0000",
+            RULE,
+            "stop cause  suspended",
+            "turns       1",
+            "turns 1 · tokens 68 in / 19 out · $0.0000",
+            "no price known for scripted:script",
+            IsStr(regex=r"run run-[0-9a-f]{12} is waiting for a person:"),
+            IsStr(regex=r"  ap-[0-9a-f]{8}  write_file\(path='notes/hello\.txt', content=.*\)"),
+        ]
+    )
     (approval_id,) = re.findall(r"tiller approve (ap-[0-9a-f]+)", held.stdout)
     assert not target.exists()
     listed = tiller("approvals", "list", "--store", store)
@@ -48,7 +71,22 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
     )
     assert allowed.returncode == 0, allowed.stderr
     assert (tmp_path / "ws2" / "notes" / "hello.txt").read_text() == "hi there\n"
-    assert "stop cause  completed" in allowed.stdout
+    assert allowed.stdout.splitlines() == snapshot(
+        [
+            "policy: no tiller.toml: built-in defaults",
+            "assistant Writing the file.",
+            "→ write_file(path='notes/hello.txt', content='hi there⏎')",
+            "← write_file: created notes/hello.txt (9 bytes)",
+            "  ─ turns 1 · tokens 68 in / 19 out · $0.0000",
+            "assistant Wrote notes/hello.txt.",
+            "  ─ turns 2 · tokens 161 in / 25 out · $0.0000",
+            RULE,
+            "stop cause  completed",
+            "turns       2",
+            "turns 2 · tokens 161 in / 25 out · $0.0000",
+            "no price known for scripted:script",
+        ]
+    )
 
 
 def test_run_reports_a_bad_model_string(tmp_path: Path) -> None:
@@ -66,7 +104,28 @@ def test_run_stops_at_max_turns(tmp_path: Path) -> None:
         "run", "loop", "-m", f"scripted:{script}", "-w", str(tmp_path), "--max-turns", "3"
     )
     assert done.returncode == 1
-    assert "stop cause  turn_budget (exhausted)" in done.stdout
+    assert done.stdout.splitlines() == snapshot(
+        [
+            "policy: no tiller.toml: built-in defaults",
+            "→ list_dir()",
+            "← list_dir: .tiller/",
+            "   loop.yaml",
+            "  ─ turns 1/3 · tokens 66 in / 3 out · $0.0000",
+            "→ list_dir()",
+            "← list_dir: .tiller/",
+            "   loop.yaml",
+            "  ─ turns 2/3 · tokens 137 in / 6 out · $0.0000",
+            "→ list_dir()",
+            "← list_dir: .tiller/",
+            "   loop.yaml",
+            "  ─ turns 3/3 · tokens 213 in / 9 out · $0.0000",
+            RULE,
+            "stop cause  turn_budget (exhausted)",
+            "turns       3",
+            "turns 3/3 · tokens 213 in / 9 out · $0.0000",
+            "no price known for scripted:loop",
+        ]
+    )
 
 
 def test_demo_fixes_the_bug_and_honours_the_steer() -> None:

@@ -18,8 +18,8 @@ from tiller.loop import Agent, PauseOnWrites, ResumeDecision, RunContext, RunOpt
 from tiller.model import ScriptedModel, Turn
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.store import Bus, KeyValue, StoreUnavailable, open_bus
-from tiller.store._event_log import EVENT_LOG_BUCKET, EventLog
+from tiller.store import Bus, EventLog, KeyValue, StoreUnavailable, open_bus
+from tiller.store._event_log import EVENT_LOG_BUCKET
 from tiller.testing import assert_valid_stream, wire_events
 from tiller.tools import tool
 

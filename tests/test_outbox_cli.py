@@ -30,8 +30,15 @@ from tiller.loop import RunContext
 from tiller.loop._agent_ref import record_policy
 from tiller.ops import check_arguments
 from tiller.state import RunState
-from tiller.store import OUTBOX_BUCKET, Bus, OutboxItem, OutboxStatusError, OutboxStore, open_bus
-from tiller.store._checkpoints import CheckpointStore
+from tiller.store import (
+    OUTBOX_BUCKET,
+    Bus,
+    CheckpointStore,
+    OutboxItem,
+    OutboxStatusError,
+    OutboxStore,
+    open_bus,
+)
 from tiller.tools import BaseTool, ExecContext, ToolOutput
 
 T = TypeVar("T")

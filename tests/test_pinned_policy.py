@@ -188,7 +188,7 @@ async def test_the_library_refuses_to_resume_a_pinned_run_without_its_policy(
 def test_a_policy_with_rules_knows_the_pinned_files_are_protected(workspace: Path) -> None:
     """A `[policy]` engine takes the protected paths it is built with: the hook scripts
     were added after it was built, so its shell check let `echo > check.sh` through."""
-    from tiller.tools.builtin._shell import execute_command_tool
+    from tiller.tools.builtin import execute_command_tool
 
     ctx = PinnedPolicy.read(workspace).apply(RunContext.sandboxed(workspace))
     assert ctx.policy is not None

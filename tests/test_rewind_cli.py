@@ -27,8 +27,7 @@ from tiller.loop import RunContext
 from tiller.loop._agent_ref import record_policy
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
-from tiller.store import FILE_BLOBS_BUCKET, Bus, FileCheckpoints, open_bus
-from tiller.store._checkpoints import CheckpointStore
+from tiller.store import FILE_BLOBS_BUCKET, Bus, CheckpointStore, FileCheckpoints, open_bus
 from tiller.tools import CheckpointOrigin
 
 T = TypeVar("T")
@@ -350,7 +349,7 @@ def checklist_run(url: str, ws: Path) -> list[list[tuple[str, str, str]]]:
     from tiller.loop import Agent, RunOptions
     from tiller.model import ScriptedModel
     from tiller.store._checkpoints import DEFAULT_BUCKET
-    from tiller.tools.builtin._tasks import task_create, task_update
+    from tiller.tools.builtin import task_create, task_update
 
     def create(subject: str) -> dict[str, Any]:
         return {"name": "task_create", "arguments": {"subject": subject}}

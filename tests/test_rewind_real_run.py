@@ -15,8 +15,8 @@ from tiller.loop import Agent, RunContext, RunOptions
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.store import open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from tiller.store import CheckpointStore, open_bus
+from tiller.store._checkpoints import DEFAULT_BUCKET
 from tiller.tools.builtin import apply_patch, edit_file, write_file
 
 PATCH = """\

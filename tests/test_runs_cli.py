@@ -38,8 +38,8 @@ from tiller.ops import resume_run
 from tiller.phase import Phase
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
-from tiller.store import Bus, open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from tiller.store import Bus, CheckpointStore, open_bus
+from tiller.store._checkpoints import DEFAULT_BUCKET
 
 T = TypeVar("T")
 

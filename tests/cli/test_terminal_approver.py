@@ -13,8 +13,7 @@ from rich.console import Console
 from tiller.cli._run import TerminalApprover
 from tiller.conversation import ToolCall
 from tiller.policy import ApprovalBroker, AskReason, Callback, Decision, RiskClass
-from tiller.tools.builtin._shell import execute_command_tool
-from tiller.tools.builtin._web import web_fetch
+from tiller.tools.builtin import execute_command_tool, web_fetch
 
 SHELL = execute_command_tool()
 

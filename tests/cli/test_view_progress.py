@@ -19,8 +19,8 @@ from tiller.events import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
+from tiller.tools import TaskBroker
 from tiller.tools._progress import Progress
-from tiller.tools._tasks import TaskBroker
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 

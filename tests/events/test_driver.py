@@ -1,11 +1,16 @@
 """`run_agent`: one valid stream per run, whatever the agent does."""
 
+# Inline snapshots hold each event line whole, as the run wrote it.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
 import pytest
+from dirty_equals import IsStr
+from inline_snapshot import snapshot
 from pydantic import BaseModel
 
 from tiller import CancellationToken, Cancelled
@@ -22,6 +27,8 @@ from tiller.events import (
     run_agent,
 )
 from tiller.testing import assert_valid_stream
+
+from .._transcript import event_lines
 
 INPUT = {
     "threadId": "t1",
@@ -115,8 +122,12 @@ async def test_a_protocol_violation_becomes_run_error() -> None:
         ctx.emit(TextMessageContentEvent("ghost", "x"))
 
     wire = await collect(run_agent(agent, INPUT))
-    assert wire[-1]["code"] == "PROTOCOL_VIOLATION"
-    assert wire[-1]["message"].startswith("NotOpen")
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            'RUN_ERROR {"message":"NotOpen: TEXT_MESSAGE_CONTENT for ghost, which is not open","code":"PROTOCOL_VIOLATION"}',
+        ]
+    )
 
 
 async def test_finishing_with_something_open_is_an_error_naming_the_rule() -> None:
@@ -124,8 +135,13 @@ async def test_finishing_with_something_open_is_an_error_naming_the_rule() -> No
         ctx.step("never finished")
 
     wire = await collect(run_agent(agent, INPUT))
-    assert wire[-1]["code"] == "PROTOCOL_VIOLATION"
-    assert "OpenAtFinish" in wire[-1]["message"] and "never finished" in wire[-1]["message"]
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED never finished",
+            'RUN_ERROR {"message":"OpenAtFinish: RUN_FINISHED while open: step \'never finished\'","code":"PROTOCOL_VIOLATION"}',
+        ]
+    )
 
 
 async def test_state_decode_failure() -> None:
@@ -136,8 +152,15 @@ async def test_state_decode_failure() -> None:
             raise AssertionError("never runs")
 
     wire = await collect(run_agent(Typed(), {**INPUT, "state": {"asked": "lots"}}))
-    assert kinds(wire) == ["RUN_STARTED", "RUN_ERROR"]
-    assert wire[-1]["code"] == "SERIALIZATION"
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            # pydantic's own words (and its version, in a link) follow the first line.
+            IsStr(
+                regex=r'RUN_ERROR \{"message":"the run\'s state does not fit Approvals: 1 validation error for Approvals\\nasked\\n  Input should be a valid integer.*","code":"SERIALIZATION"\}'
+            ),
+        ]
+    )
     for empty in (None, {}):
         ok = await collect(run_agent(_Quiet(), {**INPUT, "state": empty}))
         assert ok[-1]["type"] == "RUN_FINISHED"
@@ -155,8 +178,12 @@ async def test_agent_that_sends_its_own_terminal_event() -> None:
         ctx.emit(RunFinishedEvent(ctx.thread_id, ctx.run_id, result={"done": True}))
 
     wire = await collect(run_agent(agent, INPUT))
-    assert kinds(wire) == ["RUN_STARTED", "RUN_FINISHED"]
-    assert wire[-1]["result"] == {"done": True}
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            'RUN_FINISHED r1 thread=t1 {"result":{"done":true}}',
+        ]
+    )
 
 
 async def test_returning_something_else_is_an_error() -> None:
@@ -164,7 +191,12 @@ async def test_returning_something_else_is_an_error() -> None:
         return "done"
 
     wire = await collect(run_agent(agent, INPUT))
-    assert wire[-1]["code"] == "AGENT_ERROR" and "RunOutcome" in wire[-1]["message"]
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            'RUN_ERROR {"message":"the agent returned str; return a RunOutcome or None","code":"AGENT_ERROR"}',
+        ]
+    )
 
 
 # ── cancellation ─────────────────────────────────────────────────────────────────
@@ -190,15 +222,23 @@ async def test_cancel_mid_stream_closes_what_was_open() -> None:
             if blocked.is_set() and not token.is_cancelled:
                 token.cancel("user pressed stop")
     wire = assert_valid_stream(seen)
-    assert wire[-1]["outcome"] == {"type": "cancelled"}
-    assert "partial answer" in [e.get("delta") for e in wire]  # what was produced is kept
-    assert kinds(wire)[-5:] == [
-        "REASONING_MESSAGE_END",
-        "REASONING_END",
-        "TEXT_MESSAGE_END",
-        "STEP_FINISHED",
-        "RUN_FINISHED",
-    ]
+    # What was produced is kept, and every bracket closes before the terminal event.
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED work",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 partial answer",
+            "REASONING_START r1-msg-2",
+            "REASONING_MESSAGE_START r1-msg-2",
+            "REASONING_MESSAGE_CONTENT r1-msg-2 partial thought",
+            "REASONING_MESSAGE_END r1-msg-2",
+            "REASONING_END r1-msg-2",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "STEP_FINISHED work",
+            'RUN_FINISHED r1 thread=t1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
 
 
 async def test_cancel_with_unparseable_tool_args_is_a_cancelled_error() -> None:
@@ -211,8 +251,14 @@ async def test_cancel_with_unparseable_tool_args_is_a_cancelled_error() -> None:
         await asyncio.sleep(3600)
 
     wire = await collect(run_agent(agent, INPUT, cancel=token))
-    assert kinds(wire) == ["RUN_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "RUN_ERROR"]
-    assert wire[-1]["code"] == "CANCELLED"
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            "TOOL_CALL_START r1-call-1 search",
+            'TOOL_CALL_ARGS r1-call-1 {"query": "half',
+            'RUN_ERROR {"message":"the run was cancelled","code":"CANCELLED"}',
+        ]
+    )
 
 
 async def test_cancel_inside_with_blocks() -> None:
@@ -225,13 +271,17 @@ async def test_cancel_inside_with_blocks() -> None:
             ctx.say("refused after cancel")  # raises Cancelled; the brackets close
 
     wire = await collect(run_agent(agent, INPUT, cancel=token))
-    assert wire[-1]["outcome"] == {"type": "cancelled"}
-    assert {
-        "type": "SUBAGENT_ERROR",
-        "subagentRunId": "r1-sub-1",
-        "message": "the subagent was cancelled",
-        "code": "CANCELLED",
-    } in wire
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            'SUBAGENT_STARTED {"subagentRunId":"r1-sub-1","name":"helper"}',
+            'TOOL_CALL_START r1-call-1 slow {"subagentRunId":"r1-sub-1"}',
+            'TOOL_CALL_ARGS r1-call-1 {"n":1}',
+            'TOOL_CALL_END r1-call-1 {"subagentRunId":"r1-sub-1"}',
+            'SUBAGENT_ERROR {"subagentRunId":"r1-sub-1","message":"the subagent was cancelled","code":"CANCELLED"}',
+            'RUN_FINISHED r1 thread=t1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
 
 
 async def test_agent_returning_cancelled() -> None:
@@ -240,8 +290,14 @@ async def test_agent_returning_cancelled() -> None:
         return RunOutcome.cancelled()
 
     wire = await collect(run_agent(agent, INPUT))
-    assert kinds(wire)[-2:] == ["STEP_FINISHED", "RUN_FINISHED"]
-    assert wire[-1]["outcome"] == {"type": "cancelled"}
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED left open by the agent",
+            "STEP_FINISHED left open by the agent",
+            'RUN_FINISHED r1 thread=t1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
 
 
 async def test_a_shared_batch_token_cancels_every_run_but_each_has_its_own_child() -> None:
@@ -327,4 +383,12 @@ async def test_transformers_apply_to_the_driven_stream() -> None:
         ctx.tool_call("public").result("shown")
 
     wire = await collect(run_agent(agent, INPUT, transformers=[FilterToolCalls.deny(["secret"])]))
-    assert [e.get("toolCallName") for e in wire if e["type"] == "TOOL_CALL_START"] == ["public"]
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 thread=t1 {"protocolVersion":"1.0"}',
+            "TOOL_CALL_START r1-call-2 public",
+            "TOOL_CALL_END r1-call-2",
+            "TOOL_CALL_RESULT r1-call-2 (r1-msg-2): shown",
+            'RUN_FINISHED r1 thread=t1 {"outcome":{"type":"success"}}',
+        ]
+    )

@@ -10,8 +10,10 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from inline_snapshot import snapshot
+
 from tiller.cancel import CancellationToken
-from tiller.conversation import AssistantMessage, Usage, UserMessage
+from tiller.conversation import Usage
 from tiller.events import Event
 from tiller.loop import Agent, RunContext, SteeringQueue
 from tiller.model import (
@@ -30,7 +32,8 @@ from tiller.state import StopCause
 from tiller.testing import assert_valid_stream
 from tiller.tools import tool
 
-from ._support import Run, assert_legal, drive, texts
+from .._transcript import event_lines, event_types, transcript_of
+from ._support import Run, assert_legal, drive
 
 CANCELLED = {"type": "cancelled"}
 
@@ -95,23 +98,33 @@ async def test_cancel_mid_text_keeps_the_partial_text(ctx: RunContext) -> None:
     wire = assert_valid_stream(events)
     assert result.stop_cause is StopCause.CANCELLED
     assert result.text == "Hello wor"
-    assert result.state.messages == [
-        UserMessage(text="hi"),
-        AssistantMessage(id="r1-msg-1", text="Hello wor"),
-    ]
+    assert transcript_of(result) == snapshot(["user: hi", "assistant r1-msg-1: Hello wor"])
     assert result.usage_complete is False
     assert result.usage.requests == 1
     assert result.turns == 1
-    assert [e["type"] for e in wire] == [
-        "RUN_STARTED",
-        "STEP_STARTED",
-        "TEXT_MESSAGE_START",
-        "TEXT_MESSAGE_CONTENT",
-        "TEXT_MESSAGE_CONTENT",
-        "TEXT_MESSAGE_END",
-        "STEP_FINISHED",
-        "RUN_FINISHED",
-    ]
+    assert event_types(wire) == snapshot(
+        [
+            "RUN_STARTED",
+            "STEP_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "STEP_FINISHED",
+            "RUN_FINISHED",
+        ]
+    )
+    assert event_lines(wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 Hello wor",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "STEP_FINISHED turn 1",
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
     assert wire[-1]["outcome"] == CANCELLED
     assert_legal(result.state.messages)
 
@@ -132,9 +145,16 @@ async def test_cancel_during_a_delayed_turn(ctx: RunContext) -> None:
         cancel_when(reached, token),
     )
     assert_cancelled(run)
-    assert texts(run.messages) == [("user", "hi")]
+    assert transcript_of(run) == snapshot(["user: hi"])
     assert run.result.usage_complete is False
-    assert "TEXT_MESSAGE_START" not in run.kinds
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "STEP_FINISHED turn 1",
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
 
 
 async def test_cancel_mid_tool_call_arguments_drops_the_call(ctx: RunContext) -> None:
@@ -162,10 +182,20 @@ async def test_cancel_mid_tool_call_arguments_drops_the_call(ctx: RunContext) ->
         cancel_when(model.blocked, token),
     )
     assert_cancelled(run)
-    assert run.messages[-1] == AssistantMessage(id="r1-msg-1", text="Writing the file.")
+    assert transcript_of(run) == snapshot(["user: go", "assistant r1-msg-1: Writing the file."])
     assert run.result.usage == Usage(input_tokens=10, output_tokens=3, requests=1)
     assert run.result.usage_complete is False
-    assert not any(kind.startswith("TOOL_CALL") for kind in run.kinds)
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 Writing the file.",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "STEP_FINISHED turn 1",
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
     assert run.result.state.calls == {}
     assert ran == []
 
@@ -197,9 +227,21 @@ async def test_cancel_after_one_call_completed_mid_stream(ctx: RunContext) -> No
         cancel_when(model.blocked, token),
     )
     assert_cancelled(run)
-    assert run.messages[-1] == AssistantMessage(id="r1-msg-1", text="Two files.")
-    started = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_START"]
-    assert started == ["r1-call-1"]
+    assert transcript_of(run) == snapshot(["user: go", "assistant r1-msg-1: Two files."])
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 Two files.",
+            "TOOL_CALL_START r1-call-1 write in r1-msg-1",
+            'TOOL_CALL_ARGS r1-call-1 {"path": "a.txt"}',
+            "TOOL_CALL_END r1-call-1",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "STEP_FINISHED turn 1",
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
     assert ran == []
 
 
@@ -233,11 +275,16 @@ async def test_cancel_during_tool_execution(ctx: RunContext) -> None:
     )
     assert_cancelled(run)
     assert len(model.requests) == 1
-    results = run.results()
-    assert [(r.call_id, r.content, r.is_error) for r in results] == [
-        ("r1-call-1", "fast done", False),
-        ("r1-call-2", "The run was cancelled before this call finished.", True),
-    ]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1: Both.",
+            "call r1-call-1 fast {}",
+            "call r1-call-2 slow {}",
+            "result r1-call-1 fast: fast done",
+            "error r1-call-2 slow: The run was cancelled before this call finished.",
+        ]
+    )
     calls = run.result.state.calls
     assert (calls["r1-call-1"].status, calls["r1-call-2"].status) == ("completed", "failed")
     assert [entry.call_id for entry in run.result.tool_trace] == ["r1-call-1", "r1-call-2"]
@@ -308,14 +355,37 @@ async def test_cancel_while_the_batch_is_gated(ctx: RunContext) -> None:
     assert ran == []
     # A decided refusal is kept even though, after the cancel, it could not be shown;
     # the call whose approval was still to come never runs: the cancel cut it.
-    assert [(r.name, r.content) for r in run.results()] == [
-        ("look", "The run was cancelled before this call finished."),
-        ("write", "Denied by the user: the approver said no."),
-        ("write", "The run was cancelled before this call finished."),
-    ]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 look {}",
+            "call r1-call-2 write {}",
+            "call r1-call-3 write {}",
+            "error r1-call-1 look: The run was cancelled before this call finished.",
+            "error r1-call-2 write: Denied by the user: the approver said no.",
+            "error r1-call-3 write: The run was cancelled before this call finished.",
+        ]
+    )
     assert [e.refused_by for e in run.result.tool_trace] == [None, "user", None]
-    shown = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"]
-    assert shown == ["r1-call-2"]
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TOOL_CALL_START r1-call-1 look in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-1 {}",
+            "TOOL_CALL_END r1-call-1",
+            "TOOL_CALL_START r1-call-2 write in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-2 {}",
+            "TOOL_CALL_END r1-call-2",
+            "TOOL_CALL_START r1-call-3 write in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-3 {}",
+            "TOOL_CALL_END r1-call-3",
+            "TOOL_CALL_RESULT r1-call-2 (r1-msg-3): Denied by the user: the approver said no.",
+            "STEP_FINISHED turn 1",
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
 
 
 async def test_cancel_while_the_approver_decides(ctx: RunContext) -> None:
@@ -345,8 +415,16 @@ async def test_cancel_while_the_approver_decides(ctx: RunContext) -> None:
         cancel_when(asked, token),
     )
     assert_cancelled(run)
-    assert [r.call_id for r in run.results()] == ["r1-call-1", "r1-call-2"]
-    assert all(r.is_error for r in run.results())
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 look {}",
+            "call r1-call-2 write {}",
+            "error r1-call-1 look: The run was cancelled before this call finished.",
+            "error r1-call-2 write: The run was cancelled before this call finished.",
+        ]
+    )
     assert {record.status for record in run.result.state.calls.values()} == {"failed"}
 
 
@@ -384,10 +462,30 @@ async def test_cancel_exactly_between_turns(ctx: RunContext) -> None:
     assert len(model.requests) == 1
     assert run.result.turns == 1
     assert run.result.usage_complete is True
-    assert texts(run.messages) == [("user", "go"), ("assistant", "Looking."), ("user", "")]
-    assert run.results()[0].content == "seen"
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1: Looking.",
+            "call r1-call-1 look {}",
+            "result r1-call-1 look: seen",
+        ]
+    )
     # The next turn never opened: its step is not in the stream.
-    assert run.kinds.count("STEP_STARTED") == 1
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 Looking.",
+            "TOOL_CALL_START r1-call-1 look in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-1 {}",
+            "TOOL_CALL_END r1-call-1",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): seen",
+            "STEP_FINISHED turn 1",
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
 
 
 async def test_cancel_from_on_event_at_a_step_boundary(ctx: RunContext) -> None:
@@ -413,12 +511,31 @@ async def test_cancel_from_on_event_at_a_step_boundary(ctx: RunContext) -> None:
 
     run = await drive(Agent(model, [look]), "go", ctx.with_cancel(token), on_event=on_event)
     assert_cancelled(run)
-    assert texts(run.messages) == [("user", "go"), ("assistant", "Looking."), ("user", "")]
-    assert run.results()[0].content == "seen"
-    assert "never" not in "".join(m.text for m in run.messages)
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1: Looking.",
+            "call r1-call-1 look {}",
+            "result r1-call-1 look: seen",
+        ]
+    )
     assert len(model.requests) == 1
     assert run.result.usage_complete is True
-    assert run.kinds.count("STEP_STARTED") == 1
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 Looking.",
+            "TOOL_CALL_START r1-call-1 look in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-1 {}",
+            "TOOL_CALL_END r1-call-1",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): seen",
+            "STEP_FINISHED turn 1",
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
 
 
 async def test_a_token_cancelled_before_the_run_starts(ctx: RunContext) -> None:
@@ -428,7 +545,12 @@ async def test_a_token_cancelled_before_the_run_starts(ctx: RunContext) -> None:
     run = await drive(Agent(model), "go", ctx.with_cancel(token))
     assert_cancelled(run)
     assert model.requests == []
-    assert run.kinds == ["RUN_STARTED", "RUN_FINISHED"]
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
     assert run.result.usage_complete is True
 
 

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tiller.store import open_bus
-from tiller.store._checkpoints import CheckpointStore
+from tiller.store import CheckpointStore, open_bus
 
 NATS_URL = "nats://127.0.0.1:4222"
 RUN_ID = "crash-1"

@@ -31,8 +31,7 @@ from tiller.loop import (
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.store import open_bus
-from tiller.store._checkpoints import AlreadyResumed, CheckpointStore
+from tiller.store import AlreadyResumed, CheckpointStore, open_bus
 from tiller.testing import assert_valid_stream
 from tiller.tools import ExecContext, tool
 
@@ -374,7 +373,7 @@ class _Clock:
 
 async def test_a_live_run_holds_its_lease_so_recovery_waits_or_is_forced(tmp_path: Path) -> None:
     """law 5: recovering a run whose process is still alive would run its calls twice."""
-    from tiller.store._checkpoints import RunStillRunning
+    from tiller.store import RunStillRunning
 
     clock = _Clock()
     entered, release = asyncio.Event(), asyncio.Event()

@@ -2,12 +2,16 @@
 that are not read-only (DESIGN §3). Refusals say who refused (law 4), become error
 results the model reads, and the run goes on."""
 
+# Inline snapshots hold each transcript line whole, as the run wrote it.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inline_snapshot import snapshot
 
 from tiller.conversation import ToolCall
 from tiller.loop import Agent, RunContext
@@ -17,6 +21,7 @@ from tiller.policy import AllowAll, Callback, Decision, ReadOnly
 from tiller.state import StopCause
 from tiller.tools import tool
 
+from .._transcript import transcript_of
 from ._support import Run, drive
 
 ran: list[str] = []
@@ -69,11 +74,16 @@ async def gate(context: RunContext, *names: str) -> tuple[Run, ScriptedModel]:
 async def test_plan_phase_hides_and_refuses_writing_tools(ctx: RunContext) -> None:
     run, model = await gate(ctx.with_phase(Phase.PLAN), "look", "write_note")
     assert [spec.name for spec in model.requests[0].tools] == ["look"]
-    look_result, note_result = run.results()
-    assert (look_result.content, look_result.is_error) == ("seen", False)
-    assert note_result.is_error
-    assert note_result.content == (
-        "Refused by the plan phase: write_note changes things and is not available while planning."
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 look {}",
+            'call r1-call-2 write_note {"text":"hi"}',
+            "result r1-call-1 look: seen",
+            "error r1-call-2 write_note: Refused by the plan phase: write_note changes things and is not available while planning.",
+            "assistant r1-msg-4: done",
+        ]
     )
     assert ran == ["look"]
     trace = run.result.tool_trace
@@ -94,22 +104,34 @@ async def test_execute_phase_shows_every_tool(ctx: RunContext) -> None:
 async def test_withheld_tools_are_hidden_and_refused(ctx: RunContext) -> None:
     run, model = await gate(ctx.with_withheld(["look"]), "look", "write_note")
     assert [spec.name for spec in model.requests[0].tools] == ["write_note", "edit"]
-    refused, allowed = run.results()
-    assert refused.content == "Refused: the tool look is withheld from this run."
-    assert refused.is_error
-    assert allowed.content == "noted"
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 look {}",
+            'call r1-call-2 write_note {"text":"hi"}',
+            "error r1-call-1 look: Refused: the tool look is withheld from this run.",
+            "result r1-call-2 write_note: noted",
+            "assistant r1-msg-4: done",
+        ]
+    )
     assert ran == ["write_note"]
     assert run.result.tool_trace[0].refused_by == "withheld"
 
 
 async def test_an_unknown_tool_gets_an_error_result_and_the_run_goes_on(ctx: RunContext) -> None:
     run, _ = await gate(ctx, "teleport", "look")
-    unknown, known = run.results()
-    assert unknown.is_error
-    assert unknown.content == (
-        "Unknown tool 'teleport'. The tools you can call are: edit, look, write_note."
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 teleport {}",
+            "call r1-call-2 look {}",
+            "error r1-call-1 teleport: Unknown tool 'teleport'. The tools you can call are: edit, look, write_note.",
+            "result r1-call-2 look: seen",
+            "assistant r1-msg-4: done",
+        ]
     )
-    assert known.content == "seen"
     entry = run.result.tool_trace[0]
     assert (entry.name, entry.unknown, entry.refused_by) == ("teleport", True, "unknown")
     assert run.result.text == "done"
@@ -120,29 +142,47 @@ async def test_an_unknown_tool_gets_an_error_result_and_the_run_goes_on(ctx: Run
 
 async def test_no_approver_blocks_what_needs_approval(workspace: Path) -> None:
     run, _ = await gate(RunContext.sandboxed(workspace), "write_note", "look")
-    blocked, seen = run.results()
-    assert blocked.is_error
-    assert blocked.content == (
-        "Blocked by policy: this action needs approval and no approver is attached."
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            'call r1-call-1 write_note {"text":"hi"}',
+            "call r1-call-2 look {}",
+            "error r1-call-1 write_note: Blocked by policy: this action needs approval and no approver is attached.",
+            "result r1-call-2 look: seen",
+            "assistant r1-msg-4: done",
+        ]
     )
-    assert seen.content == "seen"
     assert ran == ["look"]
     assert run.result.tool_trace[0].refused_by == "policy"
 
 
 async def test_read_only_approver(workspace: Path) -> None:
     run, _ = await gate(RunContext.sandboxed(workspace, ReadOnly()), "write_note", "look")
-    assert run.results()[0].content == (
-        "Blocked by policy: write_note changes things, and this run is read-only."
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            'call r1-call-1 write_note {"text":"hi"}',
+            "call r1-call-2 look {}",
+            "error r1-call-1 write_note: Blocked by policy: write_note changes things, and this run is read-only.",
+            "result r1-call-2 look: seen",
+            "assistant r1-msg-4: done",
+        ]
     )
     assert ran == ["look"]
 
 
 async def test_the_denial_remedy_follows_the_refusal(workspace: Path) -> None:
     run, _ = await gate(RunContext.sandboxed(workspace, ReadOnly()), "edit")
-    assert run.results()[0].content == (
-        "Blocked by policy: edit changes things, and this run is read-only. "
-        "Describe the change in your answer instead."
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 edit {}",
+            "error r1-call-1 edit: Blocked by policy: edit changes things, and this run is read-only. Describe the change in your answer instead.",
+            "assistant r1-msg-3: done",
+        ]
     )
 
 
@@ -182,7 +222,19 @@ async def test_read_only_calls_never_reach_the_approver(workspace: Path) -> None
     context = RunContext.sandboxed(workspace, Callback(approve))
     run, _ = await gate(context, "look", "write_note", "look")
     assert asked == [("r1-call-2", "write_note")]
-    assert [r.content for r in run.results()] == ["seen", "noted", "seen"]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 look {}",
+            'call r1-call-2 write_note {"text":"hi"}',
+            "call r1-call-3 look {}",
+            "result r1-call-1 look: seen",
+            "result r1-call-2 write_note: noted",
+            "result r1-call-3 look: seen",
+            "assistant r1-msg-5: done",
+        ]
+    )
 
 
 async def test_every_call_of_a_batch_is_gated_on_its_own(workspace: Path) -> None:
@@ -193,8 +245,15 @@ async def test_every_call_of_a_batch_is_gated_on_its_own(workspace: Path) -> Non
 
     context = RunContext.sandboxed(workspace, Callback(approve))
     run, _ = await gate(context, "edit", "write_note")
-    assert [(r.name, r.is_error) for r in run.results()] == [
-        ("edit", True),
-        ("write_note", False),
-    ]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 edit {}",
+            'call r1-call-2 write_note {"text":"hi"}',
+            "error r1-call-1 edit: Denied by the user: no edits. Describe the change in your answer instead.",
+            "result r1-call-2 write_note: noted",
+            "assistant r1-msg-4: done",
+        ]
+    )
     assert ran == ["write_note"]

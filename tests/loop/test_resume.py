@@ -1,11 +1,16 @@
 """The loop is a function of `RunState` plus the contexts: stopped at any step boundary,
 serialized, loaded and continued, a run ends exactly as an uninterrupted one would."""
 
+# Inline snapshots hold each transcript line whole, as the run wrote it.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 from typing import Any
+
+from inline_snapshot import snapshot
 
 from tiller.cancel import CancellationToken
 from tiller.conversation import AssistantMessage, UserMessage
@@ -15,6 +20,7 @@ from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
 from tiller.tools import tool
 
+from .._transcript import event_lines, transcript_of
 from ._support import Messages, drive
 
 SCRIPT: list[Any] = [
@@ -79,6 +85,25 @@ async def test_continuing_from_every_step_boundary(tmp_path: Path) -> None:
     assert whole.result.stop_cause is StopCause.COMPLETED
     assert whole.result.turns == len(SCRIPT)
     assert whole_world.notes == ["found a"]
+    assert transcript_of(whole) == snapshot(
+        [
+            "user: Find a and b.",
+            "assistant r1-msg-1: Let me look.",
+            'call r1-call-1 look {"at":"a"}',
+            "result r1-call-1 look: saw a",
+            "assistant r1-msg-3:",
+            'call r1-call-2 note {"text":"found a"}',
+            'call r1-call-3 look {"at":"b"}',
+            "result r1-call-2 note: noted",
+            "result r1-call-3 look: saw b",
+            "and user: (noted: found a)¶¶Your last reply was empty. Continue with the task, or give your final answer.",
+            "assistant r1-msg-7: Almost.",
+            "reasoning: Nearly there.",
+            "call r1-call-4 look {}",
+            "result r1-call-4 look: saw here",
+            "assistant r1-msg-10: All done: a and b.",
+        ]
+    )
     expected = comparable(whole.result.state)
 
     for k in range(1, len(SCRIPT)):
@@ -135,10 +160,16 @@ async def test_continuing_after_a_cancel(workspace: Path) -> None:
     assert rest.result.state.run_id == "r2"
     assert rest.result.state.thread_id == "r1"
     assert rest.result.error is None
-    sent = resumed.requests[0].messages[-1]
-    assert isinstance(sent, UserMessage)
-    assert sent.tool_results[0].content == "The run was cancelled before this call finished."
-    assert sent.text == "Never mind, just say hi."
+    # What the model read: the cut call's result and the new text, folded into one message.
+    assert transcript_of(resumed.requests[0].messages) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1: Working.",
+            "call r1-call-1 slow {}",
+            "error r1-call-1 slow: The run was cancelled before this call finished.",
+            "and user: Never mind, just say hi.",
+        ]
+    )
     assert cut == ["started"]
 
 
@@ -148,11 +179,9 @@ async def test_continuing_a_finished_run_with_a_new_question(ctx: RunContext) ->
     state.messages.append(UserMessage(text="And of Italy?"))
     model = ScriptedModel(["Rome."])
     rest = await drive(Agent(model), state, ctx, run_id="r2")
-    assert [m.text for m in model.requests[0].messages] == [
-        "Capital of France?",
-        "Paris.",
-        "And of Italy?",
-    ]
+    assert transcript_of(model.requests[0].messages) == snapshot(
+        ["user: Capital of France?", "assistant r1-msg-1: Paris.", "user: And of Italy?"]
+    )
     assert rest.result.text == "Rome."
     assert rest.result.turns == 2
     # The caller's state was copied, not changed.
@@ -176,12 +205,22 @@ async def test_a_continued_run_never_reuses_a_message_id(ctx: RunContext) -> Non
     assert len(set(ids)) == len(ids), ids
     # The continued stream starts with the conversation so far, so the client knows the
     # earlier call and its result (law 2).
-    snapshot = rest.events[1].to_wire()
-    assert snapshot["type"] == "MESSAGES_SNAPSHOT"
-    roles = [m["role"] for m in snapshot["messages"]]
-    assert roles == ["user", "assistant", "tool"]
-    assert snapshot["messages"][1]["toolCalls"][0]["id"] == "r1-call-1"
-    assert snapshot["messages"][2]["toolCallId"] == "r1-call-1"
+    assert event_lines(rest.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "MESSAGES_SNAPSHOT",
+            "  r1-hist-0 user: go",
+            "  r1-msg-1 assistant:",
+            "  r1-msg-1 call r1-call-1 look {}",
+            "  r1-msg-2 tool r1-call-1: seen",
+            "STEP_STARTED turn 2",
+            "TEXT_MESSAGE_START r1-msg-3",
+            "TEXT_MESSAGE_CONTENT r1-msg-3 done",
+            "TEXT_MESSAGE_END r1-msg-3",
+            "STEP_FINISHED turn 2",
+            'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
 
 
 async def test_a_plan_continued_under_execute_records_the_new_phase(ctx: RunContext) -> None:

@@ -18,8 +18,8 @@ from tiller.loop import (
 )
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
-from tiller.store import open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from tiller.store import CheckpointStore, open_bus
+from tiller.store._checkpoints import DEFAULT_BUCKET
 from tiller.tools import ClientTool, builtin
 
 

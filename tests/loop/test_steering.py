@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from inline_snapshot import snapshot
+
 from tiller.conversation import AssistantMessage, ToolResult, UserMessage
 from tiller.events import Event
 from tiller.loop import Agent, Budget, RunContext, SteeringQueue
@@ -14,7 +16,8 @@ from tiller.model.scripted import TurnLike
 from tiller.state import StopCause
 from tiller.tools import FunctionTool, tool
 
-from ._support import drive, texts
+from .._transcript import event_lines, transcript_of
+from ._support import drive
 
 STEER = "Use metric units, please."
 
@@ -51,10 +54,38 @@ async def test_steering_is_folded_into_the_tool_results_message(ctx: RunContext)
     assert request.messages[-1] == folded
     assert run.messages[2] == folded
     assert run.custom("tiller.queued_input") == [{"text": STEER}]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: Weather in Oslo?",
+            "assistant r1-msg-1: Checking.",
+            'call r1-call-1 weather {"city":"Oslo"}',
+            "result r1-call-1 weather: Oslo: 68F",
+            "and user: Use metric units, please.",
+            "assistant r1-msg-3: It is 20C in Oslo.",
+        ]
+    )
     # The event comes at the top of turn 2, before its model call.
-    kinds = run.kinds
-    custom = kinds.index("CUSTOM")
-    assert kinds.index("STEP_FINISHED") < custom < kinds.index("TEXT_MESSAGE_START", custom)
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 Checking.",
+            "TOOL_CALL_START r1-call-1 weather in r1-msg-1",
+            'TOOL_CALL_ARGS r1-call-1 {"city":"Oslo"}',
+            "TOOL_CALL_END r1-call-1",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): Oslo: 68F",
+            "STEP_FINISHED turn 1",
+            'CUSTOM tiller.queued_input {"value":{"text":"Use metric units, please."}}',
+            "STEP_STARTED turn 2",
+            "TEXT_MESSAGE_START r1-msg-3",
+            "TEXT_MESSAGE_CONTENT r1-msg-3 It is 20C in Oslo.",
+            "TEXT_MESSAGE_END r1-msg-3",
+            "STEP_FINISHED turn 2",
+            'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
 
     async with OpenAICompatModel("m", api_key="") as openai:
         body = openai.request_body(request)
@@ -108,10 +139,17 @@ async def test_several_messages_and_parallel_results_fold_into_one(ctx: RunConte
     queue = ctx.queued_input
     agent = Agent(model, [steering_tool(queue, "first", "second")])
     run = await drive(agent, "go", ctx)
-    last = model.requests[1].messages[-1]
-    assert isinstance(last, UserMessage)
-    assert [r.call_id for r in last.tool_results] == ["r1-call-1", "r1-call-2"]
-    assert last.text == "first\n\nsecond\n\nfirst\n\nsecond"
+    assert transcript_of(model.requests[1].messages) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            'call r1-call-1 weather {"city":"Oslo"}',
+            'call r1-call-2 weather {"city":"Rome"}',
+            "result r1-call-1 weather: Oslo: 68F",
+            "result r1-call-2 weather: Rome: 68F",
+            "and user: first¶¶second¶¶first¶¶second",
+        ]
+    )
     assert len(run.custom("tiller.queued_input")) == 4
 
     async with AnthropicModel("m", api_key="x") as anthropic:
@@ -135,16 +173,33 @@ async def test_steering_during_the_final_answer_continues_the_run(ctx: RunContex
     run = await drive(Agent(model), "Weather?", ctx)
     assert run.result.stop_cause is StopCause.COMPLETED
     assert len(model.requests) == 2
-    assert texts(run.messages) == [
-        ("user", "Weather?"),
-        ("assistant", "It is sunny."),
-        ("user", "Also mention the wind."),
-        ("assistant", "It is sunny, with a light breeze."),
-    ]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: Weather?",
+            "assistant r1-msg-1: It is sunny.",
+            "user: Also mention the wind.",
+            "assistant r1-msg-2: It is sunny, with a light breeze.",
+        ]
+    )
     assert model.requests[1].messages[-1] == UserMessage(text="Also mention the wind.")
     assert run.result.text == "It is sunny, with a light breeze."
-    assert run.custom("tiller.queued_input") == [{"text": "Also mention the wind."}]
-    assert run.kinds.count("STEP_STARTED") == 2
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TEXT_MESSAGE_START r1-msg-1",
+            "TEXT_MESSAGE_CONTENT r1-msg-1 It is sunny.",
+            "TEXT_MESSAGE_END r1-msg-1",
+            "STEP_FINISHED turn 1",
+            'CUSTOM tiller.queued_input {"value":{"text":"Also mention the wind."}}',
+            "STEP_STARTED turn 2",
+            "TEXT_MESSAGE_START r1-msg-2",
+            "TEXT_MESSAGE_CONTENT r1-msg-2 It is sunny, with a light breeze.",
+            "TEXT_MESSAGE_END r1-msg-2",
+            "STEP_FINISHED turn 2",
+            'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
 
 
 async def test_steering_queued_before_the_run_joins_the_prompt(ctx: RunContext) -> None:
@@ -201,14 +256,18 @@ async def test_steering_pushed_by_an_observer_of_the_stream(ctx: RunContext) -> 
 
     run = await drive(Agent(model, [steering_tool(queue)]), "Weather?", ctx, on_event=on_event)
     assert run.result.stop_cause is StopCause.COMPLETED
-    assert texts(run.messages) == [
-        ("user", "Weather?"),
-        ("assistant", ""),
-        ("user", "In Celsius."),
-        ("assistant", "It is 20C."),
-        ("user", "And the wind?"),
-        ("assistant", "It is 20C and windy."),
-    ]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: Weather?",
+            "assistant r1-msg-1:",
+            'call r1-call-1 weather {"city":"Oslo"}',
+            "result r1-call-1 weather: Oslo: 68F",
+            "and user: In Celsius.",
+            "assistant r1-msg-3: It is 20C.",
+            "user: And the wind?",
+            "assistant r1-msg-4: It is 20C and windy.",
+        ]
+    )
     assert run.custom("tiller.queued_input") == [{"text": "In Celsius."}, {"text": "And the wind?"}]
 
 
@@ -242,5 +301,26 @@ async def test_steering_taken_just_before_a_cancel_is_kept_in_the_state(
     resumed = ScriptedModel(["It is 20C."])
     rest = await drive(Agent(resumed, [steering_tool(queue)]), run.result.state, ctx, run_id="r2")
     assert rest.result.stop_cause is StopCause.COMPLETED
-    assert resumed.requests[0].messages[-1].text == "one\n\ntwo"
+    assert transcript_of(resumed.requests[0].messages) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            'call r1-call-1 weather {"city":"Oslo"}',
+            "result r1-call-1 weather: Oslo: 68F",
+            "and user: one¶¶two",
+        ]
+    )
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TOOL_CALL_START r1-call-1 weather in r1-msg-1",
+            'TOOL_CALL_ARGS r1-call-1 {"city":"Oslo"}',
+            "TOOL_CALL_END r1-call-1",
+            "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): Oslo: 68F",
+            "STEP_FINISHED turn 1",
+            'CUSTOM tiller.queued_input {"value":{"text":"one"}}',
+            'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
+        ]
+    )
     assert rest.result.state.pending_input == []

@@ -35,9 +35,8 @@ from tiller.loop import (
     recover,
 )
 from tiller.state import StopCause
-from tiller.store import Bus, open_bus
-from tiller.store._approvals import ApprovalStore
-from tiller.store._checkpoints import DEFAULT_BUCKET, CheckpointStore
+from tiller.store import ApprovalStore, Bus, CheckpointStore, open_bus
+from tiller.store._checkpoints import DEFAULT_BUCKET
 from tiller.testing import assert_valid_stream
 
 from ._support import assert_legal, assert_round_trips

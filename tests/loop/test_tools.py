@@ -1,11 +1,15 @@
 """Running tool calls: malformed arguments, failures the model reads, parallel calls in
 call order, the turn's shared output budget, and state published by tools."""
 
+# Inline snapshots hold each transcript line whole, as the run wrote it.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+from inline_snapshot import snapshot
 from pydantic import BaseModel
 
 from tiller.conversation import UserMessage
@@ -14,6 +18,7 @@ from tiller.model import ScriptedModel
 from tiller.state import StopCause
 from tiller.tools import ExecContext, ToolCtx, ToolError, tool
 
+from .._transcript import event_lines, transcript_of
 from ._support import drive
 
 
@@ -33,9 +38,15 @@ async def test_arguments_that_end_as_non_json_are_an_error_result(ctx: RunContex
     model = ScriptedModel([{"tool_calls": [{"name": "add", "arguments": '{"a": 1, "b":'}]}, "3"])
     run = await drive(Agent(model, [add]), "add", ctx)
     assert run.result.stop_cause is StopCause.COMPLETED
-    (result,) = run.results()
-    assert result.is_error
-    assert "not valid JSON" in result.content and '{"a": 1, "b":' in result.content
+    assert transcript_of(run) == snapshot(
+        [
+            "user: add",
+            "assistant r1-msg-1:",
+            "call r1-call-1 add {}",
+            'error r1-call-1 add: The arguments you wrote for add are not valid JSON, so the call did not run: \'{"a": 1, "b":\'. Call it again with a JSON object.',
+            "assistant r1-msg-3: 3",
+        ]
+    )
     assert run.result.malformed_arguments == 1
     (entry,) = run.result.tool_trace
     assert entry.malformed_arguments and entry.arguments == "{}"
@@ -59,15 +70,21 @@ async def test_arguments_that_fail_the_schema_are_an_error_result(ctx: RunContex
     )
     run = await drive(Agent(model, [add]), "add", ctx)
     assert run.result.stop_cause is StopCause.COMPLETED
-    wrong_type, not_object, extra, good = run.results()
-    assert wrong_type.is_error
-    assert wrong_type.content.startswith("invalid arguments for tool 'add': a: ")
-    assert "(got 'one')" in wrong_type.content
-    assert not_object.is_error
-    assert "must be a JSON object, not an array" in not_object.content
-    assert extra.is_error
-    assert "c: is not a parameter of this tool" in extra.content
-    assert (good.content, good.is_error) == ("3", False)
+    assert transcript_of(run) == snapshot(
+        [
+            "user: add",
+            "assistant r1-msg-1:",
+            'call r1-call-1 add {"a":"one","b":2}',
+            "call r1-call-2 add [1, 2]",
+            'call r1-call-3 add {"a":1,"b":2,"c":3}',
+            'call r1-call-4 add {"a":1,"b":2}',
+            "error r1-call-1 add: invalid arguments for tool 'add': a: Input should be a valid integer, unable to parse string as an integer (got 'one')",
+            "error r1-call-2 add: the arguments must be a JSON object, not an array. Send the arguments of 'add' as one JSON object.",
+            "error r1-call-3 add: invalid arguments for tool 'add': c: is not a parameter of this tool",
+            "result r1-call-4 add: 3",
+            "assistant r1-msg-6: 3",
+        ]
+    )
     assert run.result.malformed_arguments == 3
     flags = [entry.malformed_arguments for entry in run.result.tool_trace]
     assert flags == [True, True, True, False]
@@ -106,10 +123,17 @@ async def test_tool_failures_are_results_the_model_reads(ctx: RunContext) -> Non
     )
     run = await drive(Agent(model, [missing, broken]), "go", ctx)
     assert run.result.stop_cause is StopCause.COMPLETED
-    assert [(r.content, r.is_error) for r in run.results()] == [
-        ("no such file: a.txt", True),
-        ("tool broken failed: RuntimeError: boom", True),
-    ]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            'call r1-call-1 missing {"path":"a.txt"}',
+            "call r1-call-2 broken {}",
+            "error r1-call-1 missing: no such file: a.txt",
+            "error r1-call-2 broken: tool broken failed: RuntimeError: boom",
+            "assistant r1-msg-4: Both failed.",
+        ]
+    )
     assert [e.is_error for e in run.result.tool_trace] == [True, True]
     assert run.result.malformed_arguments == 0
     assert {r.status for r in run.result.state.calls.values()} == {"failed"}
@@ -155,10 +179,39 @@ async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
     model = ScriptedModel([{"tool_calls": [{"name": "first"}, {"name": "second"}]}, "done"])
     run = await drive(Agent(model, [first, second]), "go", ctx)
     assert finished == ["second", "first"]
-    assert [(r.name, r.content) for r in run.results()] == [("first", "one"), ("second", "two")]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 first {}",
+            "call r1-call-2 second {}",
+            "result r1-call-1 first: one",
+            "result r1-call-2 second: two",
+            "assistant r1-msg-4: done",
+        ]
+    )
     assert [e.name for e in run.result.tool_trace] == ["first", "second"]
-    emitted = [e["toolCallId"] for e in run.wire if e["type"] == "TOOL_CALL_RESULT"]
-    assert emitted == ["r1-call-1", "r1-call-2"]
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TOOL_CALL_START r1-call-1 first in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-1 {}",
+            "TOOL_CALL_END r1-call-1",
+            "TOOL_CALL_START r1-call-2 second in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-2 {}",
+            "TOOL_CALL_END r1-call-2",
+            "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): one",
+            "TOOL_CALL_RESULT r1-call-2 (r1-msg-3): two",
+            "STEP_FINISHED turn 1",
+            "STEP_STARTED turn 2",
+            "TEXT_MESSAGE_START r1-msg-4",
+            "TEXT_MESSAGE_CONTENT r1-msg-4 done",
+            "TEXT_MESSAGE_END r1-msg-4",
+            "STEP_FINISHED turn 2",
+            'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
     assert {r.status for r in run.result.state.calls.values()} == {"completed"}
 
 
@@ -257,11 +310,44 @@ async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
     )
     agent = Agent(model, [bump], state_type=Counter)
     run = await drive(agent, "go", ctx)
-    assert [r.content for r in run.results()] == ["count is 1", "count is 2"]
+    assert transcript_of(run) == snapshot(
+        [
+            "user: go",
+            "assistant r1-msg-1:",
+            "call r1-call-1 bump {}",
+            "result r1-call-1 bump: count is 1",
+            "assistant r1-msg-3:",
+            "call r1-call-2 bump {}",
+            "result r1-call-2 bump: count is 2",
+            "assistant r1-msg-5: 2",
+        ]
+    )
     assert run.result.state.state == {"count": 2}
-    states = [e for e in run.wire if e["type"] in ("STATE_SNAPSHOT", "STATE_DELTA")]
-    assert states[0] == {"type": "STATE_SNAPSHOT", "snapshot": {"count": 1}}
-    assert len(states) == 2
+    assert event_lines(run.wire) == snapshot(
+        [
+            'RUN_STARTED r1 {"protocolVersion":"1.0"}',
+            "STEP_STARTED turn 1",
+            "TOOL_CALL_START r1-call-1 bump in r1-msg-1",
+            "TOOL_CALL_ARGS r1-call-1 {}",
+            "TOOL_CALL_END r1-call-1",
+            'STATE_SNAPSHOT {"snapshot":{"count":1}}',
+            "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): count is 1",
+            "STEP_FINISHED turn 1",
+            "STEP_STARTED turn 2",
+            "TOOL_CALL_START r1-call-2 bump in r1-msg-3",
+            "TOOL_CALL_ARGS r1-call-2 {}",
+            "TOOL_CALL_END r1-call-2",
+            'STATE_SNAPSHOT {"snapshot":{"count":2}}',
+            "TOOL_CALL_RESULT r1-call-2 (r1-msg-4): count is 2",
+            "STEP_FINISHED turn 2",
+            "STEP_STARTED turn 3",
+            "TEXT_MESSAGE_START r1-msg-5",
+            "TEXT_MESSAGE_CONTENT r1-msg-5 2",
+            "TEXT_MESSAGE_END r1-msg-5",
+            "STEP_FINISHED turn 3",
+            'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
 
     # A continued run starts from the state the first one left.
     again = ScriptedModel([{"tool_calls": [{"name": "bump", "id": "call-3-0"}]}, "3"])

@@ -19,7 +19,7 @@ from typing import Any, Literal, Self
 import orjson
 import pytest
 
-from tiller.model._base import ModelRequest, StreamEvent
+from tiller.model import ModelRequest, StreamEvent
 
 __all__ = [
     "LocalServer",

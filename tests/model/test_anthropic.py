@@ -24,8 +24,12 @@ from tiller.conversation import (
     UserMessage,
 )
 from tiller.errors import UsageError
-from tiller.model._base import (
+from tiller.model import (
+    ContextOverflow,
     Finish,
+    ModelConnectionError,
+    ModelHTTPError,
+    ModelProtocolError,
     ModelRequest,
     ReasoningDelta,
     TextDelta,
@@ -34,12 +38,6 @@ from tiller.model._base import (
     ToolCallStart,
     ToolSpec,
     UsageReport,
-)
-from tiller.model._errors import (
-    ContextOverflow,
-    ModelConnectionError,
-    ModelHTTPError,
-    ModelProtocolError,
 )
 from tiller.model.anthropic import AnthropicModel
 

@@ -21,9 +21,15 @@ import pytest
 
 from tiller.conversation import AssistantMessage, ToolCall, ToolResult, Usage, UserMessage
 from tiller.errors import UsageError
-from tiller.model._base import (
+from tiller.model import (
+    ContextOverflow,
     Finish,
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    ModelProtocolError,
     ModelRequest,
+    ModelTimeout,
     ReasoningDelta,
     TextDelta,
     ToolCallArgsDelta,
@@ -31,14 +37,6 @@ from tiller.model._base import (
     ToolCallStart,
     ToolSpec,
     UsageReport,
-)
-from tiller.model._errors import (
-    ContextOverflow,
-    ModelConnectionError,
-    ModelError,
-    ModelHTTPError,
-    ModelProtocolError,
-    ModelTimeout,
 )
 from tiller.model._http import ServerSentEvent, is_context_overflow, iter_sse, parse_retry_after
 from tiller.model.openai_compat import OpenAICompatModel

@@ -12,9 +12,7 @@ from tiller.conversation import ToolCall
 from tiller.errors import Cancelled
 from tiller.policy import ApprovalBroker, Decision, approval_key
 from tiller.tools import Capability, tool
-from tiller.tools.builtin._files import edit_file, write_file
-from tiller.tools.builtin._shell import execute_command_tool
-from tiller.tools.builtin._web import web_fetch
+from tiller.tools.builtin import edit_file, execute_command_tool, web_fetch, write_file
 
 SHELL = execute_command_tool()
 

@@ -11,7 +11,8 @@ import pytest
 
 from tiller.conversation import AssistantMessage, Usage, UserMessage
 from tiller.errors import UsageError
-from tiller.loop._budget import Budget, Pricing
+from tiller.loop import Budget
+from tiller.loop._budget import Pricing
 from tiller.model import (
     ModelConnectionError,
     ModelRequest,
@@ -24,6 +25,7 @@ from tiller.model import (
     TurnInfo,
     UsageReport,
 )
+from tiller.policy import RiskClass
 from tiller.policy._classifier import (
     FENCE_BEGIN,
     FENCE_END,
@@ -32,7 +34,6 @@ from tiller.policy._classifier import (
     VetVerdict,
     find_injection_marker,
 )
-from tiller.policy._risk import RiskClass
 from tiller.tools import UserGoal
 
 GOAL = UserGoal(requests=("Fix the failing parser test and run the test suite.",))

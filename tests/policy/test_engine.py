@@ -10,22 +10,30 @@ from typing import Any, ClassVar
 import mcp_types
 import pytest
 
-from tiller.policy._engine import PolicyEngine, mode_default
-from tiller.policy._risk import PolicyDecision, RiskClass
+from tiller.policy import PolicyEngine, RiskClass
+from tiller.policy._engine import mode_default
+from tiller.policy._risk import PolicyDecision
 from tiller.policy._rules import PolicyRule, PolicyRules
-from tiller.tools._safety import SafetyMode
-from tiller.tools._tool import BaseTool, Capability, ToolOutput
-from tiller.tools.builtin._ask import ask_user
-from tiller.tools.builtin._background import background_process
-from tiller.tools.builtin._files import edit_file, list_dir, read_file, write_file
-from tiller.tools.builtin._glob import glob
-from tiller.tools.builtin._patch import apply_patch
-from tiller.tools.builtin._search import grep
-from tiller.tools.builtin._shell import execute_command_tool
-from tiller.tools.builtin._tasks import task_create, task_list, task_update
-from tiller.tools.builtin._web import web_fetch
+from tiller.tools import Capability, SafetyMode
+from tiller.tools._tool import BaseTool, ToolOutput
+from tiller.tools.builtin import (
+    apply_patch,
+    ask_user,
+    background_process,
+    edit_file,
+    execute_command_tool,
+    glob,
+    grep,
+    list_dir,
+    read_file,
+    task_create,
+    task_list,
+    task_update,
+    web_fetch,
+    write_file,
+)
+from tiller.tools.mcp import McpTool
 from tiller.tools.mcp._schema import ArgumentsCheck
-from tiller.tools.mcp._tool import McpTool
 
 R = RiskClass
 M = SafetyMode

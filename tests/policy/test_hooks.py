@@ -24,6 +24,7 @@ import pytest
 
 from tiller.conversation import Taint
 from tiller.errors import UsageError
+from tiller.policy import HookSet, RiskClass
 from tiller.policy._hook_events import (
     HookOutcome,
     HookVerdict,
@@ -31,8 +32,7 @@ from tiller.policy._hook_events import (
     PreToolEvent,
     SessionEndEvent,
 )
-from tiller.policy._hooks import FunctionHook, HookConfigError, HookSet
-from tiller.policy._risk import RiskClass
+from tiller.policy._hooks import FunctionHook, HookConfigError
 from tiller.policy._shell_hook import ShellHook
 from tiller.state import StopCause
 

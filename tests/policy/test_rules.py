@@ -11,7 +11,7 @@ import pytest
 from tiller.errors import UsageError
 from tiller.policy._rules import PolicyConfigError, PolicyRule, PolicyRules
 from tiller.policy._shell_risk import classify_command
-from tiller.tools._safety import SafetyMode
+from tiller.tools import SafetyMode
 
 CONFIG = """
 [policy]

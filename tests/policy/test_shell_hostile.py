@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from tiller.policy._engine import PolicyEngine
-from tiller.policy._risk import RiskClass
+from tiller.policy import PolicyEngine, RiskClass
 from tiller.policy._shell_parse import parse_script
 from tiller.policy._shell_risk import classify_command
 from tiller.policy._shell_tree import parse_tree, read_tree
-from tiller.tools._safety import SafetyMode
-from tiller.tools.builtin._shell import execute_command_tool
+from tiller.tools import SafetyMode
+from tiller.tools.builtin import execute_command_tool
 
 BOOM = RiskClass.DESTRUCTIVE
 SHELL_TOOL = execute_command_tool()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiller.policy._risk import RiskClass
+from tiller.policy import RiskClass
 from tiller.policy._shell_risk import classify_command
 
 READ = RiskClass.READ_ONLY

@@ -1,5 +1,8 @@
 """Approvals and questions over AG-UI: the interrupt contract, end to end over HTTP."""
 
+# Inline snapshots hold each event line whole, as the server sent it.
+# ruff: noqa: E501
+
 from __future__ import annotations
 
 import time
@@ -7,9 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from inline_snapshot import snapshot
+
 from tiller.examples.console_agent import make_agent
 
+from .._transcript import event_lines, event_types
 from .conftest import last_messages, post_run, run_input, types
+
+# The example agent's task list and usage counters: not what these tests specify (the
+# paused stream's whole shape, state events included, is pinned with `event_types`).
+STATE = ("STATE_SNAPSHOT", "STATE_DELTA", "CUSTOM")
 
 
 def _user(text: str) -> list[dict[str, Any]]:
@@ -25,7 +35,11 @@ def _answer(
 def _paused(
     url: str, thread: str, run: str, text: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    events = post_run(url, run_input(thread, run, _user(text)))
+    return _held(post_run(url, run_input(thread, run, _user(text))))
+
+
+def _held(events: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The messages and the one interrupt of a suspended run's stream."""
     assert events[-1]["outcome"]["type"] == "interrupt", types(events)
     # The contract: state, then messages, then the pausing RUN_FINISHED.
     assert types(events)[-3:] == ["STATE_SNAPSHOT", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
@@ -41,23 +55,95 @@ def test_an_approved_write_runs_once_and_a_second_resume_runs_nothing(
     serve: Callable[..., str], tmp_path: Path
 ) -> None:
     url = serve(make_agent())
-    messages, interrupt = _paused(url, "t1", "r1", "write notes.txt: hello")
-    assert interrupt["reason"] == "tool_call"
-    assert interrupt["toolCallId"]
-    assert interrupt["responseSchema"]["required"] == ["decision"]
+    paused = post_run(url, run_input("t1", "r1", _user("write notes.txt: hello")))
+    messages, interrupt = _held(paused)
+    assert event_types(paused) == snapshot(
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "STEP_STARTED",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "STATE_SNAPSHOT",
+            "CUSTOM",
+            "TOOL_CALL_RESULT",
+            "STEP_FINISHED",
+            "STATE_DELTA",
+            "STEP_STARTED",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_CONTENT",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TEXT_MESSAGE_END",
+            "STEP_FINISHED",
+            "STATE_SNAPSHOT",
+            "STATE_SNAPSHOT",
+            "MESSAGES_SNAPSHOT",
+            "RUN_FINISHED",
+        ]
+    )
+    assert interrupt == snapshot(
+        {
+            "id": "approve-r1-call-2",
+            "reason": "tool_call",
+            "message": 'Review: ask mode asks before file_mutation: `write_file` writes `notes.txt`. Allow write_file({"path":"notes.txt","content":"hello"})?',
+            "toolCallId": "r1-call-2",
+            "responseSchema": {
+                "type": "object",
+                "properties": {
+                    "decision": {"enum": ["approve", "approve_always", "deny"]},
+                    "reason": {"type": "string"},
+                    "arguments": {"type": "object"},
+                },
+                "required": ["decision"],
+            },
+            "metadata": {
+                "tool": "write_file",
+                "arguments": '{"content":"hello","path":"notes.txt"}',
+            },
+        }
+    )
     target = tmp_path / "workspace" / "notes.txt"
     assert not target.exists()
     resume = [_answer(interrupt, {"decision": "approve"})]
     events = post_run(url, run_input("t1", "r2", messages, resume=resume))
-    assert types(events)[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
-    assert events[-1]["outcome"] == {"type": "success"}
-    assert "Done: notes.txt is written." in _text(events)
+    assert event_lines(events, skip=STATE) == snapshot(
+        [
+            'RUN_STARTED r2 thread=t1 {"protocolVersion":"1.0"}',
+            "MESSAGES_SNAPSHOT",
+            "  u1 user: write notes.txt: hello",
+            "  r1-msg-1 assistant:",
+            '  r1-msg-1 call r1-call-1 task_create {"subject":"Write notes.txt"}',
+            "  r1-msg-2 tool r1-call-1: Created t1: Write notes.txt¶Checklist (0/1 completed):¶[ ] t1 Write notes.txt",
+            "  r1-msg-3 assistant: Writing notes.txt.",
+            '  r1-msg-3 call r1-call-2 write_file {"path":"notes.txt","content":"hello"}',
+            "TOOL_CALL_RESULT r1-call-2 (r2-msg-5): created notes.txt (5 bytes)",
+            "STEP_STARTED turn 3",
+            "TOOL_CALL_START r2-call-3 task_update in r2-msg-6",
+            'TOOL_CALL_ARGS r2-call-3 {"id":"t1","status":"completed"}',
+            "TOOL_CALL_END r2-call-3",
+            "TOOL_CALL_RESULT r2-call-3 (r2-msg-7): t1 is completed: Write notes.txt¶Checklist (1/1 completed):¶[x] t1 Write notes.txt",
+            "STEP_FINISHED turn 3",
+            "STEP_STARTED turn 4",
+            "TEXT_MESSAGE_START r2-msg-8",
+            "TEXT_MESSAGE_CONTENT r2-msg-8 Done: notes.txt is written.",
+            "TEXT_MESSAGE_END r2-msg-8",
+            "STEP_FINISHED turn 4",
+            'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
     assert target.read_text() == "hello"
     target.write_text("changed by hand")
     again = post_run(url, run_input("t1", "r3", messages, resume=resume))
-    assert types(again) == ["RUN_STARTED", "RUN_ERROR"]
-    assert again[-1]["code"] == "INVALID_RESUME"
-    assert "no open interrupt" in again[-1]["message"]
+    assert event_lines(again) == snapshot(
+        [
+            'RUN_STARTED r3 thread=t1 {"protocolVersion":"1.0"}',
+            'RUN_ERROR {"message":"there is no open interrupt to resume: run r2 is finished. A resume answers the interrupts of the thread\'s paused run once; send new input without `resume` instead","code":"INVALID_RESUME"}',
+        ]
+    )
     assert target.read_text() == "changed by hand"  # nothing ran twice
 
 
@@ -73,8 +159,31 @@ def test_deny_with_a_reason_reaches_the_model(serve: Callable[..., str], tmp_pat
             resume=[_answer(interrupt, {"decision": "deny", "reason": "not today"})],
         ),
     )
-    results = [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"]
-    assert any("Denied by the user: not today" in r for r in results)
+    assert event_lines(events, skip=STATE) == snapshot(
+        [
+            'RUN_STARTED r2 thread=t1 {"protocolVersion":"1.0"}',
+            "MESSAGES_SNAPSHOT",
+            "  u1 user: write a.txt: x",
+            "  r1-msg-1 assistant:",
+            '  r1-msg-1 call r1-call-1 task_create {"subject":"Write a.txt"}',
+            "  r1-msg-2 tool r1-call-1: Created t1: Write a.txt¶Checklist (0/1 completed):¶[ ] t1 Write a.txt",
+            "  r1-msg-3 assistant: Writing a.txt.",
+            '  r1-msg-3 call r1-call-2 write_file {"path":"a.txt","content":"x"}',
+            "TOOL_CALL_RESULT r1-call-2 (r2-msg-5): Denied by the user: not today. Describe the change you would make (the path and the new content) instead of writing it.",
+            "STEP_STARTED turn 3",
+            "TOOL_CALL_START r2-call-3 task_update in r2-msg-6",
+            'TOOL_CALL_ARGS r2-call-3 {"id":"t1","status":"completed"}',
+            "TOOL_CALL_END r2-call-3",
+            "TOOL_CALL_RESULT r2-call-3 (r2-msg-7): t1 is completed: Write a.txt¶Checklist (1/1 completed):¶[x] t1 Write a.txt",
+            "STEP_FINISHED turn 3",
+            "STEP_STARTED turn 4",
+            "TEXT_MESSAGE_START r2-msg-8",
+            "TEXT_MESSAGE_CONTENT r2-msg-8 Done: a.txt is written.",
+            "TEXT_MESSAGE_END r2-msg-8",
+            "STEP_FINISHED turn 4",
+            'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
     assert not (tmp_path / "workspace" / "a.txt").exists()
 
 
@@ -84,7 +193,31 @@ def test_a_cancelled_resume_entry_means_deny(serve: Callable[..., str], tmp_path
     events = post_run(
         url, run_input("t1", "r2", messages, resume=[_answer(interrupt, {}, "cancelled")])
     )
-    assert any("Denied by the user" in e.get("content", "") for e in events)
+    assert event_lines(events, skip=STATE) == snapshot(
+        [
+            'RUN_STARTED r2 thread=t1 {"protocolVersion":"1.0"}',
+            "MESSAGES_SNAPSHOT",
+            "  u1 user: write a.txt: x",
+            "  r1-msg-1 assistant:",
+            '  r1-msg-1 call r1-call-1 task_create {"subject":"Write a.txt"}',
+            "  r1-msg-2 tool r1-call-1: Created t1: Write a.txt¶Checklist (0/1 completed):¶[ ] t1 Write a.txt",
+            "  r1-msg-3 assistant: Writing a.txt.",
+            '  r1-msg-3 call r1-call-2 write_file {"path":"a.txt","content":"x"}',
+            "TOOL_CALL_RESULT r1-call-2 (r2-msg-5): Denied by the user: the person cancelled the request. Describe the change you would make (the path and the new content) instead of writing it.",
+            "STEP_STARTED turn 3",
+            "TOOL_CALL_START r2-call-3 task_update in r2-msg-6",
+            'TOOL_CALL_ARGS r2-call-3 {"id":"t1","status":"completed"}',
+            "TOOL_CALL_END r2-call-3",
+            "TOOL_CALL_RESULT r2-call-3 (r2-msg-7): t1 is completed: Write a.txt¶Checklist (1/1 completed):¶[x] t1 Write a.txt",
+            "STEP_FINISHED turn 3",
+            "STEP_STARTED turn 4",
+            "TEXT_MESSAGE_START r2-msg-8",
+            "TEXT_MESSAGE_CONTENT r2-msg-8 Done: a.txt is written.",
+            "TEXT_MESSAGE_END r2-msg-8",
+            "STEP_FINISHED turn 4",
+            'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
     assert not (tmp_path / "workspace" / "a.txt").exists()
 
 
@@ -113,16 +246,36 @@ def test_resumes_that_do_not_fit_get_run_error(serve: Callable[..., str]) -> Non
             _answer(interrupt, {"decision": "approve"}),
         ],
     }
-    for run_id, resume in cases.items():
-        events = post_run(url, run_input("t1", run_id, messages, resume=resume))
-        assert types(events) == ["RUN_STARTED", "RUN_ERROR"], run_id
-        assert events[-1]["code"] == "INVALID_RESUME"
+    refused = {
+        run_id: event_lines(post_run(url, run_input("t1", run_id, messages, resume=resume)))
+        for run_id, resume in cases.items()
+    }
+    assert refused == snapshot(
+        {
+            "r2": [
+                'RUN_STARTED r2 thread=t1 {"protocolVersion":"1.0"}',
+                'RUN_ERROR {"message":"the resume does not match run r1\'s open interrupts: unknown interrupt ids [\'approve-nope\']; no answer for open interrupts [\'approve-r1-call-2\']. Send one entry for every open interrupt, and only those","code":"INVALID_RESUME"}',
+            ],
+            "r3": [
+                'RUN_STARTED r3 thread=t1 {"protocolVersion":"1.0"}',
+                'RUN_ERROR {"message":"the answer to \'approve-r1-call-2\' needs a decision: `{\\"decision\\": \\"approve\\" | \\"approve_always\\" | \\"deny\\", \\"reason\\"?, \\"arguments\\"?}`","code":"INVALID_RESUME"}',
+            ],
+            "r4": [
+                'RUN_STARTED r4 thread=t1 {"protocolVersion":"1.0"}',
+                'RUN_ERROR {"message":"interrupt \'approve-r1-call-2\' is answered twice; answer it once","code":"INVALID_RESUME"}',
+            ],
+        }
+    )
     # New input while the interrupt is open is refused too, with what to do.
     events = post_run(
         url, run_input("t1", "r5", [*messages, {"id": "u2", "role": "user", "content": "hi"}])
     )
-    assert events[-1]["type"] == "RUN_ERROR"
-    assert "answer them with `resume`" in events[-1]["message"]
+    assert event_lines(events) == snapshot(
+        [
+            'RUN_STARTED r5 thread=t1 {"protocolVersion":"1.0"}',
+            'RUN_ERROR {"message":"thread \'t1\' has open interrupts (approve-r1-call-2); answer them with `resume` before sending new input","code":"INVALID_RESUME"}',
+        ]
+    )
     # After all that, the interrupt is still open and a right resume works.
     events = post_run(
         url, run_input("t1", "r6", messages, resume=[_answer(interrupt, {"decision": "approve"})])
@@ -163,15 +316,63 @@ def test_a_question_is_an_interrupt_and_the_answer_reaches_the_model(
 ) -> None:
     url = serve(make_agent())
     messages, interrupt = _paused(url, "t1", "r1", "ask")
-    assert interrupt["reason"] == "question"
-    (question,) = interrupt["metadata"]["questions"]
-    assert question["header"] == "Color"
-    assert [o["label"] for o in question["options"]] == ["red", "blue"]
+    assert interrupt == snapshot(
+        {
+            "id": "question-r1-call-1",
+            "reason": "question",
+            "message": "Which color should the report use?",
+            "toolCallId": "r1-call-1",
+            "responseSchema": {
+                "type": "object",
+                "properties": {
+                    "answers": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "header": {"type": "string"},
+                                "question": {"type": "string"},
+                                "selected": {"type": "array", "items": {"type": "string"}},
+                                "note": {"type": "string"},
+                            },
+                        },
+                    }
+                },
+                "required": ["answers"],
+            },
+            "metadata": {
+                "questions": [
+                    {
+                        "header": "Color",
+                        "question": "Which color should the report use?",
+                        "options": [
+                            {"label": "red", "description": "warm", "recommended": True},
+                            {"label": "blue", "description": "calm", "recommended": False},
+                        ],
+                        "multiSelect": False,
+                    }
+                ]
+            },
+        }
+    )
     payload = {"answers": [{"header": "Color", "selected": ["blue"], "note": "calm please"}]}
     events = post_run(url, run_input("t1", "r2", messages, resume=[_answer(interrupt, payload)]))
-    text = _text(events)
-    assert "selected: blue" in text
-    assert "calm please" in text
+    assert event_lines(events, skip=STATE) == snapshot(
+        [
+            'RUN_STARTED r2 thread=t1 {"protocolVersion":"1.0"}',
+            "MESSAGES_SNAPSHOT",
+            "  u1 user: ask",
+            "  r1-msg-1 assistant:",
+            '  r1-msg-1 call r1-call-1 ask_user {"questions":[{"header":"Color","question":"Which color should the report use?","options":[{"label":"red","description":"warm","recommended":true},{"label":"blue","description":"calm"}]}]}',
+            "TOOL_CALL_RESULT r1-call-1 (r2-msg-3): The person answered:¶- [Color] Which color should the report use?¶  selected: blue¶  note: calm please",
+            "STEP_STARTED turn 2",
+            "TEXT_MESSAGE_START r2-msg-4",
+            "TEXT_MESSAGE_CONTENT r2-msg-4 Thanks. The person answered:¶- [Color] Which color should the report use?¶  selected: blue¶  note: calm please",
+            "TEXT_MESSAGE_END r2-msg-4",
+            "STEP_FINISHED turn 2",
+            'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
+        ]
+    )
     bad = post_run(
         url, run_input("t1", "r3", messages, resume=[_answer(interrupt, {"answers": "blue"})])
     )

@@ -27,7 +27,7 @@ from tiller.store import (
     MalformedFileCheckpoint,
 )
 from tiller.tools import CheckpointOrigin, ExecContext, FileSnapshotter, PathOutsideJail, ToolError
-from tiller.tools.builtin._files import edit_file, write_file
+from tiller.tools.builtin import edit_file, write_file
 
 from .conftest import _NATS_MISSING, NATS_URL, FakeClock, make_bus
 

@@ -13,10 +13,7 @@ import orjson
 
 from tiller.conversation import ToolCall
 from tiller.tools import CheckpointOrigin, ExecContext, Execution, Registry, Tool
-from tiller.tools.builtin._files import edit_file, list_dir, read_file, write_file
-from tiller.tools.builtin._glob import glob
-from tiller.tools.builtin._patch import apply_patch
-from tiller.tools.builtin._search import grep
+from tiller.tools.builtin import apply_patch, edit_file, glob, grep, list_dir, read_file, write_file
 
 FILE_TOOLS: tuple[Tool, ...] = (
     read_file,

@@ -17,8 +17,7 @@ from tiller.conversation import ToolCall
 from tiller.events import CustomEvent, Event
 from tiller.tools import PROGRESS_EVENT, ExecContext, Execution, Registry, Tool
 from tiller.tools._sandbox import DEFAULT_SANDBOX
-from tiller.tools.builtin._background import background_process
-from tiller.tools.builtin._shell import execute_command
+from tiller.tools.builtin import background_process, execute_command
 
 SANDBOX_MISSING = not DEFAULT_SANDBOX.probe().available
 SANDBOX_REASON = DEFAULT_SANDBOX.probe().reason

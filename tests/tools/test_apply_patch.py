@@ -10,8 +10,8 @@ import pytest
 
 from tiller.phase import Phase
 from tiller.tools import CheckpointOrigin, ExecContext, Outcome, ToolError
+from tiller.tools.builtin import apply_patch
 from tiller.tools.builtin._diff import parse_patch
-from tiller.tools.builtin._patch import apply_patch
 
 from .file_tools_support import RecordingSnapshots, run
 
@@ -340,7 +340,7 @@ async def test_a_far_off_hunk_header_neither_hangs_nor_crashes(tmp_path: Path) -
     """Found in review: a header line number far past the end made the search count up
     to it; an over-long number crashed the parser."""
     from tiller.tools import ExecContext, ToolError
-    from tiller.tools.builtin._patch import apply_patch as patch_tool
+    from tiller.tools.builtin import apply_patch as patch_tool
 
     (tmp_path / "a.txt").write_text("one\ntwo\nthree\n")
     ctx = ExecContext.for_test(tmp_path)

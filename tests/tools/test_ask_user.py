@@ -15,24 +15,26 @@ from rich.console import Console
 from tiller import CancellationToken, Cancelled, UsageError
 from tiller.cli._run import TerminalQuestions, parse_answer
 from tiller.conversation import ToolCall
-from tiller.tools import Capability, ExecContext, Execution, Outcome, Registry
+from tiller.tools import (
+    Answer,
+    CallbackQuestions,
+    Capability,
+    ExecContext,
+    Execution,
+    Outcome,
+    Question,
+    QuestionBroker,
+    QuestionOption,
+    Registry,
+)
 from tiller.tools._question_brokers import (
     CANCELLED_REASON,
     NO_ONE_TO_ASK,
     AskedQuestions,
-    CallbackQuestions,
     NoOneToAskQuestions,
 )
-from tiller.tools._questions import (
-    Answer,
-    Answered,
-    Dismissed,
-    Question,
-    QuestionBroker,
-    QuestionOption,
-    QuestionOutcome,
-)
-from tiller.tools.builtin._ask import ask_user
+from tiller.tools._questions import Answered, Dismissed, QuestionOutcome
+from tiller.tools.builtin import ask_user
 
 DATABASE = {
     "header": " Database ",

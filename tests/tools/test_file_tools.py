@@ -11,13 +11,19 @@ import pytest
 
 from tiller import CancellationToken, Cancelled
 from tiller.phase import Phase
-from tiller.tools import Capability, ExecContext, Outcome, Registry, ToolCtx, ToolError
-from tiller.tools._errors import HardLinkRefused, PathOutsideJail, SymlinkRefused
+from tiller.tools import (
+    Capability,
+    ExecContext,
+    HardLinkRefused,
+    Outcome,
+    PathOutsideJail,
+    Registry,
+    SymlinkRefused,
+    ToolCtx,
+    ToolError,
+)
 from tiller.tools._fs import JailFS
-from tiller.tools.builtin._files import edit_file, list_dir, read_file, write_file
-from tiller.tools.builtin._glob import glob
-from tiller.tools.builtin._patch import apply_patch
-from tiller.tools.builtin._search import grep
+from tiller.tools.builtin import apply_patch, edit_file, glob, grep, list_dir, read_file, write_file
 
 from .file_tools_support import FILE_TOOLS, RecordingSnapshots, run
 

@@ -10,8 +10,8 @@ import pytest
 
 from tiller import CancellationToken, Cancelled
 from tiller.tools import ExecContext, Outcome
-from tiller.tools.builtin._glob import GlobPattern, glob
-from tiller.tools.builtin._search import grep
+from tiller.tools.builtin import glob, grep
+from tiller.tools.builtin._glob import GlobPattern
 
 from .file_tools_support import run
 

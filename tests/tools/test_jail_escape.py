@@ -19,18 +19,18 @@ from typing import Any
 
 import pytest
 
-from tiller.tools import ExecContext, Tool, ToolCtx, ToolError
-from tiller.tools._errors import (
+from tiller.tools import (
+    ExecContext,
     HardLinkRefused,
     InvalidPath,
     PathOutsideJail,
     PathTooLong,
     SymlinkRefused,
+    Tool,
+    ToolCtx,
+    ToolError,
 )
-from tiller.tools.builtin._files import edit_file, list_dir, read_file, write_file
-from tiller.tools.builtin._glob import glob
-from tiller.tools.builtin._patch import apply_patch
-from tiller.tools.builtin._search import grep
+from tiller.tools.builtin import apply_patch, edit_file, glob, grep, list_dir, read_file, write_file
 
 from .file_tools_support import fingerprint
 

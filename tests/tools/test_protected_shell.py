@@ -212,7 +212,7 @@ def test_a_directory_swapped_for_a_symlink_after_the_look_is_not_followed(
 ) -> None:
     """A background job may swap `.git` for a symlink between the snapshot and bwrap's
     mounts; the bind is by descriptor, so the symlink's target is never bound."""
-    from tiller.tools._sandbox import Sandbox
+    from tiller.tools import Sandbox
 
     root = tmp_path / "ws"
     (root / ".git").mkdir(parents=True)

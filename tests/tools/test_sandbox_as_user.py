@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools import _sandbox
+from tiller.tools import Sandbox, _sandbox
 from tiller.tools._protected_snapshot import ProtectedSnapshot
-from tiller.tools._sandbox import Sandbox
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not (shutil.which("useradd") and shutil.which("runuser")),

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools import ExecContext, SandboxUnavailable, ToolCtx
-from tiller.tools._sandbox import Sandbox
+from tiller.tools import ExecContext, Sandbox, SandboxUnavailable, ToolCtx
 
 from .shell_support import SANDBOX_MISSING, SANDBOX_REASON, run
 

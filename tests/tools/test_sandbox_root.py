@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools import ExecContext, ToolCtx
-from tiller.tools._sandbox import Sandbox, SandboxUnavailable
-from tiller.tools.builtin._shell import execute_command_tool
+from tiller.tools import ExecContext, Sandbox, SandboxUnavailable, ToolCtx
+from tiller.tools.builtin import execute_command_tool
 
 from .conftest import RunTool
 from .shell_support import SANDBOX_MISSING, SANDBOX_REASON, run

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tiller import InvalidToolArguments
-from tiller.model._base import ToolSpec
+from tiller.model import ToolSpec
 from tiller.tools import (
     BaseTool,
     Capability,

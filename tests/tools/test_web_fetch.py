@@ -27,7 +27,7 @@ from tiller.events import CustomEvent, Event
 from tiller.tools import ExecContext, Execution, Outcome, Registry, ToolCtx, ToolError, WebAccess
 from tiller.tools._fetcher import Fetcher
 from tiller.tools._web_budget import WebBudget
-from tiller.tools.builtin._web import web_fetch
+from tiller.tools.builtin import web_fetch
 
 # ── a small HTTP/1.1 server ─────────────────────────────────────────────────────────
 

@@ -23,7 +23,7 @@ import pytest
 
 from tiller.conversation import ToolCall
 from tiller.tools import ExecContext, Execution, Outcome, Registry, ToolCtx
-from tiller.tools.builtin._web import web_fetch
+from tiller.tools.builtin import web_fetch
 
 # Imported where used: on a tiller without the web policy these tests still run (and
 # fail) instead of the whole file failing to import.
