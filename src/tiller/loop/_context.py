@@ -135,7 +135,7 @@ class RunContext:
 
     sandboxed = _Sandboxed()
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the public constructor: each keyword is API)
         self,
         tools: ToolCtx,
         approver: Approver | None = None,

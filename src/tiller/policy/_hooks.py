@@ -310,7 +310,7 @@ class HookSet:
                 return HookOutcome(False, verdict.reason, hook.name)
         return HookOutcome.allow()
 
-    async def post_tool(
+    async def post_tool(  # noqa: PLR0913 (the post_tool hook event: each field is one the hook reads)
         self,
         *,
         tool: str,
