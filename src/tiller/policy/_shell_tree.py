@@ -19,11 +19,19 @@ The word-level reading (quotes, escapes, ANSI-C strings, brace expansion, variab
 assigned earlier) stays with `_shell_syntax`; this is the second, independent reading
 that a lexer's blind spot cannot hide a computed program from. The grammar is loaded
 once per process and a parser kept per thread (a parser is not shared between threads).
+
+Characters outside the Basic Multilingual Plane (4 bytes in UTF-8: emoji, rare scripts)
+corrupt the memory of tree-sitter's bash lexer (0.23-0.26 with tree-sitter-bash 0.23-0.25:
+a few thousand such lines kill the process with SIGSEGV), so a hostile model could crash
+tiller with one command line. The grammar is given the text with each of them replaced by
+four ASCII `x`: a word character to bash, as they are, and the same four bytes, so every
+node's offsets still index the real text, which is what the classifier reads.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from dataclasses import dataclass
 from typing import Final
@@ -32,6 +40,9 @@ import tree_sitter
 import tree_sitter_bash
 
 __all__ = ["Parsed", "TreeReading", "parse_tree", "read_tree"]
+
+#: Characters of four UTF-8 bytes, which the grammar is not given (module docstring).
+_ASTRAL: Final = re.compile("[\U00010000-\U0010ffff]")
 
 #: Nodes that make a command name known only when the command runs.
 _COMPUTING: Final = frozenset(
@@ -106,7 +117,11 @@ class Parsed:
 def parse_tree(source: str) -> Parsed:
     """`source` parsed as bash (once; the caller keeps it for every reading)."""
     data = source.encode("utf-8", "surrogatepass")
-    return Parsed(data, _parser().parse(data))
+    if source.isascii() or not _ASTRAL.search(source):
+        return Parsed(data, _parser().parse(data))
+    # Same length in bytes, so the tree's offsets index `data` (module docstring).
+    stand_in = _ASTRAL.sub("xxxx", source).encode("utf-8", "surrogatepass")
+    return Parsed(data, _parser().parse(stand_in))
 
 
 def read_tree(source: str | Parsed) -> TreeReading:
