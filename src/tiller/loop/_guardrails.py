@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 from ..conversation import AssistantMessage
+from ..errors import UsageError
 from ..model import ModelRequest
 
 __all__ = [
@@ -28,6 +29,14 @@ __all__ = [
 ]
 
 
+#: The kinds before the one vocabulary, and what each is now.
+_OLD_KINDS: Final[dict[str, Literal["allow", "deny"]]] = {
+    "pass": "allow",
+    "refuse": "deny",
+    "handoff": "deny",
+}
+
+
 @dataclass(slots=True, frozen=True)
 class GuardrailOutcome:
     """A guardrail's answer. Build with `GuardrailOutcome.passed()`, `.refuse(reason)` or
@@ -37,6 +46,18 @@ class GuardrailOutcome:
     reason: str = ""
     #: The agent the run is handed to: set only on a handoff (a deny that is no refusal).
     handoff_to: str | None = None
+
+    def __post_init__(self) -> None:
+        # The older kinds keep their meaning: a `GuardrailOutcome("pass")` written before
+        # the one vocabulary must not stop the run as refused.
+        old = _OLD_KINDS.get(self.kind)
+        if old is not None:
+            object.__setattr__(self, "kind", old)
+        if self.kind not in ("allow", "deny"):
+            raise UsageError(
+                "a guardrail outcome is 'allow' or 'deny' (or the older 'pass', 'refuse', "
+                f"'handoff'), not {self.kind!r}"
+            )
 
     @property
     def by(self) -> str:

@@ -54,6 +54,14 @@ class InterlockVerdict:
     kind: Kind
     reason: str = ""
 
+    def __post_init__(self) -> None:
+        # The older spelling, `"block"`, is a deny: a subclassed interlock that still says
+        # it must not let the send through (law 3), nor may a kind no one knows.
+        if self.kind == "block":  # type: ignore[comparison-overlap]
+            object.__setattr__(self, "kind", "deny")
+        if self.kind not in ("allow", "ask", "deny"):
+            raise UsageError(f"an interlock verdict is 'allow', 'ask' or 'deny', not {self.kind!r}")
+
     @property
     def by(self) -> str:
         """Who decided: the interlock."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import UsageError
 from ..tools import RiskClass
 from ._verdict import Kind
 
@@ -41,6 +42,16 @@ class PolicyDecision:
     risk: RiskClass
     reason: str = ""
     whom: AskWhom = "person"
+
+    def __post_init__(self) -> None:
+        if self.kind == "classify":  # type: ignore[comparison-overlap]
+            # The older spelling (the mode table's word): an ask the classifier answers.
+            object.__setattr__(self, "kind", "ask")
+            object.__setattr__(self, "whom", "classifier")
+        if self.kind not in ("allow", "ask", "deny"):
+            raise UsageError(
+                f"a policy decision is 'allow', 'ask', 'classify' or 'deny', not {self.kind!r}"
+            )
 
     @property
     def by(self) -> str:
