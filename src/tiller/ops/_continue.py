@@ -14,7 +14,15 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..events import Event
-from ..loop import Agent, FromCheckpoint, ResumeDecision, RunResult, load_agent, recover
+from ..loop import (
+    Agent,
+    FromCheckpoint,
+    ResumeDecision,
+    RunContext,
+    RunResult,
+    load_agent,
+    recover,
+)
 from ..pinned_policy import restore_pinned_policy
 from ..policy import Approver
 from ..store import DEFAULT_BUCKET, Bus, CheckpointStore, HeldApproval
@@ -37,10 +45,17 @@ async def resume_run(
     """Resume the suspended run `run_id` with `decisions`, in a process that may never
     have seen its code: the agent is `agent` (an `Agent` or a `"module:attr"`
     reference), or the one the checkpoint names; the context is rebuilt from the
-    checkpoint (`ctx` adds what is not data; its store is `store`). See `Agent.resume`."""
-    rebuild = replace(ctx, store=store) if ctx is not None else FromCheckpoint(store=store)
-    continuing = await _agent_for(store, run_id, agent, bucket)
-    return await continuing.resume(run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event)
+    checkpoint under the run's pinned policy, then `ctx.configure` if given (`ctx` adds
+    what is not data; its store is `store`); the pinned MCP servers are started for an
+    agent given by reference. See `Agent.resume`."""
+    rebuild = _pinned(replace(ctx, store=store) if ctx is not None else FromCheckpoint(store=store))
+    if isinstance(agent, Agent):
+        return await agent.resume(run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event)
+    async with pinned_agent(store, run_id, agent, bucket=bucket) as named:
+        continuing = await _agent_for(store, run_id, named, bucket)
+        return await continuing.resume(
+            run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event
+        )
 
 
 async def resume_decided(
@@ -55,16 +70,7 @@ async def resume_decided(
     every decision (`decision_of`)."""
     run_id = next(iter(records.values())).run_id
     decisions = {call_id: decision_of(record) for call_id, record in records.items()}
-    async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
-        return await resume_run(
-            store,
-            run_id,
-            decisions,
-            agent=continuing,
-            ctx=FromCheckpoint(configure=restore_pinned_policy),
-            bucket=bucket,
-            on_event=on_event,
-        )
+    return await resume_run(store, run_id, decisions, agent=agent, bucket=bucket, on_event=on_event)
 
 
 async def recover_run(
@@ -93,6 +99,19 @@ async def recover_run(
             bucket=bucket,
             on_event=on_event,
         )
+
+
+def _pinned(rebuild: FromCheckpoint) -> FromCheckpoint:
+    """`rebuild` under the run's pinned policy first (law 11), then the caller's own
+    `configure`, if any: every resume through the operations uses the pinned record."""
+    theirs = rebuild.configure
+    if theirs is None:
+        return replace(rebuild, configure=restore_pinned_policy)
+
+    def configure(run_ctx: RunContext) -> RunContext:
+        return theirs(restore_pinned_policy(run_ctx))
+
+    return replace(rebuild, configure=configure)
 
 
 async def _agent_for(store: Bus, run_id: str, agent: Agent | str | None, bucket: str) -> Agent:
