@@ -105,6 +105,18 @@ def test_a_state_written_before_written_by_still_loads() -> None:
     assert (loaded.schema_version, loaded.run_id) == (2, "r1")  # migrated as read
 
 
+def test_a_state_says_its_writer_truly_as_the_stored_records_do() -> None:
+    # Read: a state that does not say who wrote it is not claimed by this tiller.
+    raw = orjson.loads(_state().to_json())
+    del raw["written_by"]
+    assert RunState.from_json(orjson.dumps(raw)).written_by is None
+    # Written: the tiller writing it now, not the one that wrote it before.
+    raw["written_by"] = "0.0.1"
+    loaded = RunState.from_json(orjson.dumps(raw))
+    assert loaded.written_by == "0.0.1"
+    assert orjson.loads(loaded.to_json())["written_by"] == tiller.__version__
+
+
 async def test_a_stored_record_says_which_tiller_wrote_it_and_old_ones_load() -> None:
     bus = MemoryBus()
     kv = await bus.kv(APPROVALS_BUCKET)

@@ -174,8 +174,9 @@ class RunState(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
     schema_version: int = SCHEMA_VERSION
-    #: The tiller that wrote it (stamped by `to_json`); None when it predates the field.
-    written_by: str | None = Field(default_factory=tiller_version)
+    #: The tiller that last wrote it (stamped by `to_json`, as the stored records are);
+    #: None until written, or when it was written before the field existed.
+    written_by: str | None = None
     run_id: str
     thread_id: str
     agent_name: str = "agent"
@@ -321,6 +322,9 @@ class RunState(BaseModel):
         return list(earlier[-1].tasks) if earlier else []
 
     def to_json(self) -> bytes:
+        # Stamped here, not when made: a state read from an older tiller and written again
+        # is this tiller's now, and a newer-schema refusal must name its real writer.
+        self.written_by = tiller_version()
         return self.model_dump_json().encode()
 
     @classmethod
