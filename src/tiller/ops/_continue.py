@@ -105,7 +105,8 @@ def _pinned(rebuild: FromCheckpoint) -> FromCheckpoint:
     """`rebuild` under the run's pinned policy first (law 11), then the caller's own
     `configure`, if any: every resume through the operations uses the pinned record."""
     theirs = rebuild.configure
-    if theirs is None:
+    if theirs is None or theirs is restore_pinned_policy:
+        # Not twice: the pinned hooks merge into the context's, and would run twice.
         return replace(rebuild, configure=restore_pinned_policy)
 
     def configure(run_ctx: RunContext) -> RunContext:
