@@ -204,6 +204,23 @@ async def test_a_newer_checkpoint_or_state_inside_one_is_refused() -> None:
         await CheckpointStore(bus).load("r1")
 
 
+async def test_a_state_inside_a_checkpoint_is_read_by_the_ledger_as_from_json_reads_it() -> None:
+    bus = MemoryBus()
+    kv = await bus.kv("tiller-run-checkpoints")
+    older = orjson.loads(_state().to_json())
+    del older["written_by"]
+    older["schema_version"] = 1
+    await kv.put("r1", orjson.dumps({"schema_version": 1, "status": "suspended", "state": older}))
+    loaded = (await CheckpointStore(bus).load("r1")).state
+    # Migrated as read, and saved again as the current version: not a v2 body labelled v1.
+    assert (loaded.schema_version, loaded.written_by) == (2, None)
+    # A version the ledger never had is refused, as `RunState.from_json` refuses it.
+    older["schema_version"] = 0
+    await kv.put("r1", orjson.dumps({"schema_version": 1, "status": "suspended", "state": older}))
+    with pytest.raises(RunStateError, match="schema version 0 is not supported"):
+        await CheckpointStore(bus).load("r1")
+
+
 async def test_a_newer_event_log_batch_is_refused() -> None:
     bus = MemoryBus()
     log = EventLog(bus)

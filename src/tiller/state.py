@@ -334,15 +334,32 @@ class RunState(BaseModel):
             state = cls.model_validate_json(data)
         except ValidationError as exc:
             raise RunStateError(f"the run state is not valid: {exc}") from exc
-        if state.schema_version not in READABLE_VERSIONS:
-            readable = ", ".join(str(version) for version in READABLE_VERSIONS)
-            raise RunStateError(
-                f"run state schema version {state.schema_version} is not supported "
-                f"(this tiller reads versions {readable})"
-            )
-        # Migrated as read (see the ledger): saved again, it is the current version.
-        state.schema_version = SCHEMA_VERSION
-        return state
+        return _read_by_the_ledger(state)
+
+    @classmethod
+    def from_data(cls, raw: object) -> RunState:
+        """A state already decoded from JSON (one inside a checkpoint), read as
+        `from_json` reads one: a newer schema refused naming its writer, a version the
+        ledger never had refused, an older one migrated."""
+        refuse_newer_state(raw)
+        try:
+            state = cls.model_validate(raw)
+        except ValidationError as exc:
+            raise RunStateError(f"the run state is not valid: {exc}") from exc
+        return _read_by_the_ledger(state)
+
+
+def _read_by_the_ledger(state: RunState) -> RunState:
+    """`state` if the ledger reads its version (`RunStateError` if not), migrated."""
+    if state.schema_version not in READABLE_VERSIONS:
+        readable = ", ".join(str(version) for version in READABLE_VERSIONS)
+        raise RunStateError(
+            f"run state schema version {state.schema_version} is not supported "
+            f"(this tiller reads versions {readable})"
+        )
+    # Migrated as read (see the ledger): saved again, it is the current version.
+    state.schema_version = SCHEMA_VERSION
+    return state
 
 
 def _refuse_newer(data: bytes | str) -> None:
