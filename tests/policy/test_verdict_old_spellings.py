@@ -58,3 +58,12 @@ def test_a_guardrail_outcome_keeps_its_older_kinds(old: tuple[Any, ...], new: An
 def test_an_unknown_kind_is_refused_when_made(make: Any) -> None:
     with pytest.raises(UsageError, match="allow"):
         make()
+
+
+def test_a_handoff_made_with_the_older_agent_keyword_still_hands_off() -> None:
+    older: Any = "handoff"
+    old = GuardrailOutcome(older, "billing", agent="billing-agent")
+    assert old == GuardrailOutcome.handoff("billing-agent", "billing")
+    assert old.agent == "billing-agent" and not old.refused
+    with pytest.raises(UsageError, match="handoff_to"):
+        GuardrailOutcome("deny", "x", handoff_to="a", agent="b")

@@ -37,7 +37,7 @@ _OLD_KINDS: Final[dict[str, Literal["allow", "deny"]]] = {
 }
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, init=False)
 class GuardrailOutcome:
     """A guardrail's answer. Build with `GuardrailOutcome.passed()`, `.refuse(reason)` or
     `.handoff(agent, reason)`."""
@@ -47,17 +47,31 @@ class GuardrailOutcome:
     #: The agent the run is handed to: set only on a handoff (a deny that is no refusal).
     handoff_to: str | None = None
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        kind: Literal["allow", "deny"],
+        reason: str = "",
+        handoff_to: str | None = None,
+        *,
+        agent: str | None = None,
+    ) -> None:
+        # `agent=` is the older name of `handoff_to` (a field before the one vocabulary):
+        # a handoff written with it must still hand off, not stop the run as refused.
+        if agent is not None:
+            if handoff_to is not None and handoff_to != agent:
+                raise UsageError("pass handoff_to (or the older agent), not both")
+            handoff_to = agent
         # The older kinds keep their meaning: a `GuardrailOutcome("pass")` written before
         # the one vocabulary must not stop the run as refused.
-        old = _OLD_KINDS.get(self.kind)
-        if old is not None:
-            object.__setattr__(self, "kind", old)
-        if self.kind not in ("allow", "deny"):
+        kind = _OLD_KINDS.get(kind, kind)
+        if kind not in ("allow", "deny"):
             raise UsageError(
                 "a guardrail outcome is 'allow' or 'deny' (or the older 'pass', 'refuse', "
-                f"'handoff'), not {self.kind!r}"
+                f"'handoff'), not {kind!r}"
             )
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "handoff_to", handoff_to)
 
     @property
     def by(self) -> str:
