@@ -9,19 +9,24 @@ caller's.
 checkpoint and the run's pinned policy restored.
 """
 
-from ._approvals import Decided, approve, decided_records, decision_of, deny, held_approvals
-from ._arguments import check_arguments
+from ._approvals import Decided, approve, deny, held_approvals
+
+# For tiller's own packages (not API; not in __all__): the steps the CLI and the server
+# take around the operations, and the texts the operations write for a person.
+from ._approvals import decided_records as decided_records
+from ._approvals import decision_of as decision_of
+from ._arguments import check_arguments as check_arguments
 from ._buckets import Buckets
 from ._continue import recover_run, resume_decided, resume_run
-from ._pinned import pinned_agent, pinned_policy_of
-
-# What the operations write for a person, importable by name (not in __all__).
+from ._pinned import pinned_agent as pinned_agent
+from ._pinned import pinned_policy_of as pinned_policy_of
 from ._reconcile import DONE_DEFAULT as DONE_DEFAULT
 from ._reconcile import FAILED_DEFAULT as FAILED_DEFAULT
 from ._reconcile import CallVerdict, Reconciled, reconcile
 from ._runs import list_runs, uncertain_calls
 from ._settle import CANCELLED_CALL as CANCELLED_CALL
-from ._settle import close_cancelled, expire_held
+from ._settle import close_cancelled
+from ._settle import expire_held as expire_held
 
 __all__ = [
     "Buckets",
@@ -29,16 +34,10 @@ __all__ = [
     "Decided",
     "Reconciled",
     "approve",
-    "check_arguments",
     "close_cancelled",
-    "decided_records",
-    "decision_of",
     "deny",
-    "expire_held",
     "held_approvals",
     "list_runs",
-    "pinned_agent",
-    "pinned_policy_of",
     "reconcile",
     "recover_run",
     "resume_decided",
