@@ -542,3 +542,11 @@ class AgUiContext(Generic[S]):
     def open_handles(self) -> list[Any]:
         """Handles still open, innermost (most recently opened) first."""
         return list(reversed(self._open_handles.values()))
+
+    def _handle_opened(self, handle: Any) -> None:
+        """A handle of this run opened (called by the handles: the registry is ours)."""
+        self._open_handles[id(handle)] = handle
+
+    def _handle_closed(self, handle: Any) -> None:
+        """A handle of this run closed, or its start was refused."""
+        self._open_handles.pop(id(handle), None)

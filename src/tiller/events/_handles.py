@@ -98,7 +98,7 @@ class _Handle:
         self._ctx.sink.emit(event, attribute=False)
 
     def _opened(self) -> None:
-        self._ctx._open_handles[id(self)] = self
+        self._ctx._handle_opened(self)
 
     def _open_with(self, *starts: Event) -> None:
         """Register, then emit the start event(s). Registering first matters when a worker
@@ -109,12 +109,12 @@ class _Handle:
             for start in starts:
                 self._emit(start)
         except BaseException:
-            self._ctx._open_handles.pop(id(self), None)
+            self._ctx._handle_closed(self)
             raise
 
     def _mark_closed(self) -> None:
         self._closed = True
-        self._ctx._open_handles.pop(id(self), None)
+        self._ctx._handle_closed(self)
 
     def _check_open(self, what: str) -> None:
         if self._closed:
@@ -221,7 +221,7 @@ class ReasoningHandle(_Handle):
             self._emit(ReasoningMessageStartEvent(message_id, subagent_run_id=self._owner))
         except TillerError:
             # Keep the stream closed-by-construction even if the second start is refused.
-            self._ctx._open_handles.pop(id(self), None)
+            self._ctx._handle_closed(self)
             self._emit(ReasoningEndEvent(message_id, subagent_run_id=self._owner))
             raise
 

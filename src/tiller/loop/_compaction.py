@@ -65,7 +65,6 @@ import orjson
 from ..conversation import (
     Message,
     ToolCall,
-    TranscriptChecker,
     TranscriptError,
     Usage,
     UserMessage,
@@ -567,9 +566,7 @@ class Compaction:
             record.originals = [original[index] for index in sorted(changed)]
         state.messages[:] = messages
         # The loop's incremental checks and capture offsets refer to the old history.
-        loop._transcript = TranscriptChecker()
-        removed = len(original) - len(messages)
-        loop._capture_from = max(loop._capture_from - removed, 0)
+        loop.history_rewritten(removed=len(original) - len(messages))
         memory.compactions = record.number
         if passes[-1]["name"] == "summary":
             memory.summaries += 1

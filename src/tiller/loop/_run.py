@@ -24,6 +24,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -271,6 +272,20 @@ class Loop(ToolDispatch):
         if self.state.step >= self.options.max_steps or self.run_ctx.budget.exceeded():
             return False
         return await self.subagents.detached.wait_and_report()
+
+    def history_rewritten(self, *, removed: int) -> None:
+        """Compaction replaced the history (`removed` fewer messages): the incremental
+        transcript check starts again, and the capture's offset moves with the history."""
+        self._transcript = TranscriptChecker()
+        self._capture_from = max(self._capture_from - removed, 0)
+
+    def held_reasons(self) -> Mapping[str, tuple[str, RiskClass | None]]:
+        """Why each call this run holds for a person waits (and its risk)."""
+        return self._held_reasons
+
+    def adopt_held_reasons(self, reasons: Mapping[str, tuple[str, RiskClass | None]]) -> None:
+        """A child's held calls wait in this run's suspension: their reasons go with it."""
+        self._held_reasons.update(reasons)
 
     def _publish_run_state(self) -> None:
         """The run's spending, limits and staged drafts, in its AG-UI state (`tiller`):
