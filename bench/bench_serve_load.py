@@ -196,7 +196,7 @@ class Row:
 
 
 def measure(
-    workload: str, text: str, runs: int, rounds: int, step_delay: float, first_delay: float
+    workload: str, text: str, *, runs: int, rounds: int, step_delay: float, first_delay: float
 ) -> Row:
     with tempfile.TemporaryDirectory(prefix="tiller-bench-serve-") as tmp:
         server = Server(Path(tmp), step_delay, first_delay)
@@ -247,7 +247,14 @@ def report(args: argparse.Namespace) -> int:
     if args.slow:
         workloads.append(("slow 3", "slow 3"))
     rows = [
-        measure(name, text, args.runs, args.rounds, args.step_delay, args.first_delay)
+        measure(
+            name,
+            text,
+            runs=args.runs,
+            rounds=args.rounds,
+            step_delay=args.step_delay,
+            first_delay=args.first_delay,
+        )
         for name, text in workloads
     ]
     python = f"{platform.python_implementation()} {platform.python_version()}"
