@@ -468,7 +468,16 @@ class Compaction:
                 passes.append({"name": "summary", "messages": cut})
         if not passes:
             if failure is not None:
-                self._emit(reason, passes, before, before, original, original, failure, None)
+                self._emit(
+                    reason,
+                    passes,
+                    before=before,
+                    after=before,
+                    original=original,
+                    messages=original,
+                    failure=failure,
+                    key=None,
+                )
             return done
         try:
             check_transcript(messages)  # the orphan guard: never keep an illegal history
@@ -478,7 +487,16 @@ class Compaction:
         after = scaled(messages)
         key = await self._commit(reason, original, messages, changed, passes)
         self._mark(after)
-        self._emit(reason, passes, before, after, original, messages, failure, key)
+        self._emit(
+            reason,
+            passes,
+            before=before,
+            after=after,
+            original=original,
+            messages=messages,
+            failure=failure,
+            key=key,
+        )
         done.changed = True
         return done
 
@@ -580,6 +598,7 @@ class Compaction:
         self,
         reason: Reason,
         passes: list[dict[str, Any]],
+        *,
         before: int,
         after: int,
         original: Sequence[Message],

@@ -41,6 +41,7 @@ from ..conversation import (
 from ..errors import TillerError
 from ..events import AgUiContext, CustomEvent, MessageHandle, ReasoningHandle, ToolCallHandle
 from ..model import (
+    AccumulatedResponse,
     ModelError,
     ModelRequest,
     ReasoningDelta,
@@ -88,6 +89,20 @@ FINAL_ANSWER_NUDGE = (
 
 class ResponseTooLarge(TillerError):
     """One model response exceeded `RunOptions.max_response_bytes`."""
+
+
+def _stream_reasoning(
+    agui: AgUiContext[Any], reasoning: ReasoningHandle | None, event: ReasoningDelta
+) -> ReasoningHandle | None:
+    """Stream one reasoning delta, opening the reasoning message on its first text; the
+    open handle (or None) is returned for the next delta."""
+    if event.text:
+        if reasoning is None:
+            reasoning = agui.reasoning()
+        reasoning.delta(event.text)
+    if event.redacted and reasoning is not None:
+        reasoning.encrypted_value(event.redacted)
+    return reasoning
 
 
 def _too_large(limit: int) -> ResponseTooLarge:
@@ -591,12 +606,7 @@ class Loop(ToolDispatch):
                         text = agui.message_with_id(message_id, "assistant")
                     text.delta(event.text)
                 elif isinstance(event, ReasoningDelta):
-                    if event.text:
-                        if reasoning is None:
-                            reasoning = agui.reasoning()
-                        reasoning.delta(event.text)
-                    if event.redacted and reasoning is not None:
-                        reasoning.encrypted_value(event.redacted)
+                    reasoning = _stream_reasoning(agui, reasoning, event)
                 elif isinstance(event, ToolCallEnd):
                     call = accumulator.completed_call(event.index)
                     if call is not None:
@@ -617,22 +627,28 @@ class Loop(ToolDispatch):
         outcome.message = response.message
         outcome.usage = response.usage
         outcome.finish_reason = response.finish_reason
-        broken = [d for d in response.dropped if d.reason == "invalid_json"]
-        if broken and response.status == "complete":
-            # The model finished writing these calls, but not as JSON: they stay in the
-            # transcript with `{}` and an error result the model can act on (they never
-            # run). A call cut off mid-stream is dropped instead (law 1).
-            calls = [
-                ToolCall(id=d.id, name=d.name, arguments="{}", provider_id=d.provider_id)
-                for d in broken
-            ]
-            for dropped, call in zip(broken, calls, strict=True):
-                outcome.malformed[call.id] = dropped.arguments
-                outcome.handles[call.id] = self._announce_call(call, message_id)
-            outcome.message = response.message.model_copy(
-                update={"tool_calls": (*response.message.tool_calls, *calls)}
-            )
+        self._keep_malformed(outcome, response, message_id)
         return outcome
+
+    def _keep_malformed(
+        self, outcome: _TurnOutcome, response: AccumulatedResponse, message_id: str
+    ) -> None:
+        """Calls the model finished writing, but not as JSON, stay in the transcript with
+        `{}` and an error result the model can act on (they never run). A call cut off
+        mid-stream is dropped instead (law 1)."""
+        broken = [d for d in response.dropped if d.reason == "invalid_json"]
+        if not broken or response.status != "complete":
+            return
+        calls = [
+            ToolCall(id=d.id, name=d.name, arguments="{}", provider_id=d.provider_id)
+            for d in broken
+        ]
+        for dropped, call in zip(broken, calls, strict=True):
+            outcome.malformed[call.id] = dropped.arguments
+            outcome.handles[call.id] = self._announce_call(call, message_id)
+        outcome.message = response.message.model_copy(
+            update={"tool_calls": (*response.message.tool_calls, *calls)}
+        )
 
     def _capture_call(self, turn: _TurnOutcome, *, appended: bool) -> None:
         """Record one model call: the messages new since the last one, and the response."""

@@ -150,7 +150,7 @@ class Subagents:
             state.error = None
             state.interrupts = []
             state.add_taint(parent.state.taint_flags)
-        work = self._in_slot(call_id, kind, tools, model, state, description)
+        work = self._in_slot(call_id, kind, tools, model, state=state, description=description)
         if background is None:
             return await work
         # Its own task from the start, so attribution (which follows the task) and the
@@ -174,11 +174,14 @@ class Subagents:
         kind: SubagentType,
         tools: list[Tool],
         model: Model,
+        *,
         state: RunState,
         description: str,
     ) -> SubagentReport:
         async with self._slots:
-            return await self._run(call_id, kind, tools, model, state, description)
+            return await self._run(
+                call_id, kind, tools, model, state=state, description=description
+            )
 
     async def _run(
         self,
@@ -186,6 +189,7 @@ class Subagents:
         kind: SubagentType,
         tools: list[Tool],
         model: Model,
+        *,
         state: RunState,
         description: str,
     ) -> SubagentReport:
