@@ -23,7 +23,7 @@ once per process and a parser kept per thread (a parser is not shared between th
 Characters outside the Basic Multilingual Plane (4 bytes in UTF-8: emoji, rare scripts)
 corrupt the memory of tree-sitter's bash lexer (0.23-0.26 with tree-sitter-bash 0.23-0.25:
 a few thousand such lines kill the process with SIGSEGV), so a hostile model could crash
-tiller with one command line. The grammar is given the text with each of them replaced by
+tiller with the commands it writes. The grammar is given the text with each of them replaced by
 four ASCII `x`: a word character to bash, as they are, and the same four bytes, so every
 node's offsets still index the real text, which is what the classifier reads.
 """
