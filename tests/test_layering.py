@@ -190,23 +190,14 @@ ALLOWED_UPWARD = frozenset(
 #: (the store's durability port and the ops module replace most of them).
 ALLOWED_PRIVATE = frozenset(
     {
-        "loop/_agent.py -> tiller.events._sink",  # cleared by i15-loop
-        "loop/_agent.py -> tiller.store._event_log",  # cleared by i15-loop
-        "loop/_agent.py -> tiller.tools._walk",  # cleared by i15-loop
-        "loop/_detached_subagents.py -> tiller.tools.builtin._agent_tool",  # cleared by i15-loop
         "loop/_dispatch.py -> tiller.store._checkpoints",  # cleared by i15-loop
         "loop/_dispatch.py -> tiller.tools._output",  # cleared by i15-loop
         "loop/_dispatch.py -> tiller.tools._read_watch",  # cleared by i15-loop
         "loop/_lease_keeper.py -> tiller.store._checkpoints",  # cleared by i15-loop
-        "loop/_mailbox_route.py -> tiller.store._mailbox",  # cleared by i15-loop
-        "loop/_outbox_route.py -> tiller.store._outbox",  # cleared by i15-loop
         "loop/_run.py -> tiller.model._codec",  # cleared by i15-loop
         "loop/_run.py -> tiller.store._approvals",  # cleared by i15-loop
         "loop/_run.py -> tiller.store._bus",  # cleared by i15-loop
         "loop/_run.py -> tiller.store._checkpoints",  # cleared by i15-loop
-        "loop/_summary.py -> tiller.tools._goal",  # cleared by i15-loop
-        "loop/_taint_flow.py -> tiller.tools._file_stamps",  # cleared by i15-loop
-        "loop/_taint_flow.py -> tiller.tools._taint_index",  # cleared by i15-loop
     }
 )
 

@@ -23,15 +23,20 @@ from pydantic import BaseModel
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, UserMessage
 from ..errors import Cancelled, UsageError
-from ..events import AgUiContext, Event, Interrupt, RunOutcome, TransformerFactory, run_agent
-from ..events._sink import transformers_of
+from ..events import (
+    AgUiContext,
+    Event,
+    Interrupt,
+    RunOutcome,
+    TransformerFactory,
+    run_agent,
+    transformers_of,
+)
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
-from ..store import DEFAULT_BUCKET
-from ..store._event_log import EventLog, EventLogWriter
-from ..tools import Registry, Tool
-from ..tools._walk import remove_tree
+from ..store import DEFAULT_BUCKET, EventLog, EventLogWriter
+from ..tools import Registry, Tool, remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._options import RunOptions

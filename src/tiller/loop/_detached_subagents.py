@@ -25,8 +25,7 @@ from typing import Any, Final
 
 from ..cancel import CancellationToken
 from ..tools import Notifier
-from ..tools.builtin import SubagentReport
-from ..tools.builtin._agent_tool import describe_report
+from ..tools.builtin import SubagentReport, describe_report
 
 __all__ = ["DetachedSubagents", "until_detached"]
 

@@ -27,12 +27,13 @@ from ..conversation import Taint
 from ..errors import UsageError
 from ..events import CustomEvent
 from ..policy import Interlock, capabilities_of, taint_names
-from ..store import Bus, StoreError
-from ..store._mailbox import (
+from ..store import (
     MAILBOX_BUCKET,
+    Bus,
     MailboxStore,
     MailIdentity,
     MailMessage,
+    StoreError,
     check_mail_name,
 )
 

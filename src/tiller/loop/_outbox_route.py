@@ -16,8 +16,7 @@ from pathlib import Path
 
 from ..conversation import Taint, ToolCall
 from ..errors import UsageError
-from ..store import Bus
-from ..store._outbox import OUTBOX_BUCKET, OutboxStore
+from ..store import OUTBOX_BUCKET, Bus, OutboxStore
 
 __all__ = ["OutboxRoute"]
 

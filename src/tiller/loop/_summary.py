@@ -33,8 +33,7 @@ from ..model import (
     stream_with_retry,
 )
 from ..state import RunState
-from ..tools import Task, checklist_text
-from ..tools._goal import person_text
+from ..tools import Task, checklist_text, person_text
 from ._budget import Budget
 
 __all__ = [

@@ -38,16 +38,20 @@ from ..conversation import Taint
 from ..policy import Interlock, capabilities_of
 from ..tools import (
     DEFAULT_SANDBOX,
+    TAINT_INDEX,
     BackgroundJobs,
     Capability,
     JobStatus,
     RiskClass,
     Sandbox,
+    Stamps,
+    TaintIndex,
+    TaintIndexError,
     Tool,
     ToolCtx,
+    changed_files,
+    stamp_workspace,
 )
-from ..tools._file_stamps import Stamps, changed_files, stamp_workspace
-from ..tools._taint_index import TAINT_INDEX, TaintIndex, TaintIndexError
 
 __all__ = ["TaintFlow", "shell_holds_network"]
 

@@ -30,6 +30,9 @@ from ._base import (
     ToolSpec,
     UsageReport,
 )
+
+# For tiller's own packages (not API; not in __all__).
+from ._codec import stream_event_to_json as stream_event_to_json
 from ._errors import (
     ContextOverflow,
     ModelConnectionError,

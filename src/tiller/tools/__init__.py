@@ -65,7 +65,13 @@ from ._file_snapshots import CheckpointOrigin
 
 # For tiller's own packages (not API; not in __all__).
 from ._file_snapshots import FileSnapshotter as FileSnapshotter
+from ._file_stamps import Stamps as Stamps
+from ._file_stamps import changed_files as changed_files
+from ._file_stamps import stamp_workspace as stamp_workspace
 from ._goal import UserGoal
+
+# For tiller's own packages (not API; not in __all__).
+from ._goal import person_text as person_text
 
 # For tiller's own packages (not API; not in __all__).
 from ._interrupt_questions import ASK_USER as ASK_USER
@@ -87,6 +93,7 @@ from ._notify import Notifier
 
 # For tiller's own packages (not API; not in __all__).
 from ._output import OutputBudget as OutputBudget
+from ._output import recorded_head as recorded_head
 from ._progress import PROGRESS_EVENT as PROGRESS_EVENT
 from ._progress import Progress
 
@@ -104,6 +111,8 @@ from ._questions import (
 )
 
 # For tiller's own packages (not API; not in __all__).
+from ._read_watch import stop_watching_reads as stop_watching_reads
+from ._read_watch import watch_reads as watch_reads
 from ._registry import Execution as Execution
 from ._registry import Lookup as Lookup
 from ._registry import Outcome as Outcome
@@ -118,6 +127,7 @@ from ._sandbox import Sandbox as Sandbox
 from ._sandbox import SandboxUnavailable
 
 # For tiller's own packages (not API; not in __all__).
+from ._taint_index import TAINT_INDEX as TAINT_INDEX
 from ._taint_index import IndexHealth as IndexHealth
 from ._taint_index import TaintIndex as TaintIndex
 from ._taint_index import TaintIndexError
