@@ -175,16 +175,8 @@ def _modules() -> list[Path]:
     ]
 
 
-#: Upward imports in files other parts own, until they land.
-ALLOWED_UPWARD = frozenset(
-    {
-        # The capture records (ModelCallRecord, CaptureSink...) are defined in
-        # loop/_capture.py; they move below the loop when capture becomes a port of the
-        # run's steps, and capture.py and model.replay then import them from there.
-        "capture.py -> tiller.loop",  # cleared by i15-loop
-        "model/replay.py -> tiller.loop",  # cleared by i15-loop
-    }
-)
+#: Upward imports in files other parts own, until they land (none left).
+ALLOWED_UPWARD: frozenset[str] = frozenset()
 
 #: Imports of another package's private module in files other parts own, until they land
 #: (the store's durability port and the ops module replace most of them).

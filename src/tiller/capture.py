@@ -29,13 +29,12 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import orjson
 
 from ._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
 from .errors import NewerSchemaError, UsageError
-from .loop import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord
 from .store import Bus, RevisionConflict
 
 __all__ = [
@@ -58,6 +57,62 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
+
+
+# ── the records (what the loop hands a run's sink) ───────────────────────────────────
+
+
+@dataclass(slots=True, frozen=True)
+class ModelCallRecord:
+    """One model call: the messages added since the previous call (JSON dicts, in the
+    `tiller.conversation` shape), and the response (an `AssistantMessage` as JSON).
+
+    `step` is the 1-based number of the call in the run. Known gap: text folded into a
+    user message that an earlier record already carried (the nudge after an empty turn)
+    is not recorded again."""
+
+    run_id: str
+    step: int
+    new_messages: list[dict[str, Any]]
+    response: dict[str, Any]
+    usage: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str | None = None
+    model: str = ""
+    #: The model's stream events as JSON (`tiller.model._codec`), so a replay streams the
+    #: very same deltas and the run's AG-UI stream comes out identical.
+    stream: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class ToolResultRecord:
+    """One tool call's result, as the model read it."""
+
+    run_id: str
+    step: int
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@runtime_checkable
+class CaptureSink(Protocol):
+    """Receives one run's records. Must not raise and must not block."""
+
+    def model_call(self, record: ModelCallRecord) -> None: ...
+
+    def tool_result(self, record: ToolResultRecord) -> None: ...
+
+    def close(self) -> None:
+        """The run ended: flush what is buffered."""
+        ...
+
+
+#: `(run_id) -> sink`, called once per run.
+CaptureSinkFactory = Callable[[str], CaptureSink]
+
+
+# ── captures ─────────────────────────────────────────────────────────────────────────
 
 #: The captures bucket's default name (DESIGN §7).
 CAPTURE_BUCKET = "tiller-captures"

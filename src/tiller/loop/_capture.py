@@ -1,4 +1,9 @@
-"""Capture: what a run said to its model and what its tools returned, for offline replay.
+"""Capture, from the loop's side: how a run hands its records to its sink.
+
+The records and the sink's protocol (`ModelCallRecord`, `ToolResultRecord`, `CaptureSink`,
+`CaptureSinkFactory`) are defined in `tiller.capture`, the record format below the loop
+that `tiller.model.replay` reads too; they are re-exported here for the loop's modules,
+and `tiller.loop` exports them as it always has.
 
 `RunOptions.capture_sink` is a *factory*: each run gets its own sink, so concurrent runs
 never interleave their records. Per model call the sink receives only the messages added
@@ -12,8 +17,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+
+from ..capture import CaptureSink as CaptureSink
+from ..capture import CaptureSinkFactory as CaptureSinkFactory
+from ..capture import ModelCallRecord as ModelCallRecord
+from ..capture import ToolResultRecord as ToolResultRecord
 
 __all__ = [
     "CaptureSink",
@@ -24,56 +32,6 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True, frozen=True)
-class ModelCallRecord:
-    """One model call: the messages added since the previous call (JSON dicts, in the
-    `tiller.conversation` shape), and the response (an `AssistantMessage` as JSON).
-
-    `step` is the 1-based number of the call in the run. Known gap: text folded into a
-    user message that an earlier record already carried (the nudge after an empty turn)
-    is not recorded again."""
-
-    run_id: str
-    step: int
-    new_messages: list[dict[str, Any]]
-    response: dict[str, Any]
-    usage: dict[str, Any] = field(default_factory=dict)
-    finish_reason: str | None = None
-    model: str = ""
-    #: The model's stream events as JSON (`tiller.model._codec`), so a replay streams the
-    #: very same deltas and the run's AG-UI stream comes out identical.
-    stream: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(slots=True, frozen=True)
-class ToolResultRecord:
-    """One tool call's result, as the model read it."""
-
-    run_id: str
-    step: int
-    call_id: str
-    name: str
-    content: str
-    is_error: bool = False
-
-
-@runtime_checkable
-class CaptureSink(Protocol):
-    """Receives one run's records. Must not raise and must not block."""
-
-    def model_call(self, record: ModelCallRecord) -> None: ...
-
-    def tool_result(self, record: ToolResultRecord) -> None: ...
-
-    def close(self) -> None:
-        """The run ended: flush what is buffered."""
-        ...
-
-
-#: `(run_id) -> sink`, called once per run.
-CaptureSinkFactory = Callable[[str], CaptureSink]
 
 
 def call_quietly(fn: Callable[[], object]) -> None:

@@ -44,8 +44,7 @@ from ._codec import stream_event_from_json
 from ._errors import ModelError
 
 if TYPE_CHECKING:
-    from ..capture import Capture
-    from ..loop import ModelCallRecord
+    from ..capture import Capture, ModelCallRecord
 
 __all__ = ["Divergence", "ReplayModel"]
 
