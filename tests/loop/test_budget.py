@@ -20,7 +20,7 @@ from tiller.loop import (
     RunContext,
     RunOptions,
 )
-from tiller.loop._run import FINAL_ANSWER_NUDGE
+from tiller.loop._model_turn import FINAL_ANSWER_NUDGE
 from tiller.model import ModelRequest, ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tiller.conversation import UserMessage
 from tiller.loop import Agent, RunContext, RunOptions
-from tiller.loop._run import EMPTY_TURN_NUDGE
+from tiller.loop._model_turn import EMPTY_TURN_NUDGE
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
 from tiller.tools import tool

@@ -1,4 +1,5 @@
-"""The agent loop: `Agent`, the per-run `RunContext` and its live `RunControls`,
+"""The agent loop: `Agent` (and `agent.iter`, a run step by step: `ModelTurn`,
+`Dispatch`, `Suspend`, `Finish`), the per-run `RunContext` and its live `RunControls`,
 `RunOptions`, `Budget`, `RunResult` (with the calls it refused), review policies,
 guardrails, capture sinks, resuming, and the subagents a run starts (`SubagentConfig`,
 `SubagentType`)."""
@@ -16,7 +17,9 @@ from ._context import RunContext
 from ._controls import RunControls
 from ._detach import DetachSwitch
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
+from ._iter import AgentRun
 from ._mailbox_route import MailboxRoute
+from ._model_turn import ResponseTooLarge
 from ._options import RunOptions
 from ._outbox_route import OutboxRoute
 from ._refusals import RefusedCall
@@ -37,8 +40,9 @@ from ._review import (
     PauseOnWrites,
     ReviewPolicy,
 )
-from ._run import LoopFailed, ResponseTooLarge
+from ._run import LoopFailed
 from ._steering import SteeringQueue
+from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
 from ._subagent_types import SubagentConfig, SubagentType
 
 # For tiller's own packages (not API; not in __all__).
@@ -47,11 +51,14 @@ from ._window import history_window as history_window
 
 __all__ = [
     "Agent",
+    "AgentRun",
     "Budget",
     "CaptureSink",
     "CaptureSinkFactory",
     "ContinueAs",
     "DetachSwitch",
+    "Dispatch",
+    "Finish",
     "FromCheckpoint",
     "Guardrail",
     "GuardrailOutcome",
@@ -59,6 +66,7 @@ __all__ = [
     "MailboxRoute",
     "MaxResponseLength",
     "ModelCallRecord",
+    "ModelTurn",
     "NeverReview",
     "OutboxRoute",
     "PauseEveryStep",
@@ -77,8 +85,10 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "SteeringQueue",
+    "Step",
     "SubagentConfig",
     "SubagentType",
+    "Suspend",
     "ToolResultRecord",
     "ToolTraceEntry",
     "recover",

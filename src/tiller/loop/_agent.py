@@ -14,6 +14,7 @@ import asyncio
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +40,10 @@ from ..store import DEFAULT_BUCKET, EventLog, EventLogWriter
 from ..tools import Registry, Tool, remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
+from ._iter import AgentRun
 from ._options import RunOptions
 from ._result import RunResult
-from ._run import Loop, LoopFailed, ResponseTooLarge
+from ._run import Loop, LoopFailed, ResponseTooLarge, StepWatcher
 from ._subagents import nested_messages
 
 if TYPE_CHECKING:  # `_resume` imports this module: its names are for the annotations only
@@ -119,17 +121,7 @@ class Agent:
         `context` under that token, keeping the context's own live controls (its steering
         queue and budget are the run's). `transformers` builds the run's stream
         transformers (see `run_in`)."""
-        scratch: Path | None = None
-        if context is None:
-            if workspace is None:
-                scratch = Path(tempfile.mkdtemp(prefix="tiller-"))
-            context = RunContext.sandboxed(scratch or Path(workspace or "."), approver)
-        elif workspace is not None or approver is not None:
-            raise UsageError("pass either a RunContext or workspace/approver, not both")
-        if cancel is not None:
-            # The caller's context, run under `cancel`: its own live parts stay the ones
-            # this run uses (not a derived context's fresh ones).
-            context = context.with_controls(context.controls.with_member("cancel", cancel))
+        context, scratch = _jailed(workspace, approver, context, cancel)
         try:
             return await self.run_in(
                 context,
@@ -187,6 +179,42 @@ class Agent:
             )
         )
 
+    def iter(  # noqa: PLR0913 (mirrors run(): the same keywords)
+        self,
+        conversation: str | Sequence[UserMessage | AssistantMessage] | RunState,
+        *,
+        workspace: str | Path | None = None,
+        approver: Approver | None = None,
+        context: RunContext | None = None,
+        options: RunOptions | None = None,
+        cancel: CancellationToken | None = None,
+        on_event: Callable[[Event], None] | None = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        transformers: TransformerFactory | None = None,
+    ) -> AgentRun:
+        """The run `run` would make, step by step: `async with agent.iter(prompt) as run:
+        async for step in run: ...`, then `run.result` (see `tiller.loop.AgentRun`).
+
+        Each step (`ModelTurn`, `Dispatch`, `Suspend`, `Finish`) is yielded before the loop
+        takes it, and the loop waits for the caller; leaving the block early cancels the
+        run. `conversation` may also be a `RunState` (a checkpoint): the run continues at
+        its step. The other keywords are `run`'s."""
+        stop = _stop_token(context, cancel)
+        jailed, scratch = _jailed(workspace, approver, context, stop)
+        stream = _Stream(
+            on_event=on_event, run_id=run_id, thread_id=thread_id, transformers=transformers
+        )
+
+        async def start(watch: StepWatcher) -> RunResult:
+            try:
+                return await self._run_in(jailed, conversation, options, stream, watch)
+            finally:
+                if scratch is not None:
+                    remove_tree(scratch)
+
+        return AgentRun(start, stop)
+
     async def run_in(
         self,
         run_ctx: RunContext,
@@ -213,6 +241,23 @@ class Agent:
         unless another run is using that context's own controls right now: then it gets
         fresh ones (`RunControls.for_run`). To reach a run's live parts from outside, pass
         them: `run_in(ctx.with_controls(controls), ...)`."""
+        stream = _Stream(
+            on_event=on_event,
+            run_id=run_id,
+            thread_id=thread_id,
+            opening_messages=opening_messages,
+            transformers=transformers,
+        )
+        return await self._run_in(run_ctx, conversation, options, stream, None)
+
+    async def _run_in(
+        self,
+        run_ctx: RunContext,
+        conversation: str | Sequence[UserMessage | AssistantMessage] | RunState,
+        options: RunOptions | None,
+        stream: _Stream,
+        watch: StepWatcher | None,
+    ) -> RunResult:
         # The live controls this run uses (law 13): the context's own, unless another run
         # is using them now (then fresh ones), or the ones a caller passed on to share.
         with run_ctx.controls.for_run() as controls:
@@ -221,11 +266,8 @@ class Agent:
                 run_ctx.with_controls(controls.shared_by_all()),
                 conversation,
                 options,
-                on_event=on_event,
-                run_id=run_id,
-                thread_id=thread_id,
-                opening_messages=opening_messages,
-                transformers=transformers,
+                stream,
+                watch,
             )
 
     async def resume(
@@ -267,17 +309,14 @@ class Agent:
         run_ctx: RunContext,
         conversation: str | Sequence[UserMessage | AssistantMessage] | RunState,
         options: RunOptions | None,
-        *,
-        on_event: Callable[[Event], None] | None,
-        run_id: str | None,
-        thread_id: str | None,
-        opening_messages: list[dict[str, Any]] | None,
-        transformers: TransformerFactory | None,
+        stream: _Stream,
+        watch: StepWatcher | None,
     ) -> RunResult:
         options = options if options is not None else RunOptions()
-        chain = transformers_of(transformers)
-        state = self._initial_state(conversation, run_id, thread_id, run_ctx)
-        adapter = _LoopRun(self, run_ctx, options, state, opening_messages)
+        chain = transformers_of(stream.transformers)
+        state = self._initial_state(conversation, stream.run_id, stream.thread_id, run_ctx)
+        adapter = _LoopRun(self, run_ctx, options, state, stream.opening_messages, watch=watch)
+        on_event = stream.on_event
         listeners: list[Callable[[Event], None]] = [on_event] if on_event is not None else []
         # Durable mode: the run's AG-UI stream also goes to the store's event log, in
         # batches (DESIGN §7), for `tiller runs show`, replay and reattach. The writer is a
@@ -288,7 +327,7 @@ class Agent:
                 state.run_id, batch_size=options.event_log_batch
             )
             listeners.append(event_log)
-        stream = run_agent(
+        events = run_agent(
             adapter,
             {
                 "threadId": state.thread_id,
@@ -303,8 +342,8 @@ class Agent:
             # step shows that step's spending; a steer pushed there reaches the next turn).
             listeners=listeners,
         )
-        async with stream:
-            async for _ in stream:
+        async with events:
+            async for _ in events:
                 pass
         if event_log is not None:
             await event_log.wait()  # the log is complete when the run returns
@@ -355,8 +394,11 @@ class _LoopRun:
         options: RunOptions,
         state: RunState,
         opening_messages: list[dict[str, Any]] | None = None,
+        *,
+        watch: StepWatcher | None = None,
     ) -> None:
         self.agent = agent
+        self.watch = watch
         self.run_ctx = run_ctx
         self.options = options
         self.state = state
@@ -389,7 +431,9 @@ class _LoopRun:
                     state,
                 )
             )
-        loop = self.loop = Loop(self.agent, self.run_ctx, self.options, ctx, state)
+        loop = self.loop = Loop(
+            self.agent, self.run_ctx, self.options, ctx, state, watch=self.watch
+        )
         try:
             await loop.run()
         except BaseException as exc:
@@ -436,7 +480,7 @@ class _LoopRun:
                 agui_messages(
                     state.messages,
                     id_prefix=state.thread_id,
-                    pending_results=loop.answered_before_pause,
+                    pending_results=loop.suspension.answered_before,
                     result_ids=state.result_ids,
                 ),
                 state,
@@ -444,7 +488,7 @@ class _LoopRun:
         added = agui_messages(
             state.messages[start:],
             id_prefix=state.thread_id,
-            pending_results=loop.answered_before_pause,
+            pending_results=loop.suspension.answered_before,
             result_ids=state.result_ids,
             index_offset=start,
         )
@@ -468,13 +512,13 @@ class _LoopRun:
             cost_usd=state.cost_usd,
             usage_complete=state.usage_complete,
             state=state,
-            output=loop.final_output if loop is not None else None,
+            output=loop.turns.final_output if loop is not None else None,
             exhausted=state.stop_cause in _EXHAUSTING,
-            tool_trace=tuple(loop.trace) if loop is not None else (),
+            tool_trace=tuple(loop.dispatcher.trace) if loop is not None else (),
             error=state.error,
-            handoff=loop.handoff if loop is not None else None,
+            handoff=loop.turns.handoff if loop is not None else None,
             checkpoint=state if state.stop_cause is StopCause.SUSPENDED else None,
-            pause_reason=loop.pause_reason if loop is not None else None,
+            pause_reason=loop.suspension.reason if loop is not None else None,
         )
 
 
@@ -507,3 +551,45 @@ def _token_usage(model: Model, state: RunState) -> dict[str, Any]:
     if usage.reasoning_tokens:
         entry["reasoningTokens"] = usage.reasoning_tokens
     return entry
+
+
+@dataclass(frozen=True, slots=True)
+class _Stream:
+    """How one run's event stream is named and watched (`run_in`'s keywords)."""
+
+    on_event: Callable[[Event], None] | None = None
+    run_id: str | None = None
+    thread_id: str | None = None
+    opening_messages: list[dict[str, Any]] | None = None
+    transformers: TransformerFactory | None = None
+
+
+def _jailed(
+    workspace: str | Path | None,
+    approver: Approver | None,
+    context: RunContext | None,
+    cancel: CancellationToken | None,
+) -> tuple[RunContext, Path | None]:
+    """The context `run` and `iter` use: the caller's, or one jailed to `workspace` with
+    `approver` (with no workspace either, to a fresh temporary directory, returned to be
+    removed when the run ends). `cancel` runs it under that token, keeping the context's
+    own live controls (its steering queue and budget are the run's)."""
+    scratch: Path | None = None
+    if context is None:
+        if workspace is None:
+            scratch = Path(tempfile.mkdtemp(prefix="tiller-"))
+        context = RunContext.sandboxed(scratch or Path(workspace or "."), approver)
+    elif workspace is not None or approver is not None:
+        raise UsageError("pass either a RunContext or workspace/approver, not both")
+    if cancel is not None:
+        # The caller's context, run under `cancel`: its own live parts stay the ones
+        # this run uses (not a derived context's fresh ones).
+        context = context.with_controls(context.controls.with_member("cancel", cancel))
+    return context, scratch
+
+
+def _stop_token(context: RunContext | None, cancel: CancellationToken | None) -> CancellationToken:
+    """A token that stops one iterated run: a child of the caller's (so theirs still
+    cancels it), or a fresh one."""
+    outer = cancel if cancel is not None else (context.cancel if context is not None else None)
+    return outer.child() if outer is not None else CancellationToken()

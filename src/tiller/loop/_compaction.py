@@ -89,7 +89,7 @@ from ._window import estimate_tokens
 if TYPE_CHECKING:
     from ._agent import Agent
     from ._context import RunContext
-    from ._run import Loop
+    from ._run_parts import RunParts
 
 __all__ = [
     "AUDIT_BUCKET",
@@ -291,14 +291,17 @@ class _Done:
 
 
 class Compaction:
-    """The compaction of one run, driven by its `Loop` (see the module docstring)."""
+    """The compaction of one run, driven by its model turns (see the module docstring)."""
 
-    def __init__(self, loop: Loop) -> None:
-        self._loop = loop
-        self.state = loop.state
-        self.threshold = compaction_threshold(loop.run_ctx, loop.agent)
-        self.guard = LoopGuard(loop.options.loop_guard_repeats)
-        self._system_tokens = len(loop.agent.system_prompt_for_run() or "") // 4
+    def __init__(self, run: RunParts, *, history_rewritten: Callable[[int], None]) -> None:
+        self._run = run
+        #: Told how many messages fewer the history has after a rewrite (the model
+        #: turn's transcript check and the capture's offsets refer to the old one).
+        self._history_rewritten = history_rewritten
+        self.state = run.state
+        self.threshold = compaction_threshold(run.run_ctx, run.agent)
+        self.guard = LoopGuard(run.options.loop_guard_repeats)
+        self._system_tokens = len(run.agent.system_prompt_for_run() or "") // 4
         # The prompt last sent (or about to be): its size in tokens (reported when the
         # provider said, else predicted), how many messages it had, and the estimate of
         # its last message then (text may be folded into that message afterwards).
@@ -328,7 +331,7 @@ class Compaction:
         predicted = self._predict()
         if predicted < threshold or len(state.messages) < self._quiet_until:
             return True
-        keep_recent = self._loop.options.compact_keep_recent
+        keep_recent = self._run.options.compact_keep_recent
         done = await self._compact("threshold", predicted, keep_recent)
         if not done.changed:
             # Nothing could be done: try again once a few more exchanges came, not at
@@ -337,7 +340,7 @@ class Compaction:
         # Compacting awaited (the audit write, maybe a summary): a run sharing the budget
         # may have spent it meanwhile, and the loop checked it before. Check it again
         # before the step reserves its call (law 7); the next step then stops the run.
-        return self._loop.run_ctx.budget.exceeded() is None
+        return self._run.run_ctx.budget.exceeded() is None
 
     async def model_turn(
         self, request: ModelRequest, call: Callable[[ModelRequest], Awaitable[TurnT]]
@@ -410,7 +413,7 @@ class Compaction:
     # ── compacting ───────────────────────────────────────────────────────────────
 
     def _read_only(self, name: str) -> bool:
-        tool = self._loop.agent.registry.get(name)
+        tool = self._run.agent.registry.get(name)
         return tool is not None and bool(tool.read_only)
 
     def _size(self, messages: Sequence[Message]) -> int:
@@ -505,19 +508,19 @@ class Compaction:
     ) -> tuple[list[Message] | None, str | None, bool]:
         """The history with `messages[:cut]` summarised, or None and why not; and whether
         a model call was made."""
-        loop, state = self._loop, self.state
-        model = loop.agent.model
+        run, state = self._run, self.state
+        model = run.agent.model
         window = model.context_window or (self.threshold * 3 // 2 if self.threshold else None)
         if window is None:
             window = max(self._size(messages) // 2, 1000)
-        max_tokens = min(loop.options.compact_summary_max_tokens, max(window // 4, 256))
+        max_tokens = min(run.options.compact_summary_max_tokens, max(window // 4, 256))
         writer = SummaryWriter(
             model,
-            loop.agent.retry,
-            loop.run_ctx.budget,
+            run.agent.retry,
+            run.run_ctx.budget,
             state,
             max_tokens=max_tokens,
-            validate=loop.options.compact_validate,
+            validate=run.options.compact_validate,
         )
         try:
             summary = await writer.write(
@@ -535,7 +538,7 @@ class Compaction:
         text = summary_message_text(
             summary, removed=cut, first_request=memory.first_request, tasks=state.tasks
         )
-        head = UserMessage(id=loop.agui.new_message_id(), text=text)
+        head = UserMessage(id=run.agui.new_message_id(), text=text)
         # The model wrote it: never taken as the user's request. Folded texts that were
         # summarised away are no longer in the transcript: forgotten with them.
         kept = [m.text for m in messages[cut:] if isinstance(m, UserMessage) and m.text]
@@ -556,7 +559,7 @@ class Compaction:
 
         The audit goes to the store first: a cancel while it is written leaves the run's
         history as it was. After it, the state changes with no `await` in between."""
-        loop, state = self._loop, self.state
+        run, state = self._run, self.state
         memory = state.compaction
         record = RewrittenHistory(
             number=memory.compactions + 1,
@@ -564,7 +567,7 @@ class Compaction:
             reason=reason,
             passes=[item["name"] for item in passes],
         )
-        store = loop.run_ctx.store
+        store = run.run_ctx.store
         if store is not None:
             key = f"{state.run_id}/{record.number:04d}"
             body = {
@@ -584,7 +587,7 @@ class Compaction:
             record.originals = [original[index] for index in sorted(changed)]
         state.messages[:] = messages
         # The loop's incremental checks and capture offsets refer to the old history.
-        loop.history_rewritten(removed=len(original) - len(messages))
+        self._history_rewritten(len(original) - len(messages))
         memory.compactions = record.number
         if passes[-1]["name"] == "summary":
             memory.summaries += 1
@@ -621,4 +624,4 @@ class Compaction:
             value["summaryFailed"] = failure
         if key is not None:
             value["auditKey"] = key
-        self._loop.agui.emit(CustomEvent(COMPACTED_EVENT, value))
+        self._run.agui.emit(CustomEvent(COMPACTED_EVENT, value))

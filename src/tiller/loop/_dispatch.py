@@ -1,13 +1,14 @@
-"""Tool dispatch, one step's calls: the gate, concurrent execution, output caps, results.
+"""The dispatch step: one step's calls through the gate, run, capped, answered.
 
-Part of the `Loop` (a mixin, kept apart because it is a concept of its own): every call
-of a step passes the gate in a fixed order — phase, withheld, unknown, then the approver for
-calls that are not read-only (law 4: the refusal names who refused) — and the allowed ones
-run concurrently. Results go back in call order, their outputs capped in call order so the
-transcript does not depend on timing. A cancel keeps the results already returned and
-answers the rest (law 1); durable runs record each call's start and completion (law 5);
-calls held for a person suspend the run after the others ran. Calls to a client's tools
-(AG-UI frontend tools) are not run here: the run ends with them open, for the client.
+Every call of a `Dispatch` passes the gate in a fixed order — phase, withheld, unknown,
+the interlock, hooks, the policy engine, then the approver for calls that are not
+read-only (law 4: the refusal names who refused) — and the allowed ones run concurrently.
+Results go back in call order, their outputs capped in call order so the transcript does
+not depend on timing. A cancel keeps the results already returned and answers the rest
+(law 1); durable runs record each call's start and completion through the durability
+port (law 5); calls held for a person suspend the run after the others ran. Calls to a
+client's tools (AG-UI frontend tools) are not run here: the run ends with them open, for
+the client.
 """
 
 from __future__ import annotations
@@ -15,152 +16,345 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, assert_never
 
 import orjson
 
 from ..conversation import ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled
-from ..events import APPROVAL_SCHEMA, AgUiContext, ToolCallHandle, approval_interrupt_id
-from ..policy import Interlock, RiskClass, taint_of
-from ..state import CallRecord, RunState, StopCause
-from ..store._checkpoints import CheckpointStore
+from ..policy import Interlock, taint_of
+from ..state import CallRecord, StopCause
+from ..store import RunDurability
 from ..tools import (
     ASK_USER,
-    QUESTION_SCHEMA,
     Capability,
     Execution,
     InterruptQuestions,
     OutputBudget,
     Tool,
     TurnSignals,
-    question_interrupt_id,
     questions_metadata,
+    recorded_head,
+    stop_watching_reads,
+    watch_reads,
 )
-from ..tools._output import recorded_head
-from ..tools._read_watch import stop_watching_reads, watch_reads
-from ._agent_ref import record_policy
-from ._capture import CaptureSink, ToolResultRecord, call_quietly
+from ._call_capture import CallCapture
 from ._gate_answer import ForClient, Hold, Refuse, Run, Stage, recorded_refuser, refusal_text
+from ._model_turn import next_step
 from ._result import ToolTraceEntry
+from ._run_parts import RunParts
+from ._steps import Dispatch, Finish, Step, Suspend
+from ._suspension import Suspension
 
 if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._context import RunContext
     from ._gate import Gate
-    from ._options import RunOptions
     from ._services import RunServices
     from ._subagents import Subagents
 
-__all__ = ["ToolDispatch"]
+__all__ = ["Dispatcher"]
 
 
-class ToolDispatch:
-    """The `Loop`'s tool half; the attributes below are the `Loop`'s."""
+@dataclass(slots=True)
+class _Batch:
+    """One dispatch: its calls, the interlock's view of them, and what became of each."""
 
-    state: RunState
-    agent: Agent
-    run_ctx: RunContext
-    options: RunOptions
-    agui: AgUiContext[Any]
-    trace: list[ToolTraceEntry]
-    pause_reason: str | None
-    _checkpoints: CheckpointStore | None
-    _capture: CaptureSink | None
-    _orphan_results: bool
-    services: RunServices
-    gate: Gate
-    subagents: Subagents | None
-    #: Why each held call needs a person, and its risk (for the held-approval records).
-    _held_reasons: dict[str, tuple[str, RiskClass | None]]
-    #: Held calls that are questions for the person (`ask_user` in a served run).
-    _held_questions: set[str]
-    #: Results of the calls of a suspended step that did not wait (they ran, or were
-    #: refused): not in the transcript until the step completes, but the client saw them.
-    answered_before_pause: list[ToolResult]
-    #: Calls an earlier run of this conversation left for the client.
-    _carried_client_calls: frozenset[str]
+    step: Dispatch
+    budget: OutputBudget
+    signals: TurnSignals
+    tools: list[Tool | None]
+    #: Each call's capabilities, and as the batch's other calls see them.
+    able: list[Capability]
+    seen: list[Capability]
+    results: dict[str, ToolResult] = field(default_factory=dict)
+    executed: dict[str, Execution] = field(default_factory=dict)
+    allowed: list[tuple[ToolCall, Tool]] = field(default_factory=list)
+    held: list[ToolCall] = field(default_factory=list)
+    #: Calls left open for the client (they passed the gate, or an earlier run's did).
+    for_client: list[ToolCall] = field(default_factory=list)
 
-    def _remember_malformed(
-        self, calls: Sequence[ToolCall], malformed: dict[str, str] | None
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        return self.step.calls
+
+
+class Dispatcher:
+    """Takes one run's `Dispatch` steps (see the module docstring)."""
+
+    def __init__(
+        self,
+        run: RunParts,
+        *,
+        services: RunServices,
+        gate: Gate,
+        suspension: Suspension,
+        durability: RunDurability | None,
+        capture: CallCapture,
     ) -> None:
-        """Keep the calls of a step about to suspend whose arguments were not JSON."""
-        for call in calls:
-            if malformed and call.id in malformed:
-                self.state.calls[call.id] = CallRecord(
-                    call_id=call.id,
-                    name=call.name,
-                    turn=self.state.step,
-                    malformed_arguments=True,
-                    malformed_text=malformed[call.id],
-                )
+        self._run = run
+        self._services = services
+        self._gate = gate
+        self._suspension = suspension
+        self._durability = durability
+        self._capture = capture
+        #: Every call the run answered, in call order within a step.
+        self.trace: list[ToolTraceEntry] = []
+        #: The run's children, when its agent can start them (set by the loop).
+        self.subagents: Subagents | None = None
+        self._carried_client_calls: frozenset[str] = frozenset()
 
-    def _suspend(self, calls: Sequence[ToolCall], reason: str) -> None:
-        """`calls` wait for a person (a review pause, or Asks held in a headless durable
-        run); the state is the checkpoint."""
-        state = self.state
-        for call in calls:
-            if call.id not in state.calls:
-                state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
-        state.interrupts = []
-        for call in calls:
-            child = state.children.get(call.id)
-            if child is not None:
-                # An agent call whose subagent waits: the run waits on what the child does.
-                state.interrupts.extend(child.interrupts)
-            elif call.id in self._held_questions:
-                state.interrupts.append(self._question_interrupt(call))
-            else:
-                why = self._held_reasons.get(call.id, (None,))[0] or reason
-                state.interrupts.append(
-                    {
-                        "id": approval_interrupt_id(call.id),
-                        "reason": "tool_call",
-                        "toolCallId": call.id,
-                        "message": f"Review: {why}. Allow {call.name}({call.arguments})?",
-                        "responseSchema": APPROVAL_SCHEMA,
-                        # What the person decides on: the answer is bound to it (law 10).
-                        "metadata": {"tool": call.name, "arguments": call.canonical_arguments()},
-                    }
-                )
-        ttl = self.options.interrupt_ttl
-        if ttl is not None:
-            expires = datetime.now(UTC) + timedelta(seconds=ttl)
-            stamp = expires.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-            for interrupt in state.interrupts:
-                interrupt["expiresAt"] = stamp
-        self.pause_reason = reason
-        # The run's policy travels with the checkpoint, in the store or in the result.
-        record_policy(state, self.run_ctx, self.options)
-        state.stop_cause = StopCause.SUSPENDED
+    def carry_client_calls(self) -> None:
+        """As the run starts: calls an earlier run of this conversation left for the
+        client stay the client's, whatever tools this run was given (they are recorded
+        again if they are still open)."""
+        state = self._run.state
+        self._carried_client_calls = frozenset(state.client_calls)
+        state.client_calls = []
 
-    @staticmethod
-    def _question_interrupt(call: ToolCall) -> dict[str, Any]:
-        """The interrupt that puts an `ask_user` call's questions to the person."""
-        try:
-            arguments = orjson.loads(call.arguments)
-        except orjson.JSONDecodeError:
-            arguments = {}
-        questions = questions_metadata(arguments if isinstance(arguments, dict) else {})
-        first = questions[0]["question"] if questions else "The agent has a question."
-        return {
-            "id": question_interrupt_id(call.id),
-            "reason": "question",
-            "toolCallId": call.id,
-            "message": first if len(questions) <= 1 else f"{first} (+{len(questions) - 1} more)",
-            "responseSchema": QUESTION_SCHEMA,
-            "metadata": {"questions": questions},
+    async def resumed_batch(self) -> Dispatch:
+        """The suspended step's calls, as a resumed run takes them first."""
+        state = self._run.state
+        calls = state.unanswered_calls()
+        # Calls of the step that were answered before it paused (they ran, or were
+        # refused): their results are in the state, and in the store's call records.
+        recorded: dict[str, tuple[str, bool]] = {
+            call.id: (record.result, record.is_error)
+            for call in calls
+            if (record := state.calls.get(call.id)) is not None and record.result is not None
         }
+        if self._durability is not None:
+            recorded.update(await self._durability.completed_calls(state.run_id))
+        # Calls whose arguments never were JSON are answered with that error again (the
+        # transcript holds `{}` for them: run, they would run with no arguments at all).
+        malformed = {
+            call.id: record.malformed_text or ""
+            for call in calls
+            if (record := state.calls.get(call.id)) is not None and record.malformed_arguments
+        }
+        return Dispatch(tuple(calls), resumed=True, malformed=malformed, recorded=recorded)
+
+    async def take(self, step: Dispatch) -> Step:
+        """Gate every call, run the allowed ones concurrently, answer them in call order.
+
+        If the run is cancelled meanwhile (while an approver decides, or while tools run),
+        results already returned are kept and every other call gets a "cancelled" error
+        result, so the transcript stays legal. Calls held for a person make the next step
+        a `Suspend`; the results of the calls that ran are then in their call records."""
+        run, state = self._run, self._run.state
+        for call in step.calls:
+            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
+        batch = self._batch(step)
+        first_entry = len(self.trace)
+        try:
+            after = await self._gate_and_run(batch)
+        except BaseException as exc:
+            self._cancelled(batch)
+            if isinstance(exc, BaseExceptionGroup) and run.agui.is_cancelled:
+                # The task group wraps the calls' `Cancelled` in a group, which the run's
+                # edge would report as a crash: the run was cancelled, so say that.
+                run.agui.check_cancelled()
+            raise
+        finally:
+            # The trace lists a step's calls in call order, however they finished.
+            order = {call.id: index for index, call in enumerate(step.calls)}
+            self.trace[first_entry:] = sorted(
+                self.trace[first_entry:], key=lambda entry: order[entry.call_id]
+            )
+        if after is not None:
+            return after
+        state.messages.append(
+            UserMessage(tool_results=tuple(batch.results[c.id] for c in step.calls))
+        )
+        return next_step(run)
+
+    def answer_stopped(self, calls: Sequence[ToolCall]) -> None:
+        """The run stopped (a cancel, a store that failed) before it took the step of
+        `calls`: none of them ran, and each is answered (law 1) — with its result, if it
+        was answered before the step was held, else as not run."""
+        state = self._run.state
+        step = Dispatch(tuple(calls))
+        results = []
+        for call in calls:
+            record = state.calls.setdefault(
+                call.id, CallRecord(call_id=call.id, name=call.name, turn=state.step)
+            )
+            if record.result is not None:
+                content, is_error = record.result, record.is_error
+            else:
+                content, is_error = "The run stopped before this call ran.", True
+            results.append(self._finish_call(step, call, content, is_error=is_error, show=False))
+        state.messages.append(UserMessage(tool_results=tuple(results)))
+
+    def _batch(self, step: Dispatch) -> _Batch:
+        # The interlock sees the whole batch: a read and a send in one parallel step
+        # cannot slip through together. Each call is checked with the other calls'
+        # capabilities ORed into the conversation's taint (its own output comes after it).
+        flow = self._services.taint_flow
+        flow.refresh()
+        tools = [self._run.agent.registry.get(c.name) for c in step.calls]
+        able = [flow.capabilities(tool) for tool in tools]
+        return _Batch(
+            step,
+            budget=OutputBudget(self._run.run_ctx.tools.output_budget_bytes),
+            signals=self._services.signals_for_turn(),
+            tools=tools,
+            able=able,
+            # As the batch's other calls see them: a read may bring an earlier run's taint.
+            seen=flow.for_batch(able),
+        )
+
+    async def _gate_and_run(self, batch: _Batch) -> Step | None:
+        """The batch's calls through the gate, the allowed ones run; the next step when
+        it is not the next model turn (calls held, or left for the client)."""
+        state, flow = self._run.state, self._services.taint_flow
+        # With private data and untrusted input, jobs that hold the network stop first.
+        whole = Interlock.batch_taint(state.taint_flags, batch.seen)
+        watched = flow.watches(whole)
+        if watched:
+            # Inside the caller's try: a cancel while it walks the workspace or waits for
+            # a stopped job still answers every call of the batch (laws 1, 8).
+            await flow.before_batch(whole)
+        for index, call in enumerate(batch.calls):
+            await self._gate_one(batch, index, call)
+        allowed = batch.allowed
+        if len(allowed) == 1:  # the common case: no task group, no extra loop pass
+            await self._run_call(*allowed[0], batch)
+        elif allowed:
+            async with asyncio.TaskGroup() as group:
+                for call, tool in allowed:
+                    group.create_task(self._run_call(call, tool, batch))
+        self._finish_executed(batch, show=True)
+        # What the batch wrote carries the taint; the taint may now stop networked jobs.
+        wrote = any(tool.read_only is not True for _, tool in allowed)
+        if watched or flow.watches(state.taint_flags):
+            await flow.after_batch(state.taint_flags, wrote=wrote)
+        return await self._held_or_for_client(batch)
+
+    async def _gate_one(self, batch: _Batch, index: int, call: ToolCall) -> None:
+        """Answer `call` from its record, or as malformed, or put it through the gate."""
+        state, step = self._run.state, batch.step
+        record = state.calls[call.id]
+        if call.id in self._carried_client_calls:
+            # An earlier run gated it and left it to the client: still the client's.
+            batch.for_client.append(call)
+            return
+        if call.id in step.recorded:
+            # Completed before a crash or suspension: never run twice (law 5).
+            content, is_error = step.recorded[call.id]
+            batch.results[call.id] = self._finish_call(batch.step, call, content, is_error=is_error)
+            return
+        if call.id in step.malformed:
+            record.malformed_arguments = True
+            raw = step.malformed[call.id]
+            shown = raw if len(raw) <= 300 else raw[:300] + "…"
+            text = (
+                f"The arguments you wrote for {call.name} are not valid JSON, so the "
+                f"call did not run: {shown!r}. Call it again with a JSON object."
+            )
+            batch.results[call.id] = self._finish_call(batch.step, call, text, is_error=True)
+            return
+        taint = Interlock.batch_taint(
+            state.taint_flags, batch.seen[:index] + batch.seen[index + 1 :]
+        )
+        # A write while a networked background job runs may be a send through it.
+        flow = self._services.taint_flow
+        through = flow.sends_through(batch.tools[index], taint, _arguments_or_empty(call))
+        can = batch.able[index] | Capability.EXTERNAL_SEND if through else batch.able[index]
+        answer = await self._gate.check(call, record, taint, can, through=through)
+        match answer:
+            case ForClient():
+                # Allowed: the client runs it, and its result comes with the next
+                # request, as untrusted as any outside input (law 6).
+                batch.for_client.append(call)
+                state.add_taint(taint_of(batch.able[index]))
+            case Run(risk=risk) if self._asks_served_question(call):
+                # Allowed to ask: the question goes to the page as an interrupt.
+                batch.held.append(call)
+                self._suspension.hold(call, "a question for the person", risk, question=True)
+            case Run(tool=tool):
+                batch.allowed.append((call, tool))
+            case Hold(reason=reason, risk=risk):
+                batch.held.append(call)
+                self._suspension.hold(call, reason, risk, question=False)
+            case Stage(result=staged):
+                batch.results[call.id] = self._finish_call(batch.step, call, staged, is_error=False)
+            case Refuse():
+                # The loop words the refusal from who refused (law 4).
+                record.refused_by = recorded_refuser(answer)
+                batch.results[call.id] = self._finish_call(
+                    batch.step, call, refusal_text(answer), is_error=True
+                )
+            case _:
+                assert_never(answer)
+
+    async def _held_or_for_client(self, batch: _Batch) -> Step | None:
+        """Calls held for a person suspend the run; calls left for the client end it."""
+        state, calls = self._run.state, batch.calls
+        held, subagents = batch.held, self.subagents
+        if subagents is not None and any(subagents.holds(c.id) for c, _ in batch.allowed):
+            # Agent calls whose subagent waits for a person are held with it.
+            waiting = {c.id for c in held} | {
+                c.id for c, _ in batch.allowed if c.id not in batch.executed
+            }
+            held = [call for call in calls if call.id in waiting]
+        if not held and not batch.for_client:
+            return None
+        # The step stops before its results reach the transcript: each answered call's
+        # result stays in its record, so a continuation answers the call with it instead
+        # of running it again (law 5).
+        for call in calls:
+            answered = batch.results.get(call.id)
+            if answered is not None:
+                state.calls[call.id].result = answered.content
+        # Calls for the client stay open through a suspension too: a resumed run leaves
+        # them to the client again.
+        state.client_calls = [call.id for call in batch.for_client]
+        if not held:
+            # The run ends here with the client's calls open (AG-UI frontend tools); the
+            # client sends their results, with the others', in its next request.
+            state.stop_cause = StopCause.COMPLETED
+            return Finish(StopCause.COMPLETED)
+        if self._durability is not None:
+            # The allowed calls ran and are recorded; the refused, staged and malformed
+            # ones are answered: record them too, so a resume (in any process) answers
+            # them from the log and only the held ones wait for a person.
+            for call in calls:
+                answered = batch.results.get(call.id)
+                if answered is not None and call.id not in batch.executed:
+                    await self._durability.call_completed(
+                        state.run_id, call.id, answered.content, is_error=answered.is_error
+                    )
+        self._suspension.answered_before = [
+            batch.results[call.id] for call in calls if call.id in batch.results
+        ]
+        return Suspend(tuple(held), "these calls need a person's approval")
+
+    def _cancelled(self, batch: _Batch) -> None:
+        """The dispatch was interrupted: keep what ran (the stream is closing, so nothing
+        more is shown for it), answer every other call, and put the results into the
+        transcript now, because the normal path that appends them will not run."""
+        self._finish_executed(batch, show=False)
+        for call in batch.calls:
+            if call.id not in batch.results:
+                batch.results[call.id] = self._finish_call(
+                    batch.step,
+                    call,
+                    "The run was cancelled before this call finished.",
+                    is_error=True,
+                    show=False,
+                )
+        self._run.state.messages.append(
+            UserMessage(tool_results=tuple(batch.results[call.id] for call in batch.calls))
+        )
 
     def _asks_served_question(self, call: ToolCall) -> bool:
         """Whether `call` is a question that must wait for the person: a served, durable
         run (the answer comes with a resume, which needs the checkpoint) whose `ask_user`
         call is well formed (a malformed one runs, and the tool says what is wrong)."""
-        broker = self.run_ctx.questions
+        broker = self._run.run_ctx.questions
         if (
             call.name != ASK_USER
-            or self._checkpoints is None
+            or self._durability is None
             or not isinstance(broker, InterruptQuestions)
             or not broker.holds(call.id)
         ):
@@ -171,236 +365,18 @@ class ToolDispatch:
             return False
         return isinstance(arguments, dict) and bool(questions_metadata(arguments))
 
-    def _keep_answered(self, calls: Sequence[ToolCall], results: dict[str, ToolResult]) -> None:
-        """The step stops before its results reach the transcript (it pauses, or waits for
-        the client): keep each answered call's result in its record, so a continuation
-        answers the call with it instead of running it again (law 5)."""
-        for call in calls:
-            answered = results.get(call.id)
-            if answered is not None:
-                self.state.calls[call.id].result = answered.content
-
-    async def _dispatch(
-        self,
-        calls: Sequence[ToolCall],
-        handles: dict[str, ToolCallHandle],
-        malformed: dict[str, str] | None = None,
-        *,
-        recorded: dict[str, tuple[str, bool]] | None = None,
-    ) -> list[ToolResult] | None:
-        """Gate every call, run the allowed ones concurrently, return results in call order.
-
-        If the run is cancelled meanwhile (while an approver decides, or while tools run),
-        results already returned are kept and every other call gets a "cancelled" error
-        result, so the transcript stays legal. Returns None when calls were held for a
-        person (a durable run with no approver): the run is then suspended, and the results
-        of the calls that ran are in the store's call records.
-        """
-        state = self.state
-        turn = state.step
-        first_entry = len(self.trace)
-        for call in calls:
-            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=turn)
-        held: list[ToolCall] = []
-        #: Calls left open for the client (they passed the gate, or an earlier run's did).
-        for_client: list[ToolCall] = []
-        results: dict[str, ToolResult] = {}
-        executed: dict[str, Execution] = {}
-        budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
-        signals = self.services.signals_for_turn()
-        # The interlock sees the whole batch: a read and a send in one parallel turn
-        # cannot slip through together. Each call is checked with the other calls'
-        # capabilities ORed into the conversation's taint (its own output comes after it).
-        flow = self.services.taint_flow
-        flow.refresh()
-        tools = [self.agent.registry.get(c.name) for c in calls]
-        able = [flow.capabilities(tool) for tool in tools]
-        # As the batch's other calls see them: a read may bring an earlier run's taint.
-        seen = flow.for_batch(able)
-        # With private data and untrusted input, jobs that hold the network stop first.
-        whole = Interlock.batch_taint(state.taint_flags, seen)
-        watched = flow.watches(whole)
-        try:
-            if watched:
-                # Inside the try: a cancel while it walks the workspace or waits for a
-                # stopped job still answers every call of the batch (laws 1, 8).
-                await flow.before_batch(whole)
-            allowed: list[tuple[ToolCall, Any]] = []
-            for index, call in enumerate(calls):
-                record = state.calls[call.id]
-                if call.id in self._carried_client_calls:
-                    # An earlier run gated it and left it to the client: still the client's.
-                    for_client.append(call)
-                    continue
-                if recorded and call.id in recorded:
-                    # Completed before a crash or suspension: never run twice (law 5).
-                    content, is_error = recorded[call.id]
-                    results[call.id] = self._finish_call(
-                        call, record, handles, content, is_error=is_error
-                    )
-                    continue
-                if malformed and call.id in malformed:
-                    record.malformed_arguments = True
-                    raw = malformed[call.id]
-                    shown = raw if len(raw) <= 300 else raw[:300] + "…"
-                    text = (
-                        f"The arguments you wrote for {call.name} are not valid JSON, so the "
-                        f"call did not run: {shown!r}. Call it again with a JSON object."
-                    )
-                    results[call.id] = self._finish_call(call, record, handles, text, is_error=True)
-                    continue
-                taint = Interlock.batch_taint(state.taint_flags, seen[:index] + seen[index + 1 :])
-                # A write while a networked background job runs may be a send through it.
-                through = flow.sends_through(tools[index], taint, _arguments_or_empty(call))
-                can = able[index] | Capability.EXTERNAL_SEND if through else able[index]
-                answer = await self.gate.check(call, record, taint, can, through=through)
-                match answer:
-                    case ForClient():
-                        # Allowed: the client runs it, and its result comes with the next
-                        # request, as untrusted as any outside input (law 6).
-                        for_client.append(call)
-                        state.add_taint(taint_of(able[index]))
-                    case Run(risk=risk) if self._asks_served_question(call):
-                        # Allowed to ask: the question goes to the page as an interrupt.
-                        held.append(call)
-                        self._held_questions.add(call.id)
-                        self._held_reasons[call.id] = ("a question for the person", risk)
-                    case Run(tool=tool):
-                        allowed.append((call, tool))
-                    case Hold(reason=reason, risk=risk):
-                        held.append(call)
-                        self._held_reasons[call.id] = (reason, risk)
-                    case Stage(result=staged):
-                        results[call.id] = self._finish_call(
-                            call, record, handles, staged, is_error=False
-                        )
-                    case Refuse():
-                        # The loop words the refusal from who refused (law 4).
-                        record.refused_by = recorded_refuser(answer)
-                        results[call.id] = self._finish_call(
-                            call, record, handles, refusal_text(answer), is_error=True
-                        )
-                    case _:
-                        assert_never(answer)
-            if len(allowed) == 1:  # the common case: no task group, no extra loop pass
-                await self._run_call(*allowed[0], executed, signals)
-            elif allowed:
-                async with asyncio.TaskGroup() as group:
-                    for call, tool in allowed:
-                        group.create_task(self._run_call(call, tool, executed, signals))
-            self._finish_executed(calls, executed, budget, handles, results)
-            # What the batch wrote carries the taint; the taint may now stop networked jobs.
-            wrote = any(tool.read_only is not True for _, tool in allowed)
-            if watched or flow.watches(state.taint_flags):
-                await flow.after_batch(state.taint_flags, wrote=wrote)
-            if self.subagents is not None and any(self.subagents.holds(c.id) for c, _ in allowed):
-                # Agent calls whose subagent waits for a person are held with it.
-                waiting = {c.id for c in held} | {c.id for c, _ in allowed if c.id not in executed}
-                held = [call for call in calls if call.id in waiting]
-            if held:
-                # The allowed calls ran and are recorded; the refused, staged and malformed
-                # ones are answered: record them too, so a resume (in any process) answers
-                # them from the log and only the held ones wait for a person.
-                self._keep_answered(calls, results)
-                if self._checkpoints is not None:
-                    for call in calls:
-                        answered = results.get(call.id)
-                        if answered is not None and call.id not in executed:
-                            await self._checkpoints.call_completed(
-                                state.run_id,
-                                call.id,
-                                answered.content,
-                                is_error=answered.is_error,
-                            )
-                # Calls for the client stay open through the suspension: the resumed
-                # run leaves them to the client again.
-                state.client_calls = [call.id for call in for_client]
-                self.answered_before_pause = [
-                    results[call.id] for call in calls if call.id in results
-                ]
-                self._suspend(held, "these calls need a person's approval")
-                return None
-            if for_client:
-                # The run ends here with the client's calls open (AG-UI frontend tools);
-                # the client sends their results, with the others', in its next request.
-                self._keep_answered(calls, results)
-                state.client_calls = [call.id for call in for_client]
-                state.stop_cause = StopCause.COMPLETED
-                return None
-        except BaseException as exc:
-            # Keep what ran (the stream is closing, so nothing more is emitted for it).
-            self._finish_executed(calls, executed, budget, {}, results)
-            for call in calls:
-                if call.id not in results:
-                    results[call.id] = self._finish_call(
-                        call,
-                        state.calls[call.id],
-                        {},
-                        "The run was cancelled before this call finished.",
-                        is_error=True,
-                    )
-            self._append_results(calls, results)
-            if isinstance(exc, BaseExceptionGroup) and self.agui.is_cancelled:
-                # The task group wraps the calls' `Cancelled` in a group, which the run's
-                # edge would report as a crash: the run was cancelled, so say that.
-                self.agui.check_cancelled()
-            raise
-        finally:
-            # The trace lists a turn's calls in call order, however they finished.
-            order = {call.id: index for index, call in enumerate(calls)}
-            self.trace[first_entry:] = sorted(
-                self.trace[first_entry:], key=lambda entry: order[entry.call_id]
-            )
-        return [results[call.id] for call in calls]
-
-    def _finish_executed(
-        self,
-        calls: Sequence[ToolCall],
-        executed: dict[str, Execution],
-        budget: OutputBudget,
-        handles: dict[str, ToolCallHandle],
-        results: dict[str, ToolResult],
-    ) -> None:
-        """Cap the outputs of the calls that ran in call order, so the transcript does not
-        depend on which call finished first, and record their results."""
-        for call in calls:
-            execution = executed.get(call.id)
-            if execution is None or call.id in results:
-                continue
-            result = budget.cap_result(execution.result, self.run_ctx.tools)
-            interlock = self.run_ctx.interlock
-            if interlock.wrap_untrusted and (
-                _brings_untrusted(self.agent.registry.get(call.name))
-                or bool(getattr(execution.data, "brings_untrusted", False))
-            ):
-                # (A subagent's answer is as untrusted as what the subagent read.)
-                result = result.model_copy(
-                    update={"content": interlock.wrap(call.name, result.content)}
-                )
-            results[call.id] = self._finish_call(
-                call, self.state.calls[call.id], handles, result.content, is_error=result.is_error
-            )
-
-    def _append_results(self, calls: Sequence[ToolCall], results: dict[str, ToolResult]) -> None:
-        """On an interrupted dispatch, put the (partial) results into the transcript now,
-        because the normal path that appends them will not run."""
-        self.state.messages.append(
-            UserMessage(tool_results=tuple(results[call.id] for call in calls))
-        )
-
-    async def _run_call(
-        self, call: ToolCall, tool: Any, executed: dict[str, Execution], signals: TurnSignals
-    ) -> None:
-        record = self.state.calls[call.id]
+    async def _run_call(self, call: ToolCall, tool: Tool, batch: _Batch) -> None:
+        run, state = self._run, self._run.state
+        record = state.calls[call.id]
         record.status = "started"
-        ctx = self.services.context_for(call.id, record.turn, signals)
-        if self._checkpoints is not None:
-            await self._checkpoints.call_started(self.state.run_id, call.id)
+        ctx = self._services.context_for(call.id, record.turn, batch.signals)
+        if self._durability is not None:
+            await self._durability.call_started(state.run_id, call.id)
         read: list[str] = []
         try:
             watching = watch_reads(read.append)
             try:
-                execution = await self.agent.registry.execute(call, ctx)
+                execution = await run.agent.registry.execute(call, ctx)
             finally:
                 stop_watching_reads(watching)
         finally:
@@ -413,62 +389,81 @@ class ToolDispatch:
             return
         # What the call read is now in the conversation (law 6: taint only grows).
         # A file an earlier tainted run wrote brings its taint along.
-        flow = self.services.taint_flow
-        self.state.add_taint(taint_of(flow.capabilities(tool)) | flow.taint_of_reads(read))
+        flow = self._services.taint_flow
+        state.add_taint(taint_of(flow.capabilities(tool)) | flow.taint_of_reads(read))
         record.malformed_arguments = execution.malformed_arguments
-        executed[call.id] = execution
-        if self._checkpoints is not None:
+        batch.executed[call.id] = execution
+        if self._durability is not None:
             result = execution.result
             # Bounded: an MCP or custom tool may return any size; the store keeps what the
             # transcript could show at most.
-            content = recorded_head(result.content, self.run_ctx.tools.output_budget_bytes)
-            await self._checkpoints.call_completed(
-                self.state.run_id, call.id, content, is_error=result.is_error
+            content = recorded_head(result.content, run.run_ctx.tools.output_budget_bytes)
+            await self._durability.call_completed(
+                state.run_id, call.id, content, is_error=result.is_error
             )
-        hooks = self.run_ctx.hooks
+        await self._post_tool(call, execution)
+
+    async def _post_tool(self, call: ToolCall, execution: Execution) -> None:
+        run_ctx, state = self._run.run_ctx, self._run.state
+        hooks = run_ctx.hooks
         if hooks and hooks.watches("post_tool", call.name):
             await hooks.post_tool(
                 tool=call.name,
                 arguments=_arguments_or_empty(call),
                 call_id=call.id,
-                run_id=self.state.run_id,
-                thread_id=self.state.thread_id,
-                workspace=self.run_ctx.tools.root,
+                run_id=state.run_id,
+                thread_id=state.thread_id,
+                workspace=run_ctx.tools.root,
                 result=execution.result.content,
                 is_error=execution.result.is_error,
-                taint=self.state.taint_flags,
+                taint=state.taint_flags,
+            )
+
+    def _finish_executed(self, batch: _Batch, *, show: bool) -> None:
+        """Cap the outputs of the calls that ran in call order, so the transcript does not
+        depend on which call finished first, and record their results."""
+        run_ctx = self._run.run_ctx
+        interlock = run_ctx.interlock
+        for call in batch.calls:
+            execution = batch.executed.get(call.id)
+            if execution is None or call.id in batch.results:
+                continue
+            result = batch.budget.cap_result(execution.result, run_ctx.tools)
+            if interlock.wrap_untrusted and (
+                _brings_untrusted(self._run.agent.registry.get(call.name))
+                or bool(getattr(execution.data, "brings_untrusted", False))
+            ):
+                # (A subagent's answer is as untrusted as what the subagent read.)
+                result = result.model_copy(
+                    update={"content": interlock.wrap(call.name, result.content)}
+                )
+            batch.results[call.id] = self._finish_call(
+                batch.step, call, result.content, is_error=result.is_error, show=show
             )
 
     def _finish_call(
-        self,
-        call: ToolCall,
-        record: CallRecord,
-        handles: dict[str, ToolCallHandle],
-        content: str,
-        *,
-        is_error: bool,
+        self, step: Dispatch, call: ToolCall, content: str, *, is_error: bool, show: bool = True
     ) -> ToolResult:
+        """Record the call's answer and show it: on the call's open handle, or, for a call
+        an earlier run showed, as a result of its own. `show=False`: the dispatch was
+        interrupted, and the calls' handles are not used again."""
+        run, state = self._run, self._run.state
+        record = state.calls[call.id]
         record.status = "failed" if is_error else "completed"
         record.is_error = is_error
-        result = ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
-        sink = self._capture
-        if sink is not None:
-            captured = ToolResultRecord(
-                self.state.run_id, self.state.step, call.id, call.name, content, is_error
-            )
-            call_quietly(lambda: sink.tool_result(captured))
-        handle = handles.get(call.id)
-        result_ids = self.state.result_ids
+        self._capture.tool_result(call.id, call.name, content, is_error=is_error)
+        handle = step.handles.get(call.id) if show else None
+        result_ids = state.result_ids
         if handle is not None:
             result_ids[call.id] = handle.result_message_id
             # After a cancel the result cannot be shown, but it is kept (law 8): the loop
             # stops at its next check.
             with contextlib.suppress(Cancelled):
                 handle.result(content)
-        elif self._orphan_results:
+        elif step.resumed:
             # A call of an earlier run: its result keeps the id it was first shown with.
             with contextlib.suppress(Cancelled):
-                result_ids[call.id] = self.agui.tool_result(
+                result_ids[call.id] = run.agui.tool_result(
                     call.id, content, message_id=result_ids.get(call.id)
                 )
         self.trace.append(
@@ -484,7 +479,7 @@ class ToolDispatch:
                 staged=record.staged,
             )
         )
-        return result
+        return ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
 
 
 def _arguments_or_empty(call: ToolCall) -> dict[str, Any]:

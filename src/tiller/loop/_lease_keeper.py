@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import logging
 
-from ..store import Lease, StoreError
-from ..store._checkpoints import CheckpointStore
+from ..store import Lease, RunDurability, StoreError
 
 __all__ = ["LeaseKeeper"]
 
@@ -21,10 +20,10 @@ _logger = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    """Keeps `lease` on `checkpoints` alive; `stop()` returns the latest one."""
+    """Keeps `lease` alive through `durability`; `stop()` returns the latest one."""
 
-    def __init__(self, checkpoints: CheckpointStore, lease: Lease, ttl: float) -> None:
-        self._checkpoints = checkpoints
+    def __init__(self, durability: RunDurability, lease: Lease, ttl: float) -> None:
+        self._durability = durability
         self.lease = lease
         self._ttl = ttl
         self._task: asyncio.Task[None] | None = None
@@ -39,7 +38,7 @@ class LeaseKeeper:
         while True:
             await asyncio.sleep(self._ttl / 3)
             try:
-                self.lease = await self._checkpoints.renew_hold(self.lease, self._ttl)
+                self.lease = await self._durability.renew_lease(self.lease, self._ttl)
             except StoreError as exc:  # an outage, or the lease was broken (--force)
                 _logger.warning("cannot renew the lease %s: %s", self.lease.key, exc)
 

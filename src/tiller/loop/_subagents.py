@@ -292,7 +292,7 @@ class Subagents:
             interrupt.setdefault("subagentRunId", state.run_id)
         self._parent.state.children[call_id] = state
         # Why each of the child's calls waits, for the parent's held-approval records.
-        self._parent.adopt_held_reasons(loop.held_reasons())
+        self._parent.suspension.adopt(loop.suspension.held_reasons())
         self._held.add(call_id)
 
     def _account(self, state: RunState, spent_before: Usage, cost_before: float) -> None:

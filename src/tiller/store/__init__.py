@@ -67,6 +67,7 @@ from ._checkpoints import CallLog as CallLog
 from ._control import CONTROL_BUCKET as CONTROL_BUCKET
 from ._control import ControlStore, MalformedControl
 from ._control import ControlWatcher as ControlWatcher
+from ._durability import RunDurability, StoreDurability
 from ._event_log import EventLog, EventLogFromNewerTiller
 
 # For tiller's own packages (not API; not in __all__).
@@ -162,8 +163,10 @@ __all__ = [
     "RecordFromNewerTiller",
     "RestoreReport",
     "RevisionConflict",
+    "RunDurability",
     "RunStillRunning",
     "SqliteBus",
+    "StoreDurability",
     "StoreError",
     "StoreUnavailable",
     "Subscription",
