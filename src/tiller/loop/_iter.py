@@ -15,7 +15,8 @@ boundary left it, and nothing moves. Leaving the `async with` block before the r
 `Finish` cancels the run (the step it was waiting to take never happens; law 8 keeps
 what was produced) and `run.result` says `cancelled`; an exception in the block does the
 same and then propagates. The run itself is the one `agent.run` makes — the same events,
-checkpoints and result — in a task of its own.
+checkpoints and result — in a task of its own. The steps are the run's own: a subagent it
+starts is one call of a `Dispatch`, and its steps are not yielded.
 """
 
 from __future__ import annotations
