@@ -26,18 +26,17 @@ from typer.testing import CliRunner, Result
 from tiller.cli import app
 from tiller.cli._approvals import APPROVALS_BUCKET as CLI_APPROVALS_BUCKET
 from tiller.conversation import UserMessage
-from tiller.loop import Agent, RunContext, RunOptions
-from tiller.loop._agent_ref import load_agent, record_policy
+from tiller.loop import Agent, RunContext, RunOptions, load_agent, record_policy
 from tiller.state import RunState, StopCause
 from tiller.store import (
     APPROVALS_BUCKET,
+    DEFAULT_BUCKET,
     ApprovalStore,
     Bus,
     CheckpointStore,
     HeldApproval,
     open_bus,
 )
-from tiller.store._checkpoints import DEFAULT_BUCKET
 
 T = TypeVar("T")
 

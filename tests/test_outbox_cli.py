@@ -26,8 +26,7 @@ from tiller.cli._outbox import OUTBOX_BUCKET as CLI_OUTBOX_BUCKET
 from tiller.cli._outbox import send_outbox_item
 from tiller.conversation import Taint, ToolCall, UserMessage
 from tiller.errors import Cancelled, InvalidToolArguments, UsageError
-from tiller.loop import RunContext
-from tiller.loop._agent_ref import record_policy
+from tiller.loop import RunContext, record_policy
 from tiller.ops import check_arguments
 from tiller.state import RunState
 from tiller.store import (

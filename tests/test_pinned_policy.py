@@ -15,8 +15,7 @@ from tiller.pinned_policy import (
     PinnedPolicy,
     restore_pinned_policy,
 )
-from tiller.policy import Interlock
-from tiller.policy._shell_hook import ShellHook
+from tiller.policy import Interlock, ShellHook
 from tiller.tools import SafetyMode
 
 FULL = """\

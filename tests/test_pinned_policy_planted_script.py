@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiller.policy._file_pins import changed_pins, pin_files
+from tiller.policy import changed_pins, pin_files
 
 
 def test_a_script_planted_after_pinning_counts_as_changed(tmp_path: Path) -> None:

@@ -23,8 +23,7 @@ from typer.testing import CliRunner, Result
 
 from tiller.cli import app
 from tiller.conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
-from tiller.loop import RunContext
-from tiller.loop._agent_ref import record_policy
+from tiller.loop import RunContext, record_policy
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
 from tiller.store import FILE_BLOBS_BUCKET, Bus, CheckpointStore, FileCheckpoints, open_bus
@@ -348,7 +347,7 @@ def checklist_run(url: str, ws: Path) -> list[list[tuple[str, str, str]]]:
     Returns the checklist (id, subject, status) after each batch."""
     from tiller.loop import Agent, RunOptions
     from tiller.model import ScriptedModel
-    from tiller.store._checkpoints import DEFAULT_BUCKET
+    from tiller.store import DEFAULT_BUCKET
     from tiller.tools.builtin import task_create, task_update
 
     def create(subject: str) -> dict[str, Any]:
@@ -431,7 +430,7 @@ def test_a_rewound_run_resumes_with_the_checklist_of_the_cut(
     (tmp_path / f"{name}.py").write_text(
         "from tiller.loop import Agent\n"
         "from tiller.model import ScriptedModel\n"
-        "from tiller.tools.builtin._tasks import task_create\n"
+        "from tiller.tools.builtin import task_create\n"
         "def build():\n"
         "    return Agent(ScriptedModel([{'tool_calls': [{'name': 'task_create', "
         "'arguments': {'subject': 'Redo'}}]}, 'ok']), [task_create])\n"

@@ -15,8 +15,7 @@ from tiller.loop import Agent, RunContext, RunOptions
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.store import CheckpointStore, open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET
+from tiller.store import DEFAULT_BUCKET, CheckpointStore, open_bus
 from tiller.tools.builtin import apply_patch, edit_file, write_file
 
 PATCH = """\

@@ -17,9 +17,8 @@ from tiller.loop import Agent, RunContext, RunOptions
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.store import open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET
-from tiller.tools._sandbox import DEFAULT_SANDBOX
+from tiller.store import DEFAULT_BUCKET, open_bus
+from tiller.tools import DEFAULT_SANDBOX
 from tiller.tools.builtin import execute_command, write_file
 
 pytestmark = pytest.mark.skipif(

@@ -31,15 +31,17 @@ from tiller.loop import (
     ReviewPolicy,
     RunContext,
     RunOptions,
+    load_agent,
+    record_policy,
     resume,
+    run_context_from,
 )
-from tiller.loop._agent_ref import load_agent, options_from, record_policy, run_context_from
+from tiller.loop._agent_ref import options_from
 from tiller.ops import resume_run
 from tiller.phase import Phase
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
-from tiller.store import Bus, CheckpointStore, open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET
+from tiller.store import DEFAULT_BUCKET, Bus, CheckpointStore, open_bus
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools._sandbox import DEFAULT_SANDBOX
+from tiller.tools import DEFAULT_SANDBOX
 
 from .cli_support import tiller
 

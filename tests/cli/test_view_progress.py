@@ -19,8 +19,7 @@ from tiller.events import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from tiller.tools import TaskBroker
-from tiller.tools._progress import Progress
+from tiller.tools import Progress, TaskBroker
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 

@@ -22,8 +22,7 @@ from tiller.policy import (
     RiskClass,
 )
 from tiller.state import StopCause
-from tiller.store import ApprovalStore, MemoryBus, OutboxStore
-from tiller.store._checkpoints import DEFAULT_BUCKET
+from tiller.store import DEFAULT_BUCKET, ApprovalStore, MemoryBus, OutboxStore
 from tiller.tools import Capability, SafetyMode, tool
 from tiller.tools.builtin import execute_command
 

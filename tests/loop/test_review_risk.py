@@ -4,8 +4,8 @@ resume in another process (it is rebuilt from the checkpoint)."""
 from __future__ import annotations
 
 from tiller.conversation import AssistantMessage, ToolCall
-from tiller.loop import Agent, PauseOnRisk, RunContext, RunOptions
-from tiller.loop._agent_ref import options_from, record_policy
+from tiller.loop import Agent, PauseOnRisk, RunContext, RunOptions, record_policy
+from tiller.loop._agent_ref import options_from
 from tiller.model import ScriptedModel
 from tiller.policy import RiskClass
 from tiller.state import StopCause

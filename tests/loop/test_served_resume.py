@@ -18,8 +18,7 @@ from tiller.loop import (
 )
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
-from tiller.store import CheckpointStore, open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET
+from tiller.store import DEFAULT_BUCKET, CheckpointStore, open_bus
 from tiller.tools import ClientTool, builtin
 
 

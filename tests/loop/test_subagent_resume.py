@@ -35,8 +35,7 @@ from tiller.loop import (
     recover,
 )
 from tiller.state import StopCause
-from tiller.store import ApprovalStore, Bus, CheckpointStore, open_bus
-from tiller.store._checkpoints import DEFAULT_BUCKET
+from tiller.store import DEFAULT_BUCKET, ApprovalStore, Bus, CheckpointStore, open_bus
 from tiller.testing import assert_valid_stream
 
 from ._support import assert_legal, assert_round_trips

@@ -11,8 +11,7 @@ import pytest
 
 from tiller.conversation import AssistantMessage, Usage, UserMessage
 from tiller.errors import UsageError
-from tiller.loop import Budget
-from tiller.loop._budget import Pricing
+from tiller.loop import Budget, Pricing
 from tiller.model import (
     ModelConnectionError,
     ModelRequest,
@@ -25,15 +24,8 @@ from tiller.model import (
     TurnInfo,
     UsageReport,
 )
-from tiller.policy import RiskClass
-from tiller.policy._classifier import (
-    FENCE_BEGIN,
-    FENCE_END,
-    AutoClassifier,
-    VetRequest,
-    VetVerdict,
-    find_injection_marker,
-)
+from tiller.policy import AutoClassifier, RiskClass, VetRequest, VetVerdict
+from tiller.policy._classifier import FENCE_BEGIN, FENCE_END, find_injection_marker
 from tiller.tools import UserGoal
 
 GOAL = UserGoal(requests=("Fix the failing parser test and run the test suite.",))

@@ -10,12 +10,9 @@ from typing import Any, ClassVar
 import mcp_types
 import pytest
 
-from tiller.policy import PolicyEngine, RiskClass
+from tiller.policy import PolicyDecision, PolicyEngine, PolicyRule, PolicyRules, RiskClass
 from tiller.policy._engine import mode_default
-from tiller.policy._risk import PolicyDecision
-from tiller.policy._rules import PolicyRule, PolicyRules
-from tiller.tools import Capability, SafetyMode
-from tiller.tools._tool import BaseTool, ToolOutput
+from tiller.tools import BaseTool, Capability, SafetyMode, ToolOutput
 from tiller.tools.builtin import (
     apply_patch,
     ask_user,

@@ -24,16 +24,18 @@ import pytest
 
 from tiller.conversation import Taint
 from tiller.errors import UsageError
-from tiller.policy import HookSet, RiskClass
-from tiller.policy._hook_events import (
+from tiller.policy import (
+    FunctionHook,
+    HookConfigError,
     HookOutcome,
+    HookSet,
     HookVerdict,
     PostToolEvent,
     PreToolEvent,
+    RiskClass,
     SessionEndEvent,
+    ShellHook,
 )
-from tiller.policy._hooks import FunctionHook, HookConfigError
-from tiller.policy._shell_hook import ShellHook
 from tiller.state import StopCause
 
 

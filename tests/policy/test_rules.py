@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from tiller.errors import UsageError
-from tiller.policy._rules import PolicyConfigError, PolicyRule, PolicyRules
-from tiller.policy._shell_risk import classify_command
+from tiller.policy import PolicyConfigError, PolicyRule, PolicyRules, classify_command
 from tiller.tools import SafetyMode
 
 CONFIG = """

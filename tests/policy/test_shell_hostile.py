@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tiller.policy import PolicyEngine, RiskClass
+from tiller.policy import PolicyEngine, RiskClass, classify_command
 from tiller.policy._shell_parse import parse_script
-from tiller.policy._shell_risk import classify_command
 from tiller.policy._shell_tree import parse_tree, read_tree
 from tiller.tools import SafetyMode
 from tiller.tools.builtin import execute_command_tool

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiller.policy import RiskClass
-from tiller.policy._shell_risk import classify_command
+from tiller.policy import RiskClass, classify_command
 
 READ = RiskClass.READ_ONLY
 LOW = RiskClass.LOW_MUTATION

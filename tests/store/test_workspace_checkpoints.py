@@ -23,9 +23,14 @@ from tiller.store import (
 )
 from tiller.store._file_manifest import FileRecord, encode_records
 from tiller.store._workspace_fs import MAX_DEPTH, walk_workspace
-from tiller.tools import CheckpointOrigin, ExecContext, Registry
-from tiller.tools._file_snapshots import MAX_SAVED_FILE_BYTES, snapshot_before_command
-from tiller.tools._sandbox import DEFAULT_SANDBOX
+from tiller.tools import (
+    DEFAULT_SANDBOX,
+    MAX_SAVED_FILE_BYTES,
+    CheckpointOrigin,
+    ExecContext,
+    Registry,
+)
+from tiller.tools._file_snapshots import snapshot_before_command
 from tiller.tools.builtin import execute_command
 
 SESSION = "thread-ws"

@@ -15,8 +15,7 @@ import orjson
 
 from tiller.conversation import ToolCall
 from tiller.events import CustomEvent, Event
-from tiller.tools import PROGRESS_EVENT, ExecContext, Execution, Registry, Tool
-from tiller.tools._sandbox import DEFAULT_SANDBOX
+from tiller.tools import DEFAULT_SANDBOX, PROGRESS_EVENT, ExecContext, Execution, Registry, Tool
 from tiller.tools.builtin import background_process, execute_command
 
 SANDBOX_MISSING = not DEFAULT_SANDBOX.probe().available

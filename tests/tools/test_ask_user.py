@@ -16,24 +16,23 @@ from tiller import CancellationToken, Cancelled, UsageError
 from tiller.cli._run import TerminalQuestions, parse_answer
 from tiller.conversation import ToolCall
 from tiller.tools import (
+    CANCELLED_REASON,
     Answer,
+    Answered,
     CallbackQuestions,
     Capability,
+    Dismissed,
     ExecContext,
     Execution,
+    NoOneToAskQuestions,
     Outcome,
     Question,
     QuestionBroker,
     QuestionOption,
+    QuestionOutcome,
     Registry,
 )
-from tiller.tools._question_brokers import (
-    CANCELLED_REASON,
-    NO_ONE_TO_ASK,
-    AskedQuestions,
-    NoOneToAskQuestions,
-)
-from tiller.tools._questions import Answered, Dismissed, QuestionOutcome
+from tiller.tools._question_brokers import NO_ONE_TO_ASK, AskedQuestions
 from tiller.tools.builtin import ask_user
 
 DATABASE = {

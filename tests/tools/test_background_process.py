@@ -11,17 +11,9 @@ from pathlib import Path
 import pytest
 
 from tiller import CancellationToken, Cancelled, UsageError
-from tiller.tools import ExecContext, Outcome
-from tiller.tools._background import (
-    JOB_OUTPUT_BYTES,
-    READ_BYTES,
-    BackgroundJobs,
-    JobState,
-    UnknownJob,
-)
-from tiller.tools._notify import Notifier
+from tiller.tools import DEFAULT_SANDBOX, BackgroundJobs, ExecContext, Notifier, Outcome, UnknownJob
+from tiller.tools._background import JOB_OUTPUT_BYTES, READ_BYTES, JobState
 from tiller.tools._process import OutputLog, decode_output
-from tiller.tools._sandbox import DEFAULT_SANDBOX
 
 from .shell_support import (
     SANDBOX_MISSING,

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 import tiller
-from tiller.tools._sandbox import DEFAULT_SANDBOX
+from tiller.tools import DEFAULT_SANDBOX
 
 from .memory_support import RSS_BOUND_MIB
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from tiller import CancellationToken, Cancelled
-from tiller.tools import ExecContext, Outcome, Sandbox, SandboxUnavailable, ToolCtx
+from tiller.tools import DEFAULT_SANDBOX, ExecContext, Outcome, Sandbox, SandboxUnavailable, ToolCtx
 from tiller.tools._capture import HEAD_BYTES, TAIL_BYTES
-from tiller.tools._sandbox import DEFAULT_SANDBOX
 from tiller.tools.builtin import execute_command, execute_command_tool
 
 from .shell_support import (

@@ -11,13 +11,9 @@ import orjson
 import pytest
 
 from tiller.conversation import Taint
+from tiller.tools import IndexHealth, TaintIndex, TaintIndexError
 from tiller.tools._file_stamps import changed_files, stamp_workspace
-from tiller.tools._taint_index import (
-    MAX_ENTRIES,
-    IndexHealth,
-    TaintIndex,
-    TaintIndexError,
-)
+from tiller.tools._taint_index import MAX_ENTRIES
 
 BOTH = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
 

@@ -13,8 +13,18 @@ from tiller import UsageError
 from tiller.conversation import ToolCall
 from tiller.events import CustomEvent, Event
 from tiller.state import RunState
-from tiller.tools import Capability, ExecContext, Outcome, Registry, TaskBroker
-from tiller.tools._tasks import MAX_TASKS, TASKS_EVENT, ChecklistError, Task, checklist_text
+from tiller.tools import (
+    TASKS_EVENT,
+    Capability,
+    ChecklistError,
+    ExecContext,
+    Outcome,
+    Registry,
+    Task,
+    TaskBroker,
+    checklist_text,
+)
+from tiller.tools._tasks import MAX_TASKS
 from tiller.tools.builtin import task_create, task_list, task_update
 from tiller.tools.builtin._tasks import NO_CHECKLIST
 

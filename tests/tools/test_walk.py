@@ -7,7 +7,8 @@ import os
 from contextlib import closing
 from pathlib import Path
 
-from tiller.tools._walk import WalkLimits, WalkReport, bounded_fwalk, remove_tree
+from tiller.tools import remove_tree
+from tiller.tools._walk import WalkLimits, WalkReport, bounded_fwalk
 
 from .memory_support import make_chain
 

@@ -10,13 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiller.tools._web_budget import (
-    BODY_LIMIT_BYTES,
-    TURN_LIMIT_BYTES,
-    BodyMeter,
-    WebBudget,
-    WebBudgetExceeded,
-)
+from tiller.tools import WebBudget, WebBudgetExceeded
+from tiller.tools._web_budget import BODY_LIMIT_BYTES, TURN_LIMIT_BYTES, BodyMeter
 
 
 def test_defaults() -> None:

@@ -24,9 +24,17 @@ import pytest
 from tiller import CancellationToken, Cancelled
 from tiller.conversation import ToolCall
 from tiller.events import CustomEvent, Event
-from tiller.tools import ExecContext, Execution, Outcome, Registry, ToolCtx, ToolError, WebAccess
+from tiller.tools import (
+    ExecContext,
+    Execution,
+    Outcome,
+    Registry,
+    ToolCtx,
+    ToolError,
+    WebAccess,
+    WebBudget,
+)
 from tiller.tools._fetcher import Fetcher
-from tiller.tools._web_budget import WebBudget
 from tiller.tools.builtin import web_fetch
 
 # ── a small HTTP/1.1 server ─────────────────────────────────────────────────────────

@@ -567,8 +567,8 @@ def test_the_allow_lists_are_recorded_with_the_run_and_restored_on_resume(
     """A resume (`tiller approve`, `tiller runs resume`) rebuilds the run's context from
     its checkpoint: the person's allow lists come back, and an old checkpoint without
     them gets public addresses only."""
-    from tiller.loop import RunContext
-    from tiller.loop._agent_ref import policy_of, run_context_from
+    from tiller.loop import RunContext, run_context_from
+    from tiller.loop._agent_ref import policy_of
     from tiller.state import RunState
     from tiller.tools import WebAccess
 
