@@ -122,10 +122,10 @@ ALLOWED_PRIVATE = frozenset(
         "loop/test_taint_flow.py -> tiller.loop._taint_flow",
         "policy/test_verdict_vocabulary.py -> tiller.loop._gate_answer",
         "store/test_workspace_checkpoints.py -> tiller.loop._services",
-        # The lead rewrites loop/_run.py (the run as explicit steps); its nudges stay
-        # imported from there until it lands.
-        "loop/test_budget.py -> tiller.loop._run",
-        "loop/test_empty_turns.py -> tiller.loop._run",
+        # The nudges the model turn writes into the conversation: the tests check the
+        # model reads exactly that text (not API, so not exported).
+        "loop/test_budget.py -> tiller.loop._model_turn",
+        "loop/test_empty_turns.py -> tiller.loop._model_turn",
         # Unit tests of the model's HTTP plumbing (SSE parsing, Retry-After, overflow).
         "model/test_openai_compat.py -> tiller.model._http",
         # Unit tests of the policy's internals: the shell parser and tree, the safety
