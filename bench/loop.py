@@ -70,7 +70,7 @@ from tiller.model import (
 from tiller.phase import Phase
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.tools import ToolCtx, tool
+from tiller.tools import Jail, tool
 
 TARGET_STEP_US = 100.0
 TARGET_CONCURRENT_S = 1.0
@@ -169,9 +169,9 @@ async def bare_run(model: InstantModel) -> int:
 class ScriptedRunner:
     """The same run with `ScriptedModel`, a fresh one (same parsed script) per run."""
 
-    def __init__(self, tools: ToolCtx, steps: int) -> None:
+    def __init__(self, jail: Jail, steps: int) -> None:
         self.turns = scripted_turns(steps)
-        self.runner = TillerRunner(Agent(ScriptedModel(self.turns), [NOOP]), tools, steps)
+        self.runner = TillerRunner(Agent(ScriptedModel(self.turns), [NOOP]), jail, steps)
 
     async def run(self) -> int:
         self.runner.agent.model = ScriptedModel(self.turns)
@@ -181,14 +181,14 @@ class ScriptedRunner:
 class TillerRunner:
     """`Agent.run_in` under a fresh `RunContext` (shared jail, AllowAll) per run."""
 
-    def __init__(self, agent: Agent, tools: ToolCtx, steps: int) -> None:
+    def __init__(self, agent: Agent, jail: Jail, steps: int) -> None:
         self.agent = agent
-        self.tools = tools
+        self.jail = jail
         self.steps = steps
         self.options = RunOptions(max_steps=steps + 1)
 
     async def run(self) -> int:
-        context = RunContext(tools=self.tools, approver=AllowAll())
+        context = RunContext(jail=self.jail, approver=AllowAll())
         result = await self.agent.run_in(context, "go", self.options)
         if result.stop_cause is not StopCause.COMPLETED or result.turns != self.steps:
             raise RuntimeError(f"bench run ended badly: {result.stop_cause} {result.error}")
@@ -221,7 +221,7 @@ async def time_runs(
     return walls, cpus
 
 
-async def per_step(tools: ToolCtx, quick: bool) -> dict[str, dict[int, float]]:
+async def per_step(jail: Jail, quick: bool) -> dict[str, dict[int, float]]:
     """Median µs per run, by implementation (wall; `*_cpu`: CPU time) and step count."""
     plan = {1: (20, 200), 20: (20, 200), 400: (3, 25)}
     if quick:
@@ -231,11 +231,11 @@ async def per_step(tools: ToolCtx, quick: bool) -> dict[str, dict[int, float]]:
     }
     for steps, (warmup, repetitions) in plan.items():
         model = InstantModel(steps)
-        runner = TillerRunner(Agent(model, [NOOP]), tools, steps)
+        runner = TillerRunner(Agent(model, [NOOP]), jail, steps)
         makers: tuple[tuple[str, Callable[[], Awaitable[int]]], ...] = (
             ("bare", functools.partial(bare_run, model)),
             ("tiller", runner.run),
-            ("scripted", ScriptedRunner(tools, steps).run),
+            ("scripted", ScriptedRunner(jail, steps).run),
         )
         for label, make in makers:
             walls, cpus = await time_runs(make, steps, warmup, repetitions)
@@ -259,7 +259,7 @@ async def concurrent_child(impl: str, runs: int, steps: int, repetitions: int) -
     model = InstantModel(steps, delay=MODEL_DELAY_S, name="sleepy")
     if impl == "tiller":
         workspace = Path(tempfile.mkdtemp(prefix="tiller-bench-"))
-        runner = TillerRunner(Agent(model, [NOOP]), ToolCtx(workspace), steps)
+        runner = TillerRunner(Agent(model, [NOOP]), Jail(workspace), steps)
         one: Callable[[], Awaitable[int]] = runner.run
     else:
 
@@ -344,11 +344,11 @@ def _time_call(function: Callable[[], object], budget_s: float = 0.05) -> float:
     return statistics.median(samples)
 
 
-async def history_suspects(tools: ToolCtx) -> list[tuple[str, float, float]]:
+async def history_suspects(jail: Jail) -> list[tuple[str, float, float]]:
     """µs per call of each per-turn function at a 20-step and a 400-step history."""
     steps = 400
     agent = Agent(InstantModel(steps), [NOOP])
-    context = RunContext(tools=tools, approver=AllowAll())
+    context = RunContext(jail=jail, approver=AllowAll())
     result = await agent.run_in(context, "go", RunOptions(max_steps=steps + 1))
     messages = list(result.state.messages)
     short, long = messages[: 2 * 20 - 1], messages[: 2 * steps - 1]
@@ -373,8 +373,8 @@ async def history_suspects(tools: ToolCtx) -> list[tuple[str, float, float]]:
 # ── cProfile ─────────────────────────────────────────────────────────────────────────
 
 
-async def profile_run(tools: ToolCtx, steps: int = 400, top: int = 25) -> None:
-    runner = TillerRunner(Agent(InstantModel(steps), [NOOP]), tools, steps)
+async def profile_run(jail: Jail, steps: int = 400, top: int = 25) -> None:
+    runner = TillerRunner(Agent(InstantModel(steps), [NOOP]), jail, steps)
     await runner.run()
     profiler = cProfile.Profile()
     gc.collect()
@@ -427,10 +427,10 @@ def _load() -> str:
 def report(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     workspace = Path(tempfile.mkdtemp(prefix="tiller-bench-"))
-    tools = ToolCtx(workspace)
+    jail = Jail(workspace)
     print(machine())
 
-    wall = asyncio.run(per_step(tools, args.quick))
+    wall = asyncio.run(per_step(jail, args.quick))
     print("\n### (1) per-step cost (µs per step = median run wall / steps)\n")
     print(
         "| steps | bare asyncio loop | tiller, instant model | tiller - bare "
@@ -504,7 +504,7 @@ def report(args: argparse.Namespace) -> None:
         "larger of the tracemalloc peak and the RSS growth)."
     )
 
-    suspects = asyncio.run(history_suspects(tools))
+    suspects = asyncio.run(history_suspects(jail))
     print("\n### (3) per-turn work over the history (µs per call; one call per turn)\n")
     print("| function | 20-step history (39 msgs) | 400-step history (799 msgs) | growth |")
     print("|---|---:|---:|---:|")
@@ -518,7 +518,7 @@ def report(args: argparse.Namespace) -> None:
     )
 
     if args.profile:
-        asyncio.run(profile_run(tools))
+        asyncio.run(profile_run(jail))
     print(f"\n(total bench time {time.perf_counter() - started:.1f} s; at the end, {_load()})")
 
 

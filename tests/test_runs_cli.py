@@ -398,7 +398,7 @@ def test_the_policy_round_trips_with_what_was_spent(tmp_path: Path) -> None:
     stored = RunState.from_json(state.to_json())  # as another process reads it
     assert stored.agent_ref == "m:a"
     rebuilt = run_context_from(stored, store=None)
-    assert rebuilt.tools.root == tmp_path.resolve()
+    assert rebuilt.jail.root == tmp_path.resolve()
     assert rebuilt.phase is Phase.PLAN and rebuilt.withheld == frozenset({"shell"})
     assert rebuilt.compact_at_tokens == 5000 and rebuilt.approver is None
     assert (rebuilt.budget.max_turns, rebuilt.budget.max_cost_usd) == (9, 1.5)

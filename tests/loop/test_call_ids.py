@@ -52,7 +52,7 @@ async def test_two_calls_with_one_provider_id_in_a_turn_both_run(ctx: RunContext
     model = ScriptedModel([{"tool_calls": [call("a"), call("b")]}, "done"])
     run = await drive(Agent(model, [append]), "go", ctx)  # checks the stream is valid
     assert run.result.stop_cause is StopCause.COMPLETED
-    assert sorted(lines(ctx.tools.root)) == ["a", "b"]  # the batch runs concurrently
+    assert sorted(lines(ctx.jail.root)) == ["a", "b"]  # the batch runs concurrently
     calls = all_calls(run.messages)
     assert [c.id for c in calls] == ["r1-call-1", "r1-call-2"]
     assert [c.provider_id for c in calls] == ["call-1-0", "call-1-0"]
@@ -71,7 +71,7 @@ async def test_one_provider_id_every_turn_gives_distinct_calls(ctx: RunContext) 
         [{"tool_calls": [call("a", "call_0")]}, {"tool_calls": [call("b", "call_0")]}, "done"]
     )
     run = await drive(Agent(model, [append]), "go", ctx)
-    assert lines(ctx.tools.root) == ["a", "b"]  # one call a turn: in order
+    assert lines(ctx.jail.root) == ["a", "b"]  # one call a turn: in order
     assert [c.id for c in all_calls(run.messages)] == ["r1-call-1", "r1-call-2"]
     # The model's third request pairs each result with its own call.
     third = model.requests[2].messages

@@ -426,6 +426,6 @@ async def test_a_huge_result_is_recorded_bounded(tmp_path: Path) -> None:
         assert result.completed
         (log,) = (await CheckpointStore(bus, "cp").calls("huge-1")).values()
         assert log.content is not None
-        limit = ctx.tools.output_budget_bytes
+        limit = ctx.jail.output_budget_bytes
         assert limit < len(log.content.encode()) < limit + 100
         assert log.content.endswith(f"[{8 * 1024 * 1024 - limit} bytes more were not recorded]")

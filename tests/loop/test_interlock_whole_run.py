@@ -105,7 +105,7 @@ def _call(name: str, **arguments: object) -> dict[str, object]:
 
 
 def _networked(ctx: RunContext) -> RunContext:
-    return ctx.with_tools(ctx.tools.with_network())
+    return ctx.with_jail(ctx.jail.with_network())
 
 
 @pytest.mark.skipif(SANDBOX_MISSING, reason=SANDBOX_REASON)
@@ -173,7 +173,7 @@ async def test_with_on_trifecta_ask_a_write_while_a_sender_runs_is_held_naming_i
     )
     agent = Agent(model, [execute_command, background_process, read_file, write_file, fetch_page])
     run_ctx = _networked(ctx).with_interlock(Interlock(on_trifecta="ask"))
-    run_ctx = run_ctx.with_tools(run_ctx.tools.with_safety_mode(SafetyMode.FULL_ACCESS))
+    run_ctx = run_ctx.with_jail(run_ctx.jail.with_safety_mode(SafetyMode.FULL_ACCESS))
     run = await drive(agent, "set up", run_ctx.with_approver(Recording()))
     results = run.results()
     assert "write_file" in asked
@@ -418,8 +418,8 @@ async def test_a_held_write_tells_the_person_which_job_could_send_it(
     async with await open_bus("memory://") as bus:
         run_ctx = RunContext.sandboxed(workspace).with_store(bus)
         run_ctx = run_ctx.with_interlock(Interlock(on_trifecta="ask"))
-        run_ctx = run_ctx.with_tools(
-            run_ctx.tools.with_network().with_safety_mode(SafetyMode.FULL_ACCESS)
+        run_ctx = run_ctx.with_jail(
+            run_ctx.jail.with_network().with_safety_mode(SafetyMode.FULL_ACCESS)
         )
         options = RunOptions(checkpoint_bucket="cp")
         async with asyncio.timeout(20):  # a hang guard
@@ -472,7 +472,7 @@ async def test_a_subagents_write_cannot_feed_the_parents_sender(
         [execute_command, background_process, read_file, write_file, fetch_page, agent_tool],
     )
     run_ctx = _networked(ctx).with_interlock(Interlock(on_trifecta="ask"))
-    run_ctx = run_ctx.with_tools(run_ctx.tools.with_safety_mode(SafetyMode.FULL_ACCESS))
+    run_ctx = run_ctx.with_jail(run_ctx.jail.with_safety_mode(SafetyMode.FULL_ACCESS))
     await drive(agent, "set up", run_ctx.with_approver(Recording()))
     assert "write_file" in asked
     assert not (workspace / "out.txt").exists()

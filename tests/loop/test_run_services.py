@@ -40,7 +40,7 @@ async def test_every_call_gets_an_assembled_context(ctx: RunContext, workspace: 
         seen.append(ctx)
         return "ok"
 
-    ctx.tools.safety.set(SafetyMode.AUTO)
+    ctx.jail.safety.set(SafetyMode.AUTO)
     model = ScriptedModel([{"tool_calls": [{"name": "inspect"}, {"name": "inspect"}]}, "done"])
     agent = Agent(model, [inspect], config={"region": "eu"})
     run = await drive(agent, "look", ctx, run_id="r7")
@@ -122,7 +122,7 @@ async def test_plan_phase_shows_writers_but_they_write_only_the_scratchpad(
     @tool(plan_scratchpad=True)
     def jot(path: str, ctx: ExecContext) -> str:
         """Write a note."""
-        target = ctx.tools.resolve(path)
+        target = ctx.jail.resolve(path)
         ctx.require_writable(target)
         wrote.append(path)
         return "written"

@@ -16,7 +16,7 @@ from tiller.conversation import UserMessage
 from tiller.loop import Agent, RunContext, RunOptions
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
-from tiller.tools import ExecContext, ToolCtx, ToolError, tool
+from tiller.tools import ExecContext, Jail, ToolError, tool
 
 from .._transcript import event_lines, transcript_of
 from ._support import drive
@@ -270,7 +270,7 @@ async def test_the_output_budget_is_shared_in_call_order_and_spills(
             "done",
         ]
     )
-    context = ctx.with_tools(ToolCtx(workspace, output_budget_bytes=100))
+    context = ctx.with_jail(Jail(workspace, output_budget_bytes=100))
     run = await drive(Agent(model, [big_a, big_b]), "go", context)
     a, b, next_turn = run.results()
     assert a.content == "a" * 80

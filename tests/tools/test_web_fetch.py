@@ -24,7 +24,7 @@ import pytest
 from tiller import CancellationToken, Cancelled
 from tiller.conversation import ToolCall
 from tiller.events import CustomEvent, Event
-from tiller.tools import ExecContext, Execution, Outcome, Registry, ToolCtx, ToolError, WebAccess
+from tiller.tools import ExecContext, Execution, Jail, Outcome, Registry, ToolError, WebAccess
 from tiller.tools._fetcher import Fetcher
 from tiller.tools._web_budget import WebBudget
 from tiller.tools.builtin import web_fetch
@@ -190,8 +190,8 @@ LOCAL = WebAccess.from_config({"allow_hosts": ["127.0.0.1"]})
 
 
 def context(tmp_path: Path, budget: WebBudget | None = None, **fields: Any) -> ExecContext:
-    tools = ToolCtx(tmp_path, web=LOCAL)
-    return ExecContext.for_test(tmp_path, tools=tools, web_bytes=budget or WebBudget(), **fields)
+    tools = Jail(tmp_path, web=LOCAL)
+    return ExecContext.for_test(tmp_path, jail=tools, web_bytes=budget or WebBudget(), **fields)
 
 
 def progress_of(events: list[Event]) -> list[dict[str, Any]]:

@@ -263,7 +263,7 @@ async def run_demo(
     the held call is printed and the demo's scripted approver approves it."""
     console = console or Console(highlight=False)
     interactive = sys.stdin.isatty() if interactive is None else interactive
-    tools = private_copy(PROJECT)
+    jail = private_copy(PROJECT)
     budget = Budget(
         max_turns=20,
         max_output_tokens=20_000,
@@ -275,9 +275,9 @@ async def run_demo(
     # through every context derived below.
     controls = RunControls(budget=budget, safety=LiveSafetyMode(SafetyMode.FULL_ACCESS))
     run_ctx = (
-        RunContext(tools=tools)
+        RunContext(jail=jail)
         .with_controls(controls)
-        .with_policy(PolicyEngine(PolicyRules.from_config(DEMO_POLICY), workspace=tools.root))
+        .with_policy(PolicyEngine(PolicyRules.from_config(DEMO_POLICY), workspace=jail.root))
     )
     if interactive:
         lines = LineRouter(asyncio.get_running_loop(), controls.steering)
@@ -298,7 +298,7 @@ async def run_demo(
                 controls.steering.push(STEERING)
 
     console.rule("[bold]tiller demo: a coding agent on a private copy of a small project")
-    console.print(Text(f"workspace {tools.root}", style="dim"))
+    console.print(Text(f"workspace {jail.root}", style="dim"))
     console.print(Text("task ", style="bold") + Text(TASK))
     try:
         result = await agent.run_in(run_ctx, TASK, on_event=on_event, run_id="demo")
@@ -309,7 +309,7 @@ async def run_demo(
             f"tokens      {result.usage.input_tokens:,} in / {result.usage.output_tokens:,} out"
         )
         console.print(budget_line(budget).strip(" ─"))
-        diff = _diff(PROJECT, tools.root)
+        diff = _diff(PROJECT, jail.root)
         console.print("files changed:" if diff else "no files changed")
         if diff:
             console.print(
@@ -323,7 +323,7 @@ async def run_demo(
         return 0 if passed else 1
     finally:
         if not keep:
-            shutil.rmtree(tools.root, ignore_errors=True)
+            shutil.rmtree(jail.root, ignore_errors=True)
 
 
 def _diff(before: Path, after: Path) -> str:

@@ -49,13 +49,13 @@ from ..tools import (
     Answer,
     Answered,
     Dismissed,
+    Jail,
     NoOneToAskQuestions,
     Question,
     QuestionBroker,
     QuestionOutcome,
     SafetyMode,
     Tool,
-    ToolCtx,
 )
 from ..tools.mcp import open_mcp_tools
 from ._coder import CODING_PROMPT, coding_agent, coding_agent_web
@@ -351,7 +351,7 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
     approver, questions = _askers(settings, console, lines, interactive=interactive)
     run_ctx = pinned.apply(
         RunContext(
-            tools=ToolCtx(
+            jail=Jail(
                 settings.workspace,
                 network=settings.network,
                 unsandboxed_shell=settings.unsandboxed_shell,

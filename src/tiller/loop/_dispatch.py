@@ -206,7 +206,7 @@ class ToolDispatch:
         for_client: list[ToolCall] = []
         results: dict[str, ToolResult] = {}
         executed: dict[str, Execution] = {}
-        budget = OutputBudget(self.run_ctx.tools.output_budget_bytes)
+        budget = OutputBudget(self.run_ctx.jail.output_budget_bytes)
         signals = self.services.signals_for_turn()
         # The interlock sees the whole batch: a read and a send in one parallel turn
         # cannot slip through together. Each call is checked with the other calls'
@@ -367,7 +367,7 @@ class ToolDispatch:
             execution = executed.get(call.id)
             if execution is None or call.id in results:
                 continue
-            result = budget.cap_result(execution.result, self.run_ctx.tools)
+            result = budget.cap_result(execution.result, self.run_ctx.jail)
             interlock = self.run_ctx.interlock
             if interlock.wrap_untrusted and (
                 _brings_untrusted(self.agent.registry.get(call.name))
@@ -421,7 +421,7 @@ class ToolDispatch:
             result = execution.result
             # Bounded: an MCP or custom tool may return any size; the store keeps what the
             # transcript could show at most.
-            content = recorded_head(result.content, self.run_ctx.tools.output_budget_bytes)
+            content = recorded_head(result.content, self.run_ctx.jail.output_budget_bytes)
             await self._checkpoints.call_completed(
                 self.state.run_id, call.id, content, is_error=result.is_error
             )
@@ -433,7 +433,7 @@ class ToolDispatch:
                 call_id=call.id,
                 run_id=self.state.run_id,
                 thread_id=self.state.thread_id,
-                workspace=self.run_ctx.tools.root,
+                workspace=self.run_ctx.jail.root,
                 result=execution.result.content,
                 is_error=execution.result.is_error,
                 taint=self.state.taint_flags,

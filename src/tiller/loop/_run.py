@@ -346,7 +346,7 @@ class Loop(ToolDispatch):
                 hooks.session_end(
                     run_id=self.state.run_id,
                     thread_id=self.state.thread_id,
-                    workspace=self.run_ctx.tools.root,
+                    workspace=self.run_ctx.jail.root,
                     stop_cause=cause,
                 )
             )

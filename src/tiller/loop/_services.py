@@ -94,12 +94,12 @@ class RunServices:
         # What the interlock watches beyond one call: the jobs that hold the network, the
         # files this run reads and writes (their taint outlives the run).
         self.taint_flow = TaintFlow(
-            run_ctx.tools.root,
+            run_ctx.jail.root,
             run_ctx.interlock,
             self.jobs,
             run_id=state.run_id,
             # (An unsandboxed shell, accepted where bwrap cannot run, holds the network.)
-            network=shell_holds_network(run_ctx.tools),
+            network=shell_holds_network(run_ctx.jail),
         )
         # With a store, every file mutation is snapshotted first, so `tiller rewind` can
         # put the workspace back; a shell command, unless the policy rates it read-only.
@@ -175,7 +175,7 @@ class RunServices:
     def _make_scratchpad(self) -> Path | None:
         # The root is already real and the name has no separators or dots to resolve, so
         # the path is final; one stat when it exists (most runs of a thread after the first).
-        root = self._run_ctx.tools.root
+        root = self._run_ctx.jail.root
         pad = root / SCRATCH_SUBDIR / _directory_name(self._state.thread_id)
         if os.path.isdir(pad):
             return pad
@@ -222,7 +222,7 @@ class RunServices:
             jobs=self.jobs,
             snapshots=self.snapshots,
             mailbox=(
-                self.mail.mailer(self._agent.registry, network=run_ctx.tools.network)
+                self.mail.mailer(self._agent.registry, network=run_ctx.jail.network)
                 if self.mail is not None
                 else None
             ),
@@ -236,9 +236,9 @@ class RunServices:
         state = self._state
         services = self._tool_services()
         site = CallSite(
-            tools=run_ctx.tools,
+            jail=run_ctx.jail,
             phase=run_ctx.phase,
-            safety_mode=run_ctx.tools.safety.mode,
+            safety_mode=run_ctx.jail.safety.mode,
             message_index=len(state.messages),
         )
         return ExecContext.assemble(turn, call_id, None, signals, site, services)

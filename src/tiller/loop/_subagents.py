@@ -347,8 +347,8 @@ class Subagents:
         """The parent's policy, narrowed for a child (see the module docstring)."""
         run_ctx = self._parent.run_ctx
         # Never above the parent's own ceiling: a subagent type narrows, it cannot widen.
-        ceiling = least_permissive(kind.safety_ceiling, run_ctx.tools.safety.ceiling)
-        mode = least_permissive(run_ctx.tools.safety.mode, ceiling)
+        ceiling = least_permissive(kind.safety_ceiling, run_ctx.jail.safety.ceiling)
+        mode = least_permissive(run_ctx.jail.safety.mode, ceiling)
         # Passed on deliberately (law 13): the parent's budget (one for the run tree,
         # law 7) and a child of its token; the child's own steering, detach and switch.
         controls = RunControls(

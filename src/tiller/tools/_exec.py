@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..phase import Phase
 from ._errors import PathOutsideJail, ProtectedPathRefused
 from ._file_snapshots import CheckpointOrigin, FileSnapshotter
 from ._goal import UserGoal
-from ._jail import ToolCtx
+from ._jail import Jail
 from ._notify import Notifier
 from ._progress import PROGRESS_EVENT, Progress
 from ._questions import QuestionBroker
@@ -130,7 +131,7 @@ class CallSite:
     mode read at dispatch, and the transcript's length then (the file checkpoints'
     anchor)."""
 
-    tools: ToolCtx
+    jail: Jail
     phase: Phase = Phase.EXECUTE
     safety_mode: SafetyMode = SafetyMode.ASK
     message_index: int | None = None
@@ -176,8 +177,8 @@ class ExecContext:
       and the run reads it at its next turn (`None`: nothing can be detached).
     - `progress`: this call's progress channel (`ctx.progress("msg")`, `.output(...)`, ...).
     - `call_id`, `turn`: which call this is.
-    - `workdir`: the jail root (`tools.root`), where relative paths start.
-    - `tools`: the run's `ToolCtx`; file tools open every path through it.
+    - `workdir`: the jail root (`jail.root`), where relative paths start.
+    - `jail`: the run's `Jail`; file tools open every path through it.
     - `phase`: the run's phase (in Plan, file writes are allowed only in the scratchpad).
     - `config`, `model_id`: what a subagent inherits.
     - `task_id`, `session_id`, `message_index`: where this call sits (under a worker task,
@@ -202,7 +203,7 @@ class ExecContext:
     call_id: str
     turn: int
     workdir: Path
-    tools: ToolCtx
+    jail: Jail
     emit: Callable[[Event], object] = _drop_event
     state_access: StateAccess[Any] = field(default_factory=lambda: LocalState({}))
     background: CancellationToken = field(default_factory=CancellationToken)
@@ -254,8 +255,8 @@ class ExecContext:
             token=signals.token,
             call_id=call_id,
             turn=turn,
-            workdir=dispatch.tools.root,
-            tools=dispatch.tools,
+            workdir=dispatch.jail.root,
+            jail=dispatch.jail,
             emit=services.emit,
             state_access=services.state_access,
             background=signals.background,
@@ -289,19 +290,19 @@ class ExecContext:
         call_id: str = "call-test",
         turn: int = 1,
         token: CancellationToken | None = None,
-        tools: ToolCtx | None = None,
+        jail: Jail | None = None,
         emit: Callable[[Event], object] | None = None,
         state: Any = None,
         state_access: StateAccess[Any] | None = None,
         **services: Any,
     ) -> ExecContext:
-        """A context with safe defaults: a fresh token, a `ToolCtx` over `workdir` with
+        """A context with safe defaults: a fresh token, a `Jail` over `workdir` with
         default limits, events dropped, a `LocalState` holding `state` (default `{}`),
         and the safety mode pinned to `full_access` so a tool test exercises the tool,
         not the gate. Any other field (`notify=`, `tasks=`, `phase=`, ...) may be given.
         """
-        if tools is None:
-            tools = ToolCtx(workdir)
+        if jail is None:
+            jail = Jail(workdir)
         if state_access is None:
             state_access = LocalState({} if state is None else state)
         services.setdefault("safety_mode", SafetyMode.FULL_ACCESS)
@@ -309,12 +310,22 @@ class ExecContext:
             token=token if token is not None else CancellationToken(),
             call_id=call_id,
             turn=turn,
-            workdir=tools.root,
-            tools=tools,
+            workdir=jail.root,
+            jail=jail,
             emit=emit if emit is not None else _drop_event,
             state_access=state_access,
             **services,
         )
+
+    @property
+    def tools(self) -> Jail:
+        """Deprecated: the run's jail is `jail`; `tools` goes in the next release."""
+        warnings.warn(
+            "ExecContext.tools is now ExecContext.jail; tools goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.jail
 
     # ── the web byte budget ──────────────────────────────────────────────────────
 
@@ -339,21 +350,21 @@ class ExecContext:
         `ProtectedPathRefused`, law 11), or that the phase does not allow: in Plan,
         writing tools stay visible but may write only inside the scratchpad. Call it with
         a resolved path, for every target before anything is written."""
-        covering = self.tools.protects(path)
+        covering = self.jail.protects(path)
         if covering is not None:
-            raise ProtectedPathRefused(self.tools.relative(path), self.tools.root, covering)
+            raise ProtectedPathRefused(self.jail.relative(path), self.jail.root, covering)
         if self.phase is not Phase.PLAN:
             return
         pad = self.scratchpad
         if pad is not None and path.is_relative_to(pad):
             return
         where = (
-            f"the scratchpad {self.tools.relative(pad)}/"
+            f"the scratchpad {self.jail.relative(pad)}/"
             if pad is not None
             else "the scratchpad (this run has none)"
         )
         raise PathOutsideJail(
-            str(path), self.tools.root, f"is a write outside {where} while planning"
+            str(path), self.jail.root, f"is a write outside {where} while planning"
         )
 
     async def snapshot_before_write_async(
@@ -364,7 +375,7 @@ class ExecContext:
         if self.snapshots is None:
             return None
         return await self.snapshots.snapshot(
-            self.checkpoint_origin(), self.tools.root, list(paths), reason=reason
+            self.checkpoint_origin(), self.jail.root, list(paths), reason=reason
         )
 
     def snapshot_before_write(self, paths: Sequence[Path], *, reason: str = "write") -> str | None:

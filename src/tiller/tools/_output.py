@@ -1,7 +1,7 @@
 """Output capping: one byte budget per turn, the overflow spilled to files.
 
 A model's context is the scarcest thing a run has, and one `cat` of a log can eat it. So
-the tool outputs of one turn share one byte budget (`ToolCtx.output_budget_bytes`): a
+the tool outputs of one turn share one byte budget (`Jail.output_budget_bytes`): a
 result keeps what still fits, and the whole output goes to a file in the run's spill
 dir, with a pointer line where the tail was cut. Nothing is lost; the model can read the
 rest with its file tools, a page at a time.
@@ -25,7 +25,7 @@ from ..conversation import ToolResult
 from ..errors import UsageError
 from ._errors import PathOutsideJail
 from ._fs import JailFS
-from ._jail import ToolCtx
+from ._jail import Jail
 
 __all__ = ["OutputBudget", "recorded_head"]
 
@@ -50,9 +50,9 @@ class OutputBudget:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_turn(cls, tools: ToolCtx) -> OutputBudget:
+    def for_turn(cls, jail: Jail) -> OutputBudget:
         """A fresh budget for one turn, sized by the run's tool policy."""
-        return cls(tools.output_budget_bytes)
+        return cls(jail.output_budget_bytes)
 
     @property
     def limit(self) -> int:
@@ -107,9 +107,9 @@ class OutputBudget:
             shown = spill_file.relative_to(relative_to).as_posix()
         return f"{head}{separator}[output truncated: {more} bytes more in {shown}]"
 
-    def cap_result(self, result: ToolResult, tools: ToolCtx) -> ToolResult:
+    def cap_result(self, result: ToolResult, jail: Jail) -> ToolResult:
         """`result` with its content capped (see `cap`), spilling to the run's spill dir."""
-        capped = self.cap(result.content, result.call_id, tools.spill_dir, relative_to=tools.root)
+        capped = self.cap(result.content, result.call_id, jail.spill_dir, relative_to=jail.root)
         if capped is result.content:
             return result
         return result.model_copy(update={"content": capped})

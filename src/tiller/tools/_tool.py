@@ -11,7 +11,7 @@ def word_count(path: str, ctx: ExecContext) -> int:
     Args:
         path: The file, relative to the workspace root.
     \"\"\"
-    return len(ctx.tools.resolve(path).read_text().split())
+    return len(ctx.jail.resolve(path).read_text().split())
 ```
 
 The signature is the schema (pydantic builds and validates it), the docstring is the

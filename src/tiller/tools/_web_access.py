@@ -26,7 +26,7 @@ allow_ranges = ["10.1.0.0/16"]                          # CIDR ranges
 ```
 
 An allowed host is connected to wherever it resolves; an allowed range lets any name that
-resolves into it through. `WebAccess` is part of the run's `ToolCtx`, so it is pinned with
+resolves into it through. `WebAccess` is part of the run's `Jail`, so it is pinned with
 the rest of the run's policy.
 """
 

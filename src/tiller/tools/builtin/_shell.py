@@ -4,10 +4,10 @@ The command runs under `bwrap` (`tiller.tools._sandbox`, DESIGN §11): it sees t
 read-only, an empty `/tmp` and home directory, the network only if the run grants it, and
 the jail read-write as its working directory. Where the sandbox cannot run (no `bwrap`,
 no user namespaces) the tool refuses, saying how to install it, unless the run explicitly
-accepted an unsandboxed shell (`ToolCtx.with_unsandboxed_shell()`): then the command runs
+accepted an unsandboxed shell (`Jail.with_unsandboxed_shell()`): then the command runs
 as the current user with the current environment, its own session and process group.
 
-Protected paths (`ToolCtx.protected`: tiller's configuration and state, git's config and
+Protected paths (`Jail.protected`: tiller's configuration and state, git's config and
 hooks, configured hook scripts) are read-only inside the sandbox where they exist; one the
 command creates where nothing was is removed when it ends (for a background job, when
 the job ends), and the result says so (`ProtectedSnapshot`, law 11).
@@ -197,18 +197,18 @@ async def _command_line(
     try:
         await sandbox.require()
     except SandboxUnavailable as exc:
-        if not ctx.tools.unsandboxed_shell:
+        if not ctx.jail.unsandboxed_shell:
             raise ToolError(str(exc)) from exc
         return shell, {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}, True
     try:
         # Off the loop: as root, building the command grants the workspace to the
         # sandbox's uid, a walk of the whole tree.
         argv = await asyncio.to_thread(
-            sandbox.command, shell, jail=ctx.tools.root, network=ctx.tools.network, protect=protect
+            sandbox.command, shell, jail=ctx.jail.root, network=ctx.jail.network, protect=protect
         )
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from exc
-    return argv, sandbox.environment(), ctx.tools.network
+    return argv, sandbox.environment(), ctx.jail.network
 
 
 def _reverted_note(protect: ProtectedSnapshot) -> str:
@@ -241,7 +241,7 @@ async def _execute(
     jobs = ctx.jobs if ctx.jobs is not None and not ctx.jobs.closed else None
     if background and jobs is None:
         raise ToolError(_NO_JOBS)
-    protect = ProtectedSnapshot.take(ctx.tools.root, ctx.tools.protected)
+    protect = ProtectedSnapshot.take(ctx.jail.root, ctx.jail.protected)
     try:
         # (The interlock stops jobs that hold the network once the conversation holds
         # private data and untrusted input.)
@@ -253,7 +253,7 @@ async def _execute(
             job_id = await jobs.start(
                 argv,
                 command=command,
-                cwd=ctx.tools.root,
+                cwd=ctx.jail.root,
                 env=env,
                 network=network,
                 on_end=lambda: _reverted_note(protect),
@@ -263,11 +263,11 @@ async def _execute(
                 f"[started in the background as {job_id}; use background_process to read "
                 "its output, wait for it or stop it]"
             )
-        capture = OutputCapture(ctx.tools, ctx.call_id)
+        capture = OutputCapture(ctx.jail, ctx.call_id)
         relay = _Relay(ctx.progress, asyncio.get_running_loop(), capture)
         process = await spawn(
             argv,
-            cwd=ctx.tools.root,
+            cwd=ctx.jail.root,
             env=env,
             output_limit=MAX_SHELL_OUTPUT_BYTES,
             listener=relay,
@@ -374,7 +374,7 @@ def execute_command_tool(sandbox: Sandbox = DEFAULT_SANDBOX) -> FunctionTool:
             background: Start the command in the background and return at once with its
                 id (bg-1, ...); read, wait for or stop it with background_process.
         """
-        ceiling = ctx.tools.shell_timeout
+        ceiling = ctx.jail.shell_timeout
         limit = ceiling if timeout is None else min(timeout, ceiling)
         return await _execute(sandbox, command, limit, background, ctx)
 

@@ -10,7 +10,7 @@ an HTML page as readable text (`html_to_text`), other text as it is, a binary bo
 short description; a note when the body was cut; a non-2xx status as an error showing the
 start of the body; running out of the turn's budget as an error saying so.
 
-Where it may connect is the run's `WebAccess` (`ctx.tools.web`, from `tiller.toml [web]`):
+Where it may connect is the run's `WebAccess` (`ctx.jail.web`, from `tiller.toml [web]`):
 private, loopback, link-local and metadata addresses, and names that resolve to them, are
 refused on every redirect hop, checked on the address actually connected to, unless a
 person allowed the host or range. A refusal is a tool error saying so.
@@ -84,7 +84,7 @@ async def web_fetch(
             f"(for example httpx.AsyncHTTPTransport()), not {type(transport).__name__}"
         )
     budget = ctx.web_budget()
-    fetcher = Fetcher(budget, access=ctx.tools.web, transport=transport, progress=ctx.progress)
+    fetcher = Fetcher(budget, access=ctx.jail.web, transport=transport, progress=ctx.progress)
     try:
         fetched = await fetcher.fetch(url, max_bytes=max_bytes)
     except WebBudgetExceeded as exc:
