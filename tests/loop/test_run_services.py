@@ -186,7 +186,7 @@ async def test_the_checklist_is_in_the_state_document_and_survives_resume(
     snapshots = [e["snapshot"] for e in wire if e["type"] == "STATE_SNAPSHOT"]
     assert snapshots[-1]["tiller"]["tasks"][0]["status"] == "pending"
     assert paused.state.tasks[0]["subject"] == "Fix it"
-    assert paused.state.state == {}  # the agent's own state never holds it
+    assert paused.state.agent_state == {}  # the agent's own state never holds it
 
     # Resumed: the checklist is shown at once, then the change is a delta on it.
     (call,) = paused.state.unanswered_calls()

@@ -322,7 +322,7 @@ async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
             "assistant r1-msg-5: 2",
         ]
     )
-    assert run.result.state.state == {"count": 2}
+    assert run.result.state.agent_state == {"count": 2}
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
@@ -356,4 +356,4 @@ async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
     agent = Agent(again, [bump], state_type=Counter)
     more = await drive(agent, state, ctx, RunOptions(), run_id="r2")
     assert more.results()[-1].content == "count is 3"
-    assert more.result.state.state == {"count": 3}
+    assert more.result.state.agent_state == {"count": 3}

@@ -289,7 +289,7 @@ class Agent:
                 "threadId": state.thread_id,
                 "runId": state.run_id,
                 "messages": [],
-                "state": state.state,
+                "state": state.agent_state,
             },
             state_type=self.state_type,
             transformers=chain,
@@ -401,7 +401,7 @@ class _LoopRun:
                 state.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            state.state = _dump_state(ctx.state)
+            state.agent_state = _dump_state(ctx.state)
             state.id_counters = ctx.ids.counters()
             ctx.run_usage = [_token_usage(self.agent.model, state)]
         if ctx.is_cancelled:

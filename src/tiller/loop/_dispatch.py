@@ -91,7 +91,7 @@ class ToolDispatch:
                 self.state.calls[call.id] = CallRecord(
                     call_id=call.id,
                     name=call.name,
-                    turn=self.state.step,
+                    step=self.state.step,
                     malformed_arguments=True,
                     malformed_text=malformed[call.id],
                 )
@@ -102,7 +102,7 @@ class ToolDispatch:
         state = self.state
         for call in calls:
             if call.id not in state.calls:
-                state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
+                state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, step=state.step)
         state.interrupts = []
         for call in calls:
             child = state.children.get(call.id)
@@ -200,7 +200,7 @@ class ToolDispatch:
         turn = state.step
         first_entry = len(self.trace)
         for call in calls:
-            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=turn)
+            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, step=turn)
         held: list[ToolCall] = []
         #: Calls left open for the client (they passed the gate, or an earlier run's did).
         for_client: list[ToolCall] = []
@@ -393,7 +393,7 @@ class ToolDispatch:
     ) -> None:
         record = self.state.calls[call.id]
         record.status = "started"
-        ctx = self.services.context_for(call.id, record.turn, signals)
+        ctx = self.services.context_for(call.id, record.step, signals)
         if self._checkpoints is not None:
             await self._checkpoints.call_started(self.state.run_id, call.id)
         read: list[str] = []
@@ -476,7 +476,7 @@ class ToolDispatch:
                 call_id=call.id,
                 name=call.name,
                 arguments=call.arguments,
-                turn=record.turn,
+                turn=record.step,
                 is_error=is_error,
                 refused_by=record.refused_by,
                 unknown=record.refused_by == "unknown",

@@ -325,7 +325,7 @@ class Runner:
             thread_id=input.thread_id,
             agent_name=prepared.agent.name,
             messages=list(conversation),
-            state=_client_state(input.state),
+            agent_state=_client_state(input.state),
             taint=taint,
             # Tool results keep the ids the client knows them by, in every snapshot.
             result_ids={
