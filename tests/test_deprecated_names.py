@@ -6,10 +6,13 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import orjson
 import pytest
 
 import tiller.tools
-from tiller.loop import RunContext
+from tiller.errors import UsageError
+from tiller.loop import Budget, RunContext
+from tiller.state import RunState, StopCause
 from tiller.tools import ExecContext, Jail
 
 
@@ -54,3 +57,31 @@ def test_exec_context_tools_warns_and_returns_the_jail(tmp_path: Path) -> None:
     with pytest.warns(DeprecationWarning, match=r"ExecContext\.tools is now ExecContext\.jail"):
         jail = ctx.tools
     assert jail is ctx.jail
+
+
+def test_budget_max_turns_warns_and_sets_max_steps() -> None:
+    with pytest.warns(
+        DeprecationWarning, match=r"Budget\(max_turns=\) is now Budget\(max_steps=\)"
+    ):
+        old = Budget(max_turns=5)
+    assert old.max_steps == 5
+    assert old == Budget(max_steps=5)
+    assert old.exceeded() is None
+    old.steps = 5
+    assert old.exceeded() is StopCause.STEP_BUDGET
+
+
+def test_budget_refuses_both_names() -> None:
+    with pytest.raises(UsageError, match="give max_steps only"):
+        Budget(max_steps=3, max_turns=3)
+
+
+def test_turn_budget_still_reads_as_the_step_budget() -> None:
+    assert StopCause("turn_budget") is StopCause.STEP_BUDGET
+    assert StopCause.TURN_BUDGET is StopCause.STEP_BUDGET  # an alias, not a new member
+    assert "TURN_BUDGET" not in [cause.name for cause in StopCause]
+    stored = RunState.from_json(
+        b'{"schema_version": 2, "run_id": "r", "thread_id": "t", "stop_cause": "turn_budget"}'
+    )
+    assert stored.stop_cause is StopCause.STEP_BUDGET
+    assert orjson.loads(stored.to_json())["stop_cause"] == "step_budget"

@@ -384,8 +384,8 @@ def test_load_agent_refuses_bad_references(ref: str) -> None:
 
 
 def test_the_policy_round_trips_with_what_was_spent(tmp_path: Path) -> None:
-    budget = Budget(max_turns=9, max_cost_usd=1.5, final_answer_reserve=10)
-    budget.turns, budget.cost_usd = 4, 0.25
+    budget = Budget(max_steps=9, max_cost_usd=1.5, final_answer_reserve=10)
+    budget.steps, budget.cost_usd = 4, 0.25
     ctx = (
         RunContext.sandboxed(tmp_path, AllowAll())
         .with_budget(budget)
@@ -401,8 +401,8 @@ def test_the_policy_round_trips_with_what_was_spent(tmp_path: Path) -> None:
     assert rebuilt.jail.root == tmp_path.resolve()
     assert rebuilt.phase is Phase.PLAN and rebuilt.withheld == frozenset({"shell"})
     assert rebuilt.compact_at_tokens == 5000 and rebuilt.approver is None
-    assert (rebuilt.budget.max_turns, rebuilt.budget.max_cost_usd) == (9, 1.5)
-    assert (rebuilt.budget.turns, rebuilt.budget.cost_usd) == (4, 0.25)  # no fresh purse
+    assert (rebuilt.budget.max_steps, rebuilt.budget.max_cost_usd) == (9, 1.5)
+    assert (rebuilt.budget.steps, rebuilt.budget.cost_usd) == (4, 0.25)  # no fresh purse
     again = options_from(stored)
     assert again.max_steps == 7
     assert isinstance(again.review_policy, PauseOnTools)

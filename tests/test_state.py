@@ -157,7 +157,7 @@ def test_stop_causes_are_the_designed_ones() -> None:
         "cancelled",
         "suspended",
         "max_steps",
-        "turn_budget",
+        "step_budget",
         "token_budget",
         "cost_budget",
         "loop",

@@ -87,8 +87,10 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 3,
                 "0.1.0",
                 "One vocabulary (issue 15): the agent's typed state is `agent_state` (was "
-                "`state`), a call record's step is `step` (was `turn`). An older state's keys "
-                "are renamed as it is read.",
+                "`state`), a call record's step is `step` (was `turn`), the recorded "
+                "policy's budget says `max_steps` and `spent.steps` (was `max_turns`, "
+                "`turns`), the stop cause `turn_budget` is `step_budget`. An older state's "
+                "keys are renamed as it is read, and `turn_budget` still reads.",
             ),
         ),
         _kind(

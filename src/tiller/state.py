@@ -44,8 +44,9 @@ __all__ = [
 #:        (its `id` was the provider's, and stays its id): it reads as `provider_id=""`,
 #:        and the codecs send its `id` back, as before.
 #: 2 → 3: one vocabulary (issue 15): the agent's typed state is `agent_state` (was
-#:        `state`), and a call record's step is `step` (was `turn`). An older state's
-#:        keys are renamed as it is read (`_renamed_keys`).
+#:        `state`), a call record's step is `step` (was `turn`), and the stop cause
+#:        `turn_budget` is `step_budget`. An older state's keys are renamed as it is read
+#:        (`_renamed_keys`); `"turn_budget"` still reads (`StopCause._missing_`).
 SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable
@@ -65,13 +66,18 @@ class NewerRunState(RunStateError, NewerSchemaError):
 
 
 class StopCause(enum.Enum):
-    """Why a run stopped; `RunResult.stop_cause`."""
+    """Why a run stopped; `RunResult.stop_cause`.
+
+    `STEP_BUDGET` was `TURN_BUDGET` (`"turn_budget"`) before issue 15: a stored
+    `"turn_budget"` still reads as `STEP_BUDGET`, and `StopCause.STEP_BUDGET` is an alias
+    of it, deprecated, going in the next release.
+    """
 
     COMPLETED = "completed"
     CANCELLED = "cancelled"
     SUSPENDED = "suspended"
     MAX_STEPS = "max_steps"
-    TURN_BUDGET = "turn_budget"
+    STEP_BUDGET = "step_budget"
     TOKEN_BUDGET = "token_budget"
     COST_BUDGET = "cost_budget"
     LOOP = "loop"
@@ -79,6 +85,15 @@ class StopCause(enum.Enum):
     REFUSED = "refused"
     HANDOFF = "handoff"
     ERROR = "error"
+    #: Deprecated: the previous release's name of `STEP_BUDGET` (an alias of it).
+    TURN_BUDGET = "step_budget"
+
+    @classmethod
+    def _missing_(cls, value: object) -> StopCause | None:
+        # Stored before issue 15 renamed it (checkpoints, event logs, eval results).
+        if value == "turn_budget":
+            return cls.STEP_BUDGET
+        return None
 
 
 CallStatus = Literal["pending", "started", "completed", "failed"]

@@ -31,7 +31,7 @@ def test_builders_return_new_contexts_and_leave_the_original(workspace: Path) ->
     other_root.mkdir()
     tools = Jail(other_root)
     approver = ReadOnly()
-    budget = Budget(max_turns=3)
+    budget = Budget(max_steps=3)
     token = CancellationToken()
     queue = SteeringQueue()
     changes = [

@@ -159,7 +159,7 @@ async def test_the_senders_taint_is_merged_before_the_model_reads_the_text(
 async def test_no_mail_is_taken_by_a_run_that_is_about_to_stop(ctx: RunContext) -> None:
     for options, budget in (
         (RunOptions(max_steps=1), Budget()),
-        (RunOptions(), Budget(max_turns=1)),
+        (RunOptions(), Budget(max_steps=1)),
     ):
         async with await open_bus("memory://") as bus:
             store = MailboxStore(bus)

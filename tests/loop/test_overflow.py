@@ -120,9 +120,9 @@ async def test_a_rejected_prompt_is_compacted_and_the_turn_made_again(ctx: RunCo
     ]
     assert retry.messages[-2] == rejected.messages[-2]  # the calls, as they were
     # Every call, the rejected one and the summary included, went through the budget.
-    assert budget.turns == len(provider.accepted) + len(provider.rejected) + 1
+    assert budget.steps == len(provider.accepted) + len(provider.rejected) + 1
     assert budget.usage == result.usage
-    assert budget.turns_in_flight == budget.tokens_in_flight == 0
+    assert budget.steps_in_flight == budget.tokens_in_flight == 0
 
 
 async def test_a_second_rejection_fails_the_run_with_a_clear_error(ctx: RunContext) -> None:

@@ -104,7 +104,7 @@ def test_apply_with_full_access_leaves_the_base_mode_unchanged(workspace: Path) 
 
 def test_apply_keeps_controls_that_were_passed_on(workspace: Path) -> None:
     """A caller's steering queue and budget survive `apply()`; only the mode is new."""
-    controls = RunControls(budget=Budget(max_turns=3))
+    controls = RunControls(budget=Budget(max_steps=3))
     base = RunContext.sandboxed(workspace).with_controls(controls)
     applied = TillerConfig(mode=SafetyMode.AUTO).apply(base)
     assert applied.queued_input is controls.steering
@@ -136,7 +136,7 @@ def _snapshot(ctx: RunContext) -> dict[str, Any]:
         cancel=controls.cancel,
         budget=controls.budget,
         mode=controls.safety.mode,
-        spent=(controls.budget.turns, controls.budget.usage, controls.budget.cost_usd),
+        spent=(controls.budget.steps, controls.budget.usage, controls.budget.cost_usd),
         tools_safety=ctx.jail.safety,
         queued=len(controls.steering),
     )
@@ -170,7 +170,7 @@ def _builders(other: Path) -> dict[str, Callable[[RunContext], RunContext]]:
         "with_subagents": lambda c: c.with_subagents(SubagentConfig()),
         "with_pinned_policy": lambda c: c.with_pinned_policy({"pinned": True}),
         "with_safety_mode": lambda c: c.with_safety_mode(SafetyMode.FULL_ACCESS),
-        "with_budget": lambda c: c.with_budget(Budget(max_turns=2)),
+        "with_budget": lambda c: c.with_budget(Budget(max_steps=2)),
         "with_cancel": lambda c: c.with_cancel(CancellationToken()),
         "with_queued_input": lambda c: c.with_queued_input(SteeringQueue()),
         "with_detach": lambda c: c.with_detach(DetachSwitch()),
@@ -214,7 +214,7 @@ def test_every_builder_leaves_the_original_as_it_was(
     derived.detach.token_for_turn()
     assert not base.queued_input
     assert base.jail.safety.mode is before["mode"]
-    assert base.budget.turns == 0
+    assert base.budget.steps == 0
     assert base.detach.detach() is False  # no turn of the original's was handed the switch
 
 
@@ -225,7 +225,7 @@ def _usage() -> Any:
 
 
 def test_a_control_passed_on_is_shared_by_what_is_derived(workspace: Path) -> None:
-    queue, budget, detach = SteeringQueue(), Budget(max_turns=9), DetachSwitch()
+    queue, budget, detach = SteeringQueue(), Budget(max_steps=9), DetachSwitch()
     base = (
         RunContext.sandboxed(workspace)
         .with_queued_input(queue)
@@ -264,7 +264,7 @@ def test_sandboxed_on_a_context_keeps_its_policy(workspace: Path, tmp_path: Path
     base = (
         RunContext.sandboxed(workspace, AllowAll())
         .with_phase(Phase.PLAN)
-        .with_budget(Budget(max_turns=7, max_cost_usd=2.0))
+        .with_budget(Budget(max_steps=7, max_cost_usd=2.0))
         .with_hooks(hooks)
         .with_policy(PolicyEngine(rules, workspace=workspace))
         .with_withheld(["web_fetch"])
@@ -275,7 +275,7 @@ def test_sandboxed_on_a_context_keeps_its_policy(workspace: Path, tmp_path: Path
     assert moved.jail.root == (tmp_path / "ws2").resolve()
     assert moved.approver is approver
     assert moved.phase is Phase.PLAN
-    assert moved.budget.max_turns == 7 and moved.budget.max_cost_usd == 2.0
+    assert moved.budget.max_steps == 7 and moved.budget.max_cost_usd == 2.0
     assert moved.hooks is hooks
     assert moved.withheld == frozenset({"web_fetch"})
     assert moved.jail.shell_timeout == 9 and moved.jail.network
@@ -298,11 +298,11 @@ def test_sandboxed_gives_a_fresh_budget_with_the_same_ceilings(
     workspace: Path, tmp_path: Path
 ) -> None:
     base = RunContext(Jail(workspace)).with_controls(
-        RunControls(budget=Budget(max_turns=4), shared=frozenset())
+        RunControls(budget=Budget(max_steps=4), shared=frozenset())
     )
     moved = base.sandboxed(tmp_path / "case-1")
     assert moved.budget is not base.budget
-    assert moved.budget.max_turns == 4 and moved.budget.turns == 0
+    assert moved.budget.max_steps == 4 and moved.budget.steps == 0
 
 
 def test_toolctx_sandboxed_keeps_the_safety_ceiling(workspace: Path, tmp_path: Path) -> None:
@@ -372,7 +372,7 @@ async def test_sibling_runs_of_one_base_keep_their_own_steering_budget_and_detac
     assert run_a.result.text == f"A: {STEER}"
     assert run_b.result.text == "B: -"
     assert backgrounds == {"a": True, "b": False}
-    assert (a.budget.turns, b.budget.turns, base.budget.turns) == (2, 2, 0)
+    assert (a.budget.steps, b.budget.steps, base.budget.steps) == (2, 2, 0)
     assert a.budget is not b.budget
 
 
@@ -390,15 +390,15 @@ async def test_one_base_run_twice_at_once_gives_each_run_its_own_budget(
     )
     assert all(run.result.turns == 2 for run in runs)
     # One run took the context's own controls, the other got fresh ones.
-    assert base.budget.turns == 2
+    assert base.budget.steps == 2
     # Run again after both ended: the context's own controls are free, and reused.
     await drive(agent, "go", base, run_id="r2")
-    assert base.budget.turns == 4
+    assert base.budget.steps == 4
 
 
 async def test_controls_passed_on_are_shared_by_every_run_on_purpose(workspace: Path) -> None:
     """A batch budget: given with `with_controls`, both runs spend from it and it stops them."""
-    controls = RunControls(budget=Budget(max_turns=3))
+    controls = RunControls(budget=Budget(max_steps=3))
     base = RunContext.sandboxed(workspace, AllowAll()).with_controls(controls)
     wait = _meeting(2)
 
@@ -407,7 +407,7 @@ async def test_controls_passed_on_are_shared_by_every_run_on_purpose(workspace: 
         drive(agent, "go", base, run_id="r0"),
         drive(agent, "go", base.with_phase(Phase.EXECUTE), run_id="r1"),
     )
-    assert controls.budget.turns == 3
+    assert controls.budget.steps == 3
     assert sorted(run.result.turns for run in runs) == [1, 2]
 
 
@@ -418,7 +418,7 @@ async def test_a_subagent_spends_from_its_parent_and_steering_reaches_the_parent
     steer typed to the parent is not drained by the child."""
     from tiller.tools import builtin
 
-    controls = RunControls(budget=Budget(max_turns=10))
+    controls = RunControls(budget=Budget(max_steps=10))
     ctx = RunContext.sandboxed(workspace, AllowAll()).with_controls(controls)
     child_saw: list[str] = []
 
@@ -446,7 +446,7 @@ async def test_a_subagent_spends_from_its_parent_and_steering_reaches_the_parent
     run = await drive(Agent(ScriptedModel(turn), [poke, builtin.agent]), "go", ctx)
     assert run.result.text == f"parent heard: {STEER}"
     assert child_saw == [""]
-    assert controls.budget.turns == 4  # parent 2 + child 2: one purse
+    assert controls.budget.steps == 4  # parent 2 + child 2: one purse
 
 
 async def test_agent_run_with_a_cancel_token_runs_the_contexts_own_controls(
@@ -467,7 +467,7 @@ async def test_agent_run_with_a_cancel_token_runs_the_contexts_own_controls(
     agent = Agent(ScriptedModel(_tool_then_answer("done")), [steer_it])
     result = await agent.run("go", context=ctx, cancel=token)
     assert result.text == f"done: {STEER}"
-    assert ctx.budget.turns == 2
+    assert ctx.budget.steps == 2
     assert ctx.cancel is None  # the context itself is unchanged
 
 
@@ -500,10 +500,10 @@ def test_controls_given_without_a_switch_keep_the_contexts_mode_and_ceiling(
     ceiling, so `ctx.with_controls(RunControls(budget=...))` loosened a `read_only`
     context, and `RunContext(tools, controls=RunControls())` dropped the tools' mode."""
     tools = Jail(workspace, safety=LiveSafetyMode(SafetyMode.READ_ONLY, ceiling=SafetyMode.AUTO))
-    ctx = RunContext.new(tools).with_controls(RunControls(budget=Budget(max_turns=3)))
+    ctx = RunContext.new(tools).with_controls(RunControls(budget=Budget(max_steps=3)))
     assert ctx.jail.safety.mode is SafetyMode.READ_ONLY
     assert ctx.jail.safety.ceiling is SafetyMode.AUTO
-    assert ctx.controls.budget.max_turns == 3
+    assert ctx.controls.budget.max_steps == 3
     built = RunContext(Jail(workspace, safety=SafetyMode.FULL_ACCESS), controls=RunControls())
     assert built.jail.safety.mode is SafetyMode.FULL_ACCESS
     # A switch given on purpose is the one the context runs with.

@@ -230,7 +230,7 @@ async def test_a_childs_mode_is_the_stricter_of_its_parents_and_its_ceiling(
 
 
 async def test_children_spend_from_the_parents_budget(workspace: Path) -> None:
-    budget = Budget(max_turns=4)
+    budget = Budget(max_steps=4)
     ctx = RunContext.sandboxed(workspace, AllowAll()).with_budget(budget)
     model = tree(
         [spawn(("general", "loop"))],
@@ -238,10 +238,10 @@ async def test_children_spend_from_the_parents_budget(workspace: Path) -> None:
     )
     run = await drive(Agent(model, [probe, builtin.agent]), "go", ctx)
     # One parent turn, then the child took the three turns left: the tree's purse is empty.
-    assert budget.turns == 4
-    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert budget.steps == 4
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
     (result,) = run.results()
-    assert "stopped early: turn_budget" in result.content
+    assert "stopped early: step_budget" in result.content
     assert run.result.usage.requests == 4
 
 

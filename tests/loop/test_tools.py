@@ -194,7 +194,7 @@ async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TOOL_CALL_START r1-call-1 first in r1-msg-1",
             "TOOL_CALL_ARGS r1-call-1 {}",
             "TOOL_CALL_END r1-call-1",
@@ -203,12 +203,12 @@ async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
             "TOOL_CALL_END r1-call-2",
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): one",
             "TOOL_CALL_RESULT r1-call-2 (r1-msg-3): two",
-            "STEP_FINISHED turn 1",
-            "STEP_STARTED turn 2",
+            "STEP_FINISHED step 1",
+            "STEP_STARTED step 2",
             "TEXT_MESSAGE_START r1-msg-4",
             "TEXT_MESSAGE_CONTENT r1-msg-4 done",
             "TEXT_MESSAGE_END r1-msg-4",
-            "STEP_FINISHED turn 2",
+            "STEP_FINISHED step 2",
             'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -326,25 +326,25 @@ async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TOOL_CALL_START r1-call-1 bump in r1-msg-1",
             "TOOL_CALL_ARGS r1-call-1 {}",
             "TOOL_CALL_END r1-call-1",
             'STATE_SNAPSHOT {"snapshot":{"count":1}}',
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): count is 1",
-            "STEP_FINISHED turn 1",
-            "STEP_STARTED turn 2",
+            "STEP_FINISHED step 1",
+            "STEP_STARTED step 2",
             "TOOL_CALL_START r1-call-2 bump in r1-msg-3",
             "TOOL_CALL_ARGS r1-call-2 {}",
             "TOOL_CALL_END r1-call-2",
             'STATE_SNAPSHOT {"snapshot":{"count":2}}',
             "TOOL_CALL_RESULT r1-call-2 (r1-msg-4): count is 2",
-            "STEP_FINISHED turn 2",
-            "STEP_STARTED turn 3",
+            "STEP_FINISHED step 2",
+            "STEP_STARTED step 3",
             "TEXT_MESSAGE_START r1-msg-5",
             "TEXT_MESSAGE_CONTENT r1-msg-5 2",
             "TEXT_MESSAGE_END r1-msg-5",
-            "STEP_FINISHED turn 3",
+            "STEP_FINISHED step 3",
             'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )

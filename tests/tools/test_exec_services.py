@@ -25,8 +25,8 @@ from tiller.tools import (
     Notifier,
     PathOutsideJail,
     SafetyMode,
+    StepSignals,
     ToolServices,
-    TurnSignals,
     UserGoal,
     WebBudget,
     WebBudgetExceeded,
@@ -44,7 +44,7 @@ def test_assemble_takes_each_field_from_its_bundle(tmp_path: Path) -> None:
         3,
         "r-call-7",
         None,
-        TurnSignals(token, background, budget),
+        StepSignals(token, background, budget),
         CallSite(tools, Phase.PLAN, SafetyMode.AUTO, message_index=12),
         ToolServices(
             emit=seen.append,
@@ -57,7 +57,7 @@ def test_assemble_takes_each_field_from_its_bundle(tmp_path: Path) -> None:
             goal=goal,
         ),
     )
-    assert (ctx.turn, ctx.call_id, ctx.token, ctx.background) == (3, "r-call-7", token, background)
+    assert (ctx.step, ctx.call_id, ctx.token, ctx.background) == (3, "r-call-7", token, background)
     assert (ctx.web_bytes, ctx.web_budget()) == (budget, budget)
     assert (ctx.jail, ctx.workdir, ctx.phase) == (tools, tools.root, Phase.PLAN)
     assert (ctx.safety_mode, ctx.message_index, ctx.notify) == (SafetyMode.AUTO, 12, notify)

@@ -265,7 +265,7 @@ async def run_demo(
     interactive = sys.stdin.isatty() if interactive is None else interactive
     jail = private_copy(PROJECT)
     budget = Budget(
-        max_turns=20,
+        max_steps=20,
         max_output_tokens=20_000,
         max_cost_usd=1.0,
         pricing={"scripted:demo-coder": Pricing(input=3.0, output=15.0)},
@@ -304,7 +304,7 @@ async def run_demo(
         result = await agent.run_in(run_ctx, TASK, on_event=on_event, run_id="demo")
         console.rule("[bold]summary")
         console.print(f"stop cause  {result.stop_cause.value}")
-        console.print(f"turns       {result.turns}")
+        console.print(f"steps       {result.turns}")
         console.print(
             f"tokens      {result.usage.input_tokens:,} in / {result.usage.output_tokens:,} out"
         )

@@ -157,9 +157,9 @@ async def send_outbox_item(
             raise UsageError(f"{item.id} was not sent: {refusal}")
     item = await outbox.start_sending(item.id)
     call = ToolCall(id=item.call_id, name=item.tool, arguments=_encode(arguments))
-    # Turn 0: the call runs outside any turn of its run, released by a person.
+    # Step 0: the call runs outside any step of its run, released by a person.
     ctx = ExecContext(
-        token=CancellationToken(), call_id=item.call_id, turn=0, workdir=jail.root, jail=jail
+        token=CancellationToken(), call_id=item.call_id, step=0, workdir=jail.root, jail=jail
     )
     try:
         execution = await registry.execute(call, ctx)

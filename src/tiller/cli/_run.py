@@ -303,7 +303,7 @@ class RunTaskSettings:
     workspace: Path
     #: Allow every call that asks.
     yes: bool = False
-    max_turns: int | None = None
+    max_steps: int | None = None
     max_cost: float | None = None
     #: Ask at the terminal (None: when stdin is one).
     interactive: bool | None = None
@@ -344,7 +344,7 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
     detach = DetachSwitch()
     lines = LineRouter(loop, queue, detach)
     cancel = CancellationToken()
-    budget = Budget(max_turns=settings.max_turns, max_cost_usd=settings.max_cost)
+    budget = Budget(max_steps=settings.max_steps, max_cost_usd=settings.max_cost)
     # The run's live parts, passed on deliberately (law 13): what the terminal types,
     # detaches, cancels and shows the spending of is this run's.
     controls = RunControls(steering=queue, detach=detach, cancel=cancel, budget=budget)
@@ -467,7 +467,7 @@ def _summary(
     console.print(
         f"stop cause  {result.stop_cause.value}" + (" (exhausted)" if result.exhausted else "")
     )
-    console.print(f"turns       {result.turns}")
+    console.print(f"steps       {result.turns}")
     console.print(budget_line(budget).strip(" ─"))
     if not result.usage_complete:
         console.print(Text("usage is partial: a model call was cut short", style="yellow"))

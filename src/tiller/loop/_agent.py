@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # `_resume` imports this module: its names are for the annota
 __all__ = ["Agent"]
 
 _EXHAUSTING = frozenset(
-    {StopCause.MAX_STEPS, StopCause.TURN_BUDGET, StopCause.TOKEN_BUDGET, StopCause.COST_BUDGET}
+    {StopCause.MAX_STEPS, StopCause.STEP_BUDGET, StopCause.TOKEN_BUDGET, StopCause.COST_BUDGET}
 )
 
 

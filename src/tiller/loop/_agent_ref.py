@@ -152,7 +152,7 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
         "withheld": sorted(run_ctx.withheld),
         "compact_at_tokens": run_ctx.compact_at_tokens,
         "budget": {
-            "max_turns": budget.max_turns,
+            "max_steps": budget.max_steps,
             "max_output_tokens": budget.max_output_tokens,
             "max_cost_usd": budget.max_cost_usd,
             "final_answer_reserve": budget.final_answer_reserve,
@@ -161,7 +161,7 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
                 for key, p in budget.pricing.items()
             },
             "spent": {
-                "turns": budget.turns,
+                "steps": budget.steps,
                 "usage": budget.usage.model_dump(),
                 "cost_usd": budget.cost_usd,
                 "unpriced_models": sorted(budget.unpriced_models),
@@ -250,7 +250,7 @@ def run_context_from(
     stored = policy["budget"]
     spent = stored["spent"]
     budget = Budget(
-        max_turns=stored["max_turns"],
+        max_steps=stored["max_steps"],
         max_output_tokens=stored["max_output_tokens"],
         max_cost_usd=stored["max_cost_usd"],
         final_answer_reserve=stored["final_answer_reserve"],
@@ -258,7 +258,7 @@ def run_context_from(
             key: Pricing(p["input"], p["output"], p.get("cached_input"))
             for key, p in stored["pricing"].items()
         },
-        turns=spent["turns"],
+        steps=spent["steps"],
         usage=Usage.model_validate(spent["usage"]),
         cost_usd=spent["cost_usd"],
         unpriced_models=set(spent["unpriced_models"]),

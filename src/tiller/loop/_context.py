@@ -265,7 +265,7 @@ class RunContext:
         derived from it) steers, switches, detaches, cancels and spends through the
         members `controls.shared` names (all of them, for a `RunControls` built with the
         defaults). Its `Jail` reads `controls.safety`. Members not shared are policy
-        only: `RunControls(budget=Budget(max_turns=5), shared=frozenset())` sets the
+        only: `RunControls(budget=Budget(max_steps=5), shared=frozenset())` sets the
         ceilings every derived context and every run gets a fresh ledger of."""
         return self._with(controls=controls.adopting_safety(self.controls.safety))
 

@@ -93,7 +93,7 @@ class RunControls:
     """The live parts of a run: steering, safety switch, detach switch, cancel, budget.
 
     ```python
-    controls = RunControls(budget=Budget(max_turns=20))
+    controls = RunControls(budget=Budget(max_steps=20))
     ctx = base.with_controls(controls)
     task = asyncio.create_task(agent.run_in(ctx, "fix the tests"))
     controls.steering.push("only the failing one")   # reaches this run, and no other

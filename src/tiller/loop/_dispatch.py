@@ -33,8 +33,8 @@ from ..tools import (
     Execution,
     InterruptQuestions,
     OutputBudget,
+    StepSignals,
     Tool,
-    TurnSignals,
     question_interrupt_id,
     questions_metadata,
 )
@@ -207,7 +207,7 @@ class ToolDispatch:
         results: dict[str, ToolResult] = {}
         executed: dict[str, Execution] = {}
         budget = OutputBudget(self.run_ctx.jail.output_budget_bytes)
-        signals = self.services.signals_for_turn()
+        signals = self.services.signals_for_step()
         # The interlock sees the whole batch: a read and a send in one parallel turn
         # cannot slip through together. Each call is checked with the other calls'
         # capabilities ORed into the conversation's taint (its own output comes after it).
@@ -389,7 +389,7 @@ class ToolDispatch:
         )
 
     async def _run_call(
-        self, call: ToolCall, tool: Any, executed: dict[str, Execution], signals: TurnSignals
+        self, call: ToolCall, tool: Any, executed: dict[str, Execution], signals: StepSignals
     ) -> None:
         record = self.state.calls[call.id]
         record.status = "started"

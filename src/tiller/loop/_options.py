@@ -22,7 +22,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 class RunOptions:
     """Tunables of the loop. Immutable: `with_*` returns a new value.
 
-    - `max_steps`: hard cap on model turns (the graceful one is `Budget.max_turns`).
+    - `max_steps`: hard cap on model turns (the graceful one is `Budget.max_steps`).
     - `max_history_tokens`: the history window sent to the model (estimated tokens);
       it always keeps the first request and the newest exchange (shortening the newest
       results, with a marker, if they alone are over it) and never separates a tool call

@@ -121,7 +121,7 @@ class LoopFailed(TillerError):
 
 
 @dataclass(slots=True)
-class _TurnOutcome:
+class _ModelAnswer:
     message: AssistantMessage
     handles: dict[str, ToolCallHandle] = field(default_factory=dict)
     usage: Usage | None = None
@@ -307,7 +307,7 @@ class Loop(ToolDispatch):
         one publish a step."""
         state, budget = self.state, self.run_ctx.budget
         limits = {
-            "maxTurns": budget.max_turns,
+            "maxSteps": budget.max_steps,
             "maxOutputTokens": budget.max_output_tokens,
             "maxCostUsd": budget.max_cost_usd,
         }
@@ -317,11 +317,11 @@ class Loop(ToolDispatch):
                 "outputTokens": state.usage.output_tokens,
                 "totalTokens": state.usage.total_tokens,
                 "costUsd": round(state.cost_usd, 6),
-                "turns": state.step,
+                "steps": state.step,
             },
             "budget": {
                 **{key: value for key, value in limits.items() if value is not None},
-                "spentTurns": budget.turns,
+                "spentSteps": budget.steps,
                 "spentOutputTokens": budget.usage.output_tokens,
                 "spentCostUsd": round(budget.cost_usd, 6),
             },
@@ -431,7 +431,7 @@ class Loop(ToolDispatch):
             self.state.pending_input.clear()
 
     async def _step(self) -> None:
-        with self.agui.step(f"turn {self.state.step + 1}"):
+        with self.agui.step(f"step {self.state.step + 1}"):
             await self._step_body()
 
     async def _step_body(self) -> None:
@@ -575,7 +575,7 @@ class Loop(ToolDispatch):
 
     # ── one model call ───────────────────────────────────────────────────────────
 
-    async def _model_turn(self, request: ModelRequest) -> _TurnOutcome:
+    async def _model_turn(self, request: ModelRequest) -> _ModelAnswer:
         """Stream one response: text and reasoning go out live, each tool call once its
         arguments are complete JSON. On cancel or error, the partial text is kept."""
         agui = self.agui
@@ -583,7 +583,7 @@ class Loop(ToolDispatch):
         # Law 10: each call gets the run's id as it ends; the provider's is kept beside it.
         accumulator = ResponseAccumulator(call_ids=agui.new_tool_call_id)
         message_id = agui.new_message_id()
-        outcome = _TurnOutcome(AssistantMessage(id=message_id))
+        outcome = _ModelAnswer(AssistantMessage(id=message_id))
         text: MessageHandle | None = None
         reasoning: ReasoningHandle | None = None
         limit = self.options.max_response_bytes
@@ -631,7 +631,7 @@ class Loop(ToolDispatch):
         return outcome
 
     def _keep_malformed(
-        self, outcome: _TurnOutcome, response: AccumulatedResponse, message_id: str
+        self, outcome: _ModelAnswer, response: AccumulatedResponse, message_id: str
     ) -> None:
         """Calls the model finished writing, but not as JSON, stay in the transcript with
         `{}` and an error result the model can act on (they never run). A call cut off
@@ -650,7 +650,7 @@ class Loop(ToolDispatch):
             update={"tool_calls": (*response.message.tool_calls, *calls)}
         )
 
-    def _capture_call(self, turn: _TurnOutcome, *, appended: bool) -> None:
+    def _capture_call(self, turn: _ModelAnswer, *, appended: bool) -> None:
         """Record one model call: the messages new since the last one, and the response."""
         if self._capture is None:
             return

@@ -29,9 +29,9 @@ from ..tools import (
     ExecContext,
     Notice,
     Notifier,
+    StepSignals,
     TaskBroker,
     ToolServices,
-    TurnSignals,
     UserGoal,
     WebBudget,
 )
@@ -191,9 +191,9 @@ class RunServices:
 
     # ── per call ─────────────────────────────────────────────────────────────────
 
-    def signals_for_turn(self) -> TurnSignals:
+    def signals_for_step(self) -> StepSignals:
         """The signals one turn's calls share."""
-        return TurnSignals(
+        return StepSignals(
             token=self._agui.cancel_token,
             background=self._run_ctx.detach.token_for_turn(),
             web_bytes=WebBudget(),
@@ -230,7 +230,7 @@ class RunServices:
         )
         return cached
 
-    def context_for(self, call_id: str, turn: int, signals: TurnSignals) -> ExecContext:
+    def context_for(self, call_id: str, step: int, signals: StepSignals) -> ExecContext:
         """The `ExecContext` of one call, assembled now (so it reads the live mode now)."""
         run_ctx = self._run_ctx
         state = self._state
@@ -241,7 +241,7 @@ class RunServices:
             safety_mode=run_ctx.jail.safety.mode,
             message_index=len(state.messages),
         )
-        return ExecContext.assemble(turn, call_id, None, signals, site, services)
+        return ExecContext.assemble(step, call_id, None, signals, site, services)
 
     def goal(self) -> UserGoal:
         """The user's goal, recomputed only when a person's text arrived since: most

@@ -439,7 +439,7 @@ def _spent_so_far(run_ctx: RunContext, earlier: RunState, workspace: Path) -> Ru
     return run_ctx.with_budget(
         dataclasses.replace(
             run_ctx.budget,
-            turns=spent.turns,
+            steps=spent.steps,
             usage=spent.usage,
             cost_usd=spent.cost_usd,
             unpriced_models=set(spent.unpriced_models),

@@ -61,8 +61,8 @@ from ._exec import CallSite as CallSite
 from ._exec import ExecContext
 from ._exec import LocalState as LocalState
 from ._exec import StateAccess as StateAccess
+from ._exec import StepSignals as StepSignals
 from ._exec import ToolServices as ToolServices
-from ._exec import TurnSignals as TurnSignals
 from ._file_snapshots import MAX_SAVED_FILE_BYTES as MAX_SAVED_FILE_BYTES
 from ._file_snapshots import CheckpointOrigin
 

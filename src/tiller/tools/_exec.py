@@ -52,7 +52,7 @@ __all__ = [
     "LocalState",
     "StateAccess",
     "ToolServices",
-    "TurnSignals",
+    "StepSignals",
 ]
 
 S = TypeVar("S")
@@ -116,7 +116,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnSignals:
+class StepSignals:
     """What one model turn's calls share: the cancel token, the background token (fired
     to detach long work from the turn), and the turn's web byte budget."""
 
@@ -176,7 +176,7 @@ class ExecContext:
     - `notify`: the channel that outlives the turn: detached work posts its result there
       and the run reads it at its next turn (`None`: nothing can be detached).
     - `progress`: this call's progress channel (`ctx.progress("msg")`, `.output(...)`, ...).
-    - `call_id`, `turn`: which call this is.
+    - `call_id`, `step`: which call this is, made in which step of its run.
     - `workdir`: the jail root (`jail.root`), where relative paths start.
     - `jail`: the run's `Jail`; file tools open every path through it.
     - `phase`: the run's phase (in Plan, file writes are allowed only in the scratchpad).
@@ -201,7 +201,7 @@ class ExecContext:
 
     token: CancellationToken
     call_id: str
-    turn: int
+    step: int
     workdir: Path
     jail: Jail
     emit: Callable[[Event], object] = _drop_event
@@ -241,10 +241,10 @@ class ExecContext:
     @classmethod
     def assemble(
         cls,
-        turn: int,
+        step: int,
         call_id: str,
         progress: Progress | None,
-        signals: TurnSignals,
+        signals: StepSignals,
         dispatch: CallSite,
         services: ToolServices,
     ) -> ExecContext:
@@ -254,7 +254,7 @@ class ExecContext:
         return cls(
             token=signals.token,
             call_id=call_id,
-            turn=turn,
+            step=step,
             workdir=dispatch.jail.root,
             jail=dispatch.jail,
             emit=services.emit,
@@ -288,7 +288,7 @@ class ExecContext:
         workdir: str | os.PathLike[str],
         *,
         call_id: str = "call-test",
-        turn: int = 1,
+        step: int = 1,
         token: CancellationToken | None = None,
         jail: Jail | None = None,
         emit: Callable[[Event], object] | None = None,
@@ -309,7 +309,7 @@ class ExecContext:
         return cls(
             token=token if token is not None else CancellationToken(),
             call_id=call_id,
-            turn=turn,
+            step=step,
             workdir=jail.root,
             jail=jail,
             emit=emit if emit is not None else _drop_event,
