@@ -330,12 +330,12 @@ class BusCaptures:
 
     def _schedule(self, capture: Capture) -> None:
         try:
-            loop = asyncio.get_running_loop()
+            event_loop = asyncio.get_running_loop()
         except RuntimeError:
             self.failed.append(capture.run_id)
             _logger.error("capture of run %s not written: no running event loop", capture.run_id)
             return
-        task = loop.create_task(self._write(capture), name=f"tiller-capture-{capture.run_id}")
+        task = event_loop.create_task(self._write(capture), name=f"tiller-capture-{capture.run_id}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 

@@ -36,9 +36,9 @@ _logger: Final = logging.getLogger(__name__)
 async def until_detached(task: asyncio.Task[SubagentReport], background: CancellationToken) -> bool:
     """Wait until `task` ends or `background` fires; returns whether it fired first (or
     had fired already). Cancelled, it cancels `task` and waits for it to unwind."""
-    loop = asyncio.get_running_loop()
-    fired: asyncio.Future[None] = loop.create_future()
-    handle = background.add_callback(_resolve_on, loop, fired)
+    event_loop = asyncio.get_running_loop()
+    fired: asyncio.Future[None] = event_loop.create_future()
+    handle = background.add_callback(_resolve_on, event_loop, fired)
     try:
         either: list[asyncio.Future[Any]] = [task, fired]
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -119,10 +119,10 @@ class DetachedSubagents:
         self._notifier.send(run_id, text)
 
 
-def _resolve_on(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+def _resolve_on(event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
     """Token callback (any thread): resolve `future` on its loop."""
     with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
-        loop.call_soon_threadsafe(_resolve, future)
+        event_loop.call_soon_threadsafe(_resolve, future)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

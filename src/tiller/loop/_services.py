@@ -109,7 +109,7 @@ class RunServices:
             else None
         )
         self.scratchpad: Path | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
         # The checklist lives in the state, so a resumed run (another process, maybe)
         # goes on with it; the broker is its one writer and tells observers each change.
         self.tasks = TaskBroker(publish=self._keep_tasks, emit=agui.emit)
@@ -144,16 +144,16 @@ class RunServices:
         the run) and publish it in the AG-UI state document, on the run's loop (the
         broker may be called from another thread; the state stream belongs to the loop)."""
         self._state.record_checklist(snapshot)  # with its place, for `tiller rewind`
-        loop = self._loop
-        if loop is None or _running_loop() is loop:
+        event_loop = self._event_loop
+        if event_loop is None or _running_loop() is event_loop:
             self._agui.set_runtime_state("tasks", snapshot)
         else:
-            loop.call_soon_threadsafe(self._agui.set_runtime_state, "tasks", snapshot)
+            event_loop.call_soon_threadsafe(self._agui.set_runtime_state, "tasks", snapshot)
 
     async def open(self) -> None:
         """Create the session's scratchpad inside the jail; show a resumed run's
         checklist."""
-        self._loop = asyncio.get_running_loop()
+        self._event_loop = asyncio.get_running_loop()
         self.scratchpad = self._make_scratchpad()
         if self._state.tasks:
             self._agui.set_runtime_state("tasks", self._state.tasks)

@@ -229,12 +229,12 @@ class ExecContext:
     subagents: Any = None
     # The loop this context was built on, so a sync tool in a worker thread can hand
     # work (state changes, snapshots) back to it.
-    _loop: asyncio.AbstractEventLoop | None = field(
+    _event_loop: asyncio.AbstractEventLoop | None = field(
         default=None, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_loop", _running_loop())
+        object.__setattr__(self, "_event_loop", _running_loop())
         if self.progress is None:
             object.__setattr__(self, "progress", Progress(self.call_id, self.emit))
 
@@ -390,15 +390,15 @@ class ExecContext:
         return self._run_on_loop(self.snapshot_before_write_async(paths, reason=reason))
 
     def _run_on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
-        if loop is None or not loop.is_running():
+        event_loop = self._event_loop
+        if event_loop is None or not event_loop.is_running():
             return asyncio.run(coro)
-        if _running_loop() is loop:
+        if _running_loop() is event_loop:
             coro.close()
             raise UsageError(
                 "this call blocks; from async code on the run's loop use the _async variant"
             )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, event_loop).result()
 
     # ── state ────────────────────────────────────────────────────────────────────
 
@@ -421,8 +421,8 @@ class ExecContext:
         """Run `fn` on the run's event loop and return its result: for a sync tool (in a
         worker thread) touching something that belongs to the loop (state, a broker).
         From the loop itself, or with no loop, `fn` simply runs."""
-        loop = self._loop
-        if loop is None or _running_loop() is loop or not loop.is_running():
+        event_loop = self._event_loop
+        if event_loop is None or _running_loop() is event_loop or not event_loop.is_running():
             return fn()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
@@ -435,7 +435,7 @@ class ExecContext:
                 done.set_result(result)
 
         try:
-            loop.call_soon_threadsafe(apply)
+            event_loop.call_soon_threadsafe(apply)
         except RuntimeError:  # the loop closed meanwhile: no one else touches it
             return fn()
         return done.result()

@@ -293,8 +293,8 @@ def _ip_json_addresses() -> set[IPAddress]:
 
 async def system_resolve(host: str, port: int) -> Sequence[str]:
     """The addresses the system resolver gives for `host` (TCP), in its order."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    event_loop = asyncio.get_running_loop()
+    infos = await event_loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     seen: dict[str, None] = {}
     for info in infos:
         seen.setdefault(str(info[4][0]), None)

@@ -81,7 +81,7 @@ class _Relay:
     __slots__ = (
         "_capture",
         "_decoder",
-        "_loop",
+        "_event_loop",
         "_pending",
         "_progress",
         "_scheduled",
@@ -91,12 +91,12 @@ class _Relay:
     )
 
     def __init__(
-        self, progress: Progress, loop: asyncio.AbstractEventLoop, capture: OutputCapture
+        self, progress: Progress, event_loop: asyncio.AbstractEventLoop, capture: OutputCapture
     ) -> None:
         self._progress = progress
         self._capture = capture
         self._sent = 0
-        self._loop = loop
+        self._event_loop = event_loop
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending: list[str] = []
         self._size = 0
@@ -125,7 +125,7 @@ class _Relay:
             self._flush()
         elif not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._scheduled_flush)
+            self._event_loop.call_soon(self._scheduled_flush)
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False
@@ -162,19 +162,21 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+def _on_loop(event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
     """Token callback (any thread): resolve `future` on its loop."""
     with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
-        loop.call_soon_threadsafe(_resolve, future)
+        event_loop.call_soon_threadsafe(_resolve, future)
 
 
 async def _wait_foreground(
     process: Command, limit: float, background: CancellationToken | None
 ) -> _Ended:
     """Wait until the command exits, `limit` seconds pass, or `background` fires."""
-    loop = asyncio.get_running_loop()
-    detach: asyncio.Future[None] = loop.create_future()
-    handle = background.add_callback(_on_loop, loop, detach) if background is not None else None
+    event_loop = asyncio.get_running_loop()
+    detach: asyncio.Future[None] = event_loop.create_future()
+    handle = (
+        background.add_callback(_on_loop, event_loop, detach) if background is not None else None
+    )
     try:
         async with asyncio.timeout(limit):
             await asyncio.wait([process.exited, detach], return_when=asyncio.FIRST_COMPLETED)
