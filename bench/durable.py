@@ -139,7 +139,7 @@ async def checkpoint_latency(bus: Bus, state: RunState, repetitions: int) -> dic
 
 
 class _CountingBus:
-    """A bus that counts KV writes per bucket (for the "writes per step" figure; untimed)."""
+    """A store that counts KV writes per bucket (for the "writes per step" figure; untimed)."""
 
     def __init__(self, bus: Bus) -> None:
         self._bus = bus

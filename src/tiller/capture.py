@@ -12,7 +12,7 @@ Two factories:
 - `bus_capture(bus)` writes each run's capture to a KV bucket of the store
   (`tiller-captures`, keyed by run id) when the run ends. `close()` is synchronous and must
   not block the run, so the write is a task on the running loop; `await factory.wait()`
-  before closing the bus (or before reading the capture back) so that no write is lost.
+  before closing the store (or before reading the capture back) so that no write is lost.
 
 Both take an optional `redact(record) -> record`, applied to every record *before* it is
 buffered, so an unredacted record never sits in memory waiting to be written (DESIGN §11).
@@ -353,7 +353,7 @@ def bus_capture(
     bus: Bus, bucket: str = CAPTURE_BUCKET, *, redact: Redactor | None = None
 ) -> BusCaptures:
     """A factory writing captures to `bucket` of `bus`, keyed by run id. Await
-    `factory.wait()` before closing the bus."""
+    `factory.wait()` before closing the store."""
     return BusCaptures(bus, bucket, redact=redact)
 
 
