@@ -67,7 +67,7 @@ def search(query: str, limit: int) -> str:
 
 
 async def realistic_state(root: Path, steps: int = 20) -> RunState:
-    """The `RunState` a `steps`-step run ends with: every turn streams a sentence and calls
+    """The `RunState` a `steps`-step run ends with: every step streams a sentence and calls
     a tool, whose result goes back; then a final answer."""
     turns = [
         Turn(

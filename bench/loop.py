@@ -6,7 +6,7 @@ wall and 60 MB".
 
 (1) Per-step cost: `Agent.run_in` with a `RunContext` over a temporary directory and
 `AllowAll()`, one trivial tool (`@tool async def noop(x: int) -> int`), and an *instant*
-model written here (per turn: `ToolCallStart`, one `ToolCallArgsDelta`, `ToolCallEnd`,
+model written here (per step: `ToolCallStart`, one `ToolCallArgsDelta`, `ToolCallEnd`,
 `UsageReport`, `Finish("tool_calls")`, then one final text turn; the events are built
 once, so the model's own cost is a few generator steps). A run of N steps is N model
 turns: N-1 tool turns and the final answer. Beside it: the same run with `ScriptedModel`,
@@ -16,11 +16,11 @@ overhead is the difference. "marginal" is (wall(400) - wall(20)) / 380: the cost
 more step once the run is going, free of the per-run setup. The process CPU time of the
 tiller runs is shown beside the wall time: on a shared machine it is the steadier figure.
 
-(2) 1,000 concurrent 5-step runs with a model that awaits 10 ms per turn, tiller beside
+(2) 1,000 concurrent 5-step runs with a model that awaits 10 ms per step, tiller beside
 the bare loop; each in a fresh subprocess: wall time (median), tracemalloc peak of one
 batch, and the growth of the process's peak RSS (`ru_maxrss`) over the first batch.
 
-(3) The per-turn work that scans the history, timed alone at the history of a 20-step
+(3) The per-step work that scans the history, timed alone at the history of a 20-step
 and of a 400-step run (`check_transcript`, `history_window`, ...).
 
 Run: `python bench/loop.py` (`--quick` for fewer repetitions, `--profile` to add a
@@ -90,9 +90,9 @@ _USAGE = Usage(input_tokens=10, output_tokens=5, requests=1)
 class InstantModel:
     """A `Model` with prebuilt turns: `steps - 1` tool turns calling `noop`, then "done".
 
-    Stateless across runs (the turn is read off the request's length: the prompt, then an
-    assistant and a user message per turn), so one instance serves any number of
-    concurrent runs. `delay` awaits `asyncio.sleep(delay)` before each turn.
+    Stateless across runs (the step is read off the request's length: the prompt, then an
+    assistant and a user message per step), so one instance serves any number of
+    concurrent runs. `delay` awaits `asyncio.sleep(delay)` before each step.
     """
 
     provider = "bench"
@@ -124,7 +124,7 @@ class InstantModel:
 
 
 def scripted_turns(steps: int) -> tuple[Any, ...]:
-    """The same run as a `ScriptedModel` script, parsed once (a model consumes its turns)."""
+    """The same run as a `ScriptedModel` script, parsed once (a model consumes its steps)."""
     call = {"tool_calls": [{"name": "noop", "arguments": {"x": 1}}]}
     return ScriptedModel([*([call] * (steps - 1)), "done"]).turns
 
@@ -320,7 +320,7 @@ def concurrent(impl: str, runs: int, steps: int, repetitions: int) -> dict[str, 
     return result
 
 
-# ── (3) the per-turn scans of the history ────────────────────────────────────────────
+# ── (3) the per-step scans of the history ────────────────────────────────────────────
 
 
 def _time_call(function: Callable[[], object], budget_s: float = 0.05) -> float:
@@ -345,7 +345,7 @@ def _time_call(function: Callable[[], object], budget_s: float = 0.05) -> float:
 
 
 async def history_suspects(jail: Jail) -> list[tuple[str, float, float]]:
-    """µs per call of each per-turn function at a 20-step and a 400-step history."""
+    """µs per call of each per-step function at a 20-step and a 400-step history."""
     steps = 400
     agent = Agent(InstantModel(steps), [NOOP])
     context = RunContext(jail=jail, approver=AllowAll())
@@ -476,7 +476,7 @@ def report(args: argparse.Namespace) -> None:
     repetitions = 1 if args.quick else 3
     print(
         f"\n### (2) {runs:,} concurrent {steps}-step runs, model awaits "
-        f"{MODEL_DELAY_S * 1e3:.0f} ms per turn (fresh process each; median of {repetitions})\n"
+        f"{MODEL_DELAY_S * 1e3:.0f} ms per step (fresh process each; median of {repetitions})\n"
     )
     print(
         "| loop | wall | CPU time | (wall - 50 ms) / step | tracemalloc peak "
@@ -505,7 +505,7 @@ def report(args: argparse.Namespace) -> None:
     )
 
     suspects = asyncio.run(history_suspects(jail))
-    print("\n### (3) per-turn work over the history (µs per call; one call per turn)\n")
+    print("\n### (3) per-step work over the history (µs per call; one call per step)\n")
     print("| function | 20-step history (39 msgs) | 400-step history (799 msgs) | growth |")
     print("|---|---:|---:|---:|")
     for label, short, long in suspects:

@@ -46,7 +46,7 @@ def lookup(n: int) -> str:
 
 
 def script(steps: int) -> list[Turn]:
-    """`steps` model turns: each but the last streams a few text chunks and calls `lookup`;
+    """`steps` steps: each but the last streams a few text chunks and calls `lookup`;
     the last answers."""
     turns = [
         Turn(

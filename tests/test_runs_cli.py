@@ -112,7 +112,7 @@ def lines(workspace: Path) -> list[str]:
 
 
 def crashed_run(url: str, workspace: Path, agent_ref: str | None) -> dict[str, str]:
-    """A run as a crash leaves it: checkpointed `running` after a model turn that asked
+    """A run as a crash leaves it: checkpointed `running` after a step that asked
     for three calls, `a` completed, `b` and `c` started. Returns the call ids by text."""
 
     async def work(bus: Bus) -> dict[str, str]:

@@ -68,7 +68,7 @@ async def test_turn_ceiling_without_reserve_makes_no_more_calls(ctx: RunContext)
     assert run.terminal["type"] == "RUN_FINISHED"
     assert run.terminal["result"] == {"stopCause": "step_budget"}
     assert run.terminal["outcome"] == {"type": "success"}
-    # The transcript ends with the last turn's results: nothing was asked for.
+    # The transcript ends with the last step's results: nothing was asked for.
     assert run.messages[-1].role == "user"
     assert FINAL_ANSWER_NUDGE not in last_user(run.messages).text
 
@@ -222,7 +222,7 @@ async def test_max_tokens_is_left_alone_without_a_token_ceiling(ctx: RunContext)
 
 @pytest.mark.parametrize("key", ["scripted", "scripted:scripted"])
 async def test_cost_ceiling(ctx: RunContext, key: str) -> None:
-    # 1000 input tokens at $1/M + 500 output tokens at $2/M = $0.002 a turn.
+    # 1000 input tokens at $1/M + 500 output tokens at $2/M = $0.002 a step.
     turn = tool_turn(output_tokens=500, input_tokens=1000)
     model = ScriptedModel([turn] * 5 + [text_turn("unused")])
     budget = Budget(max_cost_usd=0.005, pricing={key: Pricing(input=1.0, output=2.0)})

@@ -201,7 +201,7 @@ async def test_cancel_mid_tool_call_arguments_drops_the_call(ctx: RunContext) ->
 
 
 async def test_cancel_after_one_call_completed_mid_stream(ctx: RunContext) -> None:
-    """A call that completed before the cut was announced, but the turn never finished:
+    """A call that completed before the cut was announced, but the step never finished:
     nothing of it runs, and the transcript keeps only the text (no call without result)."""
     ran: list[str] = []
 
@@ -433,7 +433,7 @@ async def test_cancel_while_the_approver_decides(ctx: RunContext) -> None:
 
 class CancelOnDrain(SteeringQueue):
     """A steering queue that cancels the run when the loop drains it for turn `at`: the
-    drain happens at the top of a turn, so the cancel lands exactly between turns."""
+    drain happens at the top of a step, so the cancel lands exactly between turns."""
 
     def __init__(self, token: CancellationToken, at: int) -> None:
         super().__init__()
@@ -470,7 +470,7 @@ async def test_cancel_exactly_between_turns(ctx: RunContext) -> None:
             "result r1-call-1 look: seen",
         ]
     )
-    # The next turn never opened: its step is not in the stream.
+    # The next step never opened: its step is not in the stream.
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',

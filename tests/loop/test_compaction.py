@@ -457,7 +457,7 @@ async def test_summaries_are_charged_to_the_budget(ctx: RunContext) -> None:
 
 
 def _long_task(info: TurnInfo) -> Any:
-    """A model reading a new file each turn, answering at its 24th request."""
+    """A model reading a new file each step, answering at its 24th request."""
     if info.turn >= 24:
         return "Finished."
     return {"tool_calls": [call("read_file", path=f"src/file{info.turn}.py")]}
@@ -471,7 +471,7 @@ async def test_a_summary_that_spends_the_last_turn_stops_the_run_there(
     free = ScriptedModel(Project(30, window=1_000_000))
     await drive(Agent(free, TOOLS), PROMPT, ctx.with_compact_at(700), options, run_id="free")
     first = 1 + [r.system for r in free.requests].index(SUMMARY_SYSTEM_PROMPT)
-    # The same run, with that summary as the last turn the budget allows.
+    # The same run, with that summary as the last step the budget allows.
     project = Project(30, window=1_000_000)
     budget = Budget(max_steps=first)
     model = ScriptedModel(project)

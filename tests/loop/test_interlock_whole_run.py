@@ -139,7 +139,7 @@ async def test_a_sender_started_while_clean_is_stopped_when_the_trifecta_forms(
     waited = results[-1].content
     assert "curl-done" not in waited
     assert "stopped by the interlock" in waited
-    # The model is told at its next turn why its background command stopped. (With the
+    # The model is told at its next step why its background command stopped. (With the
     # network granted, a shell call's declared capabilities already make the conversation
     # private and untrusted: the job stops as soon as its start completes the trifecta.)
     notes = [str(request.messages[-1]) for request in model.requests]
@@ -371,7 +371,7 @@ async def test_a_clean_workspace_keeps_the_leak_guard_only(
 async def test_a_spilled_tool_output_carries_the_taint_too(
     ctx: RunContext, workspace: Path
 ) -> None:
-    """An untrusted result over the turn's budget is spilled under .tiller/spill, where a
+    """An untrusted result over the step's budget is spilled under .tiller/spill, where a
     later run can read it back: the spill file is listed like any file the run wrote."""
     (workspace / ".env").write_text(f"API_KEY={SECRET}\n")
     sent.clear()

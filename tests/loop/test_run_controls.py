@@ -324,7 +324,7 @@ async def test_sibling_runs_of_one_base_keep_their_own_steering_budget_and_detac
 ) -> None:
     """Break: A and B (derived from one base) shared one queue, budget and detach switch.
 
-    The order is forced: B's first turn starts after A is inside its tool (so on the old
+    The order is forced: B's first step starts after A is inside its tool (so on the old
     main B's turn held the shared detach switch last); A pushes a steer to *its* context
     and detaches *its* turn while B is inside its tool; B goes on to its second request
     before A's tool returns, so a shared queue would be drained by B."""

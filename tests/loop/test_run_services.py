@@ -1,5 +1,5 @@
 """What the loop gives each tool call (`RunServices`): the assembled `ExecContext`, notes
-from detached work at the next turn, the scratchpad and the Plan phase's rule for it, the
+from detached work at the next step, the scratchpad and the Plan phase's rule for it, the
 detach switch, and progress that ends with its call."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Steering (`RunContext.queued_input`): text a person types while the run works reaches
 the next request folded into the user message that carries the tool results (law 1), in
-both wire formats; text that arrives during the final answer starts another turn."""
+both wire formats; text that arrives during the final answer starts another step."""
 
 from __future__ import annotations
 
@@ -274,7 +274,7 @@ async def test_steering_pushed_by_an_observer_of_the_stream(ctx: RunContext) -> 
 async def test_steering_taken_just_before_a_cancel_is_kept_in_the_state(
     ctx: RunContext,
 ) -> None:
-    """Two messages are drained at the top of a turn and the run is cancelled as the
+    """Two messages are drained at the top of a step and the run is cancelled as the
     first is announced: both stay in the run's state (and reach the model when the run
     is continued), none is lost between the queue and the transcript."""
     from tiller.cancel import CancellationToken

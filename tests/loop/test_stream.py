@@ -1,5 +1,5 @@
 """What a run emits: text and reasoning live, a tool call once its arguments are complete
-JSON, a step per turn, results, and usage and the stop cause on the terminal event; ids
+JSON, a step per model call, results, and usage and the stop cause on the terminal event; ids
 are deterministic (law 10), so the whole stream can be asserted as a snapshot."""
 
 from __future__ import annotations

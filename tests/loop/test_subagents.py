@@ -471,7 +471,7 @@ async def test_parallel_children_never_spend_the_final_answer_reserve(tmp_path: 
 async def test_a_detached_subagent_keeps_running_and_reports_at_a_later_turn(
     ctx: RunContext,
 ) -> None:
-    """Pins the break where the `agent` tool ignored the turn's background token: a
+    """Pins the break where the `agent` tool ignored the step's background token: a
     person's detach did nothing, and the parent's turn waited for the whole subagent.
     Now the call returns at once, the parent goes on, and the report arrives as a note."""
     from tiller.loop import DetachSwitch
@@ -493,7 +493,7 @@ async def test_a_detached_subagent_keeps_running_and_reports_at_a_later_turn(
             seen["spawn"] = True
             return spawn(("explore", "find the bug"))
         if turn == 1:
-            # The agent call came back while its subagent still works: the turn went on.
+            # The agent call came back while its subagent still works: the step went on.
             seen["result"] = messages[-1].tool_results[0].content
             seen["child done"] = release.is_set()
             release.set()
@@ -513,7 +513,7 @@ async def test_a_detached_subagent_keeps_running_and_reports_at_a_later_turn(
     assert "the bug is in parse()" in seen["note"]
     assert run.result.text == "The subagent says the bug is in parse()."
     assert run.results()[0].is_error is False
-    # The subagent's segment opened in the first turn and closed after the call returned.
+    # The subagent's segment opened in the first step and closed after the call returned.
     kinds = [e["type"] for e in run.wire]
     result_at = kinds.index("TOOL_CALL_RESULT")
     assert kinds.index("SUBAGENT_STARTED") < result_at < kinds.index("SUBAGENT_FINISHED")

@@ -1,5 +1,5 @@
 """Running tool calls: malformed arguments, failures the model reads, parallel calls in
-call order, the turn's shared output budget, and state published by tools."""
+call order, the step's shared output budget, and state published by tools."""
 
 # Inline snapshots hold each transcript line whole, as the run wrote it.
 # ruff: noqa: E501
@@ -50,7 +50,7 @@ async def test_arguments_that_end_as_non_json_are_an_error_result(ctx: RunContex
     assert run.result.malformed_arguments == 1
     (entry,) = run.result.tool_trace
     assert entry.malformed_arguments and entry.arguments == "{}"
-    # The model saw the error and answered in the next turn.
+    # The model saw the error and answered in the next step.
     assert model.requests[1].messages[-1].tool_results[0].is_error
 
 
@@ -154,7 +154,7 @@ async def test_a_tool_turn_whatever_its_finish_reason(ctx: RunContext) -> None:
 async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
     ctx: RunContext,
 ) -> None:
-    """Each tool waits for the other's event, so the turn only finishes if they run at
+    """Each tool waits for the other's event, so the step only finishes if they run at
     the same time; `second` finishes first, yet results follow call order."""
     first_waiting = asyncio.Event()
     second_done = asyncio.Event()
@@ -241,13 +241,13 @@ async def test_sync_tools_run_in_worker_threads_concurrently(ctx: RunContext) ->
     assert [r.content for r in run.results()] == ["a", "b"]
 
 
-# ── the turn's output budget ─────────────────────────────────────────────────────
+# ── the step's output budget ─────────────────────────────────────────────────────
 
 
 async def test_the_output_budget_is_shared_in_call_order_and_spills(
     ctx: RunContext, workspace: Path
 ) -> None:
-    """100 bytes for the turn: the first call's 80 fit, the second keeps 20 and points
+    """100 bytes for the step: the first call's 80 fit, the second keeps 20 and points
     to a spill file with all of its output — even though the second finished first."""
     second_done = asyncio.Event()
 

@@ -1,4 +1,4 @@
-"""`OutputBudget`: a turn's outputs share one budget; the overflow is spilled, never lost."""
+"""`OutputBudget`: a step's outputs share one budget; the overflow is spilled, never lost."""
 
 from __future__ import annotations
 

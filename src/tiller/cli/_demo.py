@@ -5,7 +5,7 @@ else is real: the run works on a private copy of `tiller/examples/invoice_projec
 agent first plans a checklist (find the bug, fix it, verify), then reads the files, runs
 the tests with a real shell (their output streams under the call), edits the code and
 re-runs the tests, ticking the checklist off as it goes. Midway a steering message arrives
-(as if typed by a person) and is folded into the next turn. The run ends with a summary:
+(as if typed by a person) and is folded into the next step. The run ends with a summary:
 turns, tokens, stop cause, and the diff of what changed.
 """
 
@@ -112,7 +112,7 @@ def _set_status(ids: dict[str, str], subject: str, status: str) -> list[dict[str
 
 
 def demo_model() -> ScriptedModel:
-    """The scripted agent. Turn 4 reads the conversation: it honours the steering message
+    """The scripted agent. Step 4 reads the conversation: it honours the steering message
     only if the loop really delivered it. Its checklist updates use the ids the task tools
     reported, so they follow whatever the checklist really holds."""
     test_command = f"{shlex.quote(sys.executable)} -m unittest -q"

@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-#: The line that sends the running turn's long command to the background.
+#: The line that sends the running step's long command to the background.
 DETACH_LINE = "/bg"
 
 

@@ -1,6 +1,6 @@
 """The terminal view of a run: streamed text, dimmed reasoning, tool calls and results,
 what running calls report, the task checklist, steering, and a budget line after each
-turn.
+step.
 
 It renders the run's AG-UI events, so it shows exactly what a web client would get. It
 prints line by line (no full-screen redraw), which works on a terminal, in a pipe and in
@@ -9,7 +9,7 @@ under the calls shows their last output lines and status (`ProgressBoard`), and 
 when they return.
 
 The checklist (`tiller.tasks`) is printed as a compact block when it has changed, once
-the burst of changes is over (three `task_create`s in one turn print one block).
+the burst of changes is over (three `task_create`s in one step print one block).
 """
 
 from __future__ import annotations

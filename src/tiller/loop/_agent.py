@@ -295,7 +295,7 @@ class Agent:
             transformers=chain,
             cancel=run_ctx.cancel,
             # Synchronous, so the observer sees the run as it is now (a budget line after a
-            # step shows that step's spending; a steer pushed there reaches the next turn).
+            # step shows that step's spending; a steer pushed there reaches the next step).
             listeners=listeners,
         )
         async with stream:
@@ -405,7 +405,7 @@ class _LoopRun:
             state.id_counters = ctx.ids.counters()
             ctx.run_usage = [_token_usage(self.agent.model, state)]
         if ctx.is_cancelled:
-            # The token fired before the run ended (after its last turn, say): the stream
+            # The token fired before the run ended (after its last step, say): the stream
             # will end cancelled, and the result must tell the same story.
             state.stop_cause = StopCause.CANCELLED
         ctx.run_result = {"stopCause": state.stop_cause.value if state.stop_cause else None}

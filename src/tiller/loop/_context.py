@@ -223,7 +223,7 @@ class RunContext:
 
     @property
     def detach(self) -> DetachSwitch:
-        """The switch that sends this context's running turn's long work to the
+        """The switch that sends this context's running step's long work to the
         background (`controls.detach`)."""
         return self.controls.detach
 

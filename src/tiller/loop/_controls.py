@@ -103,7 +103,7 @@ class RunControls:
     - `steering`: text a person types while the run works (`SteeringQueue`).
     - `safety`: the live safety mode (`LiveSafetyMode`); the context's `Jail` reads the
       same switch (`ctx.jail.safety is ctx.controls.safety`).
-    - `detach`: sends the running turn's long work to the background (`DetachSwitch`).
+    - `detach`: sends the running step's long work to the background (`DetachSwitch`).
     - `cancel`: the token the run works under a child of (None: none).
     - `budget`: ceilings and what the run tree spent (`Budget`; a subagent spends from its
       parent's, law 7).

@@ -208,7 +208,7 @@ class ToolDispatch:
         executed: dict[str, Execution] = {}
         budget = OutputBudget(self.run_ctx.jail.output_budget_bytes)
         signals = self.services.signals_for_step()
-        # The interlock sees the whole batch: a read and a send in one parallel turn
+        # The interlock sees the whole batch: a read and a send in one parallel step
         # cannot slip through together. Each call is checked with the other calls'
         # capabilities ORed into the conversation's taint (its own output comes after it).
         flow = self.services.taint_flow
@@ -346,7 +346,7 @@ class ToolDispatch:
                 self.agui.check_cancelled()
             raise
         finally:
-            # The trace lists a turn's calls in call order, however they finished.
+            # The trace lists a step's calls in call order, however they finished.
             order = {call.id: index for index, call in enumerate(calls)}
             self.trace[first_entry:] = sorted(
                 self.trace[first_entry:], key=lambda entry: order[entry.call_id]

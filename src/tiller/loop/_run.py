@@ -8,7 +8,7 @@ captures all see one AG-UI stream.
 
 A step, in order (DESIGN §3): cancelled? → ceilings (and the optional tool-less final
 answer) → steering → compaction (`_compaction.Compaction`; a prompt the provider rejects
-as too long is compacted and the turn made again) → the request (system, history window,
+as too long is compacted and the model call made again) → the request (system, history window,
 tools visible in the phase, `max_tokens` capped by the budget) → pre-model guardrails →
 the model stream (text and reasoning live; a tool call emitted once its arguments are
 complete JSON; bytes capped) → post-model guardrails → no tool calls: done (or steer /
@@ -207,7 +207,7 @@ class Loop(ToolDispatch):
 
     async def run(self) -> None:
         """Run until a stop cause is set on the state. Cancellation propagates (the edge
-        turns it into a cancelled result) after the partial turn was kept."""
+        turns it into a cancelled result) after the partial step was kept."""
         try:
             if self._checkpoints is not None:
                 # "A process is running this now": a recovery elsewhere checks it first.
@@ -279,7 +279,7 @@ class Loop(ToolDispatch):
 
     async def _reports_unread(self) -> bool:
         """Wait for the subagents a person sent to the background; whether a report of
-        theirs is still unread (then the run is not done: the next turn reads it). With
+        theirs is still unread (then the run is not done: the next step reads it). With
         no turn left to read one (steps or budget spent), the answer stands: the run
         ends, and the children still running are cancelled with it."""
         if self.subagents is None or not self.subagents.detached.pending():
@@ -483,7 +483,7 @@ class Loop(ToolDispatch):
         state.messages.append(message)
         self._capture_call(turn, appended=True)
         if self.run_ctx.queued_input:
-            return  # steering arrived during the final answer: another turn, not lost
+            return  # steering arrived during the final answer: another step, not lost
         self._finish_with(message)
 
     def _finish_with(self, message: AssistantMessage) -> None:
@@ -527,7 +527,7 @@ class Loop(ToolDispatch):
         with self.agui.step("final answer"):
             request = self._request(tools=False, final_answer=True)
             try:
-                # The guardrails judge this call like any turn's: a refusal or a handoff
+                # The guardrails judge this call like any step's: a refusal or a handoff
                 # stops the run with that cause, and a refused answer is not kept.
                 verdict = await run_pre(self.options.guardrails, request)
                 if verdict.kind != "allow":

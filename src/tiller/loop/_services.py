@@ -1,7 +1,7 @@
 """`RunServices`: what a run gives its tool calls, opened with the run and closed with it.
 
 The loop builds every call's `ExecContext` from three bundles (`ExecContext.assemble`):
-the turn's signals (cancel token, background token, web byte budget), where the call was
+the step's signals (cancel token, background token, web byte budget), where the call was
 dispatched (the jail, the phase, the live safety mode, the transcript's length), and the
 run's services, which live here: the notify channel detached work reports through, the
 background jobs, the task checklist, the file snapshots, the scratchpad, the user's goal,
@@ -89,7 +89,7 @@ class RunServices:
         self._state = state
         self.notifier = Notifier()
         # Commands sent to the background live as long as the run, no longer; when one
-        # exits it posts a note through the notifier, read at the next turn.
+        # exits it posts a note through the notifier, read at the next step.
         self.jobs = BackgroundJobs(self.notifier)
         # What the interlock watches beyond one call: the jobs that hold the network, the
         # files this run reads and writes (their taint outlives the run).
@@ -123,7 +123,7 @@ class RunServices:
         self._approval: Any = None
         # What starts the run's subagents (set by the loop when its agent can).
         self._subagents: Any = None
-        #: The run's mailbox (its identity; delivery into its turns), if it has one.
+        #: The run's mailbox (its identity; delivery into its steps), if it has one.
         self.mail: RunMailbox | None = (
             run_ctx.mailbox.attach(state) if run_ctx.mailbox is not None else None
         )
@@ -192,7 +192,7 @@ class RunServices:
     # ── per call ─────────────────────────────────────────────────────────────────
 
     def signals_for_step(self) -> StepSignals:
-        """The signals one turn's calls share."""
+        """The signals one step's calls share."""
         return StepSignals(
             token=self._agui.cancel_token,
             background=self._run_ctx.detach.token_for_turn(),
@@ -264,5 +264,5 @@ class RunServices:
         return self._goal
 
     def take_notices(self) -> list[Notice]:
-        """Notes from detached work, for the top of the next turn."""
+        """Notes from detached work, for the top of the next step."""
         return self.notifier.drain()

@@ -1,8 +1,8 @@
 """The steering queue: text a person types while the run works.
 
-Drained at the top of each turn and folded into the user message that carries the tool
+Drained at the top of each step and folded into the user message that carries the tool
 results (law 1: there is no legal slot between a tool call and its result). Text that
-arrives while the model writes its final answer starts another turn instead of being lost.
+arrives while the model writes its final answer starts another step instead of being lost.
 Thread-safe, because a terminal reads its input on another thread.
 """
 
@@ -22,7 +22,7 @@ class SteeringQueue:
         self._lock = threading.Lock()
 
     def push(self, text: str) -> None:
-        """Queue a message for the run's next turn; blank text is ignored."""
+        """Queue a message for the run's next step; blank text is ignored."""
         if text.strip():
             with self._lock:
                 self._items.append(text.strip())

@@ -166,7 +166,7 @@ class ControlStore:
         await self._notify(run_id, {"kind": "cancel"})
 
     async def steer(self, run_id: str, text: str) -> str:
-        """Queue `text` for the run's next turn; returns the steer's id (time-ordered)."""
+        """Queue `text` for the run's next step; returns the steer's id (time-ordered)."""
         _check_run_id(run_id)
         if not isinstance(text, str) or not text.strip():
             raise UsageError("a steering message needs some text")

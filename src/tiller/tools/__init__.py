@@ -30,7 +30,7 @@ TillerError
 ├── UnknownJob               a background job id this run does not have
 ├── PatternTooSlow           a `wait` pattern that backtracks past its time limit
 ├── TaintIndexError          the workspace's taint index could not be written
-└── WebBudgetExceeded        the turn's web downloads reached their limit
+└── WebBudgetExceeded        the step's web downloads reached their limit
 ToolError (Exception)         raised by tools on purpose; deliberately not a TillerError
 ```
 """

@@ -3,7 +3,7 @@
 A tool gets everything it may use through this one object (law 9: no globals): the call's
 cancellation and background tokens, its id and turn, the jail, progress, the channel
 detached work reports through, the run's safety mode and the user's goal, the brokers that
-reach a person (questions, the task checklist), the turn's shared web byte budget, file
+reach a person (questions, the task checklist), the step's shared web byte budget, file
 snapshots before writes, and the run's typed state. The loop builds one per call with
 `ExecContext.assemble(...)`; a test builds one with `ExecContext.for_test(workdir=tmp_path)`
 and needs nothing else: every service that is absent degrades gracefully (no question
@@ -117,8 +117,8 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 @dataclass(frozen=True, slots=True)
 class StepSignals:
-    """What one model turn's calls share: the cancel token, the background token (fired
-    to detach long work from the turn), and the turn's web byte budget."""
+    """What one step's calls share: the cancel token, the background token (fired
+    to detach long work from the step), and the step's web byte budget."""
 
     token: CancellationToken
     background: CancellationToken = field(default_factory=CancellationToken)
@@ -173,8 +173,8 @@ class ExecContext:
     - `background`: a second signal, fired when a person asks to detach long work from the
       turn (a command keeps running; `background_process` reaches it later). It never
       fires in a test unless the test fires it.
-    - `notify`: the channel that outlives the turn: detached work posts its result there
-      and the run reads it at its next turn (`None`: nothing can be detached).
+    - `notify`: the channel that outlives the step: detached work posts its result there
+      and the run reads it at its next step (`None`: nothing can be detached).
     - `progress`: this call's progress channel (`ctx.progress("msg")`, `.output(...)`, ...).
     - `call_id`, `step`: which call this is, made in which step of its run.
     - `workdir`: the jail root (`jail.root`), where relative paths start.
@@ -191,9 +191,9 @@ class ExecContext:
       tool that must vet or ask about something itself; `None` in `for_test`.
     - `questions`, `tasks`, `jobs`: the question broker, the task checklist, the run's
       background jobs (`None` when the run has none).
-    - `web_bytes`: the turn's shared web byte budget (`charge_web_bytes`, `web_budget()`).
+    - `web_bytes`: the step's shared web byte budget (`charge_web_bytes`, `web_budget()`).
     - `mailbox`: the run's mail sender (`await ctx.mailbox.send(to, text)`), which stamps
-      the run's identity and the turn's taint itself; `None` when the run has no mailbox.
+      the run's identity and the step's taint itself; `None` when the run has no mailbox.
     - `subagents`: what starts the run's subagents (`await ctx.subagents.run(...)`, the
       `agent` tool's); `None` in a subagent (no recursion) and outside a run.
     - `emit`, `state_access`: the run's event stream and typed state.
@@ -248,7 +248,7 @@ class ExecContext:
         dispatch: CallSite,
         services: ToolServices,
     ) -> ExecContext:
-        """The context the loop gives one call: the turn's signals, where the call was
+        """The context the loop gives one call: the step's signals, where the call was
         dispatched, and the run's services. `progress` defaults to a channel into
         `services.emit`."""
         return cls(
@@ -330,13 +330,13 @@ class ExecContext:
     # ── the web byte budget ──────────────────────────────────────────────────────
 
     def charge_web_bytes(self, n: int) -> int:
-        """Count `n` downloaded bytes against the turn's shared budget; returns the new
+        """Count `n` downloaded bytes against the step's shared budget; returns the new
         total, or raises `WebBudgetExceeded` (changing nothing) if they do not fit: the
         call that charged them fails, sibling calls that fit go on."""
         return self.web_bytes.charge(n)
 
     def web_budget(self) -> WebBudget:
-        """The turn's budget, for transport code that charges each chunk it accepts."""
+        """The step's budget, for transport code that charges each chunk it accepts."""
         return self.web_bytes
 
     # ── file checkpoints ─────────────────────────────────────────────────────────

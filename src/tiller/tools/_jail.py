@@ -2,7 +2,7 @@
 
 Every run carries its own jail (DESIGN §2, §11), so nothing a tool may touch is fixed on
 the agent: `Jail` holds the jail root, where oversized outputs are spilled, the byte
-budget a turn's outputs share, and the shell timeout. It is immutable; the `with_*`
+budget a step's outputs share, and the shell timeout. It is immutable; the `with_*`
 builders and `sandboxed()` return new contexts, so a run in flight keeps the policy it
 started with.
 
@@ -42,7 +42,7 @@ __all__ = [
     "private_copy",
 ]
 
-#: One turn's tool outputs share this many bytes by default; the rest is spilled to files.
+#: One step's tool outputs share this many bytes by default; the rest is spilled to files.
 DEFAULT_OUTPUT_BUDGET_BYTES: Final = 64 * 1024
 #: Seconds a shell command may run by default before its process group is killed.
 DEFAULT_SHELL_TIMEOUT: Final = 120.0
@@ -75,10 +75,10 @@ class Jail:
     ```
 
     - `root`: the jail, resolved to an absolute real path; it must exist and be a directory.
-    - `spill_dir`: where outputs that overflow the turn's budget are written in full;
+    - `spill_dir`: where outputs that overflow the step's budget are written in full;
       by default `<root>/.tiller/spill`, inside the jail so the model can read them back
       with its file tools. It is created when the first output is spilled.
-    - `output_budget_bytes`: the bytes one turn's tool outputs share (see `OutputBudget`).
+    - `output_budget_bytes`: the bytes one step's tool outputs share (see `OutputBudget`).
     - `shell_timeout`: the longest a shell command may run, in seconds.
     - `safety`: the run's live safety mode (`LiveSafetyMode`: a change applies to the
       next call). A new `Jail` gets its own, at `ask`; in a `RunContext` it is the
@@ -180,7 +180,7 @@ class Jail:
         return self._replace(spill_dir=spill_dir)
 
     def with_output_budget(self, output_budget_bytes: int) -> Jail:
-        """The same policy with another per-turn output budget."""
+        """The same policy with another per-step output budget."""
         return self._replace(output_budget_bytes=output_budget_bytes)
 
     def with_shell_timeout(self, shell_timeout: float) -> Jail:

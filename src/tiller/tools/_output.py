@@ -1,7 +1,7 @@
-"""Output capping: one byte budget per turn, the overflow spilled to files.
+"""Output capping: one byte budget per step, the overflow spilled to files.
 
 A model's context is the scarcest thing a run has, and one `cat` of a log can eat it. So
-the tool outputs of one turn share one byte budget (`Jail.output_budget_bytes`): a
+the tool outputs of one step share one byte budget (`Jail.output_budget_bytes`): a
 result keeps what still fits, and the whole output goes to a file in the run's spill
 dir, with a pointer line where the tail was cut. Nothing is lost; the model can read the
 rest with its file tools, a page at a time.
@@ -34,9 +34,9 @@ _NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_C
 
 
 class OutputBudget:
-    """The bytes one turn's tool outputs may still use.
+    """The bytes one step's tool outputs may still use.
 
-    Safe to share between the concurrent calls of a turn, on the loop or in worker
+    Safe to share between the concurrent calls of a step, on the loop or in worker
     threads: the charge is taken under a lock, and the spill file is written outside it.
     """
 
@@ -51,7 +51,7 @@ class OutputBudget:
 
     @classmethod
     def for_turn(cls, jail: Jail) -> OutputBudget:
-        """A fresh budget for one turn, sized by the run's tool policy."""
+        """A fresh budget for one step, sized by the run's tool policy."""
         return cls(jail.output_budget_bytes)
 
     @property
@@ -60,7 +60,7 @@ class OutputBudget:
 
     @property
     def remaining(self) -> int:
-        """Bytes not yet used by this turn's outputs."""
+        """Bytes not yet used by this step's outputs."""
         return self._remaining
 
     def _take(self, size: int) -> int:
@@ -120,7 +120,7 @@ class OutputBudget:
 
 def recorded_head(content: str, limit: int) -> str:
     """`content` as a durable call record keeps it: whole if it fits `limit` bytes (a
-    result never reaches the transcript longer than one turn's budget), else the head
+    result never reaches the transcript longer than one step's budget), else the head
     that fits and a line saying how much was not recorded. The record only answers the
     call on a resume after a crash; the transcript's own cap spills the whole."""
     data = content.encode("utf-8")

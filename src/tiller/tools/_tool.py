@@ -74,8 +74,8 @@ _NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class Capability(enum.Flag):
     """What a tool may do that matters to the lethal-trifecta interlock (DESIGN §11).
 
-    The loop ORs the capabilities of a turn's calls into the conversation's taint before
-    gating them, so a read and a send in one turn cannot slip through together.
+    The loop ORs the capabilities of a step's calls into the conversation's taint before
+    gating them, so a read and a send in one step cannot slip through together.
     """
 
     NONE = 0

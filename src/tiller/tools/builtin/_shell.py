@@ -19,8 +19,8 @@ streamed live to the call's progress channel (the first `MAX_LIVE_OUTPUT_BYTES` 
 and returned as the result, bounded: a head and a tail, the whole spilled to a file the
 result names (`OutputCapture`).
 
-A command can leave its turn: started with `background=true`, or detached by a person
-(the turn's background token) while it runs. It then belongs to the run's
+A command can leave its step: started with `background=true`, or detached by a person
+(the step's background token) while it runs. It then belongs to the run's
 `BackgroundJobs` and `background_process` reaches it.
 
 `execute_command` uses the process-wide default sandbox (probed once); build the tool
