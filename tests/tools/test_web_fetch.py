@@ -561,7 +561,7 @@ async def test_parallel_fetches_never_exceed_the_step_budget(
     assert later.is_error
     assert later.result.content == (
         "the step's web download budget is exhausted (1048576 bytes for all fetches of this "
-        f"turn), so {server.url('/page/0')} was not fetched in full ({left} bytes are left). "
+        f"step), so {server.url('/page/0')} was not fetched in full ({left} bytes are left). "
         "Work with what you have, fetch fewer or smaller pages (max_bytes), or continue in "
         "the next step."
     )
