@@ -3,15 +3,15 @@
 No budget in DESIGN §10 names the server; this measures what a busy page of users costs
 it. The server is `create_app` under uvicorn (its defaults: asyncio loop, h11) in a
 subprocess of its own, with a SQLite store in a temporary directory and the offline console
-agent, `make_agent(step_delay=..., first_delay=...)`: every model turn that the script gives
+agent, `make_agent(step_delay=..., first_delay=...)`: every step that the script gives
 a delay waits that long (20 ms by default), as a fast model would. The load is one
 `httpx.AsyncClient` in this process opening N streaming `POST /agui` at once (each its own
 thread and connection), reading every SSE stream to its end.
 
 Two workloads:
 
-- `echo`: "hello", one model turn (the echo path waits `first_delay`), ~14 events;
-- `slow 3`: three steps, each a model turn that waits `step_delay` and calls `list_dir`,
+- `echo`: "hello", one step (the echo path waits `first_delay`), ~14 events;
+- `slow 3`: three steps, each a step that waits `step_delay` and calls `list_dir`,
   then the final answer, ~40 events (`--slow` to add it).
 
 Per run: time to first event (request sent to the first `data:` frame read: the server's

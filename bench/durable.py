@@ -67,7 +67,7 @@ def search(query: str, limit: int) -> str:
 
 
 async def realistic_state(root: Path, steps: int = 20) -> RunState:
-    """The `RunState` a `steps`-step run ends with: every turn streams a sentence and calls
+    """The `RunState` a `steps`-step run ends with: every step streams a sentence and calls
     a tool, whose result goes back; then a final answer."""
     turns = [
         Turn(
@@ -139,7 +139,7 @@ async def checkpoint_latency(bus: Bus, state: RunState, repetitions: int) -> dic
 
 
 class _CountingBus:
-    """A bus that counts KV writes per bucket (for the "writes per step" figure; untimed)."""
+    """A store that counts KV writes per bucket (for the "writes per step" figure; untimed)."""
 
     def __init__(self, bus: Bus) -> None:
         self._bus = bus

@@ -10,7 +10,7 @@ content deltas, tool calls with streamed arguments and results, state deltas, a 
 - `+ SSE encoding`: the same, and every delivered event encoded with `encode_sse`;
 - `driver`: `run_agent` on an agent that emits the same stream through the `AgUiContext`
   emitters (handles, `patch_state`), read by an `async for` that encodes every event; the
-  agent yields to the loop once per turn, as a model stream would.
+  agent yields to the loop once per step, as a model stream would.
 
 (b) One publish through the run context (`ctx.publish_state()` after a one-leaf change,
 and `ctx.patch_state()` of that change) in a ~1 KB and a ~1 MB state, next to one
@@ -70,7 +70,7 @@ TARGET_EVENTS_PER_S = 200_000
 THREAD, RUN = "bench-thread", "bench-run"
 INPUT = {"threadId": THREAD, "runId": RUN, "messages": [], "state": {"turn": 0}}
 
-# The shape of one turn of an agent, as a model streams it.
+# The shape of one step of an agent, as a model streams it.
 REASONING_DELTAS = 20
 TEXT_DELTAS = 100
 TOOL_CALLS = 3

@@ -6,7 +6,7 @@ wall and 60 MB".
 
 (1) Per-step cost: `Agent.run_in` with a `RunContext` over a temporary directory and
 `AllowAll()`, one trivial tool (`@tool async def noop(x: int) -> int`), and an *instant*
-model written here (per turn: `ToolCallStart`, one `ToolCallArgsDelta`, `ToolCallEnd`,
+model written here (per step: `ToolCallStart`, one `ToolCallArgsDelta`, `ToolCallEnd`,
 `UsageReport`, `Finish("tool_calls")`, then one final text turn; the events are built
 once, so the model's own cost is a few generator steps). A run of N steps is N model
 turns: N-1 tool turns and the final answer. Beside it: the same run with `ScriptedModel`,
@@ -16,11 +16,11 @@ overhead is the difference. "marginal" is (wall(400) - wall(20)) / 380: the cost
 more step once the run is going, free of the per-run setup. The process CPU time of the
 tiller runs is shown beside the wall time: on a shared machine it is the steadier figure.
 
-(2) 1,000 concurrent 5-step runs with a model that awaits 10 ms per turn, tiller beside
+(2) 1,000 concurrent 5-step runs with a model that awaits 10 ms per step, tiller beside
 the bare loop; each in a fresh subprocess: wall time (median), tracemalloc peak of one
 batch, and the growth of the process's peak RSS (`ru_maxrss`) over the first batch.
 
-(3) The per-turn work that scans the history, timed alone at the history of a 20-step
+(3) The per-step work that scans the history, timed alone at the history of a 20-step
 and of a 400-step run (`check_transcript`, `history_window`, ...).
 
 Run: `python bench/loop.py` (`--quick` for fewer repetitions, `--profile` to add a
@@ -70,7 +70,7 @@ from tiller.model import (
 from tiller.phase import Phase
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.tools import ToolCtx, tool
+from tiller.tools import Jail, tool
 
 TARGET_STEP_US = 100.0
 TARGET_CONCURRENT_S = 1.0
@@ -90,9 +90,9 @@ _USAGE = Usage(input_tokens=10, output_tokens=5, requests=1)
 class InstantModel:
     """A `Model` with prebuilt turns: `steps - 1` tool turns calling `noop`, then "done".
 
-    Stateless across runs (the turn is read off the request's length: the prompt, then an
-    assistant and a user message per turn), so one instance serves any number of
-    concurrent runs. `delay` awaits `asyncio.sleep(delay)` before each turn.
+    Stateless across runs (the step is read off the request's length: the prompt, then an
+    assistant and a user message per step), so one instance serves any number of
+    concurrent runs. `delay` awaits `asyncio.sleep(delay)` before each step.
     """
 
     provider = "bench"
@@ -124,7 +124,7 @@ class InstantModel:
 
 
 def scripted_turns(steps: int) -> tuple[Any, ...]:
-    """The same run as a `ScriptedModel` script, parsed once (a model consumes its turns)."""
+    """The same run as a `ScriptedModel` script, parsed once (a model consumes its steps)."""
     call = {"tool_calls": [{"name": "noop", "arguments": {"x": 1}}]}
     return ScriptedModel([*([call] * (steps - 1)), "done"]).turns
 
@@ -169,9 +169,9 @@ async def bare_run(model: InstantModel) -> int:
 class ScriptedRunner:
     """The same run with `ScriptedModel`, a fresh one (same parsed script) per run."""
 
-    def __init__(self, tools: ToolCtx, steps: int) -> None:
+    def __init__(self, jail: Jail, steps: int) -> None:
         self.turns = scripted_turns(steps)
-        self.runner = TillerRunner(Agent(ScriptedModel(self.turns), [NOOP]), tools, steps)
+        self.runner = TillerRunner(Agent(ScriptedModel(self.turns), [NOOP]), jail, steps)
 
     async def run(self) -> int:
         self.runner.agent.model = ScriptedModel(self.turns)
@@ -181,14 +181,14 @@ class ScriptedRunner:
 class TillerRunner:
     """`Agent.run_in` under a fresh `RunContext` (shared jail, AllowAll) per run."""
 
-    def __init__(self, agent: Agent, tools: ToolCtx, steps: int) -> None:
+    def __init__(self, agent: Agent, jail: Jail, steps: int) -> None:
         self.agent = agent
-        self.tools = tools
+        self.jail = jail
         self.steps = steps
         self.options = RunOptions(max_steps=steps + 1)
 
     async def run(self) -> int:
-        context = RunContext(tools=self.tools, approver=AllowAll())
+        context = RunContext(jail=self.jail, approver=AllowAll())
         result = await self.agent.run_in(context, "go", self.options)
         if result.stop_cause is not StopCause.COMPLETED or result.turns != self.steps:
             raise RuntimeError(f"bench run ended badly: {result.stop_cause} {result.error}")
@@ -221,7 +221,7 @@ async def time_runs(
     return walls, cpus
 
 
-async def per_step(tools: ToolCtx, quick: bool) -> dict[str, dict[int, float]]:
+async def per_step(jail: Jail, quick: bool) -> dict[str, dict[int, float]]:
     """Median µs per run, by implementation (wall; `*_cpu`: CPU time) and step count."""
     plan = {1: (20, 200), 20: (20, 200), 400: (3, 25)}
     if quick:
@@ -231,11 +231,11 @@ async def per_step(tools: ToolCtx, quick: bool) -> dict[str, dict[int, float]]:
     }
     for steps, (warmup, repetitions) in plan.items():
         model = InstantModel(steps)
-        runner = TillerRunner(Agent(model, [NOOP]), tools, steps)
+        runner = TillerRunner(Agent(model, [NOOP]), jail, steps)
         makers: tuple[tuple[str, Callable[[], Awaitable[int]]], ...] = (
             ("bare", functools.partial(bare_run, model)),
             ("tiller", runner.run),
-            ("scripted", ScriptedRunner(tools, steps).run),
+            ("scripted", ScriptedRunner(jail, steps).run),
         )
         for label, make in makers:
             walls, cpus = await time_runs(make, steps, warmup, repetitions)
@@ -259,7 +259,7 @@ async def concurrent_child(impl: str, runs: int, steps: int, repetitions: int) -
     model = InstantModel(steps, delay=MODEL_DELAY_S, name="sleepy")
     if impl == "tiller":
         workspace = Path(tempfile.mkdtemp(prefix="tiller-bench-"))
-        runner = TillerRunner(Agent(model, [NOOP]), ToolCtx(workspace), steps)
+        runner = TillerRunner(Agent(model, [NOOP]), Jail(workspace), steps)
         one: Callable[[], Awaitable[int]] = runner.run
     else:
 
@@ -320,7 +320,7 @@ def concurrent(impl: str, runs: int, steps: int, repetitions: int) -> dict[str, 
     return result
 
 
-# ── (3) the per-turn scans of the history ────────────────────────────────────────────
+# ── (3) the per-step scans of the history ────────────────────────────────────────────
 
 
 def _time_call(function: Callable[[], object], budget_s: float = 0.05) -> float:
@@ -344,11 +344,11 @@ def _time_call(function: Callable[[], object], budget_s: float = 0.05) -> float:
     return statistics.median(samples)
 
 
-async def history_suspects(tools: ToolCtx) -> list[tuple[str, float, float]]:
-    """µs per call of each per-turn function at a 20-step and a 400-step history."""
+async def history_suspects(jail: Jail) -> list[tuple[str, float, float]]:
+    """µs per call of each per-step function at a 20-step and a 400-step history."""
     steps = 400
     agent = Agent(InstantModel(steps), [NOOP])
-    context = RunContext(tools=tools, approver=AllowAll())
+    context = RunContext(jail=jail, approver=AllowAll())
     result = await agent.run_in(context, "go", RunOptions(max_steps=steps + 1))
     messages = list(result.state.messages)
     short, long = messages[: 2 * 20 - 1], messages[: 2 * steps - 1]
@@ -373,8 +373,8 @@ async def history_suspects(tools: ToolCtx) -> list[tuple[str, float, float]]:
 # ── cProfile ─────────────────────────────────────────────────────────────────────────
 
 
-async def profile_run(tools: ToolCtx, steps: int = 400, top: int = 25) -> None:
-    runner = TillerRunner(Agent(InstantModel(steps), [NOOP]), tools, steps)
+async def profile_run(jail: Jail, steps: int = 400, top: int = 25) -> None:
+    runner = TillerRunner(Agent(InstantModel(steps), [NOOP]), jail, steps)
     await runner.run()
     profiler = cProfile.Profile()
     gc.collect()
@@ -427,10 +427,10 @@ def _load() -> str:
 def report(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     workspace = Path(tempfile.mkdtemp(prefix="tiller-bench-"))
-    tools = ToolCtx(workspace)
+    jail = Jail(workspace)
     print(machine())
 
-    wall = asyncio.run(per_step(tools, args.quick))
+    wall = asyncio.run(per_step(jail, args.quick))
     print("\n### (1) per-step cost (µs per step = median run wall / steps)\n")
     print(
         "| steps | bare asyncio loop | tiller, instant model | tiller - bare "
@@ -476,7 +476,7 @@ def report(args: argparse.Namespace) -> None:
     repetitions = 1 if args.quick else 3
     print(
         f"\n### (2) {runs:,} concurrent {steps}-step runs, model awaits "
-        f"{MODEL_DELAY_S * 1e3:.0f} ms per turn (fresh process each; median of {repetitions})\n"
+        f"{MODEL_DELAY_S * 1e3:.0f} ms per step (fresh process each; median of {repetitions})\n"
     )
     print(
         "| loop | wall | CPU time | (wall - 50 ms) / step | tracemalloc peak "
@@ -504,8 +504,8 @@ def report(args: argparse.Namespace) -> None:
         "larger of the tracemalloc peak and the RSS growth)."
     )
 
-    suspects = asyncio.run(history_suspects(tools))
-    print("\n### (3) per-turn work over the history (µs per call; one call per turn)\n")
+    suspects = asyncio.run(history_suspects(jail))
+    print("\n### (3) per-step work over the history (µs per call; one call per step)\n")
     print("| function | 20-step history (39 msgs) | 400-step history (799 msgs) | growth |")
     print("|---|---:|---:|---:|")
     for label, short, long in suspects:
@@ -518,7 +518,7 @@ def report(args: argparse.Namespace) -> None:
     )
 
     if args.profile:
-        asyncio.run(profile_run(tools))
+        asyncio.run(profile_run(jail))
     print(f"\n(total bench time {time.perf_counter() - started:.1f} s; at the end, {_load()})")
 
 

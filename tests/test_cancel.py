@@ -1037,13 +1037,13 @@ async def test_race_keeps_a_result_that_arrives_despite_the_cancel() -> None:
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
-            return "partial turn"  # law 8: what was produced is kept
+            return "partial step"  # law 8: what was produced is kept
         return "whole turn"
 
     racer = asyncio.create_task(token.race(asyncio.ensure_future(stubborn())))
     await guarded(started.wait())
     token.cancel()
-    assert await guarded(racer) == "partial turn"
+    assert await guarded(racer) == "partial step"
     assert racer.cancelling() == 0
 
 

@@ -1,6 +1,6 @@
 """Capture and replay: a captured run, replayed offline through the same agent, emits the
 identical AG-UI stream (ids included) and transcript; a changed agent diverges at the step
-that shows the change; captures grow linearly; the bus sink stores what `load_capture`
+that shows the change; captures grow linearly; the store sink stores what `load_capture`
 reads back; capture never breaks a run."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def lookup(n: int) -> str:
 
 
 def script(steps: int) -> list[Turn]:
-    """`steps` model turns: each but the last streams a few text chunks and calls `lookup`;
+    """`steps` steps: each but the last streams a few text chunks and calls `lookup`;
     the last answers."""
     turns = [
         Turn(

@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 from dirty_equals import IsStr
 from inline_snapshot import snapshot
 
@@ -44,11 +45,11 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
             "policy: no tiller.toml: built-in defaults",
             "assistant Writing the file.",
             "→ write_file(path='notes/hello.txt', content='hi there⏎')",
-            "  ─ turns 1 · tokens 68 in / 19 out · $0.0000",
+            "  ─ steps 1 · tokens 68 in / 19 out · $0.0000",
             RULE,
             "stop cause  suspended",
-            "turns       1",
-            "turns 1 · tokens 68 in / 19 out · $0.0000",
+            "steps       1",
+            "steps 1 · tokens 68 in / 19 out · $0.0000",
             "no price known for scripted:script",
             IsStr(regex=r"run run-[0-9a-f]{12} is waiting for a person:"),
             IsStr(regex=r"  ap-[0-9a-f]{8}  write_file\(path='notes/hello\.txt', content=.*\)"),
@@ -77,13 +78,13 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
             "assistant Writing the file.",
             "→ write_file(path='notes/hello.txt', content='hi there⏎')",
             "← write_file: created notes/hello.txt (9 bytes)",
-            "  ─ turns 1 · tokens 68 in / 19 out · $0.0000",
+            "  ─ steps 1 · tokens 68 in / 19 out · $0.0000",
             "assistant Wrote notes/hello.txt.",
-            "  ─ turns 2 · tokens 161 in / 25 out · $0.0000",
+            "  ─ steps 2 · tokens 161 in / 25 out · $0.0000",
             RULE,
             "stop cause  completed",
-            "turns       2",
-            "turns 2 · tokens 161 in / 25 out · $0.0000",
+            "steps       2",
+            "steps 2 · tokens 161 in / 25 out · $0.0000",
             "no price known for scripted:script",
         ]
     )
@@ -95,14 +96,13 @@ def test_run_reports_a_bad_model_string(tmp_path: Path) -> None:
     assert "openai:" in done.stderr  # the message lists the accepted forms
 
 
-def test_run_stops_at_max_turns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flag", ["--max-steps", "--max-turns"])  # the old name, one release
+def test_run_stops_at_max_steps(tmp_path: Path, flag: str) -> None:
     script = tmp_path / "loop.yaml"
     script.write_text(
         "turns:\n  - tool_calls: [{name: list_dir, arguments: {}}]\nwhen_exhausted: repeat\n"
     )
-    done = tiller(
-        "run", "loop", "-m", f"scripted:{script}", "-w", str(tmp_path), "--max-turns", "3"
-    )
+    done = tiller("run", "loop", "-m", f"scripted:{script}", "-w", str(tmp_path), flag, "3")
     assert done.returncode == 1
     assert done.stdout.splitlines() == snapshot(
         [
@@ -110,19 +110,19 @@ def test_run_stops_at_max_turns(tmp_path: Path) -> None:
             "→ list_dir()",
             "← list_dir: .tiller/",
             "   loop.yaml",
-            "  ─ turns 1/3 · tokens 66 in / 3 out · $0.0000",
+            "  ─ steps 1/3 · tokens 66 in / 3 out · $0.0000",
             "→ list_dir()",
             "← list_dir: .tiller/",
             "   loop.yaml",
-            "  ─ turns 2/3 · tokens 137 in / 6 out · $0.0000",
+            "  ─ steps 2/3 · tokens 137 in / 6 out · $0.0000",
             "→ list_dir()",
             "← list_dir: .tiller/",
             "   loop.yaml",
-            "  ─ turns 3/3 · tokens 213 in / 9 out · $0.0000",
+            "  ─ steps 3/3 · tokens 213 in / 9 out · $0.0000",
             RULE,
-            "stop cause  turn_budget (exhausted)",
-            "turns       3",
-            "turns 3/3 · tokens 213 in / 9 out · $0.0000",
+            "stop cause  step_budget (exhausted)",
+            "steps       3",
+            "steps 3/3 · tokens 213 in / 9 out · $0.0000",
             "no price known for scripted:loop",
         ]
     )

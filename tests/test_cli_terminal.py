@@ -87,7 +87,7 @@ def test_approve_deny_with_a_reason_and_steer(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     term = Terminal("run", "write files", "-m", f"scripted:{script}", "-w", str(workspace))
     term.read_until("type a line at any time to steer")
-    term.type("please keep it short")  # typed while the first turn is still streaming
+    term.type("please keep it short")  # typed while the first step is still streaming
     term.read_until("allow write_file(path='a.txt'")
     term.type("y")
     term.read_until("allow write_file(path='b.txt'")

@@ -51,7 +51,7 @@ def test_a_full_file_is_parsed_and_applied(tmp_path: Path) -> None:
     assert config.outbox == frozenset({"files__send"})
 
     ctx = config.apply(RunContext.sandboxed(tmp_path / "ws"))
-    assert ctx.tools.safety.mode is SafetyMode.AUTO
+    assert ctx.jail.safety.mode is SafetyMode.AUTO
     assert ctx.interlock.on_trifecta == "ask"
     assert ctx.outbox is not None and ctx.outbox.routes("files__send")
     assert ctx.policy is not None
@@ -65,7 +65,7 @@ def test_no_file_means_the_defaults(tmp_path: Path) -> None:
     config = find_config(tmp_path)
     assert config == TillerConfig()
     ctx = config.apply(RunContext.sandboxed(tmp_path))
-    assert ctx.tools.safety.mode is SafetyMode.ASK and not ctx.hooks and ctx.outbox is None
+    assert ctx.jail.safety.mode is SafetyMode.ASK and not ctx.hooks and ctx.outbox is None
 
 
 def test_hooks_from_code_are_kept(tmp_path: Path) -> None:

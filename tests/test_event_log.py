@@ -142,7 +142,7 @@ async def test_a_resumed_run_appends_to_its_log(tmp_path: Path) -> None:
 
 
 class _FailingEvents:
-    """A bus whose event-log bucket refuses every write (the store went away)."""
+    """A store whose event-log bucket refuses every write (the store went away)."""
 
     def __init__(self, bus: Bus) -> None:
         self._bus = bus

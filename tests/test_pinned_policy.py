@@ -90,9 +90,9 @@ def test_restoring_adds_the_pinned_files_to_the_protected_paths(workspace: Path)
     pinned = PinnedPolicy.read(workspace)
     fresh = RunContext.sandboxed(workspace)
     ctx = restore_pinned_policy(fresh.with_pinned_policy(pinned.to_data()))
-    assert ctx.tools.protects("check.sh") == "check.sh"
-    assert ctx.tools.protects("tiller.toml") == "tiller.toml"
-    assert ctx.tools.safety.mode is SafetyMode.AUTO
+    assert ctx.jail.protects("check.sh") == "check.sh"
+    assert ctx.jail.protects("tiller.toml") == "tiller.toml"
+    assert ctx.jail.safety.mode is SafetyMode.AUTO
     assert ctx.pinned_policy == pinned.to_data()
 
 
@@ -101,7 +101,7 @@ def test_a_config_file_inside_the_jail_is_protected(workspace: Path) -> None:
     (workspace / "conf" / "dev.toml").write_text('[policy]\nmode = "ask"\n')
     pinned = PinnedPolicy.read(workspace, workspace / "conf" / "dev.toml")
     ctx = pinned.apply(RunContext.sandboxed(workspace))
-    assert ctx.tools.protects("conf/dev.toml") == "conf/dev.toml"
+    assert ctx.jail.protects("conf/dev.toml") == "conf/dev.toml"
 
 
 def test_a_checkpoint_without_a_pinned_policy_resumes_with_the_defaults(
@@ -160,7 +160,7 @@ def test_a_run_continued_in_another_jail_checks_its_scripts_there(
     (hook,) = ctx.hooks.pre_tool_hooks
     assert isinstance(hook, ShellHook)
     assert hook.pinned[0].path == str(elsewhere.resolve() / "check.sh")
-    assert ctx.tools.protects("check.sh") == "check.sh"
+    assert ctx.jail.protects("check.sh") == "check.sh"
 
 
 async def test_the_library_refuses_to_resume_a_pinned_run_without_its_policy(

@@ -411,6 +411,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "HardLinkRefused",
         "HostRule",
         "InvalidPath",
+        "Jail",
         "LiveSafetyMode",
         "NoOneToAskQuestions",
         "Notifier",
@@ -433,7 +434,6 @@ PUBLIC_API: dict[str, list[str]] = {
         "TaskBroker",
         "TaskStatus",
         "Tool",
-        "ToolCtx",
         "ToolDefinitionError",
         "ToolError",
         "ToolOutput",
@@ -669,4 +669,4 @@ def test_rehomed_values_pickle_repr_and_introspect_as_before() -> None:
     hints = typing.get_type_hints(tiller.RunResult)
     assert hints["usage"] is tiller.loop.RunResult.__dataclass_fields__["usage"].type
     schema = TypeAdapter(tiller.Budget).json_schema()
-    assert schema["title"] == "Budget" and "max_turns" in schema["properties"]
+    assert schema["title"] == "Budget" and "max_steps" in schema["properties"]

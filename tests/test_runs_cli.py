@@ -114,7 +114,7 @@ def lines(workspace: Path) -> list[str]:
 
 
 def crashed_run(url: str, workspace: Path, agent_ref: str | None) -> dict[str, str]:
-    """A run as a crash leaves it: checkpointed `running` after a model turn that asked
+    """A run as a crash leaves it: checkpointed `running` after a step that asked
     for three calls, `a` completed, `b` and `c` started. Returns the call ids by text."""
 
     async def work(bus: Bus) -> dict[str, str]:
@@ -386,8 +386,8 @@ def test_load_agent_refuses_bad_references(ref: str) -> None:
 
 
 def test_the_policy_round_trips_with_what_was_spent(tmp_path: Path) -> None:
-    budget = Budget(max_turns=9, max_cost_usd=1.5, final_answer_reserve=10)
-    budget.turns, budget.cost_usd = 4, 0.25
+    budget = Budget(max_steps=9, max_cost_usd=1.5, final_answer_reserve=10)
+    budget.steps, budget.cost_usd = 4, 0.25
     ctx = (
         RunContext.sandboxed(tmp_path, AllowAll())
         .with_budget(budget)
@@ -400,11 +400,11 @@ def test_the_policy_round_trips_with_what_was_spent(tmp_path: Path) -> None:
     stored = RunState.from_json(state.to_json())  # as another process reads it
     assert stored.agent_ref == "m:a"
     rebuilt = run_context_from(stored, store=None)
-    assert rebuilt.tools.root == tmp_path.resolve()
+    assert rebuilt.jail.root == tmp_path.resolve()
     assert rebuilt.phase is Phase.PLAN and rebuilt.withheld == frozenset({"shell"})
     assert rebuilt.compact_at_tokens == 5000 and rebuilt.approver is None
-    assert (rebuilt.budget.max_turns, rebuilt.budget.max_cost_usd) == (9, 1.5)
-    assert (rebuilt.budget.turns, rebuilt.budget.cost_usd) == (4, 0.25)  # no fresh purse
+    assert (rebuilt.budget.max_steps, rebuilt.budget.max_cost_usd) == (9, 1.5)
+    assert (rebuilt.budget.steps, rebuilt.budget.cost_usd) == (4, 0.25)  # no fresh purse
     again = options_from(stored)
     assert again.max_steps == 7
     assert isinstance(again.review_policy, PauseOnTools)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 from pydantic import ValidationError
@@ -50,12 +52,12 @@ def full_state() -> RunState:
         usage_complete=False,
         taint=(Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT).value,
         phase=Phase.PLAN,
-        state={"todo": ["a", "b"], "count": 2},
+        agent_state={"todo": ["a", "b"], "count": 2},
         calls={
             "c1": CallRecord(
                 call_id="c1",
                 name="read_file",
-                turn=1,
+                step=1,
                 status="completed",
                 refused_by=None,
                 malformed_arguments=False,
@@ -82,7 +84,7 @@ def test_a_full_state_round_trips_through_json() -> None:
 
 def test_the_json_carries_its_schema_version() -> None:
     raw = orjson.loads(full_state().to_json())
-    assert raw["schema_version"] == 2
+    assert raw["schema_version"] == 3
     assert raw["stop_cause"] == "suspended"
     assert raw["phase"] == "plan"
     assert raw["messages"][1]["role"] == "assistant"
@@ -105,11 +107,11 @@ def test_another_schema_version_is_refused(version: int) -> None:
     with pytest.raises(RunStateError) as caught:
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
-        f"run state schema version {version} is not supported (this tiller reads versions 1, 2)"
+        f"run state schema version {version} is not supported (this tiller reads versions 1, 2, 3)"
     )
 
 
-@pytest.mark.parametrize("version", [3, 99])
+@pytest.mark.parametrize("version", [4, 99])
 def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> None:
     """Issue 15: a state of a newer schema says which tiller wrote it, and to upgrade."""
     raw = orjson.loads(full_state().to_json())
@@ -118,7 +120,7 @@ def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> No
     with pytest.raises(RunStateError) as caught:
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
-        f"run state schema version {version} is not supported (this tiller reads versions 1, 2)"
+        f"run state schema version {version} is not supported (this tiller reads versions 1, 2, 3)"
         f": it was written by tiller 7.0.0 (this is tiller {tiller.__version__}): "
         "upgrade tiller to read it"
     )
@@ -133,7 +135,7 @@ def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> No
         b'{"run_id": "r", "thread_id": "t", "stop_cause": "exploded"}',
         b'{"run_id": "r", "thread_id": "t", "messages": [{"role": "system", "text": "x"}]}',
         b'{"run_id": "r", "thread_id": "t", "calls": {"c": {"call_id": "c", "name": "n", '
-        b'"turn": 1, "status": "maybe"}}}',
+        b'"step": 1, "status": "maybe"}}}',
     ],
 )
 def test_a_corrupt_state_is_refused(data: bytes) -> None:
@@ -143,10 +145,10 @@ def test_a_corrupt_state_is_refused(data: bytes) -> None:
 
 def test_call_records_know_their_statuses() -> None:
     for status in ("pending", "started", "completed", "failed"):
-        assert CallRecord(call_id="c", name="n", turn=1, status=status).status == status
+        assert CallRecord(call_id="c", name="n", step=1, status=status).status == status
     with pytest.raises(ValidationError):
-        CallRecord(call_id="c", name="n", turn=1, status="done")  # type: ignore[arg-type]
-    assert CallRecord(call_id="c", name="n", turn=1).status == "pending"
+        CallRecord(call_id="c", name="n", step=1, status="done")  # type: ignore[arg-type]
+    assert CallRecord(call_id="c", name="n", step=1).status == "pending"
 
 
 def test_stop_causes_are_the_designed_ones() -> None:
@@ -155,7 +157,7 @@ def test_stop_causes_are_the_designed_ones() -> None:
         "cancelled",
         "suspended",
         "max_steps",
-        "turn_budget",
+        "step_budget",
         "token_budget",
         "cost_budget",
         "loop",
@@ -253,16 +255,60 @@ def test_a_state_without_checklist_history_answers_its_checklist() -> None:
 def test_a_version_1_state_is_read_and_migrated() -> None:
     """Version 2 added `ToolCall.provider_id` (law 10): a version 1 checkpoint, whose call
     ids were the provider's, still loads; its calls keep their ids, with no provider id."""
-    raw = orjson.loads(full_state().to_json())
+    raw = _as_version_2(orjson.loads(full_state().to_json()))
     raw["schema_version"] = 1
     for message in raw["messages"]:
         for call in message.get("tool_calls", ()):
             del call["provider_id"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert loaded.schema_version == 2
+    assert loaded.schema_version == 3
+    assert loaded.agent_state == full_state().agent_state
     calls = [c for m in loaded.messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
     assert calls and all(c.provider_id == "" for c in calls)
     original = [
         c for m in full_state().messages if isinstance(m, AssistantMessage) for c in m.tool_calls
     ]
     assert [c.id for c in calls] == [c.id for c in original]
+
+
+def _as_version_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """A current state's JSON as version 2 wrote it: `state`, and calls with `turn`."""
+    raw["schema_version"] = 2
+    raw["state"] = raw.pop("agent_state")
+    for record in raw["calls"].values():
+        record["turn"] = record.pop("step")
+    for child in raw["children"].values():
+        _as_version_2(child)
+    return raw
+
+
+def test_a_version_2_state_is_read_with_its_agent_state_and_call_steps() -> None:
+    """Version 3 renamed `state` to `agent_state` and a call record's `turn` to `step`
+    (issue 15): a version 2 checkpoint still loads, its agent state and steps intact,
+    and is written again as version 3."""
+    original = full_state()
+    child = RunState(run_id="r-sub-1", thread_id="t", agent_state={"child": True})
+    child.calls["k1"] = CallRecord(call_id="k1", name="look", step=4)
+    original.children["c9"] = child
+    raw = _as_version_2(orjson.loads(original.model_dump_json()))
+    assert "agent_state" not in raw and raw["state"] == {"todo": ["a", "b"], "count": 2}
+    loaded = RunState.from_json(orjson.dumps(raw))
+    assert loaded.agent_state == {"todo": ["a", "b"], "count": 2}
+    assert loaded.calls["c1"].step == 1
+    assert loaded.children["c9"].agent_state == {"child": True}
+    assert loaded.children["c9"].calls["k1"].step == 4
+    assert loaded.schema_version == 3
+    assert loaded == original.model_copy(update={"schema_version": 3})
+    again = orjson.loads(loaded.to_json())
+    assert again["schema_version"] == 3 and "state" not in again
+    assert again["agent_state"] == {"todo": ["a", "b"], "count": 2}
+    # A checkpoint reads its state through `from_data`: the same migration.
+    assert RunState.from_data(raw).agent_state == {"todo": ["a", "b"], "count": 2}
+
+
+def test_a_current_state_with_the_old_key_is_refused() -> None:
+    """Only an older version's keys are renamed: at version 3, `state` is an unknown key."""
+    raw = orjson.loads(full_state().to_json())
+    raw["state"] = raw.pop("agent_state")
+    with pytest.raises(RunStateError, match="the run state is not valid"):
+        RunState.from_json(orjson.dumps(raw))

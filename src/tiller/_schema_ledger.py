@@ -6,7 +6,7 @@ worker, a held approval is decided from another machine, a fleet is upgraded one
 a time. So every record carries its `schema_version`, and, from tiller 0.1.0 on, a
 `written_by` naming the tiller that wrote it. A reader:
 
-- reads the versions it knows, migrating an older one as it reads it (RunState 1 → 2,
+- reads the versions it knows, migrating an older one as it reads it (RunState 1 → 2 → 3,
   file checkpoints 1 → 2), and refuses an older version it cannot read with a message
   naming the version;
 - refuses a version newer than it knows (`NewerSchemaError`), naming the tiller that
@@ -82,6 +82,15 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "A tool call carries `provider_id` beside `id`, now always the runtime's "
                 '(law 10). A version 1 call reads with `provider_id=""`, keeping its id. '
                 + _WRITTEN_BY,
+            ),
+            SchemaVersion(
+                3,
+                "0.1.0",
+                "One vocabulary (issue 15): the agent's typed state is `agent_state` (was "
+                "`state`), a call record's step is `step` (was `turn`), the recorded "
+                "policy's budget says `max_steps` and `spent.steps` (was `max_turns`, "
+                "`turns`), the stop cause `turn_budget` is `step_budget`. An older state's "
+                "keys are renamed as it is read, and `turn_budget` still reads.",
             ),
         ),
         _kind(

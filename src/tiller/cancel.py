@@ -286,9 +286,9 @@ class CancellationToken:
         """Wait until the token fires; return at once if it already has."""
         if self._cancelled:
             return
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        handle = self._register(_call_in_loop, (loop, _resolve, waiter))
+        event_loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = event_loop.create_future()
+        handle = self._register(_call_in_loop, (event_loop, _resolve, waiter))
         if handle is None:
             return
         try:
@@ -387,10 +387,10 @@ class CancelScope:
 
     __slots__ = (
         "_entry_cancelling",
+        "_event_loop",
         "_fired_cancelling",
         "_handle",
         "_issued",
-        "_loop",
         "_message",
         "_other_pending",
         "_state",
@@ -400,7 +400,7 @@ class CancelScope:
     )
 
     _task: asyncio.Task[object]
-    _loop: asyncio.AbstractEventLoop
+    _event_loop: asyncio.AbstractEventLoop
     _entry_cancelling: int
     _handle: CallbackHandle | None
     # Set when the scope cancels the task (`_deliver`):
@@ -433,17 +433,17 @@ class CancelScope:
         if self._state != _UNUSED:
             raise UsageError("a cancel scope can be entered only once; call token.scope() again")
         try:
-            loop = asyncio.get_running_loop()
+            event_loop = asyncio.get_running_loop()
         except RuntimeError:
-            loop = None
-        task = asyncio.current_task(loop) if loop is not None else None
-        if loop is None or task is None:
+            event_loop = None
+        task = asyncio.current_task(event_loop) if event_loop is not None else None
+        if event_loop is None or task is None:
             raise UsageError(
                 "token.scope() interrupts an asyncio task, so enter it inside a coroutine "
                 "running in a task; in plain synchronous code, call token.check() instead"
             )
         self._task = task
-        self._loop = loop
+        self._event_loop = event_loop
         self._entry_cancelling = task.cancelling()
         self._handle = self._token._register(self._on_fire, ())
         if self._handle is None:
@@ -491,15 +491,15 @@ class CancelScope:
 
     def _on_fire(self) -> None:
         """Token callback: get `task.cancel()` to the task, on the task's own loop."""
-        loop = self._loop
-        if _running_loop() is not loop:
-            _call_soon_threadsafe(loop, self._deliver)
-        elif asyncio.current_task(loop) is self._task:
+        event_loop = self._event_loop
+        if _running_loop() is not event_loop:
+            _call_soon_threadsafe(event_loop, self._deliver)
+        elif asyncio.current_task(event_loop) is self._task:
             # The task cancelled its own token. Cancelling a running task would leave a
             # pending cancel that might go off after the block (Python < 3.13 cannot rescind
             # it); deliver it once the task next suspends, which is inside the block if the
             # block awaits again at all.
-            loop.call_soon(self._deliver)
+            event_loop.call_soon(self._deliver)
         else:
             # The task is suspended, necessarily inside the block: cancel it right away.
             self._deliver()
@@ -553,21 +553,21 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 def _call_soon_threadsafe(
-    loop: asyncio.AbstractEventLoop, fn: Callable[[*_Ts], object], *args: *_Ts
+    event_loop: asyncio.AbstractEventLoop, fn: Callable[[*_Ts], object], *args: *_Ts
 ) -> None:
     # A closed loop raises RuntimeError: nothing on it is waiting any more.
     with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn, *args)
+        event_loop.call_soon_threadsafe(fn, *args)
 
 
 def _call_in_loop(
-    loop: asyncio.AbstractEventLoop, fn: Callable[[*_Ts], object], *args: *_Ts
+    event_loop: asyncio.AbstractEventLoop, fn: Callable[[*_Ts], object], *args: *_Ts
 ) -> None:
     """Call `fn(*args)` now if we are on `loop`'s thread, else hand it to that loop."""
-    if _running_loop() is loop:
+    if _running_loop() is event_loop:
         fn(*args)
     else:
-        _call_soon_threadsafe(loop, fn, *args)
+        _call_soon_threadsafe(event_loop, fn, *args)
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

@@ -12,7 +12,7 @@ Two factories:
 - `bus_capture(bus)` writes each run's capture to a KV bucket of the store
   (`tiller-captures`, keyed by run id) when the run ends. `close()` is synchronous and must
   not block the run, so the write is a task on the running loop; `await factory.wait()`
-  before closing the bus (or before reading the capture back) so that no write is lost.
+  before closing the store (or before reading the capture back) so that no write is lost.
 
 Both take an optional `redact(record) -> record`, applied to every record *before* it is
 buffered, so an unredacted record never sits in memory waiting to be written (DESIGN §11).
@@ -385,12 +385,12 @@ class BusCaptures:
 
     def _schedule(self, capture: Capture) -> None:
         try:
-            loop = asyncio.get_running_loop()
+            event_loop = asyncio.get_running_loop()
         except RuntimeError:
             self.failed.append(capture.run_id)
             _logger.error("capture of run %s not written: no running event loop", capture.run_id)
             return
-        task = loop.create_task(self._write(capture), name=f"tiller-capture-{capture.run_id}")
+        task = event_loop.create_task(self._write(capture), name=f"tiller-capture-{capture.run_id}")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -408,7 +408,7 @@ def bus_capture(
     bus: Bus, bucket: str = CAPTURE_BUCKET, *, redact: Redactor | None = None
 ) -> BusCaptures:
     """A factory writing captures to `bucket` of `bus`, keyed by run id. Await
-    `factory.wait()` before closing the bus."""
+    `factory.wait()` before closing the store."""
     return BusCaptures(bus, bucket, redact=redact)
 
 

@@ -41,7 +41,7 @@ policy pinned in the run's checkpoint, `tiller.pinned_policy`, never the workspa
 `TillerConfig.apply(run_ctx)` puts the policy into a run's context (hooks from
 code are kept, and the file's are added after them) and the subagent types
 (`tiller.loop.SubagentConfig` documents the `[subagents]` keys), and `web_fetch`'s
-`WebAccess` on the run's `ToolCtx` (`tiller.tools.WebAccess` documents `[web]`).
+`WebAccess` on the run's `Jail` (`tiller.tools.WebAccess` documents `[web]`).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class TillerConfig:
     #: The `[subagents]` section (None: the built-in types and limits).
     subagents: SubagentConfig | None = None
     #: The `[web]` section: where `web_fetch` may connect (None: public addresses only,
-    #: or whatever the program's `ToolCtx` already allows).
+    #: or whatever the program's `Jail` already allows).
     web: WebAccess | None = None
 
     @classmethod
@@ -140,8 +140,8 @@ class TillerConfig:
             updated = updated.with_policy(
                 PolicyEngine(
                     self.rules,
-                    workspace=run_ctx.tools.root,
-                    protected=run_ctx.tools.protected,
+                    workspace=run_ctx.jail.root,
+                    protected=run_ctx.jail.protected,
                 )
             )
         if self.outbox:
@@ -149,7 +149,7 @@ class TillerConfig:
         if self.subagents is not None:
             updated = updated.with_subagents(self.subagents)
         if self.web is not None:
-            updated = updated.with_tools(updated.tools.with_web_access(self.web))
+            updated = updated.with_jail(updated.jail.with_web_access(self.web))
         return updated
 
 

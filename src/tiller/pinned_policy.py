@@ -187,7 +187,7 @@ class PinnedPolicy:
         the checkpoints, with the pinned files inside the jail protected. A run that
         continues in another jail (`tiller runs resume --workspace`) checks its hook
         scripts there, against the hashes taken in the first."""
-        root = run_ctx.tools.root
+        root = run_ctx.jail.root
         if self.workspace is not None and self.workspace != root:
             return self.for_workspace(root).apply(run_ctx)
         pinned_files = [Path(p.path) for p in self._all_pins()]
@@ -197,7 +197,7 @@ class PinnedPolicy:
         if inside:
             # Before `config.apply`: a `[policy]` engine takes the protected paths it is
             # built with, and must know these too.
-            run_ctx = run_ctx.with_tools(run_ctx.tools.with_protected(*inside))
+            run_ctx = run_ctx.with_jail(run_ctx.jail.with_protected(*inside))
         applied = self.config.apply(run_ctx).with_pinned_policy(self.to_data())
         return with_store_protected(applied)
 
@@ -279,11 +279,11 @@ def with_store_protected(run_ctx: RunContext) -> RunContext:
         return run_ctx
     db = path.expanduser().resolve()
     files = [db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
-    tools = run_ctx.tools
-    inside = [f for f in files if f.is_relative_to(tools.root)]
+    jail = run_ctx.jail
+    inside = [f for f in files if f.is_relative_to(jail.root)]
     if not inside:
         return run_ctx
-    return run_ctx.with_tools(tools.with_protected(*inside))
+    return run_ctx.with_jail(jail.with_protected(*inside))
 
 
 def pinned_policy_of(run_ctx: RunContext) -> PinnedPolicy:

@@ -92,7 +92,7 @@ def _async_fixture(function: _F) -> _F:
 
 @_async_fixture
 async def tiller_store(tmp_path: Path) -> AsyncIterator[Bus]:
-    """A fresh SQLite bus in the test's `tmp_path`, closed after the test."""
+    """A fresh SQLite store in the test's `tmp_path`, closed after the test."""
     from .store import open_bus
 
     bus = await open_bus(f"sqlite:///{tmp_path / 'tiller.db'}")

@@ -16,7 +16,7 @@ import enum
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import _public
 from ._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
@@ -43,6 +43,10 @@ __all__ = [
 #:        runtime's (`{run_id}-call-{n}`, law 10). A version 1 call has no `provider_id`
 #:        (its `id` was the provider's, and stays its id): it reads as `provider_id=""`,
 #:        and the codecs send its `id` back, as before.
+#: 2 → 3: one vocabulary (issue 15): the agent's typed state is `agent_state` (was
+#:        `state`), a call record's step is `step` (was `turn`), and the stop cause
+#:        `turn_budget` is `step_budget`. An older state's keys are renamed as it is read
+#:        (`_renamed_keys`); `"turn_budget"` still reads (`StopCause._missing_`).
 SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable
@@ -62,13 +66,18 @@ class NewerRunState(RunStateError, NewerSchemaError):
 
 
 class StopCause(enum.Enum):
-    """Why a run stopped; `RunResult.stop_cause`."""
+    """Why a run stopped; `RunResult.stop_cause`.
+
+    `STEP_BUDGET` was `TURN_BUDGET` (`"turn_budget"`) before issue 15: a stored
+    `"turn_budget"` still reads as `STEP_BUDGET`, and `StopCause.STEP_BUDGET` is an alias
+    of it, deprecated, going in the next release.
+    """
 
     COMPLETED = "completed"
     CANCELLED = "cancelled"
     SUSPENDED = "suspended"
     MAX_STEPS = "max_steps"
-    TURN_BUDGET = "turn_budget"
+    STEP_BUDGET = "step_budget"
     TOKEN_BUDGET = "token_budget"
     COST_BUDGET = "cost_budget"
     LOOP = "loop"
@@ -76,6 +85,15 @@ class StopCause(enum.Enum):
     REFUSED = "refused"
     HANDOFF = "handoff"
     ERROR = "error"
+    #: Deprecated: the previous release's name of `STEP_BUDGET` (an alias of it).
+    TURN_BUDGET = "step_budget"
+
+    @classmethod
+    def _missing_(cls, value: object) -> StopCause | None:
+        # Stored before issue 15 renamed it (checkpoints, event logs, eval results).
+        if value == "turn_budget":
+            return cls.STEP_BUDGET
+        return None
 
 
 CallStatus = Literal["pending", "started", "completed", "failed"]
@@ -88,7 +106,8 @@ class CallRecord(BaseModel):
 
     call_id: str
     name: str
-    turn: int
+    #: The step the call was made in (`RunState.step` then).
+    step: int
     status: CallStatus = "pending"
     is_error: bool = False
     #: Who refused it, if it was refused: user, policy, hook, phase, withheld, unknown tool.
@@ -181,7 +200,7 @@ class RunState(BaseModel):
     thread_id: str
     agent_name: str = "agent"
     messages: list[Message] = Field(default_factory=list)
-    #: Model turns taken so far (each is one model call in this run).
+    #: Steps taken so far (each is one model call in this run).
     step: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
@@ -189,8 +208,8 @@ class RunState(BaseModel):
     usage_complete: bool = True
     taint: int = Taint.NONE.value
     phase: Phase = Phase.EXECUTE
-    #: The agent's typed state, as JSON.
-    state: Any = None
+    #: The agent's typed state (the `S` of `AgUiContext[S]`), as JSON.
+    agent_state: Any = None
     calls: dict[str, CallRecord] = Field(default_factory=dict)
     #: Open AG-UI interrupts (wire dicts) while suspended.
     interrupts: list[dict[str, Any]] = Field(default_factory=list)
@@ -242,6 +261,11 @@ class RunState(BaseModel):
     #: (`tiller.loop.run_context_from`). The live parts (approver, cancel token, hooks, the
     #: store) are not data and are given by whoever resumes. None when not recorded.
     policy: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate(cls, data: Any) -> Any:
+        return _renamed_keys(data)
 
     # ── convenience ──────────────────────────────────────────────────────────────
 
@@ -349,6 +373,39 @@ class RunState(BaseModel):
         return _read_by_the_ledger(state)
 
 
+#: The version that renamed `state` to `agent_state` and a call record's `turn` to `step`.
+_AGENT_STATE_VERSION = 3
+
+
+def _renamed_keys(data: Any) -> Any:
+    """A state of a version before 3 (as decoded JSON) with the keys version 3 renamed:
+    `state` → `agent_state`, each call record's `turn` → `step`. Anything else (a
+    current state, a `RunState` value, not a dict) is returned as it is; `data` itself
+    is never changed. Each child state carries its own version and migrates itself."""
+    if not isinstance(data, dict):
+        return data
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return data
+    if version >= _AGENT_STATE_VERSION:
+        return data
+    migrated = dict(data)
+    if "state" in migrated and "agent_state" not in migrated:
+        migrated["agent_state"] = migrated.pop("state")
+    calls = migrated.get("calls")
+    if isinstance(calls, dict):
+        migrated["calls"] = {call_id: _call_with_step(record) for call_id, record in calls.items()}
+    return migrated
+
+
+def _call_with_step(record: Any) -> Any:
+    if isinstance(record, dict) and "turn" in record and "step" not in record:
+        renamed = dict(record)
+        renamed["step"] = renamed.pop("turn")
+        return renamed
+    return record
+
+
 def _read_by_the_ledger(state: RunState) -> RunState:
     """`state` if the ledger reads its version (`RunStateError` if not), migrated."""
     if state.schema_version not in READABLE_VERSIONS:
@@ -357,9 +414,16 @@ def _read_by_the_ledger(state: RunState) -> RunState:
             f"run state schema version {state.schema_version} is not supported "
             f"(this tiller reads versions {readable})"
         )
-    # Migrated as read (see the ledger): saved again, it is the current version.
-    state.schema_version = SCHEMA_VERSION
+    # Migrated as read (see the ledger): saved again, it is the current version, and so
+    # is every child state it carries (each was migrated as it was read).
+    _stamp_current(state)
     return state
+
+
+def _stamp_current(state: RunState) -> None:
+    state.schema_version = SCHEMA_VERSION
+    for child in state.children.values():
+        _stamp_current(child)
 
 
 def _refuse_newer(data: bytes | str) -> None:

@@ -223,7 +223,7 @@ def test_a_new_step_closes_the_live_region() -> None:
     view = RunView(console)
     progress = start(view, "c1", "execute_command", command="serve")
     progress.output("listening\n")
-    view.on_event(StepStartedEvent(step_name="turn 2"))  # a call cut off: no result came
+    view.on_event(StepStartedEvent(step_name="step 2"))  # a call cut off: no result came
     view.close()  # no live display is left running (rich would refuse a second one)
     second = RunView(console)
     start(second, "c2", "execute_command", command="again").output("ok\n")

@@ -1,5 +1,5 @@
 """Background work through a whole run, under the real sandbox: a command sent to the
-background reports its result at a later turn, and cancelling the run kills it."""
+background reports its result at a later step, and cancelling the run kills it."""
 
 from __future__ import annotations
 

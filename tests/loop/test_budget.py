@@ -59,27 +59,27 @@ def _forget_looks() -> None:
 
 async def test_turn_ceiling_without_reserve_makes_no_more_calls(ctx: RunContext) -> None:
     model = ScriptedModel([tool_turn(), tool_turn(), tool_turn(), text_turn("done")])
-    run = await drive(Agent(model, [look]), "go", ctx.with_budget(Budget(max_turns=2)))
+    run = await drive(Agent(model, [look]), "go", ctx.with_budget(Budget(max_steps=2)))
     result = run.result
-    assert result.stop_cause is StopCause.TURN_BUDGET
+    assert result.stop_cause is StopCause.STEP_BUDGET
     assert result.exhausted
     assert len(model.requests) == 2
     assert result.turns == 2
     assert run.terminal["type"] == "RUN_FINISHED"
-    assert run.terminal["result"] == {"stopCause": "turn_budget"}
+    assert run.terminal["result"] == {"stopCause": "step_budget"}
     assert run.terminal["outcome"] == {"type": "success"}
-    # The transcript ends with the last turn's results: nothing was asked for.
+    # The transcript ends with the last step's results: nothing was asked for.
     assert run.messages[-1].role == "user"
     assert FINAL_ANSWER_NUDGE not in last_user(run.messages).text
 
 
 async def test_turn_ceiling_with_reserve_makes_one_toolless_final_call(ctx: RunContext) -> None:
     model = ScriptedModel([tool_turn(), tool_turn(), text_turn("I found: seen.")])
-    budget = Budget(max_turns=2, final_answer_reserve=64)
+    budget = Budget(max_steps=2, final_answer_reserve=64)
     options = RunOptions(max_tokens=1000)
     run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget), options)
     result = run.result
-    assert result.stop_cause is StopCause.TURN_BUDGET
+    assert result.stop_cause is StopCause.STEP_BUDGET
     assert result.exhausted
     assert len(model.requests) == 3
     final = model.requests[2]
@@ -94,16 +94,16 @@ async def test_turn_ceiling_with_reserve_makes_one_toolless_final_call(ctx: RunC
     assert result.text == "I found: seen."
     assert "final answer" in [e.get("stepName") for e in run.wire]
     assert result.turns == 3
-    assert budget.turns == 3
+    assert budget.steps == 3
 
 
 async def test_a_final_answer_made_of_tool_calls_keeps_nothing(ctx: RunContext) -> None:
     """The final call is tool-less: calls it makes anyway are not run, and a reply that
     was only calls leaves no (empty) assistant turn behind (law 1)."""
     model = ScriptedModel([tool_turn(), tool_turn()])
-    budget = Budget(max_turns=1, final_answer_reserve=32)
+    budget = Budget(max_steps=1, final_answer_reserve=32)
     run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget))
-    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
     assert len(model.requests) == 2
     assert looked == ["look"]
     assert run.messages[-1].role == "user"
@@ -140,7 +140,7 @@ async def test_a_refused_final_answer_is_not_kept(ctx: RunContext) -> None:
     """Pins the break where the budget's tool-less final answer skipped the post-LLM
     guardrails: a response the guardrail refuses reached the result as the answer."""
     model = ScriptedModel([tool_turn(), text_turn("The launch code is 1234.")])
-    budget = Budget(max_turns=1, final_answer_reserve=64)
+    budget = Budget(max_steps=1, final_answer_reserve=64)
     guard = RefusalKeywords(["launch code"])
     options = RunOptions(guardrails=(guard,))
     run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget), options)
@@ -158,11 +158,11 @@ async def test_the_final_answer_passes_the_same_guardrails_as_a_turn(ctx: RunCon
     answer is kept as usual."""
     guard = FinalAnswerOnly()
     model = ScriptedModel([tool_turn(), text_turn("I found: seen.")])
-    budget = Budget(max_turns=1, final_answer_reserve=64)
+    budget = Budget(max_steps=1, final_answer_reserve=64)
     options = RunOptions(guardrails=(guard,))
     run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget), options)
     assert guard.seen == ["pre", "post:I found: seen."]
-    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
     assert run.result.text == "I found: seen."
 
 
@@ -171,7 +171,7 @@ async def test_a_handoff_before_the_final_answer_makes_no_call(ctx: RunContext) 
     off is honoured, and the reserve held for the call is given back unspent."""
     guard = FinalAnswerOnly(pre=GuardrailOutcome.handoff("summariser", "long history"))
     model = ScriptedModel([tool_turn(), text_turn("unused")])
-    budget = Budget(max_turns=1, final_answer_reserve=64)
+    budget = Budget(max_steps=1, final_answer_reserve=64)
     options = RunOptions(guardrails=(guard,))
     run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget), options)
     assert guard.seen == ["pre"]
@@ -179,8 +179,8 @@ async def test_a_handoff_before_the_final_answer_makes_no_call(ctx: RunContext) 
     assert run.result.stop_cause is StopCause.HANDOFF
     assert run.result.handoff == "summariser"
     assert run.result.error == "long history"
-    assert budget.turns == 1
-    assert (budget.turns_in_flight, budget.tokens_in_flight) == (0, 0)
+    assert budget.steps == 1
+    assert (budget.steps_in_flight, budget.tokens_in_flight) == (0, 0)
 
 
 # ── output tokens ────────────────────────────────────────────────────────────────
@@ -222,7 +222,7 @@ async def test_max_tokens_is_left_alone_without_a_token_ceiling(ctx: RunContext)
 
 @pytest.mark.parametrize("key", ["scripted", "scripted:scripted"])
 async def test_cost_ceiling(ctx: RunContext, key: str) -> None:
-    # 1000 input tokens at $1/M + 500 output tokens at $2/M = $0.002 a turn.
+    # 1000 input tokens at $1/M + 500 output tokens at $2/M = $0.002 a step.
     turn = tool_turn(output_tokens=500, input_tokens=1000)
     model = ScriptedModel([turn] * 5 + [text_turn("unused")])
     budget = Budget(max_cost_usd=0.005, pricing={key: Pricing(input=1.0, output=2.0)})
@@ -252,19 +252,19 @@ def test_pricing_counts_cached_input_at_its_own_price() -> None:
 
 
 def test_the_first_ceiling_reached_is_named() -> None:
-    budget = Budget(max_turns=1, max_output_tokens=1, max_cost_usd=0.0)
+    budget = Budget(max_steps=1, max_output_tokens=1, max_cost_usd=0.0)
     assert budget.exceeded() is StopCause.COST_BUDGET
     budget.charge(Usage(output_tokens=1), provider="p", model="m")
-    assert budget.exceeded() is StopCause.TURN_BUDGET
+    assert budget.exceeded() is StopCause.STEP_BUDGET
     assert Budget().exceeded() is None
-    assert Budget.turns_only(2).max_turns == 2
+    assert Budget.steps_only(2).max_steps == 2
 
 
 # ── shared budgets ───────────────────────────────────────────────────────────────
 
 
 async def test_a_budget_shared_by_runs_one_after_the_other(workspace: Path) -> None:
-    budget = Budget(max_turns=3)
+    budget = Budget(max_steps=3)
     first_model = ScriptedModel([tool_turn(), text_turn("first done")])
     second_model = ScriptedModel([tool_turn(), text_turn("second done")])
     first = await drive(
@@ -274,33 +274,33 @@ async def test_a_budget_shared_by_runs_one_after_the_other(workspace: Path) -> N
         Agent(second_model, [look]), "go", RunContext.sandboxed(workspace).with_budget(budget)
     )
     assert first.result.stop_cause is StopCause.COMPLETED
-    assert second.result.stop_cause is StopCause.TURN_BUDGET
+    assert second.result.stop_cause is StopCause.STEP_BUDGET
     assert len(second_model.requests) == 1
-    assert budget.turns == 3
+    assert budget.steps == 3
 
 
 async def test_a_budget_shared_by_concurrent_runs(workspace: Path) -> None:
-    budget = Budget(max_turns=4)
+    budget = Budget(max_steps=4)
     models = [ScriptedModel([tool_turn()] * 6 + [text_turn("done")]) for _ in range(2)]
     context = RunContext.sandboxed(workspace, AllowAll()).with_budget(budget)
     runs = await asyncio.gather(
         *(drive(Agent(m, [look]), "go", context, run_id=f"r{i}") for i, m in enumerate(models))
     )
-    assert [run.result.stop_cause for run in runs] == [StopCause.TURN_BUDGET] * 2
+    assert [run.result.stop_cause for run in runs] == [StopCause.STEP_BUDGET] * 2
     assert sum(run.result.turns for run in runs) == 4
-    assert budget.turns == 4
+    assert budget.steps == 4
 
 
 async def test_concurrent_runs_with_slow_models_do_not_overshoot(workspace: Path) -> None:
-    budget = Budget(max_turns=3)
+    budget = Budget(max_steps=3)
     slow = {**tool_turn(), "delay": 0.01}
     models = [ScriptedModel([slow] * 6 + [text_turn("done")]) for _ in range(2)]
     context = RunContext.sandboxed(workspace, AllowAll()).with_budget(budget)
     await asyncio.gather(
         *(drive(Agent(m, [look]), "go", context, run_id=f"r{i}") for i, m in enumerate(models))
     )
-    assert budget.turns == 3
-    assert budget.turns_in_flight == 0 and budget.tokens_in_flight == 0
+    assert budget.steps == 3
+    assert budget.steps_in_flight == 0 and budget.tokens_in_flight == 0
 
 
 async def test_concurrent_runs_share_the_token_budget_without_overshoot(workspace: Path) -> None:
@@ -320,13 +320,13 @@ async def test_concurrent_runs_share_the_token_budget_without_overshoot(workspac
     )
     assert budget.usage.output_tokens <= 100
     assert all(run.result.stop_cause is StopCause.TOKEN_BUDGET for run in runs)
-    assert budget.tokens_in_flight == 0 and budget.turns_in_flight == 0
+    assert budget.tokens_in_flight == 0 and budget.steps_in_flight == 0
 
 
 async def test_a_budget_shared_with_a_nested_run(workspace: Path) -> None:
     """A tool runs a sub-agent on the parent's budget: the sub-agent spends the turns
     that are left, and the parent, back from the tool, stops before its next call."""
-    budget = Budget(max_turns=3)
+    budget = Budget(max_steps=3)
     inner_model = ScriptedModel([tool_turn(), tool_turn(), tool_turn(), text_turn("inner")])
     inner_results: list[Any] = []
 
@@ -343,11 +343,11 @@ async def test_a_budget_shared_with_a_nested_run(workspace: Path) -> None:
     context = RunContext.sandboxed(workspace).with_budget(budget)
     run = await drive(Agent(outer_model, [delegate]), "go", context)
     (inner_result,) = inner_results
-    assert inner_result.stop_cause is StopCause.TURN_BUDGET
+    assert inner_result.stop_cause is StopCause.STEP_BUDGET
     assert inner_result.turns == 2
     assert len(inner_model.requests) == 2
-    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
     assert len(outer_model.requests) == 1
-    assert run.results()[0].content == "helper stopped: turn_budget"
-    assert budget.turns == 3
+    assert run.results()[0].content == "helper stopped: step_budget"
+    assert budget.steps == 3
     assert texts(run.messages)[0] == ("user", "go")

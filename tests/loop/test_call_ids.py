@@ -1,7 +1,7 @@
 """Law 10: tool call ids are the runtime's, and a decision answers one call, once.
 
 A provider's call id is only what that provider called the call: it may repeat (two calls
-`call-1-0` in one response, the same id every turn, a script that starts over after a
+`call-1-0` in one response, the same id every step, a script that starts over after a
 resume) or be empty. Every call gets the run's own id (`{run_id}-call-{n}`) as it is parsed,
 so the transcript, the stream and the store never see two calls with one id; and a
 person's decision is bound to the call it was made for and spent there, so a later call
@@ -52,7 +52,7 @@ async def test_two_calls_with_one_provider_id_in_a_turn_both_run(ctx: RunContext
     model = ScriptedModel([{"tool_calls": [call("a"), call("b")]}, "done"])
     run = await drive(Agent(model, [append]), "go", ctx)  # checks the stream is valid
     assert run.result.stop_cause is StopCause.COMPLETED
-    assert sorted(lines(ctx.tools.root)) == ["a", "b"]  # the batch runs concurrently
+    assert sorted(lines(ctx.jail.root)) == ["a", "b"]  # the batch runs concurrently
     calls = all_calls(run.messages)
     assert [c.id for c in calls] == ["r1-call-1", "r1-call-2"]
     assert [c.provider_id for c in calls] == ["call-1-0", "call-1-0"]
@@ -64,14 +64,14 @@ async def test_two_calls_with_one_provider_id_in_a_turn_both_run(ctx: RunContext
 
 
 async def test_one_provider_id_every_turn_gives_distinct_calls(ctx: RunContext) -> None:
-    """Broke: a provider that names every turn's call the same (`call_0`, as servers
+    """Broke: a provider that names every step's call the same (`call_0`, as servers
     without ids get) put two calls with one id in the transcript, which every provider
     rejects, and the second `TOOL_CALL_START` was a `ReusedId` violation."""
     model = ScriptedModel(
         [{"tool_calls": [call("a", "call_0")]}, {"tool_calls": [call("b", "call_0")]}, "done"]
     )
     run = await drive(Agent(model, [append]), "go", ctx)
-    assert lines(ctx.tools.root) == ["a", "b"]  # one call a turn: in order
+    assert lines(ctx.jail.root) == ["a", "b"]  # one call a step: in order
     assert [c.id for c in all_calls(run.messages)] == ["r1-call-1", "r1-call-2"]
     # The model's third request pairs each result with its own call.
     third = model.requests[2].messages

@@ -117,11 +117,11 @@ async def test_cancel_mid_text_keeps_the_partial_text(ctx: RunContext) -> None:
     assert event_lines(wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TEXT_MESSAGE_START r1-msg-1",
             "TEXT_MESSAGE_CONTENT r1-msg-1 Hello wor",
             "TEXT_MESSAGE_END r1-msg-1",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]
     )
@@ -150,8 +150,8 @@ async def test_cancel_during_a_delayed_turn(ctx: RunContext) -> None:
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
-            "STEP_FINISHED turn 1",
+            "STEP_STARTED step 1",
+            "STEP_FINISHED step 1",
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]
     )
@@ -188,11 +188,11 @@ async def test_cancel_mid_tool_call_arguments_drops_the_call(ctx: RunContext) ->
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TEXT_MESSAGE_START r1-msg-1",
             "TEXT_MESSAGE_CONTENT r1-msg-1 Writing the file.",
             "TEXT_MESSAGE_END r1-msg-1",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]
     )
@@ -201,7 +201,7 @@ async def test_cancel_mid_tool_call_arguments_drops_the_call(ctx: RunContext) ->
 
 
 async def test_cancel_after_one_call_completed_mid_stream(ctx: RunContext) -> None:
-    """A call that completed before the cut was announced, but the turn never finished:
+    """A call that completed before the cut was announced, but the step never finished:
     nothing of it runs, and the transcript keeps only the text (no call without result)."""
     ran: list[str] = []
 
@@ -231,14 +231,14 @@ async def test_cancel_after_one_call_completed_mid_stream(ctx: RunContext) -> No
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TEXT_MESSAGE_START r1-msg-1",
             "TEXT_MESSAGE_CONTENT r1-msg-1 Two files.",
             "TOOL_CALL_START r1-call-1 write in r1-msg-1",
             'TOOL_CALL_ARGS r1-call-1 {"path": "a.txt"}',
             "TOOL_CALL_END r1-call-1",
             "TEXT_MESSAGE_END r1-msg-1",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]
     )
@@ -371,7 +371,7 @@ async def test_cancel_while_the_batch_is_gated(ctx: RunContext) -> None:
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TOOL_CALL_START r1-call-1 look in r1-msg-1",
             "TOOL_CALL_ARGS r1-call-1 {}",
             "TOOL_CALL_END r1-call-1",
@@ -382,7 +382,7 @@ async def test_cancel_while_the_batch_is_gated(ctx: RunContext) -> None:
             "TOOL_CALL_ARGS r1-call-3 {}",
             "TOOL_CALL_END r1-call-3",
             "TOOL_CALL_RESULT r1-call-2 (r1-msg-3): Denied by the user: the approver said no.",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]
     )
@@ -433,7 +433,7 @@ async def test_cancel_while_the_approver_decides(ctx: RunContext) -> None:
 
 class CancelOnDrain(SteeringQueue):
     """A steering queue that cancels the run when the loop drains it for turn `at`: the
-    drain happens at the top of a turn, so the cancel lands exactly between turns."""
+    drain happens at the top of a step, so the cancel lands exactly between turns."""
 
     def __init__(self, token: CancellationToken, at: int) -> None:
         super().__init__()
@@ -470,11 +470,11 @@ async def test_cancel_exactly_between_turns(ctx: RunContext) -> None:
             "result r1-call-1 look: seen",
         ]
     )
-    # The next turn never opened: its step is not in the stream.
+    # The next step never opened: its step is not in the stream.
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TEXT_MESSAGE_START r1-msg-1",
             "TEXT_MESSAGE_CONTENT r1-msg-1 Looking.",
             "TOOL_CALL_START r1-call-1 look in r1-msg-1",
@@ -482,7 +482,7 @@ async def test_cancel_exactly_between_turns(ctx: RunContext) -> None:
             "TOOL_CALL_END r1-call-1",
             "TEXT_MESSAGE_END r1-msg-1",
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): seen",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]
     )
@@ -524,7 +524,7 @@ async def test_cancel_from_on_event_at_a_step_boundary(ctx: RunContext) -> None:
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TEXT_MESSAGE_START r1-msg-1",
             "TEXT_MESSAGE_CONTENT r1-msg-1 Looking.",
             "TOOL_CALL_START r1-call-1 look in r1-msg-1",
@@ -532,7 +532,7 @@ async def test_cancel_from_on_event_at_a_step_boundary(ctx: RunContext) -> None:
             "TOOL_CALL_END r1-call-1",
             "TEXT_MESSAGE_END r1-msg-1",
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): seen",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]
     )

@@ -389,7 +389,7 @@ async def test_a_300_turn_run_compacts_stays_in_its_window_and_keeps_its_tasks(
     assert f"The user's original request:\n{PROMPT}" in head.text
     assert "[x] t1 Read the modules\n[x] t2 Fix the pricing\n[ ] t3 Get the checks" in head.text
     # Every summary call was paid from the run's budget, and counted in its usage.
-    assert budget.turns == len(model.requests) == 300 + project.summaries
+    assert budget.steps == len(model.requests) == 300 + project.summaries
     assert budget.usage == result.usage
     assert result.turns == 300
     # The audit trail is bounded.
@@ -448,16 +448,16 @@ async def test_summaries_are_charged_to_the_budget(ctx: RunContext) -> None:
     assert list(summary_request.tools) == []
     # Its own output cap: a quarter of the window (unknown here: 1.5 x the threshold).
     assert summary_request.max_tokens == 1200 * 3 // 2 // 4
-    assert budget.turns == len(model.requests)
+    assert budget.steps == len(model.requests)
     assert budget.usage == run.result.usage
     assert budget.usage.output_tokens >= 77 * len(summaries)
     assert run.result.cost_usd == pytest.approx(budget.cost_usd)
-    assert budget.turns_in_flight == budget.tokens_in_flight == 0
+    assert budget.steps_in_flight == budget.tokens_in_flight == 0
     assert run.result.turns == len(model.requests) - len(summaries)
 
 
 def _long_task(info: TurnInfo) -> Any:
-    """A model reading a new file each turn, answering at its 24th request."""
+    """A model reading a new file each step, answering at its 24th request."""
     if info.turn >= 24:
         return "Finished."
     return {"tool_calls": [call("read_file", path=f"src/file{info.turn}.py")]}
@@ -471,17 +471,17 @@ async def test_a_summary_that_spends_the_last_turn_stops_the_run_there(
     free = ScriptedModel(Project(30, window=1_000_000))
     await drive(Agent(free, TOOLS), PROMPT, ctx.with_compact_at(700), options, run_id="free")
     first = 1 + [r.system for r in free.requests].index(SUMMARY_SYSTEM_PROMPT)
-    # The same run, with that summary as the last turn the budget allows.
+    # The same run, with that summary as the last step the budget allows.
     project = Project(30, window=1_000_000)
-    budget = Budget(max_turns=first)
+    budget = Budget(max_steps=first)
     model = ScriptedModel(project)
     run = await drive(
         Agent(model, TOOLS), PROMPT, ctx.with_budget(budget).with_compact_at(700), options
     )
-    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
     assert project.summaries == 1
     assert model.requests[-1].system == SUMMARY_SYSTEM_PROMPT  # no call after it
-    assert budget.turns == len(model.requests) == first  # never past the ceiling (law 7)
+    assert budget.steps == len(model.requests) == first  # never past the ceiling (law 7)
     assert run.result.state.messages[0].text.startswith("[Context compacted")
 
 
@@ -602,7 +602,7 @@ async def test_without_a_store_the_state_keeps_what_was_rewritten(ctx: RunContex
 
 async def test_a_summary_writer_never_calls_past_the_budget(tmp_path: Path) -> None:
     model = ScriptedModel(["never"])
-    budget = Budget(max_turns=1, turns=1)
+    budget = Budget(max_steps=1, steps=1)
     state = RunState(run_id="r", thread_id="t")
     writer = SummaryWriter(model, Agent(model).retry, budget, state, max_tokens=100)
     with pytest.raises(SummaryFailed) as info:
@@ -638,7 +638,7 @@ async def test_a_cancel_during_the_summary_leaves_the_history_untouched(
     assert compacted(run) == []
     assert state.messages[0] == UserMessage(text=PROMPT)
     assert all(not content.startswith("[thinned") for content in contents(state.messages).values())
-    assert budget.turns_in_flight == budget.tokens_in_flight == 0
+    assert budget.steps_in_flight == budget.tokens_in_flight == 0
 
 
 async def test_runs_sharing_a_budget_never_overspend_it_across_a_compaction(
@@ -677,9 +677,9 @@ async def test_runs_sharing_a_budget_never_overspend_it_across_a_compaction(
         return await real_put(self, key, value)
 
     monkeypatch.setattr(MemoryKeyValue, "put", slow_put)
-    for max_turns in range(6, 16):
+    for max_steps in range(6, 16):
         async with await open_bus("memory://") as bus:
-            budget = Budget(max_turns=max_turns)
+            budget = Budget(max_steps=max_steps)
             shared = ctx.with_store(bus).with_budget(budget).with_compact_at(200)
             options = RunOptions().with_loop_guard(None).with_compaction(keep_recent=0)
             first = Agent(ScriptedModel(looping()), [peek])
@@ -688,4 +688,4 @@ async def test_runs_sharing_a_budget_never_overspend_it_across_a_compaction(
                 first.run_in(shared, "go", options, run_id="ra"),
                 second.run_in(shared, "go", options, run_id="rb"),
             )
-            assert budget.turns <= max_turns, (max_turns, budget.turns)
+            assert budget.steps <= max_steps, (max_steps, budget.steps)

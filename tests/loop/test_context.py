@@ -19,7 +19,7 @@ from tiller.model.scripted import TurnLike
 from tiller.phase import Phase
 from tiller.policy import AllowAll, ReadOnly
 from tiller.state import StopCause
-from tiller.tools import ExecContext, ToolCtx, tool
+from tiller.tools import ExecContext, Jail, tool
 
 from ._support import drive
 
@@ -29,13 +29,13 @@ def test_builders_return_new_contexts_and_leave_the_original(workspace: Path) ->
     before = dataclasses.replace(base)
     other_root = workspace / "other"
     other_root.mkdir()
-    tools = ToolCtx(other_root)
+    tools = Jail(other_root)
     approver = ReadOnly()
-    budget = Budget(max_turns=3)
+    budget = Budget(max_steps=3)
     token = CancellationToken()
     queue = SteeringQueue()
     changes = [
-        (base.with_tools(tools), "tools", tools),
+        (base.with_jail(tools), "jail", tools),
         (base.with_approver(approver), "approver", approver),
         (base.with_approver(None), "approver", None),
         (base.with_budget(budget), "budget", budget),
@@ -50,12 +50,12 @@ def test_builders_return_new_contexts_and_leave_the_original(workspace: Path) ->
         assert derived is not base
         assert getattr(derived, name) == value
         for field in dataclasses.fields(RunContext):
-            # The tools are rebound to the derived context's own safety switch, and its
+            # The jail is rebound to the derived context's own safety switch, and its
             # live controls are its own (law 13; `test_run_controls.py`).
-            if field.name not in {name, "controls", "tools"} and name not in {"tools"}:
+            if field.name not in {name, "controls", "jail"} and name not in {"jail"}:
                 assert getattr(derived, field.name) is getattr(base, field.name), field.name
-        if name != "tools":
-            assert derived.tools.root == base.tools.root
+        if name != "jail":
+            assert derived.jail.root == base.jail.root
         if name not in live:
             assert derived.queued_input is not base.queued_input
     # The original is exactly as it was, field by field (identity, not just equality).
@@ -90,13 +90,13 @@ def test_constructors(workspace: Path) -> None:
     fresh = workspace / "not-yet"
     context = RunContext.sandboxed(fresh)
     assert fresh.is_dir()
-    assert context.tools.root == fresh.resolve()
+    assert context.jail.root == fresh.resolve()
     assert context.approver is None
     assert context.budget == Budget()
-    tools = ToolCtx(workspace)
+    tools = Jail(workspace)
     approver = AllowAll()
     made = RunContext.new(tools, approver)
-    assert (made.tools, made.approver, made.phase) == (tools, approver, Phase.EXECUTE)
+    assert (made.jail, made.approver, made.phase) == (tools, approver, Phase.EXECUTE)
     # Each context gets its own budget and queue unless one is shared on purpose.
     assert RunContext.new(tools).budget is not made.budget
     assert RunContext.new(tools).queued_input is not made.queued_input

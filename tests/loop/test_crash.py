@@ -30,7 +30,7 @@ RUN_ID = "crash-1"
 HANG_GUARD = 60.0
 
 AGENT_MODULE = '''
-"""The agent under test: one model turn asks for three parallel calls, the next answers."""
+"""The agent under test: one step asks for three parallel calls, the next answers."""
 import asyncio
 
 from tiller.loop import Agent

@@ -133,7 +133,7 @@ async def test_a_tool_named_like_the_shell_is_no_sandboxed_shell_to_the_interloc
     past the trifecta block. It declares no `sandboxed`, so it is a send like any."""
     sent.clear()
     ctx = RunContext.sandboxed(workspace, Callback(lambda call, tool: True))
-    assert ctx.tools.network is False
+    assert ctx.jail.network is False
     batch = [
         {"name": "read_notes"},
         {"name": "fetch_page", "arguments": {"url": "https://x"}},

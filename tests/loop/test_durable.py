@@ -410,13 +410,13 @@ async def test_a_live_run_holds_its_lease_so_recovery_waits_or_is_forced(tmp_pat
 
 @tool(read_only=True)
 async def huge_report() -> str:
-    """A tool (an MCP server's, a user's) that returns far more than a turn can show."""
+    """A tool (an MCP server's, a user's) that returns far more than a step can show."""
     return "r" * (8 * 1024 * 1024)
 
 
 async def test_a_huge_result_is_recorded_bounded(tmp_path: Path) -> None:
     """The durable call record once kept a tool's whole result (8 MiB here) before the
-    turn's budget capped it: it keeps what the transcript could show at most."""
+    step's budget capped it: it keeps what the transcript could show at most."""
     async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
         ctx = RunContext.sandboxed(tmp_path / "ws", AllowAll()).with_store(bus)
         turn = {"tool_calls": [{"name": "huge_report", "arguments": {}}]}
@@ -426,6 +426,6 @@ async def test_a_huge_result_is_recorded_bounded(tmp_path: Path) -> None:
         assert result.completed
         (log,) = (await CheckpointStore(bus, "cp").calls("huge-1")).values()
         assert log.content is not None
-        limit = ctx.tools.output_budget_bytes
+        limit = ctx.jail.output_budget_bytes
         assert limit < len(log.content.encode()) < limit + 100
         assert log.content.endswith(f"[{8 * 1024 * 1024 - limit} bytes more were not recorded]")

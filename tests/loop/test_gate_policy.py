@@ -146,7 +146,7 @@ async def test_a_send_after_private_data_alone_is_asked(workspace: Path) -> None
     from tiller.policy import Callback
 
     ctx = RunContext.sandboxed(workspace, Callback(approve))
-    ctx.tools.safety.set(SafetyMode.FULL_ACCESS)
+    ctx.jail.safety.set(SafetyMode.FULL_ACCESS)
     model = ScriptedModel(
         [{"tool_calls": [{"name": "read_secrets"}]}, {"tool_calls": [mail("me@x")]}, "ok"]
     )
@@ -174,7 +174,7 @@ async def test_the_approver_is_told_why_it_is_asked_and_the_risk(workspace: Path
     policy's, or the classifier's) reason and the risk class never reached it."""
     approver = ExplainedRecorder()
     ctx = RunContext.sandboxed(workspace, approver)
-    ctx.tools.safety.set(SafetyMode.FULL_ACCESS)
+    ctx.jail.safety.set(SafetyMode.FULL_ACCESS)
     model = ScriptedModel(
         [{"tool_calls": [{"name": "read_secrets"}]}, {"tool_calls": [mail("me@x")]}, "ok"]
     )
@@ -199,7 +199,7 @@ async def test_a_pre_tool_hook_denies_and_says_so(ctx: RunContext) -> None:
 
 
 async def test_destructive_commands_are_denied_even_with_allow_all(ctx: RunContext) -> None:
-    ctx.tools.safety.set(SafetyMode.FULL_ACCESS)
+    ctx.jail.safety.set(SafetyMode.FULL_ACCESS)
     model = ScriptedModel(
         [{"tool_calls": [{"name": "execute_command", "arguments": {"command": "rm -rf ~"}}]}, "ok"]
     )
@@ -221,7 +221,7 @@ async def test_auto_mode_asks_the_classifier_and_it_can_only_allow_or_escalate(
 
     judge = ScriptedModel(["ALLOW", "ESCALATE: this deletes the build on a shared host"])
     ctx = RunContext.sandboxed(workspace, Callback(person)).with_classifier(AutoClassifier(judge))
-    ctx.tools.safety.set(SafetyMode.AUTO)
+    ctx.jail.safety.set(SafetyMode.AUTO)
     commands = ["sh -c 'echo 1'", "make clean"]
     model = ScriptedModel(
         [

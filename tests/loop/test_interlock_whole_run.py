@@ -105,7 +105,7 @@ def _call(name: str, **arguments: object) -> dict[str, object]:
 
 
 def _networked(ctx: RunContext) -> RunContext:
-    return ctx.with_tools(ctx.tools.with_network())
+    return ctx.with_jail(ctx.jail.with_network())
 
 
 @pytest.mark.skipif(SANDBOX_MISSING, reason=SANDBOX_REASON)
@@ -139,7 +139,7 @@ async def test_a_sender_started_while_clean_is_stopped_when_the_trifecta_forms(
     waited = results[-1].content
     assert "curl-done" not in waited
     assert "stopped by the interlock" in waited
-    # The model is told at its next turn why its background command stopped. (With the
+    # The model is told at its next step why its background command stopped. (With the
     # network granted, a shell call's declared capabilities already make the conversation
     # private and untrusted: the job stops as soon as its start completes the trifecta.)
     notes = [str(request.messages[-1]) for request in model.requests]
@@ -173,7 +173,7 @@ async def test_with_on_trifecta_ask_a_write_while_a_sender_runs_is_held_naming_i
     )
     agent = Agent(model, [execute_command, background_process, read_file, write_file, fetch_page])
     run_ctx = _networked(ctx).with_interlock(Interlock(on_trifecta="ask"))
-    run_ctx = run_ctx.with_tools(run_ctx.tools.with_safety_mode(SafetyMode.FULL_ACCESS))
+    run_ctx = run_ctx.with_jail(run_ctx.jail.with_safety_mode(SafetyMode.FULL_ACCESS))
     run = await drive(agent, "set up", run_ctx.with_approver(Recording()))
     results = run.results()
     assert "write_file" in asked
@@ -371,7 +371,7 @@ async def test_a_clean_workspace_keeps_the_leak_guard_only(
 async def test_a_spilled_tool_output_carries_the_taint_too(
     ctx: RunContext, workspace: Path
 ) -> None:
-    """An untrusted result over the turn's budget is spilled under .tiller/spill, where a
+    """An untrusted result over the step's budget is spilled under .tiller/spill, where a
     later run can read it back: the spill file is listed like any file the run wrote."""
     (workspace / ".env").write_text(f"API_KEY={SECRET}\n")
     sent.clear()
@@ -418,8 +418,8 @@ async def test_a_held_write_tells_the_person_which_job_could_send_it(
     async with await open_bus("memory://") as bus:
         run_ctx = RunContext.sandboxed(workspace).with_store(bus)
         run_ctx = run_ctx.with_interlock(Interlock(on_trifecta="ask"))
-        run_ctx = run_ctx.with_tools(
-            run_ctx.tools.with_network().with_safety_mode(SafetyMode.FULL_ACCESS)
+        run_ctx = run_ctx.with_jail(
+            run_ctx.jail.with_network().with_safety_mode(SafetyMode.FULL_ACCESS)
         )
         options = RunOptions(checkpoint_bucket="cp")
         async with asyncio.timeout(20):  # a hang guard
@@ -472,7 +472,7 @@ async def test_a_subagents_write_cannot_feed_the_parents_sender(
         [execute_command, background_process, read_file, write_file, fetch_page, agent_tool],
     )
     run_ctx = _networked(ctx).with_interlock(Interlock(on_trifecta="ask"))
-    run_ctx = run_ctx.with_tools(run_ctx.tools.with_safety_mode(SafetyMode.FULL_ACCESS))
+    run_ctx = run_ctx.with_jail(run_ctx.jail.with_safety_mode(SafetyMode.FULL_ACCESS))
     await drive(agent, "set up", run_ctx.with_approver(Recording()))
     assert "write_file" in asked
     assert not (workspace / "out.txt").exists()

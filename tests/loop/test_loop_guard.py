@@ -153,7 +153,7 @@ async def test_a_run_that_loops_after_a_compaction_is_stopped(ctx: RunContext) -
     ]
     assert len(repeated) >= 3
     assert result.state.compaction.guard_count == 3
-    assert model.requests[-1].system is None  # the last call was a turn, not a summary
+    assert model.requests[-1].system is None  # the last call was a step, not a summary
 
 
 async def test_without_a_compaction_repetition_is_not_the_guards_business(

@@ -1,7 +1,7 @@
 """The mailbox in a run (`RunContext.mailbox`): mail is folded into the next user turn
 after steering, framed as from its agent and never as the user, with the sender's taint
 merged first; only a run that goes on receives; `message_send` stamps the run's identity
-and the turn's taint, never the model's; and a message cannot approve anything."""
+and the step's taint, never the model's; and a message cannot approve anything."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ async def test_the_senders_taint_is_merged_before_the_model_reads_the_text(
     bus: Bus, ctx: RunContext
 ) -> None:
     """Bob read private data; alice's mail is untrusted. The send the model makes on
-    reading it, in the same turn, is blocked: the taint was in place first."""
+    reading it, in the same step, is blocked: the taint was in place first."""
     store = MailboxStore(bus)
     model = ScriptedModel(
         [
@@ -159,7 +159,7 @@ async def test_the_senders_taint_is_merged_before_the_model_reads_the_text(
 async def test_no_mail_is_taken_by_a_run_that_is_about_to_stop(ctx: RunContext) -> None:
     for options, budget in (
         (RunOptions(max_steps=1), Budget()),
-        (RunOptions(), Budget(max_turns=1)),
+        (RunOptions(), Budget(max_steps=1)),
     ):
         async with await open_bus("memory://") as bus:
             store = MailboxStore(bus)
@@ -363,7 +363,7 @@ async def test_mail_is_never_the_users_request_for_the_classifier(
     bus: Bus, ctx: RunContext
 ) -> None:
     """The auto classifier judges an action against what the person asked: another
-    agent's words folded into the turn must not count as a request."""
+    agent's words folded into the step must not count as a request."""
     goals: list[str] = []
 
     @tool(read_only=True)

@@ -1,5 +1,5 @@
 """Model failures: retried before the stream starts (honouring `Retry-After`), never
-after it (law 8: the partial turn is kept, the run stops with a clear error)."""
+after it (law 8: the partial step is kept, the run stops with a clear error)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A provider that rejects a prompt as too long: the run compacts everything it can,
-counts it, makes the turn again, and goes on; a second rejection fails the run with an
+counts it, makes the step again, and goes on; a second rejection fails the run with an
 error saying so. Over the providers' own wire formats too (OpenAI's
 `context_length_exceeded`, Anthropic's "prompt is too long")."""
 
@@ -57,7 +57,7 @@ def prompt_tokens(request: ModelRequest) -> int:
 class Provider:
     """A scripted provider with a hard prompt limit: over `limit` tokens (or, with
     `reject_after`, every main request past that many), it answers with a context
-    overflow, as a provider does; otherwise it reads a new file each turn and answers
+    overflow, as a provider does; otherwise it reads a new file each step and answers
     after `turns` turns."""
 
     def __init__(self, limit: int, *, turns: int = 20, reject_after: int | None = None) -> None:
@@ -109,7 +109,7 @@ async def test_a_rejected_prompt_is_compacted_and_the_turn_made_again(ctx: RunCo
     assert event["reason"] == "overflow"
     assert [item["name"] for item in event["passes"]] == ["thin", "summary"]
     assert event["tokensAfter"] < event["tokensBefore"]
-    # The retry is the same turn: the same latest calls, now with a summary before them.
+    # The retry is the same step: the same latest calls, now with a summary before them.
     rejected = provider.rejected[0]
     retry = next(r for r in provider.accepted if r.messages[0].text.startswith("[Context"))
     assert prompt_tokens(retry) < provider.limit < prompt_tokens(rejected)
@@ -120,9 +120,9 @@ async def test_a_rejected_prompt_is_compacted_and_the_turn_made_again(ctx: RunCo
     ]
     assert retry.messages[-2] == rejected.messages[-2]  # the calls, as they were
     # Every call, the rejected one and the summary included, went through the budget.
-    assert budget.turns == len(provider.accepted) + len(provider.rejected) + 1
+    assert budget.steps == len(provider.accepted) + len(provider.rejected) + 1
     assert budget.usage == result.usage
-    assert budget.turns_in_flight == budget.tokens_in_flight == 0
+    assert budget.steps_in_flight == budget.tokens_in_flight == 0
 
 
 async def test_a_second_rejection_fails_the_run_with_a_clear_error(ctx: RunContext) -> None:

@@ -2,7 +2,7 @@
 runs keep the transcript legal (every tool call has exactly one result), the event
 stream valid, and never run a side effect twice (laws 1, 2, 5, 8).
 
-A script is a list of model turns (text chunks and tool calls, some to tools that are
+A script is a list of steps (text chunks and tool calls, some to tools that are
 denied or unknown). The model yields control between every event it streams, tool
 arguments arrive in fragments, and tools yield control while they work, so a cancel
 issued from `on_event` after event *i* lands right there: mid text, mid arguments,

@@ -36,7 +36,7 @@ async def test_a_write_to_the_policy_file_is_blocked_by_policy_in_every_mode(
         return HookVerdict.allow()
 
     ctx = RunContext.sandboxed(workspace, AllowAll()).with_hooks(HookSet(pre_tool=[hook]))
-    ctx.tools.safety.set(mode)
+    ctx.jail.safety.set(mode)
     model = ScriptedModel(
         [
             {

@@ -213,11 +213,11 @@ async def test_a_continued_run_never_reuses_a_message_id(ctx: RunContext) -> Non
             "  r1-msg-1 assistant:",
             "  r1-msg-1 call r1-call-1 look {}",
             "  r1-msg-2 tool r1-call-1: seen",
-            "STEP_STARTED turn 2",
+            "STEP_STARTED step 2",
             "TEXT_MESSAGE_START r1-msg-3",
             "TEXT_MESSAGE_CONTENT r1-msg-3 done",
             "TEXT_MESSAGE_END r1-msg-3",
-            "STEP_FINISHED turn 2",
+            "STEP_FINISHED step 2",
             'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )

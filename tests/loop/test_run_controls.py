@@ -9,7 +9,7 @@ The breaks these pin (each test fails on the main before `RunControls`):
 - one base context run twice at once: both runs spent from one budget;
 - `base.sandboxed(ws, approver)` was a classmethod: it silently dropped `base`'s phase,
   budget, hooks and rules;
-- `ToolCtx.sandboxed` dropped the safety ceiling of the jail it copied.
+- `Jail.sandboxed` dropped the safety ceiling of the jail it copied.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from tiller.model.scripted import TurnLike
 from tiller.phase import Phase
 from tiller.policy import AllowAll, HookSet, Interlock, PolicyEngine, PolicyRules, ReadOnly
 from tiller.store import MemoryBus
-from tiller.tools import ExecContext, LiveSafetyMode, SafetyMode, ToolCtx, tool
+from tiller.tools import ExecContext, Jail, LiveSafetyMode, SafetyMode, tool
 
 from ._support import drive
 
@@ -85,40 +85,40 @@ def _meeting(runs: int) -> Any:
 
 
 def test_apply_with_full_access_leaves_the_base_mode_unchanged(workspace: Path) -> None:
-    """Break: `apply()` called `run_ctx.tools.safety.set(mode)` on the context it was given."""
+    """Break: `apply()` called `run_ctx.jail.safety.set(mode)` on the context it was given."""
     (workspace / "tiller.toml").write_text('[policy]\nmode = "full_access"\n')
     base = RunContext.sandboxed(workspace, AllowAll())
     sibling = base.with_phase(Phase.EXECUTE)
     applied = load_config(workspace / "tiller.toml").apply(base)
-    assert base.tools.safety.mode is SafetyMode.ASK
-    assert sibling.tools.safety.mode is SafetyMode.ASK
-    assert applied.tools.safety.mode is SafetyMode.FULL_ACCESS
+    assert base.jail.safety.mode is SafetyMode.ASK
+    assert sibling.jail.safety.mode is SafetyMode.ASK
+    assert applied.jail.safety.mode is SafetyMode.FULL_ACCESS
     assert applied.controls.safety.mode is SafetyMode.FULL_ACCESS
-    assert applied.tools.safety is applied.controls.safety  # one live mode per context
-    assert base.tools.safety.mode is SafetyMode.ASK
-    assert sibling.tools.safety.mode is SafetyMode.ASK
+    assert applied.jail.safety is applied.controls.safety  # one live mode per context
+    assert base.jail.safety.mode is SafetyMode.ASK
+    assert sibling.jail.safety.mode is SafetyMode.ASK
     # Flipping the applied context's switch (a REPL command, a control request) is its own.
     applied.controls.safety.set(SafetyMode.READ_ONLY)
-    assert base.tools.safety.mode is SafetyMode.ASK
+    assert base.jail.safety.mode is SafetyMode.ASK
 
 
 def test_apply_keeps_controls_that_were_passed_on(workspace: Path) -> None:
     """A caller's steering queue and budget survive `apply()`; only the mode is new."""
-    controls = RunControls(budget=Budget(max_turns=3))
+    controls = RunControls(budget=Budget(max_steps=3))
     base = RunContext.sandboxed(workspace).with_controls(controls)
     applied = TillerConfig(mode=SafetyMode.AUTO).apply(base)
     assert applied.queued_input is controls.steering
     assert applied.budget is controls.budget
     assert applied.detach is controls.detach
-    assert applied.tools.safety.mode is SafetyMode.AUTO
+    assert applied.jail.safety.mode is SafetyMode.AUTO
     assert controls.safety.mode is SafetyMode.ASK  # the caller's switch is not flipped
 
 
 def test_a_mode_set_on_the_context_never_loosens_its_ceiling(workspace: Path) -> None:
-    tools = ToolCtx(workspace, safety=LiveSafetyMode(SafetyMode.ASK, ceiling=SafetyMode.AUTO))
+    tools = Jail(workspace, safety=LiveSafetyMode(SafetyMode.ASK, ceiling=SafetyMode.AUTO))
     ctx = RunContext.new(tools).with_safety_mode(SafetyMode.FULL_ACCESS)
-    assert ctx.tools.safety.mode is SafetyMode.AUTO
-    assert ctx.tools.safety.ceiling is SafetyMode.AUTO
+    assert ctx.jail.safety.mode is SafetyMode.AUTO
+    assert ctx.jail.safety.ceiling is SafetyMode.AUTO
 
 
 # ── every builder is a value ───────────────────────────────────────────────────
@@ -136,18 +136,25 @@ def _snapshot(ctx: RunContext) -> dict[str, Any]:
         cancel=controls.cancel,
         budget=controls.budget,
         mode=controls.safety.mode,
-        spent=(controls.budget.turns, controls.budget.usage, controls.budget.cost_usd),
-        tools_safety=ctx.tools.safety,
+        spent=(controls.budget.steps, controls.budget.usage, controls.budget.cost_usd),
+        tools_safety=ctx.jail.safety,
         queued=len(controls.steering),
     )
     return seen
 
 
+def _with_tools(context: RunContext, jail: Jail) -> RunContext:
+    """The deprecated spelling of `with_jail`: it must behave as a builder too."""
+    with pytest.warns(DeprecationWarning, match="with_tools is now with_jail"):
+        return context.with_tools(jail)
+
+
 def _builders(other: Path) -> dict[str, Callable[[RunContext], RunContext]]:
     bus = MemoryBus()
     return {
-        "with_tools": lambda c: c.with_tools(ToolCtx(other)),
-        "with_tools_same": lambda c: c.with_tools(c.tools.with_shell_timeout(5)),
+        "with_jail": lambda c: c.with_jail(Jail(other)),
+        "with_tools": lambda c: _with_tools(c, Jail(other)),
+        "with_jail_same": lambda c: c.with_jail(c.jail.with_shell_timeout(5)),
         "with_approver": lambda c: c.with_approver(ReadOnly()),
         "with_phase": lambda c: c.with_phase(Phase.PLAN),
         "with_withheld": lambda c: c.with_withheld(["x"]),
@@ -163,7 +170,7 @@ def _builders(other: Path) -> dict[str, Callable[[RunContext], RunContext]]:
         "with_subagents": lambda c: c.with_subagents(SubagentConfig()),
         "with_pinned_policy": lambda c: c.with_pinned_policy({"pinned": True}),
         "with_safety_mode": lambda c: c.with_safety_mode(SafetyMode.FULL_ACCESS),
-        "with_budget": lambda c: c.with_budget(Budget(max_turns=2)),
+        "with_budget": lambda c: c.with_budget(Budget(max_steps=2)),
         "with_cancel": lambda c: c.with_cancel(CancellationToken()),
         "with_queued_input": lambda c: c.with_queued_input(SteeringQueue()),
         "with_detach": lambda c: c.with_detach(DetachSwitch()),
@@ -198,7 +205,7 @@ def test_every_builder_leaves_the_original_as_it_was(
     for key, value in before.items():
         assert after[key] is value or after[key] == value, key
     assert derived is not base
-    assert derived.tools.safety is derived.controls.safety
+    assert derived.jail.safety is derived.controls.safety
     # The derived context's live parts are its own: running it, steering it, spending
     # from it or flipping its mode reaches nothing of the original.
     derived.queued_input.push("for the derived context")
@@ -206,8 +213,8 @@ def test_every_builder_leaves_the_original_as_it_was(
     derived.budget.charge(_usage(), provider="p", model="m")
     derived.detach.token_for_turn()
     assert not base.queued_input
-    assert base.tools.safety.mode is before["mode"]
-    assert base.budget.turns == 0
+    assert base.jail.safety.mode is before["mode"]
+    assert base.budget.steps == 0
     assert base.detach.detach() is False  # no turn of the original's was handed the switch
 
 
@@ -218,7 +225,7 @@ def _usage() -> Any:
 
 
 def test_a_control_passed_on_is_shared_by_what_is_derived(workspace: Path) -> None:
-    queue, budget, detach = SteeringQueue(), Budget(max_turns=9), DetachSwitch()
+    queue, budget, detach = SteeringQueue(), Budget(max_steps=9), DetachSwitch()
     base = (
         RunContext.sandboxed(workspace)
         .with_queued_input(queue)
@@ -230,12 +237,12 @@ def test_a_control_passed_on_is_shared_by_what_is_derived(workspace: Path) -> No
     assert derived.budget is budget
     assert derived.detach is detach
     # The switch was not passed on: the derived context's is its own, at the same mode.
-    assert derived.tools.safety is not base.tools.safety
+    assert derived.jail.safety is not base.jail.safety
     # Controls built without a switch take one at the context's mode, shared like the rest.
     given = base.with_controls(RunControls())
     shared = given.with_phase(Phase.PLAN)
     assert shared.controls.safety is given.controls.safety
-    assert shared.tools.safety is given.controls.safety
+    assert shared.jail.safety is given.controls.safety
 
 
 def test_run_controls_refuse_a_member_of_the_wrong_kind() -> None:
@@ -257,21 +264,21 @@ def test_sandboxed_on_a_context_keeps_its_policy(workspace: Path, tmp_path: Path
     base = (
         RunContext.sandboxed(workspace, AllowAll())
         .with_phase(Phase.PLAN)
-        .with_budget(Budget(max_turns=7, max_cost_usd=2.0))
+        .with_budget(Budget(max_steps=7, max_cost_usd=2.0))
         .with_hooks(hooks)
         .with_policy(PolicyEngine(rules, workspace=workspace))
         .with_withheld(["web_fetch"])
-        .with_tools(ToolCtx(workspace, shell_timeout=9, network=True))
+        .with_jail(Jail(workspace, shell_timeout=9, network=True))
     )
     approver = ReadOnly()
     moved = base.sandboxed(tmp_path / "ws2", approver)
-    assert moved.tools.root == (tmp_path / "ws2").resolve()
+    assert moved.jail.root == (tmp_path / "ws2").resolve()
     assert moved.approver is approver
     assert moved.phase is Phase.PLAN
-    assert moved.budget.max_turns == 7 and moved.budget.max_cost_usd == 2.0
+    assert moved.budget.max_steps == 7 and moved.budget.max_cost_usd == 2.0
     assert moved.hooks is hooks
     assert moved.withheld == frozenset({"web_fetch"})
-    assert moved.tools.shell_timeout == 9 and moved.tools.network
+    assert moved.jail.shell_timeout == 9 and moved.jail.network
     assert moved.policy is not None and moved.policy.rules is rules
     # The engine judges shell paths against the new jail, not the old one.
     assert moved.policy.decide(
@@ -284,23 +291,23 @@ def test_sandboxed_on_a_context_keeps_its_policy(workspace: Path, tmp_path: Path
     # The class form still builds a context with the defaults.
     plain = RunContext.sandboxed(tmp_path / "ws3")
     assert plain.phase is Phase.EXECUTE and plain.approver is None
-    assert plain.tools.root == (tmp_path / "ws3").resolve()
+    assert plain.jail.root == (tmp_path / "ws3").resolve()
 
 
 def test_sandboxed_gives_a_fresh_budget_with_the_same_ceilings(
     workspace: Path, tmp_path: Path
 ) -> None:
-    base = RunContext(ToolCtx(workspace)).with_controls(
-        RunControls(budget=Budget(max_turns=4), shared=frozenset())
+    base = RunContext(Jail(workspace)).with_controls(
+        RunControls(budget=Budget(max_steps=4), shared=frozenset())
     )
     moved = base.sandboxed(tmp_path / "case-1")
     assert moved.budget is not base.budget
-    assert moved.budget.max_turns == 4 and moved.budget.turns == 0
+    assert moved.budget.max_steps == 4 and moved.budget.steps == 0
 
 
 def test_toolctx_sandboxed_keeps_the_safety_ceiling(workspace: Path, tmp_path: Path) -> None:
-    """Break: `ToolCtx.sandboxed` started `LiveSafetyMode(mode)`, dropping the ceiling."""
-    tools = ToolCtx(workspace, safety=LiveSafetyMode(SafetyMode.ASK, ceiling=SafetyMode.AUTO))
+    """Break: `Jail.sandboxed` started `LiveSafetyMode(mode)`, dropping the ceiling."""
+    tools = Jail(workspace, safety=LiveSafetyMode(SafetyMode.ASK, ceiling=SafetyMode.AUTO))
     other = tmp_path / "other"
     other.mkdir()
     moved = tools.sandboxed(other)
@@ -317,7 +324,7 @@ async def test_sibling_runs_of_one_base_keep_their_own_steering_budget_and_detac
 ) -> None:
     """Break: A and B (derived from one base) shared one queue, budget and detach switch.
 
-    The order is forced: B's first turn starts after A is inside its tool (so on the old
+    The order is forced: B's first step starts after A is inside its tool (so on the old
     main B's turn held the shared detach switch last); A pushes a steer to *its* context
     and detaches *its* turn while B is inside its tool; B goes on to its second request
     before A's tool returns, so a shared queue would be drained by B."""
@@ -365,7 +372,7 @@ async def test_sibling_runs_of_one_base_keep_their_own_steering_budget_and_detac
     assert run_a.result.text == f"A: {STEER}"
     assert run_b.result.text == "B: -"
     assert backgrounds == {"a": True, "b": False}
-    assert (a.budget.turns, b.budget.turns, base.budget.turns) == (2, 2, 0)
+    assert (a.budget.steps, b.budget.steps, base.budget.steps) == (2, 2, 0)
     assert a.budget is not b.budget
 
 
@@ -383,15 +390,15 @@ async def test_one_base_run_twice_at_once_gives_each_run_its_own_budget(
     )
     assert all(run.result.turns == 2 for run in runs)
     # One run took the context's own controls, the other got fresh ones.
-    assert base.budget.turns == 2
+    assert base.budget.steps == 2
     # Run again after both ended: the context's own controls are free, and reused.
     await drive(agent, "go", base, run_id="r2")
-    assert base.budget.turns == 4
+    assert base.budget.steps == 4
 
 
 async def test_controls_passed_on_are_shared_by_every_run_on_purpose(workspace: Path) -> None:
     """A batch budget: given with `with_controls`, both runs spend from it and it stops them."""
-    controls = RunControls(budget=Budget(max_turns=3))
+    controls = RunControls(budget=Budget(max_steps=3))
     base = RunContext.sandboxed(workspace, AllowAll()).with_controls(controls)
     wait = _meeting(2)
 
@@ -400,7 +407,7 @@ async def test_controls_passed_on_are_shared_by_every_run_on_purpose(workspace: 
         drive(agent, "go", base, run_id="r0"),
         drive(agent, "go", base.with_phase(Phase.EXECUTE), run_id="r1"),
     )
-    assert controls.budget.turns == 3
+    assert controls.budget.steps == 3
     assert sorted(run.result.turns for run in runs) == [1, 2]
 
 
@@ -411,7 +418,7 @@ async def test_a_subagent_spends_from_its_parent_and_steering_reaches_the_parent
     steer typed to the parent is not drained by the child."""
     from tiller.tools import builtin
 
-    controls = RunControls(budget=Budget(max_turns=10))
+    controls = RunControls(budget=Budget(max_steps=10))
     ctx = RunContext.sandboxed(workspace, AllowAll()).with_controls(controls)
     child_saw: list[str] = []
 
@@ -439,7 +446,7 @@ async def test_a_subagent_spends_from_its_parent_and_steering_reaches_the_parent
     run = await drive(Agent(ScriptedModel(turn), [poke, builtin.agent]), "go", ctx)
     assert run.result.text == f"parent heard: {STEER}"
     assert child_saw == [""]
-    assert controls.budget.turns == 4  # parent 2 + child 2: one purse
+    assert controls.budget.steps == 4  # parent 2 + child 2: one purse
 
 
 async def test_agent_run_with_a_cancel_token_runs_the_contexts_own_controls(
@@ -460,7 +467,7 @@ async def test_agent_run_with_a_cancel_token_runs_the_contexts_own_controls(
     agent = Agent(ScriptedModel(_tool_then_answer("done")), [steer_it])
     result = await agent.run("go", context=ctx, cancel=token)
     assert result.text == f"done: {STEER}"
-    assert ctx.budget.turns == 2
+    assert ctx.budget.steps == 2
     assert ctx.cancel is None  # the context itself is unchanged
 
 
@@ -492,14 +499,14 @@ def test_controls_given_without_a_switch_keep_the_contexts_mode_and_ceiling(
     """Break (review of law 13): `RunControls()` brought a fresh `ask` switch with no
     ceiling, so `ctx.with_controls(RunControls(budget=...))` loosened a `read_only`
     context, and `RunContext(tools, controls=RunControls())` dropped the tools' mode."""
-    tools = ToolCtx(workspace, safety=LiveSafetyMode(SafetyMode.READ_ONLY, ceiling=SafetyMode.AUTO))
-    ctx = RunContext.new(tools).with_controls(RunControls(budget=Budget(max_turns=3)))
-    assert ctx.tools.safety.mode is SafetyMode.READ_ONLY
-    assert ctx.tools.safety.ceiling is SafetyMode.AUTO
-    assert ctx.controls.budget.max_turns == 3
-    built = RunContext(ToolCtx(workspace, safety=SafetyMode.FULL_ACCESS), controls=RunControls())
-    assert built.tools.safety.mode is SafetyMode.FULL_ACCESS
+    tools = Jail(workspace, safety=LiveSafetyMode(SafetyMode.READ_ONLY, ceiling=SafetyMode.AUTO))
+    ctx = RunContext.new(tools).with_controls(RunControls(budget=Budget(max_steps=3)))
+    assert ctx.jail.safety.mode is SafetyMode.READ_ONLY
+    assert ctx.jail.safety.ceiling is SafetyMode.AUTO
+    assert ctx.controls.budget.max_steps == 3
+    built = RunContext(Jail(workspace, safety=SafetyMode.FULL_ACCESS), controls=RunControls())
+    assert built.jail.safety.mode is SafetyMode.FULL_ACCESS
     # A switch given on purpose is the one the context runs with.
     given = LiveSafetyMode(SafetyMode.AUTO)
     chosen = RunContext.new(tools).with_controls(RunControls(safety=given))
-    assert chosen.tools.safety is given
+    assert chosen.jail.safety is given

@@ -1,5 +1,5 @@
 """What the loop gives each tool call (`RunServices`): the assembled `ExecContext`, notes
-from detached work at the next turn, the scratchpad and the Plan phase's rule for it, the
+from detached work at the next step, the scratchpad and the Plan phase's rule for it, the
 detach switch, and progress that ends with its call."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ async def test_every_call_gets_an_assembled_context(ctx: RunContext, workspace: 
         seen.append(ctx)
         return "ok"
 
-    ctx.tools.safety.set(SafetyMode.AUTO)
+    ctx.jail.safety.set(SafetyMode.AUTO)
     model = ScriptedModel([{"tool_calls": [{"name": "inspect"}, {"name": "inspect"}]}, "done"])
     agent = Agent(model, [inspect], config={"region": "eu"})
     run = await drive(agent, "look", ctx, run_id="r7")
@@ -122,7 +122,7 @@ async def test_plan_phase_shows_writers_but_they_write_only_the_scratchpad(
     @tool(plan_scratchpad=True)
     def jot(path: str, ctx: ExecContext) -> str:
         """Write a note."""
-        target = ctx.tools.resolve(path)
+        target = ctx.jail.resolve(path)
         ctx.require_writable(target)
         wrote.append(path)
         return "written"
@@ -186,7 +186,7 @@ async def test_the_checklist_is_in_the_state_document_and_survives_resume(
     snapshots = [e["snapshot"] for e in wire if e["type"] == "STATE_SNAPSHOT"]
     assert snapshots[-1]["tiller"]["tasks"][0]["status"] == "pending"
     assert paused.state.tasks[0]["subject"] == "Fix it"
-    assert paused.state.state == {}  # the agent's own state never holds it
+    assert paused.state.agent_state == {}  # the agent's own state never holds it
 
     # Resumed: the checklist is shown at once, then the change is a delta on it.
     (call,) = paused.state.unanswered_calls()

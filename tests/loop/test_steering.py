@@ -1,6 +1,6 @@
 """Steering (`RunContext.queued_input`): text a person types while the run works reaches
 the next request folded into the user message that carries the tool results (law 1), in
-both wire formats; text that arrives during the final answer starts another turn."""
+both wire formats; text that arrives during the final answer starts another step."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ async def test_steering_is_folded_into_the_tool_results_message(ctx: RunContext)
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TEXT_MESSAGE_START r1-msg-1",
             "TEXT_MESSAGE_CONTENT r1-msg-1 Checking.",
             "TOOL_CALL_START r1-call-1 weather in r1-msg-1",
@@ -76,13 +76,13 @@ async def test_steering_is_folded_into_the_tool_results_message(ctx: RunContext)
             "TOOL_CALL_END r1-call-1",
             "TEXT_MESSAGE_END r1-msg-1",
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): Oslo: 68F",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'CUSTOM tiller.queued_input {"value":{"text":"Use metric units, please."}}',
-            "STEP_STARTED turn 2",
+            "STEP_STARTED step 2",
             "TEXT_MESSAGE_START r1-msg-3",
             "TEXT_MESSAGE_CONTENT r1-msg-3 It is 20C in Oslo.",
             "TEXT_MESSAGE_END r1-msg-3",
-            "STEP_FINISHED turn 2",
+            "STEP_FINISHED step 2",
             'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -186,17 +186,17 @@ async def test_steering_during_the_final_answer_continues_the_run(ctx: RunContex
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TEXT_MESSAGE_START r1-msg-1",
             "TEXT_MESSAGE_CONTENT r1-msg-1 It is sunny.",
             "TEXT_MESSAGE_END r1-msg-1",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'CUSTOM tiller.queued_input {"value":{"text":"Also mention the wind."}}',
-            "STEP_STARTED turn 2",
+            "STEP_STARTED step 2",
             "TEXT_MESSAGE_START r1-msg-2",
             "TEXT_MESSAGE_CONTENT r1-msg-2 It is sunny, with a light breeze.",
             "TEXT_MESSAGE_END r1-msg-2",
-            "STEP_FINISHED turn 2",
+            "STEP_FINISHED step 2",
             'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -215,10 +215,10 @@ async def test_steering_is_not_taken_when_the_run_is_about_to_stop(ctx: RunConte
     model = ScriptedModel(
         [{"tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}}]}, "unused"]
     )
-    context = ctx.with_budget(Budget(max_turns=1))
+    context = ctx.with_budget(Budget(max_steps=1))
     agent = Agent(model, [steering_tool(context.queued_input, STEER)])
     run = await drive(agent, "go", context)
-    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
     assert len(model.requests) == 1
     assert context.queued_input.drain() == [STEER]
     assert run.custom("tiller.queued_input") == []
@@ -274,7 +274,7 @@ async def test_steering_pushed_by_an_observer_of_the_stream(ctx: RunContext) -> 
 async def test_steering_taken_just_before_a_cancel_is_kept_in_the_state(
     ctx: RunContext,
 ) -> None:
-    """Two messages are drained at the top of a turn and the run is cancelled as the
+    """Two messages are drained at the top of a step and the run is cancelled as the
     first is announced: both stay in the run's state (and reach the model when the run
     is continued), none is lost between the queue and the transcript."""
     from tiller.cancel import CancellationToken
@@ -313,12 +313,12 @@ async def test_steering_taken_just_before_a_cancel_is_kept_in_the_state(
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TOOL_CALL_START r1-call-1 weather in r1-msg-1",
             'TOOL_CALL_ARGS r1-call-1 {"city":"Oslo"}',
             "TOOL_CALL_END r1-call-1",
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): Oslo: 68F",
-            "STEP_FINISHED turn 1",
+            "STEP_FINISHED step 1",
             'CUSTOM tiller.queued_input {"value":{"text":"one"}}',
             'RUN_FINISHED r1 {"outcome":{"type":"cancelled"}}',
         ]

@@ -1,5 +1,5 @@
 """What a run emits: text and reasoning live, a tool call once its arguments are complete
-JSON, a step per turn, results, and usage and the stop cause on the terminal event; ids
+JSON, a step per model call, results, and usage and the stop cause on the terminal event; ids
 are deterministic (law 10), so the whole stream can be asserted as a snapshot."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def test_the_whole_stream_of_a_two_turn_run(ctx: RunContext) -> None:
     run = await drive(Agent(ScriptedModel(SCRIPT), [add]), "1 + 2?", ctx, run_id="r")
     assert run.wire == [
         {"type": "RUN_STARTED", "threadId": "r", "runId": "r", "protocolVersion": "1.0"},
-        {"type": "STEP_STARTED", "stepName": "turn 1"},
+        {"type": "STEP_STARTED", "stepName": "step 1"},
         {"type": "REASONING_START", "messageId": "r-msg-2"},
         {"type": "REASONING_MESSAGE_START", "messageId": "r-msg-2", "role": "reasoning"},
         {"type": "REASONING_MESSAGE_CONTENT", "messageId": "r-msg-2", "delta": "Simple sum."},
@@ -63,14 +63,14 @@ async def test_the_whole_stream_of_a_two_turn_run(ctx: RunContext) -> None:
             "content": "3",
             "role": "tool",
         },
-        {"type": "STEP_FINISHED", "stepName": "turn 1"},
-        {"type": "STEP_STARTED", "stepName": "turn 2"},
+        {"type": "STEP_FINISHED", "stepName": "step 1"},
+        {"type": "STEP_STARTED", "stepName": "step 2"},
         {"type": "TEXT_MESSAGE_START", "messageId": "r-msg-4", "role": "assistant"},
         {"type": "TEXT_MESSAGE_CONTENT", "messageId": "r-msg-4", "delta": "It"},
         {"type": "TEXT_MESSAGE_CONTENT", "messageId": "r-msg-4", "delta": " is"},
         {"type": "TEXT_MESSAGE_CONTENT", "messageId": "r-msg-4", "delta": " 3."},
         {"type": "TEXT_MESSAGE_END", "messageId": "r-msg-4"},
-        {"type": "STEP_FINISHED", "stepName": "turn 2"},
+        {"type": "STEP_FINISHED", "stepName": "step 2"},
         {
             "type": "RUN_FINISHED",
             "threadId": "r",

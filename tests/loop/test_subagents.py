@@ -24,7 +24,7 @@ from tiller.loop import Agent, Budget, RunContext, RunOptions, SubagentConfig, S
 from tiller.model import ScriptedModel, TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.tools import Capability, ExecContext, LiveSafetyMode, SafetyMode, ToolCtx, builtin, tool
+from tiller.tools import Capability, ExecContext, Jail, LiveSafetyMode, SafetyMode, builtin, tool
 
 from ._support import Run, drive
 
@@ -109,7 +109,7 @@ def subagent_events(run: Run) -> list[dict[str, Any]]:
 
 
 async def test_parallel_subagents_run_inside_the_parents_stream(ctx: RunContext) -> None:
-    (ctx.tools.root / "a.txt").write_text("alpha")
+    (ctx.jail.root / "a.txt").write_text("alpha")
 
     def child(messages: Messages, info: TurnInfo) -> Any:
         if len(messages) == 1:
@@ -222,15 +222,15 @@ async def test_a_childs_mode_is_the_stricter_of_its_parents_and_its_ceiling(
     config = SubagentConfig()
     if ceiling is not None:
         config = config.with_type(SubagentType(kind, safety_ceiling=ceiling))
-    ctx = RunContext.new(ToolCtx(workspace, safety=parent_mode), AllowAll()).with_subagents(config)
+    ctx = RunContext.new(Jail(workspace, safety=parent_mode), AllowAll()).with_subagents(config)
     model = tree([spawn((kind, "probe"))], one_tool_then_answer("probe"))
     run = await drive(Agent(model, [probe, builtin.agent]), "go", ctx)
     assert run.results()[0].content.startswith(f"probe -> mode={expected}")
-    assert ctx.tools.safety.mode is parent_mode  # the parent's own mode is untouched
+    assert ctx.jail.safety.mode is parent_mode  # the parent's own mode is untouched
 
 
 async def test_children_spend_from_the_parents_budget(workspace: Path) -> None:
-    budget = Budget(max_turns=4)
+    budget = Budget(max_steps=4)
     ctx = RunContext.sandboxed(workspace, AllowAll()).with_budget(budget)
     model = tree(
         [spawn(("general", "loop"))],
@@ -238,10 +238,10 @@ async def test_children_spend_from_the_parents_budget(workspace: Path) -> None:
     )
     run = await drive(Agent(model, [probe, builtin.agent]), "go", ctx)
     # One parent turn, then the child took the three turns left: the tree's purse is empty.
-    assert budget.turns == 4
-    assert run.result.stop_cause is StopCause.TURN_BUDGET
+    assert budget.steps == 4
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
     (result,) = run.results()
-    assert "stopped early: turn_budget" in result.content
+    assert "stopped early: step_budget" in result.content
     assert run.result.usage.requests == 4
 
 
@@ -471,7 +471,7 @@ async def test_parallel_children_never_spend_the_final_answer_reserve(tmp_path: 
 async def test_a_detached_subagent_keeps_running_and_reports_at_a_later_turn(
     ctx: RunContext,
 ) -> None:
-    """Pins the break where the `agent` tool ignored the turn's background token: a
+    """Pins the break where the `agent` tool ignored the step's background token: a
     person's detach did nothing, and the parent's turn waited for the whole subagent.
     Now the call returns at once, the parent goes on, and the report arrives as a note."""
     from tiller.loop import DetachSwitch
@@ -493,7 +493,7 @@ async def test_a_detached_subagent_keeps_running_and_reports_at_a_later_turn(
             seen["spawn"] = True
             return spawn(("explore", "find the bug"))
         if turn == 1:
-            # The agent call came back while its subagent still works: the turn went on.
+            # The agent call came back while its subagent still works: the step went on.
             seen["result"] = messages[-1].tool_results[0].content
             seen["child done"] = release.is_set()
             release.set()
@@ -513,7 +513,7 @@ async def test_a_detached_subagent_keeps_running_and_reports_at_a_later_turn(
     assert "the bug is in parse()" in seen["note"]
     assert run.result.text == "The subagent says the bug is in parse()."
     assert run.results()[0].is_error is False
-    # The subagent's segment opened in the first turn and closed after the call returned.
+    # The subagent's segment opened in the first step and closed after the call returned.
     kinds = [e["type"] for e in run.wire]
     result_at = kinds.index("TOOL_CALL_RESULT")
     assert kinds.index("SUBAGENT_STARTED") < result_at < kinds.index("SUBAGENT_FINISHED")
@@ -591,7 +591,7 @@ async def test_a_detached_subagent_that_needs_a_person_fails_instead_of_suspendi
     run = await drive(Agent(model, [builtin.agent, note]), "go", ctx.with_detach(switch), options)
 
     assert run.result.stop_cause is StopCause.COMPLETED
-    assert not (ctx.tools.root / "notes.txt").exists()
+    assert not (ctx.jail.root / "notes.txt").exists()
     assert run.result.state.children == {}
     assert len(notes) == 1 and "needs a person's approval" in notes[0]
     errors = [e for e in run.wire if e["type"] == "SUBAGENT_ERROR"]
@@ -632,16 +632,16 @@ async def test_a_final_answer_on_the_last_step_stands_with_a_detached_subagent(
 @tool(read_only=True)
 def raise_mode(ctx: ExecContext) -> str:
     """Switch this run to full access, then say which mode is in force."""
-    assert ctx.tools.safety is not None
-    return f"mode={ctx.tools.safety.set(SafetyMode.FULL_ACCESS).value}"
+    assert ctx.jail.safety is not None
+    return f"mode={ctx.jail.safety.set(SafetyMode.FULL_ACCESS).value}"
 
 
 async def test_a_childs_ceiling_is_never_above_its_parents(workspace: Path) -> None:
     """Break: a child's switch took its type's ceiling alone (full access for `general`),
     so a parent capped at `auto` had a child that could be switched to full access."""
     parent = LiveSafetyMode(SafetyMode.ASK, ceiling=SafetyMode.AUTO)
-    ctx = RunContext.new(ToolCtx(workspace, safety=parent), AllowAll())
+    ctx = RunContext.new(Jail(workspace, safety=parent), AllowAll())
     model = tree([spawn(("general", "raise"))], one_tool_then_answer("raise_mode"))
     run = await drive(Agent(model, [raise_mode, builtin.agent]), "go", ctx)
     assert run.results()[0].content.startswith("raise -> mode=auto")
-    assert ctx.tools.safety.mode is SafetyMode.ASK
+    assert ctx.jail.safety.mode is SafetyMode.ASK

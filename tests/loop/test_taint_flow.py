@@ -7,7 +7,7 @@ from pathlib import Path
 from tiller.conversation import Taint
 from tiller.loop._taint_flow import TaintFlow, shell_holds_network
 from tiller.policy import Interlock
-from tiller.tools import BackgroundJobs, Capability, Sandbox, TaintIndex, ToolCtx
+from tiller.tools import BackgroundJobs, Capability, Jail, Sandbox, TaintIndex
 from tiller.tools.builtin import background_process, execute_command, read_file, write_file
 
 
@@ -70,7 +70,7 @@ def test_an_unsandboxed_shell_counts_as_holding_the_network(workspace: Path) -> 
     """Where bwrap cannot run and the run accepted an unsandboxed shell, its commands
     reach the network whatever the grant: the interlock counts them as sends."""
     missing = Sandbox("/nonexistent/bwrap")
-    tools = ToolCtx(workspace)
+    tools = Jail(workspace)
     assert not shell_holds_network(tools, missing)
     assert shell_holds_network(tools.with_unsandboxed_shell(), missing)
     assert shell_holds_network(tools.with_network(), missing)

@@ -1,5 +1,5 @@
 """Running tool calls: malformed arguments, failures the model reads, parallel calls in
-call order, the turn's shared output budget, and state published by tools."""
+call order, the step's shared output budget, and state published by tools."""
 
 # Inline snapshots hold each transcript line whole, as the run wrote it.
 # ruff: noqa: E501
@@ -16,7 +16,7 @@ from tiller.conversation import UserMessage
 from tiller.loop import Agent, RunContext, RunOptions
 from tiller.model import ScriptedModel
 from tiller.state import StopCause
-from tiller.tools import ExecContext, ToolCtx, ToolError, tool
+from tiller.tools import ExecContext, Jail, ToolError, tool
 
 from .._transcript import event_lines, transcript_of
 from ._support import drive
@@ -50,7 +50,7 @@ async def test_arguments_that_end_as_non_json_are_an_error_result(ctx: RunContex
     assert run.result.malformed_arguments == 1
     (entry,) = run.result.tool_trace
     assert entry.malformed_arguments and entry.arguments == "{}"
-    # The model saw the error and answered in the next turn.
+    # The model saw the error and answered in the next step.
     assert model.requests[1].messages[-1].tool_results[0].is_error
 
 
@@ -154,7 +154,7 @@ async def test_a_tool_turn_whatever_its_finish_reason(ctx: RunContext) -> None:
 async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
     ctx: RunContext,
 ) -> None:
-    """Each tool waits for the other's event, so the turn only finishes if they run at
+    """Each tool waits for the other's event, so the step only finishes if they run at
     the same time; `second` finishes first, yet results follow call order."""
     first_waiting = asyncio.Event()
     second_done = asyncio.Event()
@@ -194,7 +194,7 @@ async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TOOL_CALL_START r1-call-1 first in r1-msg-1",
             "TOOL_CALL_ARGS r1-call-1 {}",
             "TOOL_CALL_END r1-call-1",
@@ -203,12 +203,12 @@ async def test_parallel_calls_run_concurrently_and_answer_in_call_order(
             "TOOL_CALL_END r1-call-2",
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): one",
             "TOOL_CALL_RESULT r1-call-2 (r1-msg-3): two",
-            "STEP_FINISHED turn 1",
-            "STEP_STARTED turn 2",
+            "STEP_FINISHED step 1",
+            "STEP_STARTED step 2",
             "TEXT_MESSAGE_START r1-msg-4",
             "TEXT_MESSAGE_CONTENT r1-msg-4 done",
             "TEXT_MESSAGE_END r1-msg-4",
-            "STEP_FINISHED turn 2",
+            "STEP_FINISHED step 2",
             'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -241,13 +241,13 @@ async def test_sync_tools_run_in_worker_threads_concurrently(ctx: RunContext) ->
     assert [r.content for r in run.results()] == ["a", "b"]
 
 
-# ── the turn's output budget ─────────────────────────────────────────────────────
+# ── the step's output budget ─────────────────────────────────────────────────────
 
 
 async def test_the_output_budget_is_shared_in_call_order_and_spills(
     ctx: RunContext, workspace: Path
 ) -> None:
-    """100 bytes for the turn: the first call's 80 fit, the second keeps 20 and points
+    """100 bytes for the step: the first call's 80 fit, the second keeps 20 and points
     to a spill file with all of its output — even though the second finished first."""
     second_done = asyncio.Event()
 
@@ -270,7 +270,7 @@ async def test_the_output_budget_is_shared_in_call_order_and_spills(
             "done",
         ]
     )
-    context = ctx.with_tools(ToolCtx(workspace, output_budget_bytes=100))
+    context = ctx.with_jail(Jail(workspace, output_budget_bytes=100))
     run = await drive(Agent(model, [big_a, big_b]), "go", context)
     a, b, next_turn = run.results()
     assert a.content == "a" * 80
@@ -322,29 +322,29 @@ async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
             "assistant r1-msg-5: 2",
         ]
     )
-    assert run.result.state.state == {"count": 2}
+    assert run.result.state.agent_state == {"count": 2}
     assert event_lines(run.wire) == snapshot(
         [
             'RUN_STARTED r1 {"protocolVersion":"1.0"}',
-            "STEP_STARTED turn 1",
+            "STEP_STARTED step 1",
             "TOOL_CALL_START r1-call-1 bump in r1-msg-1",
             "TOOL_CALL_ARGS r1-call-1 {}",
             "TOOL_CALL_END r1-call-1",
             'STATE_SNAPSHOT {"snapshot":{"count":1}}',
             "TOOL_CALL_RESULT r1-call-1 (r1-msg-2): count is 1",
-            "STEP_FINISHED turn 1",
-            "STEP_STARTED turn 2",
+            "STEP_FINISHED step 1",
+            "STEP_STARTED step 2",
             "TOOL_CALL_START r1-call-2 bump in r1-msg-3",
             "TOOL_CALL_ARGS r1-call-2 {}",
             "TOOL_CALL_END r1-call-2",
             'STATE_SNAPSHOT {"snapshot":{"count":2}}',
             "TOOL_CALL_RESULT r1-call-2 (r1-msg-4): count is 2",
-            "STEP_FINISHED turn 2",
-            "STEP_STARTED turn 3",
+            "STEP_FINISHED step 2",
+            "STEP_STARTED step 3",
             "TEXT_MESSAGE_START r1-msg-5",
             "TEXT_MESSAGE_CONTENT r1-msg-5 2",
             "TEXT_MESSAGE_END r1-msg-5",
-            "STEP_FINISHED turn 3",
+            "STEP_FINISHED step 3",
             'RUN_FINISHED r1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -356,4 +356,4 @@ async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
     agent = Agent(again, [bump], state_type=Counter)
     more = await drive(agent, state, ctx, RunOptions(), run_id="r2")
     assert more.results()[-1].content == "count is 3"
-    assert more.result.state.state == {"count": 3}
+    assert more.result.state.agent_state == {"count": 3}

@@ -58,7 +58,7 @@ async def test_a_unique_provider_id_goes_back_as_it_came() -> None:
 
 async def test_a_repeated_or_empty_provider_id_is_replaced_by_the_runtimes() -> None:
     """Broke: the history sent back held two calls `call_0` (a server without ids names
-    every turn's call so) and a call with id `""`: every provider rejects that."""
+    every step's call so) and a call with id `""`: every provider rejects that."""
     messages = exchange(
         call("r1-call-1", "call_0"), call("r1-call-2", "call_0"), call("r1-call-3", "")
     )

@@ -129,7 +129,7 @@ async def test_close_cancelled_keeps_a_result_the_state_has(url: str, workspace:
         state = RunState(run_id="r-c", thread_id="t", messages=[UserMessage(text="go")])
         state.messages.append(AssistantMessage(id="r-c-msg-1", tool_calls=(call,)))
         state.calls["c1"] = CallRecord(
-            call_id="c1", name="append", turn=1, status="completed", result="appended x"
+            call_id="c1", name="append", step=1, status="completed", result="appended x"
         )
         await checkpoints.save(state, "running")
         await ops.close_cancelled(checkpoints, state)

@@ -59,7 +59,7 @@ async def vet(
 
 
 def no_calls_made(budget: Budget) -> bool:
-    return (budget.turns, budget.turns_in_flight, budget.tokens_in_flight, budget.usage) == (
+    return (budget.steps, budget.steps_in_flight, budget.tokens_in_flight, budget.usage) == (
         0,
         0,
         0,
@@ -210,8 +210,8 @@ async def test_a_failed_call_that_reported_usage_is_charged_for_it() -> None:
         usage=spent,
         cost_usd=0.001,
     )
-    assert (budget.turns, budget.usage, budget.cost_usd) == (1, spent, 0.001)
-    assert (budget.turns_in_flight, budget.tokens_in_flight) == (0, 0)
+    assert (budget.steps, budget.usage, budget.cost_usd) == (1, spent, 0.001)
+    assert (budget.steps_in_flight, budget.tokens_in_flight) == (0, 0)
 
 
 async def test_a_cancelled_vet_propagates_and_gives_the_reservation_back() -> None:
@@ -227,7 +227,7 @@ async def test_a_cancelled_vet_propagates_and_gives_the_reservation_back() -> No
     async with asyncio.timeout(30):  # hang guard
         task = asyncio.create_task(classifier.vet(action()))
         await called.wait()
-        assert budget.turns_in_flight == 1
+        assert budget.steps_in_flight == 1
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -357,7 +357,7 @@ async def test_the_call_is_reserved_before_it_is_made_and_settled_after() -> Non
     during: list[tuple[int, int, int]] = []
 
     def answer(messages: Sequence[UserMessage | AssistantMessage], info: TurnInfo) -> Turn:
-        during.append((budget.turns, budget.turns_in_flight, budget.tokens_in_flight))
+        during.append((budget.steps, budget.steps_in_flight, budget.tokens_in_flight))
         return Turn(text="ALLOW", usage=USAGE)
 
     verdict = await vet(ScriptedModel(answer), budget=budget)
@@ -366,15 +366,15 @@ async def test_the_call_is_reserved_before_it_is_made_and_settled_after() -> Non
     assert verdict == VetVerdict(
         allow=True, reason="the classifier allowed it", basis="model", usage=USAGE, cost_usd=cost
     )
-    assert (budget.turns, budget.usage, budget.cost_usd) == (1, USAGE, cost)
-    assert (budget.turns_in_flight, budget.tokens_in_flight) == (0, 0)
+    assert (budget.steps, budget.usage, budget.cost_usd) == (1, USAGE, cost)
+    assert (budget.steps_in_flight, budget.tokens_in_flight) == (0, 0)
 
 
 @pytest.mark.parametrize(
     ("budget", "cause"),
     [
-        (Budget(max_turns=3, turns=3), "turn_budget"),
-        (Budget(max_turns=3, turns=2, turns_in_flight=1), "turn_budget"),
+        (Budget(max_steps=3, steps=3), "step_budget"),
+        (Budget(max_steps=3, steps=2, steps_in_flight=1), "step_budget"),
         (
             Budget(max_output_tokens=100, final_answer_reserve=50, usage=Usage(output_tokens=50)),
             "token_budget",
@@ -383,7 +383,7 @@ async def test_the_call_is_reserved_before_it_is_made_and_settled_after() -> Non
     ],
 )
 async def test_a_refused_budget_escalates_without_calling(budget: Budget, cause: str) -> None:
-    before = (budget.turns, budget.turns_in_flight, budget.tokens_in_flight, budget.usage)
+    before = (budget.steps, budget.steps_in_flight, budget.tokens_in_flight, budget.usage)
     model = ScriptedModel(["ALLOW"])
     verdict = await vet(model, budget=budget)
     assert verdict == VetVerdict(
@@ -392,7 +392,7 @@ async def test_a_refused_budget_escalates_without_calling(budget: Budget, cause:
         basis="budget",
     )
     assert model.requests == []
-    assert (budget.turns, budget.turns_in_flight, budget.tokens_in_flight, budget.usage) == before
+    assert (budget.steps, budget.steps_in_flight, budget.tokens_in_flight, budget.usage) == before
 
 
 async def test_without_a_budget_the_usage_is_still_reported() -> None:

@@ -167,7 +167,7 @@ class Host:
         return f"touch {shlex.quote(str(self.marker))}"
 
     def script(self, turns: list[Any], name: str = "script") -> Path:
-        """A scripted model file (JSON is YAML) with these turns."""
+        """A scripted model file (JSON is YAML) with these steps."""
         path = self.tmp / f"{name}-{uuid.uuid4().hex[:6]}.json"
         path.write_text(json.dumps({"turns": turns}))
         return path

@@ -36,7 +36,7 @@ def free_port() -> int:
 
 class Served:
     """`tiller serve` on loopback with a token, on a scripted model (the server keeps
-    one model, so its turns go on from one request to the next)."""
+    one model, so its steps go on from one request to the next)."""
 
     def __init__(self, host: Host) -> None:
         self.host = host

@@ -293,13 +293,13 @@ test("notices from the runtime, and unknown events are ignored", () => {
     { type: "CUSTOM", name: "tiller.notice", value: { source: "mailbox", text: "hello" } },
     { type: "SOMETHING_NEW", x: 1 },
     { nope: true },
-    { type: "STEP_STARTED", stepName: "turn 1" },
+    { type: "STEP_STARTED", stepName: "step 1" },
   ]);
   assert.deepEqual(
     thread.notices.map((n) => n.text),
     ["Steering reached the run: go left", "hello"],
   );
-  assert.equal(thread.step, "turn 1");
-  run([{ type: "STEP_FINISHED", stepName: "turn 1" }], thread);
+  assert.equal(thread.step, "step 1");
+  run([{ type: "STEP_FINISHED", stepName: "step 1" }], thread);
   assert.equal(thread.step, null);
 });

@@ -42,7 +42,7 @@ BANNER_RESULT = "banner shown to the person"
 
 
 def _agent() -> Any:
-    # A little model latency, as with a real model: the first turn of each request waits
+    # A little model latency, as with a real model: the first step of each request waits
     # 20 ms, so a stream arrives in several chunks, as a streamed response does.
     return make_agent(step_delay=0.01, first_delay=0.02)
 

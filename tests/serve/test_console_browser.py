@@ -160,7 +160,7 @@ def test_chat_streams_the_answer_with_folded_reasoning(page: Page) -> None:
     # The run is listed as finished; the usage and the state panels show the run's facts.
     status = run_item(page, current_run_id(page)).get_by_test_id("run-status")
     expect(status).to_have_text(re.compile("^finished"))
-    expect(by(page, "usage")).to_contain_text("Turns")
+    expect(by(page, "usage")).to_contain_text("Steps")
     by(page, "state-panel").locator("summary").click()
     expect(by(page, "state-json")).to_contain_text('"usage"')
 

@@ -161,8 +161,8 @@ def test_the_state_carries_tasks_usage_budget_and_the_agents_own(serve: Callable
     assert state["theme"] == "dark"  # the client's own state, kept
     runtime = state["tiller"]
     assert [t["subject"] for t in runtime["tasks"]] == ["Write a.txt"]
-    assert runtime["usage"]["turns"] == 2
-    assert runtime["budget"]["spentTurns"] == 2
+    assert runtime["usage"]["steps"] == 2
+    assert runtime["budget"]["spentSteps"] == 2
     assert types(events)[-1] == "RUN_FINISHED"
 
 

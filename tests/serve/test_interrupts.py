@@ -121,17 +121,17 @@ def test_an_approved_write_runs_once_and_a_second_resume_runs_nothing(
             "  r1-msg-3 assistant: Writing notes.txt.",
             '  r1-msg-3 call r1-call-2 write_file {"path":"notes.txt","content":"hello"}',
             "TOOL_CALL_RESULT r1-call-2 (r2-msg-5): created notes.txt (5 bytes)",
-            "STEP_STARTED turn 3",
+            "STEP_STARTED step 3",
             "TOOL_CALL_START r2-call-3 task_update in r2-msg-6",
             'TOOL_CALL_ARGS r2-call-3 {"id":"t1","status":"completed"}',
             "TOOL_CALL_END r2-call-3",
             "TOOL_CALL_RESULT r2-call-3 (r2-msg-7): t1 is completed: Write notes.txt¶Checklist (1/1 completed):¶[x] t1 Write notes.txt",
-            "STEP_FINISHED turn 3",
-            "STEP_STARTED turn 4",
+            "STEP_FINISHED step 3",
+            "STEP_STARTED step 4",
             "TEXT_MESSAGE_START r2-msg-8",
             "TEXT_MESSAGE_CONTENT r2-msg-8 Done: notes.txt is written.",
             "TEXT_MESSAGE_END r2-msg-8",
-            "STEP_FINISHED turn 4",
+            "STEP_FINISHED step 4",
             'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -170,17 +170,17 @@ def test_deny_with_a_reason_reaches_the_model(serve: Callable[..., str], tmp_pat
             "  r1-msg-3 assistant: Writing a.txt.",
             '  r1-msg-3 call r1-call-2 write_file {"path":"a.txt","content":"x"}',
             "TOOL_CALL_RESULT r1-call-2 (r2-msg-5): Denied by the user: not today. Describe the change you would make (the path and the new content) instead of writing it.",
-            "STEP_STARTED turn 3",
+            "STEP_STARTED step 3",
             "TOOL_CALL_START r2-call-3 task_update in r2-msg-6",
             'TOOL_CALL_ARGS r2-call-3 {"id":"t1","status":"completed"}',
             "TOOL_CALL_END r2-call-3",
             "TOOL_CALL_RESULT r2-call-3 (r2-msg-7): t1 is completed: Write a.txt¶Checklist (1/1 completed):¶[x] t1 Write a.txt",
-            "STEP_FINISHED turn 3",
-            "STEP_STARTED turn 4",
+            "STEP_FINISHED step 3",
+            "STEP_STARTED step 4",
             "TEXT_MESSAGE_START r2-msg-8",
             "TEXT_MESSAGE_CONTENT r2-msg-8 Done: a.txt is written.",
             "TEXT_MESSAGE_END r2-msg-8",
-            "STEP_FINISHED turn 4",
+            "STEP_FINISHED step 4",
             'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -204,17 +204,17 @@ def test_a_cancelled_resume_entry_means_deny(serve: Callable[..., str], tmp_path
             "  r1-msg-3 assistant: Writing a.txt.",
             '  r1-msg-3 call r1-call-2 write_file {"path":"a.txt","content":"x"}',
             "TOOL_CALL_RESULT r1-call-2 (r2-msg-5): Denied by the user: the person cancelled the request. Describe the change you would make (the path and the new content) instead of writing it.",
-            "STEP_STARTED turn 3",
+            "STEP_STARTED step 3",
             "TOOL_CALL_START r2-call-3 task_update in r2-msg-6",
             'TOOL_CALL_ARGS r2-call-3 {"id":"t1","status":"completed"}',
             "TOOL_CALL_END r2-call-3",
             "TOOL_CALL_RESULT r2-call-3 (r2-msg-7): t1 is completed: Write a.txt¶Checklist (1/1 completed):¶[x] t1 Write a.txt",
-            "STEP_FINISHED turn 3",
-            "STEP_STARTED turn 4",
+            "STEP_FINISHED step 3",
+            "STEP_STARTED step 4",
             "TEXT_MESSAGE_START r2-msg-8",
             "TEXT_MESSAGE_CONTENT r2-msg-8 Done: a.txt is written.",
             "TEXT_MESSAGE_END r2-msg-8",
-            "STEP_FINISHED turn 4",
+            "STEP_FINISHED step 4",
             'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -365,11 +365,11 @@ def test_a_question_is_an_interrupt_and_the_answer_reaches_the_model(
             "  r1-msg-1 assistant:",
             '  r1-msg-1 call r1-call-1 ask_user {"questions":[{"header":"Color","question":"Which color should the report use?","options":[{"label":"red","description":"warm","recommended":true},{"label":"blue","description":"calm"}]}]}',
             "TOOL_CALL_RESULT r1-call-1 (r2-msg-3): The person answered:¶- [Color] Which color should the report use?¶  selected: blue¶  note: calm please",
-            "STEP_STARTED turn 2",
+            "STEP_STARTED step 2",
             "TEXT_MESSAGE_START r2-msg-4",
             "TEXT_MESSAGE_CONTENT r2-msg-4 Thanks. The person answered:¶- [Color] Which color should the report use?¶  selected: blue¶  note: calm please",
             "TEXT_MESSAGE_END r2-msg-4",
-            "STEP_FINISHED turn 2",
+            "STEP_FINISHED step 2",
             'RUN_FINISHED r2 thread=t1 {"result":{"stopCause":"completed"},"outcome":{"type":"success"}}',
         ]
     )
@@ -419,8 +419,8 @@ def test_a_resumed_run_keeps_counting_on_the_same_budget(serve: Callable[..., st
         elif event["type"] == "STATE_DELTA":
             state = jsonpatch.apply_patch(state, event["delta"])
     # Two turns before the pause, two after: the budget saw all four.
-    assert state["tiller"]["budget"]["spentTurns"] == 4
-    assert state["tiller"]["usage"]["turns"] == 4
+    assert state["tiller"]["budget"]["spentSteps"] == 4
+    assert state["tiller"]["usage"]["steps"] == 4
 
 
 def test_approve_always_lets_a_second_write_through_without_asking(

@@ -9,7 +9,7 @@ the watch leaves no task behind.
 
 Waiting is on conditions (`until`), with a timeout that only guards against hangs. A
 watcher with `poll_interval=3600` never polls inside a test, so what it receives came
-by message; one with a muted bus gets no message, so what it receives came by polling.
+by message; one with a muted store gets no message, so what it receives came by polling.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def watcher_tasks() -> list[asyncio.Task[object]]:
     ]
 
 
-# ── bus doubles: a real bus, with its messages dropped or its calls failing ──────────
+# ── store doubles: a real store, with its messages dropped or its calls failing ──────────
 
 
 class MutedBus:
@@ -118,7 +118,7 @@ class MutedBus:
 
 
 class FlakyKeyValue:
-    """A bucket whose every call fails while its bus is `broken`."""
+    """A bucket whose every call fails while its store is `broken`."""
 
     def __init__(self, bus: FlakyBus, inner: KeyValue) -> None:
         self.bucket = inner.bucket
@@ -228,7 +228,7 @@ class TrackedSubscription:
 async def two_buses(
     request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
 ) -> AsyncIterator[tuple[Bus, Bus]]:
-    """Two buses on one store (the same SQLite file, the same NATS namespace), as two
+    """Two handles on one store (the same SQLite file, the same NATS namespace), as two
     processes would have."""
     namespace = f"t{uuid.uuid4().hex[:16]}"
     first = await make_bus(request.param, clock, tmp_path, namespace)

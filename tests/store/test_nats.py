@@ -33,8 +33,8 @@ def _namespace() -> str:
 
 @pytest.fixture
 async def open_nats() -> AsyncIterator[Callable[..., Awaitable[NatsBus]]]:
-    """Opens buses (each in a fresh namespace unless given one); at the end deletes every
-    namespace's streams and closes the buses."""
+    """Opens stores (each in a fresh namespace unless given one); at the end deletes every
+    namespace's streams and closes the stores."""
     opened: list[NatsBus] = []
 
     async def open_one(

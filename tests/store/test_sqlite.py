@@ -1,4 +1,4 @@
-"""SqliteBus beyond the contract: URLs, the file and its schema, locking, several buses and
+"""SqliteBus beyond the contract: URLs, the file and its schema, locking, several stores and
 several processes on one file."""
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ async def test_a_waiting_write_does_not_block_the_event_loop(tmp_path: Path) -> 
         assert entry is not None and entry.revision == revision
 
 
-# ── several buses on one file ────────────────────────────────────────────────────────
+# ── several stores on one file ────────────────────────────────────────────────────────
 
 
 async def test_pubsub_between_two_buses_on_one_file(tmp_path: Path) -> None:
@@ -221,7 +221,7 @@ async def test_old_messages_are_pruned(tmp_path: Path) -> None:
         )
     conn.close()
     async with await open_bus(url_of(path, "retention=3600")) as bus:
-        await bus.publish("s", b"fresh")  # a bus's first publish prunes
+        await bus.publish("s", b"fresh")  # a store's first publish prunes
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT data FROM messages ORDER BY id").fetchall()
     conn.close()

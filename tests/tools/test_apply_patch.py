@@ -18,7 +18,7 @@ from .file_tools_support import RecordingSnapshots, run
 
 @pytest.fixture
 def root(ctx: ExecContext) -> Path:
-    root = ctx.tools.root
+    root = ctx.jail.root
     (root / "src").mkdir()
     (root / "src" / "app.py").write_text("".join(f"line {i}\n" for i in range(1, 21)))
     (root / "README.md").write_text("# Title\n\nSome text.\n")

@@ -1,4 +1,4 @@
-"""Background commands: started with `background=true` or detached by the turn's
+"""Background commands: started with `background=true` or detached by the step's
 background token, followed with `background_process`, announced through the Notifier when
 they exit, and all killed by `BackgroundJobs.close()`. Real commands under real bwrap."""
 

@@ -14,11 +14,11 @@ from tiller.events import AgUiContext, CustomEvent, Event, StateSnapshotEvent
 from tiller.tools import (
     PROGRESS_EVENT,
     ExecContext,
+    Jail,
     LocalState,
     Outcome,
     Registry,
     StateAccess,
-    ToolCtx,
     tool,
 )
 
@@ -29,10 +29,10 @@ def agui(state: Any = None) -> tuple[AgUiContext[Any], Any]:
 
 def test_for_test_gives_safe_defaults(tmp_path: Path) -> None:
     ctx = ExecContext.for_test(tmp_path)
-    assert ctx.workdir == ctx.tools.root == tmp_path.resolve()
-    assert ctx.tools == ToolCtx(tmp_path)
+    assert ctx.workdir == ctx.jail.root == tmp_path.resolve()
+    assert ctx.jail == Jail(tmp_path)
     assert not ctx.token.is_cancelled
-    assert (ctx.call_id, ctx.turn) == ("call-test", 1)
+    assert (ctx.call_id, ctx.step) == ("call-test", 1)
     assert ctx.state == {}
     ctx.progress("nobody listens")  # dropped, not an error
     assert isinstance(ctx.state_access, StateAccess)
@@ -40,9 +40,9 @@ def test_for_test_gives_safe_defaults(tmp_path: Path) -> None:
 
 def test_for_test_takes_overrides(tmp_path: Path) -> None:
     token = CancellationToken()
-    tools = ToolCtx(tmp_path, shell_timeout=3)
-    ctx = ExecContext.for_test(tmp_path, call_id="c9", turn=4, token=token, tools=tools, state=[1])
-    assert (ctx.call_id, ctx.turn, ctx.token, ctx.tools, ctx.state) == ("c9", 4, token, tools, [1])
+    tools = Jail(tmp_path, shell_timeout=3)
+    ctx = ExecContext.for_test(tmp_path, call_id="c9", step=4, token=token, jail=tools, state=[1])
+    assert (ctx.call_id, ctx.step, ctx.token, ctx.jail, ctx.state) == ("c9", 4, token, tools, [1])
 
 
 def test_progress_emits_a_custom_event(tmp_path: Path) -> None:
@@ -98,9 +98,9 @@ async def test_tools_change_the_run_state_and_it_is_published(tmp_path: Path) ->
     ctx = ExecContext(
         token=CancellationToken(),
         call_id="r1-call-1",
-        turn=1,
+        step=1,
         workdir=tmp_path,
-        tools=ToolCtx(tmp_path),
+        jail=Jail(tmp_path),
         emit=run.emit,
         state_access=run,
     )
@@ -145,6 +145,6 @@ def test_update_state_without_a_loop_applies_directly(tmp_path: Path) -> None:
 async def test_a_context_is_immutable(tmp_path: Path) -> None:
     ctx = ExecContext.for_test(tmp_path)
     with pytest.raises(AttributeError):
-        ctx.turn = 2  # type: ignore[misc]
+        ctx.step = 2  # type: ignore[misc]
     done = await Registry([count_up_async]).execute(ToolCall(id="c", name="count_up_async"), ctx)
     assert done.outcome is Outcome.OK

@@ -20,13 +20,13 @@ from tiller.tools import (
     CallSite,
     CheckpointOrigin,
     ExecContext,
+    Jail,
     LiveSafetyMode,
     Notifier,
     PathOutsideJail,
     SafetyMode,
-    ToolCtx,
+    StepSignals,
     ToolServices,
-    TurnSignals,
     UserGoal,
     WebBudget,
     WebBudgetExceeded,
@@ -38,13 +38,13 @@ def test_assemble_takes_each_field_from_its_bundle(tmp_path: Path) -> None:
     seen: list[Event] = []
     token, background, budget = CancellationToken(), CancellationToken(), WebBudget(10)
     notify = Notifier()
-    tools = ToolCtx(tmp_path)
+    tools = Jail(tmp_path)
     goal = UserGoal(requests=("fix the bug",))
     ctx = ExecContext.assemble(
         3,
         "r-call-7",
         None,
-        TurnSignals(token, background, budget),
+        StepSignals(token, background, budget),
         CallSite(tools, Phase.PLAN, SafetyMode.AUTO, message_index=12),
         ToolServices(
             emit=seen.append,
@@ -57,9 +57,9 @@ def test_assemble_takes_each_field_from_its_bundle(tmp_path: Path) -> None:
             goal=goal,
         ),
     )
-    assert (ctx.turn, ctx.call_id, ctx.token, ctx.background) == (3, "r-call-7", token, background)
+    assert (ctx.step, ctx.call_id, ctx.token, ctx.background) == (3, "r-call-7", token, background)
     assert (ctx.web_bytes, ctx.web_budget()) == (budget, budget)
-    assert (ctx.tools, ctx.workdir, ctx.phase) == (tools, tools.root, Phase.PLAN)
+    assert (ctx.jail, ctx.workdir, ctx.phase) == (tools, tools.root, Phase.PLAN)
     assert (ctx.safety_mode, ctx.message_index, ctx.notify) == (SafetyMode.AUTO, 12, notify)
     assert (ctx.config, ctx.model_id, ctx.goal) == ({"k": 1}, "m", goal)
     assert ctx.checkpoint_origin() == CheckpointOrigin("task-1", "thread-1", 12)
@@ -219,7 +219,7 @@ def test_safety_modes_are_ranked_and_ceilings_only_tighten() -> None:
 
 
 def test_the_safety_mode_is_live_across_tool_contexts(tmp_path: Path) -> None:
-    tools = ToolCtx(tmp_path)
+    tools = Jail(tmp_path)
     assert tools.safety.mode is SafetyMode.ASK
     same = tools.with_shell_timeout(5)
     tools.safety.set(SafetyMode.AUTO)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tiller import CancellationToken, Cancelled
-from tiller.tools import DEFAULT_SANDBOX, ExecContext, Outcome, Sandbox, SandboxUnavailable, ToolCtx
+from tiller.tools import DEFAULT_SANDBOX, ExecContext, Jail, Outcome, Sandbox, SandboxUnavailable
 from tiller.tools._capture import HEAD_BYTES, TAIL_BYTES
 from tiller.tools.builtin import execute_command, execute_command_tool
 
@@ -160,7 +160,7 @@ async def test_a_timeout_kills_the_tree(jail: Path) -> None:
 
 @sandboxed
 async def test_the_runs_shell_timeout_is_a_ceiling(jail: Path) -> None:
-    ctx = ExecContext.for_test(jail, tools=ToolCtx(jail, shell_timeout=0.5))
+    ctx = ExecContext.for_test(jail, jail=Jail(jail, shell_timeout=0.5))
     async with asyncio.timeout(30):  # hang guard
         done = await run(ctx, command="sleep 300", timeout=600)
     assert done.result.content == (
@@ -221,7 +221,7 @@ async def test_without_bwrap_the_shell_refuses(
     message = done.result.content
     assert "no-such-bwrap" in message and "not installed" in message
     assert "scripts/setup-system.sh" in message and "apt-get install bubblewrap" in message
-    assert "ToolCtx.with_unsandboxed_shell()" in message
+    assert "Jail.with_unsandboxed_shell()" in message
     assert not (jail / "ran").exists()
     with pytest.raises(SandboxUnavailable, match="not installed"):
         await no_bwrap.require()
@@ -253,7 +253,7 @@ async def test_the_probe_runs_once_per_sandbox(tmp_path: Path) -> None:
 async def test_an_accepted_unsandboxed_shell_runs_as_the_user(
     no_bwrap: Sandbox, jail: Path
 ) -> None:
-    ctx = ExecContext.for_test(jail, tools=ToolCtx(jail).with_unsandboxed_shell())
+    ctx = ExecContext.for_test(jail, jail=Jail(jail).with_unsandboxed_shell())
     shell = execute_command_tool(no_bwrap)
     done = await run(ctx, tools=[shell], command="echo $HOME; pwd; touch ran")
     assert done.result.content == f"{os.environ['HOME']}\n{jail}\n[exit code 0]"
@@ -264,7 +264,7 @@ async def test_an_accepted_unsandboxed_shell_runs_as_the_user(
 
 async def test_an_unsandboxed_cancel_kills_the_process_group(no_bwrap: Sandbox, jail: Path) -> None:
     token = CancellationToken()
-    ctx = ExecContext.for_test(jail, token=token, tools=ToolCtx(jail).with_unsandboxed_shell())
+    ctx = ExecContext.for_test(jail, token=token, jail=Jail(jail).with_unsandboxed_shell())
     shell = execute_command_tool(no_bwrap)
     mark = new_mark()
     async with asyncio.timeout(30):  # hang guard

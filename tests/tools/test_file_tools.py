@@ -15,11 +15,11 @@ from tiller.tools import (
     Capability,
     ExecContext,
     HardLinkRefused,
+    Jail,
     Outcome,
     PathOutsideJail,
     Registry,
     SymlinkRefused,
-    ToolCtx,
     ToolError,
 )
 from tiller.tools._fs import JailFS
@@ -30,7 +30,7 @@ from .file_tools_support import FILE_TOOLS, RecordingSnapshots, run
 
 @pytest.fixture
 def root(ctx: ExecContext) -> Path:
-    return ctx.tools.root
+    return ctx.jail.root
 
 
 def test_flags_of_the_file_tools() -> None:
@@ -339,7 +339,7 @@ async def test_list_dir_is_bounded(ctx: ExecContext, root: Path) -> None:
 
 
 def test_jail_fs_operations(tmp_path: Path) -> None:
-    tools = ToolCtx(tmp_path)
+    tools = Jail(tmp_path)
     fs = tools.fs
     assert isinstance(fs, JailFS) and fs.root == tools.root
     fs.mkdirs(tools.resolve("a/b/c"))
@@ -375,7 +375,7 @@ def test_jail_fs_refuses_what_resolve_would_have_followed(tmp_path: Path) -> Non
     (root / "real" / "f.txt").write_text("x")
     (root / "link").symlink_to("real")
     (root / "flink").symlink_to("real/f.txt")
-    fs = ToolCtx(root).fs
+    fs = Jail(root).fs
     real_root = root.resolve()
     with pytest.raises(SymlinkRefused, match="'link' became a symlink"):
         fs.read_bytes(real_root / "link" / "f.txt")
@@ -395,7 +395,7 @@ def test_jail_fs_refuses_what_resolve_would_have_followed(tmp_path: Path) -> Non
 def test_hard_links_are_refused_for_writes_too(tmp_path: Path) -> None:
     (tmp_path / "a").write_text("a")
     os.link(tmp_path / "a", tmp_path / "b")
-    tools = ToolCtx(tmp_path)
+    tools = Jail(tmp_path)
     with pytest.raises(HardLinkRefused) as caught:
         tools.fs.write_bytes(tools.resolve("a"), b"changed")
     assert caught.value.links == 2

@@ -18,7 +18,7 @@ from .file_tools_support import run
 
 @pytest.fixture
 def root(ctx: ExecContext) -> Path:
-    root = ctx.tools.root
+    root = ctx.jail.root
     (root / "src" / "pkg").mkdir(parents=True)
     (root / "src" / "app.py").write_text("import os\n\ndef main():\n    return os.getcwd()\n")
     (root / "src" / "pkg" / "util.py").write_text("def helper():\n    pass  # TODO\n")

@@ -1,4 +1,4 @@
-"""`ToolCtx`: the jail's path resolution, builders, and private fixture copies."""
+"""`Jail`: the jail's path resolution, builders, and private fixture copies."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 
 from tiller import TillerError, UsageError
-from tiller.tools import PathOutsideJail, ToolCtx, private_copy
+from tiller.tools import Jail, PathOutsideJail, private_copy
 
 
 @pytest.fixture
-def jail(tmp_path: Path) -> ToolCtx:
+def jail(tmp_path: Path) -> Jail:
     root = tmp_path / "ws"
     (root / "src").mkdir(parents=True)
     (root / "src" / "app.py").write_text("print('hi')\n")
     (tmp_path / "secret.txt").write_text("top secret\n")
-    return ToolCtx(root)
+    return Jail(root)
 
 
-def test_defaults(jail: ToolCtx, tmp_path: Path) -> None:
+def test_defaults(jail: Jail, tmp_path: Path) -> None:
     assert jail.root == (tmp_path / "ws").resolve()
     assert jail.spill_dir == jail.root / ".tiller" / "spill"
     assert not jail.spill_dir.exists()  # created lazily, by the first spill
@@ -30,17 +30,17 @@ def test_defaults(jail: ToolCtx, tmp_path: Path) -> None:
 
 def test_root_must_be_an_existing_directory(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not exist"):
-        ToolCtx(tmp_path / "missing")
+        Jail(tmp_path / "missing")
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="not a directory"):
-        ToolCtx(tmp_path / "file")
+        Jail(tmp_path / "file")
     with pytest.raises(UsageError, match="shell_timeout"):
-        ToolCtx(tmp_path, shell_timeout=0)
+        Jail(tmp_path, shell_timeout=0)
     with pytest.raises(UsageError, match="output_budget_bytes"):
-        ToolCtx(tmp_path, output_budget_bytes=-1)
+        Jail(tmp_path, output_budget_bytes=-1)
 
 
-def test_relative_and_absolute_paths_inside_resolve(jail: ToolCtx) -> None:
+def test_relative_and_absolute_paths_inside_resolve(jail: Jail) -> None:
     app = jail.root / "src" / "app.py"
     assert jail.resolve("src/app.py") == app
     assert jail.resolve("./src/../src/app.py") == app
@@ -51,7 +51,7 @@ def test_relative_and_absolute_paths_inside_resolve(jail: ToolCtx) -> None:
 
 
 @pytest.mark.parametrize("path", ["..", "../secret.txt", "src/../../secret.txt", "/etc/passwd"])
-def test_escapes_are_refused(jail: ToolCtx, path: str) -> None:
+def test_escapes_are_refused(jail: Jail, path: str) -> None:
     with pytest.raises(PathOutsideJail) as caught:
         jail.resolve(path)
     assert isinstance(caught.value, TillerError)
@@ -60,7 +60,7 @@ def test_escapes_are_refused(jail: ToolCtx, path: str) -> None:
     assert not jail.contains(path)
 
 
-def test_a_symlink_pointing_out_is_refused(jail: ToolCtx, tmp_path: Path) -> None:
+def test_a_symlink_pointing_out_is_refused(jail: Jail, tmp_path: Path) -> None:
     (jail.root / "leak").symlink_to(tmp_path / "secret.txt")
     (jail.root / "up").symlink_to(tmp_path)
     for path in ("leak", "up/secret.txt", "up/ws/src/app.py/../../../secret.txt"):
@@ -68,7 +68,7 @@ def test_a_symlink_pointing_out_is_refused(jail: ToolCtx, tmp_path: Path) -> Non
             jail.resolve(path)
 
 
-def test_a_symlink_to_a_file_inside_is_fine(jail: ToolCtx) -> None:
+def test_a_symlink_to_a_file_inside_is_fine(jail: Jail) -> None:
     (jail.root / "alias.py").symlink_to(jail.root / "src" / "app.py")
     (jail.root / "rel").symlink_to("src")
     assert jail.resolve("alias.py") == jail.root / "src" / "app.py"
@@ -79,12 +79,12 @@ def test_a_root_reached_through_a_symlink_still_contains_its_files(tmp_path: Pat
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
-    jail = ToolCtx(tmp_path / "link")
+    jail = Jail(tmp_path / "link")
     assert jail.root == real.resolve()
     assert jail.resolve(str(tmp_path / "link" / "f.txt")) == real.resolve() / "f.txt"
 
 
-def test_symlink_loops_and_nul_bytes_are_refused(jail: ToolCtx) -> None:
+def test_symlink_loops_and_nul_bytes_are_refused(jail: Jail) -> None:
     (jail.root / "a").symlink_to(jail.root / "b")
     (jail.root / "b").symlink_to(jail.root / "a")
     with pytest.raises(PathOutsideJail, match="cannot be resolved"):
@@ -93,13 +93,13 @@ def test_symlink_loops_and_nul_bytes_are_refused(jail: ToolCtx) -> None:
         jail.resolve("src/a\x00b")
 
 
-def test_relative(jail: ToolCtx) -> None:
+def test_relative(jail: Jail) -> None:
     assert jail.relative(jail.root / "src" / "app.py") == "src/app.py"
     assert jail.relative(jail.root) == "."
     assert jail.relative("/elsewhere") == "/elsewhere"
 
 
-def test_builders_return_new_contexts(jail: ToolCtx, tmp_path: Path) -> None:
+def test_builders_return_new_contexts(jail: Jail, tmp_path: Path) -> None:
     tuned = jail.with_shell_timeout(5).with_output_budget(100)
     assert (tuned.shell_timeout, tuned.output_budget_bytes) == (5.0, 100)
     assert (jail.shell_timeout, jail.output_budget_bytes) == (120.0, 64 * 1024)
@@ -110,10 +110,10 @@ def test_builders_return_new_contexts(jail: ToolCtx, tmp_path: Path) -> None:
     assert moved.spill_dir == other.resolve() / ".tiller" / "spill"  # never shared
     assert (moved.shell_timeout, moved.output_budget_bytes) == (5.0, 100)
     assert tuned.with_spill_dir(tmp_path / "spills").spill_dir == tmp_path / "spills"
-    assert jail == ToolCtx(jail.root)
+    assert jail == Jail(jail.root)
 
 
-def test_private_copy_is_fresh_and_private(jail: ToolCtx, tmp_path: Path) -> None:
+def test_private_copy_is_fresh_and_private(jail: Jail, tmp_path: Path) -> None:
     (jail.root / ".tiller" / "spill").mkdir(parents=True)
     (jail.root / ".tiller" / "spill" / "old.txt").write_text("old output")
     (jail.root / "leak").symlink_to(tmp_path / "secret.txt")
@@ -144,7 +144,7 @@ def test_private_copy_needs_a_directory(tmp_path: Path) -> None:
 
 
 def test_protected_paths_cover_themselves_and_what_lies_under_them(tmp_path: Path) -> None:
-    tools = ToolCtx(tmp_path)
+    tools = Jail(tmp_path)
     assert tools.protects("tiller.toml") == "tiller.toml"
     assert tools.protects(tmp_path.resolve() / ".git" / "hooks" / "pre-commit") == ".git/hooks"
     assert tools.protects(".tiller/taint.json") == ".tiller"
@@ -159,7 +159,7 @@ def test_protected_paths_cover_themselves_and_what_lies_under_them(tmp_path: Pat
 def test_with_protected_adds_paths_inside_the_jail_and_changes_nothing_it_was_given(
     tmp_path: Path,
 ) -> None:
-    tools = ToolCtx(tmp_path)
+    tools = Jail(tmp_path)
     more = tools.with_protected("./check.sh", tmp_path.resolve() / "hooks" / "gate.py", "/etc/x")
     assert more.protects("check.sh") == "check.sh"
     assert more.protects("hooks/gate.py") == "hooks/gate.py"
@@ -170,4 +170,4 @@ def test_with_protected_adds_paths_inside_the_jail_and_changes_nothing_it_was_gi
 @pytest.mark.parametrize("bad", ["../outside", "/abs/path", ""])
 def test_a_protected_path_must_be_relative_and_inside(tmp_path: Path, bad: str) -> None:
     with pytest.raises(UsageError, match="relative to the workspace root"):
-        ToolCtx(tmp_path, protected=(bad,))
+        Jail(tmp_path, protected=(bad,))

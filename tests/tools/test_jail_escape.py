@@ -5,7 +5,7 @@ Each case builds a fresh world (a jail `ws/` and, beside it, a sentinel director
 and asserts two things: the tool refused with the jail's *typed* error (the exact class,
 and the words a model would read), and nothing outside the jail changed, byte for byte,
 link for link, mode for mode. Race cases swap a symlink in right after `resolve()` has
-checked the path, deterministically, by wrapping `ToolCtx.resolve`: the descriptor walk
+checked the path, deterministically, by wrapping `Jail.resolve`: the descriptor walk
 must refuse. A few allowed cases at the end prove the jail is not simply refusing all.
 """
 
@@ -23,11 +23,11 @@ from tiller.tools import (
     ExecContext,
     HardLinkRefused,
     InvalidPath,
+    Jail,
     PathOutsideJail,
     PathTooLong,
     SymlinkRefused,
     Tool,
-    ToolCtx,
     ToolError,
 )
 from tiller.tools.builtin import apply_patch, edit_file, glob, grep, list_dir, read_file, write_file
@@ -118,10 +118,10 @@ def swap_after_check(component: str, target: Callable[[World], Path]) -> Setup:
     process would win between a tool's check and its open."""
 
     def setup(w: World) -> None:
-        original = ToolCtx.resolve
+        original = Jail.resolve
         swapped = False
 
-        def resolve(self: ToolCtx, path: str | os.PathLike[str]) -> Path:
+        def resolve(self: Jail, path: str | os.PathLike[str]) -> Path:
             nonlocal swapped
             result = original(self, path)
             if not swapped:
@@ -131,7 +131,7 @@ def swap_after_check(component: str, target: Callable[[World], Path]) -> Setup:
                 victim.symlink_to(target(w))
             return result
 
-        w.monkeypatch.setattr(ToolCtx, "resolve", resolve)
+        w.monkeypatch.setattr(Jail, "resolve", resolve)
 
     return setup
 

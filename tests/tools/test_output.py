@@ -1,4 +1,4 @@
-"""`OutputBudget`: a turn's outputs share one budget; the overflow is spilled, never lost."""
+"""`OutputBudget`: a step's outputs share one budget; the overflow is spilled, never lost."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tiller import UsageError
 from tiller.conversation import ToolResult
-from tiller.tools import OutputBudget, ToolCtx
+from tiller.tools import Jail, OutputBudget
 
 POINTER = re.compile(r"\[output truncated: (\d+) bytes more in (.+)\]$")
 
@@ -97,7 +97,7 @@ def test_nothing_is_ever_lost(
 
 
 def test_cap_result_uses_the_run_spill_dir(tmp_path: Path) -> None:
-    tools = ToolCtx(tmp_path, output_budget_bytes=4)
+    tools = Jail(tmp_path, output_budget_bytes=4)
     budget = OutputBudget.for_turn(tools)
     result = ToolResult(call_id="r-call-1", name="t", content="0123456789", is_error=True)
     capped = budget.cap_result(result, tools)
@@ -134,7 +134,7 @@ def test_a_spill_dir_replaced_by_a_symlink_is_never_written_through(tmp_path: Pa
     (root / ".tiller").mkdir(parents=True)
     outside.mkdir()
     (root / ".tiller" / "spill").symlink_to(outside)  # what a command in the jail can do
-    tools = ToolCtx(root, output_budget_bytes=4)
+    tools = Jail(root, output_budget_bytes=4)
     result = ToolResult(call_id="r-call-1", name="t", content="0123456789")
     capped = OutputBudget.for_turn(tools).cap_result(result, tools)
     assert capped.content.startswith("0123\n[output truncated: 6 bytes more, not saved: ")

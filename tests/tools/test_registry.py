@@ -61,7 +61,7 @@ def report_error() -> ToolOutput:
 @tool
 def outside(ctx: ExecContext) -> str:
     """Touch a path outside the jail."""
-    return str(ctx.tools.resolve("/etc/passwd"))
+    return str(ctx.jail.resolve("/etc/passwd"))
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools import ExecContext, Execution, ToolCtx
+from tiller.tools import ExecContext, Execution, Jail
 
 from .shell_support import SANDBOX_MISSING, SANDBOX_REASON, run
 
@@ -228,7 +228,7 @@ async def test_no_network_without_the_grant(world: World, listener: Listener) ->
 
 
 async def test_the_network_grant_shares_the_host_network(world: World, listener: Listener) -> None:
-    ctx = ExecContext.for_test(world.jail, tools=ToolCtx(world.jail).with_network())
+    ctx = ExecContext.for_test(world.jail, jail=Jail(world.jail).with_network())
     done = await world.run(_connect(listener.port), ctx)
     assert done.result.content == "connected\n[exit code 0]"
     async with asyncio.timeout(30):  # hang guard

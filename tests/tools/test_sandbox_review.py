@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools import ExecContext, Sandbox, SandboxUnavailable, ToolCtx
+from tiller.tools import ExecContext, Jail, Sandbox, SandboxUnavailable
 
 from .shell_support import SANDBOX_MISSING, SANDBOX_REASON, run
 
@@ -34,7 +34,7 @@ def test_bwrap_is_resolved_once_and_never_from_the_jail(
 
 
 async def test_password_hashes_are_hidden(tmp_path: Path) -> None:
-    ctx = ExecContext.for_test(tmp_path, tools=ToolCtx(tmp_path))
+    ctx = ExecContext.for_test(tmp_path, jail=Jail(tmp_path))
     done = await run(ctx, command="cat /etc/shadow /etc/gshadow; echo done")
     assert "root:" not in done.result.content, done.result.content
     assert "done" in done.result.content

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tiller.tools import ExecContext, Sandbox, SandboxUnavailable, ToolCtx
+from tiller.tools import ExecContext, Jail, Sandbox, SandboxUnavailable
 from tiller.tools.builtin import execute_command_tool
 
 from .conftest import RunTool
@@ -95,7 +95,7 @@ async def test_root_only_files_are_unreadable(ctx: ExecContext) -> None:
 
 
 async def test_the_workspace_stays_writable_both_ways(ctx: ExecContext, run_tool: RunTool) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     (root / "sub").mkdir(mode=0o700)  # root's, private
     (root / "sub" / "by-root.txt").write_text("root\n")
     os.chmod(root / "sub" / "by-root.txt", 0o600)
@@ -156,7 +156,7 @@ def _git_init(root: Path) -> None:
 
 
 async def test_git_works_in_a_root_owned_repository(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     _git_init(root)
     (root / "a.txt").write_text("a\n")
     done = await run(
@@ -171,25 +171,23 @@ async def test_without_setpriv_the_shell_refuses(ctx: ExecContext) -> None:
     shell = execute_command_tool(Sandbox(setpriv="/nonexistent/setpriv"))
     done = await run(ctx, tools=[shell], command="touch ran")
     assert done.is_error and "setpriv" in done.result.content
-    assert not (ctx.tools.root / "ran").exists()
+    assert not (ctx.jail.root / "ran").exists()
     with pytest.raises(SandboxUnavailable, match="setpriv"):
-        Sandbox(setpriv="/nonexistent/setpriv").command(
-            ["true"], jail=ctx.tools.root, network=False
-        )
+        Sandbox(setpriv="/nonexistent/setpriv").command(["true"], jail=ctx.jail.root, network=False)
 
 
 async def test_an_explicit_root_user_is_refused(ctx: ExecContext) -> None:
     shell = execute_command_tool(Sandbox(user="root"))
     done = await run(ctx, tools=[shell], command="touch ran")
     assert done.is_error and "uid or gid 0" in done.result.content
-    assert not (ctx.tools.root / "ran").exists()
+    assert not (ctx.jail.root / "ran").exists()
 
 
 async def test_a_workspace_owned_by_a_user_runs_as_that_user(tmp_path: Path) -> None:
     jail = tmp_path / "jail"
     jail.mkdir()
     os.chown(jail, 12345, 12345)  # a uid with no passwd entry: group nobody's
-    ctx = ExecContext.for_test(jail, tools=ToolCtx(jail))
+    ctx = ExecContext.for_test(jail, jail=Jail(jail))
     done = await run(ctx, command="id -u; touch mine; stat -c %u mine")
     assert done.result.content == "12345\n12345\n[exit code 0]", done.result.content
 
@@ -206,11 +204,11 @@ async def test_a_workspace_that_refuses_acls_is_refused_not_run_as_root(
     done = await run(ctx, tools=[execute_command_tool(Sandbox())], command="touch ran")
     assert done.is_error and "cannot be made writable" in done.result.content
     assert "Operation not supported" in done.result.content
-    assert not (ctx.tools.root / "ran").exists()
+    assert not (ctx.jail.root / "ran").exists()
 
 
 async def test_protected_paths_get_no_acl(ctx: ExecContext) -> None:
-    root = ctx.tools.root
+    root = ctx.jail.root
     _git_init(root)
     done = await run(ctx, command="echo x > a.txt && git add a.txt && echo ok")
     assert done.result.content == "ok\n[exit code 0]", done.result.content

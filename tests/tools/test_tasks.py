@@ -238,7 +238,7 @@ def test_the_task_tools_are_read_only_with_no_capabilities() -> None:
 async def test_the_tools_keep_the_checklist_and_show_it(tmp_path: Path) -> None:
     seen = Recorder()
     broker = seen.broker()
-    ctx = ExecContext.for_test(tmp_path, turn=3, tasks=broker)
+    ctx = ExecContext.for_test(tmp_path, step=3, tasks=broker)
     for subject in ("Find the bug", "Fix it", "Verify"):
         done = await call(ctx, "task_create", subject=subject)
     assert done.outcome is Outcome.OK

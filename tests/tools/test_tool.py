@@ -93,7 +93,7 @@ def test_exec_context_parameter_is_injected_not_described() -> None:
     @tool
     def where(path: str, context: ExecContext, *, verbose: bool = False) -> str:
         """Say where a path is."""
-        return str(context.tools.resolve(path))
+        return str(context.jail.resolve(path))
 
     assert list(where.input_schema["properties"]) == ["path", "verbose"]
     assert where.input_schema["required"] == ["path"]

@@ -34,7 +34,7 @@ def test_charge_up_to_the_limit_then_refuse() -> None:
 
 def test_an_overflowing_charge_fails_alone() -> None:
     """Pins the break where one call's overflowing charge saturated the counter, so every
-    sibling call of the turn failed too, even those that fitted."""
+    sibling call of the step failed too, even those that fitted."""
     budget = WebBudget(100)
     budget.charge(30)
     with pytest.raises(WebBudgetExceeded) as caught:

@@ -1,5 +1,5 @@
 """`web_fetch` against a real HTTP/1.1 server on 127.0.0.1: text, redirects, errors,
-retries, truncation, the turn's shared byte budget, and cancellation.
+retries, truncation, the step's shared byte budget, and cancellation.
 
 Loopback is refused by default (`test_web_ssrf.py`), so these contexts allow 127.0.0.1 as
 a person would in `tiller.toml [web] allow_hosts`."""
@@ -27,9 +27,9 @@ from tiller.events import CustomEvent, Event
 from tiller.tools import (
     ExecContext,
     Execution,
+    Jail,
     Outcome,
     Registry,
-    ToolCtx,
     ToolError,
     WebAccess,
     WebBudget,
@@ -198,8 +198,8 @@ LOCAL = WebAccess.from_config({"allow_hosts": ["127.0.0.1"]})
 
 
 def context(tmp_path: Path, budget: WebBudget | None = None, **fields: Any) -> ExecContext:
-    tools = ToolCtx(tmp_path, web=LOCAL)
-    return ExecContext.for_test(tmp_path, tools=tools, web_bytes=budget or WebBudget(), **fields)
+    tools = Jail(tmp_path, web=LOCAL)
+    return ExecContext.for_test(tmp_path, jail=tools, web_bytes=budget or WebBudget(), **fields)
 
 
 def progress_of(events: list[Event]) -> list[dict[str, Any]]:
@@ -476,7 +476,7 @@ async def test_the_budget_body_limit_caps_every_body(tmp_path: Path, server: Loc
     assert budget.used == 2048
 
 
-async def test_going_over_the_turn_budget_fails_the_call(
+async def test_going_over_the_step_budget_fails_the_call(
     tmp_path: Path, server: LocalServer
 ) -> None:
     server.routes["/small"] = reply(200, b"s" * 600)
@@ -486,7 +486,7 @@ async def test_going_over_the_turn_budget_fails_the_call(
     assert (await fetch(ctx, server.url("/small"))).outcome is Outcome.OK
     done = await fetch(ctx, server.url("/big"))
     assert done.is_error
-    assert done.result.content.startswith("the turn's web download budget is exhausted (1000 ")
+    assert done.result.content.startswith("the step's web download budget is exhausted (1000 ")
     assert "(400 bytes are left)" in done.result.content
     assert "b" * 10 not in done.result.content  # nothing of the page that did not fit
     assert budget.used == 600  # refused on its announced size: none of its body was read
@@ -535,7 +535,7 @@ async def test_only_http_and_https_are_fetched(tmp_path: Path, url: str, message
     assert budget.used == 0
 
 
-async def test_parallel_fetches_never_exceed_the_turn_budget(
+async def test_parallel_fetches_never_exceed_the_step_budget(
     tmp_path: Path, server: LocalServer
 ) -> None:
     page = b"Z" * (300 * 1024)
@@ -563,15 +563,15 @@ async def test_parallel_fetches_never_exceed_the_turn_budget(
         assert each.data["bytes"] == len(page) and not each.data["truncated"]
     assert server.hits["/error/5"] in (1, 2)
 
-    # A fetch later in the turn is refused on its announced size, reading none of it.
+    # A fetch later in the step is refused on its announced size, reading none of it.
     left = budget.remaining
     later = await fetch(ctx, server.url("/page/0"), "call-later")
     assert later.is_error
     assert later.result.content == (
-        "the turn's web download budget is exhausted (1048576 bytes for all fetches of this "
-        f"turn), so {server.url('/page/0')} was not fetched in full ({left} bytes are left). "
+        "the step's web download budget is exhausted (1048576 bytes for all fetches of this "
+        f"step), so {server.url('/page/0')} was not fetched in full ({left} bytes are left). "
         "Work with what you have, fetch fewer or smaller pages (max_bytes), or continue in "
-        "the next turn."
+        "the next step."
     )
     assert later.data == {"url": server.url("/page/0"), "budget_exhausted": True}
     assert budget.remaining == left
@@ -582,7 +582,7 @@ async def test_parallel_fetches_over_the_budget_complete_those_that_fit(
 ) -> None:
     """Pins the break where six parallel fetches of 15 MiB in a 64 MiB turn completed none
     (the saturating counter failed every call once the sum crossed the limit) and read far
-    more than the budget. Scaled down: six pages of 15 units in a turn of 64 units. Those
+    more than the budget. Scaled down: six pages of 15 units in a step of 64 units. Those
     that fit complete in full, in arrival order; the rest fail having read nothing."""
     unit = 16 * 1024
     page = b"P" * (15 * unit)

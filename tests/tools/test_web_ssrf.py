@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from tiller.conversation import ToolCall
-from tiller.tools import ExecContext, Execution, Outcome, Registry, ToolCtx
+from tiller.tools import ExecContext, Execution, Jail, Outcome, Registry
 from tiller.tools.builtin import web_fetch
 
 # Imported where used: on a tiller without the web policy these tests still run (and
@@ -87,8 +87,8 @@ async def fetch(ctx: ExecContext, url: str) -> Execution:
 
 
 def with_web(tmp_path: Path, web: Any = None) -> ExecContext:
-    tools = ToolCtx(tmp_path) if web is None else ToolCtx(tmp_path, web=web)
-    return ExecContext.for_test(tmp_path, tools=tools)
+    tools = Jail(tmp_path) if web is None else Jail(tmp_path, web=web)
+    return ExecContext.for_test(tmp_path, jail=tools)
 
 
 def resolver(answers: Mapping[str, Sequence[str]], calls: list[str] | None = None) -> Any:
@@ -411,8 +411,8 @@ def test_the_web_section_is_parsed_and_applied(tmp_path: Path) -> None:
         "[::1]:9000",
     ]
     applied = config.apply(RunContext.sandboxed(tmp_path))
-    assert applied.tools.web == config.web
-    assert applied.tools.sandboxed(tmp_path).web == config.web  # subagents keep it
+    assert applied.jail.web == config.web
+    assert applied.jail.sandboxed(tmp_path).web == config.web  # subagents keep it
 
 
 @pytest.mark.parametrize(
@@ -575,13 +575,13 @@ def test_the_allow_lists_are_recorded_with_the_run_and_restored_on_resume(
     web = WebAccess.from_config(
         {"allow_hosts": ["localhost:8080", "[::1]"], "allow_ranges": ["10.1.0.0/16"]}
     )
-    run_ctx = RunContext.sandboxed(tmp_path).with_tools(ToolCtx(tmp_path, web=web))
+    run_ctx = RunContext.sandboxed(tmp_path).with_jail(Jail(tmp_path, web=web))
     state = RunState(run_id="run-1", thread_id="thread-1")
     state.policy = policy_of(run_ctx)
     assert state.policy["web"] == {
         "allow_hosts": ["localhost:8080", "[::1]"],
         "allow_ranges": ["10.1.0.0/16"],
     }
-    assert run_context_from(state, store=None).tools.web == web
+    assert run_context_from(state, store=None).jail.web == web
     del state.policy["web"]
-    assert run_context_from(state, store=None).tools.web == WebAccess()
+    assert run_context_from(state, store=None).jail.web == WebAccess()

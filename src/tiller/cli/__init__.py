@@ -59,7 +59,12 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
         Path("."), "--workspace", "-w", help="The directory the agent may touch (its jail)."
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
-    max_turns: int | None = typer.Option(None, "--max-turns", help="Stop after N model turns."),
+    max_steps: int | None = typer.Option(
+        None,
+        "--max-steps",
+        "--max-turns",
+        help="Stop after N steps (model calls). --max-turns is its old name, for one release.",
+    ),
     max_cost: float | None = typer.Option(None, "--max-cost", help="Stop after spending USD."),
     network: bool = typer.Option(
         False, "--network", help="Let shell commands use the network (off in the sandbox)."
@@ -97,7 +102,7 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
             model=model,
             workspace=workspace.resolve(),
             yes=yes,
-            max_turns=max_turns,
+            max_steps=max_steps,
             max_cost=max_cost,
             network=network,
             unsandboxed_shell=unsandboxed_shell,

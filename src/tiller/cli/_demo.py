@@ -5,7 +5,7 @@ else is real: the run works on a private copy of `tiller/examples/invoice_projec
 agent first plans a checklist (find the bug, fix it, verify), then reads the files, runs
 the tests with a real shell (their output streams under the call), edits the code and
 re-runs the tests, ticking the checklist off as it goes. Midway a steering message arrives
-(as if typed by a person) and is folded into the next turn. The run ends with a summary:
+(as if typed by a person) and is folded into the next step. The run ends with a summary:
 turns, tokens, stop cause, and the diff of what changed.
 """
 
@@ -112,7 +112,7 @@ def _set_status(ids: dict[str, str], subject: str, status: str) -> list[dict[str
 
 
 def demo_model() -> ScriptedModel:
-    """The scripted agent. Turn 4 reads the conversation: it honours the steering message
+    """The scripted agent. Step 4 reads the conversation: it honours the steering message
     only if the loop really delivered it. Its checklist updates use the ids the task tools
     reported, so they follow whatever the checklist really holds."""
     test_command = f"{shlex.quote(sys.executable)} -m unittest -q"
@@ -263,9 +263,9 @@ async def run_demo(
     the held call is printed and the demo's scripted approver approves it."""
     console = console or Console(highlight=False)
     interactive = sys.stdin.isatty() if interactive is None else interactive
-    tools = private_copy(PROJECT)
+    jail = private_copy(PROJECT)
     budget = Budget(
-        max_turns=20,
+        max_steps=20,
         max_output_tokens=20_000,
         max_cost_usd=1.0,
         pricing={"scripted:demo-coder": Pricing(input=3.0, output=15.0)},
@@ -275,9 +275,9 @@ async def run_demo(
     # through every context derived below.
     controls = RunControls(budget=budget, safety=LiveSafetyMode(SafetyMode.FULL_ACCESS))
     run_ctx = (
-        RunContext(tools=tools)
+        RunContext(jail=jail)
         .with_controls(controls)
-        .with_policy(PolicyEngine(PolicyRules.from_config(DEMO_POLICY), workspace=tools.root))
+        .with_policy(PolicyEngine(PolicyRules.from_config(DEMO_POLICY), workspace=jail.root))
     )
     if interactive:
         lines = LineRouter(asyncio.get_running_loop(), controls.steering)
@@ -298,18 +298,18 @@ async def run_demo(
                 controls.steering.push(STEERING)
 
     console.rule("[bold]tiller demo: a coding agent on a private copy of a small project")
-    console.print(Text(f"workspace {tools.root}", style="dim"))
+    console.print(Text(f"workspace {jail.root}", style="dim"))
     console.print(Text("task ", style="bold") + Text(TASK))
     try:
         result = await agent.run_in(run_ctx, TASK, on_event=on_event, run_id="demo")
         console.rule("[bold]summary")
         console.print(f"stop cause  {result.stop_cause.value}")
-        console.print(f"turns       {result.turns}")
+        console.print(f"steps       {result.turns}")
         console.print(
             f"tokens      {result.usage.input_tokens:,} in / {result.usage.output_tokens:,} out"
         )
         console.print(budget_line(budget).strip(" ─"))
-        diff = _diff(PROJECT, tools.root)
+        diff = _diff(PROJECT, jail.root)
         console.print("files changed:" if diff else "no files changed")
         if diff:
             console.print(
@@ -323,7 +323,7 @@ async def run_demo(
         return 0 if passed else 1
     finally:
         if not keep:
-            shutil.rmtree(tools.root, ignore_errors=True)
+            shutil.rmtree(jail.root, ignore_errors=True)
 
 
 def _diff(before: Path, after: Path) -> str:

@@ -3,7 +3,7 @@
 `list` shows the messages waiting (or, with `--all`, every one) with who sent them, to
 whom, their taint and status, and says how many records were moved aside as unreadable.
 `send` leaves a message for an agent's runs as if from the agent named by `--from`: its
-runs read it at the top of a turn as a message from that agent, never as their user. The
+runs read it at the top of a step as a message from that agent, never as their user. The
 text's origin is unknown to tiller, so it is stamped untrusted unless `--trusted` says
 otherwise (law 3: unknown taint is untrusted).
 """
@@ -124,7 +124,7 @@ def send_mail(
 ) -> None:
     """Leave a message for the agent --to, from the agent --from.
 
-    Its runs read it at the top of a turn, as a message from that agent, never as their
+    Its runs read it at the top of a step, as a message from that agent, never as their
     user; it is stamped untrusted unless --trusted."""
     from ..conversation import Taint
     from ..store import MailboxStore, MailIdentity, check_mail_name

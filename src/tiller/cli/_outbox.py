@@ -115,7 +115,7 @@ async def send_outbox_item(
     from ..loop import load_agent
     from ..ops import check_arguments
     from ..store import CheckpointStore, NotFound, OutboxStatusError, OutboxStore, StoreError
-    from ..tools import ExecContext, Outcome, ToolCtx
+    from ..tools import ExecContext, Jail, Outcome
 
     outbox = OutboxStore(bus, bucket)
     item = await outbox.get(item_id)
@@ -146,7 +146,7 @@ async def send_outbox_item(
     root = workspace if workspace is not None else item.workspace
     if root is None:
         raise UsageError(f"{item.id} records no workspace; pass --workspace DIR")
-    jail = ToolCtx(root)
+    jail = Jail(root)
     if confirm is not None and not await confirm(item, arguments):
         return item
     if release_check is not None:
@@ -157,9 +157,9 @@ async def send_outbox_item(
             raise UsageError(f"{item.id} was not sent: {refusal}")
     item = await outbox.start_sending(item.id)
     call = ToolCall(id=item.call_id, name=item.tool, arguments=_encode(arguments))
-    # Turn 0: the call runs outside any turn of its run, released by a person.
+    # Step 0: the call runs outside any step of its run, released by a person.
     ctx = ExecContext(
-        token=CancellationToken(), call_id=item.call_id, turn=0, workdir=jail.root, tools=jail
+        token=CancellationToken(), call_id=item.call_id, step=0, workdir=jail.root, jail=jail
     )
     try:
         execution = await registry.execute(call, ctx)

@@ -49,13 +49,13 @@ from ..tools import (
     Answer,
     Answered,
     Dismissed,
+    Jail,
     NoOneToAskQuestions,
     Question,
     QuestionBroker,
     QuestionOutcome,
     SafetyMode,
     Tool,
-    ToolCtx,
 )
 from ..tools.mcp import open_mcp_tools
 from ._coder import CODING_PROMPT, coding_agent, coding_agent_web
@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-#: The line that sends the running turn's long command to the background.
+#: The line that sends the running step's long command to the background.
 DETACH_LINE = "/bg"
 
 
@@ -85,11 +85,11 @@ class LineRouter:
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        event_loop: asyncio.AbstractEventLoop,
         queue: SteeringQueue,
         detach: DetachSwitch | None = None,
     ) -> None:
-        self._loop = loop
+        self._event_loop = event_loop
         self._queue = queue
         self._detach = detach
         self._pending: asyncio.Future[str] | None = None
@@ -100,7 +100,7 @@ class LineRouter:
 
     def _read(self) -> None:
         for line in sys.stdin:
-            self._loop.call_soon_threadsafe(self._route, line.rstrip("\n"))
+            self._event_loop.call_soon_threadsafe(self._route, line.rstrip("\n"))
 
     def _route(self, line: str) -> None:
         pending = self._pending
@@ -113,7 +113,7 @@ class LineRouter:
 
     async def ask(self) -> str:
         """The next line typed (for an approval prompt)."""
-        self._pending = self._loop.create_future()
+        self._pending = self._event_loop.create_future()
         try:
             return await self._pending
         finally:
@@ -303,7 +303,7 @@ class RunTaskSettings:
     workspace: Path
     #: Allow every call that asks.
     yes: bool = False
-    max_turns: int | None = None
+    max_steps: int | None = None
     max_cost: float | None = None
     #: Ask at the terminal (None: when stdin is one).
     interactive: bool | None = None
@@ -339,19 +339,19 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
     pinned = PinnedPolicy.read(settings.workspace, settings.config_path)
     # One line, never wrapped: a path split at the terminal width cannot be copied.
     console.print(Text(pinned.describe(), style="dim"), soft_wrap=True)
-    loop = asyncio.get_running_loop()
+    event_loop = asyncio.get_running_loop()
     queue = SteeringQueue()
     detach = DetachSwitch()
-    lines = LineRouter(loop, queue, detach)
+    lines = LineRouter(event_loop, queue, detach)
     cancel = CancellationToken()
-    budget = Budget(max_turns=settings.max_turns, max_cost_usd=settings.max_cost)
+    budget = Budget(max_steps=settings.max_steps, max_cost_usd=settings.max_cost)
     # The run's live parts, passed on deliberately (law 13): what the terminal types,
     # detaches, cancels and shows the spending of is this run's.
     controls = RunControls(steering=queue, detach=detach, cancel=cancel, budget=budget)
     approver, questions = _askers(settings, console, lines, interactive=interactive)
     run_ctx = pinned.apply(
         RunContext(
-            tools=ToolCtx(
+            jail=Jail(
                 settings.workspace,
                 network=settings.network,
                 unsandboxed_shell=settings.unsandboxed_shell,
@@ -367,7 +367,7 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
     view = RunView(console, budget=budget)
     on_sigint = _sigint_handler(console, cancel)
     with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        event_loop.add_signal_handler(signal.SIGINT, on_sigint)
     if interactive:
         lines.start()
         console.print(
@@ -384,7 +384,7 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
     finally:
         view.close()
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGINT)
+            event_loop.remove_signal_handler(signal.SIGINT)
         await agent.model.aclose()
     return _summary(console, result, budget, held, settings.store)
 
@@ -467,7 +467,7 @@ def _summary(
     console.print(
         f"stop cause  {result.stop_cause.value}" + (" (exhausted)" if result.exhausted else "")
     )
-    console.print(f"turns       {result.turns}")
+    console.print(f"steps       {result.turns}")
     console.print(budget_line(budget).strip(" ─"))
     if not result.usage_complete:
         console.print(Text("usage is partial: a model call was cut short", style="yellow"))

@@ -1,6 +1,6 @@
 """The terminal view of a run: streamed text, dimmed reasoning, tool calls and results,
 what running calls report, the task checklist, steering, and a budget line after each
-turn.
+step.
 
 It renders the run's AG-UI events, so it shows exactly what a web client would get. It
 prints line by line (no full-screen redraw), which works on a terminal, in a pipe and in
@@ -9,7 +9,7 @@ under the calls shows their last output lines and status (`ProgressBoard`), and 
 when they return.
 
 The checklist (`tiller.tasks`) is printed as a compact block when it has changed, once
-the burst of changes is over (three `task_create`s in one turn print one block).
+the burst of changes is over (three `task_create`s in one step print one block).
 """
 
 from __future__ import annotations
@@ -229,8 +229,8 @@ class RunView:
 
 
 def budget_line(budget: Budget) -> str:
-    """`turns 3/20 · tokens 1,234 in / 567 out · $0.0123 of $1.00`."""
-    turns = f"turns {budget.turns}" + (f"/{budget.max_turns}" if budget.max_turns else "")
+    """`steps 3/20 · tokens 1,234 in / 567 out · $0.0123 of $1.00`."""
+    steps = f"steps {budget.steps}" + (f"/{budget.max_steps}" if budget.max_steps else "")
     usage = budget.usage
     tokens = f"tokens {usage.input_tokens:,} in / {usage.output_tokens:,} out"
     if budget.max_output_tokens:
@@ -238,7 +238,7 @@ def budget_line(budget: Budget) -> str:
     cost = f"${budget.cost_usd:.4f}"
     if budget.max_cost_usd is not None:
         cost += f" of ${budget.max_cost_usd:.2f}"
-    return f"  ─ {turns} · {tokens} · {cost}"
+    return f"  ─ {steps} · {tokens} · {cost}"
 
 
 def _short(value: Any, limit: int = 60) -> str:

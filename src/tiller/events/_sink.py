@@ -160,9 +160,9 @@ class Subscription:
                 raise self._error
             if self._closed:
                 raise StopAsyncIteration
-            loop = asyncio.get_running_loop()
-            self._sink._bind_loop(loop)
-            self._waiter = loop.create_future()
+            event_loop = asyncio.get_running_loop()
+            self._sink._bind_loop(event_loop)
+            self._waiter = event_loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -211,9 +211,9 @@ class EventSink:
         self._terminated = False
         self._owner_thread = threading.get_ident()
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
         with contextlib.suppress(RuntimeError):  # no loop yet: bound on first async read
-            self._loop = asyncio.get_running_loop()
+            self._event_loop = asyncio.get_running_loop()
 
     @property
     def terminated(self) -> bool:
@@ -292,9 +292,9 @@ class EventSink:
 
     # ── internals ────────────────────────────────────────────────────────────────
 
-    def _bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._loop is None:
-            self._loop = loop
+    def _bind_loop(self, event_loop: asyncio.AbstractEventLoop) -> None:
+        if self._event_loop is None:
+            self._event_loop = event_loop
 
     def current_scope(self) -> SubagentScope | None:
         """The innermost open subagent scope of this sink in the calling task, if any."""
@@ -360,8 +360,8 @@ class EventSink:
         # Attribution reads the thread's own context (copied by asyncio.to_thread).
         if attribute:
             self._attribute(event)
-        loop = self._loop
-        if loop is None or loop.is_closed():
+        event_loop = self._event_loop
+        if event_loop is None or event_loop.is_closed():
             with self._lock:
                 self._emit(event, forced=forced)
             return
@@ -375,7 +375,7 @@ class EventSink:
             else:
                 done.set_result(None)
 
-        loop.call_soon_threadsafe(run_on_loop)
+        event_loop.call_soon_threadsafe(run_on_loop)
         done.result()
 
     def _unsubscribe(self, subscription: Subscription) -> None:

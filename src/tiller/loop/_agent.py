@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # `_resume` imports this module: its names are for the annota
 __all__ = ["Agent"]
 
 _EXHAUSTING = frozenset(
-    {StopCause.MAX_STEPS, StopCause.TURN_BUDGET, StopCause.TOKEN_BUDGET, StopCause.COST_BUDGET}
+    {StopCause.MAX_STEPS, StopCause.STEP_BUDGET, StopCause.TOKEN_BUDGET, StopCause.COST_BUDGET}
 )
 
 
@@ -333,13 +333,13 @@ class Agent:
                 "threadId": state.thread_id,
                 "runId": state.run_id,
                 "messages": [],
-                "state": state.state,
+                "state": state.agent_state,
             },
             state_type=self.state_type,
             transformers=chain,
             cancel=run_ctx.cancel,
             # Synchronous, so the observer sees the run as it is now (a budget line after a
-            # step shows that step's spending; a steer pushed there reaches the next turn).
+            # step shows that step's spending; a steer pushed there reaches the next step).
             listeners=listeners,
         )
         async with events:
@@ -450,11 +450,11 @@ class _LoopRun:
                 state.error = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            state.state = _dump_state(ctx.state)
+            state.agent_state = _dump_state(ctx.state)
             state.id_counters = ctx.ids.counters()
             ctx.run_usage = [_token_usage(self.agent.model, state)]
         if ctx.is_cancelled:
-            # The token fired before the run ended (after its last turn, say): the stream
+            # The token fired before the run ended (after its last step, say): the stream
             # will end cancelled, and the result must tell the same story.
             state.stop_cause = StopCause.CANCELLED
         ctx.run_result = {"stopCause": state.stop_cause.value if state.stop_cause else None}

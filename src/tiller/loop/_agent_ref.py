@@ -33,7 +33,7 @@ from ..phase import Phase
 from ..policy import Approver
 from ..state import RunState
 from ..store import Bus
-from ..tools import SPILL_SUBDIR, SafetyMode, ToolCtx, WebAccess
+from ..tools import SPILL_SUBDIR, Jail, SafetyMode, WebAccess
 from ._budget import Budget, Pricing
 from ._context import RunContext
 from ._options import RunOptions
@@ -132,27 +132,27 @@ def _takes_model(factory: Any) -> bool:
 def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[str, Any]:
     """`run_ctx`'s serializable policy (and `options`' serializable part), for
     `RunState.policy`. JSON-ready: strings, numbers, lists and dicts only."""
-    tools = run_ctx.tools
+    jail = run_ctx.jail
     budget = run_ctx.budget
-    default_spill = tools.root / SPILL_SUBDIR  # as ToolCtx makes it (no filesystem call)
+    default_spill = jail.root / SPILL_SUBDIR  # as Jail makes it (no filesystem call)
     policy: dict[str, Any] = {
         "version": POLICY_VERSION,
-        "jail_root": str(tools.root),
+        "jail_root": str(jail.root),
         # Only when chosen: a default spill dir follows the jail if the root is moved.
-        "spill_dir": None if tools.spill_dir == default_spill else str(tools.spill_dir),
-        "output_budget_bytes": tools.output_budget_bytes,
-        "shell_timeout": tools.shell_timeout,
+        "spill_dir": None if jail.spill_dir == default_spill else str(jail.spill_dir),
+        "output_budget_bytes": jail.output_budget_bytes,
+        "shell_timeout": jail.shell_timeout,
         # The live mode as it was at this checkpoint, and the shell's grants.
-        "safety_mode": tools.safety.mode.value,
-        "network": tools.network,
-        "unsandboxed_shell": tools.unsandboxed_shell,
+        "safety_mode": jail.safety.mode.value,
+        "network": jail.network,
+        "unsandboxed_shell": jail.unsandboxed_shell,
         # Where web_fetch may connect (tiller.toml [web]), so a resume keeps it.
-        "web": tools.web.to_data(),
+        "web": jail.web.to_data(),
         "phase": run_ctx.phase.value,
         "withheld": sorted(run_ctx.withheld),
         "compact_at_tokens": run_ctx.compact_at_tokens,
         "budget": {
-            "max_turns": budget.max_turns,
+            "max_steps": budget.max_steps,
             "max_output_tokens": budget.max_output_tokens,
             "max_cost_usd": budget.max_cost_usd,
             "final_answer_reserve": budget.final_answer_reserve,
@@ -161,7 +161,7 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
                 for key, p in budget.pricing.items()
             },
             "spent": {
-                "turns": budget.turns,
+                "steps": budget.steps,
                 "usage": budget.usage.model_dump(),
                 "cost_usd": budget.cost_usd,
                 "unpriced_models": sorted(budget.unpriced_models),
@@ -235,7 +235,7 @@ def run_context_from(
     policy = _stored_policy(state)
     root = Path(workspace) if workspace is not None else Path(policy["jail_root"])
     spill = policy.get("spill_dir")
-    tools = ToolCtx(
+    jail = Jail(
         root,
         spill_dir=spill if spill is not None and workspace is None else None,
         output_budget_bytes=policy["output_budget_bytes"],
@@ -250,7 +250,7 @@ def run_context_from(
     stored = policy["budget"]
     spent = stored["spent"]
     budget = Budget(
-        max_turns=stored["max_turns"],
+        max_steps=stored["max_steps"],
         max_output_tokens=stored["max_output_tokens"],
         max_cost_usd=stored["max_cost_usd"],
         final_answer_reserve=stored["final_answer_reserve"],
@@ -258,13 +258,13 @@ def run_context_from(
             key: Pricing(p["input"], p["output"], p.get("cached_input"))
             for key, p in stored["pricing"].items()
         },
-        turns=spent["turns"],
+        steps=spent["steps"],
         usage=Usage.model_validate(spent["usage"]),
         cost_usd=spent["cost_usd"],
         unpriced_models=set(spent["unpriced_models"]),
     )
     return RunContext(
-        tools=tools,
+        jail=jail,
         approver=approver,
         budget=budget,
         cancel=cancel,

@@ -1,4 +1,4 @@
-"""The run's budget: turns, output tokens and cost, shared by every model call of a run tree.
+"""The run's budget: steps, output tokens and cost, shared by every model call of a run tree.
 
 A `Budget` is a ledger as well as a set of ceilings: a nested run (a subagent, a
 classifier call, a summary) gets the same `Budget` object, so the whole tree spends from
@@ -6,7 +6,7 @@ one purse. Ceilings are checked *before* a call (law 7), and each call's `max_to
 capped at what is left, minus the reserve held back for a tool-less final answer.
 
 Calls of concurrent runs overlap, so a check before a call is not enough on its own: the
-call also *reserves* its turn and its `max_tokens` at once (`reserve_call`, in the same
+call also *reserves* its step and its `max_tokens` at once (`reserve_call`, in the same
 synchronous step as the check), and `settle` swaps the reservation for what was really
 spent. Cost cannot be reserved before the response is priced; it is checked against what
 was spent, so concurrent calls can overshoot the cost ceiling by what they cost.
@@ -14,10 +14,12 @@ was spent, so concurrent calls can overshoot the cost ceiling by what they cost.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..conversation import Usage
+from ..errors import UsageError
 from ..state import StopCause
 
 __all__ = ["Budget", "Pricing"]
@@ -40,39 +42,80 @@ class Pricing:
         ) / 1e6
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Budget:
     """Ceilings (None: unlimited) and what has been spent against them.
 
-    `final_answer_reserve` output tokens are held back: when a ceiling is reached the loop
-    may make one tool-less final call paid from it; with no reserve, no call is made.
-    `pricing` maps `"provider:model"` or `"model"` to a `Pricing`; a model without a price
-    costs nothing here, and then `max_cost_usd` cannot stop it (the result says so).
+    `max_steps` caps the steps (model calls) of the whole run tree. `final_answer_reserve`
+    output tokens are held back: when a ceiling is reached the loop may make one
+    tool-less final call paid from it; with no reserve, no call is made. `pricing` maps
+    `"provider:model"` or `"model"` to a `Pricing`; a model without a price costs nothing
+    here, and then `max_cost_usd` cannot stop it (the result says so).
+
+    `max_turns=` is the previous release's name for `max_steps=`: it still works, with a
+    `DeprecationWarning`, and goes in the next release.
     """
 
-    max_turns: int | None = None
-    max_output_tokens: int | None = None
-    max_cost_usd: float | None = None
-    final_answer_reserve: int = 0
-    pricing: Mapping[str, Pricing] = field(default_factory=dict)
+    max_steps: int | None
+    max_output_tokens: int | None
+    max_cost_usd: float | None
+    final_answer_reserve: int
+    pricing: Mapping[str, Pricing]
     # What the run tree has spent.
-    turns: int = 0
-    usage: Usage = field(default_factory=Usage)
-    cost_usd: float = 0.0
-    unpriced_models: set[str] = field(default_factory=set)
+    steps: int
+    usage: Usage
+    cost_usd: float
+    unpriced_models: set[str]
     # Reserved by calls in flight, released by `settle` or `release`.
-    turns_in_flight: int = 0
-    tokens_in_flight: int = 0
+    steps_in_flight: int
+    tokens_in_flight: int
+
+    def __init__(  # noqa: PLR0913, PLR0917  # the dataclass fields, positional as before
+        self,
+        max_steps: int | None = None,
+        max_output_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+        final_answer_reserve: int = 0,
+        pricing: Mapping[str, Pricing] | None = None,
+        steps: int = 0,
+        usage: Usage | None = None,
+        cost_usd: float = 0.0,
+        unpriced_models: set[str] | None = None,
+        steps_in_flight: int = 0,
+        tokens_in_flight: int = 0,
+        *,
+        max_turns: int | None = None,
+    ) -> None:
+        if max_turns is not None:
+            if max_steps is not None:
+                raise UsageError("give max_steps only (max_turns is its deprecated name)")
+            warnings.warn(
+                "Budget(max_turns=) is now Budget(max_steps=); max_turns goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            max_steps = max_turns
+        self.max_steps = max_steps
+        self.max_output_tokens = max_output_tokens
+        self.max_cost_usd = max_cost_usd
+        self.final_answer_reserve = final_answer_reserve
+        self.pricing = {} if pricing is None else pricing
+        self.steps = steps
+        self.usage = Usage() if usage is None else usage
+        self.cost_usd = cost_usd
+        self.unpriced_models = set() if unpriced_models is None else unpriced_models
+        self.steps_in_flight = steps_in_flight
+        self.tokens_in_flight = tokens_in_flight
 
     @classmethod
-    def turns_only(cls, max_turns: int) -> Budget:
-        return cls(max_turns=max_turns)
+    def steps_only(cls, max_steps: int) -> Budget:
+        return cls(max_steps=max_steps)
 
     def unspent(self) -> Budget:
         """The same ceilings, reserve and pricing with nothing spent: the budget policy of
         this one for another run (a sibling's spending must not show in this ledger)."""
         return Budget(
-            max_turns=self.max_turns,
+            max_steps=self.max_steps,
             max_output_tokens=self.max_output_tokens,
             max_cost_usd=self.max_cost_usd,
             final_answer_reserve=self.final_answer_reserve,
@@ -80,9 +123,9 @@ class Budget:
         )
 
     def exceeded(self) -> StopCause | None:
-        """The first ceiling reached (turns, then tokens, then cost), or None."""
-        if self.max_turns is not None and self.turns + self.turns_in_flight >= self.max_turns:
-            return StopCause.TURN_BUDGET
+        """The first ceiling reached (steps, then tokens, then cost), or None."""
+        if self.max_steps is not None and self.steps + self.steps_in_flight >= self.max_steps:
+            return StopCause.STEP_BUDGET
         spent = self.usage.output_tokens + self.tokens_in_flight
         if self.max_output_tokens is not None and (
             spent >= self.max_output_tokens - self.final_answer_reserve
@@ -107,18 +150,18 @@ class Budget:
         return left if requested is None else min(requested, left)
 
     def reserve_call(self, max_tokens: int | None) -> int:
-        """Hold a turn and `max_tokens` for a call about to be made; returns the tokens held.
+        """Hold a step and `max_tokens` for a call about to be made; returns the tokens held.
 
         Call it right after `exceeded()` returned None, with no `await` between, so two
-        concurrent runs cannot both take the last turn."""
+        concurrent runs cannot both take the last step."""
         held = max_tokens or 0
-        self.turns_in_flight += 1
+        self.steps_in_flight += 1
         self.tokens_in_flight += held
         return held
 
     def release(self, held_tokens: int) -> None:
         """Give back a reservation whose call was never made (a guardrail refused it)."""
-        self.turns_in_flight -= 1
+        self.steps_in_flight -= 1
         self.tokens_in_flight -= held_tokens
 
     def settle(self, usage: Usage, *, provider: str, model: str, held_tokens: int) -> float:
@@ -126,14 +169,15 @@ class Budget:
         self.release(held_tokens)
         return self.charge(usage, provider=provider, model=model)
 
-    def charge(self, usage: Usage, *, provider: str, model: str, turn: bool = True) -> float:
-        """Record one call's usage; returns its cost in USD."""
+    def charge(self, usage: Usage, *, provider: str, model: str, step: bool = True) -> float:
+        """Record one call's usage; returns its cost in USD. `step=False`: a call that is
+        not one of the run's steps (a classifier call, a summary) spends no step."""
         price = self.pricing.get(f"{provider}:{model}") or self.pricing.get(model)
         cost = price.cost(usage) if price is not None else 0.0
         if price is None and usage.total_tokens:
             self.unpriced_models.add(f"{provider}:{model}")
-        if turn:
-            self.turns += 1
+        if step:
+            self.steps += 1
         self.usage = self.usage + usage
         self.cost_usd += cost
         return cost

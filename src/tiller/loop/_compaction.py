@@ -46,7 +46,7 @@ The state keeps the last `AUDIT_KEPT` records (older ones are counted), so a che
 size stays bounded however long the run is.
 
 **Loop guard.** After the first compaction, `LoopGuard` stops a run whose same calls come
-back with the same results `RunOptions.loop_guard_repeats` turns in a row (stop cause
+back with the same results `RunOptions.loop_guard_repeats` steps in a row (stop cause
 `loop`).
 
 Each compaction emits a `tiller.compacted` `CUSTOM` event: the reason (`threshold` or
@@ -112,7 +112,7 @@ AUDIT_BUCKET: Final = "tiller-compactions"
 AUDIT_KEPT: Final = 3
 #: A compaction that the threshold set off goes on, pass after pass, until the prompt is
 #: down to this share of the threshold (so it is not set off again at the next step, and
-#: a provider's prompt cache is not invalidated every turn).
+#: a provider's prompt cache is not invalidated every step).
 TARGET_PERCENT: Final = 75
 #: Results up to this many characters are not worth thinning.
 THIN_MIN_CHARS: Final = 400
@@ -346,7 +346,7 @@ class Compaction:
         self, request: ModelRequest, call: Callable[[ModelRequest], Awaitable[TurnT]]
     ) -> TurnT | None:
         """`call(request)`, remembering the prompt size the provider reports. On a
-        `ContextOverflow`, compact and return None: the next step makes the turn again."""
+        `ContextOverflow`, compact and return None: the next step makes the model call again."""
         state = self.state
         length, complete = len(state.messages), state.usage_complete
         try:

@@ -13,6 +13,7 @@ shared only where a caller passes it on (`tiller.loop._controls` has the rule).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from ..cancel import CancellationToken
 from ..phase import Phase
 from ..policy import Approver, AutoClassifier, HookSet, Interlock, PolicyEngine
 from ..store import Bus
-from ..tools import QuestionBroker, SafetyMode, ToolCtx
+from ..tools import Jail, QuestionBroker, SafetyMode
 from ._budget import Budget
 from ._controls import ControlMember, RunControls
 from ._detach import DetachSwitch
@@ -59,10 +60,10 @@ class _Sandboxed:
 
 @dataclass(slots=True, frozen=True, init=False)
 class RunContext:
-    """Per-run policy. Build with `RunContext.new(tools, approver)` or `.sandboxed(...)`.
+    """Per-run policy. Build with `RunContext.new(jail, approver)` or `.sandboxed(...)`.
 
-    - `tools`: the jail and tool limits (`ToolCtx`); its live safety mode is the
-      controls' switch (`ctx.tools.safety is ctx.controls.safety`).
+    - `jail`: the jail and tool limits (`Jail`); its live safety mode is the
+      controls' switch (`ctx.jail.safety is ctx.controls.safety`).
     - `approver`: answers calls that need approval; None means such calls are `Blocked`
       ("this action needs approval and no approver is attached").
     - `controls`: the live parts (`RunControls`): the steering queue, the safety switch,
@@ -115,7 +116,7 @@ class RunContext:
     not from one it was derived from.
     """
 
-    tools: ToolCtx
+    jail: Jail
     approver: Approver | None
     controls: RunControls
     phase: Phase
@@ -137,7 +138,7 @@ class RunContext:
 
     def __init__(  # noqa: PLR0913 (the public constructor: each keyword is API)
         self,
-        tools: ToolCtx,
+        jail: Jail,
         approver: Approver | None = None,
         *,
         controls: RunControls | None = None,
@@ -160,10 +161,10 @@ class RunContext:
         detach: DetachSwitch | None = None,
     ) -> None:
         if controls is None:
-            # The context's own: its ToolCtx's switch, nothing shared.
-            controls = RunControls.own(safety=tools.safety)
+            # The context's own: its Jail's switch, nothing shared.
+            controls = RunControls.own(safety=jail.safety)
         else:
-            controls = controls.adopting_safety(tools.safety)
+            controls = controls.adopting_safety(jail.safety)
         # The older keywords share one member each, as `with_*` does.
         if budget is not None:
             controls = controls.with_member("budget", budget)
@@ -173,10 +174,10 @@ class RunContext:
             controls = controls.with_member("steering", queued_input)
         if detach is not None:
             controls = controls.with_member("detach", detach)
-        # One live mode: the tools read the controls' switch.
-        tools = tools.with_safety_mode(controls.safety)
+        # One live mode: the jail reads the controls' switch.
+        jail = jail.with_safety_mode(controls.safety)
         set_ = object.__setattr__
-        set_(self, "tools", tools)
+        set_(self, "jail", jail)
         set_(self, "approver", approver)
         set_(self, "controls", controls)
         set_(self, "phase", phase)
@@ -196,6 +197,16 @@ class RunContext:
     # ── the live parts, readable as before ───────────────────────────────────────
 
     @property
+    def tools(self) -> Jail:
+        """Deprecated: the run's jail is `jail`; `tools` goes in the next release."""
+        warnings.warn(
+            "RunContext.tools is now RunContext.jail; tools goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.jail
+
+    @property
     def budget(self) -> Budget:
         """The budget this context's runs spend from (`controls.budget`)."""
         return self.controls.budget
@@ -212,22 +223,22 @@ class RunContext:
 
     @property
     def detach(self) -> DetachSwitch:
-        """The switch that sends this context's running turn's long work to the
+        """The switch that sends this context's running step's long work to the
         background (`controls.detach`)."""
         return self.controls.detach
 
     # ── building ─────────────────────────────────────────────────────────────────
 
     @classmethod
-    def new(cls, tools: ToolCtx, approver: Approver | None = None) -> RunContext:
-        return cls(tools=tools, approver=approver)
+    def new(cls, jail: Jail, approver: Approver | None = None) -> RunContext:
+        return cls(jail=jail, approver=approver)
 
     @classmethod
     def jailed(cls, workspace: str | Path, approver: Approver | None = None) -> RunContext:
         """A context with the defaults, jailed to `workspace` (created if missing): what
         `RunContext.sandboxed(workspace, approver)` on the class builds."""
         Path(workspace).mkdir(parents=True, exist_ok=True)
-        return cls(tools=ToolCtx(workspace), approver=approver)
+        return cls(jail=Jail(workspace), approver=approver)
 
     def _sandboxed(self, workspace: str | Path, approver: Approver | None = None) -> RunContext:
         """Everything of this context over a new jail (created if missing), with
@@ -237,11 +248,11 @@ class RunContext:
         (an engine judges shell paths against its workspace); the live controls are
         fresh, as for any derived context."""
         Path(workspace).mkdir(parents=True, exist_ok=True)
-        tools = self.tools.sandboxed(workspace)
+        jail = self.jail.sandboxed(workspace)
         policy = self.policy
         if type(policy) is PolicyEngine:
-            policy = PolicyEngine(policy.rules, workspace=tools.root, protected=tools.protected)
-        return self.with_tools(tools)._with(approver=approver, policy=policy)
+            policy = PolicyEngine(policy.rules, workspace=jail.root, protected=jail.protected)
+        return self.with_jail(jail)._with(approver=approver, policy=policy)
 
     def _with(self, **changes: Any) -> RunContext:
         if "controls" not in changes:
@@ -253,22 +264,31 @@ class RunContext:
         """This context with `controls` as its live parts: every run of it (and of what is
         derived from it) steers, switches, detaches, cancels and spends through the
         members `controls.shared` names (all of them, for a `RunControls` built with the
-        defaults). Its `ToolCtx` reads `controls.safety`. Members not shared are policy
-        only: `RunControls(budget=Budget(max_turns=5), shared=frozenset())` sets the
+        defaults). Its `Jail` reads `controls.safety`. Members not shared are policy
+        only: `RunControls(budget=Budget(max_steps=5), shared=frozenset())` sets the
         ceilings every derived context and every run gets a fresh ledger of."""
         return self._with(controls=controls.adopting_safety(self.controls.safety))
 
     def _with_member(self, name: ControlMember, value: object) -> RunContext:
         return self._with(controls=self.controls.fresh().with_member(name, value))
 
-    def with_tools(self, tools: ToolCtx) -> RunContext:
-        """This context over `tools`. A `ToolCtx` with a safety switch of its own brings
+    def with_jail(self, jail: Jail) -> RunContext:
+        """This context over `jail`. A `Jail` with a safety switch of its own brings
         it in as this context's own; otherwise the new context's switch is a fresh one
         at the current mode (or the shared one, if the switch was passed on)."""
         controls = self.controls.fresh()
-        if tools.safety is not self.controls.safety and tools.safety is not controls.safety:
-            controls = controls.with_member("safety", tools.safety, shared=False)
-        return self._with(tools=tools, controls=controls)
+        if jail.safety is not self.controls.safety and jail.safety is not controls.safety:
+            controls = controls.with_member("safety", jail.safety, shared=False)
+        return self._with(jail=jail, controls=controls)
+
+    def with_tools(self, jail: Jail) -> RunContext:
+        """Deprecated: `with_jail(tools)`; goes in the next release."""
+        warnings.warn(
+            "RunContext.with_tools is now with_jail; with_tools goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.with_jail(jail)
 
     def with_safety_mode(self, mode: SafetyMode) -> RunContext:
         """This context under `mode`, on a new safety switch of its own (capped by the

@@ -93,7 +93,7 @@ class RunControls:
     """The live parts of a run: steering, safety switch, detach switch, cancel, budget.
 
     ```python
-    controls = RunControls(budget=Budget(max_turns=20))
+    controls = RunControls(budget=Budget(max_steps=20))
     ctx = base.with_controls(controls)
     task = asyncio.create_task(agent.run_in(ctx, "fix the tests"))
     controls.steering.push("only the failing one")   # reaches this run, and no other
@@ -101,9 +101,9 @@ class RunControls:
     ```
 
     - `steering`: text a person types while the run works (`SteeringQueue`).
-    - `safety`: the live safety mode (`LiveSafetyMode`); the context's `ToolCtx` reads the
-      same switch (`ctx.tools.safety is ctx.controls.safety`).
-    - `detach`: sends the running turn's long work to the background (`DetachSwitch`).
+    - `safety`: the live safety mode (`LiveSafetyMode`); the context's `Jail` reads the
+      same switch (`ctx.jail.safety is ctx.controls.safety`).
+    - `detach`: sends the running step's long work to the background (`DetachSwitch`).
     - `cancel`: the token the run works under a child of (None: none).
     - `budget`: ceilings and what the run tree spent (`Budget`; a subagent spends from its
       parent's, law 7).

@@ -1,16 +1,16 @@
 """`DetachedSubagents`: the subagents a person sent to the background, and their reports.
 
 A subagent runs inside its parent's `agent` call, in a task of its own, and that call
-waits for it, or for the turn's background token (`ExecContext.background`, fired by
+waits for it, or for the step's background token (`ExecContext.background`, fired by
 `DetachSwitch.detach()`), whichever comes first — as `execute_command` waits for its
 command. When the token fires first, the child is handed over here: the call returns at
-once (the turn goes on), and the child keeps running, owned by the run, not the turn.
+once (the step goes on), and the child keeps running, owned by the run, not the step.
 
 Its report then arrives as a background command's exit does: a note through the run's
 `Notifier`, folded into the next user turn (`[background work: {subagent_run_id}] ...`).
 A run whose model gives its final answer while a detached child still works, or before
 the child's note was read, is not finished: the loop waits for the children
-(`wait_and_report`) and gives the model a turn to read their reports. A run that ends any
+(`wait_and_report`) and gives the model a step to read their reports. A run that ends any
 other way (cancelled, failed, a ceiling) cancels the children still running (`aclose`),
 as it kills its background commands: no task outlives the run.
 """
@@ -35,9 +35,9 @@ _logger: Final = logging.getLogger(__name__)
 async def until_detached(task: asyncio.Task[SubagentReport], background: CancellationToken) -> bool:
     """Wait until `task` ends or `background` fires; returns whether it fired first (or
     had fired already). Cancelled, it cancels `task` and waits for it to unwind."""
-    loop = asyncio.get_running_loop()
-    fired: asyncio.Future[None] = loop.create_future()
-    handle = background.add_callback(_resolve_on, loop, fired)
+    event_loop = asyncio.get_running_loop()
+    fired: asyncio.Future[None] = event_loop.create_future()
+    handle = background.add_callback(_resolve_on, event_loop, fired)
     try:
         either: list[asyncio.Future[Any]] = [task, fired]
         await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -53,7 +53,7 @@ async def until_detached(task: asyncio.Task[SubagentReport], background: Cancell
 
 class DetachedSubagents:
     """A run's children sent to the background, by subagent run id; see the module
-    docstring. `notifier` is the run's (its notes are read at the next turn)."""
+    docstring. `notifier` is the run's (its notes are read at the next step)."""
 
     __slots__ = ("_notifier", "_reported", "_running")
 
@@ -80,7 +80,7 @@ class DetachedSubagents:
 
     async def wait_and_report(self) -> bool:
         """Wait for every detached child; returns whether one's report is still unread
-        (waiting in the notifier), so the run must give the model a turn to read it."""
+        (waiting in the notifier), so the run must give the model a step to read it."""
         while self._running:
             await asyncio.wait([task for _, task in self._running.values()])
             for run_id in [r for r, (_, task) in self._running.items() if task.done()]:
@@ -118,10 +118,10 @@ class DetachedSubagents:
         self._notifier.send(run_id, text)
 
 
-def _resolve_on(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+def _resolve_on(event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
     """Token callback (any thread): resolve `future` on its loop."""
     with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
-        loop.call_soon_threadsafe(_resolve, future)
+        event_loop.call_soon_threadsafe(_resolve, future)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -32,8 +32,8 @@ from ..tools import (
     Execution,
     InterruptQuestions,
     OutputBudget,
+    StepSignals,
     Tool,
-    TurnSignals,
     questions_metadata,
     recorded_head,
     stop_watching_reads,
@@ -61,7 +61,7 @@ class _Batch:
 
     step: Dispatch
     budget: OutputBudget
-    signals: TurnSignals
+    signals: StepSignals
     tools: list[Tool | None]
     #: Each call's capabilities, and as the batch's other calls see them.
     able: list[Capability]
@@ -142,7 +142,7 @@ class Dispatcher:
         a `Suspend`; the results of the calls that ran are then in their call records."""
         run, state = self._run, self._run.state
         for call in step.calls:
-            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
+            state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, step=state.step)
         batch = self._batch(step)
         first_entry = len(self.trace)
         try:
@@ -176,7 +176,7 @@ class Dispatcher:
         results = []
         for call in calls:
             record = state.calls.setdefault(
-                call.id, CallRecord(call_id=call.id, name=call.name, turn=state.step)
+                call.id, CallRecord(call_id=call.id, name=call.name, step=state.step)
             )
             if record.result is not None:
                 content, is_error = record.result, record.is_error
@@ -195,8 +195,8 @@ class Dispatcher:
         able = [flow.capabilities(tool) for tool in tools]
         return _Batch(
             step,
-            budget=OutputBudget(self._run.run_ctx.tools.output_budget_bytes),
-            signals=self._services.signals_for_turn(),
+            budget=OutputBudget(self._run.run_ctx.jail.output_budget_bytes),
+            signals=self._services.signals_for_step(),
             tools=tools,
             able=able,
             # As the batch's other calls see them: a read may bring an earlier run's taint.
@@ -369,7 +369,7 @@ class Dispatcher:
         run, state = self._run, self._run.state
         record = state.calls[call.id]
         record.status = "started"
-        ctx = self._services.context_for(call.id, record.turn, batch.signals)
+        ctx = self._services.context_for(call.id, record.step, batch.signals)
         if self._durability is not None:
             await self._durability.call_started(state.run_id, call.id)
         read: list[str] = []
@@ -397,7 +397,7 @@ class Dispatcher:
             result = execution.result
             # Bounded: an MCP or custom tool may return any size; the store keeps what the
             # transcript could show at most.
-            content = recorded_head(result.content, run.run_ctx.tools.output_budget_bytes)
+            content = recorded_head(result.content, run.run_ctx.jail.output_budget_bytes)
             await self._durability.call_completed(
                 state.run_id, call.id, content, is_error=result.is_error
             )
@@ -413,7 +413,7 @@ class Dispatcher:
                 call_id=call.id,
                 run_id=state.run_id,
                 thread_id=state.thread_id,
-                workspace=run_ctx.tools.root,
+                workspace=run_ctx.jail.root,
                 result=execution.result.content,
                 is_error=execution.result.is_error,
                 taint=state.taint_flags,
@@ -428,7 +428,7 @@ class Dispatcher:
             execution = batch.executed.get(call.id)
             if execution is None or call.id in batch.results:
                 continue
-            result = batch.budget.cap_result(execution.result, run_ctx.tools)
+            result = batch.budget.cap_result(execution.result, run_ctx.jail)
             if interlock.wrap_untrusted and (
                 _brings_untrusted(self._run.agent.registry.get(call.name))
                 or bool(getattr(execution.data, "brings_untrusted", False))
@@ -471,7 +471,7 @@ class Dispatcher:
                 call_id=call.id,
                 name=call.name,
                 arguments=call.arguments,
-                turn=record.turn,
+                turn=record.step,
                 is_error=is_error,
                 refused_by=record.refused_by,
                 unknown=record.refused_by == "unknown",

@@ -84,7 +84,7 @@ class Gate:
         self._engine = (
             run_ctx.policy
             if run_ctx.policy is not None
-            else PolicyEngine(workspace=run_ctx.tools.root, protected=run_ctx.tools.protected)
+            else PolicyEngine(workspace=run_ctx.jail.root, protected=run_ctx.jail.protected)
         )
         approver = run_ctx.approver
         # A resume's decisions answer their own calls; any other call goes on as in any
@@ -119,7 +119,7 @@ class Gate:
         return self._classifier
 
     def _mode(self) -> SafetyMode:
-        return self._run_ctx.tools.safety.mode
+        return self._run_ctx.jail.safety.mode
 
     async def check(
         self,
@@ -203,7 +203,7 @@ class Gate:
         if decision.risk is not RiskClass.FILE_MUTATION:
             return None
         protected = protected_write_refusal(
-            self._run_ctx.tools, self._engine.assess(call.name, arguments, tool).paths
+            self._run_ctx.jail, self._engine.assess(call.name, arguments, tool).paths
         )
         if protected is None:
             return None
@@ -278,7 +278,7 @@ class Gate:
             call_id=call.id,
             run_id=self._state.run_id,
             thread_id=self._state.thread_id,
-            workspace=self._run_ctx.tools.root,
+            workspace=self._run_ctx.jail.root,
             taint=taint,
             risk=risk,
         )
@@ -351,7 +351,7 @@ class Gate:
                 run_id=self._state.run_id,
                 thread_id=self._state.thread_id,
                 taint=taint,
-                workspace=self._run_ctx.tools.root,
+                workspace=self._run_ctx.jail.root,
                 store=self._run_ctx.store,
             )
         except Exception as exc:  # a staging failure never executes (law 3)

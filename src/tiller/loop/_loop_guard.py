@@ -4,7 +4,7 @@ getting the same results.
 A compaction removes what the model had seen. A model that no longer remembers it already
 read a file, ran a check or got an answer may do it again, and again, until the budget is
 gone. Once a run has compacted, the guard fingerprints each tool exchange (an assistant
-turn's calls, names and arguments, and the results they got) as it arrives, and when the
+step's calls, names and arguments, and the results they got) as it arrives, and when the
 same fingerprint comes back `repeats` times in a row the run stops with stop cause `loop`.
 
 The guard reads the exchange at the top of the next step, before any compaction of that

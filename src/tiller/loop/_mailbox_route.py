@@ -2,18 +2,18 @@
 
 A route is built for a run (`RunContext.with_mailbox(MailboxRoute(store, deliver))`). The
 run's identity, its agent's name (or `name=`) and its thread, is stamped by the runtime on
-every message it sends, together with the turn's taint: the model chooses only the
+every message it sends, together with the step's taint: the model chooses only the
 recipient and the text (`message_send`). `deliver` is the receiver's decision, made when
 the route is built, never in the loop: with it off the run can send but reads nothing.
 
-Delivery happens at the top of a turn, after steering, and only when the run is about to
+Delivery happens at the top of a step, after steering, and only when the run is about to
 make another model call (it was not cancelled, `max_steps` and the budget leave it a
 turn): claiming is irreversible, and mail taken by a run that then stops would be lost.
 For each message, in order: the sender's taint is merged into the run's (law 6), *then*
 the text is folded into the user turn as `[message from agent <name>] ...` — a message
 from that agent, never the user's words, so it can neither approve a held call nor
 change the run's policy — then `tiller.message_delivered` is emitted. Store failures are
-logged and the run goes on; the mail waits for the next turn.
+logged and the run goes on; the mail waits for the next step.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def mail_frame(message: MailMessage) -> str:
 class MailboxRoute:
     """Connect a run to the mailbox in `store` (a `Bus`, or a `MailboxStore` with its own
     limits). `deliver`: whether the run receives. `name`: the identity's agent name
-    (default: the agent's). `max_per_turn`: messages folded into one turn at most (the
+    (default: the agent's). `max_per_turn`: messages folded into one step at most (the
     rest wait for the next)."""
 
     store: MailboxStore
@@ -113,13 +113,13 @@ class MailboxRoute:
 
 
 class RunMailbox:
-    """One run's side of the mailbox: sending as the run, and delivery into its turns."""
+    """One run's side of the mailbox: sending as the run, and delivery into its steps."""
 
     def __init__(self, route: MailboxRoute, state: RunState) -> None:
         self.route = route
         self._state = state
         #: Why the run has no identity (its agent's name is no mailbox name): raised at
-        #: its first turn, so the run ends with the error as its reason.
+        #: its first step, so the run ends with the error as its reason.
         self._problem: str | None = None
         try:
             self._identity: MailIdentity | None = route.identity(state)
@@ -144,7 +144,7 @@ class RunMailbox:
         return await self.route.store.send(to, text, sender=self.identity, taint=taint)
 
     def mailer(self, registry: Registry, *, network: bool) -> RunMailer:
-        """What the run's tool calls send through: this mailbox, stamping the turn's
+        """What the run's tool calls send through: this mailbox, stamping the step's
         taint (the conversation's, with the capabilities of the batch being run)."""
         state = self._state
 
@@ -190,7 +190,7 @@ class RunMailbox:
             )
         except StoreError as exc:
             _logger.warning(
-                "run %s: the mailbox of %s could not be read (%s); trying again next turn",
+                "run %s: the mailbox of %s could not be read (%s); trying again next step",
                 state.run_id,
                 self.identity.name,
                 exc,
@@ -206,7 +206,7 @@ class RunMailbox:
 @dataclass(frozen=True, slots=True)
 class RunMailer:
     """The sender a run's `message_send` calls get (`ExecContext.mailbox`): it stamps the
-    run's identity and the turn's taint; the tool passes only the recipient and text."""
+    run's identity and the step's taint; the tool passes only the recipient and text."""
 
     mailbox: RunMailbox
     taint: Callable[[], Taint]

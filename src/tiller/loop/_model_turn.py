@@ -1,7 +1,7 @@
 """The model turn: build the request, stream the answer, decide the next step.
 
 One `ModelTurn` step, in order (DESIGN §3): compaction (`_compaction.Compaction`; a prompt
-the provider rejects as too long is compacted and the turn made again) → the request
+the provider rejects as too long is compacted and the call made again) → the request
 (system, history window, tools visible in the phase, `max_tokens` capped by what the
 budget has left, held on it until the call is settled) → pre-model guardrails → the model
 stream (text and reasoning live; a tool call emitted once its arguments are complete
@@ -147,7 +147,7 @@ class ModelTurns:
         state.messages.append(message)
         self._capture.model_call(answer, appended=True)
         if not run.run_ctx.queued_input:
-            # (Steering that arrived during the final answer is read by another turn.)
+            # (Steering that arrived during the final answer is read by another step.)
             self._finish_with(message)
         return next_step(run)
 
@@ -200,7 +200,7 @@ class ModelTurns:
         state.append_user_text(FINAL_ANSWER_NUDGE)
         request = self._request(tools=False, final_answer=True)
         try:
-            # The guardrails judge this call like any turn's: a refusal or a handoff
+            # The guardrails judge this call like any step's: a refusal or a handoff
             # stops the run with that cause, and a refused answer is not kept.
             verdict = await run_pre(run.options.guardrails, request)
             if verdict.kind != "allow":

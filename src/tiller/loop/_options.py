@@ -22,7 +22,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 class RunOptions:
     """Tunables of the loop. Immutable: `with_*` returns a new value.
 
-    - `max_steps`: hard cap on model turns (the graceful one is `Budget.max_turns`).
+    - `max_steps`: hard cap on steps (the graceful one is `Budget.max_steps`).
     - `max_history_tokens`: the history window sent to the model (estimated tokens);
       it always keeps the first request and the newest exchange (shortening the newest
       results, with a marker, if they alone are over it) and never separates a tool call
@@ -76,7 +76,7 @@ class RunOptions:
     #: it once with those facts (two more model calls a summary, charged to the budget).
     compact_validate: bool = False
     #: After a compaction, stop the run (stop cause `loop`) when the same calls come back
-    #: with the same results this many turns in a row. None: no loop guard.
+    #: with the same results this many steps in a row. None: no loop guard.
     loop_guard_repeats: int | None = 3
 
     def __post_init__(self) -> None:

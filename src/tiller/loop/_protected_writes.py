@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..tools import PathOutsideJail, ToolCtx
+from ..tools import Jail, PathOutsideJail
 
 __all__ = ["protected_write_refusal"]
 
 
-def protected_write_refusal(tools: ToolCtx, paths: Iterable[str]) -> str | None:
+def protected_write_refusal(jail: Jail, paths: Iterable[str]) -> str | None:
     """The reason a write to `paths` (as the call names them) is refused, or None when
     none of them is protected. A path the jail refuses is left to the tool to word."""
     for path in paths:
         try:
-            covering = tools.protects(tools.resolve(path))
+            covering = jail.protects(jail.resolve(path))
         except PathOutsideJail:
             continue
         if covering is not None:

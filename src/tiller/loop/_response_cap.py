@@ -1,10 +1,10 @@
 """The response byte cap (`RunOptions.max_response_bytes`), applied before a delta is kept.
 
 The loop sends each delta to the client and keeps it in the transcript; law 8 keeps the
-half-written text of a cut turn, so the two must hold the same bytes. The cap is therefore
+half-written text of a cut step, so the two must hold the same bytes. The cap is therefore
 applied to the event *before* either sees it: a text or reasoning delta that would cross
 the cap is cut to the bytes that still fit (at a character boundary), and that part is
-both streamed and kept; then the turn stops. Any other event that would cross it (tool
+both streamed and kept; then the step stops. Any other event that would cross it (tool
 call arguments, a signature, a redacted block) is kept by neither: a cut argument could
 not become a call anyway (law 1).
 """

@@ -380,7 +380,7 @@ def _context_for(state: RunState, ctx: RunContext | FromCheckpoint) -> RunContex
         return run_ctx
     # What is not data in the checkpoint (the workspace's rules, hooks, interlock and
     # outbox routes), put back by the caller; the run's own mode still wins.
-    mode = run_ctx.tools.safety.mode
+    mode = run_ctx.jail.safety.mode
     return ctx.configure(run_ctx).with_safety_mode(mode)
 
 

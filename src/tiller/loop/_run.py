@@ -125,7 +125,7 @@ class Loop:
 
     async def run(self) -> None:
         """Run until a stop cause is set on the state. Cancellation propagates (the edge
-        turns it into a cancelled result) after the partial turn was kept."""
+        turns it into a cancelled result) after the partial step was kept."""
         try:
             if self.durability is not None:
                 # "A process is running this now": a recovery elsewhere checks it first.
@@ -171,7 +171,7 @@ class Loop:
             await self._checkpoint("finished")
 
     async def _before_turn(self) -> ModelTurn | Finish:
-        """At a step boundary: cancelled? out of steps, turns, tokens or money? Then the
+        """At a step boundary: cancelled? out of steps, tokens or money? Then the
         steering queue and the mailbox, which only a run that goes on reads."""
         state, budget = self.state, self.run_ctx.budget
         while True:
@@ -199,7 +199,7 @@ class Loop:
         if self._watch is not None:
             await self._watch(turn, self.state)
         final = turn.final_answer is not None
-        with self.agui.step("final answer" if final else f"turn {turn.number}"):
+        with self.agui.step("final answer" if final else f"step {turn.number}"):
             try:
                 step = await self._take_calls(await self.turns.take(turn))
             finally:
@@ -237,8 +237,8 @@ class Loop:
 
     async def _reports_unread(self) -> bool:
         """Wait for the subagents a person sent to the background; whether a report of
-        theirs is still unread (then the run is not done: the next turn reads it). With
-        no turn left to read one (steps or budget spent), the answer stands: the run
+        theirs is still unread (then the run is not done: the next step reads it). With
+        no step left to read one (steps or budget spent), the answer stands: the run
         ends, and the children still running are cancelled with it."""
         if self.subagents is None or not self.subagents.detached.pending():
             return False
@@ -259,7 +259,7 @@ class Loop:
                 hooks.session_end(
                     run_id=self.state.run_id,
                     thread_id=self.state.thread_id,
-                    workspace=self.run_ctx.tools.root,
+                    workspace=self.run_ctx.jail.root,
                     stop_cause=cause,
                 )
             )

@@ -19,7 +19,7 @@ def publish_run_facts(run: RunParts, staged: Sequence[CallRecord]) -> None:
     """Publish the run's facts: usage, budget, and the outbox drafts it `staged`."""
     state, budget = run.state, run.run_ctx.budget
     limits = {
-        "maxTurns": budget.max_turns,
+        "maxSteps": budget.max_steps,
         "maxOutputTokens": budget.max_output_tokens,
         "maxCostUsd": budget.max_cost_usd,
     }
@@ -29,11 +29,11 @@ def publish_run_facts(run: RunParts, staged: Sequence[CallRecord]) -> None:
             "outputTokens": state.usage.output_tokens,
             "totalTokens": state.usage.total_tokens,
             "costUsd": round(state.cost_usd, 6),
-            "turns": state.step,
+            "steps": state.step,
         },
         "budget": {
             **{key: value for key, value in limits.items() if value is not None},
-            "spentTurns": budget.turns,
+            "spentSteps": budget.steps,
             "spentOutputTokens": budget.usage.output_tokens,
             "spentCostUsd": round(budget.cost_usd, 6),
         },

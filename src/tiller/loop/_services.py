@@ -1,7 +1,7 @@
 """`RunServices`: what a run gives its tool calls, opened with the run and closed with it.
 
 The loop builds every call's `ExecContext` from three bundles (`ExecContext.assemble`):
-the turn's signals (cancel token, background token, web byte budget), where the call was
+the step's signals (cancel token, background token, web byte budget), where the call was
 dispatched (the jail, the phase, the live safety mode, the transcript's length), and the
 run's services, which live here: the notify channel detached work reports through, the
 background jobs, the task checklist, the file snapshots, the scratchpad, the user's goal,
@@ -29,9 +29,9 @@ from ..tools import (
     ExecContext,
     Notice,
     Notifier,
+    StepSignals,
     TaskBroker,
     ToolServices,
-    TurnSignals,
     UserGoal,
     WebBudget,
 )
@@ -89,17 +89,17 @@ class RunServices:
         self._state = state
         self.notifier = Notifier()
         # Commands sent to the background live as long as the run, no longer; when one
-        # exits it posts a note through the notifier, read at the next turn.
+        # exits it posts a note through the notifier, read at the next step.
         self.jobs = BackgroundJobs(self.notifier)
         # What the interlock watches beyond one call: the jobs that hold the network, the
         # files this run reads and writes (their taint outlives the run).
         self.taint_flow = TaintFlow(
-            run_ctx.tools.root,
+            run_ctx.jail.root,
             run_ctx.interlock,
             self.jobs,
             run_id=state.run_id,
             # (An unsandboxed shell, accepted where bwrap cannot run, holds the network.)
-            network=shell_holds_network(run_ctx.tools),
+            network=shell_holds_network(run_ctx.jail),
         )
         # With a store, every file mutation is snapshotted first, so `tiller rewind` can
         # put the workspace back; a shell command, unless the policy rates it read-only.
@@ -109,7 +109,7 @@ class RunServices:
             else None
         )
         self.scratchpad: Path | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
         # The checklist lives in the state, so a resumed run (another process, maybe)
         # goes on with it; the broker is its one writer and tells observers each change.
         self.tasks = TaskBroker(publish=self._keep_tasks, emit=agui.emit)
@@ -123,7 +123,7 @@ class RunServices:
         self._approval: Any = None
         # What starts the run's subagents (set by the loop when its agent can).
         self._subagents: Any = None
-        #: The run's mailbox (its identity; delivery into its turns), if it has one.
+        #: The run's mailbox (its identity; delivery into its steps), if it has one.
         self.mail: RunMailbox | None = (
             run_ctx.mailbox.attach(state) if run_ctx.mailbox is not None else None
         )
@@ -144,16 +144,16 @@ class RunServices:
         the run) and publish it in the AG-UI state document, on the run's loop (the
         broker may be called from another thread; the state stream belongs to the loop)."""
         self._state.record_checklist(snapshot)  # with its place, for `tiller rewind`
-        loop = self._loop
-        if loop is None or _running_loop() is loop:
+        event_loop = self._event_loop
+        if event_loop is None or _running_loop() is event_loop:
             self._agui.set_runtime_state("tasks", snapshot)
         else:
-            loop.call_soon_threadsafe(self._agui.set_runtime_state, "tasks", snapshot)
+            event_loop.call_soon_threadsafe(self._agui.set_runtime_state, "tasks", snapshot)
 
     async def open(self) -> None:
         """Create the session's scratchpad inside the jail; show a resumed run's
         checklist."""
-        self._loop = asyncio.get_running_loop()
+        self._event_loop = asyncio.get_running_loop()
         self.scratchpad = self._make_scratchpad()
         if self._state.tasks:
             self._agui.set_runtime_state("tasks", self._state.tasks)
@@ -175,7 +175,7 @@ class RunServices:
     def _make_scratchpad(self) -> Path | None:
         # The root is already real and the name has no separators or dots to resolve, so
         # the path is final; one stat when it exists (most runs of a thread after the first).
-        root = self._run_ctx.tools.root
+        root = self._run_ctx.jail.root
         pad = root / SCRATCH_SUBDIR / _directory_name(self._state.thread_id)
         if os.path.isdir(pad):
             return pad
@@ -191,9 +191,9 @@ class RunServices:
 
     # ── per call ─────────────────────────────────────────────────────────────────
 
-    def signals_for_turn(self) -> TurnSignals:
-        """The signals one turn's calls share."""
-        return TurnSignals(
+    def signals_for_step(self) -> StepSignals:
+        """The signals one step's calls share."""
+        return StepSignals(
             token=self._agui.cancel_token,
             background=self._run_ctx.detach.token_for_turn(),
             web_bytes=WebBudget(),
@@ -222,7 +222,7 @@ class RunServices:
             jobs=self.jobs,
             snapshots=self.snapshots,
             mailbox=(
-                self.mail.mailer(self._agent.registry, network=run_ctx.tools.network)
+                self.mail.mailer(self._agent.registry, network=run_ctx.jail.network)
                 if self.mail is not None
                 else None
             ),
@@ -230,18 +230,18 @@ class RunServices:
         )
         return cached
 
-    def context_for(self, call_id: str, turn: int, signals: TurnSignals) -> ExecContext:
+    def context_for(self, call_id: str, step: int, signals: StepSignals) -> ExecContext:
         """The `ExecContext` of one call, assembled now (so it reads the live mode now)."""
         run_ctx = self._run_ctx
         state = self._state
         services = self._tool_services()
         site = CallSite(
-            tools=run_ctx.tools,
+            jail=run_ctx.jail,
             phase=run_ctx.phase,
-            safety_mode=run_ctx.tools.safety.mode,
+            safety_mode=run_ctx.jail.safety.mode,
             message_index=len(state.messages),
         )
-        return ExecContext.assemble(turn, call_id, None, signals, site, services)
+        return ExecContext.assemble(step, call_id, None, signals, site, services)
 
     def goal(self) -> UserGoal:
         """The user's goal, recomputed only when a person's text arrived since: most
@@ -264,5 +264,5 @@ class RunServices:
         return self._goal
 
     def take_notices(self) -> list[Notice]:
-        """Notes from detached work, for the top of the next turn."""
+        """Notes from detached work, for the top of the next step."""
         return self.notifier.drain()

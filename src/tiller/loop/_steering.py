@@ -31,7 +31,7 @@ class SteeringQueue:
         self._lock = threading.Lock()
 
     def push(self, text: str) -> None:
-        """Queue a message for the run's next turn; blank text is ignored."""
+        """Queue a message for the run's next step; blank text is ignored."""
         if text.strip():
             with self._lock:
                 self._items.append(text.strip())

@@ -8,7 +8,7 @@ model turn and its dispatch). `agent.iter(...)` yields each step before it is ta
 caller can watch a run, stop it, or test it step by step.
 
 A resumed run continues at its step: a run suspended on calls opens with the `Dispatch`
-of those calls (the person decided them), a run suspended between turns with a
+of those calls (the person decided them), a run suspended between steps with a
 `ModelTurn`.
 """
 
@@ -26,7 +26,7 @@ __all__ = ["Dispatch", "Finish", "ModelTurn", "Step", "Suspend"]
 @dataclass(frozen=True, slots=True)
 class ModelTurn:
     """Ask the model: step `number` of the run (from 1). `final_answer` is the ceiling
-    (turns, tokens or cost) that was reached: one tool-less answer is asked for, from the
+    (steps, tokens or cost) that was reached: one tool-less answer is asked for, from the
     budget's reserve, and the run then stops with that cause."""
 
     number: int

@@ -22,9 +22,9 @@ What a child inherits, and what it does not:
   available);
 - the parent's taint, and the parent gets the child's back with its answer (law 6).
 
-A person's detach (the turn's background token, `DetachSwitch`) sends a running child to
+A person's detach (the step's background token, `DetachSwitch`) sends a running child to
 the background, as it does a command: the `agent` call returns at once, the child keeps
-running, owned by the run, and its report comes as a note at a later turn
+running, owned by the run, and its report comes as a note at a later step
 (`_detached_subagents`). A detached child that would need a person fails instead of
 suspending: no one holds its call any more.
 
@@ -116,7 +116,7 @@ class Subagents:
         background: CancellationToken | None = None,
     ) -> SubagentReport:
         """Run the child of agent call `call_id` (or continue it, if it is suspended in
-        the parent's state) and report how it ended; or, if `background` (the turn's
+        the parent's state) and report how it ended; or, if `background` (the step's
         background token) fires first, leave it running detached and report that."""
         parent = self._parent
         kind = self._config.types.get(subagent_type)
@@ -347,8 +347,8 @@ class Subagents:
         """The parent's policy, narrowed for a child (see the module docstring)."""
         run_ctx = self._parent.run_ctx
         # Never above the parent's own ceiling: a subagent type narrows, it cannot widen.
-        ceiling = least_permissive(kind.safety_ceiling, run_ctx.tools.safety.ceiling)
-        mode = least_permissive(run_ctx.tools.safety.mode, ceiling)
+        ceiling = least_permissive(kind.safety_ceiling, run_ctx.jail.safety.ceiling)
+        mode = least_permissive(run_ctx.jail.safety.mode, ceiling)
         # Passed on deliberately (law 13): the parent's budget (one for the run tree,
         # law 7) and a child of its token; the child's own steering, detach and switch.
         controls = RunControls(
@@ -371,7 +371,7 @@ class _SubagentView(AgUiContext[Any]):
     alone). The typed state is the run's: a child's tool that changes it changes the one
     document the client sees; the runtime's facts (usage, the task list) stay the
     parent's. Step names carry the subagent's id: the stream has one namespace of step
-    names, and two children's `turn 1` must not collide.
+    names, and two children's `step 1` must not collide.
     """
 
     def __init__(self, parent: AgUiContext[Any], run_id: str, cancel: CancellationToken) -> None:

@@ -108,7 +108,7 @@ def _entries(message: Message, clip: int) -> list[str]:
             )
         if message.text.startswith(SUMMARY_HEAD):
             # The previous summary carries everything before it: kept whole, not clipped
-            # like a turn, or each summary would know less than the last.
+            # like a step, or each summary would know less than the last.
             lines.append(f"[earlier summary]\n{message.text}")
         elif message.text:
             lines.append(f"[user]\n{_clip(message.text, clip * 2)}")

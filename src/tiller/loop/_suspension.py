@@ -70,7 +70,7 @@ class Suspension:
         _remember_malformed(state, step.calls, step.malformed)
         for call in step.calls:
             if call.id not in state.calls:
-                state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, turn=state.step)
+                state.calls[call.id] = CallRecord(call_id=call.id, name=call.name, step=state.step)
         state.interrupts = []
         for call in step.calls:
             child = state.children.get(call.id)
@@ -105,7 +105,7 @@ def _remember_malformed(
             state.calls[call.id] = CallRecord(
                 call_id=call.id,
                 name=call.name,
-                turn=state.step,
+                step=state.step,
                 malformed_arguments=True,
                 malformed_text=malformed[call.id],
             )

@@ -41,6 +41,7 @@ from ..tools import (
     TAINT_INDEX,
     BackgroundJobs,
     Capability,
+    Jail,
     JobStatus,
     RiskClass,
     Sandbox,
@@ -48,7 +49,6 @@ from ..tools import (
     TaintIndex,
     TaintIndexError,
     Tool,
-    ToolCtx,
     changed_files,
     stamp_workspace,
 )
@@ -62,13 +62,13 @@ _TRIFECTA: Final = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
 _OWN_FILES: Final = f"{TAINT_INDEX.parent.as_posix()}/taint."
 
 
-def shell_holds_network(tools: ToolCtx, sandbox: Sandbox = DEFAULT_SANDBOX) -> bool:
+def shell_holds_network(jail: Jail, sandbox: Sandbox = DEFAULT_SANDBOX) -> bool:
     """Whether the run's shell commands can reach the network: the run granted it, or
     they run unsandboxed (accepted where `sandbox` cannot run), which always can. (Probes
     the sandbox only in the second case, once per process.)"""
-    if tools.network:
+    if jail.network:
         return True
-    return tools.unsandboxed_shell and not sandbox.probe().available
+    return jail.unsandboxed_shell and not sandbox.probe().available
 
 
 def _trifecta(taint: Taint) -> bool:

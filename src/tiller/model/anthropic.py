@@ -1,7 +1,7 @@
 """Anthropic's Messages API, streamed.
 
 tiller's conversation already has Anthropic's layout (a user message carries the previous
-turn's tool results, then any text), so the request mapping is direct. What needs care:
+step's tool results, then any text), so the request mapping is direct. What needs care:
 
 - thinking blocks go back to the API exactly as they came, with their `signature` (or as
   `redacted_thinking` with its `data`); reasoning without a signature (from another

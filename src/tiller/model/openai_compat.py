@@ -157,7 +157,7 @@ class OpenAICompatModel(HttpModel):
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:
     """The conversation in Chat Completions shape.
 
-    A tiller `UserMessage` holds the previous turn's tool results and then any user text;
+    A tiller `UserMessage` holds the previous step's tool results and then any user text;
     Chat Completions wants each result as its own `tool` message right after the assistant
     turn, so the results come first and the text follows as a separate `user` message.
     """

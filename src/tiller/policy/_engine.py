@@ -206,7 +206,7 @@ class PolicyEngine:
     """Decides one call at a time from its risk, the live safety mode and the user's
     `rules` (see the module docstring). `workspace`, the directory shell commands run
     in, lets the shell classifier count absolute paths inside it as inside; `protected`
-    are the paths (relative to the workspace, as in `ToolCtx.protected`) no shell command
+    are the paths (relative to the workspace, as in `Jail.protected`) no shell command
     may write."""
 
     __slots__ = ("_protected", "_rules", "_workspace")

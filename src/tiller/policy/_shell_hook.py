@@ -194,11 +194,11 @@ class _HookProtocol(asyncio.SubprocessProtocol):
     """Collects stdout and stderr apart, and says when the process exited and when both
     output pipes closed (a child the hook left behind can hold them after it exits)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, event_loop: asyncio.AbstractEventLoop) -> None:
         self.stdout = _Capped()
         self.stderr = _Capped()
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.closed: asyncio.Future[None] = loop.create_future()
+        self.exited: asyncio.Future[None] = event_loop.create_future()
+        self.closed: asyncio.Future[None] = event_loop.create_future()
         self._open = {1, 2}
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
@@ -221,10 +221,10 @@ async def _run_shell(
     """Run `command` with `payload` on stdin until it exits or `limit` seconds pass, then
     kill its process group and collect what it wrote. Cancelled, it kills the group,
     cleans up (shielded, bounded) and lets the cancellation propagate."""
-    loop = asyncio.get_running_loop()
+    event_loop = asyncio.get_running_loop()
     start = asyncio.ensure_future(
-        loop.subprocess_exec(
-            lambda: _HookProtocol(loop),
+        event_loop.subprocess_exec(
+            lambda: _HookProtocol(event_loop),
             "bash",
             "-c",
             command,

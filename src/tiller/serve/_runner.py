@@ -325,7 +325,7 @@ class Runner:
             thread_id=input.thread_id,
             agent_name=prepared.agent.name,
             messages=list(conversation),
-            state=_client_state(input.state),
+            agent_state=_client_state(input.state),
             taint=taint,
             # Tool results keep the ids the client knows them by, in every snapshot.
             result_ids={
@@ -439,7 +439,7 @@ def _spent_so_far(run_ctx: RunContext, earlier: RunState, workspace: Path) -> Ru
     return run_ctx.with_budget(
         dataclasses.replace(
             run_ctx.budget,
-            turns=spent.turns,
+            steps=spent.steps,
             usage=spent.usage,
             cost_usd=spent.cost_usd,
             unpriced_models=set(spent.unpriced_models),

@@ -188,7 +188,7 @@ async def open_bus(url: str, *, clock: Clock = wall_clock, namespace: str = "") 
     parts = urlsplit(url)
     if parts.scheme == "memory":
         if parts.netloc or parts.path or parts.query:
-            raise UsageError(f"{url!r}: a memory bus takes no location; write 'memory://'")
+            raise UsageError(f"{url!r}: a memory store takes no location; write 'memory://'")
         return MemoryBus(clock=clock, namespace=namespace, url=url)
     if parts.scheme == "sqlite":
         if parts.netloc or not parts.path.startswith("/") or len(parts.path) < 2:

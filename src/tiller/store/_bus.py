@@ -93,7 +93,7 @@ class StoreUnavailable(StoreError):
 
 
 class BusClosed(UsageError):
-    """The bus (or a bucket, queue or subscription taken from it) was used after `aclose`."""
+    """The store (or a bucket, queue or subscription taken from it) was used after `aclose`."""
 
 
 # ── names ────────────────────────────────────────────────────────────────────────────
@@ -115,7 +115,7 @@ def check_bucket(name: str) -> str:
 def check_namespace(namespace: str) -> str:
     """Return `namespace` if valid (empty, or a bucket-like name), else raise `UsageError`.
 
-    A namespace prefixes every bucket, subject and queue of a bus, so tests (or tenants)
+    A namespace prefixes every bucket, subject and queue of a store, so tests (or tenants)
     sharing one server or file never see each other's records.
     """
     if namespace and not _BUCKET.fullmatch(namespace):
@@ -359,7 +359,7 @@ class Bus(Protocol):
 # ── leases, on any KeyValue ──────────────────────────────────────────────────────────
 #
 # A lease is an ordinary record whose value holds the owner and the expiry, written by
-# compare-and-set. The expiry comes from the bus's injected clock and is compared on
+# compare-and-set. The expiry comes from the store's injected clock and is compared on
 # acquire, not enforced by a server-side TTL, so every backend (NATS included) behaves the
 # same under a fake clock, and a lease outlives a reconnect. Backends call these from their
 # `acquire` / `renew` / `release`.

@@ -166,7 +166,7 @@ class ControlStore:
         await self._notify(run_id, {"kind": "cancel"})
 
     async def steer(self, run_id: str, text: str) -> str:
-        """Queue `text` for the run's next turn; returns the steer's id (time-ordered)."""
+        """Queue `text` for the run's next step; returns the steer's id (time-ordered)."""
         _check_run_id(run_id)
         if not isinstance(text, str) or not text.strip():
             raise UsageError("a steering message needs some text")
@@ -338,11 +338,11 @@ class ControlWatcher:
         self._subscription = await self._subscribe()
         try:
             await self._guarded(self._sync(), "read the run's control records")
-            loop = asyncio.get_running_loop()
+            event_loop = asyncio.get_running_loop()
             name = f"tiller-control-watch {self.run_id}"
             self._tasks = [
-                loop.create_task(self._apply_loop(), name=f"{name} apply"),
-                loop.create_task(self._listen(), name=f"{name} listen"),
+                event_loop.create_task(self._apply_loop(), name=f"{name} apply"),
+                event_loop.create_task(self._listen(), name=f"{name} listen"),
             ]
         except BaseException:
             await self._drop_subscription()
@@ -399,22 +399,22 @@ class ControlWatcher:
             await self._drop_subscription()
 
     async def _apply_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_full = loop.time() + self.poll_interval
+        event_loop = asyncio.get_running_loop()
+        next_full = event_loop.time() + self.poll_interval
         while not self._stopping:
-            delay = next_full - loop.time()
+            delay = next_full - event_loop.time()
             if delay > 0 and not self._wake.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await self._wake.wait()
             self._wake.clear()
-            if self._full_due or loop.time() >= next_full:
+            if self._full_due or event_loop.time() >= next_full:
                 # A full read covers every hint made before it starts (the record is
                 # written before its message is sent).
                 self._full_due, self._cancel_hinted = False, False
                 self._hinted.clear()
                 await self._guarded(self._sync(), "read the run's control records")
-                next_full = loop.time() + self.poll_interval
+                next_full = event_loop.time() + self.poll_interval
             else:
                 await self._guarded(self._apply_hints(), "read a control request")
 

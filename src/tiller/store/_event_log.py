@@ -186,13 +186,13 @@ class EventLogWriter:
         self._buffer = []
         if self._task is None or self._task.done():
             try:
-                loop = asyncio.get_running_loop()
+                event_loop = asyncio.get_running_loop()
             except RuntimeError:
                 _logger.error("event log of run %s: no running event loop to write", self.run_id)
                 self.failed += len(self._queue)
                 self._queue.clear()
                 return
-            task = loop.create_task(self._drain(), name=f"tiller-event-log-{self.run_id}")
+            task = event_loop.create_task(self._drain(), name=f"tiller-event-log-{self.run_id}")
             _IN_FLIGHT.add(task)
             task.add_done_callback(_IN_FLIGHT.discard)
             self._task = task

@@ -60,7 +60,7 @@ from ._file_manifest import (
 )
 
 if TYPE_CHECKING:  # the tools package is imported when a snapshot or restore runs
-    from ..tools import CheckpointOrigin, ToolCtx
+    from ..tools import CheckpointOrigin, Jail
 
 __all__ = ["FILE_BLOBS_BUCKET", "FILE_CHECKPOINTS_BUCKET", "FileCheckpoints"]
 
@@ -141,25 +141,25 @@ class FileCheckpoints:
         and the tool must not write. The files are read before the checkpoint gets its number,
         so of two calls changing one file the one that wrote first has the smaller number.
         """
-        from ..tools import MAX_SAVED_FILE_BYTES, ToolCtx, ToolError
+        from ..tools import MAX_SAVED_FILE_BYTES, Jail, ToolError
 
-        tools = ToolCtx(root)
+        jail = Jail(root)
         records: list[FileRecord] = []
         seen: set[str] = set()
         for path in paths:
-            parts = self._snapshot_parts(tools, Path(path))
+            parts = self._snapshot_parts(jail, Path(path))
             rel = "/".join(parts)
             if rel in seen:
                 continue
             seen.add(rel)
             try:
                 found = await asyncio.to_thread(
-                    _file_ops.observe, tools.root, parts, max_bytes=MAX_SAVED_FILE_BYTES
+                    _file_ops.observe, jail.root, parts, max_bytes=MAX_SAVED_FILE_BYTES
                 )
             except _file_ops.FileOpRefused as exc:
                 raise ToolError(f"{rel} cannot be written: {exc}") from None
             records.append(await self._record(rel, found))
-        return await self._save(origin, tools.root, reason, records)
+        return await self._save(origin, jail.root, reason, records)
 
     async def _save(
         self,
@@ -211,9 +211,9 @@ class FileCheckpoints:
         """Record every tracked path under `root` before the shell runs `command`
         (`_workspace_checkpoints`), anchored at `origin`; returns the checkpoint's id. A
         cap hit makes the snapshot partial: its `note` says which, and a rewind says so."""
-        from ..tools import ToolCtx
+        from ..tools import Jail
 
-        jail = ToolCtx(root).root
+        jail = Jail(root).root
         recorded = await self.workspace.record(jail, int(self.bus.clock() * 1e9))
         files_blob = await self._store_blob(encode_records(recorded.records))
         return await self._save(
@@ -230,7 +230,7 @@ class FileCheckpoints:
         )
 
     @staticmethod
-    def _snapshot_parts(tools: ToolCtx, path: Path) -> tuple[str, ...]:
+    def _snapshot_parts(jail: Jail, path: Path) -> tuple[str, ...]:
         """`path`'s components relative to the jail's real root, through its real parent
         directory (so a link in the middle is resolved, and checked, here) and its own name
         (so a link at the end is recorded as a link)."""
@@ -238,8 +238,8 @@ class FileCheckpoints:
 
         if path.name in ("", ".", ".."):
             raise ToolError(f"{str(path)!r} names a directory; only files can be written")
-        parent = tools.resolve(path.parent if path.is_absolute() else tools.root / path.parent)
-        parts = (parent / path.name).relative_to(tools.root).parts
+        parent = jail.resolve(path.parent if path.is_absolute() else jail.root / path.parent)
+        parts = (parent / path.name).relative_to(jail.root).parts
         if not parts:
             raise ToolError("the workspace root is a directory; only files can be written")
         try:
@@ -354,18 +354,18 @@ class FileCheckpoints:
         record is what the path held then: a file is written back byte for byte with its
         mode (atomically: a temporary file renamed over it), a link is made again, and a
         path that did not exist is deleted (with the directories made on the way to it,
-        when they are empty). Paths are checked against the jail first (`ToolCtx.resolve`):
+        when they are empty). Paths are checked against the jail first (`Jail.resolve`):
         one that would escape it raises `PathOutsideJail` before anything is touched.
 
         Then the checkpoints at or after the index are dropped: they describe a future that
         no longer exists. If any file could not be put back, `FileRestoreFailed` is raised
         with the report instead, and the checkpoints are kept so the restore can be run
         again. With `dry_run`, nothing is changed and the report says what would be."""
-        from ..tools import ToolCtx
+        from ..tools import Jail
 
         if message_index < 0:
             raise UsageError(f"a message index is 0 or more, not {message_index}")
-        tools = ToolCtx(root)
+        jail = Jail(root)
         listed = await self._listed(f"session/{session_id}/")
         at_or_after = [
             manifest
@@ -379,7 +379,7 @@ class FileCheckpoints:
                 if manifest.complete:
                     break
         earliest, decided, commands, partial = _decide(at_or_after, loaded)
-        plan = [(record, _restore_parts(tools, record.path)) for record in earliest.values()]
+        plan = [(record, _restore_parts(jail, record.path)) for record in earliest.values()]
         # Deletions first: where the run replaced a file `a` by a directory holding `a/b`,
         # `a/b` (and the then empty `a/`) must go before `a` is written back.
         plan.sort(key=lambda item: (item[0].existed, item[0].path))
@@ -388,16 +388,16 @@ class FileCheckpoints:
         by_shell = bool(decided.records) or decided.complete
         if by_shell:  # what the shell made goes first, deepest first
             await _ws.restore_workspace(
-                tools.root, decided, self._load_blob, shell, dry_run=dry_run, deletions_only=True
+                jail.root, decided, self._load_blob, shell, dry_run=dry_run, deletions_only=True
             )
         for record, parts in plan:
             try:
-                await self._restore_one(tools.root, record, parts, outcome, dry_run=dry_run)
+                await self._restore_one(jail.root, record, parts, outcome, dry_run=dry_run)
             except (OSError, _file_ops.FileOpRefused, MalformedFileCheckpoint) as exc:
                 outcome.failed.append((record.path, _reason(exc)))
         if by_shell:
             await _ws.restore_workspace(
-                tools.root, decided, self._load_blob, shell, dry_run=dry_run, deletions_only=False
+                jail.root, decided, self._load_blob, shell, dry_run=dry_run, deletions_only=False
             )
         report = RestoreReport(
             session_id=session_id,
@@ -555,15 +555,15 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def _restore_parts(tools: ToolCtx, rel: str) -> tuple[str, ...]:
+def _restore_parts(jail: Jail, rel: str) -> tuple[str, ...]:
     """`rel`'s components, if writing it stays inside the jail: its directory must
-    resolve inside (`ToolCtx.resolve`) and it must not climb with `..`; else
+    resolve inside (`Jail.resolve`) and it must not climb with `..`; else
     `PathOutsideJail`. The last component is not resolved: a link there is replaced, not
     followed."""
     from ..tools import PathOutsideJail
 
     path = PurePosixPath(rel)
-    tools.resolve(tools.root / Path(*path.parent.parts))
+    jail.resolve(jail.root / Path(*path.parent.parts))
     if path.is_absolute() or any(part in ("..", ".") for part in path.parts):
-        raise PathOutsideJail(rel, tools.root, "climbs out of its directory with '..'")
+        raise PathOutsideJail(rel, jail.root, "climbs out of its directory with '..'")
     return path.parts

@@ -1,7 +1,7 @@
 """The mailbox: messages between agents, kept in the store (DESIGN §7, `tiller-mailbox`).
 
 An agent writes to another by name (`message_send`, or a person with `tiller mail send`);
-the recipient's runs take the message at the top of a turn and read it as a message *from
+the recipient's runs take the message at the top of a step and read it as a message *from
 that agent*, never as the user's words. The store is the truth: a message is a KV record
 first and a pub/sub hint second, so a recipient that was offline, reconnecting or polling
 still finds it.

@@ -36,9 +36,9 @@ __all__ = ["LocalSubscription", "MemoryBus"]
 
 
 class LocalSubscription:
-    """A subscription fed by its bus through an unbounded in-process queue.
+    """A subscription fed by its store through an unbounded in-process queue.
 
-    The bus calls `deliver`; `aclose` (by the subscriber or by the bus closing) ends the
+    The store calls `deliver`; `aclose` (by the subscriber or by the store closing) ends the
     iteration at once, dropping what was not read: pub/sub is fast delivery only, anything
     that must not be lost is also in the KV.
     """
@@ -68,7 +68,7 @@ class LocalSubscription:
         self.close()
 
     def close(self) -> None:
-        """Synchronous close, for the bus's own `aclose`. Idempotent."""
+        """Synchronous close, for the store's own `aclose`. Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -203,7 +203,7 @@ class MemoryJobQueue:
 
 
 class MemoryBus:
-    """The Bus in one process's memory. Revisions are one counter for the whole bus."""
+    """The Bus in one process's memory. Revisions are one counter for the whole store."""
 
     def __init__(
         self, *, clock: Clock = wall_clock, namespace: str = "", url: str = "memory://"

@@ -467,7 +467,7 @@ class NatsSubscription:
         if self._closed:
             return
         self._closed = True
-        # Unsubscribing ends the iterator; after the bus closed there is nothing to undo.
+        # Unsubscribing ends the iterator; after the store closed there is nothing to undo.
         with contextlib.suppress(nats.errors.Error):
             await self._sub.unsubscribe()
 
@@ -679,7 +679,7 @@ class NatsBus:
                 reconnected_cb=on_reconnect,
             )
         connected.set()
-        # Attempts were bounded for the first connect only; a connected bus rides out
+        # Attempts were bounded for the first connect only; a connected store rides out
         # server restarts. The option is read on every reconnect attempt.
         nc.options["max_reconnect_attempts"] = -1
         return cls(
@@ -708,7 +708,7 @@ class NatsBus:
 
     def _js_context(self) -> JetStreamContext:
         if self._state is _State.CLOSED:
-            raise BusClosed(f"the bus {self.url} was closed")
+            raise BusClosed(f"the store {self.url} was closed")
         return self._js
 
     async def kv(self, bucket: str) -> NatsKeyValue:
@@ -767,11 +767,11 @@ class NatsBus:
         return NatsSubscription(self, subject, sub)
 
     async def delete_namespace(self) -> list[str]:
-        """Delete every stream of this bus's namespace (buckets, object stores, queues):
+        """Delete every stream of this store's namespace (buckets, object stores, queues):
         for tests and teardown of a throwaway namespace on a shared server. Returns the
         stream names removed. Refuses on the empty namespace, which would mean everything."""
         if not self._namespace:
-            raise UsageError("delete_namespace needs a namespace; this bus has none")
+            raise UsageError("delete_namespace needs a namespace; this store has none")
         js = self._js_context()
         removed: list[str] = []
         with _translate("delete the namespace"):

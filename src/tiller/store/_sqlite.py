@@ -3,9 +3,9 @@ processes on one machine.
 
 Design, and why:
 
-- **One connection, one thread.** Each bus owns one connection, used only from its own
+- **One connection, one thread.** Each store owns one connection, used only from its own
   single worker thread (a one-thread executor); the event loop never waits on SQLite, and
-  operations of one bus run in submission order. A dedicated thread measured about as fast
+  operations of one store run in submission order. A dedicated thread measured about as fast
   as `asyncio.to_thread` and needs no lock around the connection.
 - **WAL, `busy_timeout`, `BEGIN IMMEDIATE`.** Readers never block the writer; every write
   transaction takes the write lock up front, so a read-then-write compare-and-set cannot
@@ -14,8 +14,8 @@ Design, and why:
 - **Revisions** come from one counter row in `meta`, bumped inside each write transaction:
   writes are serialized by SQLite, so revisions increase across processes too.
 - **Pub/sub** messages are rows of `messages` (AUTOINCREMENT ids, never reused). One poller
-  task per bus reads rows past each subscriber's cursor every `poll_interval` (50 ms by
-  default), and at once after a publish on the same bus: in-process latency is one query;
+  task per store reads rows past each subscriber's cursor every `poll_interval` (50 ms by
+  default), and at once after a publish on the same store: in-process latency is one query;
   another process's messages arrive within about one poll interval. Rows older than
   `retention` (60 s, wall time) are pruned on publish; a subscriber lagging longer misses
   them (pub/sub is fast delivery only — what must survive is also in the KV).
@@ -151,7 +151,7 @@ class SqliteKeyValue:
     def __init__(self, bus: SqliteBus, bucket: str, stored: str) -> None:
         self.bucket = bucket
         self._bus = bus
-        self._stored = stored  # the bucket name with the bus's namespace
+        self._stored = stored  # the bucket name with the store's namespace
 
     async def get(self, key: str) -> Entry | None:
         encoded = encode_key(check_key(key))
@@ -543,7 +543,7 @@ class SqliteBus:
         self._cursors.pop(subscription, None)
 
     async def _poll(self) -> None:
-        """Deliver new messages to the subscribers until the bus closes."""
+        """Deliver new messages to the subscribers until the store closes."""
         while not self._closed:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.poll_interval):

@@ -7,7 +7,7 @@
 - `SafetyMode`, `LiveSafetyMode`; `UserGoal`; `Progress`; `WebBudget`; `Notifier`;
   `CheckpointOrigin`; `QuestionBroker` and its questions (`CallbackQuestions`,
   `NoOneToAskQuestions`); `TaskBroker` and its `Task`s: what `ExecContext` carries.
-- `ToolCtx`: one run's tool policy (the jail root, spill dir, output budget, shell
+- `Jail`: one run's jail and tool policy (the jail root, spill dir, output budget, shell
   timeout, live safety mode, the network grant (`WebAccess`, `HostRule`), an accepted
   unsandboxed shell).
 - `Registry`: tools by name, what a phase shows, and executing one call into one result.
@@ -30,10 +30,13 @@ TillerError
 ├── UnknownJob               a background job id this run does not have
 ├── PatternTooSlow           a `wait` pattern that backtracks past its time limit
 ├── TaintIndexError          the workspace's taint index could not be written
-└── WebBudgetExceeded        the turn's web downloads reached their limit
+└── WebBudgetExceeded        the step's web downloads reached their limit
 ToolError (Exception)         raised by tools on purpose; deliberately not a TillerError
 ```
 """
+
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from .. import _public
 
@@ -58,8 +61,8 @@ from ._exec import CallSite as CallSite
 from ._exec import ExecContext
 from ._exec import LocalState as LocalState
 from ._exec import StateAccess as StateAccess
+from ._exec import StepSignals as StepSignals
 from ._exec import ToolServices as ToolServices
-from ._exec import TurnSignals as TurnSignals
 from ._file_snapshots import MAX_SAVED_FILE_BYTES as MAX_SAVED_FILE_BYTES
 from ._file_snapshots import CheckpointOrigin
 
@@ -84,7 +87,7 @@ from ._interrupt_questions import questions_metadata as questions_metadata
 # For tiller's own packages (not API; not in __all__).
 from ._jail import PROTECTED_PATHS as PROTECTED_PATHS
 from ._jail import SPILL_SUBDIR as SPILL_SUBDIR
-from ._jail import ToolCtx
+from ._jail import Jail
 from ._jail import private_copy as private_copy
 
 # For tiller's own packages (not API; not in __all__).
@@ -164,6 +167,7 @@ __all__ = [
     "HardLinkRefused",
     "HostRule",
     "InvalidPath",
+    "Jail",
     "LiveSafetyMode",
     "NoOneToAskQuestions",
     "Notifier",
@@ -186,7 +190,6 @@ __all__ = [
     "TaskBroker",
     "TaskStatus",
     "Tool",
-    "ToolCtx",
     "ToolDefinitionError",
     "ToolError",
     "ToolOutput",
@@ -201,3 +204,18 @@ __all__ = [
 
 # Front-door names report `tiller` as their module from here on (tiller._public).
 _public.rehome(__name__, globals())
+
+# Hidden from type checkers: a visible module `__getattr__` would make every misspelt
+# `tiller.tools.X` type-check, and the old name should not.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """The names of the previous release, for one more release (not in `__all__`)."""
+        if name == "ToolCtx":
+            warnings.warn(
+                "ToolCtx is now Jail; ToolCtx goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return Jail
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,15 +1,15 @@
 """`BackgroundJobs`: one run's registry of detached shell commands.
 
-A command leaves its turn in two ways: the model starts it in the background
-(`execute_command(..., background=true)`), or a person fires the turn's background token
+A command leaves its step in two ways: the model starts it in the background
+(`execute_command(..., background=true)`), or a person fires the step's background token
 while it runs in the foreground, and the shell tool hands it over here (`adopt`). From then
-on it belongs to the run, not to the turn: it keeps running and its output keeps being
+on it belongs to the run, not to the step: it keeps running and its output keeps being
 collected (the newest 1 MiB) while the model does other things, and `background_process`
 reaches it by id (`bg-1`, `bg-2`, ...) to read new output, wait for it, or stop it.
 
-Each job is watched by a task this registry owns (never the turn's: the turn ends long
+Each job is watched by a task this registry owns (never the step's: the step ends long
 before the job does). When a job exits on its own, the watcher posts a note through the
-run's `Notifier`, so the result reaches the model at its next turn even if it never asks;
+run's `Notifier`, so the result reaches the model at its next step even if it never asks;
 unless a `wait` is watching the job right then, which hands the model the exit itself.
 
 Each job records whether it holds the network (`network`: the shell granted it, or ran

@@ -14,7 +14,7 @@ import logging
 from typing import Final
 
 from ._errors import PathOutsideJail
-from ._jail import ToolCtx
+from ._jail import Jail
 from ._process import OutputLog, decode_output
 from ._spill import SPILL_DIR_BYTES, SpillFile
 
@@ -32,10 +32,10 @@ class OutputCapture:
     """Called with each chunk of a command's output (on the event loop); `render()`
     gives the bounded text for the result."""
 
-    __slots__ = ("_call_id", "_failed", "_head", "_spill", "_tail", "_tools", "total")
+    __slots__ = ("_call_id", "_failed", "_head", "_jail", "_spill", "_tail", "total")
 
-    def __init__(self, tools: ToolCtx, call_id: str) -> None:
-        self._tools = tools
+    def __init__(self, jail: Jail, call_id: str) -> None:
+        self._jail = jail
         self._call_id = call_id
         self._head = bytearray()
         self._tail = OutputLog(TAIL_BYTES)
@@ -59,7 +59,7 @@ class OutputCapture:
         """Open the spill file and write what came so far: the head, then the tail
         (nothing was dropped yet: the output fits both until now)."""
         try:
-            self._spill = SpillFile(self._tools, self._call_id)
+            self._spill = SpillFile(self._jail, self._call_id)
         except (OSError, PathOutsideJail) as exc:
             # A spill dir that cannot be made (a planted symlink, a full disk): the
             # result still keeps head and tail, and says the rest was not saved.

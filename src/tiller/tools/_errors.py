@@ -152,7 +152,7 @@ class HardLinkRefused(PathOutsideJail):
 
 
 class ProtectedPathRefused(PathOutsideJail):
-    """A write, move or delete whose target is protected policy (`ToolCtx.protected`:
+    """A write, move or delete whose target is protected policy (`Jail.protected`:
     `tiller.toml`, `.tiller/`, git's config and hooks, the run's hook scripts). Refused in
     every safety mode, `full_access` included (law 11): what the model writes must never
     change who decides or run on the host. `protected` is the protected path that covers

@@ -3,7 +3,7 @@
 A tool gets everything it may use through this one object (law 9: no globals): the call's
 cancellation and background tokens, its id and turn, the jail, progress, the channel
 detached work reports through, the run's safety mode and the user's goal, the brokers that
-reach a person (questions, the task checklist), the turn's shared web byte budget, file
+reach a person (questions, the task checklist), the step's shared web byte budget, file
 snapshots before writes, and the run's typed state. The loop builds one per call with
 `ExecContext.assemble(...)`; a test builds one with `ExecContext.for_test(workdir=tmp_path)`
 and needs nothing else: every service that is absent degrades gracefully (no question
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from ..phase import Phase
 from ._errors import PathOutsideJail, ProtectedPathRefused
 from ._file_snapshots import CheckpointOrigin, FileSnapshotter
 from ._goal import UserGoal
-from ._jail import ToolCtx
+from ._jail import Jail
 from ._notify import Notifier
 from ._progress import PROGRESS_EVENT, Progress
 from ._questions import QuestionBroker
@@ -51,7 +52,7 @@ __all__ = [
     "LocalState",
     "StateAccess",
     "ToolServices",
-    "TurnSignals",
+    "StepSignals",
 ]
 
 S = TypeVar("S")
@@ -115,9 +116,9 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 @dataclass(frozen=True, slots=True)
-class TurnSignals:
-    """What one model turn's calls share: the cancel token, the background token (fired
-    to detach long work from the turn), and the turn's web byte budget."""
+class StepSignals:
+    """What one step's calls share: the cancel token, the background token (fired
+    to detach long work from the step), and the step's web byte budget."""
 
     token: CancellationToken
     background: CancellationToken = field(default_factory=CancellationToken)
@@ -130,7 +131,7 @@ class CallSite:
     mode read at dispatch, and the transcript's length then (the file checkpoints'
     anchor)."""
 
-    tools: ToolCtx
+    jail: Jail
     phase: Phase = Phase.EXECUTE
     safety_mode: SafetyMode = SafetyMode.ASK
     message_index: int | None = None
@@ -172,12 +173,12 @@ class ExecContext:
     - `background`: a second signal, fired when a person asks to detach long work from the
       turn (a command keeps running; `background_process` reaches it later). It never
       fires in a test unless the test fires it.
-    - `notify`: the channel that outlives the turn: detached work posts its result there
-      and the run reads it at its next turn (`None`: nothing can be detached).
+    - `notify`: the channel that outlives the step: detached work posts its result there
+      and the run reads it at its next step (`None`: nothing can be detached).
     - `progress`: this call's progress channel (`ctx.progress("msg")`, `.output(...)`, ...).
-    - `call_id`, `turn`: which call this is.
-    - `workdir`: the jail root (`tools.root`), where relative paths start.
-    - `tools`: the run's `ToolCtx`; file tools open every path through it.
+    - `call_id`, `step`: which call this is, made in which step of its run.
+    - `workdir`: the jail root (`jail.root`), where relative paths start.
+    - `jail`: the run's `Jail`; file tools open every path through it.
     - `phase`: the run's phase (in Plan, file writes are allowed only in the scratchpad).
     - `config`, `model_id`: what a subagent inherits.
     - `task_id`, `session_id`, `message_index`: where this call sits (under a worker task,
@@ -190,9 +191,9 @@ class ExecContext:
       tool that must vet or ask about something itself; `None` in `for_test`.
     - `questions`, `tasks`, `jobs`: the question broker, the task checklist, the run's
       background jobs (`None` when the run has none).
-    - `web_bytes`: the turn's shared web byte budget (`charge_web_bytes`, `web_budget()`).
+    - `web_bytes`: the step's shared web byte budget (`charge_web_bytes`, `web_budget()`).
     - `mailbox`: the run's mail sender (`await ctx.mailbox.send(to, text)`), which stamps
-      the run's identity and the turn's taint itself; `None` when the run has no mailbox.
+      the run's identity and the step's taint itself; `None` when the run has no mailbox.
     - `subagents`: what starts the run's subagents (`await ctx.subagents.run(...)`, the
       `agent` tool's); `None` in a subagent (no recursion) and outside a run.
     - `emit`, `state_access`: the run's event stream and typed state.
@@ -200,9 +201,9 @@ class ExecContext:
 
     token: CancellationToken
     call_id: str
-    turn: int
+    step: int
     workdir: Path
-    tools: ToolCtx
+    jail: Jail
     emit: Callable[[Event], object] = _drop_event
     state_access: StateAccess[Any] = field(default_factory=lambda: LocalState({}))
     background: CancellationToken = field(default_factory=CancellationToken)
@@ -228,34 +229,34 @@ class ExecContext:
     subagents: Any = None
     # The loop this context was built on, so a sync tool in a worker thread can hand
     # work (state changes, snapshots) back to it.
-    _loop: asyncio.AbstractEventLoop | None = field(
+    _event_loop: asyncio.AbstractEventLoop | None = field(
         default=None, init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_loop", _running_loop())
+        object.__setattr__(self, "_event_loop", _running_loop())
         if self.progress is None:
             object.__setattr__(self, "progress", Progress(self.call_id, self.emit))
 
     @classmethod
     def assemble(
         cls,
-        turn: int,
+        step: int,
         call_id: str,
         progress: Progress | None,
-        signals: TurnSignals,
+        signals: StepSignals,
         dispatch: CallSite,
         services: ToolServices,
     ) -> ExecContext:
-        """The context the loop gives one call: the turn's signals, where the call was
+        """The context the loop gives one call: the step's signals, where the call was
         dispatched, and the run's services. `progress` defaults to a channel into
         `services.emit`."""
         return cls(
             token=signals.token,
             call_id=call_id,
-            turn=turn,
-            workdir=dispatch.tools.root,
-            tools=dispatch.tools,
+            step=step,
+            workdir=dispatch.jail.root,
+            jail=dispatch.jail,
             emit=services.emit,
             state_access=services.state_access,
             background=signals.background,
@@ -287,45 +288,55 @@ class ExecContext:
         workdir: str | os.PathLike[str],
         *,
         call_id: str = "call-test",
-        turn: int = 1,
+        step: int = 1,
         token: CancellationToken | None = None,
-        tools: ToolCtx | None = None,
+        jail: Jail | None = None,
         emit: Callable[[Event], object] | None = None,
         state: Any = None,
         state_access: StateAccess[Any] | None = None,
         **services: Any,
     ) -> ExecContext:
-        """A context with safe defaults: a fresh token, a `ToolCtx` over `workdir` with
+        """A context with safe defaults: a fresh token, a `Jail` over `workdir` with
         default limits, events dropped, a `LocalState` holding `state` (default `{}`),
         and the safety mode pinned to `full_access` so a tool test exercises the tool,
         not the gate. Any other field (`notify=`, `tasks=`, `phase=`, ...) may be given.
         """
-        if tools is None:
-            tools = ToolCtx(workdir)
+        if jail is None:
+            jail = Jail(workdir)
         if state_access is None:
             state_access = LocalState({} if state is None else state)
         services.setdefault("safety_mode", SafetyMode.FULL_ACCESS)
         return cls(
             token=token if token is not None else CancellationToken(),
             call_id=call_id,
-            turn=turn,
-            workdir=tools.root,
-            tools=tools,
+            step=step,
+            workdir=jail.root,
+            jail=jail,
             emit=emit if emit is not None else _drop_event,
             state_access=state_access,
             **services,
         )
 
+    @property
+    def tools(self) -> Jail:
+        """Deprecated: the run's jail is `jail`; `tools` goes in the next release."""
+        warnings.warn(
+            "ExecContext.tools is now ExecContext.jail; tools goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.jail
+
     # ── the web byte budget ──────────────────────────────────────────────────────
 
     def charge_web_bytes(self, n: int) -> int:
-        """Count `n` downloaded bytes against the turn's shared budget; returns the new
+        """Count `n` downloaded bytes against the step's shared budget; returns the new
         total, or raises `WebBudgetExceeded` (changing nothing) if they do not fit: the
         call that charged them fails, sibling calls that fit go on."""
         return self.web_bytes.charge(n)
 
     def web_budget(self) -> WebBudget:
-        """The turn's budget, for transport code that charges each chunk it accepts."""
+        """The step's budget, for transport code that charges each chunk it accepts."""
         return self.web_bytes
 
     # ── file checkpoints ─────────────────────────────────────────────────────────
@@ -339,21 +350,21 @@ class ExecContext:
         `ProtectedPathRefused`, law 11), or that the phase does not allow: in Plan,
         writing tools stay visible but may write only inside the scratchpad. Call it with
         a resolved path, for every target before anything is written."""
-        covering = self.tools.protects(path)
+        covering = self.jail.protects(path)
         if covering is not None:
-            raise ProtectedPathRefused(self.tools.relative(path), self.tools.root, covering)
+            raise ProtectedPathRefused(self.jail.relative(path), self.jail.root, covering)
         if self.phase is not Phase.PLAN:
             return
         pad = self.scratchpad
         if pad is not None and path.is_relative_to(pad):
             return
         where = (
-            f"the scratchpad {self.tools.relative(pad)}/"
+            f"the scratchpad {self.jail.relative(pad)}/"
             if pad is not None
             else "the scratchpad (this run has none)"
         )
         raise PathOutsideJail(
-            str(path), self.tools.root, f"is a write outside {where} while planning"
+            str(path), self.jail.root, f"is a write outside {where} while planning"
         )
 
     async def snapshot_before_write_async(
@@ -364,7 +375,7 @@ class ExecContext:
         if self.snapshots is None:
             return None
         return await self.snapshots.snapshot(
-            self.checkpoint_origin(), self.tools.root, list(paths), reason=reason
+            self.checkpoint_origin(), self.jail.root, list(paths), reason=reason
         )
 
     def snapshot_before_write(self, paths: Sequence[Path], *, reason: str = "write") -> str | None:
@@ -379,15 +390,15 @@ class ExecContext:
         return self._run_on_loop(self.snapshot_before_write_async(paths, reason=reason))
 
     def _run_on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
-        if loop is None or not loop.is_running():
+        event_loop = self._event_loop
+        if event_loop is None or not event_loop.is_running():
             return asyncio.run(coro)
-        if _running_loop() is loop:
+        if _running_loop() is event_loop:
             coro.close()
             raise UsageError(
                 "this call blocks; from async code on the run's loop use the _async variant"
             )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, event_loop).result()
 
     # ── state ────────────────────────────────────────────────────────────────────
 
@@ -410,8 +421,8 @@ class ExecContext:
         """Run `fn` on the run's event loop and return its result: for a sync tool (in a
         worker thread) touching something that belongs to the loop (state, a broker).
         From the loop itself, or with no loop, `fn` simply runs."""
-        loop = self._loop
-        if loop is None or _running_loop() is loop or not loop.is_running():
+        event_loop = self._event_loop
+        if event_loop is None or _running_loop() is event_loop or not event_loop.is_running():
             return fn()
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
@@ -424,7 +435,7 @@ class ExecContext:
                 done.set_result(result)
 
         try:
-            loop.call_soon_threadsafe(apply)
+            event_loop.call_soon_threadsafe(apply)
         except RuntimeError:  # the loop closed meanwhile: no one else touches it
             return fn()
         return done.result()

@@ -1,7 +1,7 @@
-"""`Fetcher`: one HTTP GET within a turn's web byte budget, and `Fetched`, its result.
+"""`Fetcher`: one HTTP GET within a step's web byte budget, and `Fetched`, its result.
 
-Every byte a fetch accepts is charged, chunk by chunk as it arrives, to the turn's shared
-`WebBudget` through a `BodyMeter`: parallel fetches of one turn cannot download more than
+Every byte a fetch accepts is charged, chunk by chunk as it arrives, to the step's shared
+`WebBudget` through a `BodyMeter`: parallel fetches of one step cannot download more than
 its limit together, and error bodies and retries are paid for like any other body. A body
 whose size is announced is reserved when its headers arrive, so parallel fetches are
 served in arrival order: those that fit complete, one that would cross the limit fails
@@ -33,7 +33,7 @@ transport resolves other names). What it does, in order:
   `ERROR_PREVIEW_BYTES`, enough to show why;
 - progress: a status line per request and byte counts as the body arrives (throttled).
 
-Failures the model can act on are `ToolError`s, written for it; running out of the turn's
+Failures the model can act on are `ToolError`s, written for it; running out of the step's
 budget is `WebBudgetExceeded`. Cancellation needs nothing special: the download is
 ordinary `await`s, so a cancel scope around the call interrupts it, and the `async with`
 blocks close the response (dropping the connection) and the client on the way out.
@@ -207,7 +207,7 @@ class Fetcher:
 
         Raises `ToolError` for what the model can act on (a URL that is not http(s), a
         host that cannot be reached, too many redirects) and `WebBudgetExceeded` when the
-        turn's budget runs out, before the request or during it.
+        step's budget runs out, before the request or during it.
         """
         start = _checked_url(url)
         if self._budget.exhausted:
@@ -327,7 +327,7 @@ class Fetcher:
             return fetched  # the model cannot read it: do not spend the budget on it
         cap = max_bytes if ok else min(ERROR_PREVIEW_BYTES, max_bytes or ERROR_PREVIEW_BYTES)
         # An announced size is reserved whole before reading, so parallel fetches are
-        # served in arrival order: a body that would cross the turn's budget is refused
+        # served in arrival order: a body that would cross the step's budget is refused
         # here, having cost nothing, and those that fit complete (see `WebBudget`).
         with BodyMeter(self._budget, cap, expected=length) as meter:
             body = await self._read(response, meter, sniff=sniff)

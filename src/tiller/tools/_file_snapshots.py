@@ -87,7 +87,7 @@ async def snapshot_before_command(
     snapshots = ctx.snapshots
     if not isinstance(snapshots, WorkspaceSnapshotter):
         return None
-    root = ctx.tools.root
+    root = ctx.jail.root
     if not snapshots.command_may_write(command, root):
         return None
     return await snapshots.snapshot_workspace(

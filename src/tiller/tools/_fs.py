@@ -1,6 +1,6 @@
 """`JailFS`: open paths inside the jail one component at a time, never following a symlink.
 
-`ToolCtx.resolve` checks a path: it follows symlinks and refuses anything that lands
+`Jail.resolve` checks a path: it follows symlinks and refuses anything that lands
 outside the root. A check is not a guarantee. Between the check and the open, anything
 else running in the workspace (a shell command the model started, a build, a person) can
 swap a directory for a symlink to `/`, and a plain `open(path)` would follow it. So the
@@ -179,13 +179,13 @@ def _not_regular(shown: str) -> NoReturn:
 class JailFS:
     """File access under one jail root through descriptor walks (see the module doc).
 
-    Every method takes an absolute path inside the root that `ToolCtx.resolve` returned;
-    get one with `ToolCtx.fs`. Failures are `OSError`s (`FileNotFoundError`,
+    Every method takes an absolute path inside the root that `Jail.resolve` returned;
+    get one with `Jail.fs`. Failures are `OSError`s (`FileNotFoundError`,
     `IsADirectoryError`, `NotADirectoryError`, ...) for the tools to word, or the jail's
     own refusals (`SymlinkRefused`, `HardLinkRefused`, `PathOutsideJail`). Sync, like the
     file tools that use it: they run in worker threads.
 
-    `protected` are the jail-relative paths no write may touch (`ToolCtx.protected`):
+    `protected` are the jail-relative paths no write may touch (`Jail.protected`):
     every mutating method refuses them with `ProtectedPathRefused`, whatever the safety
     mode, so no file tool (and no future one) can write policy by forgetting to ask.
     """

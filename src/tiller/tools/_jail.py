@@ -1,8 +1,8 @@
-"""`ToolCtx`: what one run's tools may touch and spend.
+"""`Jail`: what one run's tools may touch and spend.
 
 Every run carries its own jail (DESIGN §2, §11), so nothing a tool may touch is fixed on
-the agent: `ToolCtx` holds the jail root, where oversized outputs are spilled, the byte
-budget a turn's outputs share, and the shell timeout. It is immutable; the `with_*`
+the agent: `Jail` holds the jail root, where oversized outputs are spilled, the byte
+budget a step's outputs share, and the shell timeout. It is immutable; the `with_*`
 builders and `sandboxed()` return new contexts, so a run in flight keeps the policy it
 started with.
 
@@ -38,11 +38,11 @@ __all__ = [
     "DEFAULT_SHELL_TIMEOUT",
     "PROTECTED_PATHS",
     "SPILL_SUBDIR",
-    "ToolCtx",
+    "Jail",
     "private_copy",
 ]
 
-#: One turn's tool outputs share this many bytes by default; the rest is spilled to files.
+#: One step's tool outputs share this many bytes by default; the rest is spilled to files.
 DEFAULT_OUTPUT_BUDGET_BYTES: Final = 64 * 1024
 #: Seconds a shell command may run by default before its process group is killed.
 DEFAULT_SHELL_TIMEOUT: Final = 120.0
@@ -66,22 +66,22 @@ PROTECTED_PATHS: Final = (
 
 
 @dataclass(init=False, frozen=True, slots=True)
-class ToolCtx:
+class Jail:
     """Per-run tool policy: the jail root and the limits its tools work under.
 
     ```python
-    tools = ToolCtx("./project", shell_timeout=30)
+    tools = Jail("./project", shell_timeout=30)
     path = tools.resolve("src/app.py")  # absolute, real, inside ./project, or refused
     ```
 
     - `root`: the jail, resolved to an absolute real path; it must exist and be a directory.
-    - `spill_dir`: where outputs that overflow the turn's budget are written in full;
+    - `spill_dir`: where outputs that overflow the step's budget are written in full;
       by default `<root>/.tiller/spill`, inside the jail so the model can read them back
       with its file tools. It is created when the first output is spilled.
-    - `output_budget_bytes`: the bytes one turn's tool outputs share (see `OutputBudget`).
+    - `output_budget_bytes`: the bytes one step's tool outputs share (see `OutputBudget`).
     - `shell_timeout`: the longest a shell command may run, in seconds.
     - `safety`: the run's live safety mode (`LiveSafetyMode`: a change applies to the
-      next call). A new `ToolCtx` gets its own, at `ask`; in a `RunContext` it is the
+      next call). A new `Jail` gets its own, at `ask`; in a `RunContext` it is the
       switch of the context's `RunControls` (`ctx.controls.safety`), which the context
       rebinds its tools to (`with_safety_mode(switch)`, a cheap copy).
     - `network`: whether shell commands may use the network (the sandbox shares the host's
@@ -149,7 +149,7 @@ class ToolCtx:
 
     # ── builders ─────────────────────────────────────────────────────────────────
 
-    def _replace(self, root: str | os.PathLike[str] | None = None, **changes: Any) -> ToolCtx:
+    def _replace(self, root: str | os.PathLike[str] | None = None, **changes: Any) -> Jail:
         fields: dict[str, Any] = {
             "spill_dir": self.spill_dir,
             "output_budget_bytes": self.output_budget_bytes,
@@ -161,9 +161,9 @@ class ToolCtx:
             "web": self.web,
         }
         fields.update(changes)
-        return ToolCtx(self.root if root is None else root, **fields)
+        return Jail(self.root if root is None else root, **fields)
 
-    def sandboxed(self, workspace: str | os.PathLike[str]) -> ToolCtx:
+    def sandboxed(self, workspace: str | os.PathLike[str]) -> Jail:
         """The same policy over another jail.
 
         The spill dir moves to the new root's default too: a spill dir shared between
@@ -174,20 +174,20 @@ class ToolCtx:
         switch = LiveSafetyMode(self.safety.mode, ceiling=self.safety.ceiling)
         return self._replace(workspace, spill_dir=None, safety=switch)
 
-    def with_spill_dir(self, spill_dir: str | os.PathLike[str]) -> ToolCtx:
+    def with_spill_dir(self, spill_dir: str | os.PathLike[str]) -> Jail:
         """The same policy, spilling to `spill_dir` (for example outside the jail, so the
         workspace stays clean; the model then cannot read spilled outputs back)."""
         return self._replace(spill_dir=spill_dir)
 
-    def with_output_budget(self, output_budget_bytes: int) -> ToolCtx:
-        """The same policy with another per-turn output budget."""
+    def with_output_budget(self, output_budget_bytes: int) -> Jail:
+        """The same policy with another per-step output budget."""
         return self._replace(output_budget_bytes=output_budget_bytes)
 
-    def with_shell_timeout(self, shell_timeout: float) -> ToolCtx:
+    def with_shell_timeout(self, shell_timeout: float) -> Jail:
         """The same policy with another shell timeout."""
         return self._replace(shell_timeout=shell_timeout)
 
-    def with_safety_mode(self, mode: SafetyMode | LiveSafetyMode) -> ToolCtx:
+    def with_safety_mode(self, mode: SafetyMode | LiveSafetyMode) -> Jail:
         """The same policy under another safety mode (a `LiveSafetyMode` is shared as is;
         a `SafetyMode` starts a new live one)."""
         switch = mode if isinstance(mode, LiveSafetyMode) else LiveSafetyMode(mode)
@@ -195,26 +195,26 @@ class ToolCtx:
             return self
         # Every other field is already checked: a copy, not a new jail (a `RunContext`
         # rebinds its tools to each derived context's own switch, so this is hot).
-        copy = object.__new__(ToolCtx)
+        copy = object.__new__(Jail)
         for name in _FIELDS:
             object.__setattr__(copy, name, switch if name == "safety" else getattr(self, name))
         return copy
 
-    def with_network(self, granted: bool = True) -> ToolCtx:
+    def with_network(self, granted: bool = True) -> Jail:
         """The same policy, with shell commands allowed (or not) to use the network."""
         return self._replace(network=granted)
 
-    def with_unsandboxed_shell(self, accepted: bool = True) -> ToolCtx:
+    def with_unsandboxed_shell(self, accepted: bool = True) -> Jail:
         """The same policy, accepting (or not) an unsandboxed shell where the sandbox is
         unavailable. Only for machines where you would let the model type into your own
         terminal."""
         return self._replace(unsandboxed_shell=accepted)
 
-    def with_web_access(self, web: WebAccess) -> ToolCtx:
+    def with_web_access(self, web: WebAccess) -> Jail:
         """The same policy, with `web_fetch` allowed to connect where `web` says."""
         return self._replace(web=web)
 
-    def with_protected(self, *paths: str | os.PathLike[str]) -> ToolCtx:
+    def with_protected(self, *paths: str | os.PathLike[str]) -> Jail:
         """The same policy, with `paths` (relative to the root, or absolute inside it;
         others are ignored: what lies outside the jail no tool can write anyway) added to
         the protected ones."""
@@ -304,7 +304,7 @@ class ToolCtx:
         return rel.as_posix() if rel.parts else "."
 
 
-_FIELDS: Final = tuple(f.name for f in fields(ToolCtx))
+_FIELDS: Final = tuple(f.name for f in fields(Jail))
 
 
 def _protected_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
@@ -324,8 +324,8 @@ def _protected_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
 
 def private_copy(
     fixture_dir: str | os.PathLike[str], into: str | os.PathLike[str] | None = None
-) -> ToolCtx:
-    """A `ToolCtx` over a fresh private copy of `fixture_dir`, with default limits.
+) -> Jail:
+    """A `Jail` over a fresh private copy of `fixture_dir`, with default limits.
 
     For fan-out (eval cases, batch items, the demo): each run writes to its own copy, so
     runs cannot see each other's changes and the fixture stays pristine. The copy is made
@@ -346,4 +346,4 @@ def private_copy(
         dirs_exist_ok=True,
         ignore=shutil.ignore_patterns(SPILL_SUBDIR.parts[0]),
     )
-    return ToolCtx(target)
+    return Jail(target)

@@ -1,8 +1,8 @@
-"""`Notifier`: the channel detached work uses to reach the run at a later turn.
+"""`Notifier`: the channel detached work uses to reach the run at a later step.
 
 `ctx.progress` dies with the call; work a tool detached (a command sent to the background)
 outlives it. When such work finishes it posts a note here, and the loop folds every pending
-note into the next user message at the top of its next turn, after steering (law 1: the
+note into the next user message at the top of its next step, after steering (law 1: the
 note rides with the tool results, never between a call and its result). Thread-safe: a
 note may come from a watcher task or a worker thread.
 """
@@ -28,7 +28,7 @@ class Notice:
 
 
 class Notifier:
-    """A run's queue of notes from detached work, drained at the top of each turn."""
+    """A run's queue of notes from detached work, drained at the top of each step."""
 
     __slots__ = ("_items", "_lock")
 
@@ -37,7 +37,7 @@ class Notifier:
         self._lock = threading.Lock()
 
     def send(self, source: str, text: str) -> None:
-        """Queue a note for the run's next turn."""
+        """Queue a note for the run's next step."""
         with self._lock:
             self._items.append(Notice(source, text))
 

@@ -1,7 +1,7 @@
-"""Output capping: one byte budget per turn, the overflow spilled to files.
+"""Output capping: one byte budget per step, the overflow spilled to files.
 
 A model's context is the scarcest thing a run has, and one `cat` of a log can eat it. So
-the tool outputs of one turn share one byte budget (`ToolCtx.output_budget_bytes`): a
+the tool outputs of one step share one byte budget (`Jail.output_budget_bytes`): a
 result keeps what still fits, and the whole output goes to a file in the run's spill
 dir, with a pointer line where the tail was cut. Nothing is lost; the model can read the
 rest with its file tools, a page at a time.
@@ -25,7 +25,7 @@ from ..conversation import ToolResult
 from ..errors import UsageError
 from ._errors import PathOutsideJail
 from ._fs import JailFS
-from ._jail import ToolCtx
+from ._jail import Jail
 
 __all__ = ["OutputBudget", "recorded_head"]
 
@@ -34,9 +34,9 @@ _NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_C
 
 
 class OutputBudget:
-    """The bytes one turn's tool outputs may still use.
+    """The bytes one step's tool outputs may still use.
 
-    Safe to share between the concurrent calls of a turn, on the loop or in worker
+    Safe to share between the concurrent calls of a step, on the loop or in worker
     threads: the charge is taken under a lock, and the spill file is written outside it.
     """
 
@@ -50,9 +50,9 @@ class OutputBudget:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_turn(cls, tools: ToolCtx) -> OutputBudget:
-        """A fresh budget for one turn, sized by the run's tool policy."""
-        return cls(tools.output_budget_bytes)
+    def for_turn(cls, jail: Jail) -> OutputBudget:
+        """A fresh budget for one step, sized by the run's tool policy."""
+        return cls(jail.output_budget_bytes)
 
     @property
     def limit(self) -> int:
@@ -60,7 +60,7 @@ class OutputBudget:
 
     @property
     def remaining(self) -> int:
-        """Bytes not yet used by this turn's outputs."""
+        """Bytes not yet used by this step's outputs."""
         return self._remaining
 
     def _take(self, size: int) -> int:
@@ -107,9 +107,9 @@ class OutputBudget:
             shown = spill_file.relative_to(relative_to).as_posix()
         return f"{head}{separator}[output truncated: {more} bytes more in {shown}]"
 
-    def cap_result(self, result: ToolResult, tools: ToolCtx) -> ToolResult:
+    def cap_result(self, result: ToolResult, jail: Jail) -> ToolResult:
         """`result` with its content capped (see `cap`), spilling to the run's spill dir."""
-        capped = self.cap(result.content, result.call_id, tools.spill_dir, relative_to=tools.root)
+        capped = self.cap(result.content, result.call_id, jail.spill_dir, relative_to=jail.root)
         if capped is result.content:
             return result
         return result.model_copy(update={"content": capped})
@@ -120,7 +120,7 @@ class OutputBudget:
 
 def recorded_head(content: str, limit: int) -> str:
     """`content` as a durable call record keeps it: whole if it fits `limit` bytes (a
-    result never reaches the transcript longer than one turn's budget), else the head
+    result never reaches the transcript longer than one step's budget), else the head
     that fits and a line saying how much was not recorded. The record only answers the
     call on a resume after a crash; the transcript's own cap spills the whole."""
     data = content.encode("utf-8")

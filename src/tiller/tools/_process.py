@@ -130,11 +130,11 @@ def describe_exit(returncode: int | None) -> str:
 class _Protocol(asyncio.SubprocessProtocol):
     """Collects the output, hands each chunk to the listener, and reports exit and EOF."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, output_limit: int) -> None:
+    def __init__(self, event_loop: asyncio.AbstractEventLoop, output_limit: int) -> None:
         self.output = OutputLog(output_limit)
         self.listener: Callable[[bytes], None] | None = None
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.closed: asyncio.Future[None] = loop.create_future()
+        self.exited: asyncio.Future[None] = event_loop.create_future()
+        self.closed: asyncio.Future[None] = event_loop.create_future()
 
     def pipe_data_received(self, fd: int, data: bytes | str) -> None:
         chunk = data.encode() if isinstance(data, str) else data
@@ -255,15 +255,15 @@ async def spawn(
     wait for the command) and the tree is killed, as for any cancelled call: asyncio would
     kill only the first process, not its children.
     """
-    loop = asyncio.get_running_loop()
+    event_loop = asyncio.get_running_loop()
 
     def make_protocol() -> _Protocol:
-        made = _Protocol(loop, output_limit)
+        made = _Protocol(event_loop, output_limit)
         made.listener = listener
         return made
 
     start = asyncio.ensure_future(
-        loop.subprocess_exec(
+        event_loop.subprocess_exec(
             make_protocol,
             *argv,
             cwd=cwd,
@@ -281,7 +281,7 @@ async def spawn(
         # Cancelled while the process was starting: it may be running already. Its
         # cleanup runs in a task of its own, so a second cancel of this one cannot
         # abandon it halfway and leave the process behind.
-        cleanup = loop.create_task(_close_when_started(start))
+        cleanup = event_loop.create_task(_close_when_started(start))
         _CLEANUPS.add(cleanup)
         cleanup.add_done_callback(_CLEANUPS.discard)
         with contextlib.suppress(BaseException):

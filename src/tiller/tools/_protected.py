@@ -1,9 +1,9 @@
 """Which workspace paths are protected policy: the one answer the file tools, the gate and
 the sandbox share (law 11).
 
-A protected path (`ToolCtx.protected`: `tiller.toml`, `.tiller/`, git's config and hooks,
+A protected path (`Jail.protected`: `tiller.toml`, `.tiller/`, git's config and hooks,
 the run's hook scripts) covers itself and everything under it. The match is on the path
-as `ToolCtx.resolve` returned it (real, absolute, symlinks followed), so `./tiller.toml`,
+as `Jail.resolve` returned it (real, absolute, symlinks followed), so `./tiller.toml`,
 `sub/../tiller.toml`, `.git//hooks/x` and a symlink pointing at `tiller.toml` all name the
 protected file. It ignores case: Linux filesystems are case-sensitive, where `.GIT/config`
 is just another file, but on a case-insensitive one (macOS, a FAT or SMB mount, ext4 with
@@ -19,7 +19,7 @@ A git directory needs no `.git` at all: a plain directory holding `HEAD`, `objec
 `worktree = .`), and its `config` can name a `core.fsmonitor` command that the user's next
 `git status` runs. So `git_directory_match` refuses the write that would complete that
 layout, and any write to `config` or `hooks/` of a directory that has it already
-(`ToolCtx.root` is needed to look, so it is a separate check from `protected_match`).
+(`Jail.root` is needed to look, so it is a separate check from `protected_match`).
 
 One subpath is exempt, exactly spelled: `.tiller/scratch`, the session scratchpads that
 the model's own file tools write in the Plan phase (`tiller.loop` `SCRATCH_SUBDIR`). Nothing

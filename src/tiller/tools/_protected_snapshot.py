@@ -1,5 +1,5 @@
 """`ProtectedSnapshot`: the shell side of law 11 — a sandboxed command cannot write the
-paths that decide who decides (`ToolCtx.protected`: `tiller.toml`, `.tiller/`, `.git/config`,
+paths that decide who decides (`Jail.protected`: `tiller.toml`, `.tiller/`, `.git/config`,
 `.git/hooks`, ..., configured hook scripts).
 
 Taken just before a command starts, it does two things:
@@ -22,7 +22,7 @@ Taken just before a command starts, it does two things:
 Confined to the jail: every path is walked from the jail's directory descriptor, one
 component at a time with `O_NOFOLLOW`; nothing is followed through a symlink, nothing on
 another filesystem is touched, and a protected path given outside the jail (a hook script
-configured by absolute path) is not in `ToolCtx.protected` at all. Only the paths missing
+configured by absolute path) is not in `Jail.protected` at all. Only the paths missing
 at the start are ever removed, and tiller itself never writes those (its own files live
 under `.tiller/`, which always exists and is read-only to the command), so nothing tiller
 wrote is reverted.
@@ -67,7 +67,7 @@ class ProtectedSnapshot:
     """The protected paths of `jail` as a command is about to find them.
 
     ```python
-    snapshot = ProtectedSnapshot.take(jail, ctx.tools.protected)
+    snapshot = ProtectedSnapshot.take(jail, ctx.jail.protected)
     argv = sandbox.command(shell, jail=jail, network=False, protect=snapshot)
     process = await spawn(argv, ..., pass_fds=snapshot.fds())
     snapshot.release()

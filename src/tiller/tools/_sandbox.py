@@ -36,7 +36,7 @@ Who the command is depends on who tiller is:
   root only over that namespace.
 
 The network is a private loopback unless the run grants the network
-(`ToolCtx.with_network()`), and the environment is rebuilt from scratch (`PATH`, `HOME`,
+(`Jail.with_network()`), and the environment is rebuilt from scratch (`PATH`, `HOME`,
 `LANG`, `TERM=dumb`, `PAGER=cat`, `GIT_PAGER=cat`), so no token in our environment leaks
 into a command.
 
@@ -90,7 +90,7 @@ _HOW_TO_FIX: Final = (
     "Install bubblewrap (`scripts/setup-system.sh`, or `apt-get install bubblewrap` on "
     "Debian and Ubuntu) on a machine where user namespaces are enabled; or, only where "
     "you would let the model type into your own terminal, accept an unsandboxed shell "
-    "with `ToolCtx.with_unsandboxed_shell()`."
+    "with `Jail.with_unsandboxed_shell()`."
 )
 
 

@@ -1,7 +1,7 @@
 """`SpillFile`: where tiller's host code writes output too large to keep in memory.
 
 A command may print a hundred megabytes; the run keeps a bounded head and tail of it and
-writes the whole to a file in the run's spill directory (`ToolCtx.spill_dir`, by default
+writes the whole to a file in the run's spill directory (`Jail.spill_dir`, by default
 `.tiller/spill` in the jail, so the model can read ranges of it with its file tools).
 
 The spill directory usually lies inside the jail, where a command the model ran could
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from ._fs import JailFS
-from ._jail import ToolCtx
+from ._jail import Jail
 
 __all__ = ["SPILL_DIR_BYTES", "SpillFile", "open_spill_dir"]
 
@@ -36,15 +36,15 @@ _NEW_FILE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_C
 
 
 @contextmanager
-def open_spill_dir(tools: ToolCtx) -> Iterator[int]:
+def open_spill_dir(jail: Jail) -> Iterator[int]:
     """A descriptor of the run's spill directory, created if missing: by the jail's walk
     when it lies inside the jail, else (a directory the program chose) directly, never
     following a symlink at its last component."""
-    spill = tools.spill_dir
-    if spill.is_relative_to(tools.root):
+    spill = jail.spill_dir
+    if spill.is_relative_to(jail.root):
         # tiller's own write, not the model's: the jail's walk (no symlink followed)
         # without its protected paths, since the spill lives under the protected `.tiller`.
-        with JailFS(tools.root).open_dir(spill, create=True) as fd:
+        with JailFS(jail.root).open_dir(spill, create=True) as fd:
             yield fd
         return
     os.makedirs(spill, exist_ok=True)
@@ -73,11 +73,11 @@ class SpillFile:
 
     __slots__ = ("_fd", "_room", "dropped", "path", "shown", "written")
 
-    def __init__(self, tools: ToolCtx, call_id: str, suffix: str = ".log") -> None:
+    def __init__(self, jail: Jail, call_id: str, suffix: str = ".log") -> None:
         stem = _UNSAFE.sub("_", call_id)[:100] or "call"
         self.written = 0
         self.dropped = 0
-        with open_spill_dir(tools) as dir_fd:
+        with open_spill_dir(jail) as dir_fd:
             self._room = max(0, SPILL_DIR_BYTES - _used(dir_fd))
             number = 0
             while True:
@@ -87,8 +87,8 @@ class SpillFile:
                     break
                 except FileExistsError:
                     number += 1
-        self.path: Path = tools.spill_dir / name
-        self.shown = tools.relative(self.path)
+        self.path: Path = jail.spill_dir / name
+        self.shown = jail.relative(self.path)
 
     def write(self, data: bytes) -> None:
         """Append `data`, or as much of it as the directory's cap leaves room for."""

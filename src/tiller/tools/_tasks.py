@@ -79,8 +79,8 @@ class ChecklistError(TillerError):
 class Task(BaseModel):
     """One item of the checklist. Immutable: the broker replaces a task to change it.
 
-    `created_turn` and `updated_turn` are the model turns of its creation and last change
-    (0 when a person or a program changed it outside a turn).
+    `created_turn` and `updated_turn` are the steps of its creation and last change
+    (0 when a person or a program changed it outside a step).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

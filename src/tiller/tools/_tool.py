@@ -11,7 +11,7 @@ def word_count(path: str, ctx: ExecContext) -> int:
     Args:
         path: The file, relative to the workspace root.
     \"\"\"
-    return len(ctx.tools.resolve(path).read_text().split())
+    return len(ctx.jail.resolve(path).read_text().split())
 ```
 
 The signature is the schema (pydantic builds and validates it), the docstring is the
@@ -74,8 +74,8 @@ _NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class Capability(enum.Flag):
     """What a tool may do that matters to the lethal-trifecta interlock (DESIGN §11).
 
-    The loop ORs the capabilities of a turn's calls into the conversation's taint before
-    gating them, so a read and a send in one turn cannot slip through together.
+    The loop ORs the capabilities of a step's calls into the conversation's taint before
+    gating them, so a read and a send in one step cannot slip through together.
     """
 
     NONE = 0

@@ -26,7 +26,7 @@ allow_ranges = ["10.1.0.0/16"]                          # CIDR ranges
 ```
 
 An allowed host is connected to wherever it resolves; an allowed range lets any name that
-resolves into it through. `WebAccess` is part of the run's `ToolCtx`, so it is pinned with
+resolves into it through. `WebAccess` is part of the run's `Jail`, so it is pinned with
 the rest of the run's policy.
 """
 
@@ -293,8 +293,8 @@ def _ip_json_addresses() -> set[IPAddress]:
 
 async def system_resolve(host: str, port: int) -> Sequence[str]:
     """The addresses the system resolver gives for `host` (TCP), in its order."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    event_loop = asyncio.get_running_loop()
+    infos = await event_loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     seen: dict[str, None] = {}
     for info in infos:
         seen.setdefault(str(info[4][0]), None)

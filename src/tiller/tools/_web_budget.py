@@ -1,6 +1,6 @@
-"""`WebBudget`: the bytes one model turn's web fetches may download, shared and reserved.
+"""`WebBudget`: the bytes one step's web fetches may download, shared and reserved.
 
-All calls of one turn share one budget (64 MiB of decoded bytes by default), so eight
+All calls of one step share one budget (64 MiB of decoded bytes by default), so eight
 parallel fetches cannot download eight times the limit. Each body is also capped (16 MiB).
 Transport code charges every decoded chunk as it is accepted, error responses and retries
 included: a server that answers 500 with a gigabyte still spends the budget.
@@ -16,7 +16,7 @@ would cross fails its fetch. Either way the counter never exceeds the limit, and
 fetch has read at most the one chunk that was refused.
 
 `BodyMeter` is that transport-side handle for one body: it reserves the announced size, cuts
-chunks at the body's cap, charges what it keeps to the turn's budget (from its reservation
+chunks at the body's cap, charges what it keeps to the step's budget (from its reservation
 first), and gives back what it reserved and did not use when it is closed.
 """
 
@@ -35,29 +35,29 @@ __all__ = [
     "WebBudgetExceeded",
 ]
 
-#: Decoded bytes all web fetches of one turn may download together.
+#: Decoded bytes all web fetches of one step may download together.
 TURN_LIMIT_BYTES: Final = 64 * 1024 * 1024
 #: Decoded bytes one response body may have.
 BODY_LIMIT_BYTES: Final = 16 * 1024 * 1024
 
 
 class WebBudgetExceeded(TillerError):
-    """A download would go over the turn's web byte budget (or a body over its cap)."""
+    """A download would go over the step's web byte budget (or a body over its cap)."""
 
     def __init__(
-        self, limit: int, what: str = "this turn's web downloads", *, remaining: int = 0
+        self, limit: int, what: str = "this step's web downloads", *, remaining: int = 0
     ) -> None:
         self.limit = limit
         #: Bytes still free in the budget when the charge was refused.
         self.remaining = remaining
         super().__init__(
             f"{what} reached the limit of {limit} bytes; fetch fewer or smaller pages, "
-            "or continue in the next turn"
+            "or continue in the next step"
         )
 
 
 class WebBudget:
-    """A turn's shared web byte counter (thread-safe)."""
+    """A step's shared web byte counter (thread-safe)."""
 
     __slots__ = ("_held", "_limit", "_lock", "_used", "body_limit")
 
@@ -144,15 +144,15 @@ class WebBudget:
 
 
 class BodyMeter:
-    """One response body's share of a `WebBudget`: its own cap, and the turn's counter.
+    """One response body's share of a `WebBudget`: its own cap, and the step's counter.
 
     With `expected` (the body's announced size), the meter reserves `min(expected, cap)`
     when it is made, and raises `WebBudgetExceeded` then if that does not fit: the body
     is refused before any of it is read. `accept(chunk)` keeps the part of `chunk` that
-    fits under the body's cap, charges that part (and only that part) to the turn's
+    fits under the body's cap, charges that part (and only that part) to the step's
     budget, out of the reservation first, and returns it. Once a chunk has not fit,
     `truncated` is set and the reader should stop: the rest of the body is not wanted. If
-    the turn's budget cannot pay, `WebBudgetExceeded` propagates and nothing of the chunk
+    the step's budget cannot pay, `WebBudgetExceeded` propagates and nothing of the chunk
     is kept, so the bytes a reader keeps never exceed what the budget counted. `close()`
     (or leaving a `with` block) gives back what was reserved and not read.
 
@@ -189,9 +189,9 @@ class BodyMeter:
         return self._held
 
     def accept(self, chunk: bytes) -> bytes:
-        """The part of `chunk` that fits under the cap, charged to the turn's budget.
+        """The part of `chunk` that fits under the cap, charged to the step's budget.
 
-        Raises `WebBudgetExceeded` (changing nothing) if the turn's budget cannot pay for
+        Raises `WebBudgetExceeded` (changing nothing) if the step's budget cannot pay for
         what goes beyond this body's reservation.
         """
         room = self.cap - self.received

@@ -220,7 +220,7 @@ export function renderTasks(list, state) {
 }
 
 const USAGE_FIELDS = [
-  ["turns", "Turns"],
+  ["steps", "Steps"],
   ["inputTokens", "Input tokens"],
   ["outputTokens", "Output tokens"],
   ["totalTokens", "Total tokens"],

@@ -2,7 +2,7 @@
 checklist and questions for the person.
 
 `coding_tools()` is the set the built-in coding agent uses. Every file tool opens its paths
-by walking them from the jail's directory descriptor (`ToolCtx.fs`), so nothing outside the
+by walking them from the jail's directory descriptor (`Jail.fs`), so nothing outside the
 run's jail can be read or written, even by a symlink swapped in mid-call; writes snapshot
 the files first when the run keeps file checkpoints. `execute_command` runs under `bwrap`
 (no network unless granted) and refuses where the sandbox is unavailable, unless the user

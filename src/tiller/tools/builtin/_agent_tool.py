@@ -6,7 +6,7 @@ tools), or a type the workspace defines in `tiller.toml` — in the same jail, o
 budget, under a child of the run's cancel token, with its events inside the parent's
 stream between `SUBAGENT_STARTED` and `SUBAGENT_FINISHED` / `SUBAGENT_ERROR`. What comes
 back is the child's final answer and what it spent (`SubagentReport`). A person's detach
-(the turn's background token) sends a running child to the background, as it does a
+(the step's background token) sends a running child to the background, as it does a
 command: the call returns at once, and the child's report comes later as a note.
 
 A subagent never gets this tool (no recursion): in a child run `ctx.subagents` is `None`
@@ -99,7 +99,7 @@ class SubagentRunner(Protocol):
     ) -> SubagentReport:
         """Run (or, after a resume, continue) the subagent of call `call_id`; raise
         `ToolError` for a request that cannot be run (an unknown type). If `background`
-        (the turn's background token) fires while it runs, return at once a report with
+        (the step's background token) fires while it runs, return at once a report with
         `detached` set, leaving the subagent running."""
         ...
 
@@ -115,7 +115,7 @@ async def agent(
     """Hand a self-contained task to a subagent: it starts with a fresh context (only your
     prompt, none of this conversation), works with its own tools, and returns one final
     report. Use it for broad searches, reading many files, or independent pieces of work,
-    so your own context stays small; call it several times in one turn to run subagents in
+    so your own context stays small; call it several times in one step to run subagents in
     parallel. Types: `general` (your tools, except this one) for multi-step work;
     `explore` (read-only tools) to find files, read code and answer questions about it;
     the workspace may define more (an unknown type is answered with the list). The
@@ -156,7 +156,7 @@ def describe_report(report: SubagentReport) -> str:
         return (
             f"The person moved subagent {report.subagent_run_id} ({report.subagent_type}) to "
             "the background: it keeps working, and its report will reach you as a note "
-            f"([background work: {report.subagent_run_id}]) at a later turn. Carry on "
+            f"([background work: {report.subagent_run_id}]) at a later step. Carry on "
             "with other work meanwhile; do not start it again."
         )
     if report.suspended:

@@ -1,8 +1,8 @@
 """The file tools: read, write, edit and list, all inside the run's jail.
 
-Every path goes through `ctx.tools.resolve` first, so `..`, absolute paths elsewhere,
+Every path goes through `ctx.jail.resolve` first, so `..`, absolute paths elsewhere,
 symlinks that point out and unusable names are refused before anything is opened; then the
-file is opened through `ctx.tools.fs`, a descriptor walk with `O_NOFOLLOW`, so a symlink
+file is opened through `ctx.jail.fs`, a descriptor walk with `O_NOFOLLOW`, so a symlink
 swapped in after the check cannot redirect the tool (DESIGN §11). Writes replace files
 atomically (a temporary file renamed over the target). Files are UTF-8 text; a binary or
 undecodable file is refused with a message rather than shown as mojibake or silently
@@ -86,8 +86,8 @@ def read_file(
             line N, pass N).
         limit: The most lines to show (default 2000).
     """
-    target = ctx.tools.resolve(path)
-    shown = ctx.tools.relative(target)
+    target = ctx.jail.resolve(path)
+    shown = ctx.jail.relative(target)
     count = DEFAULT_READ_LINES if limit is None else limit
     errors = os_errors(
         "read",
@@ -95,7 +95,7 @@ def read_file(
         missing=f"no such file: {shown}",
         directory=f"{shown} is a directory; use list_dir to see what it holds",
     )
-    with errors, ctx.tools.fs.open_file(target) as raw:
+    with errors, ctx.jail.fs.open_file(target) as raw:
         if looks_binary(raw.read(SNIFF_BYTES)):
             size = raw.seek(0, io.SEEK_END)
             raise ToolError(
@@ -192,19 +192,19 @@ def write_file(path: str, content: str, *, ctx: ExecContext) -> str:
         path: The file, relative to the workspace root.
         content: The whole new content of the file.
     """
-    target = ctx.tools.resolve(path)
-    shown = ctx.tools.relative(target)
+    target = ctx.jail.resolve(path)
+    shown = ctx.jail.relative(target)
     ctx.require_writable(target)
     data = encode_content(content)
     is_dir = f"{shown} is a directory; give the path of a file"
     with os_errors("write", shown, directory=is_dir):
-        before = ctx.tools.fs.stat(target)
+        before = ctx.jail.fs.stat(target)
     if before is not None and stat.S_ISDIR(before.st_mode):
         raise ToolError(is_dir)
     ctx.snapshot_before_write([target])
     ctx.token.check()  # cancelled while the snapshot was taken: the call must not write
     with os_errors("write", shown, directory=is_dir):
-        existed = ctx.tools.fs.write_bytes(target, data, create_parents=True)
+        existed = ctx.jail.fs.write_bytes(target, data, create_parents=True)
     return f"{'overwrote' if existed else 'created'} {shown} ({len(data)} bytes)"
 
 
@@ -238,8 +238,8 @@ def edit_file(path: str, old: str, new: str, *, ctx: ExecContext) -> str:
         old: The exact text to replace; it must occur exactly once.
         new: The text to put in its place.
     """
-    target = ctx.tools.resolve(path)
-    shown = ctx.tools.relative(target)
+    target = ctx.jail.resolve(path)
+    shown = ctx.jail.relative(target)
     ctx.require_writable(target)
     errors = os_errors(
         "edit",
@@ -247,7 +247,7 @@ def edit_file(path: str, old: str, new: str, *, ctx: ExecContext) -> str:
         missing=f"no such file: {shown}",
         directory=f"{shown} is a directory; edit_file edits a file",
     )
-    with errors, ctx.tools.fs.open_file(target) as file:
+    with errors, ctx.jail.fs.open_file(target) as file:
         data = read_for_edit(file, shown, "edit_file")
     if not old:
         raise ToolError("old is empty; give the exact text to replace (use write_file to create)")
@@ -269,7 +269,7 @@ def edit_file(path: str, old: str, new: str, *, ctx: ExecContext) -> str:
     ctx.snapshot_before_write([target])
     ctx.token.check()  # cancelled while the snapshot was taken: the call must not write
     with os_errors("edit", shown):
-        ctx.tools.fs.write_bytes(target, updated)
+        ctx.jail.fs.write_bytes(target, updated)
     line = text.count("\n", 0, start) + 1
     return f"edited {shown} at line {line}"
 
@@ -282,15 +282,15 @@ def list_dir(path: str = ".", *, ctx: ExecContext) -> str:
     Args:
         path: The directory, relative to the workspace root (default: the root).
     """
-    target = ctx.tools.resolve(path)
-    shown = ctx.tools.relative(target)
+    target = ctx.jail.resolve(path)
+    shown = ctx.jail.relative(target)
     with os_errors("list", shown):
-        st = ctx.tools.fs.stat(target)
+        st = ctx.jail.fs.stat(target)
         if st is None:
             raise ToolError(f"no such directory: {shown}")
         if not stat.S_ISDIR(st.st_mode):
             raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
-        entries = ctx.tools.fs.listdir(target)
+        entries = ctx.jail.fs.listdir(target)
     lines: list[str] = []
     for entry in entries[:MAX_DIR_ENTRIES]:
         name = display_name(entry.name)

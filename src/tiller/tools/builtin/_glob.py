@@ -1,6 +1,6 @@
 """`glob`: find files by a path pattern such as `src/**/*.py`, inside the jail.
 
-The walk goes through `ctx.tools.fs.walk`, by directory descriptors, and never follows a
+The walk goes through `ctx.jail.fs.walk`, by directory descriptors, and never follows a
 symlinked directory: a link to `/` cannot turn a glob into a listing of the machine, and
 a link cycle cannot make it loop. A symlink to a *file* is listed when it resolves to a
 regular file inside the jail. `.git` and `.tiller` are skipped: they are tiller's and
@@ -24,7 +24,7 @@ from typing import Final
 
 from .._errors import PathOutsideJail
 from .._exec import ExecContext
-from .._jail import ToolCtx
+from .._jail import Jail
 from .._tool import Capability, ToolError, tool
 from .._walk import WalkReport
 from ._text import os_errors
@@ -173,12 +173,12 @@ class GlobPattern:
         return f"GlobPattern({self.pattern!r})"
 
 
-def linked_file(tools: ToolCtx, link: Path) -> Path | None:
+def linked_file(jail: Jail, link: Path) -> Path | None:
     """Where the symlink `link` (inside the jail) leads, if that is a regular file inside
     the jail; `None` for a link out, a dangling link, a link to a directory."""
     try:
-        target = tools.resolve(link)
-        st = tools.fs.stat(target)
+        target = jail.resolve(link)
+        st = jail.fs.stat(target)
     except (PathOutsideJail, OSError):
         return None
     if st is None or not stat.S_ISREG(st.st_mode):
@@ -186,7 +186,7 @@ def linked_file(tools: ToolCtx, link: Path) -> Path | None:
     return target
 
 
-def compile_pattern(pattern: str, tools: ToolCtx, what: str) -> GlobPattern:
+def compile_pattern(pattern: str, jail: Jail, what: str) -> GlobPattern:
     """`pattern` compiled, or the jail's refusal (it would leave the search's directory)
     or a `ToolError` (it cannot be compiled)."""
     if "\x00" in pattern:
@@ -197,7 +197,7 @@ def compile_pattern(pattern: str, tools: ToolCtx, what: str) -> GlobPattern:
         if pattern.startswith("/") or "'..'" in str(exc):
             raise PathOutsideJail(
                 pattern,
-                tools.root,
+                jail.root,
                 f"{exc}, but a {what} only matches paths below the directory searched",
                 advice="pass the directory to search as `path` (relative to the workspace "
                 "root) and a relative pattern.",
@@ -208,9 +208,9 @@ def compile_pattern(pattern: str, tools: ToolCtx, what: str) -> GlobPattern:
 def _walk_matches(
     ctx: ExecContext, top: Path, pattern: GlobPattern, report: WalkReport
 ) -> list[str]:
-    tools = ctx.tools
+    jail = ctx.jail
     found: list[str] = []
-    with closing(tools.fs.walk(top, skip=SKIPPED_DIRS, report=report)) as steps:
+    with closing(jail.fs.walk(top, skip=SKIPPED_DIRS, report=report)) as steps:
         for step in steps:
             ctx.token.check()  # a sync tool cannot be interrupted; it checks per directory
             step.dirs[:] = [d for d in step.dirs if pattern.may_match_under((*step.parts, d))]
@@ -220,9 +220,9 @@ def _walk_matches(
                     continue
                 path = top.joinpath(*parts)
                 if entry.kind == "file" or (
-                    entry.kind == "symlink" and linked_file(tools, path) is not None
+                    entry.kind == "symlink" and linked_file(jail, path) is not None
                 ):
-                    found.append(tools.relative(path))
+                    found.append(jail.relative(path))
     return found
 
 
@@ -239,11 +239,11 @@ def glob(pattern: str, path: str = ".", *, ctx: ExecContext) -> str:
         path: The directory to search from, relative to the workspace root (default:
             the root).
     """
-    top = ctx.tools.resolve(path)
-    where = ctx.tools.relative(top)
-    compiled = compile_pattern(pattern, ctx.tools, "glob pattern")
+    top = ctx.jail.resolve(path)
+    where = ctx.jail.relative(top)
+    compiled = compile_pattern(pattern, ctx.jail, "glob pattern")
     with os_errors("search", where):
-        st = ctx.tools.fs.stat(top)
+        st = ctx.jail.fs.stat(top)
         if st is None:
             raise ToolError(f"no such directory: {where}")
         if not stat.S_ISDIR(st.st_mode):

@@ -1,13 +1,13 @@
 """`message_send`: write to another agent through the run's mailbox.
 
 The model picks the recipient (an agent name) and the text; nothing else. Who sent it
-(the run's agent name and thread) and the taint it carries (the turn's: what this
+(the run's agent name and thread) and the taint it carries (the step's: what this
 conversation has read, with the batch's other calls) are stamped by the runtime through
 `ctx.mailbox`, so a model cannot pose as another agent or launder what it read. The tool
 declares `EXTERNAL_SEND`: the message leaves this conversation, so the interlock weighs it
 like any send, and a run holding private data and untrusted input cannot mail it out.
 
-The recipient reads the message at the top of one of its turns, framed as a message from
+The recipient reads the message at the top of one of its steps, framed as a message from
 this agent, never as its user's words.
 """
 
@@ -44,7 +44,7 @@ async def message_send(
     text: Annotated[str, Field(min_length=1)],
     ctx: ExecContext,
 ) -> str:
-    """Send a message to another agent. It reads it at the start of one of its turns, as a
+    """Send a message to another agent. It reads it at the start of one of its steps, as a
     message from you; the reply, if any, comes to you the same way.
 
     Args:

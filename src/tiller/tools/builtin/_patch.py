@@ -61,12 +61,12 @@ class _Staging:
         self._loaded = 0  # bytes read so far, against MAX_PATCH_BYTES
 
     def _shown(self, path: Path) -> str:
-        return self._ctx.tools.relative(path)
+        return self._ctx.jail.relative(path)
 
     def _load(self, path: Path) -> bytes | None:
         if path not in self._after:
             shown = self._shown(path)
-            fs = self._ctx.tools.fs
+            fs = self._ctx.jail.fs
             with os_errors(
                 "read", shown, directory=f"{shown} is a directory; a patch changes files"
             ):
@@ -147,7 +147,7 @@ class _Staging:
 
 def _write(ctx: ExecContext, changes: list[_Change]) -> None:
     """Write `changes`; if one fails, put back those already written, then raise."""
-    fs = ctx.tools.fs
+    fs = ctx.jail.fs
     done: list[_Change] = []
     for change in changes:
         try:
@@ -166,14 +166,14 @@ def _write(ctx: ExecContext, changes: list[_Change]) -> None:
                 raise  # the jail's refusal, as is
             reason = exc.strerror or str(exc)
             raise ToolError(
-                f"cannot write {ctx.tools.relative(change.path)}: {reason}; {note}"
+                f"cannot write {ctx.jail.relative(change.path)}: {reason}; {note}"
             ) from exc
         done.append(change)
 
 
 def _restore(ctx: ExecContext, done: list[_Change]) -> list[str]:
     """Undo `done` (newest first); returns the paths that could not be put back."""
-    fs = ctx.tools.fs
+    fs = ctx.jail.fs
     failed: list[str] = []
     for change in reversed(done):
         try:
@@ -182,7 +182,7 @@ def _restore(ctx: ExecContext, done: list[_Change]) -> list[str]:
             else:
                 fs.write_bytes(change.path, change.before, create_parents=True)
         except (OSError, PathOutsideJail):
-            failed.append(ctx.tools.relative(change.path))
+            failed.append(ctx.jail.relative(change.path))
     return failed
 
 
@@ -227,7 +227,7 @@ def apply_patch(patch: str, *, ctx: ExecContext) -> str:
     for section in sections:
         for name in (section.old_path, section.new_path):
             if name is not None and name not in resolved:
-                resolved[name] = ctx.tools.resolve(name)
+                resolved[name] = ctx.jail.resolve(name)
     for target in dict.fromkeys(resolved.values()):
         ctx.require_writable(target)
     staging = _Staging(ctx, resolved)

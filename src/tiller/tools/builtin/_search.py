@@ -152,13 +152,13 @@ def _files(
     """The files to search under the directory `top` (those `only` matches, if given),
     depth first in sorted order, each as its path relative to the root and an open file
     (`None` when it cannot be searched safely)."""
-    fs = ctx.tools.fs
+    fs = ctx.jail.fs
     with closing(fs.walk(top, skip=SKIPPED_DIRS, report=report)) as steps:
         for step in steps:
             ctx.token.check()  # a sync tool cannot be interrupted; it checks per directory
             for entry in step.entries:
                 path = top.joinpath(*step.parts, entry.name)
-                shown = ctx.tools.relative(path)
+                shown = ctx.jail.relative(path)
                 if entry.kind not in ("file", "symlink"):
                     continue
                 if only is not None and not only.matches(shown.split("/")):
@@ -168,7 +168,7 @@ def _files(
                     if entry.kind == "file":
                         opened = fs.open_at(step.fd, entry.name, shown)
                     elif entry.kind == "symlink":
-                        target = linked_file(ctx.tools, path)
+                        target = linked_file(ctx.jail, path)
                         if target is not None:
                             opened = fs.open_file(target)
                 except (OSError, PathOutsideJail):
@@ -206,14 +206,14 @@ def grep(
         regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
-    top = ctx.tools.resolve(path)
-    where = ctx.tools.relative(top)
+    top = ctx.jail.resolve(path)
+    where = ctx.jail.relative(top)
     only: GlobPattern | None = None
     if glob is not None:
         anchored = glob if glob.startswith("**") else "**/" + glob.removeprefix("./")
-        compile_pattern(glob, ctx.tools, "glob filter")  # refuses `..` and absolute globs
-        only = compile_pattern(anchored, ctx.tools, "glob filter")
-    fs = ctx.tools.fs
+        compile_pattern(glob, ctx.jail, "glob filter")  # refuses `..` and absolute globs
+        only = compile_pattern(anchored, ctx.jail, "glob filter")
+    fs = ctx.jail.fs
     with os_errors("search", where):
         st = fs.stat(top)
     if st is None:

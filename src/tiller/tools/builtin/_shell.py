@@ -4,10 +4,10 @@ The command runs under `bwrap` (`tiller.tools._sandbox`, DESIGN §11): it sees t
 read-only, an empty `/tmp` and home directory, the network only if the run grants it, and
 the jail read-write as its working directory. Where the sandbox cannot run (no `bwrap`,
 no user namespaces) the tool refuses, saying how to install it, unless the run explicitly
-accepted an unsandboxed shell (`ToolCtx.with_unsandboxed_shell()`): then the command runs
+accepted an unsandboxed shell (`Jail.with_unsandboxed_shell()`): then the command runs
 as the current user with the current environment, its own session and process group.
 
-Protected paths (`ToolCtx.protected`: tiller's configuration and state, git's config and
+Protected paths (`Jail.protected`: tiller's configuration and state, git's config and
 hooks, configured hook scripts) are read-only inside the sandbox where they exist; one the
 command creates where nothing was is removed when it ends (for a background job, when
 the job ends), and the result says so (`ProtectedSnapshot`, law 11).
@@ -19,8 +19,8 @@ streamed live to the call's progress channel (the first `MAX_LIVE_OUTPUT_BYTES` 
 and returned as the result, bounded: a head and a tail, the whole spilled to a file the
 result names (`OutputCapture`).
 
-A command can leave its turn: started with `background=true`, or detached by a person
-(the turn's background token) while it runs. It then belongs to the run's
+A command can leave its step: started with `background=true`, or detached by a person
+(the step's background token) while it runs. It then belongs to the run's
 `BackgroundJobs` and `background_process` reaches it.
 
 `execute_command` uses the process-wide default sandbox (probed once); build the tool
@@ -81,7 +81,7 @@ class _Relay:
     __slots__ = (
         "_capture",
         "_decoder",
-        "_loop",
+        "_event_loop",
         "_pending",
         "_progress",
         "_scheduled",
@@ -91,12 +91,12 @@ class _Relay:
     )
 
     def __init__(
-        self, progress: Progress, loop: asyncio.AbstractEventLoop, capture: OutputCapture
+        self, progress: Progress, event_loop: asyncio.AbstractEventLoop, capture: OutputCapture
     ) -> None:
         self._progress = progress
         self._capture = capture
         self._sent = 0
-        self._loop = loop
+        self._event_loop = event_loop
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending: list[str] = []
         self._size = 0
@@ -125,7 +125,7 @@ class _Relay:
             self._flush()
         elif not self._scheduled:
             self._scheduled = True
-            self._loop.call_soon(self._scheduled_flush)
+            self._event_loop.call_soon(self._scheduled_flush)
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False
@@ -162,19 +162,21 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+def _on_loop(event_loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
     """Token callback (any thread): resolve `future` on its loop."""
     with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
-        loop.call_soon_threadsafe(_resolve, future)
+        event_loop.call_soon_threadsafe(_resolve, future)
 
 
 async def _wait_foreground(
     process: Command, limit: float, background: CancellationToken | None
 ) -> _Ended:
     """Wait until the command exits, `limit` seconds pass, or `background` fires."""
-    loop = asyncio.get_running_loop()
-    detach: asyncio.Future[None] = loop.create_future()
-    handle = background.add_callback(_on_loop, loop, detach) if background is not None else None
+    event_loop = asyncio.get_running_loop()
+    detach: asyncio.Future[None] = event_loop.create_future()
+    handle = (
+        background.add_callback(_on_loop, event_loop, detach) if background is not None else None
+    )
     try:
         async with asyncio.timeout(limit):
             await asyncio.wait([process.exited, detach], return_when=asyncio.FIRST_COMPLETED)
@@ -197,18 +199,18 @@ async def _command_line(
     try:
         await sandbox.require()
     except SandboxUnavailable as exc:
-        if not ctx.tools.unsandboxed_shell:
+        if not ctx.jail.unsandboxed_shell:
             raise ToolError(str(exc)) from exc
         return shell, {**os.environ, "PAGER": "cat", "GIT_PAGER": "cat"}, True
     try:
         # Off the loop: as root, building the command grants the workspace to the
         # sandbox's uid, a walk of the whole tree.
         argv = await asyncio.to_thread(
-            sandbox.command, shell, jail=ctx.tools.root, network=ctx.tools.network, protect=protect
+            sandbox.command, shell, jail=ctx.jail.root, network=ctx.jail.network, protect=protect
         )
     except SandboxUnavailable as exc:
         raise ToolError(str(exc)) from exc
-    return argv, sandbox.environment(), ctx.tools.network
+    return argv, sandbox.environment(), ctx.jail.network
 
 
 def _reverted_note(protect: ProtectedSnapshot) -> str:
@@ -241,7 +243,7 @@ async def _execute(
     jobs = ctx.jobs if ctx.jobs is not None and not ctx.jobs.closed else None
     if background and jobs is None:
         raise ToolError(_NO_JOBS)
-    protect = ProtectedSnapshot.take(ctx.tools.root, ctx.tools.protected)
+    protect = ProtectedSnapshot.take(ctx.jail.root, ctx.jail.protected)
     try:
         # (The interlock stops jobs that hold the network once the conversation holds
         # private data and untrusted input.)
@@ -253,7 +255,7 @@ async def _execute(
             job_id = await jobs.start(
                 argv,
                 command=command,
-                cwd=ctx.tools.root,
+                cwd=ctx.jail.root,
                 env=env,
                 network=network,
                 on_end=lambda: _reverted_note(protect),
@@ -263,11 +265,11 @@ async def _execute(
                 f"[started in the background as {job_id}; use background_process to read "
                 "its output, wait for it or stop it]"
             )
-        capture = OutputCapture(ctx.tools, ctx.call_id)
+        capture = OutputCapture(ctx.jail, ctx.call_id)
         relay = _Relay(ctx.progress, asyncio.get_running_loop(), capture)
         process = await spawn(
             argv,
-            cwd=ctx.tools.root,
+            cwd=ctx.jail.root,
             env=env,
             output_limit=MAX_SHELL_OUTPUT_BYTES,
             listener=relay,
@@ -374,7 +376,7 @@ def execute_command_tool(sandbox: Sandbox = DEFAULT_SANDBOX) -> FunctionTool:
             background: Start the command in the background and return at once with its
                 id (bg-1, ...); read, wait for or stop it with background_process.
         """
-        ceiling = ctx.tools.shell_timeout
+        ceiling = ctx.jail.shell_timeout
         limit = ceiling if timeout is None else min(timeout, ceiling)
         return await _execute(sandbox, command, limit, background, ctx)
 

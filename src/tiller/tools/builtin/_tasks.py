@@ -57,7 +57,7 @@ async def task_create(
     if tasks is None:
         return NO_CHECKLIST
     try:
-        task = tasks.create(subject, description, turn=ctx.turn)
+        task = tasks.create(subject, description, turn=ctx.step)
     except ChecklistError as exc:
         raise ToolError(str(exc)) from None
     return f"Created {task.id}: {task.subject}\n{_checklist(tasks)}"
@@ -89,7 +89,7 @@ async def task_update(
     try:
         before = tasks.in_progress()
         task = tasks.update(
-            id, status=status, subject=subject, description=description, turn=ctx.turn
+            id, status=status, subject=subject, description=description, turn=ctx.step
         )
     except ChecklistError as exc:
         raise ToolError(str(exc)) from None

@@ -1,6 +1,6 @@
-"""`web_fetch`: fetch a web page and return it as text, within the turn's web byte budget.
+"""`web_fetch`: fetch a web page and return it as text, within the step's web byte budget.
 
-All fetches of one model turn share the turn's `WebBudget` (`ctx.web_budget()`), charged
+All fetches of one step share the step's `WebBudget` (`ctx.web_budget()`), charged
 chunk by chunk, error bodies and retries included; parallel fetches are served in arrival
 order, so those that fit complete and one that would cross the budget fails alone; see
 `Fetcher` for the HTTP side (redirects, the one retry, the per-body cap, what is not
@@ -8,9 +8,9 @@ downloaded). This module turns a
 `Fetched` into what the model reads: a header line (final URL, status, type, size), then
 an HTML page as readable text (`html_to_text`), other text as it is, a binary body as a
 short description; a note when the body was cut; a non-2xx status as an error showing the
-start of the body; running out of the turn's budget as an error saying so.
+start of the body; running out of the step's budget as an error saying so.
 
-Where it may connect is the run's `WebAccess` (`ctx.tools.web`, from `tiller.toml [web]`):
+Where it may connect is the run's `WebAccess` (`ctx.jail.web`, from `tiller.toml [web]`):
 private, loopback, link-local and metadata addresses, and names that resolve to them, are
 refused on every redirect hop, checked on the address actually connected to, unless a
 person allowed the host or range. A refusal is a tool error saying so.
@@ -68,7 +68,7 @@ async def web_fetch(
     text (title, headings, paragraphs, lists, links as `text (url)`), JSON, XML or plain
     text as is. Images, PDFs and other binary files are described, not returned.
     Redirects are followed (up to 5). A status that is not 2xx is an error showing the
-    start of the body. All fetches of one turn share a download budget. Private,
+    start of the body. All fetches of one step share a download budget. Private,
     loopback and link-local addresses (and names that resolve to them) are refused
     unless the user allowed them.
 
@@ -84,16 +84,16 @@ async def web_fetch(
             f"(for example httpx.AsyncHTTPTransport()), not {type(transport).__name__}"
         )
     budget = ctx.web_budget()
-    fetcher = Fetcher(budget, access=ctx.tools.web, transport=transport, progress=ctx.progress)
+    fetcher = Fetcher(budget, access=ctx.jail.web, transport=transport, progress=ctx.progress)
     try:
         fetched = await fetcher.fetch(url, max_bytes=max_bytes)
     except WebBudgetExceeded as exc:
         left = f" ({exc.remaining} bytes are left)" if exc.remaining else ""
         return ToolOutput(
-            f"the turn's web download budget is exhausted ({budget.limit} bytes for all "
-            f"fetches of this turn), so {url.strip()} was not fetched in full{left}. Work "
+            f"the step's web download budget is exhausted ({budget.limit} bytes for all "
+            f"fetches of this step), so {url.strip()} was not fetched in full{left}. Work "
             "with what you have, fetch fewer or smaller pages (max_bytes), or continue in "
-            "the next turn.",
+            "the next step.",
             is_error=True,
             data={"url": url.strip(), "budget_exhausted": True},
         )

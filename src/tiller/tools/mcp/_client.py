@@ -185,8 +185,8 @@ class McpClient:
         import anyio
 
         self._check_command()
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Future[list[mcp_types.Tool]] = loop.create_future()
+        event_loop = asyncio.get_running_loop()
+        ready: asyncio.Future[list[mcp_types.Tool]] = event_loop.create_future()
         self._stderr = StderrTail(self.name)
         self._scope = anyio.CancelScope()
         self._runner = asyncio.create_task(self._serve(ready), name=f"tiller-mcp-{self.name}")

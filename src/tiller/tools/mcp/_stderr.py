@@ -61,8 +61,8 @@ class StderrTail:
         if reader is None:
             return
         self._reader = None
-        loop = asyncio.get_running_loop()
-        self._transport, _ = await loop.connect_read_pipe(lambda: _Reader(self), reader)
+        event_loop = asyncio.get_running_loop()
+        self._transport, _ = await event_loop.connect_read_pipe(lambda: _Reader(self), reader)
 
     def spawned(self) -> None:
         """The process has its own copy of the write end; drop tiller's."""
