@@ -16,8 +16,9 @@ LOOP = Path(tiller.loop.__file__).parent
 
 #: Classes that are surfaces rather than collaborators, with why they may be wider.
 WIDE = {
-    # The per-run policy value: one `with_*` builder per part it holds (law 13).
-    "_context.py:RunContext": 31,
+    # The per-run policy value: one `with_*` builder per part it holds (law 13), and
+    # two deprecated aliases (`tools`, `with_tools`) that go in the next release.
+    "_context.py:RunContext": 33,
     # The loop's tunables: one builder per tunable, like RunContext.
     "_options.py:RunOptions": 16,
     # A subagent's view of its parent's AgUiContext: one delegating method per emitter.
