@@ -41,12 +41,11 @@ def test_assemble_takes_each_field_from_its_bundle(tmp_path: Path) -> None:
     tools = Jail(tmp_path)
     goal = UserGoal(requests=("fix the bug",))
     ctx = ExecContext.assemble(
-        3,
-        "r-call-7",
-        None,
-        StepSignals(token, background, budget),
-        CallSite(tools, Phase.PLAN, SafetyMode.AUTO, message_index=12),
-        ToolServices(
+        step=3,
+        call_id="r-call-7",
+        signals=StepSignals(token, background, budget),
+        dispatch=CallSite(tools, Phase.PLAN, SafetyMode.AUTO, message_index=12),
+        services=ToolServices(
             emit=seen.append,
             notify=notify,
             config={"k": 1},

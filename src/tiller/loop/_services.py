@@ -241,7 +241,9 @@ class RunServices:
             safety_mode=run_ctx.jail.safety.mode,
             message_index=len(state.messages),
         )
-        return ExecContext.assemble(step, call_id, None, signals, site, services)
+        return ExecContext.assemble(
+            step=step, call_id=call_id, signals=signals, dispatch=site, services=services
+        )
 
     def goal(self) -> UserGoal:
         """The user's goal, recomputed only when a person's text arrived since: most

@@ -241,12 +241,13 @@ class ExecContext:
     @classmethod
     def assemble(
         cls,
+        *,
         step: int,
         call_id: str,
-        progress: Progress | None,
         signals: StepSignals,
         dispatch: CallSite,
         services: ToolServices,
+        progress: Progress | None = None,
     ) -> ExecContext:
         """The context the loop gives one call: the step's signals, where the call was
         dispatched, and the run's services. `progress` defaults to a channel into

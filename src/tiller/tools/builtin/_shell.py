@@ -107,7 +107,14 @@ class _Relay:
         self._capture(chunk)  # the result's copy: bounded, the rest spilled
         if self._stopped:
             return
-        if self._sent + self._size >= MAX_LIVE_OUTPUT_CHARS:
+        text = self._decoder.decode(chunk)
+        room = MAX_LIVE_OUTPUT_CHARS - self._sent - self._size
+        if len(text) > room:
+            # Cut at the bound: a read can be a whole pipe's worth (64 KiB) under load,
+            # and the live stream's bound is in characters, not in reads.
+            if room > 0:
+                self._pending.append(text[:room])
+                self._size += room
             self._flush()
             self._stopped = True
             where = self._capture.spill
@@ -117,7 +124,6 @@ class _Relay:
                 + (f", its whole output is in {where.shown}]\n" if where else "]\n")
             )
             return
-        text = self._decoder.decode(chunk)
         if text:
             self._pending.append(text)
             self._size += len(text)
