@@ -298,20 +298,19 @@ class _Diff:
 
     def diff_object(self, old: dict[str, Any], new: dict[str, Any], path: str) -> None:
         """Diff two objects that differ (or were not compared)."""
-        ops, edits = self.ops, self.edits
         same_keys = len(old) == len(new) and old.keys() == new.keys()
         if not same_keys:
             for key in filterfalse(new.__contains__, old):
-                ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
-                edits.append((old, key, _DELETE, None))
+                self.ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
+                self.edits.append((old, key, _DELETE, None))
         get = old.get
         if len(new) <= _NARROW:
             # Few members (the usual top of a state): big ones are entered directly.
             for key, value in new.items():
                 before = get(key, _ABSENT)
                 if before is _ABSENT:
-                    ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
-                    edits.append((old, key, _SET, value))
+                    self.ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
+                    self.edits.append((old, key, _SET, value))
                 elif before is not value:
                     kind = before.__class__
                     if ((kind is dict or kind is list) and len(before) >= _BIG) or (
@@ -330,8 +329,8 @@ class _Diff:
             before = get(key, _ABSENT)
             value = new[key]
             if before is _ABSENT:
-                ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
-                edits.append((old, key, _SET, value))
+                self.ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
+                self.edits.append((old, key, _SET, value))
             else:
                 self.diff_value(before, value, f"{path}/{_token(key)}", old, key)
 
@@ -377,17 +376,16 @@ class _Diff:
     ) -> None:
         """Diff some members of two objects: `gone` holds every name of `old` that may be
         missing from `new`, `members` every member of `new` that may differ from `old`."""
-        ops, edits = self.ops, self.edits
         for key in gone:
             if key not in new:
-                ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
-                edits.append((old, key, _DELETE, None))
+                self.ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
+                self.edits.append((old, key, _DELETE, None))
         get = old.get
         for key, value in members:
             before = get(key, _ABSENT)
             if before is _ABSENT:
-                ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
-                edits.append((old, key, _SET, value))
+                self.ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
+                self.edits.append((old, key, _SET, value))
             elif before is not value and before != value:
                 self.diff_value(before, value, f"{path}/{_token(key)}", old, key)
 
@@ -688,8 +686,7 @@ class _GuidedDiff(_Diff):
         `_Inconsistent` when the index does not describe `before`.
         """
         while True:
-            head, tail = self._unchanged_ends()
-            key = self._sole_changed_member(head, tail)
+            head, tail, key = self._changed_member()
             if key is _ABSENT:
                 # Several members changed (or one changed its name or kind): diff them.
                 return self._diff_between(head, tail)
@@ -697,30 +694,26 @@ class _GuidedDiff(_Diff):
                 self._diff_member(head, key)
                 return True
 
-    def _unchanged_ends(self) -> tuple[int, int]:
+    def _changed_member(self) -> tuple[int, int, Any]:
         """How many leading members lie in the common prefix, and trailing ones in the
-        common suffix."""
-        node, n_old, n_new = self.node, len(self.old), len(self.new)
+        common suffix; and the key of the one member between them, when both documents
+        have exactly one there and it is the same member (not renamed), else `_ABSENT`."""
+        node, old, new = self.node, self.old, self.new
+        n_old, n_new = len(old), len(new)
         if len(node.lengths) != (n_new if self.fresh else n_old):
             raise _Inconsistent
         head = node.head(self.prefix - self.start)
         tail = node.tail(self.end - self.suffix_start)
         if head + tail > min(n_old, n_new):
             raise _Inconsistent
-        return head, tail
-
-    def _sole_changed_member(self, head: int, tail: int) -> Any:
-        """The key of the one member between the unchanged ends, when both documents have
-        exactly one there and it is the same member (not renamed); else `_ABSENT`."""
-        old, new = self.old, self.new
-        if not len(old) - head - tail == 1 == len(new) - head - tail:
-            return _ABSENT
+        if not n_old - head - tail == 1 == n_new - head - tail:
+            return head, tail, _ABSENT
         if new.__class__ is not dict:
-            return head
+            return head, tail, head
         key = next(islice(new, head, None))
-        if not self.fresh and self.node.names[head] != key:  # type: ignore[index]
-            return _ABSENT  # renamed: not the same member
-        return key if key in old else _ABSENT
+        if not self.fresh and node.names[head] != key:  # type: ignore[index]
+            return head, tail, _ABSENT  # renamed: not the same member
+        return head, tail, key if key in old else _ABSENT
 
     def _enter(self, head: int, tail: int, key: Any) -> bool:
         """Go down into the changed member if it is a container both times (else False):
