@@ -249,13 +249,12 @@ def diff_shadow(old: Any, new: Any) -> tuple[list[JsonOp], list[Edit]]:
     The operations' values are `new`'s own objects, not copies: encode them before `new`
     changes again.
     """
-    ops: list[JsonOp] = []
-    edits: list[Edit] = []
+    found = _Diff()
     # The root is entered without comparing it first: entering a container costs about
     # one comparison of it, so a comparison first would only double the work on a change.
     if old is not new and (old.__class__ is dict or old.__class__ is list or old != new):
-        _diff(old, new, "", None, None, ops, edits)
-    return ops, edits
+        found.diff_value(old, new, "", None, None)
+    return found.ops, found.edits
 
 
 # A `!=` on a container that turns out to differ is wasted work: entering it compares the
@@ -269,123 +268,131 @@ _BIG: Final = 32
 """Containers with at least this many items are entered without comparing them first."""
 
 
-def _diff(
-    old: Any,
-    new: Any,
-    path: str,
-    parent: Any,
-    key: Any,
-    ops: list[JsonOp],
-    edits: list[Edit],
-) -> None:
-    """Record how `old` becomes `new`: they differ, or `old` is a container entered
-    without comparing it first."""
-    if old.__class__ is dict and isinstance(new, dict):
-        _diff_dict(old, new, path, ops, edits)
-    elif old.__class__ is list and isinstance(new, (list, tuple)):
-        _diff_list(old, new, path, ops, edits)
-    else:
-        ops.append({"op": "replace", "path": path, "value": new})
-        edits.append((parent, key, _SET, new))
+class _Diff:
+    """One diff's findings, the operations and the shadow's edits, and the walk that
+    finds them.
 
+    The recursive walk is this object's methods, so that each call passes only the values
+    compared and where they sit (the path, and the shadow's container and key).
+    """
 
-def _diff_dict(
-    old: dict[str, Any],
-    new: dict[str, Any],
-    path: str,
-    ops: list[JsonOp],
-    edits: list[Edit],
-) -> None:
-    same_keys = len(old) == len(new) and old.keys() == new.keys()
-    if not same_keys:
-        for key in filterfalse(new.__contains__, old):
-            ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
-            edits.append((old, key, _DELETE, None))
-    get = old.get
-    if len(new) <= _NARROW:
-        # Few members (the usual top of a state): big ones are entered directly.
-        for key, value in new.items():
+    __slots__ = ("edits", "ops")
+
+    def __init__(self) -> None:
+        self.ops: list[JsonOp] = []
+        self.edits: list[Edit] = []
+
+    def diff_value(self, old: Any, new: Any, path: str, parent: Any, key: Any) -> None:
+        """Record how `old` becomes `new`: they differ, or `old` is a container entered
+        without comparing it first."""
+        if old.__class__ is dict and isinstance(new, dict):
+            self.diff_object(old, new, path)
+        elif old.__class__ is list and isinstance(new, (list, tuple)):
+            # Not an LCS: the common prefix and suffix are matched (so appending, and
+            # removing or inserting one item anywhere, stay small), and the middle is
+            # compared item by item, with the surplus added or removed at its end.
+            self.diff_array(old, new, 0, 0, path)
+        else:
+            self.ops.append({"op": "replace", "path": path, "value": new})
+            self.edits.append((parent, key, _SET, new))
+
+    def diff_object(self, old: dict[str, Any], new: dict[str, Any], path: str) -> None:
+        """Diff two objects that differ (or were not compared)."""
+        same_keys = len(old) == len(new) and old.keys() == new.keys()
+        if not same_keys:
+            for key in filterfalse(new.__contains__, old):
+                self.ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
+                self.edits.append((old, key, _DELETE, None))
+        get = old.get
+        if len(new) <= _NARROW:
+            # Few members (the usual top of a state): big ones are entered directly.
+            for key, value in new.items():
+                before = get(key, _ABSENT)
+                if before is _ABSENT:
+                    self.ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
+                    self.edits.append((old, key, _SET, value))
+                elif before is not value:
+                    kind = before.__class__
+                    if ((kind is dict or kind is list) and len(before) >= _BIG) or (
+                        before != value
+                    ):
+                        self.diff_value(before, value, f"{path}/{_token(key)}", old, key)
+            return
+        # Many members: the candidates are found by C loops (map/compress), one `!=` per
+        # member, which for an unchanged member is one C comparison of its whole subtree.
+        if same_keys:
+            getitem = old.__getitem__
+            for key in compress(new, map(ne, map(getitem, new), new.values())):
+                self.diff_value(old[key], new[key], f"{path}/{_token(key)}", old, key)
+            return
+        for key in compress(new, map(ne, map(get, new, repeat(_ABSENT)), new.values())):
+            before = get(key, _ABSENT)
+            value = new[key]
+            if before is _ABSENT:
+                self.ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
+                self.edits.append((old, key, _SET, value))
+            else:
+                self.diff_value(before, value, f"{path}/{_token(key)}", old, key)
+
+    def diff_array(
+        self, old: list[Any], new: list[Any] | tuple[Any, ...], start: int, tail: int, path: str
+    ) -> None:
+        """Diff two arrays known to agree on their first `start` and last `tail` items."""
+        n_old, n_new = len(old), len(new)
+        shorter = min(n_old, n_new) - tail
+        start += _first_difference(
+            map(ne, islice(old, start, None), islice(new, start, None)), shorter - start
+        )
+        if start == shorter and n_old == n_new:
+            return
+        tail += _first_difference(
+            map(ne, islice(reversed(old), tail, None), islice(reversed(new), tail, None)),
+            shorter - start,
+        )
+        mid_old, mid_new = n_old - start - tail, n_new - start - tail
+        common = min(mid_old, mid_new)
+        end = start + common
+        changed = compress(range(start, end), map(ne, old[start:end], new[start:end]))
+        for index in changed:
+            self.diff_value(old[index], new[index], f"{path}/{index}", old, index)
+        if mid_new > mid_old:
+            for index in range(end, start + mid_new):
+                value = new[index]
+                self.ops.append({"op": "add", "path": f"{path}/{index}", "value": value})
+                self.edits.append((old, index, _INSERT, value))
+        else:
+            # Highest index first, so each pointer still names the item it meant.
+            for index in range(start + mid_old - 1, end - 1, -1):
+                self.ops.append({"op": "remove", "path": f"{path}/{index}"})
+                self.edits.append((old, index, _DELETE, None))
+
+    def diff_members(
+        self,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        gone: Iterable[str],
+        members: Iterable[tuple[str, Any]],
+        path: str,
+    ) -> None:
+        """Diff some members of two objects: `gone` holds every name of `old` that may be
+        missing from `new`, `members` every member of `new` that may differ from `old`."""
+        for key in gone:
+            if key not in new:
+                self.ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
+                self.edits.append((old, key, _DELETE, None))
+        get = old.get
+        for key, value in members:
             before = get(key, _ABSENT)
             if before is _ABSENT:
-                ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
-                edits.append((old, key, _SET, value))
-            elif before is not value:
-                kind = before.__class__
-                if ((kind is dict or kind is list) and len(before) >= _BIG) or before != value:
-                    _diff(before, value, f"{path}/{_token(key)}", old, key, ops, edits)
-        return
-    # Many members: the candidates are found by C loops (map/compress), one `!=` per
-    # member, which for an unchanged member is one C comparison of its whole subtree.
-    if same_keys:
-        getitem = old.__getitem__
-        for key in compress(new, map(ne, map(getitem, new), new.values())):
-            _diff(old[key], new[key], f"{path}/{_token(key)}", old, key, ops, edits)
-        return
-    for key in compress(new, map(ne, map(get, new, repeat(_ABSENT)), new.values())):
-        before = get(key, _ABSENT)
-        value = new[key]
-        if before is _ABSENT:
-            ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
-            edits.append((old, key, _SET, value))
-        else:
-            _diff(before, value, f"{path}/{_token(key)}", old, key, ops, edits)
+                self.ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
+                self.edits.append((old, key, _SET, value))
+            elif before is not value and before != value:
+                self.diff_value(before, value, f"{path}/{_token(key)}", old, key)
 
 
 def _first_difference(pairs: Iterable[bool], limit: int) -> int:
     """Index of the first true `!=` result among at most `limit` pairs, else `limit`."""
     return next(compress(count(), islice(pairs, limit)), limit)
-
-
-def _diff_list(
-    old: list[Any],
-    new: list[Any] | tuple[Any, ...],
-    path: str,
-    ops: list[JsonOp],
-    edits: list[Edit],
-) -> None:
-    # Not an LCS: the common prefix and suffix are matched (so appending, and removing or
-    # inserting one item anywhere, stay small), and the middle is compared item by item,
-    # with the surplus added or removed at its end.
-    _diff_list_middle(old, new, 0, 0, path, ops, edits)
-
-
-def _diff_list_middle(
-    old: list[Any],
-    new: list[Any] | tuple[Any, ...],
-    start: int,
-    tail: int,
-    path: str,
-    ops: list[JsonOp],
-    edits: list[Edit],
-) -> None:
-    """Diff two lists known to agree on their first `start` and last `tail` items."""
-    n_old, n_new = len(old), len(new)
-    shorter = min(n_old, n_new) - tail
-    start += _first_difference(
-        map(ne, islice(old, start, None), islice(new, start, None)), shorter - start
-    )
-    if start == shorter and n_old == n_new:
-        return
-    tail += _first_difference(
-        map(ne, islice(reversed(old), tail, None), islice(reversed(new), tail, None)),
-        shorter - start,
-    )
-    mid_old, mid_new = n_old - start - tail, n_new - start - tail
-    common = min(mid_old, mid_new)
-    end = start + common
-    changed = compress(range(start, end), map(ne, old[start:end], new[start:end]))
-    for index in changed:
-        _diff(old[index], new[index], f"{path}/{index}", old, index, ops, edits)
-    if mid_new > mid_old:
-        for index in range(end, start + mid_new):
-            value = new[index]
-            ops.append({"op": "add", "path": f"{path}/{index}", "value": value})
-            edits.append((old, index, _INSERT, value))
-    else:
-        # Highest index first, so each pointer still names the item it meant.
-        for index in range(start + mid_old - 1, end - 1, -1):
-            ops.append({"op": "remove", "path": f"{path}/{index}"})
-            edits.append((old, index, _DELETE, None))
 
 
 def apply_edits(root: Any, edits: Iterable[Edit]) -> Any:
@@ -615,137 +622,169 @@ def diff_encoded(
     kind = new.__class__
     if (kind is not dict and kind is not list) or root.__class__ is not kind:
         return None
-    prefix = _prefix_length(before, after)
-    suffix = _suffix_length(before, after, min(len(before), len(after)) - prefix)
-    shift = len(after) - len(before)
-    suffix_start = len(before) - suffix  # where the common suffix begins in `before`
-    ops: list[JsonOp] = []
-    edits: list[Edit] = []
     fresh = index is None  # a fresh index describes `after`, not `before`
     if index is None:
         index = _build(new, len(after) - 1)
         if index is None:
             return None
-    node = index
-    old: Any = root
-    start, end = 0, len(before) - 1  # the container's brackets in `before`
-    path = ""
-    trail: list[tuple[Index, int]] = []  # members on the way down, in indexes of `before`
+    walk = _GuidedDiff(root, new, before, after, index, fresh=fresh)
     try:
-        while True:
-            n_old, n_new = len(old), len(new)
-            if len(node.lengths) != (n_new if fresh else n_old):
-                raise _Inconsistent
-            head = node.head(prefix - start)
-            tail = node.tail(end - suffix_start)
-            if head + tail > min(n_old, n_new):
-                raise _Inconsistent
-            is_dict = new.__class__ is dict
-            if n_old - head - tail == 1 == n_new - head - tail:
-                if is_dict:
-                    key = next(islice(new, head, None))
-                    if not fresh and node.names[head] != key:  # type: ignore[index]
-                        # renamed: not the same member
-                        key = _ABSENT
-                    elif key not in old:
-                        key = _ABSENT
-                else:
-                    key = head
-                if key is not _ABSENT:
-                    before_value, value = old[key], new[key]
-                    value_kind = value.__class__
-                    if (value_kind is dict or value_kind is list) and (
-                        before_value.__class__ is value_kind
-                    ):
-                        # One member changed, a container both times: go down into it.
-                        opening = start + 1 + (node.ends[head - 1] if head else 0)
-                        if is_dict:
-                            opening += len(orjson.dumps(key)) + 1
-                        closing = end - (node.tails[tail - 1] if tail else 0) - 1
-                        if not (
-                            before[opening] == after[opening] == _OPENERS[value_kind]
-                            and before[closing] == after[closing + shift] == _CLOSERS[value_kind]
-                        ):
-                            raise _Inconsistent
-                        if not fresh:
-                            trail.append((node, head))
-                        child = node.children[head]
-                        if child is None:
-                            child = _build(value, closing + shift - opening)
-                            if child is None:
-                                raise _Inconsistent
-                            node.children[head] = child
-                            fresh = True
-                        node, old, new = child, before_value, value
-                        start, end = opening, closing
-                        path = f"{path}/{_token(key) if is_dict else key}"
-                        continue
-                    if before_value is not value and before_value != value:
-                        _diff(
-                            before_value,
-                            value,
-                            f"{path}/{_token(key) if is_dict else key}",
-                            old,
-                            key,
-                            ops,
-                            edits,
-                        )
-                    if not fresh:
-                        trail.append((node, head))
-                        node.children[head] = None
-                    break
-            # Several members changed (or one changed its name or kind): diff them.
-            stop_old, stop_new = n_old - tail, n_new - tail
-            if is_dict:
-                members = list(islice(new.items(), head, stop_new))
-                gone = (
-                    list(old) if fresh else node.names[head:stop_old]  # type: ignore[index]
-                )
-                _diff_dict_members(old, new, gone, members, path, ops, edits)
-                if not fresh:
-                    lengths = _measure_members(members)
-                    names: list[str] | None = [name for name, _ in members]
-            else:
-                _diff_list_middle(old, new, head, tail, path, ops, edits)
-                if not fresh:
-                    lengths, names = _measure(new[head:stop_new]), None
-            if not fresh:
-                # An empty container is 2 bytes, not 1 + the sum of no lengths.
-                grown = sum(lengths) + (n_new == 0) - (n_old == 0)
-                if grown != sum(node.lengths[head:stop_old]) + shift:
-                    return ops, edits, None  # the operations stand; the index does not
-                node.splice(head, stop_old, lengths, names)
-            break
+        kept = walk.run()
     except _Inconsistent:
         return None
-    for parent, member in trail:
-        parent.resize(member, shift)
-    return ops, edits, index
+    if not kept:
+        return walk.ops, walk.edits, None  # the operations stand; the index does not
+    for parent, member in walk.trail:
+        parent.resize(member, walk.shift)
+    return walk.ops, walk.edits, index
 
 
-def _diff_dict_members(
-    old: dict[str, Any],
-    new: dict[str, Any],
-    gone: Iterable[str],
-    members: Iterable[tuple[str, Any]],
-    path: str,
-    ops: list[JsonOp],
-    edits: list[Edit],
-) -> None:
-    """Diff some members of two objects: `gone` holds every name of `old` that may be
-    missing from `new`, `members` every member of `new` that may differ from `old`."""
-    for key in gone:
-        if key not in new:
-            ops.append({"op": "remove", "path": f"{path}/{_token(key)}"})
-            edits.append((old, key, _DELETE, None))
-    get = old.get
-    for key, value in members:
-        before = get(key, _ABSENT)
-        if before is _ABSENT:
-            ops.append({"op": "add", "path": f"{path}/{_token(key)}", "value": value})
-            edits.append((old, key, _SET, value))
-        elif before is not value and before != value:
-            _diff(before, value, f"{path}/{_token(key)}", old, key, ops, edits)
+class _GuidedDiff(_Diff):
+    """A byte-guided diff under way: the container it stands in, in both documents, in
+    both encodings and in the index.
+
+    `start` and `end` are the container's brackets in `before`; `trail` lists the members
+    on the way down, in indexes of `before` (their lengths change by `shift` at the end).
+    `fresh` says that `node` describes `after`, not `before` (it was built this time).
+    """
+
+    __slots__ = (
+        "after",
+        "before",
+        "end",
+        "fresh",
+        "new",
+        "node",
+        "old",
+        "path",
+        "prefix",
+        "shift",
+        "start",
+        "suffix_start",
+        "trail",
+    )
+
+    def __init__(
+        self, root: Any, new: Any, before: bytes, after: bytes, index: Index, *, fresh: bool
+    ) -> None:
+        super().__init__()
+        self.before, self.after = before, after
+        self.prefix = _prefix_length(before, after)
+        suffix = _suffix_length(before, after, min(len(before), len(after)) - self.prefix)
+        self.suffix_start = len(before) - suffix  # where the common suffix begins in `before`
+        self.shift = len(after) - len(before)
+        self.node, self.old, self.new = index, root, new
+        self.start, self.end = 0, len(before) - 1
+        self.path = ""
+        self.fresh = fresh
+        self.trail: list[tuple[Index, int]] = []
+
+    def run(self) -> bool:
+        """Go down while a single member changed, then diff what changed there.
+
+        Returns False when the operations stand but the index could not be kept; raises
+        `_Inconsistent` when the index does not describe `before`.
+        """
+        while True:
+            head, tail, key = self._changed_member()
+            if key is _ABSENT:
+                # Several members changed (or one changed its name or kind): diff them.
+                return self._diff_between(head, tail)
+            if not self._enter(head, tail, key):
+                self._diff_member(head, key)
+                return True
+
+    def _changed_member(self) -> tuple[int, int, Any]:
+        """How many leading members lie in the common prefix, and trailing ones in the
+        common suffix; and the key of the one member between them, when both documents
+        have exactly one there and it is the same member (not renamed), else `_ABSENT`."""
+        node, old, new = self.node, self.old, self.new
+        n_old, n_new = len(old), len(new)
+        if len(node.lengths) != (n_new if self.fresh else n_old):
+            raise _Inconsistent
+        head = node.head(self.prefix - self.start)
+        tail = node.tail(self.end - self.suffix_start)
+        if head + tail > min(n_old, n_new):
+            raise _Inconsistent
+        if not n_old - head - tail == 1 == n_new - head - tail:
+            return head, tail, _ABSENT
+        if new.__class__ is not dict:
+            return head, tail, head
+        key = next(islice(new, head, None))
+        if not self.fresh and node.names[head] != key:  # type: ignore[index]
+            return head, tail, _ABSENT  # renamed: not the same member
+        return head, tail, key if key in old else _ABSENT
+
+    def _enter(self, head: int, tail: int, key: Any) -> bool:
+        """Go down into the changed member if it is a container both times (else False):
+        its brackets in both encodings, its index, its path."""
+        before_value, value = self.old[key], self.new[key]
+        kind = value.__class__
+        if (kind is not dict and kind is not list) or before_value.__class__ is not kind:
+            return False
+        node, is_dict = self.node, self.new.__class__ is dict
+        opening = self.start + 1 + (node.ends[head - 1] if head else 0)
+        if is_dict:
+            opening += len(orjson.dumps(key)) + 1
+        closing = self.end - (node.tails[tail - 1] if tail else 0) - 1
+        before, after = self.before, self.after
+        if not (
+            before[opening] == after[opening] == _OPENERS[kind]
+            and before[closing] == after[closing + self.shift] == _CLOSERS[kind]
+        ):
+            raise _Inconsistent
+        if not self.fresh:
+            self.trail.append((node, head))
+        child = node.children[head]
+        if child is None:
+            child = _build(value, closing + self.shift - opening)
+            if child is None:
+                raise _Inconsistent
+            node.children[head] = child
+            self.fresh = True
+        self.node, self.old, self.new = child, before_value, value
+        self.start, self.end = opening, closing
+        self.path = f"{self.path}/{_token(key) if is_dict else key}"
+        return True
+
+    def _diff_member(self, head: int, key: Any) -> None:
+        """Diff the one changed member, a leaf (or a container that changed kind); its
+        index, if any, no longer applies."""
+        old, new = self.old, self.new
+        before_value, value = old[key], new[key]
+        if before_value is not value and before_value != value:
+            token = _token(key) if new.__class__ is dict else key
+            self.diff_value(before_value, value, f"{self.path}/{token}", old, key)
+        if not self.fresh:
+            self.trail.append((self.node, head))
+            self.node.children[head] = None
+
+    def _diff_between(self, head: int, tail: int) -> bool:
+        """Diff the members between the unchanged ends, and put their new lengths in the
+        index; False if those do not add up to the change in bytes."""
+        old, new, node = self.old, self.new, self.node
+        n_old, n_new = len(old), len(new)
+        stop_old, stop_new = n_old - tail, n_new - tail
+        names: list[str] | None = None
+        if new.__class__ is dict:
+            members = list(islice(new.items(), head, stop_new))
+            gone = list(old) if self.fresh else node.names[head:stop_old]  # type: ignore[index]
+            self.diff_members(old, new, gone, members, self.path)
+            if self.fresh:
+                return True
+            lengths = _measure_members(members)
+            names = [name for name, _ in members]
+        else:
+            self.diff_array(old, new, head, tail, self.path)
+            if self.fresh:
+                return True
+            lengths = _measure(new[head:stop_new])
+        # An empty container is 2 bytes, not 1 + the sum of no lengths.
+        grown = sum(lengths) + (n_new == 0) - (n_old == 0)
+        if grown != sum(node.lengths[head:stop_old]) + self.shift:
+            return False
+        node.splice(head, stop_old, lengths, names)
+        return True
 
 
 # ── applying operations to a shadow ───────────────────────────────────────────────
