@@ -29,6 +29,7 @@ from tiller.loop import (
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
+from tiller.store import open_bus
 from tiller.testing import assert_valid_stream
 from tiller.tools import ExecContext, tool
 
@@ -205,3 +206,41 @@ async def test_the_caller_s_own_cancel_token_still_cancels_an_iterated_run(
     assert run.result.stop_cause is StopCause.CANCELLED
     assert lines(tmp_path) == []
     assert token.is_cancelled
+
+
+async def test_leaving_at_a_held_step_answers_the_calls_that_ran_too(tmp_path: Path) -> None:
+    """Law 1: a durable, headless batch runs its read and holds its write (`Suspend` names
+    only the held call); a caller who leaves at the `Suspend` cancels the run, and every
+    call of the step is answered: the read with what it returned, the write as not run."""
+    @tool(read_only=True)
+    def peek(ctx: ExecContext) -> str:
+        """Read log.txt."""
+        return "nothing yet"
+
+    turn = {
+        "tool_calls": [
+            {"name": "peek", "arguments": {}},
+            {"name": "append", "arguments": {"text": "held"}},
+        ]
+    }
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+        ctx = RunContext.sandboxed(tmp_path / "ws").with_store(bus)  # no approver: headless
+        options = RunOptions(checkpoint_bucket="cp")
+        iterated = Agent(ScriptedModel([turn]), [append, peek]).iter(
+            "go", context=ctx, options=options, run_id="r"
+        )
+        async with iterated as run:
+            async for step in run:
+                if isinstance(step, Suspend):
+                    assert [c.name for c in step.calls] == ["append"]
+                    break
+    assert run.result.stop_cause is StopCause.CANCELLED
+    assert transcript_of(run.result) == [
+        "user: go",
+        "assistant r-msg-1:",
+        "call r-call-1 peek {}",
+        'call r-call-2 append {"text":"held"}',
+        "result r-call-1 peek: nothing yet",
+        "error r-call-2 append: The run stopped before this call ran.",
+    ]
+    assert lines(tmp_path / "ws") == []

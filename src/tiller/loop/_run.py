@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..conversation import ToolCall
 from ..errors import TillerError
 from ..events import AgUiContext
 from ..state import RunState, StopCause
@@ -217,6 +218,9 @@ class Loop:
 
     async def _take_calls(self, step: Step) -> Step:
         """Take the dispatch (and the suspension) a model turn led to."""
+        #: The calls of the step's assistant message: a `Suspend` after a dispatch names
+        #: only the held ones, and the calls that ran have no result in the transcript yet.
+        batch: tuple[ToolCall, ...] = step.calls if isinstance(step, Dispatch | Suspend) else ()
         while isinstance(step, Dispatch | Suspend):
             try:
                 if self._watch is not None:
@@ -226,7 +230,11 @@ class Loop:
                     # runs, so a crash leaves them recorded as pending, started or done.
                     await self._checkpoint("running")
             except BaseException:
-                if not (isinstance(step, Dispatch) and step.resumed):
+                if isinstance(step, Suspend):
+                    # Law 1: every call of the step, the held ones as not run, the others
+                    # with the results they returned before the step was held.
+                    self.dispatcher.answer_stopped(batch)
+                elif not step.resumed:
                     self.dispatcher.answer_stopped(step.calls)  # law 1, none of them ran
                 raise
             if isinstance(step, Suspend):
