@@ -199,6 +199,11 @@ class Loop:
         the step boundary (a final answer's is the run's end)."""
         if self._watch is not None:
             await self._watch(turn, self.state)
+            # What the boundary checked may have moved while the caller held the run
+            # (another run spent the budget): checked again after the wait (law 7).
+            again = await self._before_turn()
+            if again != turn:
+                return again
         final = turn.final_answer is not None
         with self.agui.step("final answer" if final else f"turn {turn.number}"):
             try:
@@ -218,8 +223,7 @@ class Loop:
 
     async def _take_calls(self, step: Step) -> Step:
         """Take the dispatch (and the suspension) a model turn led to."""
-        #: The calls of the step's assistant message: a `Suspend` after a dispatch names
-        #: only the held ones, and the calls that ran have no result in the transcript yet.
+        # A `Suspend` after a dispatch names only the held calls: law 1 needs the batch.
         batch: tuple[ToolCall, ...] = step.calls if isinstance(step, Dispatch | Suspend) else ()
         while isinstance(step, Dispatch | Suspend):
             try:
@@ -230,9 +234,7 @@ class Loop:
                     # runs, so a crash leaves them recorded as pending, started or done.
                     await self._checkpoint("running")
             except BaseException:
-                if isinstance(step, Suspend):
-                    # Law 1: every call of the step, the held ones as not run, the others
-                    # with the results they returned before the step was held.
+                if isinstance(step, Suspend):  # those that ran answer with their results
                     self.dispatcher.answer_stopped(batch)
                 elif not step.resumed:
                     self.dispatcher.answer_stopped(step.calls)  # law 1, none of them ran
