@@ -245,6 +245,7 @@ async def test_leaving_at_a_held_step_answers_the_calls_that_ran_too(tmp_path: P
         "result r-call-1 peek: nothing yet",
         "error r-call-2 append: The run stopped before this call ran.",
     ]
+    assert [entry.call_id for entry in run.result.tool_trace] == ["r-call-1", "r-call-2"]
     assert lines(tmp_path / "ws") == []
 
 
