@@ -17,6 +17,7 @@ from tiller.errors import UsageError
 from tiller.events import Event
 from tiller.loop import (
     Agent,
+    Budget,
     Dispatch,
     Finish,
     ModelTurn,
@@ -29,6 +30,7 @@ from tiller.loop import (
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
+from tiller.store import open_bus
 from tiller.testing import assert_valid_stream
 from tiller.tools import ExecContext, tool
 
@@ -205,3 +207,61 @@ async def test_the_caller_s_own_cancel_token_still_cancels_an_iterated_run(
     assert run.result.stop_cause is StopCause.CANCELLED
     assert lines(tmp_path) == []
     assert token.is_cancelled
+
+
+async def test_leaving_at_a_held_step_answers_the_calls_that_ran_too(tmp_path: Path) -> None:
+    """Law 1: a durable, headless batch runs its read and holds its write (`Suspend` names
+    only the held call); a caller who leaves at the `Suspend` cancels the run, and every
+    call of the step is answered: the read with what it returned, the write as not run."""
+
+    @tool(read_only=True)
+    def peek(ctx: ExecContext) -> str:
+        """Read log.txt."""
+        return "nothing yet"
+
+    turn = {
+        "tool_calls": [
+            {"name": "peek", "arguments": {}},
+            {"name": "append", "arguments": {"text": "held"}},
+        ]
+    }
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+        ctx = RunContext.sandboxed(tmp_path / "ws").with_store(bus)  # no approver: headless
+        options = RunOptions(checkpoint_bucket="cp")
+        iterated = Agent(ScriptedModel([turn]), [append, peek]).iter(
+            "go", context=ctx, options=options, run_id="r"
+        )
+        async with iterated as run:
+            async for step in run:
+                if isinstance(step, Suspend):
+                    assert [c.name for c in step.calls] == ["append"]
+                    break
+    assert run.result.stop_cause is StopCause.CANCELLED
+    assert transcript_of(run.result) == [
+        "user: go",
+        "assistant r-msg-1:",
+        "call r-call-1 peek {}",
+        'call r-call-2 append {"text":"held"}',
+        "result r-call-1 peek: nothing yet",
+        "error r-call-2 append: The run stopped before this call ran.",
+    ]
+    assert [entry.call_id for entry in run.result.tool_trace] == ["r-call-1", "r-call-2"]
+    assert lines(tmp_path / "ws") == []
+
+
+async def test_a_run_held_at_its_model_turn_checks_the_budget_again(tmp_path: Path) -> None:
+    """Law 7: two runs share a one-turn budget; both are held at `ModelTurn(1)`, which each
+    checked while the turn was still free. The first takes it; the second, let go after,
+    must see the budget spent and stop, not make a second model call."""
+    budget = Budget(max_turns=1)
+    first = RunContext.sandboxed(tmp_path / "a", AllowAll()).with_budget(budget)
+    second = RunContext.sandboxed(tmp_path / "b", AllowAll()).with_budget(budget)
+    iter_a = Agent(ScriptedModel(["from a"]), []).iter("go", context=first)
+    iter_b = Agent(ScriptedModel(["from b"]), []).iter("go", context=second)
+    async with iter_a as a, iter_b as b:
+        assert await anext(a) == await anext(b) == ModelTurn(1)
+        assert [step async for step in a] == [Finish(StopCause.COMPLETED)]
+        assert [step async for step in b] == [Finish(StopCause.TURN_BUDGET)]
+    assert a.result.text == "from a"
+    assert b.result.stop_cause is StopCause.TURN_BUDGET
+    assert budget.turns == 1

@@ -173,8 +173,13 @@ class Dispatcher:
         was answered before the step was held, else as not run."""
         state = self._run.state
         step = Dispatch(tuple(calls))
+        # The calls of a held step that ran (or were refused) are answered and traced once.
+        shown = {result.call_id: result for result in self._suspension.answered_before}
         results = []
         for call in calls:
+            if call.id in shown:
+                results.append(shown[call.id])
+                continue
             record = state.calls.setdefault(
                 call.id, CallRecord(call_id=call.id, name=call.name, step=state.step)
             )

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..conversation import ToolCall
 from ..errors import TillerError
 from ..events import AgUiContext
 from ..state import RunState, StopCause
@@ -198,6 +199,11 @@ class Loop:
         the step boundary (a final answer's is the run's end)."""
         if self._watch is not None:
             await self._watch(turn, self.state)
+            # What the boundary checked may have moved while the caller held the run
+            # (another run spent the budget): checked again after the wait (law 7).
+            again = await self._before_turn()
+            if again != turn:
+                return again
         final = turn.final_answer is not None
         with self.agui.step("final answer" if final else f"step {turn.number}"):
             try:
@@ -217,6 +223,8 @@ class Loop:
 
     async def _take_calls(self, step: Step) -> Step:
         """Take the dispatch (and the suspension) a model turn led to."""
+        # A `Suspend` after a dispatch names only the held calls: law 1 needs the batch.
+        batch: tuple[ToolCall, ...] = step.calls if isinstance(step, Dispatch | Suspend) else ()
         while isinstance(step, Dispatch | Suspend):
             try:
                 if self._watch is not None:
@@ -226,7 +234,9 @@ class Loop:
                     # runs, so a crash leaves them recorded as pending, started or done.
                     await self._checkpoint("running")
             except BaseException:
-                if not (isinstance(step, Dispatch) and step.resumed):
+                if isinstance(step, Suspend):  # those that ran answer with their results
+                    self.dispatcher.answer_stopped(batch)
+                elif not step.resumed:
                     self.dispatcher.answer_stopped(step.calls)  # law 1, none of them ran
                 raise
             if isinstance(step, Suspend):
