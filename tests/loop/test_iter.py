@@ -253,7 +253,7 @@ async def test_a_run_held_at_its_model_turn_checks_the_budget_again(tmp_path: Pa
     """Law 7: two runs share a one-turn budget; both are held at `ModelTurn(1)`, which each
     checked while the turn was still free. The first takes it; the second, let go after,
     must see the budget spent and stop, not make a second model call."""
-    budget = Budget(max_turns=1)
+    budget = Budget(max_steps=1)
     first = RunContext.sandboxed(tmp_path / "a", AllowAll()).with_budget(budget)
     second = RunContext.sandboxed(tmp_path / "b", AllowAll()).with_budget(budget)
     iter_a = Agent(ScriptedModel(["from a"]), []).iter("go", context=first)
@@ -261,7 +261,27 @@ async def test_a_run_held_at_its_model_turn_checks_the_budget_again(tmp_path: Pa
     async with iter_a as a, iter_b as b:
         assert await anext(a) == await anext(b) == ModelTurn(1)
         assert [step async for step in a] == [Finish(StopCause.COMPLETED)]
-        assert [step async for step in b] == [Finish(StopCause.TURN_BUDGET)]
+        assert [step async for step in b] == [Finish(StopCause.STEP_BUDGET)]
     assert a.result.text == "from a"
-    assert b.result.stop_cause is StopCause.TURN_BUDGET
-    assert budget.turns == 1
+    assert b.result.stop_cause is StopCause.STEP_BUDGET
+    assert budget.steps == 1
+
+
+async def test_leaving_at_a_resumed_dispatch_answers_its_calls(tmp_path: Path) -> None:
+    """A continued run stopped before its resumed step runs: the calls are answered as
+    not run (law 1), so the stopped run's transcript stays legal."""
+    ctx = RunContext.sandboxed(tmp_path)
+    options = RunOptions(review_policy=PauseOnTools(["append"]))
+    paused = await agent().run_in(ctx, "go", options, run_id="r")
+    assert paused.checkpoint is not None
+    approving = RunContext.sandboxed(tmp_path, AllowAll())
+    async with agent().iter(paused.checkpoint, context=approving) as run:
+        async for step in run:
+            assert isinstance(step, Dispatch) and step.resumed
+            break
+    assert lines(tmp_path) == []
+    assert run.result.stop_cause is StopCause.CANCELLED
+    assert run.result.state.unanswered_calls() == []
+    assert transcript_of(run.result)[-1] == (
+        "error r-call-1 append: The run stopped before this call ran."
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -167,10 +167,13 @@ class Dispatcher:
         )
         return next_step(run)
 
-    def answer_stopped(self, calls: Sequence[ToolCall]) -> None:
+    def answer_stopped(
+        self, calls: Sequence[ToolCall], *, recorded: Mapping[str, tuple[str, bool]] = {}
+    ) -> None:
         """The run stopped (a cancel, a store that failed) before it took the step of
-        `calls`: none of them ran, and each is answered (law 1) — with its result, if it
-        was answered before the step was held, else as not run."""
+        `calls`: none of them ran now, and each is answered (law 1) — with its result if
+        it was answered before (the step was held, or it is a resumed step and `recorded`
+        has the call's completion), else as not run."""
         state = self._run.state
         step = Dispatch(tuple(calls))
         # The calls of a held step that ran (or were refused) are answered and traced once.
@@ -183,7 +186,9 @@ class Dispatcher:
             record = state.calls.setdefault(
                 call.id, CallRecord(call_id=call.id, name=call.name, step=state.step)
             )
-            if record.result is not None:
+            if call.id in recorded:
+                content, is_error = recorded[call.id]
+            elif record.result is not None:
                 content, is_error = record.result, record.is_error
             else:
                 content, is_error = "The run stopped before this call ran.", True

@@ -236,8 +236,8 @@ class Loop:
             except BaseException:
                 if isinstance(step, Suspend):  # those that ran answer with their results
                     self.dispatcher.answer_stopped(batch)
-                elif not step.resumed:
-                    self.dispatcher.answer_stopped(step.calls)  # law 1, none of them ran
+                else:  # law 1: none of them ran (a resumed step's may have, before)
+                    self.dispatcher.answer_stopped(step.calls, recorded=step.recorded)
                 raise
             if isinstance(step, Suspend):
                 step = self.suspension.take(step)
