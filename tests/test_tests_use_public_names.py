@@ -163,6 +163,7 @@ ALLOWED_PRIVATE = frozenset(
         "tools/test_background_process.py -> tiller.tools._process",
         "tools/test_docstring.py -> tiller.tools._docstring",
         "tools/test_execute_command.py -> tiller.tools._capture",
+        "tools/test_live_output_bound.py -> tiller.tools.builtin._shell",
         "tools/test_file_tools.py -> tiller.tools._fs",
         "tools/test_html_text.py -> tiller.tools._html",
         "tools/test_protected_shell.py -> tiller.tools._protected_snapshot",
