@@ -60,6 +60,7 @@ class _Batch:
     """One dispatch: its calls, the interlock's view of them, and what became of each."""
 
     step: Dispatch
+    calls: tuple[ToolCall, ...]
     budget: OutputBudget
     signals: StepSignals
     tools: list[Tool | None]
@@ -72,10 +73,6 @@ class _Batch:
     held: list[ToolCall] = field(default_factory=list)
     #: Calls left open for the client (they passed the gate, or an earlier run's did).
     for_client: list[ToolCall] = field(default_factory=list)
-
-    @property
-    def calls(self) -> tuple[ToolCall, ...]:
-        return self.step.calls
 
 
 class Dispatcher:
@@ -155,11 +152,12 @@ class Dispatcher:
                 run.agui.check_cancelled()
             raise
         finally:
-            # The trace lists a step's calls in call order, however they finished.
-            order = {call.id: index for index, call in enumerate(step.calls)}
-            self.trace[first_entry:] = sorted(
-                self.trace[first_entry:], key=lambda entry: order[entry.call_id]
-            )
+            if len(step.calls) > 1:
+                # The trace lists a step's calls in call order, however they finished.
+                order = {call.id: index for index, call in enumerate(step.calls)}
+                self.trace[first_entry:] = sorted(
+                    self.trace[first_entry:], key=lambda entry: order[entry.call_id]
+                )
         if after is not None:
             return after
         state.messages.append(
@@ -205,6 +203,7 @@ class Dispatcher:
         able = [flow.capabilities(tool) for tool in tools]
         return _Batch(
             step,
+            step.calls,
             budget=OutputBudget(self._run.run_ctx.jail.output_budget_bytes),
             signals=self._services.signals_for_step(),
             tools=tools,
@@ -238,7 +237,9 @@ class Dispatcher:
         wrote = any(tool.read_only is not True for _, tool in allowed)
         if watched or flow.watches(state.taint_flags):
             await flow.after_batch(state.taint_flags, wrote=wrote)
-        return await self._held_or_for_client(batch)
+        if batch.held or batch.for_client or self.subagents is not None:
+            return await self._held_or_for_client(batch)
+        return None  # the common case: every call answered, the step goes on
 
     async def _gate_one(self, batch: _Batch, index: int, call: ToolCall) -> None:
         """Answer `call` from its record, or as malformed, or put it through the gate."""
@@ -411,23 +412,23 @@ class Dispatcher:
             await self._durability.call_completed(
                 state.run_id, call.id, content, is_error=result.is_error
             )
-        await self._post_tool(call, execution)
+        hooks = run.run_ctx.hooks
+        if hooks and hooks.watches("post_tool", call.name):
+            await self._post_tool(call, execution)
 
     async def _post_tool(self, call: ToolCall, execution: Execution) -> None:
         run_ctx, state = self._run.run_ctx, self._run.state
-        hooks = run_ctx.hooks
-        if hooks and hooks.watches("post_tool", call.name):
-            await hooks.post_tool(
-                tool=call.name,
-                arguments=_arguments_or_empty(call),
-                call_id=call.id,
-                run_id=state.run_id,
-                thread_id=state.thread_id,
-                workspace=run_ctx.jail.root,
-                result=execution.result.content,
-                is_error=execution.result.is_error,
-                taint=state.taint_flags,
-            )
+        await run_ctx.hooks.post_tool(
+            tool=call.name,
+            arguments=_arguments_or_empty(call),
+            call_id=call.id,
+            run_id=state.run_id,
+            thread_id=state.thread_id,
+            workspace=run_ctx.jail.root,
+            result=execution.result.content,
+            is_error=execution.result.is_error,
+            taint=state.taint_flags,
+        )
 
     def _finish_executed(self, batch: _Batch, *, show: bool) -> None:
         """Cap the outputs of the calls that ran in call order, so the transcript does not

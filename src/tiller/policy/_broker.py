@@ -13,7 +13,7 @@ decides, never its name (law 12).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -54,6 +54,9 @@ class ApprovalBroker:
 
     def __init__(self, approver: Approver, cancel: CancellationToken | None = None) -> None:
         self._approver = approver
+        # Once, not per call: a structural check against a runtime Protocol walks its
+        # members (several µs), and an approver's shape does not change during a run.
+        self._explained = isinstance(approver, ExplainedApprover)
         self._cancel = cancel
         self._always: set[str] = set()
 
@@ -79,8 +82,8 @@ class ApprovalBroker:
         if remembered and key is not None and key in self._always:
             return Decision.allow()
         approver = self._approver
-        if why is not None and isinstance(approver, ExplainedApprover):
-            asking = approver.approve_explained(call, tool, why)
+        if why is not None and self._explained:
+            asking = cast(ExplainedApprover, approver).approve_explained(call, tool, why)
         else:
             asking = approver.approve(call, tool)
         if self._cancel is not None:
