@@ -81,8 +81,8 @@ async def realistic_state(root: Path, steps: int = 20) -> RunState:
     result = await Agent(ScriptedModel(turns), [search]).run_in(
         ctx, "Research every topic and summarize.", RunOptions(max_steps=steps + 1)
     )
-    if result.turns != steps:
-        raise SystemExit(f"the run took {result.turns} turns, not {steps}: {result.error}")
+    if result.steps != steps:
+        raise SystemExit(f"the run took {result.steps} steps, not {steps}: {result.error}")
     return result.state
 
 
@@ -183,8 +183,8 @@ async def durable_step_cost(bus: Bus, root: Path, repetitions: int) -> tuple[flo
 
     async def run(options: RunOptions) -> None:
         result = await agent.run_in(ctx, "go", options, run_id=f"step-{next(counter)}")
-        if result.turns != DURABLE_STEPS:
-            raise SystemExit(f"the run took {result.turns} turns: {result.error}")
+        if result.steps != DURABLE_STEPS:
+            raise SystemExit(f"the run took {result.steps} steps: {result.error}")
 
     plain_ms = await median_ms(lambda: run(plain), repetitions)
     durable_ms = await median_ms(lambda: run(durable), repetitions)

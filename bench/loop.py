@@ -190,9 +190,9 @@ class TillerRunner:
     async def run(self) -> int:
         context = RunContext(jail=self.jail, approver=AllowAll())
         result = await self.agent.run_in(context, "go", self.options)
-        if result.stop_cause is not StopCause.COMPLETED or result.turns != self.steps:
+        if result.stop_cause is not StopCause.COMPLETED or result.steps != self.steps:
             raise RuntimeError(f"bench run ended badly: {result.stop_cause} {result.error}")
-        return result.turns
+        return result.steps
 
 
 # ── (1) per-step cost ────────────────────────────────────────────────────────────────

@@ -68,8 +68,8 @@ async def run_once(model: Any, ctx: RunContext, options: RunOptions) -> int:
     result = await Agent(model, [lookup]).run_in(
         ctx, "Look everything up.", options, on_event=events.append, run_id=RUN_ID
     )
-    if result.turns != STEPS:
-        raise SystemExit(f"the run took {result.turns} turns, not {STEPS}: {result.error}")
+    if result.steps != STEPS:
+        raise SystemExit(f"the run took {result.steps} steps, not {STEPS}: {result.error}")
     return len(events)
 
 

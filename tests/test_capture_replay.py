@@ -94,7 +94,7 @@ async def captured(steps: int, ctx: RunContext) -> tuple[Run, Capture]:
     captures = memory_capture()
     run = await drive(ScriptedModel(script(steps)), ctx, options(steps, captures))
     assert run.result.stop_cause is StopCause.COMPLETED
-    assert run.result.turns == steps
+    assert run.result.steps == steps
     return run, captures[RUN_ID]
 
 

@@ -85,3 +85,26 @@ def test_turn_budget_still_reads_as_the_step_budget() -> None:
     )
     assert stored.stop_cause is StopCause.STEP_BUDGET
     assert orjson.loads(stored.to_json())["stop_cause"] == "step_budget"
+
+
+async def test_run_result_turns_and_trace_turn_warn_and_are_the_step_numbers(
+    tmp_path: Path,
+) -> None:
+    from tiller import Agent, AllowAll, ScriptedModel, tool
+
+    @tool
+    def note(text: str) -> str:
+        """Take a note."""
+        return text
+
+    calls = {"tool_calls": [{"name": "note", "arguments": {"text": "a"}}]}
+    result = await Agent(ScriptedModel([calls, "done"]), [note]).run(
+        "go", workspace=tmp_path, approver=AllowAll()
+    )
+    assert result.steps == 2
+    with pytest.warns(DeprecationWarning, match=r"RunResult\.turns is now RunResult\.steps"):
+        assert result.turns == 2
+    (entry,) = result.tool_trace
+    assert entry.step == 1
+    with pytest.warns(DeprecationWarning, match=r"ToolTraceEntry\.turn is now .*\.step"):
+        assert entry.turn == 1

@@ -52,7 +52,7 @@ TURNS = [
 async def test_run_scripted_runs_an_agent_or_a_factory(tmp_path: Path) -> None:
     agent = Agent(_placeholder(), [lookup])
     result, events = await run_scripted(agent, TURNS, "find", workspace=tmp_path)
-    assert result.completed and result.text == "Found both." and result.turns == 3
+    assert result.completed and result.text == "Found both." and result.steps == 3
     assert [t.name for t in result.tool_trace] == ["lookup", "lookup"]
     assert events[0].type == "RUN_STARTED" and events[-1].type == "RUN_FINISHED"
     assert isinstance(agent.model, _Placeholder)  # the caller's agent keeps its model

@@ -64,7 +64,7 @@ async def test_turn_ceiling_without_reserve_makes_no_more_calls(ctx: RunContext)
     assert result.stop_cause is StopCause.STEP_BUDGET
     assert result.exhausted
     assert len(model.requests) == 2
-    assert result.turns == 2
+    assert result.steps == 2
     assert run.terminal["type"] == "RUN_FINISHED"
     assert run.terminal["result"] == {"stopCause": "step_budget"}
     assert run.terminal["outcome"] == {"type": "success"}
@@ -93,7 +93,7 @@ async def test_turn_ceiling_with_reserve_makes_one_toolless_final_call(ctx: RunC
     assert [r.call_id for r in nudge.tool_results] == ["r1-call-2"]
     assert result.text == "I found: seen."
     assert "final answer" in [e.get("stepName") for e in run.wire]
-    assert result.turns == 3
+    assert result.steps == 3
     assert budget.steps == 3
 
 
@@ -287,7 +287,7 @@ async def test_a_budget_shared_by_concurrent_runs(workspace: Path) -> None:
         *(drive(Agent(m, [look]), "go", context, run_id=f"r{i}") for i, m in enumerate(models))
     )
     assert [run.result.stop_cause for run in runs] == [StopCause.STEP_BUDGET] * 2
-    assert sum(run.result.turns for run in runs) == 4
+    assert sum(run.result.steps for run in runs) == 4
     assert budget.steps == 4
 
 
@@ -344,7 +344,7 @@ async def test_a_budget_shared_with_a_nested_run(workspace: Path) -> None:
     run = await drive(Agent(outer_model, [delegate]), "go", context)
     (inner_result,) = inner_results
     assert inner_result.stop_cause is StopCause.STEP_BUDGET
-    assert inner_result.turns == 2
+    assert inner_result.steps == 2
     assert len(inner_model.requests) == 2
     assert run.result.stop_cause is StopCause.STEP_BUDGET
     assert len(outer_model.requests) == 1

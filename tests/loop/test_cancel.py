@@ -101,7 +101,7 @@ async def test_cancel_mid_text_keeps_the_partial_text(ctx: RunContext) -> None:
     assert transcript_of(result) == snapshot(["user: hi", "assistant r1-msg-1: Hello wor"])
     assert result.usage_complete is False
     assert result.usage.requests == 1
-    assert result.turns == 1
+    assert result.steps == 1
     assert event_types(wire) == snapshot(
         [
             "RUN_STARTED",
@@ -460,7 +460,7 @@ async def test_cancel_exactly_between_turns(ctx: RunContext) -> None:
     run = await drive(Agent(model, [look]), "go", context)
     assert_cancelled(run)
     assert len(model.requests) == 1
-    assert run.result.turns == 1
+    assert run.result.steps == 1
     assert run.result.usage_complete is True
     assert transcript_of(run) == snapshot(
         [

@@ -391,7 +391,7 @@ async def test_a_300_turn_run_compacts_stays_in_its_window_and_keeps_its_tasks(
     # Every summary call was paid from the run's budget, and counted in its usage.
     assert budget.steps == len(model.requests) == 300 + project.summaries
     assert budget.usage == result.usage
-    assert result.turns == 300
+    assert result.steps == 300
     # The audit trail is bounded.
     assert len(state.compaction.rewritten) == AUDIT_KEPT
     assert state.compaction.rewritten_dropped == len(events) - AUDIT_KEPT
@@ -453,7 +453,7 @@ async def test_summaries_are_charged_to_the_budget(ctx: RunContext) -> None:
     assert budget.usage.output_tokens >= 77 * len(summaries)
     assert run.result.cost_usd == pytest.approx(budget.cost_usd)
     assert budget.steps_in_flight == budget.tokens_in_flight == 0
-    assert run.result.turns == len(model.requests) - len(summaries)
+    assert run.result.steps == len(model.requests) - len(summaries)
 
 
 def _long_task(info: TurnInfo) -> Any:

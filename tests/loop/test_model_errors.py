@@ -37,7 +37,7 @@ async def test_a_429_is_retried_after_retry_after(
     assert run.result.stop_cause is StopCause.COMPLETED
     assert run.result.text == "Hello!"
     assert len(model.requests) == 2
-    assert run.result.turns == 1
+    assert run.result.steps == 1
     assert run.result.usage_complete is True
     assert "RUN_ERROR" not in run.kinds
     assert any("retrying in 0.01s" in record.getMessage() for record in caplog.records)

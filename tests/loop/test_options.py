@@ -42,7 +42,7 @@ async def test_max_steps_is_a_hard_cap(ctx: RunContext) -> None:
     run = await drive(Agent(model, [look]), "go", ctx, RunOptions(max_steps=2))
     assert run.result.stop_cause is StopCause.MAX_STEPS
     assert run.result.exhausted
-    assert run.result.turns == 2
+    assert run.result.steps == 2
     assert len(model.requests) == 2
     assert run.terminal["result"] == {"stopCause": "max_steps"}
     assert run.kinds.count("STEP_STARTED") == 2

@@ -83,7 +83,7 @@ async def test_continuing_from_every_step_boundary(tmp_path: Path) -> None:
     whole_world = World(tmp_path / "whole")
     whole = await drive(whole_world.agent(SCRIPT), "Find a and b.", whole_world.ctx)
     assert whole.result.stop_cause is StopCause.COMPLETED
-    assert whole.result.turns == len(SCRIPT)
+    assert whole.result.steps == len(SCRIPT)
     assert whole_world.notes == ["found a"]
     assert transcript_of(whole) == snapshot(
         [
@@ -112,7 +112,7 @@ async def test_continuing_from_every_step_boundary(tmp_path: Path) -> None:
             world.agent(SCRIPT), "Find a and b.", world.ctx, RunOptions(max_steps=k)
         )
         assert first.result.stop_cause is StopCause.MAX_STEPS
-        assert first.result.turns == k
+        assert first.result.steps == k
         saved = first.result.state.to_json()
         loaded = RunState.from_json(saved)
         assert loaded == first.result.state
@@ -183,7 +183,7 @@ async def test_continuing_a_finished_run_with_a_new_question(ctx: RunContext) ->
         ["user: Capital of France?", "assistant r1-msg-1: Paris.", "user: And of Italy?"]
     )
     assert rest.result.text == "Rome."
-    assert rest.result.turns == 2
+    assert rest.result.steps == 2
     # The caller's state was copied, not changed.
     assert state.stop_cause is StopCause.COMPLETED
     assert len(state.messages) == 3

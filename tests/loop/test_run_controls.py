@@ -388,7 +388,7 @@ async def test_one_base_run_twice_at_once_gives_each_run_its_own_budget(
     runs = await asyncio.gather(
         drive(agent, "go", base, run_id="r0"), drive(agent, "go", base, run_id="r1")
     )
-    assert all(run.result.turns == 2 for run in runs)
+    assert all(run.result.steps == 2 for run in runs)
     # One run took the context's own controls, the other got fresh ones.
     assert base.budget.steps == 2
     # Run again after both ended: the context's own controls are free, and reused.
@@ -408,7 +408,7 @@ async def test_controls_passed_on_are_shared_by_every_run_on_purpose(workspace: 
         drive(agent, "go", base.with_phase(Phase.EXECUTE), run_id="r1"),
     )
     assert controls.budget.steps == 3
-    assert sorted(run.result.turns for run in runs) == [1, 2]
+    assert sorted(run.result.steps for run in runs) == [1, 2]
 
 
 async def test_a_subagent_spends_from_its_parent_and_steering_reaches_the_parent(

@@ -91,7 +91,7 @@ async def test_the_whole_stream_of_a_two_turn_run(ctx: RunContext) -> None:
     result = run.result
     assert result.stop_cause is StopCause.COMPLETED
     assert result.completed
-    assert (result.text, result.turns, result.output, result.error) == ("It is 3.", 2, None, None)
+    assert (result.text, result.steps, result.output, result.error) == ("It is 3.", 2, None, None)
     assert result.usage == Usage(input_tokens=16, output_tokens=5, requests=2)
     assert result.usage_complete
     assert run.messages[1] == AssistantMessage(
@@ -103,7 +103,7 @@ async def test_the_whole_stream_of_a_two_turn_run(ctx: RunContext) -> None:
         ),
     )
     (entry,) = result.tool_trace
-    assert (entry.call_id, entry.name, entry.arguments, entry.turn) == (
+    assert (entry.call_id, entry.name, entry.arguments, entry.step) == (
         "r-call-1",
         "add",
         '{"a":1,"b":2}',

@@ -6,7 +6,7 @@ agent first plans a checklist (find the bug, fix it, verify), then reads the fil
 the tests with a real shell (their output streams under the call), edits the code and
 re-runs the tests, ticking the checklist off as it goes. Midway a steering message arrives
 (as if typed by a person) and is folded into the next step. The run ends with a summary:
-turns, tokens, stop cause, and the diff of what changed.
+steps, tokens, stop cause, and the diff of what changed.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ async def run_demo(
         result = await agent.run_in(run_ctx, TASK, on_event=on_event, run_id="demo")
         console.rule("[bold]summary")
         console.print(f"stop cause  {result.stop_cause.value}")
-        console.print(f"steps       {result.turns}")
+        console.print(f"steps       {result.steps}")
         console.print(
             f"tokens      {result.usage.input_tokens:,} in / {result.usage.output_tokens:,} out"
         )

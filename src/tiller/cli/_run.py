@@ -467,7 +467,7 @@ def _summary(
     console.print(
         f"stop cause  {result.stop_cause.value}" + (" (exhausted)" if result.exhausted else "")
     )
-    console.print(f"steps       {result.turns}")
+    console.print(f"steps       {result.steps}")
     console.print(budget_line(budget).strip(" ─"))
     if not result.usage_complete:
         console.print(Text("usage is partial: a model call was cut short", style="yellow"))

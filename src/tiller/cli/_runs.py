@@ -434,7 +434,7 @@ def _summary(console: Console, result: RunResult) -> int:
 
     console.rule("[bold]summary")
     console.print(f"stop cause  {result.stop_cause.value}")
-    console.print(f"steps       {result.turns}")
+    console.print(f"steps       {result.steps}")
     if result.pause_reason:
         console.print(f"paused      {result.pause_reason}")
     if result.error:

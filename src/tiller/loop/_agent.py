@@ -508,7 +508,7 @@ class _LoopRun:
             text=last.text if last is not None else "",
             stop_cause=state.stop_cause,
             usage=state.usage,
-            turns=state.step,
+            steps=state.step,
             cost_usd=state.cost_usd,
             usage_complete=state.usage_complete,
             state=state,

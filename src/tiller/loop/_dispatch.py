@@ -482,7 +482,7 @@ class Dispatcher:
                 call_id=call.id,
                 name=call.name,
                 arguments=call.arguments,
-                turn=record.step,
+                step=record.step,
                 is_error=is_error,
                 refused_by=record.refused_by,
                 unknown=record.refused_by == "unknown",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ class ToolTraceEntry:
     call_id: str
     name: str
     arguments: str
-    turn: int
+    step: int
     is_error: bool = False
     refused_by: str | None = None
     unknown: bool = False
@@ -30,12 +31,19 @@ class ToolTraceEntry:
     def denied(self) -> bool:
         return self.refused_by is not None
 
+    @property
+    def turn(self) -> int:
+        """Deprecated: `step` (the step number the call was made in)."""
+        _renamed("ToolTraceEntry.turn", "ToolTraceEntry.step")
+        return self.step
+
 
 @dataclass(slots=True, frozen=True)
 class RunResult:
     """The final text (or validated `output`), usage, cost, why the run stopped, and more.
 
-    `exhausted` is true when a ceiling stopped the run (turns, tokens, cost, steps);
+    `exhausted` is true when a ceiling stopped the run (steps, tokens, cost); `steps` is
+    how many steps (model turns) it made;
     `usage_complete` is false when a model call was cut short (its usage is partial).
     `state` is the whole `RunState`, to inspect, store, or continue from.
     """
@@ -43,7 +51,7 @@ class RunResult:
     text: str
     stop_cause: StopCause
     usage: Usage
-    turns: int
+    steps: int
     cost_usd: float
     usage_complete: bool
     state: RunState
@@ -67,5 +75,17 @@ class RunResult:
         return refusals_of(self.tool_trace, self.state)
 
     @property
+    def turns(self) -> int:
+        """Deprecated: `steps`."""
+        _renamed("RunResult.turns", "RunResult.steps")
+        return self.steps
+
+    @property
     def completed(self) -> bool:
         return self.stop_cause is StopCause.COMPLETED
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is now {new}; {old} goes in the next release", DeprecationWarning, stacklevel=3
+    )
