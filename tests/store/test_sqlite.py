@@ -133,7 +133,7 @@ async def test_records_and_revisions_survive_reopening(tmp_path: Path) -> None:
         entry = await kv.get("k")
         assert entry is not None and (entry.value, entry.revision) == (b"v", first)
         assert await kv.put("other", b"") > first
-        job = await (await bus.queue("q")).claim("w", 30)
+        job = await (await bus.queue("q")).claim("w")
         assert job is not None and job.id == "j"
 
 
@@ -201,7 +201,7 @@ async def test_namespaces_keep_buses_apart(tmp_path: Path) -> None:
         await (await a.kv("bucket")).put("k", b"a")
         assert await (await b.kv("bucket")).get("k") is None
         await (await a.queue("q")).enqueue(b"a")
-        assert await (await b.queue("q")).claim("w", 30) is None
+        assert await (await b.queue("q")).claim("w") is None
         heard_by_b = await b.subscribe("s")
         heard_by_a = await a.subscribe("s")
         await a.publish("s", b"for a")
@@ -252,9 +252,9 @@ async def main(url: str, name: str, rounds: int) -> None:
                     break
                 except RevisionConflict:
                     pass
-        queue = await bus.queue("jobs")
+        queue = await bus.queue("jobs", lease=600)
         jobs = []
-        while (job := await queue.claim(name, 600)) is not None:
+        while (job := await queue.claim(name)) is not None:
             jobs.append(job.id)
             await queue.ack(job)
         print(json.dumps({"won": won, "revisions": revisions, "jobs": jobs}))
