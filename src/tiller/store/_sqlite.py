@@ -138,6 +138,11 @@ _UNAVAILABLE_CODES = {
     sqlite3.SQLITE_IOERR,
     sqlite3.SQLITE_PROTOCOL,
 }
+#: A claim's read: the first due job of a queue, one entry of the `jobs_due` index.
+DUE_JOB = (
+    "SELECT id, state, attempt FROM jobs WHERE queue = ? AND available_at <= ? "
+    "ORDER BY available_at, seq LIMIT 1"
+)
 _KEY_CEILING = "\x7f"  # above every character encode_key emits
 _POLL_BATCH = 1000
 _PRUNE_EVERY = 64
@@ -297,11 +302,7 @@ class SqliteJobQueue:
 
         def take(conn: sqlite3.Connection) -> Job | None:
             while True:
-                row = conn.execute(
-                    "SELECT id, state, attempt FROM jobs WHERE queue = ? AND available_at <= ? "
-                    "ORDER BY available_at, seq LIMIT 1",
-                    (self._stored, now),
-                ).fetchone()
+                row = conn.execute(DUE_JOB, (self._stored, now)).fetchone()
                 if row is None:
                     return None
                 encoded, state, attempt = str(row[0]), str(row[1]), int(row[2])
