@@ -353,3 +353,34 @@ async def test_reconnect_buffers_publishes_and_fails_jetstream_calls_meanwhile(
         assert entry is not None and entry.value == b"after"
     await subscription.aclose()
     await proxy.cut()
+
+
+async def test_a_claim_while_the_server_is_away_is_unavailable_not_empty(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """A fetch that gets no answer because the link is down raises `StoreUnavailable`
+    (a worker must stop claiming, not conclude the queue is empty); after the reconnect
+    the same queue handle claims again."""
+    proxy = _Proxy()
+    await proxy.start()
+    namespace = _namespace()
+    flaky = await open_nats(
+        namespace, url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5, claim_wait=0.1
+    )
+    steady = await open_nats(namespace)
+    queue = await flaky.queue("work")
+    await (await steady.queue("work")).enqueue(b"p", job_id="j1")
+
+    async with asyncio.timeout(30):
+        await proxy.cut()
+        await flaky._disconnected.wait()
+        with pytest.raises(StoreUnavailable):
+            await queue.claim("w1")
+        await proxy.start()
+        await flaky._connected.wait()
+        job = None
+        while job is None:
+            job = await queue.claim("w1")
+        assert job.id == "j1"
+        await queue.ack(job)
+    await proxy.cut()

@@ -596,6 +596,11 @@ class NatsJobQueue:
                     try:
                         msgs = await self._sub.fetch(1, timeout=self._bus._claim_wait)
                     except nats.errors.TimeoutError:
+                        if not self._bus._nc.is_connected:
+                            # No answer because no server: not an empty queue.
+                            raise StoreUnavailable(
+                                f"queue {self.name}: claim: NATS is unavailable"
+                            ) from None
                         return None
                 job = await self._take(msgs[0], worker)
                 if job is not None:
@@ -720,9 +725,10 @@ class NatsJobQueue:
         reason: str,
         attempt: int,
     ) -> None:
-        """Record the dead letter, then `term` the message: a crash in between leaves the
-        message to be delivered (and dead-lettered) again; the dead letter's `Nats-Msg-Id`
-        keeps that from recording it twice within the duplicate window."""
+        """Record the dead letter, then `term` the message. A crash in between leaves the
+        message to be delivered again (and dead-lettered again, by whoever settles it the
+        same way); the dead letter's `Nats-Msg-Id` (the message's stream sequence) keeps
+        that from recording it twice within the duplicate window."""
         js = self._bus._js_context()
         record = {
             "schema_version": 1,
