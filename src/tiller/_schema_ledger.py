@@ -176,16 +176,30 @@ LEDGER: Mapping[str, RecordKind] = dict(
             SchemaVersion(1, "0.1.0", "`{owner, expires_at}`, written by compare-and-set."),
         ),
         _kind(
-            "job",
-            "the NATS backend's job queue state",
+            "dead_letter",
+            "the `Tiller-Dead-Letter` header of a NATS queue's dead-letter stream "
+            "(`TQD_<namespace>-<queue>`), beside the job's payload",
             ("store/_nats.py",),
-            SchemaVersion(1, "0.1.0", "A queued job's attempt, worker, expiry and order."),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "`{id, reason, attempt, at}`: why a job will never run again. (Until issue "
+                "16, the NATS queue kept a `job` state record per job instead; such a "
+                "queue's stream is refused, to be deleted.) " + _WRITTEN_BY,
+            ),
         ),
         _kind(
             "sqlite_database",
             "the `meta` table of a `sqlite:///` store",
             ("store/_sqlite.py",),
             SchemaVersion(1, "0.1.0", "The tables of the embedded store."),
+            SchemaVersion(
+                2,
+                "0.1.0",
+                "Job queues: dead jobs (termed, or out of deliveries) move from `jobs` to "
+                "`dead_letters`, and claims read the `jobs_due` index; a version 1 file is "
+                "migrated when opened.",
+            ),
         ),
         _kind(
             "taint_index",

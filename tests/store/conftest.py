@@ -72,7 +72,11 @@ async def make_bus(kind: str, clock: FakeClock, tmp_path: Path, namespace: str) 
             from tiller.store._nats import NatsBus
 
             return await NatsBus.connect(
-                NATS_URL, clock=clock, namespace=namespace, request_timeout=30.0
+                NATS_URL,
+                clock=clock,
+                namespace=namespace,
+                request_timeout=30.0,
+                claim_wait=0.1,
             )
     except Exception as exc:
         pytest.fail(

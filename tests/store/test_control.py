@@ -104,8 +104,8 @@ class MutedBus:
     async def subscribe(self, subject: str) -> Subscription:
         return await self.inner.subscribe(subject)
 
-    async def queue(self, name: str) -> JobQueue:
-        return await self.inner.queue(name)
+    async def queue(self, name: str, *, lease: float = 30.0, max_deliver: int = 5) -> JobQueue:
+        return await self.inner.queue(name, lease=lease, max_deliver=max_deliver)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -140,10 +140,40 @@ async def test_a_large_job_payload_goes_through_the_queue(
     queue = await bus.queue("work")
     payload = b"p" * (2 * MiB + 1)
     await queue.enqueue(payload, job_id="big")
-    job = await queue.claim("w1", 30)
+    job = await queue.claim("w1")
     assert job is not None and job.payload == payload
     await queue.ack(job)
-    assert await queue.claim("w1", 30) is None
+    assert await queue.claim("w1") is None
+
+
+async def test_a_message_that_is_not_a_job_is_dead_lettered_and_never_blocks(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    bus = await open_nats(clock=FakeClock(), claim_wait=0.1)
+    queue = await bus.queue("work")
+    # Something other than tiller publishes on the queue's subject: no job header.
+    await bus._js.publish(queue._subject, b"stray")
+    await queue.enqueue(b"real", job_id="j1")
+    job = await queue.claim("w1")
+    assert job is not None and (job.id, job.payload) == ("j1", b"real")
+    await queue.ack(job)
+    (dead,) = await queue.dead_letters()
+    assert dead.payload == b"stray" and dead.reason.startswith("not a tiller job")
+
+
+async def test_the_lease_and_limit_are_the_consumers(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    namespace = _namespace()
+    one, two = await open_nats(namespace), await open_nats(namespace)
+    await one.queue("work", lease=7.0, max_deliver=3)
+    info = await one._js.consumer_info(f"TQ_{namespace}-work", "tiller")
+    assert (info.config.ack_wait, info.config.max_deliver) == (7.0, 4)
+    # Another process opening the queue with other options changes them for everyone.
+    queue = await two.queue("work", lease=11.0, max_deliver=2)
+    assert (queue.lease, queue.max_deliver) == (11.0, 2)
+    info = await one._js.consumer_info(f"TQ_{namespace}-work", "tiller")
+    assert (info.config.ack_wait, info.config.max_deliver) == (11.0, 3)
 
 
 # ── two connections, namespaces ──────────────────────────────────────────────────────
@@ -188,7 +218,7 @@ async def test_two_workers_on_two_connections_claim_a_job_once(
     two = await open_nats(namespace, clock=clock)
     await (await one.queue("jobs")).enqueue(b"payload", job_id="j1")
     queues = [await one.queue("jobs"), await two.queue("jobs")]
-    claims = await asyncio.gather(*(q.claim(f"w{i}", 30) for i, q in enumerate(queues)))
+    claims = await asyncio.gather(*(q.claim(f"w{i}") for i, q in enumerate(queues)))
     assert sorted(job.id if job else "" for job in claims) == ["", "j1"]
 
 
@@ -322,4 +352,35 @@ async def test_reconnect_buffers_publishes_and_fails_jetstream_calls_meanwhile(
         entry = await (await steady.kv("b")).get("k")
         assert entry is not None and entry.value == b"after"
     await subscription.aclose()
+    await proxy.cut()
+
+
+async def test_a_claim_while_the_server_is_away_is_unavailable_not_empty(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """A fetch that gets no answer because the link is down raises `StoreUnavailable`
+    (a worker must stop claiming, not conclude the queue is empty); after the reconnect
+    the same queue handle claims again."""
+    proxy = _Proxy()
+    await proxy.start()
+    namespace = _namespace()
+    flaky = await open_nats(
+        namespace, url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5, claim_wait=0.1
+    )
+    steady = await open_nats(namespace)
+    queue = await flaky.queue("work")
+    await (await steady.queue("work")).enqueue(b"p", job_id="j1")
+
+    async with asyncio.timeout(30):
+        await proxy.cut()
+        await flaky._disconnected.wait()
+        with pytest.raises(StoreUnavailable):
+            await queue.claim("w1")
+        await proxy.start()
+        await flaky._connected.wait()
+        job = None
+        while job is None:
+            job = await queue.claim("w1")
+        assert job.id == "j1"
+        await queue.ack(job)
     await proxy.cut()

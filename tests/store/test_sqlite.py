@@ -20,7 +20,7 @@ from tiller.store import (
     Subscription,
     open_bus,
 )
-from tiller.store._sqlite import SCHEMA_VERSION
+from tiller.store._sqlite import DUE_JOB, SCHEMA_VERSION
 
 
 def url_of(path: Path, query: str = "") -> str:
@@ -114,6 +114,58 @@ async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
         await open_bus(url_of(path))
 
 
+SCHEMA_1_JOBS = """
+CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE jobs (
+    queue TEXT NOT NULL, id TEXT NOT NULL, seq INTEGER NOT NULL, payload BLOB NOT NULL,
+    state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0,
+    worker TEXT NOT NULL DEFAULT '', available_at REAL NOT NULL,
+    reason TEXT NOT NULL DEFAULT '', PRIMARY KEY (queue, id)
+) WITHOUT ROWID;
+CREATE INDEX jobs_order ON jobs (queue, seq);
+INSERT INTO meta VALUES ('schema_version', 1), ('revision', 3);
+INSERT INTO jobs VALUES ('q', 'dead', 1, x'70', 'term', 2, '', 0, 'bad input');
+INSERT INTO jobs VALUES ('q', 'live', 2, x'71', 'ready', 0, '', 0, '');
+"""
+
+
+async def test_a_schema_1_file_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_1_JOBS)
+    conn.close()
+    async with await open_bus(url_of(path)) as bus:
+        queue = await bus.queue("q")
+        assert [(d.id, d.payload, d.reason, d.attempt) for d in await queue.dead_letters()] == [
+            ("dead", b"p", "bad input", 2)
+        ]
+        job = await queue.claim("w")
+        assert job is not None and (job.id, job.payload) == ("live", b"q")
+        assert await queue.claim("w") is None
+    with sqlite3.connect(path) as conn:
+        version = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'")
+        assert version.fetchone() == (SCHEMA_VERSION,) == (2,)
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert "jobs_due" in indexes and "jobs_order" not in indexes
+    conn.close()
+
+
+async def test_a_claim_reads_the_due_index_not_the_table(tmp_path: Path) -> None:
+    """The claim's query, as SQLite plans it: a search of `jobs_due`, never a scan."""
+    path = tmp_path / "x.db"
+    async with await open_bus(url_of(path)) as bus:
+        queue = await bus.queue("q")
+        for n in range(50):
+            await queue.enqueue(b"", job_id=f"j{n}")
+    with sqlite3.connect(path) as conn:
+        conn.execute("ANALYZE")
+        plan = " / ".join(
+            row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {DUE_JOB}", ("q", 1.0))
+        )
+    conn.close()
+    assert "jobs_due" in plan and "SCAN" not in plan and "TEMP B-TREE" not in plan, plan
+
+
 async def test_not_a_database_is_a_store_error(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     path.write_bytes(b"this is not a database, just some bytes " * 100)
@@ -133,7 +185,7 @@ async def test_records_and_revisions_survive_reopening(tmp_path: Path) -> None:
         entry = await kv.get("k")
         assert entry is not None and (entry.value, entry.revision) == (b"v", first)
         assert await kv.put("other", b"") > first
-        job = await (await bus.queue("q")).claim("w", 30)
+        job = await (await bus.queue("q")).claim("w")
         assert job is not None and job.id == "j"
 
 
@@ -201,7 +253,7 @@ async def test_namespaces_keep_buses_apart(tmp_path: Path) -> None:
         await (await a.kv("bucket")).put("k", b"a")
         assert await (await b.kv("bucket")).get("k") is None
         await (await a.queue("q")).enqueue(b"a")
-        assert await (await b.queue("q")).claim("w", 30) is None
+        assert await (await b.queue("q")).claim("w") is None
         heard_by_b = await b.subscribe("s")
         heard_by_a = await a.subscribe("s")
         await a.publish("s", b"for a")
@@ -252,9 +304,9 @@ async def main(url: str, name: str, rounds: int) -> None:
                     break
                 except RevisionConflict:
                     pass
-        queue = await bus.queue("jobs")
+        queue = await bus.queue("jobs", lease=600)
         jobs = []
-        while (job := await queue.claim(name, 600)) is not None:
+        while (job := await queue.claim(name)) is not None:
             jobs.append(job.id)
             await queue.ack(job)
         print(json.dumps({"won": won, "revisions": revisions, "jobs": jobs}))

@@ -5,8 +5,10 @@
   compare-and-set records with an expiry, for "exactly one process proceeds";
 - **pub/sub** subjects (`Bus.publish`, `Bus.subscribe`): fast delivery only; anything that
   must survive a reconnect is also written to the KV (control messages are);
-- a **job queue** (`Bus.queue(name)`): enqueue, claim with a lease, ack / nak / term, and
-  redelivery when a lease lapses, for worker fleets.
+- a **job queue** (`Bus.queue(name, lease=..., max_deliver=...)`): enqueue (idempotent by
+  job id), claim with the queue's lease, extend, ack / nak (with a delay) / term (with a
+  reason), redelivery when a lease lapses, and a dead-letter list for jobs that will never
+  run (termed, or out of deliveries), for worker fleets.
 
 Backends (`open_bus(url)`): `memory://` (tests), `sqlite:///path` (the embedded default),
 `nats://host:port` (JetStream). One contract test suite runs against all three.
@@ -29,7 +31,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ..errors import TillerError, UsageError
@@ -39,11 +41,13 @@ __all__ = [
     "BusClosed",
     "BusMessage",
     "Clock",
+    "DeadLetter",
     "Entry",
     "Job",
     "JobQueue",
     "KeyValue",
     "Lease",
+    "LeaseLost",
     "NotFound",
     "RevisionConflict",
     "StoreError",
@@ -86,6 +90,19 @@ class RevisionConflict(StoreError):
         self.key = key
         self.expected = expected
         self.actual = actual
+
+
+class LeaseLost(NotFound):
+    """A claimed job was settled or extended by a delivery that no longer holds it: its
+    lease lapsed (and it may already be another worker's), or it was settled before.
+
+    A `NotFound`: for this delivery, the job is gone."""
+
+    def __init__(self, queue: str, job_id: str, attempt: int, why: str) -> None:
+        super().__init__(f"queue {queue}: job {job_id!r} (attempt {attempt}) {why}")
+        self.queue = queue
+        self.job_id = job_id
+        self.attempt = attempt
 
 
 class StoreUnavailable(StoreError):
@@ -233,8 +250,9 @@ class BusMessage:
 
 @dataclass(slots=True, frozen=True)
 class Job:
-    """A claimed job. `attempt` counts deliveries, from 1; `lease` must be acked, nakked
-    or termed before `lease_expires_at`, or the job is delivered again."""
+    """A claimed job: one delivery of it. `attempt` is the delivery count, from 1 (on NATS,
+    JetStream's own `num_delivered`). Settle it (`ack`, `nak`, `term`) or `extend` it
+    before `lease_expires_at` (the store's clock), or it is delivered again."""
 
     queue: str
     id: str
@@ -242,6 +260,48 @@ class Job:
     attempt: int
     worker: str
     lease_expires_at: float
+    #: The backend's handle on this delivery (NATS: the JetStream message).
+    handle: object = field(default=None, compare=False, repr=False)
+
+
+@dataclass(slots=True, frozen=True)
+class DeadLetter:
+    """A job that will never be delivered again, with why: termed by a worker (`reason` is
+    the worker's), or out of deliveries (`reason` is the last attempt's error: the error
+    its `nak` gave, or that its lease lapsed). `attempt` is the last delivery's count;
+    `payload` is the job's, so it can be inspected or enqueued again by hand."""
+
+    queue: str
+    id: str
+    payload: bytes
+    reason: str
+    attempt: int
+    at: float  # the store's clock when it was dead-lettered
+
+
+#: A queue's lease when none is given: long enough for a model call, short enough that a
+#: dead worker's job is taken again within a minute.
+DEFAULT_LEASE = 30.0
+#: Deliveries a job gets when the queue does not say.
+DEFAULT_MAX_DELIVER = 5
+
+
+def check_queue_options(lease: float, max_deliver: int) -> None:
+    """The shared argument check of `Bus.queue`."""
+    if not lease > 0:
+        raise UsageError(f"a queue's lease must be positive seconds, not {lease!r}")
+    if isinstance(max_deliver, bool) or not isinstance(max_deliver, int) or max_deliver < 1:
+        raise UsageError(f"a queue's max_deliver must be a positive int, not {max_deliver!r}")
+
+
+def lapsed_reason(attempt: int) -> str:
+    """A dead letter's reason when its last delivery's lease lapsed (the worker died or
+    hung): the same words on every backend."""
+    return f"attempt {attempt}'s lease lapsed without an ack (the worker died or hung)"
+
+
+def nakked_reason(attempt: int, error: str | None) -> str:
+    return error if error else f"attempt {attempt} was nakked without an error"
 
 
 # ── ports ────────────────────────────────────────────────────────────────────────────
@@ -303,29 +363,56 @@ class Subscription(Protocol):
 
 @runtime_checkable
 class JobQueue(Protocol):
-    """A durable work queue: each job is processed by one worker at a time."""
+    """A durable work queue: each job is processed by one worker at a time.
+
+    The lease length and the delivery limit belong to the queue (`Bus.queue(name, lease=,
+    max_deliver=)`), not to a claim: on NATS they are the durable consumer's `AckWait` and
+    `MaxDeliver`, which the server applies to every delivery. A worker that needs longer
+    calls `extend` (a heartbeat) before its lease lapses.
+
+    Delivery is at least once: a job whose lease lapses is delivered again, with `attempt`
+    one higher. A job delivered `max_deliver` times whose last delivery fails (nakked, or
+    its lease lapsed) is dead-lettered with that last error instead of delivered again.
+    """
 
     name: str
+    #: Seconds a claim holds a job before it is delivered again (unless extended).
+    lease: float
+    #: Deliveries a job gets before it is dead-lettered.
+    max_deliver: int
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
-        """Add a job; returns its id (given ids make enqueueing idempotent)."""
+        """Add a job; returns its id. Enqueueing an id the queue already holds (waiting,
+        claimed or dead-lettered) does nothing: given ids make enqueueing idempotent (on
+        NATS within the stream's duplicate window: see `NatsJobQueue`)."""
         ...
 
-    async def claim(self, worker: str, lease: float) -> Job | None:
-        """The next job that is waiting or whose lease lapsed, leased to `worker` for `lease`
-        seconds; None if there is none now."""
+    async def claim(self, worker: str) -> Job | None:
+        """The next due job (waiting, or its lease lapsed), leased to `worker` for the
+        queue's `lease`; None if there is none now. Fresh jobs come in enqueue order."""
+        ...
+
+    async def extend(self, job: Job) -> Job:
+        """Restart the lease: the job is `worker`'s for another `lease` seconds from now;
+        returns the delivery with its new expiry (`LeaseLost` if it no longer holds it)."""
         ...
 
     async def ack(self, job: Job) -> None:
-        """Done: remove it (`NotFound` if the lease was lost and someone else has it)."""
+        """Done: remove it (`LeaseLost` if this delivery no longer holds it)."""
         ...
 
-    async def nak(self, job: Job, *, delay: float = 0.0) -> None:
-        """Not done: deliver it again after `delay` seconds."""
+    async def nak(self, job: Job, *, delay: float = 0.0, error: str | None = None) -> None:
+        """Not done: deliver it again after `delay` seconds; or, if this was its last
+        delivery, dead-letter it with `error` (`LeaseLost` if it no longer holds it)."""
         ...
 
     async def term(self, job: Job, reason: str) -> None:
-        """Never deliver it again (it cannot succeed); the reason is kept."""
+        """Never deliver it again (it cannot succeed): dead-letter it with `reason`
+        (`LeaseLost` if this delivery no longer holds it)."""
+        ...
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        """The queue's dead letters, oldest first (for inspection: it reads them all)."""
         ...
 
 
@@ -345,8 +432,13 @@ class Bus(Protocol):
 
     async def subscribe(self, subject: str) -> Subscription: ...
 
-    async def queue(self, name: str) -> JobQueue:
-        """The job queue (created on first use)."""
+    async def queue(
+        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+    ) -> JobQueue:
+        """The job queue (created on first use) with this lease length (seconds) and
+        delivery limit. On NATS they are stored in the queue's consumer, so the last
+        `queue()` call to set them wins for every worker; on SQLite and memory they are the
+        handle's, applied by the claims and settlements made through it."""
         ...
 
     async def aclose(self) -> None: ...

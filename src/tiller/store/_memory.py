@@ -8,25 +8,32 @@ concurrent tasks interleave the way they would against a real store.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
 from ._bus import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_DELIVER,
     Bus,
     BusClosed,
     BusMessage,
     Clock,
+    DeadLetter,
     Entry,
     Job,
     Lease,
-    NotFound,
+    LeaseLost,
     RevisionConflict,
     acquire_lease,
     check_bucket,
     check_namespace,
+    check_queue_options,
     check_subject,
+    lapsed_reason,
+    nakked_reason,
     release_lease,
     renew_lease,
     wall_clock,
@@ -140,65 +147,127 @@ class MemoryKeyValue:
 class _JobRecord:
     id: str
     payload: bytes
-    state: str  # "ready" | "claimed" | "term"
+    seq: int
+    state: str = "ready"  # "ready" | "claimed"
     attempt: int = 0
     worker: str = ""
     available_at: float = 0.0  # ready: deliverable from; claimed: the lease's expiry
-    reason: str = ""
+    version: int = 0  # bumped by every change: older entries of the due heap are stale
+
+
+@dataclass(slots=True)
+class _QueueState:
+    """One queue's jobs, shared by every handle on it: the records, a heap of due times
+    (so a claim takes the first due job without looking at the others) and the dead."""
+
+    jobs: dict[str, _JobRecord] = field(default_factory=dict)
+    due: list[tuple[float, int, str, int]] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    dead_ids: set[str] = field(default_factory=set)
+    seq: int = 0
+
+    def schedule(self, record: _JobRecord) -> None:
+        record.version += 1
+        heapq.heappush(self.due, (record.available_at, record.seq, record.id, record.version))
 
 
 class MemoryJobQueue:
-    """One job queue of a `MemoryBus`; jobs are claimed in enqueue order."""
+    """One job queue of a `MemoryBus`: fresh jobs in enqueue order, then redeliveries in
+    the order they fell due (a heap on (due time, enqueue order): a claim is O(log n))."""
 
-    def __init__(self, bus: MemoryBus, name: str, jobs: dict[str, _JobRecord]) -> None:
+    def __init__(
+        self, bus: MemoryBus, name: str, state: _QueueState, lease: float, max_deliver: int
+    ) -> None:
         self.name = name
+        self.lease = lease
+        self.max_deliver = max_deliver
         self._bus = bus
-        self._jobs = jobs
+        self._state = state
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
         await self._bus._checkpoint()
         job_id = check_job_id(job_id)
-        if job_id not in self._jobs:
-            self._jobs[job_id] = _JobRecord(job_id, bytes(payload), "ready")
+        state = self._state
+        if job_id not in state.jobs and job_id not in state.dead_ids:
+            state.seq += 1
+            record = _JobRecord(job_id, bytes(payload), state.seq)
+            state.jobs[job_id] = record
+            state.schedule(record)
         return job_id
 
-    async def claim(self, worker: str, lease: float) -> Job | None:
+    async def claim(self, worker: str) -> Job | None:
         await self._bus._checkpoint()
-        check_claim(worker, lease)
+        check_worker(worker)
         now = self._bus._clock()
-        for record in self._jobs.values():
-            if record.state != "term" and record.available_at <= now:
-                record.state = "claimed"
-                record.attempt += 1
-                record.worker = worker
-                record.available_at = now + lease
-                return Job(
-                    self.name, record.id, record.payload, record.attempt, worker, now + lease
-                )
+        state = self._state
+        while state.due and state.due[0][0] <= now:
+            _, _, job_id, version = heapq.heappop(state.due)
+            record = state.jobs.get(job_id)
+            if record is None or record.version != version:
+                continue  # settled or rescheduled since this entry was pushed
+            if record.state == "claimed" and record.attempt >= self.max_deliver:
+                self._bury(record, lapsed_reason(record.attempt))
+                continue
+            record.state, record.worker = "claimed", worker
+            record.attempt += 1
+            record.available_at = now + self.lease
+            state.schedule(record)
+            return Job(
+                self.name, record.id, record.payload, record.attempt, worker, now + self.lease
+            )
         return None
+
+    async def extend(self, job: Job) -> Job:
+        await self._bus._checkpoint()
+        record = self._held(job)
+        record.available_at = self._bus._clock() + self.lease
+        self._state.schedule(record)
+        return replace(job, lease_expires_at=record.available_at)
 
     async def ack(self, job: Job) -> None:
         await self._bus._checkpoint()
         self._held(job)
-        del self._jobs[job.id]
+        del self._state.jobs[job.id]
 
-    async def nak(self, job: Job, *, delay: float = 0.0) -> None:
+    async def nak(self, job: Job, *, delay: float = 0.0, error: str | None = None) -> None:
         await self._bus._checkpoint()
         record = self._held(job)
-        record.state = "ready"
+        if job.attempt >= self.max_deliver:
+            self._bury(record, nakked_reason(job.attempt, error))
+            return
+        record.state, record.worker = "ready", ""
         record.available_at = self._bus._clock() + max(delay, 0.0)
+        self._state.schedule(record)
 
     async def term(self, job: Job, reason: str) -> None:
         await self._bus._checkpoint()
-        record = self._held(job)
-        record.state = "term"
-        record.reason = reason
+        self._bury(self._held(job), reason)
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        await self._bus._checkpoint()
+        return list(self._state.dead)
+
+    def _bury(self, record: _JobRecord, reason: str) -> None:
+        state = self._state
+        del state.jobs[record.id]
+        state.dead_ids.add(record.id)
+        state.dead.append(
+            DeadLetter(
+                self.name, record.id, record.payload, reason, record.attempt, self._bus._clock()
+            )
+        )
 
     def _held(self, job: Job) -> _JobRecord:
-        """The record, if `job` is still its current delivery (nobody re-claimed it)."""
-        record = self._jobs.get(job.id)
-        if record is None or record.state != "claimed" or record.attempt != job.attempt:
-            raise NotFound(f"job {job.id!r} of queue {self.name!r} is no longer held by this lease")
+        """The record, if `job` is still its current delivery and its lease has not lapsed."""
+        check_own(self.name, job)
+        record = self._state.jobs.get(job.id)
+        if (
+            record is None
+            or record.state != "claimed"
+            or record.attempt != job.attempt
+            or record.available_at <= self._bus._clock()
+        ):
+            raise lease_lost(self.name, job)
         return record
 
 
@@ -214,7 +283,7 @@ class MemoryBus:
         self._prefix = f"{check_namespace(namespace)}:" if namespace else ""
         self._revision = 0
         self._buckets: dict[str, dict[str, Entry]] = {}
-        self._queues: dict[str, dict[str, _JobRecord]] = {}
+        self._queues: dict[str, _QueueState] = {}
         self._subscribers: dict[str, set[LocalSubscription]] = {}
         self._closed = False
 
@@ -236,10 +305,13 @@ class MemoryBus:
         self._subscribers.setdefault(name, set()).add(subscription)
         return subscription
 
-    async def queue(self, name: str) -> MemoryJobQueue:
+    async def queue(
+        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+    ) -> MemoryJobQueue:
         await self._checkpoint()
-        jobs = self._queues.setdefault(self._prefix + check_bucket(name), {})
-        return MemoryJobQueue(self, name, jobs)
+        check_queue_options(lease, max_deliver)
+        state = self._queues.setdefault(self._prefix + check_bucket(name), _QueueState())
+        return MemoryJobQueue(self, name, state, lease, max_deliver)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -301,11 +373,24 @@ def check_job_id(job_id: str | None) -> str:
     return job_id
 
 
-def check_claim(worker: str, lease: float) -> None:
+def check_worker(worker: str) -> None:
     if not worker:
         raise UsageError("a worker name must not be empty")
-    if not lease > 0:
-        raise UsageError(f"a claim's lease must be positive seconds, not {lease!r}")
+
+
+def check_own(queue: str, job: Job) -> None:
+    if job.queue != queue:
+        raise UsageError(f"queue {queue}: job {job.id!r} was claimed from queue {job.queue}")
+
+
+def lease_lost(queue: str, job: Job) -> LeaseLost:
+    return LeaseLost(
+        queue,
+        job.id,
+        job.attempt,
+        f"is no longer held by {job.worker!r}: its lease lapsed (it may be another "
+        "worker's now) or it was settled",
+    )
 
 
 def _is_bus(bus: MemoryBus) -> Bus:

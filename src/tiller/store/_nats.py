@@ -15,13 +15,21 @@ How each port maps onto JetStream, and why:
 - **Leases**: the shared compare-and-set helpers of `_bus`, expiry from the injected
   clock, so they behave exactly as on the other backends.
 - **Pub/sub**: core NATS subjects, prefixed with the namespace.
-- **Job queue**: a KV-shaped stream per queue (`TQ_<namespace>-<name>`, one record per job
-  state and one per payload) rather than a work-queue stream. A work-queue consumer has one
-  `ack_wait` for all claims (the Bus gives each claim its own lease), times leases on the
-  server's clock (the contract moves an injected clock), deduplicates `Nats-Msg-Id` only
-  inside a window, and cannot say that an ack came from a worker that lost its lease. Job
-  state records compared-and-set on the injected clock give the same semantics as SQLite,
-  at the price of a scan of the queue's live jobs per claim.
+- **Job queue**: JetStream's own work queue. Each queue is a WorkQueue-retention stream
+  (`TQ_<namespace>-<name>`, one subject) with one durable pull consumer (`tiller`): a claim
+  is a `fetch` of one message (waiting `claim_wait` seconds, then None), so it costs the
+  same at any depth; the lease is the consumer's `AckWait`, `extend` is `in_progress`, a
+  nak with a delay is JetStream's, an ack removes the message from the stream, and
+  `Job.attempt` is the message's `num_delivered`. `max_deliver` is enforced by the claim:
+  the consumer's `MaxDeliver` is one more, so the delivery after the last attempt reaches
+  a claimer, which dead-letters it (the last attempt's lease lapsed) instead of handing it
+  out; a nak on the last attempt and a `term` dead-letter at once. Dead letters go to a
+  second stream (`TQD_<namespace>-<name>`, created on the first), as the job's payload
+  with a `Tiller-Dead-Letter` header (id, reason, attempt, time), and the message is then
+  termed. A message without a tiller job header (published by something else) is
+  dead-lettered as not a job, so it never blocks the queue. A payload over the server's
+  limit goes through the queue's object store, as a KV record does. `NatsJobQueue` says
+  what the dedupe window means and what fencing an ack can and cannot do.
 
 Connection trouble: the client reconnects on its own, forever, once connected. A core
 publish made while it is reconnecting is buffered and sent after the reconnect; a
@@ -38,10 +46,11 @@ import contextlib
 import enum
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import cast
 
 import nats
 import nats.errors
@@ -52,14 +61,19 @@ from nats.aio.subscription import Subscription as CoreSubscription
 from nats.js import JetStreamContext
 from nats.js import api as js_api
 
+from .._schema_ledger import tiller_version
 from ..errors import UsageError
 from ._bus import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_DELIVER,
     BusClosed,
     BusMessage,
     Clock,
+    DeadLetter,
     Entry,
     Job,
     Lease,
+    LeaseLost,
     NotFound,
     RevisionConflict,
     StoreError,
@@ -67,14 +81,17 @@ from ._bus import (
     acquire_lease,
     check_bucket,
     check_namespace,
+    check_queue_options,
     check_subject,
     decode_key,
     encode_key,
+    lapsed_reason,
+    nakked_reason,
     release_lease,
     renew_lease,
     wall_clock,
 )
-from ._memory import check_claim, check_job_id
+from ._memory import check_job_id, check_own, check_worker
 
 __all__ = ["NatsBus"]
 
@@ -86,7 +103,13 @@ _WRONG_LAST_SEQUENCE = (10071, 10164)
 # Room left under `max_payload` for the subject and headers of a record's message.
 _HEADROOM = 8 * 1024
 # What precedes a namespaced name in the streams this backend creates.
-_STREAM_KIND = re.compile(r"^(?:KV_|OBJ_TQ_|OBJ_|TQ_)")
+_STREAM_KIND = re.compile(r"^(?:KV_|OBJ_TQ_|OBJ_|TQD_|TQ_)")
+#: A job message's id (encode_key'd); a dead letter's record.
+_JOB_HEADER = "Tiller-Job"
+_DEAD_HEADER = "Tiller-Dead-Letter"
+_NOT_A_JOB = f"not a tiller job: the message has no {_JOB_HEADER} header"
+#: The durable pull consumer every worker of a queue fetches from.
+_CONSUMER = "tiller"
 # Reads of a manifest whose object vanished (overwritten meanwhile) start over this often.
 _READ_ATTEMPTS = 8
 #: How long a scan waits for its next message before asking the consumer whether any is
@@ -472,137 +495,289 @@ class NatsSubscription:
             await self._sub.unsubscribe()
 
 
+@dataclass(slots=True, frozen=True)
+class _QueueNames:
+    """A queue's streams and subjects, namespaced."""
+
+    stream: str
+    subject: str
+    dead_stream: str
+    dead_subject: str
+
+
+@dataclass(slots=True, frozen=True)
+class _Settings:
+    """A store's timing options (see `NatsBus.connect`)."""
+
+    request_timeout: float
+    claim_wait: float
+    dedupe_window: float
+
+
 @dataclass(slots=True)
-class _JobState:
-    """A job's state record (JSON): where it is in its life, and its delivery count."""
+class _Delivery:
+    """What a claimed `Job` carries on NATS: the JetStream message (its reply subject is the
+    delivery's ack handle) and this process's view of when its lease ends."""
 
-    state: str  # "waiting" | "claimed" | "termed"
-    attempt: int = 0
-    worker: str | None = None
-    expires_at: float = 0.0
-    available_at: float = 0.0
-    order: int = 0
-    reason: str | None = None
-
-    def dump(self) -> bytes:
-        record: dict[str, Any] = {"schema_version": 1}
-        for field in self.__slots__:
-            record[field] = getattr(self, field)
-        return json.dumps(record, separators=(",", ":")).encode()
-
-    @classmethod
-    def load(cls, data: bytes, revision: int) -> _JobState:
-        record = json.loads(data)
-        return cls(
-            state=str(record["state"]),
-            attempt=int(record["attempt"]),
-            worker=record.get("worker"),
-            expires_at=float(record["expires_at"]),
-            available_at=float(record["available_at"]),
-            # A job never claimed yet still has its creation revision: its place in line.
-            order=int(record.get("order") or revision),
-            reason=record.get("reason"),
-        )
+    msg: Msg
+    deadline: float  # time.monotonic() when the consumer's AckWait lapses, as seen here
+    object: str | None  # the payload's object, for a payload over the server's limit
+    settled: bool = False
 
 
 class NatsJobQueue:
-    """A job queue on compare-and-set job records (see the module docstring for why)."""
+    """A job queue as JetStream's own work queue (see the module docstring).
 
-    def __init__(self, bus: NatsBus, name: str, records: _Records) -> None:
+    **Dedupe.** `enqueue(job_id=...)` publishes with `Nats-Msg-Id` set to the id, and the
+    stream drops a second message with the same id that arrives within its duplicate
+    window (`NatsBus.connect(dedupe_window=)`, 2 minutes by default), whether the first is
+    still waiting, claimed, acked or dead-lettered. An id reused *after* the window is a
+    new job: the window is for retried submissions, not a registry of every id ever seen
+    (what a job's run already did is the run's checkpoint's business).
+
+    **Leases.** The lease is the durable consumer's `AckWait`, on the server's clock.
+    JetStream takes an ack from a delivery whose AckWait already lapsed (even after the job
+    went to another worker) and cannot tell us it did, so this process fences itself: it
+    keeps each delivery's deadline on its monotonic clock (restarted by `extend`) and
+    raises `LeaseLost` instead of settling a delivery past it. That closes the gap except
+    for an ack racing the server's timer in the last moment of the lease; the fencing of
+    issue 16 (each durable write of a run carries its lease epoch) is what stops a worker
+    that lost that race from writing.
+    """
+
+    def __init__(
+        self,
+        bus: NatsBus,
+        name: str,
+        names: _QueueNames,
+        records: _Records,
+        sub: JetStreamContext.PullSubscription,
+        *,
+        lease: float,
+        max_deliver: int,
+    ) -> None:
         self.name = name
+        self.lease = lease
+        self.max_deliver = max_deliver
         self._bus = bus
-        self._records = records
+        self._stream = names.stream
+        self._subject = names.subject
+        self._dead_stream = names.dead_stream
+        self._dead_subject = names.dead_subject
+        self._dead_ready = False
+        self._records = records  # only its large-payload path (object store) is used
+        self._sub = sub
+        # One pull request in flight per queue handle: a fetch that timed out can still
+        # receive its message late, and the next fetch must be the one to take it.
+        self._fetching = asyncio.Lock()
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
         job_id = check_job_id(job_id)
         token = encode_key(job_id)
-        # The payload goes first, so a claimed job always has one. A payload left by an
-        # enqueue that died before its state record is reused: same id, same job.
-        staged = await self._records.stage("p." + token, payload)
-        try:
-            await self._records.publish("p." + token, staged, 0)
-        except _WrongLast:
+        staged = await self._records.stage(f"p.{token}", bytes(payload))
+        headers = {"Nats-Msg-Id": token, _JOB_HEADER: token}
+        if isinstance(staged, str):
+            headers[_OBJECT_HEADER] = staged
+        js = self._bus._js_context()
+        with _translate(f"queue {self.name}: enqueue"):
+            ack = await js.publish(
+                self._subject, staged if isinstance(staged, bytes) else b"", headers=headers
+            )
+        if ack.duplicate:
             await _safe_discard(self._records, staged)
-        with contextlib.suppress(_WrongLast):
-            await self._records.publish("s." + token, _JobState("waiting").dump(), 0)
         return job_id
 
-    async def claim(self, worker: str, lease: float) -> Job | None:
-        check_claim(worker, lease)
-        now = self._bus._clock()
-        candidates: list[tuple[int, str, int, _JobState]] = []
-        for token, raw in await self._records.scan("s.>", headers_only=False):
-            state = _JobState.load(raw.data, raw.revision)
-            ready = state.state == "waiting" and state.available_at <= now
-            lapsed = state.state == "claimed" and state.expires_at <= now
-            if ready or lapsed:
-                candidates.append((state.order, token[2:], raw.revision, state))
-        candidates.sort(key=lambda candidate: candidate[0])
-        for _, token, revision, state in candidates:
-            state.state, state.worker = "claimed", worker
-            state.attempt += 1
-            state.expires_at = now + lease
-            try:
-                await self._records.publish("s." + token, state.dump(), revision)
-            except _WrongLast:
-                continue  # another worker claimed (or acked) it first
-            found = await self._records.get("p." + token)
-            return Job(
-                queue=self.name,
-                id=decode_key(token),
-                payload=found[1] if found else b"",
-                attempt=state.attempt,
-                worker=worker,
-                lease_expires_at=state.expires_at,
+    async def claim(self, worker: str) -> Job | None:
+        check_worker(worker)
+        self._bus._js_context()
+        async with self._fetching:
+            while True:
+                with _translate(f"queue {self.name}: claim"):
+                    try:
+                        msgs = await self._sub.fetch(1, timeout=self._bus._claim_wait)
+                    except nats.errors.TimeoutError:
+                        if not self._bus._nc.is_connected:
+                            # No answer because no server: not an empty queue.
+                            raise StoreUnavailable(
+                                f"queue {self.name}: claim: NATS is unavailable"
+                            ) from None
+                        return None
+                job = await self._take(msgs[0], worker)
+                if job is not None:
+                    return job
+
+    async def _take(self, msg: Msg, worker: str) -> Job | None:
+        """The delivery as a Job, or None after dead-lettering it (not a tiller job, or a
+        delivery past `max_deliver`: its last attempt's lease lapsed)."""
+        deadline = time.monotonic() + self.lease
+        attempt = int(msg.metadata.num_delivered or 1)
+        headers = msg.headers or {}
+        token = headers.get(_JOB_HEADER)
+        if not token:
+            seq = msg.metadata.sequence.stream
+            await self._bury(
+                msg,
+                job_id=f"seq-{seq}",
+                payload=msg.data or b"",
+                name=None,
+                reason=_NOT_A_JOB,
+                attempt=attempt,
             )
-        return None
+            return None
+        job_id, name = decode_key(token), headers.get(_OBJECT_HEADER)
+        payload = msg.data or b""
+        if name is not None:
+            loaded = await self._records._load_object(name)
+            payload = loaded if loaded is not None else b""
+        if attempt > self.max_deliver:
+            reason = lapsed_reason(attempt - 1)
+            await self._bury(
+                msg, job_id=job_id, payload=payload, name=name, reason=reason, attempt=attempt - 1
+            )
+            return None
+        return Job(
+            self.name,
+            job_id,
+            payload,
+            attempt,
+            worker,
+            self._bus._clock() + self.lease,
+            handle=_Delivery(msg, deadline, name),
+        )
+
+    async def extend(self, job: Job) -> Job:
+        delivery = self._held(job)
+        with _translate(f"queue {self.name}: extend"):
+            await delivery.msg.in_progress()
+        delivery.deadline = time.monotonic() + self.lease
+        return replace(job, lease_expires_at=self._bus._clock() + self.lease)
 
     async def ack(self, job: Job) -> None:
-        token = encode_key(job.id)
-        revision, _ = await self._held(job, token)
-        try:
-            await self._records.publish("s." + token, None, revision)
-        except _WrongLast:
-            raise self._lost(job) from None
-        payload = await self._records.read("p." + token)
-        if payload is not None and not payload.deleted:
-            with contextlib.suppress(_WrongLast):
-                await self._records.publish("p." + token, None, payload.revision)
-            await self._records.discard(payload.object)
+        delivery = self._held(job)
+        with _translate(f"queue {self.name}: ack"):
+            await delivery.msg.ack_sync(timeout=self._bus._request_timeout)
+        delivery.settled = True
+        await _safe_discard(self._records, delivery.object)
 
-    async def nak(self, job: Job, *, delay: float = 0.0) -> None:
-        await self._settle(job, "waiting", available_at=self._bus._clock() + max(delay, 0.0))
+    async def nak(self, job: Job, *, delay: float = 0.0, error: str | None = None) -> None:
+        delivery = self._held(job)
+        if job.attempt >= self.max_deliver:
+            reason = nakked_reason(job.attempt, error)
+            await self._bury_job(job, delivery, reason)
+        else:
+            with _translate(f"queue {self.name}: nak"):
+                await delivery.msg.nak(delay=delay if delay > 0 else None)
+        delivery.settled = True
 
     async def term(self, job: Job, reason: str) -> None:
-        await self._settle(job, "termed", reason=reason)
+        delivery = self._held(job)
+        await self._bury_job(job, delivery, reason)
+        delivery.settled = True
 
-    async def _settle(
-        self, job: Job, to: str, *, available_at: float = 0.0, reason: str | None = None
-    ) -> None:
-        token = encode_key(job.id)
-        revision, state = await self._held(job, token)
-        state.state, state.worker, state.expires_at = to, None, 0.0
-        state.available_at, state.reason = available_at, reason
-        try:
-            await self._records.publish("s." + token, state.dump(), revision)
-        except _WrongLast:
-            raise self._lost(job) from None
-
-    async def _held(self, job: Job, token: str) -> tuple[int, _JobState]:
-        """The job's state record if `job` (this worker, this delivery) still holds it."""
-        raw = await self._records.read("s." + token)
-        if raw is None or raw.deleted:
-            raise self._lost(job)
-        state = _JobState.load(raw.data, raw.revision)
-        if state.state != "claimed" or state.worker != job.worker or state.attempt != job.attempt:
-            raise self._lost(job)
-        return raw.revision, state
-
-    def _lost(self, job: Job) -> NotFound:
-        return NotFound(
-            f"queue {self.name}: job {job.id!r} (attempt {job.attempt}) is no longer held by "
-            f"{job.worker!r}: its lease lapsed and it was claimed again, or it was settled"
+    async def _bury_job(self, job: Job, delivery: _Delivery, reason: str) -> None:
+        await self._bury(
+            delivery.msg,
+            job_id=job.id,
+            payload=job.payload,
+            name=delivery.object,
+            reason=reason,
+            attempt=job.attempt,
         )
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        js = self._bus._js_context()
+        found: list[DeadLetter] = []
+        with _translate(f"queue {self.name}: dead letters"):
+            try:
+                info = await js.stream_info(self._dead_stream)
+            except nats.js.errors.NotFoundError:
+                return []
+            first, last = info.state.first_seq, info.state.last_seq
+            for seq in range(first, last + 1) if info.state.messages else ():
+                try:
+                    msg = await js.get_msg(self._dead_stream, seq)
+                except nats.js.errors.NotFoundError:
+                    continue
+                headers = msg.headers or {}
+                record = json.loads(headers.get(_DEAD_HEADER) or "{}")
+                payload = msg.data or b""
+                if headers.get(_OBJECT_HEADER):
+                    payload = await self._records._load_object(headers[_OBJECT_HEADER]) or b""
+                found.append(
+                    DeadLetter(
+                        self.name,
+                        str(record.get("id", "")),
+                        payload,
+                        str(record.get("reason", "")),
+                        int(record.get("attempt", 0)),
+                        float(record.get("at", 0.0)),
+                    )
+                )
+        return found
+
+    async def _bury(
+        self,
+        msg: Msg,
+        *,
+        job_id: str,
+        payload: bytes,
+        name: str | None,
+        reason: str,
+        attempt: int,
+    ) -> None:
+        """Record the dead letter, then `term` the message. A crash in between leaves the
+        message to be delivered again (and dead-lettered again, by whoever settles it the
+        same way); the dead letter's `Nats-Msg-Id` (the message's stream sequence) keeps
+        that from recording it twice within the duplicate window."""
+        js = self._bus._js_context()
+        record = {
+            "schema_version": 1,
+            "written_by": tiller_version(),
+            "id": job_id,
+            "reason": reason,
+            "attempt": attempt,
+            "at": self._bus._clock(),
+        }
+        headers = {
+            _DEAD_HEADER: json.dumps(record, separators=(",", ":")),
+            "Nats-Msg-Id": f"{msg.metadata.sequence.stream}",
+        }
+        if name is not None:
+            headers[_OBJECT_HEADER] = name  # the large payload's object stays, for inspection
+        body = b"" if name is not None else payload
+        with _translate(f"queue {self.name}: dead-letter {job_id!r}"):
+            if not self._dead_ready:
+                try:
+                    await js.stream_info(self._dead_stream)
+                except nats.js.errors.NotFoundError:
+                    await js.add_stream(
+                        js_api.StreamConfig(name=self._dead_stream, subjects=[self._dead_subject])
+                    )
+                self._dead_ready = True
+            await js.publish(self._dead_subject, body, headers=headers)
+            await msg.term()
+
+    async def _unsubscribe(self) -> None:
+        with contextlib.suppress(nats.errors.Error, OSError):
+            await self._sub.unsubscribe()
+
+    def _held(self, job: Job) -> _Delivery:
+        self._bus._js_context()
+        delivery = job.handle
+        check_own(self.name, job)
+        if not isinstance(delivery, _Delivery):
+            raise UsageError(f"queue {self.name}: job {job.id!r} was not claimed from it")
+        if delivery.settled:
+            raise LeaseLost(self.name, job.id, job.attempt, "was already settled")
+        if time.monotonic() >= delivery.deadline:
+            raise LeaseLost(
+                self.name,
+                job.id,
+                job.attempt,
+                f"is no longer held by {job.worker!r}: its lease (the consumer's AckWait of "
+                f"{self.lease:g} s) lapsed, so JetStream delivers it again",
+            )
+        return delivery
 
 
 class NatsBus:
@@ -616,9 +791,8 @@ class NatsBus:
         *,
         clock: Clock,
         namespace: str,
-        request_timeout: float,
-        connected: asyncio.Event,
-        disconnected: asyncio.Event,
+        link: tuple[asyncio.Event, asyncio.Event],
+        settings: _Settings,
     ) -> None:
         self.url = url
         self._nc = nc
@@ -627,11 +801,12 @@ class NatsBus:
         self.clock = clock  # public: callers compare lease expiries on the same clock
         self._namespace = namespace
         self._state = _State.OPENED
-        self._request_timeout = request_timeout
+        self._request_timeout = settings.request_timeout
+        self._claim_wait = settings.claim_wait
+        self._dedupe_window = settings.dedupe_window
         # Set and cleared by the client's callbacks: the state of the link, for tests
         # and diagnostics (operations never wait on them; they fail or succeed on their own).
-        self._connected = connected
-        self._disconnected = disconnected
+        self._connected, self._disconnected = link
         max_payload = int(nc.max_payload or 1024 * 1024)
         self._max_payload = max_payload
         self._inline_limit = max(max_payload - _HEADROOM, 1)
@@ -647,13 +822,19 @@ class NatsBus:
         clock: Clock = wall_clock,
         namespace: str = "",
         request_timeout: float = 5.0,
+        claim_wait: float = 0.2,
+        dedupe_window: float = 120.0,
     ) -> NatsBus:
         """Connect, failing fast (`StoreUnavailable`) if no server answers now; once
         connected, the client reconnects without limit (see the module docstring).
 
         `request_timeout` bounds each JetStream call: how long a KV or queue operation
-        waits out a disconnect before raising `StoreUnavailable`."""
+        waits out a disconnect before raising `StoreUnavailable`. `claim_wait` is how long
+        a claim waits for a job before answering None; `dedupe_window` is the queues'
+        duplicate window for job ids (seconds; see `NatsJobQueue`)."""
         check_namespace(namespace)
+        if not claim_wait > 0 or not dedupe_window > 0:
+            raise UsageError("claim_wait and dedupe_window must be positive seconds")
 
         async def quiet(_: Exception) -> None:
             """Connection errors surface on the calls that hit them; don't log each retry."""
@@ -688,9 +869,8 @@ class NatsBus:
             nc.jetstream(timeout=request_timeout),
             clock=clock,
             namespace=namespace,
-            request_timeout=request_timeout,
-            connected=connected,
-            disconnected=disconnected,
+            link=(connected, disconnected),
+            settings=_Settings(request_timeout, claim_wait, dedupe_window),
         )
 
     @property
@@ -726,30 +906,63 @@ class NatsBus:
             self._buckets[bucket] = NatsKeyValue(self, bucket, records)
             return self._buckets[bucket]
 
-    async def queue(self, name: str) -> NatsJobQueue:
-        stream_name = f"TQ_{self._name(name)}"
+    async def queue(
+        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+    ) -> NatsJobQueue:
+        check_queue_options(lease, max_deliver)
+        full = self._name(name)
+        stream_name, subject = f"TQ_{full}", f"$TQ.{full}"
         js = self._js_context()
         async with self._lock:
-            if name in self._queues:
-                return self._queues[name]
-            config = js_api.StreamConfig(
-                name=stream_name,
-                subjects=[f"$TQ.{self._name(name)}.>"],
-                max_msgs_per_subject=1,
-                allow_rollup_hdrs=True,
-                deny_delete=True,
-                discard=js_api.DiscardPolicy.NEW,
-            )
+            cached = self._queues.get(name)
+            if cached is not None and (cached.lease, cached.max_deliver) == (lease, max_deliver):
+                return cached
             with _translate(f"queue {name}"):
-                try:
-                    await js.stream_info(stream_name)
-                except nats.js.errors.NotFoundError:
-                    await js.add_stream(config)
-            records = _Records(
-                self, f"queue {name}", stream_name, f"$TQ.{self._name(name)}.", stream_name
+                await self._work_stream(js, name, stream_name, subject)
+                # Create, or update the lease and limit of, the queue's one durable consumer.
+                await js.add_consumer(
+                    stream_name,
+                    js_api.ConsumerConfig(
+                        durable_name=_CONSUMER,
+                        ack_policy=js_api.AckPolicy.EXPLICIT,
+                        ack_wait=lease,
+                        max_deliver=max_deliver + 1,
+                        max_ack_pending=-1,
+                        filter_subject=subject,
+                    ),
+                )
+                if cached is not None:
+                    cached.lease, cached.max_deliver = lease, max_deliver
+                    return cached
+                sub = await js.pull_subscribe_bind(durable=_CONSUMER, stream=stream_name)
+            records = _Records(self, f"queue {name}", stream_name, f"{subject}.", stream_name)
+            names = _QueueNames(stream_name, subject, f"TQD_{full}", f"$TQD.{full}")
+            queue = NatsJobQueue(
+                self, name, names, records, sub, lease=lease, max_deliver=max_deliver
             )
-            self._queues[name] = NatsJobQueue(self, name, records)
-            return self._queues[name]
+            self._queues[name] = queue
+            return queue
+
+    async def _work_stream(
+        self, js: JetStreamContext, name: str, stream_name: str, subject: str
+    ) -> None:
+        try:
+            info = await js.stream_info(stream_name)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(
+                js_api.StreamConfig(
+                    name=stream_name,
+                    subjects=[subject],
+                    retention=js_api.RetentionPolicy.WORK_QUEUE,
+                    duplicate_window=self._dedupe_window,
+                )
+            )
+            return
+        if info.config.retention != js_api.RetentionPolicy.WORK_QUEUE:
+            raise StoreError(
+                f"queue {name}: stream {stream_name} is not a work queue (an older tiller "
+                "kept queues as job records); delete it (`nats stream rm`) to start afresh"
+            )
 
     async def publish(self, subject: str, data: bytes) -> None:
         nats_subject = self._subject(subject)
@@ -780,6 +993,8 @@ class NatsBus:
                     await js.delete_stream(stream)
                     removed.append(stream)
         self._buckets.clear()
+        for queue in self._queues.values():
+            await queue._unsubscribe()
         self._queues.clear()
         return removed
 
@@ -796,6 +1011,10 @@ class NatsBus:
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
+        # A pull subscription would hold the drain up for its whole timeout (a pull request
+        # may be lingering on the server): nothing is owed to it, so it goes first.
+        for queue in self._queues.values():
+            await queue._unsubscribe()
         with contextlib.suppress(nats.errors.Error, OSError):
             await self._nc.drain()
         if not self._nc.is_closed:

@@ -19,9 +19,12 @@ Design, and why:
   another process's messages arrive within about one poll interval. Rows older than
   `retention` (60 s, wall time) are pruned on publish; a subscriber lagging longer misses
   them (pub/sub is fast delivery only — what must survive is also in the KV).
-- **Jobs** are rows of `jobs`; a claim picks the oldest row that is waiting or whose lease
-  lapsed (`available_at <= now`, one column for both) and leases it, in one IMMEDIATE
-  transaction.
+- **Jobs** are rows of `jobs`, one per live job; a claim takes the first row of the index
+  on (queue, `available_at`, seq) that is due (`available_at <= now`: one column for "waiting
+  from" and "leased until"), so it reads one index entry however deep the queue is, and
+  leases it in one IMMEDIATE transaction: several processes never take the same job. Fresh
+  jobs are due from 0 (whatever the clocks of the processes say), so they come in enqueue
+  order, ahead of redeliveries. Jobs that will never run again move to `dead_letters`.
 - Keys and job ids are stored `encode_key`-encoded: ASCII, readable, and any Python string
   (even a lone surrogate) fits.
 
@@ -37,39 +40,52 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from ._bus import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_DELIVER,
     Bus,
     BusClosed,
     BusMessage,
     Clock,
+    DeadLetter,
     Entry,
     Job,
     Lease,
-    NotFound,
     RevisionConflict,
     StoreError,
     StoreUnavailable,
     acquire_lease,
     check_bucket,
     check_namespace,
+    check_queue_options,
     check_subject,
     decode_key,
     encode_key,
     encoded_prefix,
+    lapsed_reason,
+    nakked_reason,
     release_lease,
     renew_lease,
     wall_clock,
 )
-from ._memory import LocalSubscription, check_claim, check_job_id, check_key
+from ._memory import (
+    LocalSubscription,
+    check_job_id,
+    check_key,
+    check_own,
+    check_worker,
+    lease_lost,
+)
 
 __all__ = ["SCHEMA_VERSION", "SqliteBus"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -95,14 +111,24 @@ CREATE TABLE IF NOT EXISTS jobs (
     id           TEXT NOT NULL,   -- encode_key(job id)
     seq          INTEGER NOT NULL,
     payload      BLOB NOT NULL,
-    state        TEXT NOT NULL,   -- 'ready' | 'claimed' | 'term'
+    state        TEXT NOT NULL,   -- 'ready' | 'claimed' ('term': schema 1 only)
     attempt      INTEGER NOT NULL DEFAULT 0,
     worker       TEXT NOT NULL DEFAULT '',
     available_at REAL NOT NULL,   -- ready: deliverable from, claimed: lease expiry (clock s)
     reason       TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (queue, id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS jobs_order ON jobs (queue, seq);
+CREATE INDEX IF NOT EXISTS jobs_due ON jobs (queue, available_at, seq);
+CREATE TABLE IF NOT EXISTS dead_letters (
+    queue   TEXT NOT NULL,
+    id      TEXT NOT NULL,        -- encode_key(job id)
+    seq     INTEGER NOT NULL,     -- a revision: the order they died in
+    payload BLOB NOT NULL,
+    reason  TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    at      REAL NOT NULL,        -- clock s
+    PRIMARY KEY (queue, id)
+) WITHOUT ROWID;
 """
 
 _UNAVAILABLE_CODES = {
@@ -112,6 +138,11 @@ _UNAVAILABLE_CODES = {
     sqlite3.SQLITE_IOERR,
     sqlite3.SQLITE_PROTOCOL,
 }
+#: A claim's read: the first due job of a queue, one entry of the `jobs_due` index.
+DUE_JOB = (
+    "SELECT id, state, attempt FROM jobs WHERE queue = ? AND available_at <= ? "
+    "ORDER BY available_at, seq LIMIT 1"
+)
 _KEY_CEILING = "\x7f"  # above every character encode_key emits
 _POLL_BATCH = 1000
 _PRUNE_EVERY = 64
@@ -233,10 +264,14 @@ class SqliteKeyValue:
 
 
 class SqliteJobQueue:
-    """One job queue of a `SqliteBus`; jobs are claimed in enqueue order."""
+    """One job queue of a `SqliteBus` (see the module docstring for how a claim works)."""
 
-    def __init__(self, bus: SqliteBus, name: str, stored: str) -> None:
+    def __init__(
+        self, bus: SqliteBus, name: str, stored: str, lease: float, max_deliver: int
+    ) -> None:
         self.name = name
+        self.lease = lease
+        self.max_deliver = max_deliver
         self._bus = bus
         self._stored = stored
 
@@ -246,7 +281,9 @@ class SqliteJobQueue:
 
         def insert(conn: sqlite3.Connection) -> None:
             exists = conn.execute(
-                "SELECT 1 FROM jobs WHERE queue = ? AND id = ?", (self._stored, encoded)
+                "SELECT 1 FROM jobs WHERE queue = ?1 AND id = ?2 "
+                "UNION ALL SELECT 1 FROM dead_letters WHERE queue = ?1 AND id = ?2",
+                (self._stored, encoded),
             ).fetchone()
             if exists is None:
                 conn.execute(
@@ -258,55 +295,115 @@ class SqliteJobQueue:
         await self._bus._transact(insert)
         return job_id
 
-    async def claim(self, worker: str, lease: float) -> Job | None:
-        check_claim(worker, lease)
+    async def claim(self, worker: str) -> Job | None:
+        check_worker(worker)
         now = self._bus._clock()
-        expires_at = now + lease
+        expires_at = now + self.lease
 
         def take(conn: sqlite3.Connection) -> Job | None:
-            row = conn.execute(
-                "UPDATE jobs SET state = 'claimed', attempt = attempt + 1, worker = ?, "
-                "available_at = ? "
-                "WHERE queue = ? AND id = ("
-                "  SELECT id FROM jobs WHERE queue = ? AND state != 'term' "
-                "  AND available_at <= ? ORDER BY seq LIMIT 1"
-                ") RETURNING id, payload, attempt",
-                (worker, expires_at, self._stored, self._stored, now),
-            ).fetchone()
-            if row is None:
-                return None
-            return Job(
-                self.name, decode_key(row[0]), bytes(row[1]), int(row[2]), worker, expires_at
-            )
+            while True:
+                row = conn.execute(DUE_JOB, (self._stored, now)).fetchone()
+                if row is None:
+                    return None
+                encoded, state, attempt = str(row[0]), str(row[1]), int(row[2])
+                if state == "claimed" and attempt >= self.max_deliver:
+                    self._bury(conn, encoded, lapsed_reason(attempt), now)
+                    continue
+                claimed = conn.execute(
+                    "UPDATE jobs SET state = 'claimed', attempt = attempt + 1, worker = ?, "
+                    "available_at = ? WHERE queue = ? AND id = ? RETURNING payload, attempt",
+                    (worker, expires_at, self._stored, encoded),
+                ).fetchone()
+                return Job(
+                    self.name,
+                    decode_key(encoded),
+                    bytes(claimed[0]),
+                    int(claimed[1]),
+                    worker,
+                    expires_at,
+                )
 
         return await self._bus._transact(take)
 
-    async def ack(self, job: Job) -> None:
-        await self._settle(job, "DELETE FROM jobs", ())
+    async def extend(self, job: Job) -> Job:
+        expires_at = self._bus._clock() + self.lease
+        await self._settle(job, lambda conn, encoded: self._reschedule(conn, encoded, expires_at))
+        return replace(job, lease_expires_at=expires_at)
 
-    async def nak(self, job: Job, *, delay: float = 0.0) -> None:
-        available_at = self._bus._clock() + max(delay, 0.0)
-        await self._settle(
-            job, "UPDATE jobs SET state = 'ready', available_at = ?", (available_at,)
-        )
+    async def ack(self, job: Job) -> None:
+        def delete(conn: sqlite3.Connection, encoded: str) -> None:
+            conn.execute("DELETE FROM jobs WHERE queue = ? AND id = ?", (self._stored, encoded))
+
+        await self._settle(job, delete)
+
+    async def nak(self, job: Job, *, delay: float = 0.0, error: str | None = None) -> None:
+        now = self._bus._clock()
+        if job.attempt >= self.max_deliver:
+            reason = nakked_reason(job.attempt, error)
+            await self._settle(job, lambda conn, encoded: self._bury(conn, encoded, reason, now))
+            return
+
+        def ready(conn: sqlite3.Connection, encoded: str) -> None:
+            conn.execute(
+                "UPDATE jobs SET state = 'ready', worker = '', available_at = ? "
+                "WHERE queue = ? AND id = ?",
+                (now + max(delay, 0.0), self._stored, encoded),
+            )
+
+        await self._settle(job, ready)
 
     async def term(self, job: Job, reason: str) -> None:
-        await self._settle(job, "UPDATE jobs SET state = 'term', reason = ?", (reason,))
+        now = self._bus._clock()
+        await self._settle(job, lambda conn, encoded: self._bury(conn, encoded, reason, now))
 
-    async def _settle(self, job: Job, statement: str, args: tuple[object, ...]) -> None:
-        """Apply `statement` only if `job` is still the current delivery (nobody re-claimed
-        it after its lease lapsed), else `NotFound`."""
+    async def dead_letters(self) -> list[DeadLetter]:
+        def read(conn: sqlite3.Connection) -> list[DeadLetter]:
+            rows = conn.execute(
+                "SELECT id, payload, reason, attempt, at FROM dead_letters WHERE queue = ? "
+                "ORDER BY seq",
+                (self._stored,),
+            ).fetchall()
+            return [
+                DeadLetter(self.name, decode_key(r[0]), bytes(r[1]), r[2], int(r[3]), float(r[4]))
+                for r in rows
+            ]
+
+        return await self._bus._run(read)
+
+    def _reschedule(self, conn: sqlite3.Connection, encoded: str, expires_at: float) -> None:
+        conn.execute(
+            "UPDATE jobs SET available_at = ? WHERE queue = ? AND id = ?",
+            (expires_at, self._stored, encoded),
+        )
+
+    def _bury(self, conn: sqlite3.Connection, encoded: str, reason: str, now: float) -> None:
+        """Move the job to `dead_letters` (inside the caller's transaction)."""
+        row = conn.execute(
+            "DELETE FROM jobs WHERE queue = ? AND id = ? RETURNING payload, attempt",
+            (self._stored, encoded),
+        ).fetchone()
+        conn.execute(
+            "INSERT OR REPLACE INTO dead_letters (queue, id, seq, payload, reason, attempt, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self._stored, encoded, _next_revision(conn), row[0], reason, row[1], now),
+        )
+
+    async def _settle(self, job: Job, then: Callable[[sqlite3.Connection, str], None]) -> None:
+        """Run `then` only if `job` is still the current delivery and its lease has not
+        lapsed (nobody could have claimed it again), else `LeaseLost`; one transaction."""
+        check_own(self.name, job)
         encoded = encode_key(job.id)
+        now = self._bus._clock()
 
         def settle(conn: sqlite3.Connection) -> None:
-            cursor = conn.execute(
-                f"{statement} WHERE queue = ? AND id = ? AND state = 'claimed' AND attempt = ?",
-                (*args, self._stored, encoded, job.attempt),
-            )
-            if cursor.rowcount == 0:
-                raise NotFound(
-                    f"job {job.id!r} of queue {self.name!r} is no longer held by this lease"
-                )
+            held = conn.execute(
+                "SELECT 1 FROM jobs WHERE queue = ? AND id = ? AND state = 'claimed' "
+                "AND attempt = ? AND available_at > ?",
+                (self._stored, encoded, job.attempt, now),
+            ).fetchone()
+            if held is None:
+                raise lease_lost(self.name, job)
+            then(conn, encoded)
 
         await self._bus._transact(settle)
 
@@ -411,9 +508,12 @@ class SqliteBus:
             )
         return subscription
 
-    async def queue(self, name: str) -> SqliteJobQueue:
+    async def queue(
+        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+    ) -> SqliteJobQueue:
         self._check_open()
-        return SqliteJobQueue(self, name, self._prefix + check_bucket(name))
+        check_queue_options(lease, max_deliver)
+        return SqliteJobQueue(self, name, self._prefix + check_bucket(name), lease, max_deliver)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -487,7 +587,19 @@ class SqliteBus:
         version = int(
             conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()[0]
         )
-        if version > SCHEMA_VERSION:
+        if version == 1:
+            # Schema 2: termed jobs leave `jobs` for `dead_letters`; claims use `jobs_due`.
+            conn.execute(
+                "INSERT OR IGNORE INTO dead_letters "
+                "(queue, id, seq, payload, reason, attempt, at) "
+                "SELECT queue, id, seq, payload, reason, attempt, 0 FROM jobs WHERE state = 'term'"
+            )
+            conn.execute("DELETE FROM jobs WHERE state = 'term'")
+            conn.execute("DROP INDEX IF EXISTS jobs_order")
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE name = 'schema_version'", (SCHEMA_VERSION,)
+            )
+        elif version > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path} has schema version {version}, newer than this tiller's "
                 f"{SCHEMA_VERSION}: upgrade tiller to open it"

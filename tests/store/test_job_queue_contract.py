@@ -1,0 +1,336 @@
+"""The job queue's contract, run against memory, SQLite and the real nats-server (see
+`conftest.bus`: a fresh namespace per test).
+
+Leases on memory and SQLite run on the store's injected `FakeClock`; on NATS they are the
+consumer's `AckWait`, timed by the server, so there the clock is moved *and* real time
+passes (`QueueTime.passes`), with a short lease. A check that something is *not* delivered
+yet is made early in the interval that forbids it (a quarter of a lease); a check that it
+is delivered retries claims for a while on NATS (`claim_due`), since the server's timer
+decides the moment. `asyncio.timeout` is only a hang guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from tiller.errors import UsageError
+from tiller.store import Bus, DeadLetter, Job, JobQueue, LeaseLost, NotFound
+
+from .conftest import FakeClock
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+#: The lease on the fake clock, and on the server's real one (short, so tests are quick).
+FAKE_LEASE = 30.0
+REAL_LEASE = 2.0
+
+
+@dataclass
+class QueueTime:
+    """Time as the queue under test sees it."""
+
+    clock: FakeClock
+    real: bool
+    lease: float
+
+    async def passes(self, leases: float) -> None:
+        """`leases` lease lengths go by."""
+        self.clock.advance(leases * self.lease)
+        if self.real:
+            await asyncio.sleep(leases * self.lease)
+
+    async def claim_due(self, queue: JobQueue, worker: str) -> Job | None:
+        """A claim of a job that is due by now: on NATS, retried until the server has
+        delivered it (or 10 s went by)."""
+        job = await queue.claim(worker)
+        if not self.real:
+            return job
+        async with asyncio.timeout(15):
+            for _ in range(100):
+                if job is not None:
+                    return job
+                job = await queue.claim(worker)
+        return job
+
+    async def dead_letters_after_claims(self, queue: JobQueue, count: int) -> list[DeadLetter]:
+        """Claims (none may return a job) until `count` dead letters exist."""
+        async with asyncio.timeout(15):
+            while True:
+                assert await queue.claim("sweeper") is None
+                dead = await queue.dead_letters()
+                if len(dead) >= count or not self.real:
+                    return dead
+
+
+@pytest.fixture
+def qtime(bus: Bus, clock: FakeClock) -> QueueTime:
+    real = bus.url.startswith("nats")
+    return QueueTime(clock, real, REAL_LEASE if real else FAKE_LEASE)
+
+
+async def open_queue(bus: Bus, qtime: QueueTime, name: str = "work", **options: int) -> JobQueue:
+    return await bus.queue(name, lease=qtime.lease, **options)
+
+
+# ── the basics ───────────────────────────────────────────────────────────────────────
+
+
+async def test_the_queue_has_its_options(bus: Bus) -> None:
+    queue = await bus.queue("work", lease=12.5, max_deliver=3)
+    assert (queue.name, queue.lease, queue.max_deliver) == ("work", 12.5, 3)
+    for bad in ({"lease": 0.0}, {"lease": -1.0}, {"max_deliver": 0}):
+        with pytest.raises(UsageError):
+            await bus.queue("work", **bad)  # type: ignore[arg-type]
+    with pytest.raises(UsageError):
+        await bus.queue("no.dots")
+    with pytest.raises(UsageError):
+        await queue.claim("")
+
+
+async def test_claim_on_empty_is_none(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    assert await queue.claim("w1") is None
+    assert await queue.dead_letters() == []
+
+
+async def test_enqueue_claim_ack(bus: Bus, qtime: QueueTime, clock: FakeClock) -> None:
+    queue = await open_queue(bus, qtime)
+    job_id = await queue.enqueue(b"payload")
+    job = await queue.claim("w1")
+    assert job is not None
+    assert (job.queue, job.id, job.payload, job.attempt, job.worker) == (
+        "work",
+        job_id,
+        b"payload",
+        1,
+        "w1",
+    )
+    assert job.lease_expires_at == clock() + qtime.lease
+    assert await queue.claim("w2") is None  # leased to w1
+    await queue.ack(job)
+    await qtime.passes(1.5)
+    assert await queue.claim("w2") is None  # gone for good
+    with pytest.raises(LeaseLost):
+        await queue.ack(job)  # settled already
+
+
+async def test_generated_ids_are_distinct(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    ids = {await queue.enqueue(b"same payload") for _ in range(5)}
+    assert len(ids) == 5
+
+
+async def test_enqueue_with_job_id_is_idempotent(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    job_id = "run 1/ü"  # ids come from clients
+    assert await queue.enqueue(b"first", job_id=job_id) == job_id
+    assert await queue.enqueue(b"second", job_id=job_id) == job_id
+    job = await queue.claim("w1")
+    assert job is not None and (job.id, job.payload) == (job_id, b"first")
+    assert await queue.enqueue(b"third", job_id=job_id) == job_id  # while claimed
+    assert await queue.claim("w2") is None
+    await queue.term(job, "given up")
+    assert await queue.enqueue(b"fourth", job_id=job_id) == job_id  # while dead
+    assert await queue.claim("w2") is None
+    with pytest.raises(UsageError):
+        await queue.enqueue(b"", job_id="")
+
+
+async def test_jobs_are_claimed_in_order_each_by_one_worker(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    ids = [await queue.enqueue(f"job {n}".encode(), job_id=f"j{n}") for n in range(6)]
+    claimed: list[Job] = []
+    for n in range(6):
+        job = await queue.claim(f"w{n % 2}")
+        assert job is not None
+        claimed.append(job)
+    assert [job.id for job in claimed] == ids
+    assert [job.payload for job in claimed] == [f"job {n}".encode() for n in range(6)]
+    assert await queue.claim("w9") is None
+
+
+async def test_queues_are_separate(bus: Bus, qtime: QueueTime) -> None:
+    left, right = await open_queue(bus, qtime, "left"), await open_queue(bus, qtime, "right")
+    await left.enqueue(b"l", job_id="j")
+    assert await right.claim("w") is None
+    job = await left.claim("w")
+    assert job is not None and job.queue == "left"
+    with pytest.raises(UsageError):
+        await right.ack(job)  # not this queue's
+    await left.ack(job)
+
+
+# ── many workers ─────────────────────────────────────────────────────────────────────
+
+
+async def test_concurrent_claims_never_share_a_job(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    for n in range(40):
+        await queue.enqueue(str(n).encode(), job_id=f"j{n}")
+
+    async def worker(name: str) -> list[str]:
+        mine: list[str] = []
+        handle = await open_queue(bus, qtime)  # each worker its own handle
+        while (job := await handle.claim(name)) is not None:
+            mine.append(job.id)
+            await asyncio.sleep(0)
+            await handle.ack(job)
+        return mine
+
+    async with asyncio.timeout(60):
+        results = await asyncio.gather(*(worker(f"w{n}") for n in range(8)))
+    everything = [job_id for mine in results for job_id in mine]
+    assert sorted(everything) == sorted(f"j{n}" for n in range(40))
+
+
+# ── leases ───────────────────────────────────────────────────────────────────────────
+
+
+async def test_lapsed_lease_redelivers_with_the_next_attempt(
+    bus: Bus, qtime: QueueTime, clock: FakeClock
+) -> None:
+    queue = await open_queue(bus, qtime)
+    await queue.enqueue(b"p", job_id="j")
+    first = await queue.claim("w1")
+    assert first is not None and first.attempt == 1
+    await qtime.passes(0.25)
+    assert await queue.claim("w2") is None
+    await qtime.passes(1.0)
+    second = await qtime.claim_due(queue, "w2")
+    assert second is not None
+    assert (second.id, second.payload, second.attempt, second.worker) == ("j", b"p", 2, "w2")
+    assert second.lease_expires_at == clock() + qtime.lease
+    with pytest.raises(LeaseLost) as lost:
+        await queue.ack(first)  # w1 lost it to w2
+    assert isinstance(lost.value, NotFound)
+    assert (lost.value.job_id, lost.value.attempt) == ("j", 1)
+    with pytest.raises(LeaseLost):
+        await queue.extend(first)
+    await queue.ack(second)
+    await qtime.passes(1.5)
+    assert await queue.claim("w3") is None
+
+
+async def test_extend_keeps_the_job(bus: Bus, qtime: QueueTime, clock: FakeClock) -> None:
+    queue = await open_queue(bus, qtime)
+    await queue.enqueue(b"p", job_id="j")
+    job = await queue.claim("w1")
+    assert job is not None
+    for _ in range(3):  # 1.8 leases in all: held only because it was extended
+        await qtime.passes(0.6)
+        job = await queue.extend(job)
+        assert job.lease_expires_at == clock() + qtime.lease
+        assert await queue.claim("w2") is None
+    assert job.attempt == 1
+    await queue.ack(job)
+    await qtime.passes(1.5)
+    assert await queue.claim("w2") is None
+
+
+async def test_nak_redelivers(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    await queue.enqueue(b"p", job_id="j")
+    job = await queue.claim("w1")
+    assert job is not None
+    await queue.nak(job, error="transient")
+    again = await qtime.claim_due(queue, "w2")
+    assert again is not None
+    assert (again.id, again.payload, again.attempt, again.worker) == ("j", b"p", 2, "w2")
+    with pytest.raises(LeaseLost):
+        await queue.nak(job)  # that delivery was settled
+
+
+async def test_nak_with_delay_waits(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    await queue.enqueue(b"p", job_id="j")
+    await queue.enqueue(b"q", job_id="k")
+    job = await queue.claim("w1")
+    assert job is not None and job.id == "j"
+    await queue.nak(job, delay=2 * qtime.lease)
+    other = await queue.claim("w2")  # the delayed job does not hold up the next one
+    assert other is not None and other.id == "k"
+    await queue.ack(other)
+    await qtime.passes(0.25)
+    assert await queue.claim("w2") is None
+    await qtime.passes(2.0)
+    again = await qtime.claim_due(queue, "w2")
+    assert again is not None and (again.id, again.attempt) == ("j", 2)
+
+
+# ── dead letters ─────────────────────────────────────────────────────────────────────
+
+
+async def test_term_dead_letters_with_the_reason(
+    bus: Bus, qtime: QueueTime, clock: FakeClock
+) -> None:
+    queue = await open_queue(bus, qtime)
+    await queue.enqueue(b"poison", job_id="bad")
+    await queue.enqueue(b"fine", job_id="good")
+    job = await queue.claim("w1")
+    assert job is not None and job.id == "bad"
+    await queue.term(job, "cannot parse the payload")
+    assert await queue.dead_letters() == [
+        DeadLetter("work", "bad", b"poison", "cannot parse the payload", 1, clock())
+    ]
+    with pytest.raises(LeaseLost):
+        await queue.ack(job)
+    good = await queue.claim("w1")
+    assert good is not None and good.id == "good"
+    await queue.ack(good)
+    await qtime.passes(1.5)
+    assert await queue.claim("w1") is None
+
+
+async def test_max_deliver_dead_letters_the_last_error(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime, max_deliver=3)
+    await queue.enqueue(b"flaky", job_id="j")
+    for attempt in (1, 2, 3):
+        job = await qtime.claim_due(queue, f"w{attempt}")
+        assert job is not None and job.attempt == attempt
+        await queue.nak(job, error=f"boom {attempt}")
+    assert await queue.claim("w4") is None
+    dead = await queue.dead_letters()
+    assert [(d.id, d.payload, d.reason, d.attempt) for d in dead] == [("j", b"flaky", "boom 3", 3)]
+
+
+async def test_a_last_lease_that_lapses_dead_letters_the_job(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime, max_deliver=2)
+    await queue.enqueue(b"slow", job_id="j")
+    first = await queue.claim("w1")
+    assert first is not None and first.id == "j"
+    await queue.nak(first)
+    second = await qtime.claim_due(queue, "w2")
+    assert second is not None and (second.id, second.attempt) == ("j", 2)
+    await queue.enqueue(b"next", job_id="k")
+    nxt = await queue.claim("w2")
+    assert nxt is not None and nxt.id == "k"
+    await queue.ack(nxt)
+    await qtime.passes(1.25)  # w2 died holding its last attempt
+    dead = await qtime.dead_letters_after_claims(queue, 1)
+    assert [(d.id, d.payload, d.attempt) for d in dead] == [("j", b"slow", 2)]
+    assert "lease lapsed" in dead[0].reason
+    with pytest.raises(LeaseLost):
+        await queue.ack(second)
+
+
+async def test_a_malformed_payload_does_not_block_the_queue(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    await queue.enqueue(b"\xff not json", job_id="bad")
+    await queue.enqueue(b'{"run": 1}', job_id="good")
+    done: list[object] = []
+    async with asyncio.timeout(30):
+        while (job := await queue.claim("w1")) is not None:
+            try:
+                done.append(json.loads(job.payload))
+            except ValueError as exc:
+                await queue.term(job, f"malformed payload: {exc}")
+            else:
+                await queue.ack(job)
+    assert done == [{"run": 1}]
+    (dead,) = await queue.dead_letters()
+    assert (dead.id, dead.payload) == ("bad", b"\xff not json")
+    assert dead.reason.startswith("malformed payload:")
