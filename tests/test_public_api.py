@@ -359,6 +359,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "JobQueue",
         "KeyValue",
         "Lease",
+        "LeaseLost",
         "MailClaim",
         "MailIdentity",
         "MailMessage",

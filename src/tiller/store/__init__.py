@@ -59,6 +59,7 @@ from ._checkpoints import (
     Checkpoint,
     CheckpointFromNewerTiller,
     CheckpointStore,
+    LeaseLost,
     RunStillRunning,
 )
 
@@ -138,6 +139,7 @@ __all__ = [
     "JobQueue",
     "KeyValue",
     "Lease",
+    "LeaseLost",
     "MailClaim",
     "MailIdentity",
     "MailMessage",
