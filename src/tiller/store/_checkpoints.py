@@ -99,8 +99,9 @@ class LeaseLost(StoreError):
     def __init__(self, run_id: str, epoch: int, current: int) -> None:
         super().__init__(
             f"run {run_id!r} was taken over by another process: its lease epoch is now "
-            f"{current}, and this process holds epoch {epoch} (its lease lapsed while it "
-            "was paused or cut off from the store, and the run was recovered elsewhere). "
+            f"{current}, and this process holds epoch {epoch} (the run was recovered "
+            "elsewhere: this process's lease had lapsed while it was paused or cut off "
+            "from the store, or the recovery was forced). "
             "This process stopped the run without writing anything more of it; the run "
             f"goes on where it was taken over (`tiller runs show {run_id}`). If no process "
             f"runs it any more, recover it: `tiller runs resume {run_id}`."
