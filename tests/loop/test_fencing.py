@@ -135,3 +135,47 @@ async def test_a_run_taken_over_stops_its_stale_worker_before_its_next_call(
     assert await EventLog(bus).read("R") == log_after_b
     holder = await checkpoints.holder("R")
     assert holder is None  # B released its lease; A did not take or write one
+
+
+async def test_the_stale_workers_lease_keeper_stops_renewing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The keeper renews every third of the lease's time to live (0.1 s here): after the
+    takeover its next renewal is refused with `LeaseLost`, and it stops for good rather
+    than fight the new holder."""
+    clock = _Clock()
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def stuck(ctx: ExecContext) -> str:
+        """Hang until released."""
+        entered.set()
+        await release.wait()
+        return "stuck done"
+
+    async with await open_bus("memory://", clock=clock) as bus:
+        ctx = RunContext.sandboxed(tmp_path, AllowAll()).with_store(bus)
+        options = RunOptions(checkpoint_bucket="cp", lease_ttl=0.3)
+        worker_a = Agent(ScriptedModel([_call("stuck"), "a done"]), [stuck])
+        running = asyncio.create_task(worker_a.run_in(ctx, "go", options, run_id="R"))
+        async with asyncio.timeout(10):
+            await entered.wait()
+        await asyncio.sleep(0.25)  # A's keeper renews: it holds the run
+        checkpoints = CheckpointStore(bus, "cp")
+        holder = await checkpoints.holder("R")
+        assert holder is not None
+        (stuck_call,) = (await checkpoints.calls("R")).keys()
+        await checkpoints.mark_call("R", stuck_call, content="done", is_error=False)
+        worker_b = Agent(ScriptedModel(["b done"]), [stuck])
+        with caplog.at_level("WARNING", logger="tiller.loop._lease_keeper"):
+            assert (
+                await recover("R", bus, agent=worker_b, ctx=ctx, bucket="cp", force=True)
+            ).completed
+            await asyncio.sleep(0.5)  # several of A's renewal times
+        kept = [r.getMessage() for r in caplog.records if r.name == "tiller.loop._lease_keeper"]
+        assert len(kept) == 1 and kept[0].startswith("stopped renewing the lease R/lease")
+        assert "holds epoch 1" in kept[0]
+        release.set()
+        async with asyncio.timeout(10):
+            stale = await running
+        assert stale.stop_cause is StopCause.ERROR
