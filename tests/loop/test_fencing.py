@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tiller.loop import Agent, RunContext, RunOptions, recover
+from tiller.loop import Agent, PauseOnWrites, ResumeReplayBlocked, RunContext, RunOptions, recover
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
@@ -109,7 +109,8 @@ async def test_a_run_taken_over_stops_its_stale_worker_before_its_next_call(
     recovered = await recover("R", bus, agent=worker_b, ctx=ctx, bucket="cp", force=how == "forced")
     assert recovered.completed
     after_b = await checkpoints.load("R")
-    assert (after_b.status, after_b.epoch) == ("finished", 2)
+    # The recovery's claim took epoch 2 (fencing A at once), the recovered run's lease 3.
+    assert (after_b.status, after_b.epoch) == ("finished", 3)
     log_after_b = await EventLog(bus).read("R")
 
     release.set()  # A wakes up and goes on, not knowing it was taken over
@@ -118,7 +119,7 @@ async def test_a_run_taken_over_stops_its_stale_worker_before_its_next_call(
     assert stale.stop_cause is StopCause.ERROR
     assert stale.error is not None and "LeaseLost" in stale.error
     assert "run 'R' was taken over by another process" in stale.error
-    assert "holds epoch 1" in stale.error
+    assert "holds epoch 1" in stale.error and "epoch is now 3" in stale.error
     # What A produced stays in its result (law 8): its call's result, in the transcript.
     assert any(
         result.call_id == stuck_call
@@ -129,7 +130,7 @@ async def test_a_run_taken_over_stops_its_stale_worker_before_its_next_call(
     assert _lines(workspace) == ["by b"]
     # And A wrote nothing more: the checkpoint, the call records and the log are B's.
     final = await checkpoints.load("R")
-    assert (final.revision, final.status, final.epoch) == (after_b.revision, "finished", 2)
+    assert (final.revision, final.status, final.epoch) == (after_b.revision, "finished", 3)
     calls = await checkpoints.calls("R")
     assert calls[stuck_call].content == "done, said a person"
     assert await EventLog(bus).read("R") == log_after_b
@@ -179,3 +180,38 @@ async def test_the_stale_workers_lease_keeper_stops_renewing(
         async with asyncio.timeout(10):
             stale = await running
         assert stale.stop_cause is StopCause.ERROR
+
+
+async def test_a_call_started_just_before_the_recovery_claimed_blocks_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recovery checks uncertain calls, then claims. A process that was alive after
+    all may start a call in between: the claim fences it, and the calls are read again
+    after the claim, so the recovery blocks on that call instead of running it twice."""
+    async with await open_bus("memory://") as bus:
+        workspace = tmp_path / "ws"
+        ctx = RunContext.sandboxed(workspace, AllowAll()).with_store(bus)
+        paused = await Agent(ScriptedModel([_call("append", text="x")]), [append]).run_in(
+            ctx, "go", RunOptions(review_policy=PauseOnWrites(), checkpoint_bucket="cp"), run_id="R"
+        )
+        (call,) = paused.state.unanswered_calls()
+        claim = CheckpointStore.claim
+
+        async def started_just_before(self: CheckpointStore, *args: Any, **kw: Any) -> int:
+            await self.call_started("R", call.id)  # the other process starts it
+            return await claim(self, *args, **kw)
+
+        monkeypatch.setattr(CheckpointStore, "claim", started_just_before)
+        options = RunOptions(checkpoint_bucket="cp")
+        recovering = Agent(ScriptedModel(["done"]), [append])
+        with pytest.raises(ResumeReplayBlocked, match=call.id):
+            await recover("R", bus, agent=recovering, ctx=ctx, options=options, bucket="cp")
+        assert _lines(workspace) == []
+        checkpoints = CheckpointStore(bus, "cp")
+        assert (await checkpoints.load("R")).status == "resumed"
+        monkeypatch.undo()
+        # A person says it never ran: a later recovery claims the `resumed` run and runs it.
+        await checkpoints.forget_call("R", call.id)
+        done = await recover("R", bus, agent=recovering, ctx=ctx, options=options, bucket="cp")
+        assert done.completed
+        assert _lines(workspace) == ["x"]

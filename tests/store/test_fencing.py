@@ -16,6 +16,7 @@ from tiller.conversation import AssistantMessage, ToolCall, UserMessage
 from tiller.events import RunStartedEvent
 from tiller.state import RunState
 from tiller.store import (
+    AlreadyResumed,
     ApprovalStore,
     Bus,
     CheckpointStore,
@@ -204,3 +205,53 @@ async def test_a_checkpoint_written_before_epochs_loads_and_is_taken_over(
     new = await store.load("R")
     assert (new.epoch, new.state.messages[0]) == (1, UserMessage(text="new"))
     assert (await store.calls("R"))["R-call-0"].status == "completed"
+
+
+async def test_a_recovering_claim_fences_the_process_it_recovers_from(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """A recovery claims the checkpoint before its run takes the lease: the claim itself
+    fences the lapsed holder (alive after all), and of two racing claims only the winner
+    takes an epoch."""
+    a = StoreDurability(bus, BUCKET)
+    await a.take_lease("R", "worker-a", TTL)
+    await a.save(_state("by a"), "running")
+    clock.advance(TTL + 1)
+    store = CheckpointStore(bus, BUCKET)
+    loaded = await store.load("R")
+    await store.claim(loaded, recovering=True)
+    with pytest.raises(AlreadyResumed):  # the racing recovery loses, and takes nothing
+        await CheckpointStore(bus, BUCKET).claim(loaded, recovering=True)
+    assert await store.epoch("R") == 2
+    claimed = await store.load("R")
+    assert (claimed.status, claimed.epoch) == ("resumed", 2)
+    with pytest.raises(LeaseLost, match="epoch is now 2"):
+        await a.save(_state("stale a"), "running")
+    with pytest.raises(LeaseLost):
+        await a.call_started("R", "R-call-1")
+    assert await store.calls("R") == {}
+    assert (await store.load("R")).revision == claimed.revision
+
+
+async def test_a_claim_fences_even_a_write_that_passed_the_epoch_check(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """A's checkpoint write checked the epoch just before the claim landed: the claimed
+    record's epoch is above A's, so A's write is refused by the record's compare-and-set
+    and the claim stands."""
+    a = StoreDurability(bus, BUCKET)
+    await a.take_lease("R", "worker-a", TTL)
+    await a.save(_state("by a"), "running")
+    store = CheckpointStore(bus, BUCKET)
+    loaded = await store.load("R")
+    stale = CheckpointStore(bus, BUCKET)
+    real_check = stale.check_epoch
+
+    async def check_then_claimed(run_id: str, epoch: int) -> None:
+        await real_check(run_id, epoch)
+        await store.claim(loaded, recovering=True)
+
+    stale.check_epoch = check_then_claimed  # type: ignore[method-assign]
+    with pytest.raises(LeaseLost):
+        await stale.save(_state("stale a"), "running", epoch=1)
+    assert (await store.load("R")).status == "resumed"

@@ -30,6 +30,9 @@ under a newer one. A write checked before a takeover may land just after it (not
 atomic across two keys); that is why `call_started` reads the epoch again after writing,
 so a call is never *run* by a process the run was taken from: its started record is then
 left behind, as an uncertain call (law 5) — which it may be, for all the new holder knows.
+A recovery's claim is a takeover too (`claim(recovering=True)`): it fences the process it
+recovers from before the recovered run takes its own lease, and the recovery reads the
+call records again after it.
 """
 
 from __future__ import annotations
@@ -265,7 +268,14 @@ class CheckpointStore:
         running it died (`tiller runs resume`). `continued_as` names the new run id the run
         goes on under: the checkpoint becomes `continued`, which nothing can claim again
         (the new run is the one to recover, if it comes to that) — but with `orphan`,
-        which the caller passes only when that new run never wrote a checkpoint."""
+        which the caller passes only when that new run never wrote a checkpoint.
+
+        A recovering claim is a takeover, and fences the process it recovers from (which
+        may be alive: paused, or cut off from the store): the claimed record carries an
+        epoch above every one taken so far, so that process's next checkpoint is refused
+        even before the recovered run takes its lease, and once the claim has won the
+        run's epoch is taken too, so its call records and event log are refused from then
+        on. A claim that loses the race takes nothing (the winner is not fenced)."""
         # A resumer that died before its first checkpoint leaves `resumed`: recoverable too.
         allowed: tuple[Status, ...] = (
             ("suspended", "running", "resumed") if recovering else ("suspended",)
@@ -278,18 +288,23 @@ class CheckpointStore:
                 f"run {checkpoint.state.run_id!r} is {checkpoint.status}, not suspended"
             )
         status: Status = "continued" if continued_as is not None else "resumed"
+        run_id = checkpoint.state.run_id
+        epoch = checkpoint.epoch
+        if recovering:
+            epoch = max(epoch, await self.epoch(run_id)) + 1
         try:
-            return await self.save(
+            revision = await self.save(
                 checkpoint.state,
                 status,
                 expected=checkpoint.revision,
                 continued_as=continued_as,
-                keep_epoch=checkpoint.epoch,
+                keep_epoch=epoch,
             )
         except RevisionConflict as exc:
-            raise AlreadyResumed(
-                f"run {checkpoint.state.run_id!r} was already resumed by another process"
-            ) from exc
+            raise AlreadyResumed(f"run {run_id!r} was already resumed by another process") from exc
+        if recovering:
+            await self.take_epoch(run_id, "a recovery")
+        return revision
 
     # ── run ids and threads taken by a request ───────────────────────────────────
 
