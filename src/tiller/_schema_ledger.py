@@ -102,6 +102,13 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "0.1.0",
                 "`{status, state, continued_as?}` around a `RunState`. " + _WRITTEN_BY,
             ),
+            SchemaVersion(
+                2,
+                "0.1.0",
+                "`epoch`: the lease epoch of the process that wrote it (fencing, issue 16: "
+                "a process whose run was taken over writes nothing more). A version 1 "
+                "record reads with epoch 0.",
+            ),
         ),
         _kind(
             "held_approval",

@@ -11,6 +11,7 @@ produce the same event stream; `on_event` sees it live.
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -327,6 +328,7 @@ class Agent:
                 state.run_id, batch_size=options.event_log_batch
             )
             listeners.append(event_log)
+            adapter.event_log = event_log  # fenced by the run's lease once it takes it
         events = run_agent(
             adapter,
             {
@@ -408,6 +410,8 @@ class _LoopRun:
         self.input_length = len(state.messages)
         self.compactions_at_start = state.compaction.compactions
         self.loop: Loop | None = None
+        #: The durable run's event log writer, fenced by the run's lease epoch.
+        self.event_log: EventLogWriter | None = None
 
     async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
         state = self.state
@@ -434,6 +438,10 @@ class _LoopRun:
         loop = self.loop = Loop(
             self.agent, self.run_ctx, self.options, ctx, state, watch=self.watch
         )
+        durability = loop.durability
+        if self.event_log is not None and durability is not None:
+            # Once another process took the run over, no batch of this stream is written.
+            self.event_log.fence = functools.partial(durability.check_lease, state.run_id)
         try:
             await loop.run()
         except BaseException as exc:

@@ -4,6 +4,10 @@ The lease tells a recovery (`tiller runs resume`) and a server's followers that 
 is running the run. Renewed only at step boundaries, it lapses during any step longer
 than its time to live (a long build, a slow model), and a live run looks dead. So it is
 renewed on its own schedule, a third of the time to live, from a task of its own.
+
+When another process took the run over (`LeaseLost`: its epoch is newer), the keeper stops
+renewing for good (`lost` says why): the lease is that process's now. The run itself stops
+at its next durable write, which the durability port refuses the same way.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 
-from ..store import Lease, RunDurability, StoreError
+from ..store import Lease, LeaseLost, RunDurability, StoreError
 
 __all__ = ["LeaseKeeper"]
 
@@ -27,6 +31,8 @@ class LeaseKeeper:
         self.lease = lease
         self._ttl = ttl
         self._task: asyncio.Task[None] | None = None
+        #: Set when another process took the run over: the keeper stopped renewing.
+        self.lost: LeaseLost | None = None
 
     def start(self) -> LeaseKeeper:
         self._task = asyncio.get_running_loop().create_task(
@@ -39,6 +45,10 @@ class LeaseKeeper:
             await asyncio.sleep(self._ttl / 3)
             try:
                 self.lease = await self._durability.renew_lease(self.lease, self._ttl)
+            except LeaseLost as exc:  # taken over: renewing would fight the new holder
+                self.lost = exc
+                _logger.warning("stopped renewing the lease %s: %s", self.lease.key, exc)
+                return
             except StoreError as exc:  # an outage, or the lease was broken (--force)
                 _logger.warning("cannot renew the lease %s: %s", self.lease.key, exc)
 

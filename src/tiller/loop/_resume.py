@@ -303,7 +303,10 @@ async def _continue(
     """Continue a run: with `decisions`, a suspended one; with None, one whose process
     died (see `recover`). Everything that can fail on the caller's side (the agent, the
     context, the decisions, uncertain calls) is checked *before* the checkpoint is
-    claimed, so a mistake can be fixed and the continuation tried again."""
+    claimed, so a mistake can be fixed and the continuation tried again — except calls
+    that a recovered run's process started between that check and the claim (it was
+    alive after all): the claim fences it, and they block as uncertain after it (the run
+    is then `resumed`, which a later recovery claims again)."""
     bus = how.store
     checkpoints = CheckpointStore(bus, how.bucket) if bus is not None else None
     loaded, state = await _load(checkpoints, checkpoint)
@@ -332,6 +335,11 @@ async def _continue(
         await _claim(
             checkpoints, state, loaded, recovering=recovering, new_id=new_id, orphan=orphan
         )
+        if recovering and loaded is not None:
+            # The claim fenced the process recovered from (a new epoch): a call it started
+            # after the check above, before the claim, is seen now, and blocks as
+            # uncertain; from here on it can start none (law 5).
+            await _check_uncertain(checkpoints, state, was_running=loaded.status != "suspended")
     state.interrupts = []
     if decisions is not None:
         bound = _bind(state, decisions)

@@ -61,6 +61,7 @@ from ._checkpoints import (
     Checkpoint,
     CheckpointFromNewerTiller,
     CheckpointStore,
+    LeaseLost,
     RunStillRunning,
 )
 

@@ -233,13 +233,18 @@ class Entry:
 
 @dataclass(slots=True, frozen=True)
 class Lease:
-    """Proof of holding `key` until `expires_at` (clock seconds); renew before then."""
+    """Proof of holding `key` until `expires_at` (clock seconds); renew before then.
+
+    `epoch` is the holder's fencing number where the layer above keeps one (a run's lease:
+    `RunDurability.take_lease`), else 0: it goes up each time a new holder takes the key,
+    and stays the same through renewals."""
 
     bucket: str
     key: str
     owner: str
     revision: int
     expires_at: float
+    epoch: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -510,7 +515,7 @@ async def renew_lease(kv: KeyValue, clock: Clock, lease: Lease, ttl: float) -> L
     revision = await kv.update(
         lease.key, lease_value(lease.owner, expires_at), expected=lease.revision
     )
-    return Lease(lease.bucket, lease.key, lease.owner, revision, expires_at)
+    return Lease(lease.bucket, lease.key, lease.owner, revision, expires_at, lease.epoch)
 
 
 async def release_lease(kv: KeyValue, lease: Lease) -> None:

@@ -1,21 +1,43 @@
 """Checkpoints: a run's `RunState` in the store, and a record per tool call.
 
 One bucket (`tiller-run-checkpoints` by default) holds, per run:
-- `<run_id>`: `{"schema_version", "written_by", "status", "state"}` — the `RunState` at
-  its latest step boundary; `status` is `running`, `suspended`, `resumed` or `finished`;
-- `<run_id>/calls/<call_id>`: `{"status": "started" | "completed", "result"?}` — written
-  before a call runs and after it returns, so a resume never runs a completed call again,
-  and knows which calls are uncertain (started, never completed) after a crash;
+- `<run_id>`: `{"schema_version", "written_by", "status", "epoch", "state"}` — the
+  `RunState` at its latest step boundary; `status` is `running`, `suspended`, `resumed` or
+  `finished`; `epoch` is the lease epoch of the process that wrote it (0: unknown);
+- `<run_id>/calls/<call_id>`: `{"status": "started" | "completed", "result"?, "epoch"?}` —
+  written before a call runs and after it returns, so a resume never runs a completed call
+  again, and knows which calls are uncertain (started, never completed) after a crash;
+- `<run_id>/lease`: the run's lease (a process is running it now), and `<run_id>/epoch`:
+  `{"epoch": n, "owner"}`, the run's lease epoch (see *Fencing* below);
 - `thread/<thread_id>`: the thread's latest run id (an AG-UI resume arrives with a new run
   id on the same thread).
 
 Claiming a checkpoint for a resume is a compare-and-set on its revision: of two processes
 resuming at once, exactly one proceeds; the other gets `AlreadyResumed`.
+
+**Fencing.** A lease alone cannot stop a process whose lease lapsed (it was paused, or cut
+off from the store) and was taken over: it does not know, and writes on. So each holder
+takes a new *epoch* as it takes the lease (`take_epoch`): a compare-and-set counter kept
+in its own key beside the lease, `<run_id>/epoch`, which is never deleted (a released or
+broken lease is; the counter must outlive both, or a later holder would count from 1
+again). It is an ordinary revisioned record, so it works alike on memory, SQLite and NATS
+(no server-side TTL or stream sequence is involved, and JetStream KV keeps no counter of
+its own that survives a delete). Renewing a lease keeps its epoch. Every fenced write of
+the run passes the writer's epoch (`epoch=`): it first reads the run's current epoch and
+refuses (`LeaseLost`, writing nothing) if it is not the writer's; then the record itself
+is written by compare-and-set carrying the epoch, refused if the record there was written
+under a newer one. A write checked before a takeover may land just after it (nothing is
+atomic across two keys); that is why `call_started` reads the epoch again after writing,
+so a call is never *run* by a process the run was taken from: its started record is then
+left behind, as an uncertain call (law 5) — which it may be, for all the new holder knows.
+A recovery's claim is a takeover too (`claim(recovering=True)`): it fences the process it
+recovers from before the recovered run takes its own lease, and the recovery reads the
+call records again after it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,10 +54,13 @@ __all__ = [
     "Checkpoint",
     "CheckpointFromNewerTiller",
     "CheckpointStore",
+    "LeaseLost",
     "RunStillRunning",
 ]
 
 SCHEMA_VERSION = LEDGER["run_checkpoint"].current
+#: The record versions this tiller reads (1 has no `epoch`: it reads as 0).
+_READABLE = LEDGER["run_checkpoint"].readable
 DEFAULT_BUCKET = "tiller-run-checkpoints"
 
 #: `continued`: the run was resumed under a new run id (an AG-UI resume), which goes on
@@ -70,6 +95,25 @@ class RunStillRunning(StoreError):
         self.seconds_left = seconds_left
 
 
+class LeaseLost(StoreError):
+    """Another process took the run's lease over since this one took it: this process's
+    epoch is stale, and it must write nothing more of the run (see *Fencing* above)."""
+
+    def __init__(self, run_id: str, epoch: int, current: int) -> None:
+        super().__init__(
+            f"run {run_id!r} was taken over by another process: its lease epoch is now "
+            f"{current}, and this process holds epoch {epoch} (the run was recovered "
+            "elsewhere: this process's lease had lapsed while it was paused or cut off "
+            "from the store, or the recovery was forced). "
+            "This process stopped the run without writing anything more of it; the run "
+            f"goes on where it was taken over (`tiller runs show {run_id}`). If no process "
+            f"runs it any more, recover it: `tiller runs resume {run_id}`."
+        )
+        self.run_id = run_id
+        self.epoch = epoch
+        self.current = current
+
+
 @dataclass(slots=True, frozen=True)
 class Checkpoint:
     state: RunState
@@ -77,6 +121,8 @@ class Checkpoint:
     revision: int
     #: The run id that went on in this run's place (status `continued`).
     continued_as: str | None = None
+    #: The lease epoch of the process that wrote it (0: unknown, or written unfenced).
+    epoch: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -98,6 +144,9 @@ class CheckpointStore:
         self._kv: KeyValue | None = None
         # Thread index entries this store already wrote: one write per thread, not per step.
         self._indexed: set[tuple[str, str]] = set()
+        # The revision of each record this store last wrote fenced: the next fenced write
+        # of it is one compare-and-set, read back only when someone else wrote meanwhile.
+        self._written: dict[str, int] = {}
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
@@ -105,11 +154,14 @@ class CheckpointStore:
         return self._kv
 
     @staticmethod
-    def _encode(state: RunState, status: Status, continued_as: str | None = None) -> bytes:
+    def _encode(
+        state: RunState, status: Status, continued_as: str | None = None, epoch: int = 0
+    ) -> bytes:
         record: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "written_by": tiller_version(),
             "status": status,
+            "epoch": epoch,
             "state": orjson.Fragment(state.to_json()),
         }
         if continued_as is not None:
@@ -124,15 +176,27 @@ class CheckpointStore:
         expected: int | None = None,
         continued_as: str | None = None,
         index: bool = True,
+        epoch: int | None = None,
+        keep_epoch: int = 0,
     ) -> int:
         """Write the run's checkpoint (at `expected` revision if given); returns the
         revision. `index=False` leaves the thread's index alone (a write about a run that
-        may no longer be its thread's latest)."""
+        may no longer be its thread's latest).
+
+        `epoch` is the writer's lease epoch: the write is fenced by it (`LeaseLost`, and
+        nothing written, once another holder took the run over). Without it the write is
+        unfenced and the record keeps `keep_epoch` (a claim keeps the one it read)."""
         kv = await self._bucket()
-        data = self._encode(state, status, continued_as)
-        if expected is None:
+        if epoch is not None:
+            if expected is not None:
+                raise ValueError("a fenced checkpoint write finds its own revision")
+            data = self._encode(state, status, continued_as, epoch)
+            revision = await self._write_fenced(kv, state.run_id, state.run_id, data, epoch)
+        elif expected is None:
+            data = self._encode(state, status, continued_as, keep_epoch)
             revision = await kv.put(state.run_id, data)
         else:
+            data = self._encode(state, status, continued_as, keep_epoch)
             revision = await kv.update(state.run_id, data, expected=expected)
         if index and (state.thread_id, state.run_id) not in self._indexed:
             await kv.put(f"thread/{state.thread_id}", state.run_id.encode())
@@ -147,10 +211,10 @@ class CheckpointStore:
             raise NotFound(f"no checkpoint for run {run_id!r} in bucket {self.bucket!r}")
         record: dict[str, Any] = orjson.loads(entry.value)
         version = record.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in _READABLE:
             problem = (
                 f"checkpoint {run_id!r} has schema version {version}; "
-                f"this tiller reads {SCHEMA_VERSION}"
+                f"this tiller reads {', '.join(map(str, _READABLE))}"
             )
             if isinstance(version, int) and version > SCHEMA_VERSION:
                 writer = written_by_of(record)
@@ -159,7 +223,13 @@ class CheckpointStore:
         # Read by the ledger as `RunState.from_json` reads a state: newer refused, older
         # migrated, a version it never had refused.
         state = RunState.from_data(record["state"])
-        return Checkpoint(state, record["status"], entry.revision, record.get("continued_as"))
+        return Checkpoint(
+            state,
+            record["status"],
+            entry.revision,
+            record.get("continued_as"),
+            int(record.get("epoch", 0)),  # version 1 has none
+        )
 
     async def run_ids(self) -> list[str]:
         """Every checkpointed run's id, sorted. A run's own records (its lease, its call
@@ -170,7 +240,7 @@ class CheckpointStore:
             for key in await kv.keys()
             if not key.startswith("thread/")
             and "/calls/" not in key
-            and not key.endswith(("/lease", "/reserved"))
+            and not key.endswith(("/lease", "/epoch", "/reserved"))
         )
 
     async def for_thread(self, thread_id: str) -> Checkpoint | None:
@@ -198,7 +268,14 @@ class CheckpointStore:
         running it died (`tiller runs resume`). `continued_as` names the new run id the run
         goes on under: the checkpoint becomes `continued`, which nothing can claim again
         (the new run is the one to recover, if it comes to that) — but with `orphan`,
-        which the caller passes only when that new run never wrote a checkpoint."""
+        which the caller passes only when that new run never wrote a checkpoint.
+
+        A recovering claim is a takeover, and fences the process it recovers from (which
+        may be alive: paused, or cut off from the store): the claimed record carries an
+        epoch above every one taken so far, so that process's next checkpoint is refused
+        even before the recovered run takes its lease, and once the claim has won the
+        run's epoch is taken too, so its call records and event log are refused from then
+        on. A claim that loses the race takes nothing (the winner is not fenced)."""
         # A resumer that died before its first checkpoint leaves `resumed`: recoverable too.
         allowed: tuple[Status, ...] = (
             ("suspended", "running", "resumed") if recovering else ("suspended",)
@@ -211,14 +288,23 @@ class CheckpointStore:
                 f"run {checkpoint.state.run_id!r} is {checkpoint.status}, not suspended"
             )
         status: Status = "continued" if continued_as is not None else "resumed"
+        run_id = checkpoint.state.run_id
+        epoch = checkpoint.epoch
+        if recovering:
+            epoch = max(epoch, await self.epoch(run_id)) + 1
         try:
-            return await self.save(
-                checkpoint.state, status, expected=checkpoint.revision, continued_as=continued_as
+            revision = await self.save(
+                checkpoint.state,
+                status,
+                expected=checkpoint.revision,
+                continued_as=continued_as,
+                keep_epoch=epoch,
             )
         except RevisionConflict as exc:
-            raise AlreadyResumed(
-                f"run {checkpoint.state.run_id!r} was already resumed by another process"
-            ) from exc
+            raise AlreadyResumed(f"run {run_id!r} was already resumed by another process") from exc
+        if recovering:
+            await self.take_epoch(run_id, "a recovery")
+        return revision
 
     # ── run ids and threads taken by a request ───────────────────────────────────
 
@@ -287,16 +373,97 @@ class CheckpointStore:
         kv = await self._bucket()
         await kv.delete(f"{run_id}/lease")
 
-    async def call_started(self, run_id: str, call_id: str) -> None:
+    # ── fencing: the run's lease epoch (see the module docstring) ────────────────────
+
+    async def take_epoch(self, run_id: str, owner: str) -> int:
+        """The run's next lease epoch, for a new holder `owner` (compare-and-set: two
+        takers never get the same number). Every earlier holder's writes are fenced."""
         kv = await self._bucket()
-        await kv.put(f"{run_id}/calls/{call_id}", orjson.dumps({"status": "started"}))
+        key = f"{run_id}/epoch"
+        while True:
+            entry = await kv.get(key)
+            epoch = 1 if entry is None else _epoch_of(entry.value) + 1
+            value = orjson.dumps({"epoch": epoch, "owner": owner})
+            try:
+                if entry is None:
+                    await kv.create(key, value)
+                else:
+                    await kv.update(key, value, expected=entry.revision)
+            except RevisionConflict:
+                continue  # another taker came first: count after it
+            return epoch
+
+    async def epoch(self, run_id: str) -> int:
+        """The run's current lease epoch (0: no holder ever took one)."""
+        kv = await self._bucket()
+        entry = await kv.get(f"{run_id}/epoch")
+        return 0 if entry is None else _epoch_of(entry.value)
+
+    async def check_epoch(self, run_id: str, epoch: int) -> None:
+        """`LeaseLost` unless `epoch` is still the run's current one."""
+        current = await self.epoch(run_id)
+        if current != epoch:
+            raise LeaseLost(run_id, epoch, current)
+
+    async def _write_fenced(
+        self, kv: KeyValue, run_id: str, key: str, value: bytes, epoch: int
+    ) -> int:
+        """Write `value` (which carries `epoch`) at `key` of `run_id`, fenced: refused when
+        the run's epoch moved past `epoch`, or the record there was written under a newer
+        one; else a compare-and-set on the record's revision."""
+        await self.check_epoch(run_id, epoch)
+        known = self._written.get(key)
+        if known is not None:
+            try:
+                revision = await kv.update(key, value, expected=known)
+            except RevisionConflict:
+                pass  # someone else wrote it since: read it, and decide below
+            else:
+                self._written[key] = revision
+                return revision
+        while True:
+            entry = await kv.get(key)
+            try:
+                if entry is None:
+                    revision = await kv.create(key, value)
+                else:
+                    stored = _epoch_of(entry.value)
+                    if stored > epoch:
+                        raise LeaseLost(run_id, epoch, stored)
+                    revision = await kv.update(key, value, expected=entry.revision)
+            except RevisionConflict:
+                continue
+            self._written[key] = revision
+            return revision
+
+    async def call_started(self, run_id: str, call_id: str, *, epoch: int | None = None) -> None:
+        """The call is about to run. Fenced by `epoch` if given: then the epoch is read
+        again after the write, so a takeover that raced the write still stops the call."""
+        kv = await self._bucket()
+        key = f"{run_id}/calls/{call_id}"
+        if epoch is None:
+            await kv.put(key, orjson.dumps({"status": "started"}))
+            return
+        await self._write_fenced(
+            kv, run_id, key, orjson.dumps({"status": "started", "epoch": epoch}), epoch
+        )
+        await self.check_epoch(run_id, epoch)
 
     async def call_completed(
-        self, run_id: str, call_id: str, content: str, *, is_error: bool
+        self, run_id: str, call_id: str, content: str, *, is_error: bool, epoch: int | None = None
     ) -> None:
         kv = await self._bucket()
-        record = {"status": "completed", "content": content, "is_error": is_error}
-        await kv.put(f"{run_id}/calls/{call_id}", orjson.dumps(record))
+        key = f"{run_id}/calls/{call_id}"
+        record: Mapping[str, object] = {
+            "status": "completed",
+            "content": content,
+            "is_error": is_error,
+        }
+        if epoch is None:
+            await kv.put(key, orjson.dumps(record))
+            return
+        await self._write_fenced(kv, run_id, key, orjson.dumps({**record, "epoch": epoch}), epoch)
+        self._written.pop(key, None)  # a call completes once: nothing more to remember
 
     async def mark_call(self, run_id: str, call_id: str, *, content: str, is_error: bool) -> None:
         """A person's verdict on an uncertain call: it is done (or failed) with `content`."""
@@ -332,3 +499,9 @@ class CheckpointStore:
                 call_id, record["status"], record.get("content"), bool(record.get("is_error"))
             )
         return logs
+
+
+def _epoch_of(value: bytes) -> int:
+    """The `epoch` a record carries (0 when it has none: written unfenced, or before)."""
+    record = orjson.loads(value)
+    return int(record.get("epoch", 0)) if isinstance(record, dict) else 0

@@ -8,21 +8,34 @@ for a person as held-approval records. The loop reaches all of that through
 `RunDurability`, so it knows no store module; `StoreDurability` is the implementation
 over a `Bus` (`CheckpointStore` and `ApprovalStore` underneath).
 
+Fencing (issue 16): `take_lease` takes the run's next lease epoch with the lease, and
+every durable write of the run — checkpoint, call started / completed, held calls, and the
+event log's batches (`check_lease`, which the event log writer calls before each batch) —
+is refused with `LeaseLost` once another process took the run over (a higher epoch), and
+writes nothing. After the first `LeaseLost` the port refuses every later write of the run
+without asking the store (nor renews or releases the lease): the run stops, and what this
+process wrote before the takeover is all it ever writes. How the epoch is kept and checked
+is in `CheckpointStore`'s docstring (*Fencing*).
+
 The operations a person or an operator drives (approve, resume, recover, reconcile) are
 `tiller.ops`; they read and write the same records through the stores themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ..state import RunState
 from ._approvals import ApprovalStore
-from ._bus import Bus, Lease
-from ._checkpoints import DEFAULT_BUCKET, CheckpointStore, Status
+from ._bus import Bus, Lease, RevisionConflict
+from ._checkpoints import DEFAULT_BUCKET, CheckpointStore, LeaseLost, Status
 
 __all__ = ["RunDurability", "StoreDurability"]
+
+#: What a durable write returns; `_fenced` passes it through.
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -34,11 +47,18 @@ class RunDurability(Protocol):
 
     async def take_lease(self, run_id: str, owner: str, ttl: float) -> Lease:
         """Claim "`owner` is running this run" for `ttl` seconds (`RunStillRunning` if
-        another process holds it)."""
+        another process holds it). The lease carries the run's new `epoch`, which fences
+        every write of the run by an earlier holder."""
         ...
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        """Extend the lease by `ttl` seconds from now; returns the renewed lease."""
+        """Extend the lease by `ttl` seconds from now; returns the renewed lease
+        (`LeaseLost` if another process took the run over: stop renewing)."""
+        ...
+
+    async def check_lease(self, run_id: str) -> None:
+        """`LeaseLost` if another process took the run over since this one took its
+        lease: a write about to be made for the run (an event log batch) must not be."""
         ...
 
     async def release_lease(self, lease: Lease) -> None:
@@ -85,18 +105,65 @@ class StoreDurability:
         self.bus = bus
         self.bucket = bucket
         self._checkpoints = CheckpointStore(bus, bucket)
+        #: The epoch this process took for each run whose lease it took (run id -> epoch);
+        #: writes of a run not in it are not fenced (it never held a lease here).
+        self._epochs: dict[str, int] = {}
+        #: Runs taken over by another process: every later write is refused with this.
+        self._lost: dict[str, LeaseLost] = {}
+
+    def _run_of(self, lease: Lease) -> str:
+        return lease.key.removesuffix("/lease")
+
+    async def _fenced(self, run_id: str, write: Callable[[int | None], Awaitable[T]]) -> T:
+        """Run `write(epoch)` for `run_id` (the epoch None: the run is not fenced here),
+        remembering a `LeaseLost` it raises."""
+        lost = self._lost.get(run_id)
+        if lost is not None:
+            raise lost
+        try:
+            return await write(self._epochs.get(run_id))
+        except LeaseLost as exc:
+            self._lost[run_id] = exc
+            raise
 
     async def take_lease(self, run_id: str, owner: str, ttl: float) -> Lease:
-        return await self._checkpoints.hold(run_id, owner, ttl)
+        lease = await self._checkpoints.hold(run_id, owner, ttl)
+        epoch = await self._checkpoints.take_epoch(run_id, owner)
+        self._epochs[run_id] = epoch
+        self._lost.pop(run_id, None)
+        return dataclasses.replace(lease, epoch=epoch)
 
     async def renew_lease(self, lease: Lease, ttl: float) -> Lease:
-        return await self._checkpoints.renew_hold(lease, ttl)
+        run_id = self._run_of(lease)
+
+        async def renew(epoch: int | None) -> Lease:
+            try:
+                return await self._checkpoints.renew_hold(lease, ttl)
+            except RevisionConflict:
+                # Someone wrote the lease: a takeover (say which), or a forced break.
+                if epoch is not None:
+                    await self._checkpoints.check_epoch(run_id, epoch)
+                raise
+
+        return await self._fenced(run_id, renew)
+
+    async def check_lease(self, run_id: str) -> None:
+        async def check(epoch: int | None) -> None:
+            if epoch is not None:
+                await self._checkpoints.check_epoch(run_id, epoch)
+
+        await self._fenced(run_id, check)
 
     async def release_lease(self, lease: Lease) -> None:
+        if self._run_of(lease) in self._lost:
+            return  # the lease is another process's now: nothing of it is ours to touch
         await self._checkpoints.release_hold(lease)
 
     async def save(self, state: RunState, status: Status) -> None:
-        await self._checkpoints.save(state, status)
+        async def save(epoch: int | None) -> None:
+            await self._checkpoints.save(state, status, epoch=epoch)
+
+        await self._fenced(state.run_id, save)
 
     async def hold_calls(
         self,
@@ -108,17 +175,32 @@ class StoreDurability:
     ) -> None:
         # After the checkpoint's save: `tiller approve` checks the run is suspended on
         # the call before it decides.
-        await ApprovalStore(self.bus).hold_interrupts(
-            state, reason=reason, risks=risks, reasons=reasons
-        )
+        async def hold(epoch: int | None) -> None:
+            # Held-approval records are keyed by the run and the call, and the run's
+            # fenced checkpoint went just before: the epoch is checked, not stored in them.
+            if epoch is not None:
+                await self._checkpoints.check_epoch(state.run_id, epoch)
+            await ApprovalStore(self.bus).hold_interrupts(
+                state, reason=reason, risks=risks, reasons=reasons
+            )
+
+        await self._fenced(state.run_id, hold)
 
     async def call_started(self, run_id: str, call_id: str) -> None:
-        await self._checkpoints.call_started(run_id, call_id)
+        async def started(epoch: int | None) -> None:
+            await self._checkpoints.call_started(run_id, call_id, epoch=epoch)
+
+        await self._fenced(run_id, started)
 
     async def call_completed(
         self, run_id: str, call_id: str, content: str, *, is_error: bool
     ) -> None:
-        await self._checkpoints.call_completed(run_id, call_id, content, is_error=is_error)
+        async def completed(epoch: int | None) -> None:
+            await self._checkpoints.call_completed(
+                run_id, call_id, content, is_error=is_error, epoch=epoch
+            )
+
+        await self._fenced(run_id, completed)
 
     async def completed_calls(self, run_id: str) -> dict[str, tuple[str, bool]]:
         logs = await self._checkpoints.calls(run_id)

@@ -17,7 +17,11 @@ NATS publishes); the writer batches instead:
   it after the stream ends, so a durable run's log is complete when `run_in` returns.
 
 A failed write is logged and counted (`writer.failed`), never raised into the run: the
-log serves observers, and an observer never breaks the run. Batches are created with
+log serves observers, and an observer never breaks the run. A durable run *fences* its
+log (`writer.fence`, set by the loop to the durability port's `check_lease`): each batch
+is checked before it is written, and once the run was taken over by another process
+(`LeaseLost`) this writer writes no batch of it again (they count as failed), so a stale
+worker's stream never lands in the log after the new holder's. Batches are created with
 `KeyValue.create` (never overwritten), so a resumed run — which keeps its run id —
 appends after the batches already stored, and the log reads as one run: the first
 stream, then the resumed one.
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +41,7 @@ from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_o
 from ..errors import NewerSchemaError
 from ..events import Event, encode_json
 from ._bus import Bus, KeyValue, RevisionConflict
+from ._checkpoints import LeaseLost
 
 __all__ = ["EVENT_LOG_BUCKET", "EventLog", "EventLogFromNewerTiller", "EventLogWriter"]
 
@@ -160,6 +165,11 @@ class EventLogWriter:
         self.failed = 0
         #: Batches written.
         self.written = 0
+        #: Awaited before each batch is written: raises `LeaseLost` once the run was taken
+        #: over by another process (a durable run's loop sets it; None: not fenced).
+        self.fence: Callable[[], Awaitable[None]] | None = None
+        #: Set when the fence refused a batch: nothing more is written.
+        self.lost: LeaseLost | None = None
         self._buffer: list[bytes] = []
         self._start = 0  # the index of the buffer's first event
         self._queue: list[tuple[int, list[bytes]]] = []
@@ -217,6 +227,15 @@ class EventLogWriter:
             try:
                 await self._write(start, batch)
                 self.written += 1
+            except LeaseLost as exc:  # taken over: expected, and said once per batch
+                self.failed += 1
+                _logger.warning(
+                    "event log of run %s: batch of %d events (from %d) not written: %s",
+                    self.run_id,
+                    len(batch),
+                    start,
+                    exc,
+                )
             except Exception:
                 self.failed += 1
                 _logger.exception(
@@ -228,6 +247,14 @@ class EventLogWriter:
                 )
 
     async def _write(self, start: int, batch: list[bytes]) -> None:
+        if self.lost is not None:
+            raise self.lost
+        if self.fence is not None:
+            try:
+                await self.fence()
+            except LeaseLost as exc:
+                self.lost = exc
+                raise
         kv = await self.log.kv()
         for _ in range(_CREATE_ATTEMPTS):
             if self._next_batch is None:
