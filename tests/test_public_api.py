@@ -357,6 +357,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "FileRestoreFailed",
         "HeldApproval",
         "Job",
+        "JobLeaseLost",
         "JobQueue",
         "KeyValue",
         "Lease",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from tiller.errors import UsageError
-from tiller.store import Bus, DeadLetter, Job, JobQueue, LeaseLost, NotFound
+from tiller.store import Bus, DeadLetter, Job, JobLeaseLost, JobQueue, NotFound
 
 from .conftest import FakeClock
 
@@ -114,7 +114,7 @@ async def test_enqueue_claim_ack(bus: Bus, qtime: QueueTime, clock: FakeClock) -
     await queue.ack(job)
     await qtime.passes(1.5)
     assert await queue.claim("w2") is None  # gone for good
-    with pytest.raises(LeaseLost):
+    with pytest.raises(JobLeaseLost):
         await queue.ack(job)  # settled already
 
 
@@ -204,11 +204,11 @@ async def test_lapsed_lease_redelivers_with_the_next_attempt(
     assert second is not None
     assert (second.id, second.payload, second.attempt, second.worker) == ("j", b"p", 2, "w2")
     assert second.lease_expires_at == clock() + qtime.lease
-    with pytest.raises(LeaseLost) as lost:
+    with pytest.raises(JobLeaseLost) as lost:
         await queue.ack(first)  # w1 lost it to w2
     assert isinstance(lost.value, NotFound)
     assert (lost.value.job_id, lost.value.attempt) == ("j", 1)
-    with pytest.raises(LeaseLost):
+    with pytest.raises(JobLeaseLost):
         await queue.extend(first)
     await queue.ack(second)
     await qtime.passes(1.5)
@@ -240,7 +240,7 @@ async def test_nak_redelivers(bus: Bus, qtime: QueueTime) -> None:
     again = await qtime.claim_due(queue, "w2")
     assert again is not None
     assert (again.id, again.payload, again.attempt, again.worker) == ("j", b"p", 2, "w2")
-    with pytest.raises(LeaseLost):
+    with pytest.raises(JobLeaseLost):
         await queue.nak(job)  # that delivery was settled
 
 
@@ -276,7 +276,7 @@ async def test_term_dead_letters_with_the_reason(
     assert await queue.dead_letters() == [
         DeadLetter("work", "bad", b"poison", "cannot parse the payload", 1, clock())
     ]
-    with pytest.raises(LeaseLost):
+    with pytest.raises(JobLeaseLost):
         await queue.ack(job)
     good = await queue.claim("w1")
     assert good is not None and good.id == "good"
@@ -313,7 +313,7 @@ async def test_a_last_lease_that_lapses_dead_letters_the_job(bus: Bus, qtime: Qu
     dead = await qtime.dead_letters_after_claims(queue, 1)
     assert [(d.id, d.payload, d.attempt) for d in dead] == [("j", b"slow", 2)]
     assert "lease lapsed" in dead[0].reason
-    with pytest.raises(LeaseLost):
+    with pytest.raises(JobLeaseLost):
         await queue.ack(second)
 
 

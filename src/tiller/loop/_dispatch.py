@@ -145,7 +145,7 @@ class Dispatcher:
         try:
             after = await self._gate_and_run(batch)
         except BaseException as exc:
-            self._cancelled(batch)
+            self._interrupted(batch, exc)
             if isinstance(exc, BaseExceptionGroup) and run.agui.is_cancelled:
                 # The task group wraps the calls' `Cancelled` in a group, which the run's
                 # edge would report as a crash: the run was cancelled, so say that.
@@ -340,17 +340,26 @@ class Dispatcher:
         ]
         return Suspend(tuple(held), "these calls need a person's approval")
 
-    def _cancelled(self, batch: _Batch) -> None:
-        """The dispatch was interrupted: keep what ran (the stream is closing, so nothing
-        more is shown for it), answer every other call, and put the results into the
-        transcript now, because the normal path that appends them will not run."""
+    def _interrupted(self, batch: _Batch, exc: BaseException) -> None:
+        """The dispatch was interrupted (a cancel, or an error such as a store that failed
+        or a run taken over by another process): keep what ran (the stream is closing, so
+        nothing more is shown for it), answer every other call, and put the results into
+        the transcript now, because the normal path that appends them will not run."""
+        cancelled = self._run.agui.is_cancelled or isinstance(
+            exc, Cancelled | asyncio.CancelledError
+        )
+        why = (
+            "The run was cancelled before this call finished."
+            if cancelled
+            else f"The run stopped before this call finished: {_first_cause(exc)}"
+        )
         self._finish_executed(batch, show=False)
         for call in batch.calls:
             if call.id not in batch.results:
                 batch.results[call.id] = self._finish_call(
                     batch.step,
                     call,
-                    "The run was cancelled before this call finished.",
+                    why,
                     is_error=True,
                     show=False,
                 )
@@ -491,6 +500,15 @@ class Dispatcher:
             )
         )
         return ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The error behind `exc`, out of the task group that wrapped it (the calls cut short
+    by it raise `CancelledError`, which says nothing)."""
+    while isinstance(exc, BaseExceptionGroup):
+        causes = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        exc = (causes or list(exc.exceptions))[0]
+    return exc
 
 
 def _arguments_or_empty(call: ToolCall) -> dict[str, Any]:

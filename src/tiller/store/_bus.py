@@ -47,7 +47,7 @@ __all__ = [
     "JobQueue",
     "KeyValue",
     "Lease",
-    "LeaseLost",
+    "JobLeaseLost",
     "NotFound",
     "RevisionConflict",
     "StoreError",
@@ -92,7 +92,7 @@ class RevisionConflict(StoreError):
         self.actual = actual
 
 
-class LeaseLost(NotFound):
+class JobLeaseLost(NotFound):
     """A claimed job was settled or extended by a delivery that no longer holds it: its
     lease lapsed (and it may already be another worker's), or it was settled before.
 
@@ -399,21 +399,21 @@ class JobQueue(Protocol):
 
     async def extend(self, job: Job) -> Job:
         """Restart the lease: the job is `worker`'s for another `lease` seconds from now;
-        returns the delivery with its new expiry (`LeaseLost` if it no longer holds it)."""
+        returns the delivery with its new expiry (`JobLeaseLost` if it no longer holds it)."""
         ...
 
     async def ack(self, job: Job) -> None:
-        """Done: remove it (`LeaseLost` if this delivery no longer holds it)."""
+        """Done: remove it (`JobLeaseLost` if this delivery no longer holds it)."""
         ...
 
     async def nak(self, job: Job, *, delay: float = 0.0, error: str | None = None) -> None:
         """Not done: deliver it again after `delay` seconds; or, if this was its last
-        delivery, dead-letter it with `error` (`LeaseLost` if it no longer holds it)."""
+        delivery, dead-letter it with `error` (`JobLeaseLost` if it no longer holds it)."""
         ...
 
     async def term(self, job: Job, reason: str) -> None:
         """Never deliver it again (it cannot succeed): dead-letter it with `reason`
-        (`LeaseLost` if this delivery no longer holds it)."""
+        (`JobLeaseLost` if this delivery no longer holds it)."""
         ...
 
     async def dead_letters(self) -> list[DeadLetter]:

@@ -24,8 +24,8 @@ from ._bus import (
     DeadLetter,
     Entry,
     Job,
+    JobLeaseLost,
     Lease,
-    LeaseLost,
     RevisionConflict,
     acquire_lease,
     check_bucket,
@@ -383,8 +383,8 @@ def check_own(queue: str, job: Job) -> None:
         raise UsageError(f"queue {queue}: job {job.id!r} was claimed from queue {job.queue}")
 
 
-def lease_lost(queue: str, job: Job) -> LeaseLost:
-    return LeaseLost(
+def lease_lost(queue: str, job: Job) -> JobLeaseLost:
+    return JobLeaseLost(
         queue,
         job.id,
         job.attempt,

@@ -72,8 +72,8 @@ from ._bus import (
     DeadLetter,
     Entry,
     Job,
+    JobLeaseLost,
     Lease,
-    LeaseLost,
     NotFound,
     RevisionConflict,
     StoreError,
@@ -539,7 +539,7 @@ class NatsJobQueue:
     JetStream takes an ack from a delivery whose AckWait already lapsed (even after the job
     went to another worker) and cannot tell us it did, so this process fences itself: it
     keeps each delivery's deadline on its monotonic clock (restarted by `extend`) and
-    raises `LeaseLost` instead of settling a delivery past it. That closes the gap except
+    raises `JobLeaseLost` instead of settling a delivery past it. That closes the gap except
     for an ack racing the server's timer in the last moment of the lease; the fencing of
     issue 16 (each durable write of a run carries its lease epoch) is what stops a worker
     that lost that race from writing.
@@ -768,9 +768,9 @@ class NatsJobQueue:
         if not isinstance(delivery, _Delivery):
             raise UsageError(f"queue {self.name}: job {job.id!r} was not claimed from it")
         if delivery.settled:
-            raise LeaseLost(self.name, job.id, job.attempt, "was already settled")
+            raise JobLeaseLost(self.name, job.id, job.attempt, "was already settled")
         if time.monotonic() >= delivery.deadline:
-            raise LeaseLost(
+            raise JobLeaseLost(
                 self.name,
                 job.id,
                 job.attempt,

@@ -390,7 +390,7 @@ class SqliteJobQueue:
 
     async def _settle(self, job: Job, then: Callable[[sqlite3.Connection, str], None]) -> None:
         """Run `then` only if `job` is still the current delivery and its lease has not
-        lapsed (nobody could have claimed it again), else `LeaseLost`; one transaction."""
+        lapsed (nobody could have claimed it again), else `JobLeaseLost`; one transaction."""
         check_own(self.name, job)
         encoded = encode_key(job.id)
         now = self._bus._clock()
