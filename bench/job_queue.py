@@ -11,18 +11,11 @@ warm-up. After each pair one job is enqueued again, outside the timing, so the d
 where it was. The figure is the median µs per claim+ack; the ratio is 100k over 1k, from
 the same run.
 
-Run: `python bench/queue.py` (`--quick`: fewer pairs; `--no-nats` to skip NATS; `--depths
+Run: `python bench/job_queue.py` (`--quick`: fewer pairs; `--no-nats` to skip NATS; `--depths
 1000,100000` to choose). Prints markdown for BENCHMARKS.md.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# This file's name shadows the standard library's `queue` (which `concurrent.futures`
-# imports): run as a script, its directory is `sys.path[0]`, so take it off first.
-sys.path.pop(0)
 
 import argparse
 import asyncio
@@ -31,12 +24,14 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import tiller
 from tiller.store import Bus, JobQueue, open_bus
