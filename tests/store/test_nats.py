@@ -384,3 +384,30 @@ async def test_a_claim_while_the_server_is_away_is_unavailable_not_empty(
         assert job.id == "j1"
         await queue.ack(job)
     await proxy.cut()
+
+
+async def test_a_late_delivery_left_from_a_timed_out_claim_is_not_handed_out_stale(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """A claim's fetch that times out can still get its message a moment later: nats-py
+    keeps it in the subscription's pending queue and the next fetch returns it at once,
+    however old it is. Here a pull request of worker one's handle is answered while nobody
+    waits for it (as when the server's answer loses the race with the local timeout); its
+    lease lapses, worker two gets the job; worker one's next claim must not get it too."""
+    namespace = _namespace()
+    one = await open_nats(namespace, claim_wait=0.2)
+    two = await open_nats(namespace, claim_wait=0.2)
+    q1 = await one.queue("work", lease=1.0)
+    q2 = await two.queue("work", lease=1.0)
+    await q1.enqueue(b"payload", job_id="j1")
+    # The lingering pull request, answered into q1's inbox with nobody waiting.
+    await one._nc.publish(q1._sub._nms, b'{"batch":1}', reply=q1._sub._deliver)
+    async with asyncio.timeout(5):
+        while q1._sub.pending_msgs == 0:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(1.3)  # its AckWait lapses on the server
+    theirs = await q2.claim("w2")
+    assert theirs is not None and (theirs.id, theirs.attempt) == ("j1", 2)
+    mine = await q1.claim("w1")
+    assert mine is None, f"j1 is held by w2 and was handed to w1 too: {mine}"
+    await q2.ack(theirs)
