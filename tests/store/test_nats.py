@@ -409,3 +409,27 @@ async def test_a_late_delivery_left_from_a_timed_out_claim_is_not_handed_out_sta
     mine = await q1.claim("w1")
     assert mine is None, f"j1 is held by w2 and was handed to w1 too: {mine}"
     await q2.ack(theirs)
+
+
+async def test_an_extend_while_the_server_is_away_is_unavailable_not_held(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """`in_progress` is a core publish, which the client buffers while reconnecting: an
+    extend that only sends it 'succeeds' and moves this process's fence ahead while the
+    server's AckWait runs out, so the job is another worker's and this one still acks it.
+    An extend the server has not confirmed must raise `StoreUnavailable`."""
+    proxy = _Proxy()
+    await proxy.start()
+    namespace = _namespace()
+    flaky = await open_nats(
+        namespace, url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5, claim_wait=0.1
+    )
+    queue = await flaky.queue("work", lease=5.0)
+    await queue.enqueue(b"p", job_id="j1")
+    job = await queue.claim("w1")
+    assert job is not None
+    async with asyncio.timeout(20):
+        await proxy.cut()
+        await flaky._disconnected.wait()
+        with pytest.raises(StoreUnavailable):
+            await queue.extend(job)
