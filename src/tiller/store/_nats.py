@@ -674,9 +674,15 @@ class NatsJobQueue:
 
     async def extend(self, job: Job) -> Job:
         delivery = self._held(job)
+        sent = time.monotonic()  # the server restarts the AckWait no earlier than this
         with _translate(f"queue {self.name}: extend"):
-            await delivery.msg.in_progress()
-        delivery.deadline = time.monotonic() + self.lease
+            # `Msg.in_progress` is a core publish, buffered while the client reconnects:
+            # as a request, the server's answer says it restarted the AckWait (else the
+            # fence would move ahead of a lease the server lets lapse).
+            await self._bus._nc.request(
+                delivery.msg.reply, b"+WPI", timeout=self._bus._request_timeout
+            )
+        delivery.deadline = sent + self.lease
         return replace(job, lease_expires_at=self._bus._clock() + self.lease)
 
     async def ack(self, job: Job) -> None:
