@@ -17,7 +17,7 @@ from typing import Any
 import nats
 import pytest
 
-from tiller.store import BusClosed, RevisionConflict, StoreUnavailable
+from tiller.store import BusClosed, LeaseLost, RevisionConflict, StoreUnavailable
 from tiller.store._nats import NatsBus
 
 from .conftest import NATS_URL, FakeClock
@@ -433,3 +433,28 @@ async def test_an_extend_while_the_server_is_away_is_unavailable_not_held(
         await flaky._disconnected.wait()
         with pytest.raises(StoreUnavailable):
             await queue.extend(job)
+
+
+async def test_a_shorter_lease_set_by_another_process_is_the_fence_of_every_handle(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """The lease is the one consumer's AckWait, and the last `queue()` call sets it for every
+    worker: a handle opened before with a longer lease must not go on fencing with its own
+    (it would ack a job the server already gave to another worker)."""
+    namespace = _namespace()
+    one = await open_nats(namespace, claim_wait=0.2)
+    two = await open_nats(namespace, claim_wait=0.2)
+    q1 = await one.queue("work", lease=30.0)
+    await q1.enqueue(b"p", job_id="j1")
+    q2 = await two.queue("work", lease=1.0)  # now the consumer's AckWait for everyone
+    mine = await q1.claim("w1")
+    assert mine is not None
+    await asyncio.sleep(1.3)
+    theirs = None
+    async with asyncio.timeout(10):
+        while theirs is None:
+            theirs = await q2.claim("w2")
+    assert (theirs.id, theirs.attempt) == ("j1", 2)
+    with pytest.raises(LeaseLost):
+        await q1.ack(mine)  # w1's delivery lapsed on the server: j1 is w2's
+    await q2.ack(theirs)
