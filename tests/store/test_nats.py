@@ -458,3 +458,22 @@ async def test_a_shorter_lease_set_by_another_process_is_the_fence_of_every_hand
     with pytest.raises(LeaseLost):
         await q1.ack(mine)  # w1's delivery lapsed on the server: j1 is w2's
     await q2.ack(theirs)
+
+
+async def test_a_stale_delivery_past_the_last_attempt_is_still_dead_lettered(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """The delivery after the last attempt is the consumer's last (MaxDeliver is one more):
+    if it waited in the pending queue past its lease, dropping it would lose the job (the
+    server delivers it no more); it is dead-lettered like a fresh one."""
+    queue = await (await open_nats(claim_wait=0.2)).queue("work", lease=1.0, max_deliver=1)
+    await queue.enqueue(b"p", job_id="j1")
+    assert await queue.claim("w1") is not None
+    await asyncio.sleep(1.3)  # attempt 1's lease lapses
+    # The redelivery answers a pull request nobody waits for, and waits past its lease.
+    await queue._bus._nc.publish(queue._sub._nms, b'{"batch":1}', reply=queue._sub._deliver)
+    await asyncio.sleep(1.3)
+    assert queue._sub.pending_msgs == 1
+    assert await queue.claim("w1") is None
+    (dead,) = await queue.dead_letters()
+    assert (dead.id, dead.attempt) == ("j1", 1) and "lapsed" in dead.reason

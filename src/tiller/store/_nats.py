@@ -635,8 +635,6 @@ class NatsJobQueue:
         unsettled because its lease may already have lapsed (it waited in the pending queue:
         JetStream delivers it again, or already has, to someone else)."""
         deadline = delivered_after + self.lease
-        if time.monotonic() >= deadline:
-            return None
         attempt = int(msg.metadata.num_delivered or 1)
         headers = msg.headers or {}
         token = headers.get(_JOB_HEADER)
@@ -662,6 +660,8 @@ class NatsJobQueue:
                 msg, job_id=job_id, payload=payload, name=name, reason=reason, attempt=attempt - 1
             )
             return None
+        if time.monotonic() >= deadline:
+            return None  # (after the checks above: a dead letter is buried even if stale)
         return Job(
             self.name,
             job_id,
