@@ -17,7 +17,7 @@ from typing import Any
 import nats
 import pytest
 
-from tiller.store import BusClosed, LeaseLost, RevisionConflict, StoreUnavailable
+from tiller.store import BusClosed, DeadLetter, LeaseLost, RevisionConflict, StoreUnavailable
 from tiller.store._nats import NatsBus
 
 from .conftest import NATS_URL, FakeClock
@@ -477,3 +477,39 @@ async def test_a_stale_delivery_past_the_last_attempt_is_still_dead_lettered(
     assert await queue.claim("w1") is None
     (dead,) = await queue.dead_letters()
     assert (dead.id, dead.attempt) == ("j1", 1) and "lapsed" in dead.reason
+
+
+async def test_a_dead_letter_that_fails_to_be_written_is_not_lost(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """The delivery after the last attempt is the consumer's last (its MaxDeliver is one
+    more): if the claim that got it cannot dead-letter it (NATS went away, or the worker
+    died), the server never delivers it again, and the job is neither queued nor dead."""
+    proxy = _Proxy()
+    await proxy.start()
+    flaky = await open_nats(
+        url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5, claim_wait=0.2
+    )
+    queue = await flaky.queue("work", lease=1.0, max_deliver=1)
+    await queue.enqueue(b"p", job_id="j1")
+    assert await queue.claim("w1") is not None
+    await asyncio.sleep(1.3)  # attempt 1's lease lapses
+    # The redelivery (past the last attempt) reaches this handle, then the link goes.
+    await flaky._nc.publish(queue._sub._nms, b'{"batch":1}', reply=queue._sub._deliver)
+    await asyncio.sleep(0.2)
+    assert queue._sub.pending_msgs == 1
+    async with asyncio.timeout(30):
+        await proxy.cut()
+        await flaky._disconnected.wait()
+        with pytest.raises(StoreUnavailable):
+            await queue.claim("w1")  # it cannot write the dead letter
+        await proxy.start()
+        await flaky._connected.wait()
+        dead: list[DeadLetter] = []
+        for _ in range(20):  # ten leases of claims
+            assert await queue.claim("sweeper") is None
+            if dead := list(await queue.dead_letters()):
+                break
+            await asyncio.sleep(0.3)
+        assert [letter.id for letter in dead] == ["j1"]
+    await proxy.cut()
