@@ -621,9 +621,8 @@ class NatsJobQueue:
         kept: list[Msg] = []
         while not pending.empty():
             msg = pending.get_nowait()
-            if JetStreamContext.is_status_msg(msg):
-                self._sub._sub._pending_size -= len(msg.data)
-            else:
+            # (A status message has no body: nats-py's pending byte count does not move.)
+            if not JetStreamContext.is_status_msg(msg):
                 kept.append(msg)
         for msg in kept:
             pending.put_nowait(msg)
