@@ -17,7 +17,7 @@ from typing import Any
 import nats
 import pytest
 
-from tiller.store import BusClosed, RevisionConflict, StoreUnavailable
+from tiller.store import BusClosed, DeadLetter, LeaseLost, RevisionConflict, StoreUnavailable
 from tiller.store._nats import NatsBus
 
 from .conftest import NATS_URL, FakeClock
@@ -384,3 +384,134 @@ async def test_a_claim_while_the_server_is_away_is_unavailable_not_empty(
         assert job.id == "j1"
         await queue.ack(job)
     await proxy.cut()
+
+
+async def test_a_late_delivery_left_from_a_timed_out_claim_is_not_handed_out_stale(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """A claim's fetch that times out can still get its message a moment later: nats-py
+    keeps it in the subscription's pending queue and the next fetch returns it at once,
+    however old it is. Here a pull request of worker one's handle is answered while nobody
+    waits for it (as when the server's answer loses the race with the local timeout); its
+    lease lapses, worker two gets the job; worker one's next claim must not get it too."""
+    namespace = _namespace()
+    one = await open_nats(namespace, claim_wait=0.2)
+    two = await open_nats(namespace, claim_wait=0.2)
+    q1 = await one.queue("work", lease=1.0)
+    q2 = await two.queue("work", lease=1.0)
+    await q1.enqueue(b"payload", job_id="j1")
+    # The lingering pull request, answered into q1's inbox with nobody waiting.
+    await one._nc.publish(q1._sub._nms, b'{"batch":1}', reply=q1._sub._deliver)
+    await asyncio.sleep(1.3)  # its AckWait lapses on the server
+    assert q1._sub.pending_msgs == 1  # the late delivery waits for q1's next fetch
+    theirs = await q2.claim("w2")
+    assert theirs is not None and (theirs.id, theirs.attempt) == ("j1", 2)
+    mine = await q1.claim("w1")
+    assert mine is None, f"j1 is held by w2 and was handed to w1 too: {mine}"
+    await q2.ack(theirs)
+
+
+async def test_an_extend_while_the_server_is_away_is_unavailable_not_held(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """`in_progress` is a core publish, which the client buffers while reconnecting: an
+    extend that only sends it 'succeeds' and moves this process's fence ahead while the
+    server's AckWait runs out, so the job is another worker's and this one still acks it.
+    An extend the server has not confirmed must raise `StoreUnavailable`."""
+    proxy = _Proxy()
+    await proxy.start()
+    namespace = _namespace()
+    flaky = await open_nats(
+        namespace, url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5, claim_wait=0.1
+    )
+    queue = await flaky.queue("work", lease=5.0)
+    await queue.enqueue(b"p", job_id="j1")
+    job = await queue.claim("w1")
+    assert job is not None
+    async with asyncio.timeout(20):
+        await proxy.cut()
+        await flaky._disconnected.wait()
+        with pytest.raises(StoreUnavailable):
+            await queue.extend(job)
+
+
+async def test_a_shorter_lease_set_by_another_process_is_the_fence_of_every_handle(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """The lease is the one consumer's AckWait, and the last `queue()` call sets it for every
+    worker: a handle opened before with a longer lease must not go on fencing with its own
+    (it would ack a job the server already gave to another worker)."""
+    namespace = _namespace()
+    one = await open_nats(namespace, claim_wait=0.2)
+    two = await open_nats(namespace, claim_wait=0.2)
+    q1 = await one.queue("work", lease=30.0)
+    await q1.enqueue(b"p", job_id="j1")
+    q2 = await two.queue("work", lease=1.0)  # now the consumer's AckWait for everyone
+    mine = await q1.claim("w1")
+    assert mine is not None
+    await asyncio.sleep(1.3)
+    theirs = None
+    async with asyncio.timeout(10):
+        while theirs is None:
+            theirs = await q2.claim("w2")
+    assert (theirs.id, theirs.attempt) == ("j1", 2)
+    with pytest.raises(LeaseLost):
+        await q1.ack(mine)  # w1's delivery lapsed on the server: j1 is w2's
+    await q2.ack(theirs)
+
+
+async def test_a_stale_delivery_past_the_last_attempt_is_still_dead_lettered(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """The delivery after the last attempt is the consumer's last (MaxDeliver is one more):
+    if it waited in the pending queue past its lease, dropping it would lose the job (the
+    server delivers it no more); it is dead-lettered like a fresh one."""
+    queue = await (await open_nats(claim_wait=0.2)).queue("work", lease=1.0, max_deliver=1)
+    await queue.enqueue(b"p", job_id="j1")
+    assert await queue.claim("w1") is not None
+    await asyncio.sleep(1.3)  # attempt 1's lease lapses
+    # The redelivery answers a pull request nobody waits for, and waits past its lease.
+    await queue._bus._nc.publish(queue._sub._nms, b'{"batch":1}', reply=queue._sub._deliver)
+    await asyncio.sleep(1.3)
+    assert queue._sub.pending_msgs == 1
+    assert await queue.claim("w1") is None
+    (dead,) = await queue.dead_letters()
+    assert (dead.id, dead.attempt) == ("j1", 1) and "lapsed" in dead.reason
+
+
+async def test_a_dead_letter_that_fails_to_be_written_is_not_lost(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """The delivery after the last attempt is the consumer's last (its MaxDeliver is one
+    more): if the claim that got it cannot dead-letter it (NATS went away, or the worker
+    died), the server never delivers it again, and the job is neither queued nor dead."""
+    proxy = _Proxy()
+    await proxy.start()
+    flaky = await open_nats(
+        url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5, claim_wait=0.2
+    )
+    queue = await flaky.queue("work", lease=1.0, max_deliver=1)
+    await queue.enqueue(b"p", job_id="j1")
+    assert await queue.claim("w1") is not None
+    await asyncio.sleep(1.3)  # attempt 1's lease lapses
+    # The redelivery (past the last attempt) reaches this handle, then the link goes.
+    await flaky._nc.publish(queue._sub._nms, b'{"batch":1}', reply=queue._sub._deliver)
+    await asyncio.sleep(0.2)
+    assert queue._sub.pending_msgs == 1
+    async with asyncio.timeout(30):
+        await proxy.cut()
+        await flaky._disconnected.wait()
+        with pytest.raises(StoreUnavailable):
+            await queue.claim("w1")  # it cannot write the dead letter
+        await proxy.start()
+        await flaky._connected.wait()
+        dead: list[DeadLetter] = []
+        claimed = []
+        for _ in range(20):  # ten leases of claims
+            claimed.append(await queue.claim("sweeper"))
+            if dead := list(await queue.dead_letters()):
+                break
+            await asyncio.sleep(0.3)
+    await proxy.cut()
+    assert claimed == [None] * len(claimed)
+    assert [letter.id for letter in dead] == ["j1"]

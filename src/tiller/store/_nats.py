@@ -570,6 +570,10 @@ class NatsJobQueue:
         # One pull request in flight per queue handle: a fetch that timed out can still
         # receive its message late, and the next fetch must be the one to take it.
         self._fetching = asyncio.Lock()
+        # The last moment this handle's pending queue was seen empty before a fetch: a
+        # message found in it later was delivered after then, so its AckWait started no
+        # earlier (a late answer to a timed-out fetch can wait there for any length of time).
+        self._pending_since = time.monotonic()
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
         job_id = check_job_id(job_id)
@@ -592,6 +596,9 @@ class NatsJobQueue:
         self._bus._js_context()
         async with self._fetching:
             while True:
+                if self._pending_deliveries() == 0:
+                    self._pending_since = time.monotonic()
+                delivered_after = self._pending_since
                 with _translate(f"queue {self.name}: claim"):
                     try:
                         msgs = await self._sub.fetch(1, timeout=self._bus._claim_wait)
@@ -602,14 +609,31 @@ class NatsJobQueue:
                                 f"queue {self.name}: claim: NATS is unavailable"
                             ) from None
                         return None
-                job = await self._take(msgs[0], worker)
+                job = await self._take(msgs[0], worker, delivered_after)
                 if job is not None:
                     return job
 
-    async def _take(self, msg: Msg, worker: str) -> Job | None:
+    def _pending_deliveries(self) -> int:
+        """How many messages wait in the pull subscription's pending queue, after dropping
+        its status messages (the late 408 of an expired pull request: the next fetch would
+        drop them too, so they say nothing about when a delivery was made)."""
+        pending = self._sub._sub._pending_queue  # nats-py keeps late answers here
+        kept: list[Msg] = []
+        while not pending.empty():
+            msg = pending.get_nowait()
+            # (A status message has no body: nats-py's pending byte count does not move.)
+            if not JetStreamContext.is_status_msg(msg):
+                kept.append(msg)
+        for msg in kept:
+            pending.put_nowait(msg)
+        return len(kept)
+
+    async def _take(self, msg: Msg, worker: str, delivered_after: float) -> Job | None:
         """The delivery as a Job, or None after dead-lettering it (not a tiller job, or a
-        delivery past `max_deliver`: its last attempt's lease lapsed)."""
-        deadline = time.monotonic() + self.lease
+        delivery past `max_deliver`: its last attempt's lease lapsed), or after leaving it
+        unsettled because its lease may already have lapsed (it waited in the pending queue:
+        JetStream delivers it again, or already has, to someone else)."""
+        deadline = delivered_after + self.lease
         attempt = int(msg.metadata.num_delivered or 1)
         headers = msg.headers or {}
         token = headers.get(_JOB_HEADER)
@@ -635,6 +659,8 @@ class NatsJobQueue:
                 msg, job_id=job_id, payload=payload, name=name, reason=reason, attempt=attempt - 1
             )
             return None
+        if time.monotonic() >= deadline:
+            return None  # (after the checks above: a dead letter is buried even if stale)
         return Job(
             self.name,
             job_id,
@@ -647,9 +673,15 @@ class NatsJobQueue:
 
     async def extend(self, job: Job) -> Job:
         delivery = self._held(job)
+        sent = time.monotonic()  # the server restarts the AckWait no earlier than this
         with _translate(f"queue {self.name}: extend"):
-            await delivery.msg.in_progress()
-        delivery.deadline = time.monotonic() + self.lease
+            # `Msg.in_progress` is a core publish, buffered while the client reconnects:
+            # as a request, the server's answer says it restarted the AckWait (else the
+            # fence would move ahead of a lease the server lets lapse).
+            await self._bus._nc.request(
+                delivery.msg.reply, b"+WPI", timeout=self._bus._request_timeout
+            )
+        delivery.deadline = sent + self.lease
         return replace(job, lease_expires_at=self._bus._clock() + self.lease)
 
     async def ack(self, job: Job) -> None:
