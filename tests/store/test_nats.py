@@ -435,6 +435,11 @@ async def test_an_extend_while_the_server_is_away_is_unavailable_not_held(
             await queue.extend(job)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect (issue 16): each handle fences with the lease it opened the queue "
+    "with, while the last queue() call sets the consumer's AckWait for every worker",
+)
 async def test_a_shorter_lease_set_by_another_process_is_the_fence_of_every_handle(
     open_nats: Callable[..., Awaitable[NatsBus]],
 ) -> None:
@@ -479,6 +484,11 @@ async def test_a_stale_delivery_past_the_last_attempt_is_still_dead_lettered(
     assert (dead.id, dead.attempt) == ("j1", 1) and "lapsed" in dead.reason
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open defect (issue 16): the consumer's MaxDeliver is max_deliver + 1, so the "
+    "last delivery is the server's last; a dead letter that cannot be written loses the job",
+)
 async def test_a_dead_letter_that_fails_to_be_written_is_not_lost(
     open_nats: Callable[..., Awaitable[NatsBus]],
 ) -> None:
