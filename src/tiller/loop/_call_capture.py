@@ -61,6 +61,8 @@ class CallCapture:
 
     def sent(self, window: Sequence[UserMessage | AssistantMessage]) -> None:
         """The request about to go out carries `window` (the history, maybe shortened)."""
+        if self.sink is None:
+            return  # nothing records what was sent: no need to know
         messages = self._state.messages
         shortened = bool(window) and window[-1] is not messages[-1]
         self._sent_shortened = (len(messages) - 1, window[-1]) if shortened else None

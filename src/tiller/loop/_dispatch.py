@@ -166,7 +166,10 @@ class Dispatcher:
         return next_step(run)
 
     def answer_stopped(
-        self, calls: Sequence[ToolCall], *, recorded: Mapping[str, tuple[str, bool]] = {}
+        self,
+        calls: Sequence[ToolCall],
+        *,
+        recorded: Mapping[str, tuple[str, bool]] | None = None,
     ) -> None:
         """The run stopped (a cancel, a store that failed) before it took the step of
         `calls`: none of them ran now, and each is answered (law 1) — with its result if
@@ -184,7 +187,7 @@ class Dispatcher:
             record = state.calls.setdefault(
                 call.id, CallRecord(call_id=call.id, name=call.name, step=state.step)
             )
-            if call.id in recorded:
+            if recorded is not None and call.id in recorded:
                 content, is_error = recorded[call.id]
             elif record.result is not None:
                 content, is_error = record.result, record.is_error
