@@ -20,6 +20,9 @@ Signals that a tool raises on purpose (retry with feedback, needs approval) are 
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+
 __all__ = [
     "Cancelled",
     "HandleClosed",
@@ -122,3 +125,26 @@ class NewerSchemaError(TillerError):
     The store's and the state's own errors for such a record derive from this class too
     (`RecordFromNewerTiller` is a `MalformedRecord` as well), so existing handlers still
     catch them, and `except NewerSchemaError` catches them all."""
+
+
+# For tiller's own packages (not API; not in __all__).
+
+
+def first_leaf(exc: BaseException) -> BaseException:
+    """The exception that matters in what a task group raised: the first leaf of its
+    (nested) groups that is not a cancellation — the tasks the failure cut short raise
+    `CancelledError`, which says nothing. `exc` itself when it is not a group."""
+    leaves = list(leaves_of(exc))
+    for leaf in leaves:
+        if not isinstance(leaf, asyncio.CancelledError):
+            return leaf
+    return leaves[0] if leaves else exc
+
+
+def leaves_of(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions in `exc`'s (nested) groups, in order; `exc` when it is not a group."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from leaves_of(inner)
+    else:
+        yield exc

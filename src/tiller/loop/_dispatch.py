@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 import orjson
 
 from ..conversation import ToolCall, ToolResult, UserMessage
-from ..errors import Cancelled
+from ..errors import Cancelled, first_leaf
 from ..policy import Interlock, taint_of
 from ..state import CallRecord, StopCause
 from ..store import RunDurability
@@ -354,7 +354,7 @@ class Dispatcher:
         why = (
             "The run was cancelled before this call finished."
             if cancelled
-            else f"The run stopped before this call finished: {_first_cause(exc)}"
+            else f"The run stopped before this call finished: {first_leaf(exc)}"
         )
         self._finish_executed(batch, show=False)
         for call in batch.calls:
@@ -503,15 +503,6 @@ class Dispatcher:
             )
         )
         return ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
-
-
-def _first_cause(exc: BaseException) -> BaseException:
-    """The error behind `exc`, out of the task group that wrapped it (the calls cut short
-    by it raise `CancelledError`, which says nothing)."""
-    while isinstance(exc, BaseExceptionGroup):
-        causes = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
-        exc = (causes or list(exc.exceptions))[0]
-    return exc
 
 
 def _arguments_or_empty(call: ToolCall) -> dict[str, Any]:

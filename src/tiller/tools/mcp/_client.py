@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from ...errors import UsageError
+from ...errors import UsageError, first_leaf, leaves_of
 from .._exec import ExecContext
 from .._tool import ToolError, ToolOutput
 from ._config import McpServerConfig, McpServers
@@ -299,7 +299,7 @@ class McpClient:
         from mcp_types import CONNECTION_CLOSED
         from pydantic import ValidationError
 
-        leaf = _first_leaf(exc)
+        leaf = first_leaf(exc)
         config = self.config
         if isinstance(leaf, McpStartError):
             return leaf
@@ -469,7 +469,7 @@ async def _open_all(clients: list[McpClient]) -> None:
             for client in clients:
                 group.create_task(client.open())
     except BaseExceptionGroup as failed:
-        starts = [e for e in _leaves(failed) if isinstance(e, McpStartError)]
+        starts = [e for e in leaves_of(failed) if isinstance(e, McpStartError)]
         if not starts:
             raise
         order = {client.name: index for index, client in enumerate(clients)}
@@ -533,21 +533,3 @@ async def _join(task: asyncio.Task[None]) -> None:
         _logger.warning("an MCP runner task failed", exc_info=error)
     if cancelled is not None:
         raise cancelled
-
-
-def _leaves(exc: BaseException) -> Iterable[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    """The exception that matters in what anyio's task groups raised: the first one that
-    is not a cancellation."""
-    leaves = list(_leaves(exc))
-    for leaf in leaves:
-        if not isinstance(leaf, asyncio.CancelledError):
-            return leaf
-    return leaves[0] if leaves else exc
