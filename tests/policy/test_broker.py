@@ -108,3 +108,48 @@ async def test_a_cancel_while_waiting_ends_the_wait_and_the_call_never_runs() ->
     token.cancel("stop")
     with pytest.raises(Cancelled):
         await waiting
+
+
+class Broken:
+    """A person's approver with a bug: it raises, or answers with something of its own."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    async def approve(self, call: ToolCall, tool: Any) -> Any:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (RuntimeError("the callback's database is down"), "the approver failed (RuntimeError"),
+        (True, "the approver returned bool, not a Decision"),
+        (None, "the approver returned NoneType, not a Decision"),
+    ],
+)
+async def test_an_approver_that_breaks_says_no_by_the_policy(answer: object, said: str) -> None:
+    """Law 3: an approver that raises or answers with no `Decision` is a "no" no person
+    gave (blocked, by the policy), not a crash of the run and never an allow."""
+    decision = await ApprovalBroker(Broken(answer)).ask(call("write_file"), write_file)
+    assert not decision.allowed
+    assert decision.blocked_by_policy
+    assert said in decision.reason
+
+
+async def test_a_cancel_while_a_broken_approver_waits_is_still_the_runs_cancel() -> None:
+    """The broker's fail-closed path does not swallow the run's own `Cancelled`."""
+    token = CancellationToken()
+
+    class Waiting:
+        async def approve(self, call: ToolCall, tool: Any) -> Decision:
+            await asyncio.sleep(10)
+            raise AssertionError("unreachable")
+
+    asking = asyncio.ensure_future(ApprovalBroker(Waiting(), token).ask(call("w"), write_file))
+    await asyncio.sleep(0)
+    token.cancel("stop")
+    with pytest.raises(Cancelled):
+        await asking

@@ -13,16 +13,20 @@ decides, never its name (law 12).
 
 from __future__ import annotations
 
-from typing import Any, cast
+import logging
+from typing import Any, Final, cast
 
 import orjson
 
 from ..cancel import CancellationToken
 from ..conversation import ToolCall
+from ..errors import Cancelled
 from ..tools import Capability, Tool
 from ._approver import Approver, AskReason, Decision, ExplainedApprover
 
 __all__ = ["ApprovalBroker", "approval_key"]
+
+_logger: Final = logging.getLogger(__name__)
 
 
 def approval_key(call: ToolCall, tool: Tool | None) -> str | None:
@@ -86,13 +90,27 @@ class ApprovalBroker:
             asking = cast(ExplainedApprover, approver).approve_explained(call, tool, why)
         else:
             asking = approver.approve(call, tool)
-        if self._cancel is not None:
-            # A cancel while the person thinks is a "no": the call never runs. It ends the
-            # wait with the run's `Cancelled`, so the call is answered as cut by the cancel
-            # (law 8), not as a person's refusal nobody gave.
-            answer = await self._cancel.race(asking)
-        else:
-            answer = await asking
+        try:
+            if self._cancel is not None:
+                # A cancel while the person thinks is a "no": the call never runs. It ends
+                # the wait with the run's `Cancelled`, so the call is answered as cut by the
+                # cancel (law 8), not as a person's refusal nobody gave.
+                answered: object = await self._cancel.race(asking)
+            else:
+                answered = await asking
+        except Cancelled:
+            raise
+        except Exception as exc:  # law 3: an approver that breaks says no, the run goes on
+            _logger.warning("the approver failed on %s", call.name, exc_info=True)
+            return Decision.blocked(f"the approver failed ({type(exc).__name__}: {exc})")
+        if not isinstance(answered, Decision):
+            # Not a crash of the run either: a person's program returned something else
+            # (True, a string, an object of its own). No one said yes (law 3).
+            return Decision.blocked(
+                f"the approver returned {type(answered).__name__}, not a Decision "
+                "(return Decision.allow(), Decision.deny(reason) or Decision.blocked(reason))"
+            )
+        answer = answered
         if answer.allowed and answer.always and key is not None:
             self._always.add(key)
         return answer
