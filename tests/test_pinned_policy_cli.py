@@ -201,3 +201,42 @@ def test_a_store_inside_the_workspace_is_protected(tmp_path: Path, workspace: Pa
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "protected policy" in ran.stdout
     assert (workspace / "runs.db").read_bytes().startswith(b"SQLite format 3")
+
+
+def test_an_mcp_call_approved_with_edited_arguments_runs_them(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The edited arguments are checked against the tool the run pinned, an MCP server's:
+    the approving process starts the pinned servers to find it, instead of saying the
+    agent has no such tool."""
+    (workspace / "tiller.toml").write_text(
+        f'[mcp.servers.fx]\ncommand = "{sys.executable}"\nargs = ["{MCP_FIXTURE}"]\n'
+    )
+    calls = script(
+        tmp_path,
+        "turns:\n  - tool_calls: [{name: fx__echo, arguments: {text: hi, times: 2}}]\n"
+        "  - Echoed.\n",
+    )
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    held = tiller("run", "echo", "-m", f"scripted:{calls}", "-w", str(workspace), "--store", store)
+    assert "stop cause  suspended" in held.stdout, held.stdout + held.stderr
+    edited = '{"text": "yo", "times": 3}'
+    approved = tiller(
+        "approve", approval_id(held.stdout), "--args", edited, "--store", store, cwd=tmp_path
+    )
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert "yoyoyo" in approved.stdout.replace(" ", "")
+    # Edited arguments that do not fit the MCP tool's schema are refused before anything is
+    # recorded: the call stays held.
+    held = tiller("run", "echo", "-m", f"scripted:{calls}", "-w", str(workspace), "--store", store)
+    wrong = tiller(
+        "approve",
+        approval_id(held.stdout),
+        "--args",
+        '{"times": "x"}',
+        "--store",
+        store,
+        cwd=tmp_path,
+    )
+    assert wrong.returncode != 0
+    assert "Traceback" not in wrong.stdout + wrong.stderr

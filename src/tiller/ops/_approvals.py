@@ -12,7 +12,7 @@ from typing import Any
 
 from ..conversation import ToolCall
 from ..errors import UsageError
-from ..loop import ResumeDecision, load_agent
+from ..loop import Agent, ResumeDecision, load_agent
 from ..store import (
     AlreadyDecided,
     ApprovalStore,
@@ -23,6 +23,7 @@ from ..store import (
 )
 from ._arguments import check_arguments
 from ._buckets import DEFAULT_BUCKETS, Buckets
+from ._pinned import pinned_agent
 from ._settle import expire_held
 
 __all__ = [
@@ -156,10 +157,7 @@ async def _decide(
         )
     loaded = load_agent(ref, model=checkpoint.state.model_spec)
     if arguments is not None:
-        tool = loaded.registry.get(record.tool)
-        if tool is None:
-            raise UsageError(f"the agent {ref!r} has no tool {record.tool!r}; check --agent")
-        check_arguments(tool, arguments)
+        await _check_edited(store, record, ref, loaded, arguments, bucket=buckets.checkpoints)
     pending = await _pending_calls(store, checkpoint, buckets.checkpoints)
     await _records_for(approvals, record.run_id, pending)  # every held call has a record
     decided = await approvals.decide(
@@ -168,6 +166,29 @@ async def _decide(
     # Read the run's records again *after* deciding: of two people deciding a run's last
     # two calls at once, the later one to get here sees both decisions and resumes.
     return Decided(decided, await _records_for(approvals, record.run_id, pending))
+
+
+async def _check_edited(
+    store: Bus,
+    record: HeldApproval,
+    ref: str,
+    loaded: Agent,
+    arguments: dict[str, Any],
+    *,
+    bucket: str,
+) -> None:
+    """Refuse edited arguments that do not fit the held call's tool. The tool may be one
+    of an MCP server the run pinned (law 11), which only a started server describes: the
+    pinned servers are started for the check when the agent itself has no such tool."""
+    tool = loaded.registry.get(record.tool)
+    if tool is not None:
+        check_arguments(tool, arguments)
+        return
+    async with pinned_agent(store, record.run_id, ref, bucket=bucket) as continuing:
+        tool = continuing.registry.get(record.tool) if isinstance(continuing, Agent) else None
+        if tool is None:
+            raise UsageError(f"the agent {ref!r} has no tool {record.tool!r}; check --agent")
+        check_arguments(tool, arguments)
 
 
 async def _check_waiting(
