@@ -140,6 +140,21 @@ async def test_enqueue_with_job_id_is_idempotent(bus: Bus, qtime: QueueTime) -> 
         await queue.enqueue(b"", job_id="")
 
 
+async def test_an_acked_id_is_accepted_as_a_new_job(bus: Bus, qtime: QueueTime) -> None:
+    """The queue holds an id while its job waits, is claimed or is dead; once acked it does
+    not (it is no registry of every id ever seen): the same on every backend."""
+    queue = await open_queue(bus, qtime)
+    await queue.enqueue(b"first", job_id="j")
+    job = await queue.claim("w1")
+    assert job is not None
+    await queue.ack(job)
+    assert await queue.enqueue(b"second", job_id="j") == "j"
+    again = await queue.claim("w2")
+    assert again is not None and (again.id, again.payload, again.attempt) == ("j", b"second", 1)
+    await queue.ack(again)
+    assert await queue.claim("w2") is None
+
+
 async def test_jobs_are_claimed_in_order_each_by_one_worker(bus: Bus, qtime: QueueTime) -> None:
     queue = await open_queue(bus, qtime)
     ids = [await queue.enqueue(f"job {n}".encode(), job_id=f"j{n}") for n in range(6)]

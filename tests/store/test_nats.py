@@ -12,12 +12,21 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
+from nats.aio.msg import Msg
 
-from tiller.store import BusClosed, DeadLetter, LeaseLost, RevisionConflict, StoreUnavailable
+from tiller.store import (
+    BusClosed,
+    DeadLetter,
+    JobLeaseLost,
+    RevisionConflict,
+    StoreUnavailable,
+)
 from tiller.store._nats import NatsBus
 
 from .conftest import NATS_URL, FakeClock
@@ -152,7 +161,7 @@ async def test_a_message_that_is_not_a_job_is_dead_lettered_and_never_blocks(
     bus = await open_nats(clock=FakeClock(), claim_wait=0.1)
     queue = await bus.queue("work")
     # Something other than tiller publishes on the queue's subject: no job header.
-    await bus._js.publish(queue._subject, b"stray")
+    await bus._js.publish(f"{queue._subject}.stray", b"stray")
     await queue.enqueue(b"real", job_id="j1")
     job = await queue.claim("w1")
     assert job is not None and (job.id, job.payload) == ("j1", b"real")
@@ -166,14 +175,21 @@ async def test_the_lease_and_limit_are_the_consumers(
 ) -> None:
     namespace = _namespace()
     one, two = await open_nats(namespace), await open_nats(namespace)
-    await one.queue("work", lease=7.0, max_deliver=3)
+    first = await one.queue("work", lease=7.0, max_deliver=3)
     info = await one._js.consumer_info(f"TQ_{namespace}-work", "tiller")
-    assert (info.config.ack_wait, info.config.max_deliver) == (7.0, 4)
+    # The server delivers without limit; the limit is the claim's, kept in the consumer.
+    assert (info.config.ack_wait, info.config.max_deliver) == (7.0, -1)
+    assert info.config.description == "tiller job queue: max_deliver=3"
     # Another process opening the queue with other options changes them for everyone.
     queue = await two.queue("work", lease=11.0, max_deliver=2)
     assert (queue.lease, queue.max_deliver) == (11.0, 2)
     info = await one._js.consumer_info(f"TQ_{namespace}-work", "tiller")
-    assert (info.config.ack_wait, info.config.max_deliver) == (11.0, 3)
+    assert (info.config.ack_wait, info.config.max_deliver) == (11.0, -1)
+    assert info.config.description == "tiller job queue: max_deliver=2"
+    # The first handle reads them back from the consumer (on its next use).
+    await asyncio.sleep(0.6)
+    assert await first.claim("w1") is None
+    assert (first.lease, first.max_deliver) == (11.0, 2)
 
 
 # ── two connections, namespaces ──────────────────────────────────────────────────────
@@ -435,11 +451,6 @@ async def test_an_extend_while_the_server_is_away_is_unavailable_not_held(
             await queue.extend(job)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect (issue 16): each handle fences with the lease it opened the queue "
-    "with, while the last queue() call sets the consumer's AckWait for every worker",
-)
 async def test_a_shorter_lease_set_by_another_process_is_the_fence_of_every_handle(
     open_nats: Callable[..., Awaitable[NatsBus]],
 ) -> None:
@@ -460,7 +471,7 @@ async def test_a_shorter_lease_set_by_another_process_is_the_fence_of_every_hand
         while theirs is None:
             theirs = await q2.claim("w2")
     assert (theirs.id, theirs.attempt) == ("j1", 2)
-    with pytest.raises(LeaseLost):
+    with pytest.raises(JobLeaseLost):
         await q1.ack(mine)  # w1's delivery lapsed on the server: j1 is w2's
     await q2.ack(theirs)
 
@@ -468,9 +479,8 @@ async def test_a_shorter_lease_set_by_another_process_is_the_fence_of_every_hand
 async def test_a_stale_delivery_past_the_last_attempt_is_still_dead_lettered(
     open_nats: Callable[..., Awaitable[NatsBus]],
 ) -> None:
-    """The delivery after the last attempt is the consumer's last (MaxDeliver is one more):
-    if it waited in the pending queue past its lease, dropping it would lose the job (the
-    server delivers it no more); it is dead-lettered like a fresh one."""
+    """A delivery past the last attempt that waited in the pending queue past its lease is
+    dead-lettered like a fresh one (not dropped to wait for the next redelivery)."""
     queue = await (await open_nats(claim_wait=0.2)).queue("work", lease=1.0, max_deliver=1)
     await queue.enqueue(b"p", job_id="j1")
     assert await queue.claim("w1") is not None
@@ -484,17 +494,13 @@ async def test_a_stale_delivery_past_the_last_attempt_is_still_dead_lettered(
     assert (dead.id, dead.attempt) == ("j1", 1) and "lapsed" in dead.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open defect (issue 16): the consumer's MaxDeliver is max_deliver + 1, so the "
-    "last delivery is the server's last; a dead letter that cannot be written loses the job",
-)
 async def test_a_dead_letter_that_fails_to_be_written_is_not_lost(
     open_nats: Callable[..., Awaitable[NatsBus]],
 ) -> None:
-    """The delivery after the last attempt is the consumer's last (its MaxDeliver is one
-    more): if the claim that got it cannot dead-letter it (NATS went away, or the worker
-    died), the server never delivers it again, and the job is neither queued nor dead."""
+    """If the claim that got the delivery after the last attempt cannot dead-letter it
+    (NATS went away, or the worker died), the job must be delivered again and
+    dead-lettered then, not be neither queued nor dead (the server's MaxDeliver was once
+    the queue's limit plus one, so that delivery was its last)."""
     proxy = _Proxy()
     await proxy.start()
     flaky = await open_nats(
@@ -525,3 +531,78 @@ async def test_a_dead_letter_that_fails_to_be_written_is_not_lost(
     await proxy.cut()
     assert claimed == [None] * len(claimed)
     assert [letter.id for letter in dead] == ["j1"]
+
+
+# ── known ids, dead letters written twice, missing payloads (issue 16) ─────────────────
+
+
+async def _shorten_duplicate_window(bus: NatsBus, stream: str) -> None:
+    """Make `stream`'s duplicate window (Nats-Msg-Id dedupe) tiny, as if its two minutes
+    had gone by: a guard that rests on that window alone stops working here."""
+    info = await bus._js.stream_info(stream)
+    await bus._js.update_stream(replace(info.config, duplicate_window=0.1))
+    await asyncio.sleep(0.3)
+
+
+async def test_an_enqueue_retried_after_the_duplicate_window_is_still_refused(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    bus = await open_nats(claim_wait=0.2)
+    queue = await bus.queue("work", lease=5.0)
+    await queue.enqueue(b"first", job_id="j1")
+    await queue.enqueue(b"other", job_id="j2")
+    await _shorten_duplicate_window(bus, queue._stream)
+    assert await queue.enqueue(b"retried", job_id="j1") == "j1"  # still waiting: refused
+    first = await queue.claim("w1")
+    assert first is not None and (first.id, first.payload) == ("j1", b"first")
+    assert await queue.enqueue(b"retried", job_id="j1") == "j1"  # claimed: refused
+    second = await queue.claim("w1")
+    assert second is not None and second.id == "j2"  # enqueue order kept
+    assert await queue.claim("w1") is None, "j1 was enqueued twice"
+    await queue.ack(first)
+    await queue.ack(second)
+
+
+async def test_a_dead_letter_written_twice_is_recorded_once(
+    open_nats: Callable[..., Awaitable[NatsBus]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker dies between writing the dead letter and terming the message: the
+    message is delivered again, and dead-lettered again, past any duplicate window."""
+    bus = await open_nats(claim_wait=0.2)
+    queue = await bus.queue("work", lease=1.0, max_deliver=1)
+    await queue.enqueue(b"poison", job_id="j1")
+    job = await queue.claim("w1")
+    assert job is not None
+
+    async def dies(self: Msg, delay: float | None = None) -> None:
+        raise nats.errors.ConnectionClosedError
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Msg, "term", dies)
+        with pytest.raises(StoreUnavailable):
+            await queue.term(job, "cannot parse")
+    await _shorten_duplicate_window(bus, queue._dead_stream)
+    await asyncio.sleep(1.0)  # its lease lapses: delivered again, past the limit
+    async with asyncio.timeout(10):
+        while (await bus._js.stream_info(queue._stream)).state.messages != 0:
+            assert await queue.claim("sweeper") is None
+    dead = await queue.dead_letters()
+    assert [(d.id, d.reason, d.attempt) for d in dead] == [("j1", "cannot parse", 1)]
+    assert await queue.enqueue(b"again", job_id="j1") == "j1"  # dead: still refused
+    assert await queue.claim("w1") is None
+
+
+async def test_a_large_payload_whose_object_is_missing_is_dead_lettered(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    bus = await open_nats(clock=FakeClock(), claim_wait=0.2)
+    queue = await bus.queue("work")
+    await queue.enqueue(b"p" * (2 * MiB), job_id="big")
+    await queue.enqueue(b"small", job_id="next")
+    await bus._js.purge_stream(f"OBJ_{queue._stream}")  # the object store lost it
+    job = await queue.claim("w1")
+    assert job is not None and job.id == "next", f"handed out without its payload: {job}"
+    await queue.ack(job)
+    (dead,) = await queue.dead_letters()
+    assert (dead.id, dead.payload, dead.attempt) == ("big", b"", 1)
+    assert "payload is missing" in dead.reason

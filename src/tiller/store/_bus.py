@@ -387,9 +387,11 @@ class JobQueue(Protocol):
     max_deliver: int
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
-        """Add a job; returns its id. Enqueueing an id the queue already holds (waiting,
-        claimed or dead-lettered) does nothing: given ids make enqueueing idempotent (on
-        NATS within the stream's duplicate window: see `NatsJobQueue`)."""
+        """Add a job; returns its id. Enqueueing an id the queue still holds (waiting,
+        claimed or dead-lettered) does nothing, for as long as it holds it: given ids make
+        a retried submission idempotent. An id whose job was acked is no longer held: it
+        is accepted as a new job, on every backend (the queue is not a registry of every
+        id ever seen; what a job's run already did is the run's checkpoint's business)."""
         ...
 
     async def claim(self, worker: str) -> Job | None:

@@ -16,20 +16,26 @@ How each port maps onto JetStream, and why:
   clock, so they behave exactly as on the other backends.
 - **Pub/sub**: core NATS subjects, prefixed with the namespace.
 - **Job queue**: JetStream's own work queue. Each queue is a WorkQueue-retention stream
-  (`TQ_<namespace>-<name>`, one subject) with one durable pull consumer (`tiller`): a claim
-  is a `fetch` of one message (waiting `claim_wait` seconds, then None), so it costs the
-  same at any depth; the lease is the consumer's `AckWait`, `extend` is `in_progress`, a
-  nak with a delay is JetStream's, an ack removes the message from the stream, and
-  `Job.attempt` is the message's `num_delivered`. `max_deliver` is enforced by the claim:
-  the consumer's `MaxDeliver` is one more, so the delivery after the last attempt reaches
-  a claimer, which dead-letters it (the last attempt's lease lapsed) instead of handing it
-  out; a nak on the last attempt and a `term` dead-letter at once. Dead letters go to a
-  second stream (`TQD_<namespace>-<name>`, created on the first), as the job's payload
-  with a `Tiller-Dead-Letter` header (id, reason, attempt, time), and the message is then
-  termed. A message without a tiller job header (published by something else) is
-  dead-lettered as not a job, so it never blocks the queue. A payload over the server's
-  limit goes through the queue's object store, as a KV record does. `NatsJobQueue` says
-  what the dedupe window means and what fencing an ack can and cannot do.
+  (`TQ_<namespace>-<name>`, one subject per job id, `$TQ.<name>.<id>`, holding at most one
+  message and refusing a second: that is how an id the queue holds is refused) with one
+  durable pull consumer (`tiller`) over all of them, so claims come in enqueue order: a
+  claim is a `fetch` of one message (waiting `claim_wait` seconds, then None), so it costs
+  the same at any depth; the lease is the consumer's `AckWait`, `extend` is `in_progress`,
+  a nak with a delay is JetStream's, an ack removes the message from the stream, and
+  `Job.attempt` is the message's `num_delivered`. `max_deliver` is enforced by the claim,
+  not the server (the consumer's `MaxDeliver` is unlimited; the limit is kept in its
+  description, so every handle reads the same one): a delivery past the limit is
+  dead-lettered (the last attempt's lease lapsed) instead of handed out, and if that
+  write fails the message stays unsettled and is delivered again, so it is never lost.
+  A nak on the last attempt and a `term` dead-letter at once. Dead letters go to a second
+  stream (`TQD_<namespace>-<name>`, created on the first; one subject per job id, one
+  message each, so writing a job's dead letter twice records it once), as the job's
+  payload with a `Tiller-Dead-Letter` header (id, reason, attempt, time), and the message
+  is then termed. A message without a tiller job header (published by something else) is
+  dead-lettered as not a job, so it never blocks the queue; so is a job whose large
+  payload's object is missing. A payload over the server's limit goes through the queue's
+  object store, as a KV record does. `NatsJobQueue` says what enqueueing a known id does
+  and what fencing an ack can and cannot do.
 
 Connection trouble: the client reconnects on its own, forever, once connected. A core
 publish made while it is reconnecting is buffered and sent after the reconnect; a
@@ -100,6 +106,9 @@ _SIZE_HEADER = "Tiller-Size"
 _KV_OPERATION = "KV-Operation"
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 _WRONG_LAST_SEQUENCE = (10071, 10164)
+# A publish refused because its subject already holds its one message (a queue's job or
+# dead letter with that id is there).
+_SUBJECT_FULL = 10077
 # Room left under `max_payload` for the subject and headers of a record's message.
 _HEADROOM = 8 * 1024
 # What precedes a namespaced name in the streams this backend creates.
@@ -108,8 +117,18 @@ _STREAM_KIND = re.compile(r"^(?:KV_|OBJ_TQ_|OBJ_|TQD_|TQ_)")
 _JOB_HEADER = "Tiller-Job"
 _DEAD_HEADER = "Tiller-Dead-Letter"
 _NOT_A_JOB = f"not a tiller job: the message has no {_JOB_HEADER} header"
+_NO_PAYLOAD = (
+    "the job's payload is missing: its object ({name}) is gone from the queue's object "
+    "store; enqueue the job again"
+)
 #: The durable pull consumer every worker of a queue fetches from.
 _CONSUMER = "tiller"
+#: Where the consumer keeps the queue's delivery limit (its own `MaxDeliver` is unlimited).
+_LIMIT_NOTE = "tiller job queue: max_deliver={}"
+_LIMIT_PATTERN = re.compile(r"^tiller job queue: max_deliver=([1-9][0-9]*)$")
+#: How long a handle trusts the lease and limit it last read from the consumer (another
+#: process's `queue()` call may change them): seconds, read once per interval at most.
+_LIMITS_REFRESH = 0.5
 # Reads of a manifest whose object vanished (overwritten meanwhile) start over this often.
 _READ_ATTEMPTS = 8
 #: How long a scan waits for its next message before asking the consumer whether any is
@@ -140,6 +159,10 @@ class _WrongLast(Exception):
     """Internal: a publish lost its compare-and-set (the caller decides what that means)."""
 
 
+class _SubjectFull(Exception):
+    """Internal: a publish was refused because its subject holds its one message."""
+
+
 @contextlib.contextmanager
 def _translate(what: str) -> Iterator[None]:
     """Turn nats-py errors into the most specific store error, chained `from` the original.
@@ -147,11 +170,13 @@ def _translate(what: str) -> Iterator[None]:
     Callers above the store never see nats types (STYLE: translate at borders)."""
     try:
         yield
-    except (StoreError, UsageError, _WrongLast):
+    except (StoreError, UsageError, _WrongLast, _SubjectFull):
         raise
     except nats.js.errors.APIError as exc:
         if exc.err_code in _WRONG_LAST_SEQUENCE:
             raise _WrongLast(str(exc)) from exc
+        if exc.err_code == _SUBJECT_FULL:
+            raise _SubjectFull(str(exc)) from exc
         if isinstance(exc, nats.js.errors.ServiceUnavailableError):
             raise StoreUnavailable(f"{what}: {exc}") from exc
         if isinstance(exc, nats.js.errors.NotFoundError):
@@ -511,16 +536,17 @@ class _Settings:
 
     request_timeout: float
     claim_wait: float
-    dedupe_window: float
 
 
 @dataclass(slots=True)
 class _Delivery:
     """What a claimed `Job` carries on NATS: the JetStream message (its reply subject is the
-    delivery's ack handle) and this process's view of when its lease ends."""
+    delivery's ack handle) and this process's view of when its lease started."""
 
     msg: Msg
-    deadline: float  # time.monotonic() when the consumer's AckWait lapses, as seen here
+    # time.monotonic() no later than the server (re)started the delivery's AckWait: the
+    # lease ends `AckWait` after it, whatever the AckWait is by the time we settle.
+    started: float
     object: str | None  # the payload's object, for a payload over the server's limit
     settled: bool = False
 
@@ -528,21 +554,24 @@ class _Delivery:
 class NatsJobQueue:
     """A job queue as JetStream's own work queue (see the module docstring).
 
-    **Dedupe.** `enqueue(job_id=...)` publishes with `Nats-Msg-Id` set to the id, and the
-    stream drops a second message with the same id that arrives within its duplicate
-    window (`NatsBus.connect(dedupe_window=)`, 2 minutes by default), whether the first is
-    still waiting, claimed, acked or dead-lettered. An id reused *after* the window is a
-    new job: the window is for retried submissions, not a registry of every id ever seen
-    (what a job's run already did is the run's checkpoint's business).
+    **Known ids.** Each job is the one message of its id's subject, and the stream refuses
+    a second message there (`discard_new_per_subject`), so enqueueing an id that is waiting
+    or claimed does nothing, however long after; an id that was dead-lettered is refused
+    because its dead letter is found first (one lookup by subject). An acked job's message
+    is gone, so its id is accepted as a new job, as on the other backends. One race is
+    left: an enqueue of an id made while that very job is being dead-lettered (between the
+    enqueue's lookup of the dead letter and its publish) can add it again.
 
-    **Leases.** The lease is the durable consumer's `AckWait`, on the server's clock.
-    JetStream takes an ack from a delivery whose AckWait already lapsed (even after the job
-    went to another worker) and cannot tell us it did, so this process fences itself: it
-    keeps each delivery's deadline on its monotonic clock (restarted by `extend`) and
-    raises `JobLeaseLost` instead of settling a delivery past it. That closes the gap except
-    for an ack racing the server's timer in the last moment of the lease; the fencing of
-    issue 16 (each durable write of a run carries its lease epoch) is what stops a worker
-    that lost that race from writing.
+    **Leases.** The lease is the durable consumer's `AckWait`, on the server's clock, and
+    the last `queue()` call sets it for every process: each handle reads it (and the
+    delivery limit) back from the consumer, at most every `_LIMITS_REFRESH` seconds, and
+    judges its deliveries by it. JetStream takes an ack from a delivery whose AckWait
+    already lapsed (even after the job went to another worker) and cannot tell us it did,
+    so this process fences itself: it keeps when each delivery's lease started on its
+    monotonic clock (restarted by `extend`) and raises `JobLeaseLost` instead of settling a
+    delivery past it. That closes the gap except for an ack racing the server's timer in
+    the last moment of the lease; the fencing of issue 16 (each durable write of a run
+    carries its lease epoch) is what stops a worker that lost that race from writing.
     """
 
     def __init__(
@@ -567,6 +596,8 @@ class NatsJobQueue:
         self._dead_ready = False
         self._records = records  # only its large-payload path (object store) is used
         self._sub = sub
+        # When `lease` and `max_deliver` were last read from the consumer (monotonic).
+        self._limits_read = time.monotonic()
         # One pull request in flight per queue handle: a fetch that timed out can still
         # receive its message late, and the next fetch must be the one to take it.
         self._fetching = asyncio.Lock()
@@ -578,24 +609,56 @@ class NatsJobQueue:
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
         job_id = check_job_id(job_id)
         token = encode_key(job_id)
+        if await self._dead_letter_of(token) is not None:
+            return job_id  # dead-lettered: the queue still holds the id
         staged = await self._records.stage(f"p.{token}", bytes(payload))
-        headers = {"Nats-Msg-Id": token, _JOB_HEADER: token}
+        headers = {_JOB_HEADER: token}
         if isinstance(staged, str):
             headers[_OBJECT_HEADER] = staged
         js = self._bus._js_context()
-        with _translate(f"queue {self.name}: enqueue"):
-            ack = await js.publish(
-                self._subject, staged if isinstance(staged, bytes) else b"", headers=headers
-            )
-        if ack.duplicate:
-            await _safe_discard(self._records, staged)
+        try:
+            with _translate(f"queue {self.name}: enqueue"):
+                await js.publish(
+                    f"{self._subject}.{token}",
+                    staged if isinstance(staged, bytes) else b"",
+                    headers=headers,
+                )
+        except _SubjectFull:
+            await _safe_discard(self._records, staged)  # waiting or claimed already
         return job_id
+
+    async def _dead_letter_of(self, token: str) -> js_api.RawStreamMsg | None:
+        """The dead letter of the job id `token`, or None (also before any was written)."""
+        js = self._bus._js_context()
+        with _translate(f"queue {self.name}: look up a dead letter"):
+            try:
+                return await js.get_msg(self._dead_stream, subject=f"{self._dead_subject}.{token}")
+            except nats.js.errors.NotFoundError:
+                return None
+
+    async def _limits(self) -> tuple[float, int]:
+        """The lease and delivery limit as the consumer has them now (another process's
+        `queue()` call may have changed them), read at most every `_LIMITS_REFRESH` s."""
+        if time.monotonic() - self._limits_read < _LIMITS_REFRESH:
+            return self.lease, self.max_deliver
+        js = self._bus._js_context()
+        with _translate(f"queue {self.name}: read its lease"):
+            info = await js.consumer_info(self._stream, _CONSUMER)
+        self._limits_read = time.monotonic()
+        config = info.config
+        if config.ack_wait:
+            self.lease = float(config.ack_wait)
+        found = _LIMIT_PATTERN.match(config.description or "")
+        if found is not None:
+            self.max_deliver = int(found.group(1))
+        return self.lease, self.max_deliver
 
     async def claim(self, worker: str) -> Job | None:
         check_worker(worker)
         self._bus._js_context()
         async with self._fetching:
             while True:
+                lease, max_deliver = await self._limits()
                 if self._pending_deliveries() == 0:
                     self._pending_since = time.monotonic()
                 delivered_after = self._pending_since
@@ -609,7 +672,7 @@ class NatsJobQueue:
                                 f"queue {self.name}: claim: NATS is unavailable"
                             ) from None
                         return None
-                job = await self._take(msgs[0], worker, delivered_after)
+                job = await self._take(msgs[0], worker, delivered_after, lease, max_deliver)
                 if job is not None:
                     return job
 
@@ -628,12 +691,15 @@ class NatsJobQueue:
             pending.put_nowait(msg)
         return len(kept)
 
-    async def _take(self, msg: Msg, worker: str, delivered_after: float) -> Job | None:
-        """The delivery as a Job, or None after dead-lettering it (not a tiller job, or a
-        delivery past `max_deliver`: its last attempt's lease lapsed), or after leaving it
-        unsettled because its lease may already have lapsed (it waited in the pending queue:
-        JetStream delivers it again, or already has, to someone else)."""
-        deadline = delivered_after + self.lease
+    async def _take(
+        self, msg: Msg, worker: str, delivered_after: float, lease: float, max_deliver: int
+    ) -> Job | None:
+        """The delivery as a Job, or None after dead-lettering it (not a tiller job, its
+        payload's object is missing, or a delivery past `max_deliver`: its last attempt's
+        lease lapsed), or after leaving it unsettled because its lease may already have
+        lapsed (it waited in the pending queue: JetStream delivers it again, or already
+        has, to someone else). A dead letter that cannot be written raises, leaving the
+        message unsettled: the server delivers it again (its `MaxDeliver` is unlimited)."""
         attempt = int(msg.metadata.num_delivered or 1)
         headers = msg.headers or {}
         token = headers.get(_JOB_HEADER)
@@ -650,16 +716,22 @@ class NatsJobQueue:
             return None
         job_id, name = decode_key(token), headers.get(_OBJECT_HEADER)
         payload = msg.data or b""
-        if name is not None:
-            loaded = await self._records._load_object(name)
-            payload = loaded if loaded is not None else b""
-        if attempt > self.max_deliver:
+        if attempt > max_deliver:
             reason = lapsed_reason(attempt - 1)
             await self._bury(
                 msg, job_id=job_id, payload=payload, name=name, reason=reason, attempt=attempt - 1
             )
             return None
-        if time.monotonic() >= deadline:
+        if name is not None:
+            loaded = await self._records._load_object(name)
+            if loaded is None:
+                reason = _NO_PAYLOAD.format(name=name)
+                await self._bury(
+                    msg, job_id=job_id, payload=b"", name=None, reason=reason, attempt=attempt
+                )
+                return None
+            payload = loaded
+        if time.monotonic() >= delivered_after + lease:
             return None  # (after the checks above: a dead letter is buried even if stale)
         return Job(
             self.name,
@@ -667,12 +739,12 @@ class NatsJobQueue:
             payload,
             attempt,
             worker,
-            self._bus._clock() + self.lease,
-            handle=_Delivery(msg, deadline, name),
+            self._bus._clock() + lease,
+            handle=_Delivery(msg, delivered_after, name),
         )
 
     async def extend(self, job: Job) -> Job:
-        delivery = self._held(job)
+        delivery, lease, _ = await self._held(job)
         sent = time.monotonic()  # the server restarts the AckWait no earlier than this
         with _translate(f"queue {self.name}: extend"):
             # `Msg.in_progress` is a core publish, buffered while the client reconnects:
@@ -681,19 +753,19 @@ class NatsJobQueue:
             await self._bus._nc.request(
                 delivery.msg.reply, b"+WPI", timeout=self._bus._request_timeout
             )
-        delivery.deadline = sent + self.lease
-        return replace(job, lease_expires_at=self._bus._clock() + self.lease)
+        delivery.started = sent
+        return replace(job, lease_expires_at=self._bus._clock() + lease)
 
     async def ack(self, job: Job) -> None:
-        delivery = self._held(job)
+        delivery, _, _ = await self._held(job)
         with _translate(f"queue {self.name}: ack"):
             await delivery.msg.ack_sync(timeout=self._bus._request_timeout)
         delivery.settled = True
         await _safe_discard(self._records, delivery.object)
 
     async def nak(self, job: Job, *, delay: float = 0.0, error: str | None = None) -> None:
-        delivery = self._held(job)
-        if job.attempt >= self.max_deliver:
+        delivery, _, max_deliver = await self._held(job)
+        if job.attempt >= max_deliver:
             reason = nakked_reason(job.attempt, error)
             await self._bury_job(job, delivery, reason)
         else:
@@ -702,7 +774,7 @@ class NatsJobQueue:
         delivery.settled = True
 
     async def term(self, job: Job, reason: str) -> None:
-        delivery = self._held(job)
+        delivery, _, _ = await self._held(job)
         await self._bury_job(job, delivery, reason)
         delivery.settled = True
 
@@ -758,9 +830,9 @@ class NatsJobQueue:
         attempt: int,
     ) -> None:
         """Record the dead letter, then `term` the message. A crash in between leaves the
-        message to be delivered again (and dead-lettered again, by whoever settles it the
-        same way); the dead letter's `Nats-Msg-Id` (the message's stream sequence) keeps
-        that from recording it twice within the duplicate window."""
+        message to be delivered again and dead-lettered again: the dead letter is the one
+        message of its job id's subject, and the stream refuses a second one, so it is
+        recorded once (the first reason stands)."""
         js = self._bus._js_context()
         record = {
             "schema_version": 1,
@@ -770,30 +842,29 @@ class NatsJobQueue:
             "attempt": attempt,
             "at": self._bus._clock(),
         }
-        headers = {
-            _DEAD_HEADER: json.dumps(record, separators=(",", ":")),
-            "Nats-Msg-Id": f"{msg.metadata.sequence.stream}",
-        }
+        headers = {_DEAD_HEADER: json.dumps(record, separators=(",", ":"))}
         if name is not None:
             headers[_OBJECT_HEADER] = name  # the large payload's object stays, for inspection
         body = b"" if name is not None else payload
-        with _translate(f"queue {self.name}: dead-letter {job_id!r}"):
-            if not self._dead_ready:
-                try:
-                    await js.stream_info(self._dead_stream)
-                except nats.js.errors.NotFoundError:
-                    await js.add_stream(
-                        js_api.StreamConfig(name=self._dead_stream, subjects=[self._dead_subject])
-                    )
-                self._dead_ready = True
-            await js.publish(self._dead_subject, body, headers=headers)
+        what = f"queue {self.name}: dead-letter {job_id!r}"
+        if not self._dead_ready:
+            with _translate(what):
+                await self._bus._per_id_stream(
+                    js, self.name, self._dead_stream, self._dead_subject, work_queue=False
+                )
+            self._dead_ready = True
+        subject = f"{self._dead_subject}.{encode_key(job_id)}"
+        with contextlib.suppress(_SubjectFull), _translate(what):  # full: recorded already
+            await js.publish(subject, body, headers=headers)
+        with _translate(what):
             await msg.term()
 
     async def _unsubscribe(self) -> None:
         with contextlib.suppress(nats.errors.Error, OSError):
             await self._sub.unsubscribe()
 
-    def _held(self, job: Job) -> _Delivery:
+    async def _held(self, job: Job) -> tuple[_Delivery, float, int]:
+        """The delivery, if this process still holds it, with the lease and limit now."""
         self._bus._js_context()
         delivery = job.handle
         check_own(self.name, job)
@@ -801,15 +872,16 @@ class NatsJobQueue:
             raise UsageError(f"queue {self.name}: job {job.id!r} was not claimed from it")
         if delivery.settled:
             raise JobLeaseLost(self.name, job.id, job.attempt, "was already settled")
-        if time.monotonic() >= delivery.deadline:
+        lease, max_deliver = await self._limits()
+        if time.monotonic() >= delivery.started + lease:
             raise JobLeaseLost(
                 self.name,
                 job.id,
                 job.attempt,
                 f"is no longer held by {job.worker!r}: its lease (the consumer's AckWait of "
-                f"{self.lease:g} s) lapsed, so JetStream delivers it again",
+                f"{lease:g} s) lapsed, so JetStream delivers it again",
             )
-        return delivery
+        return delivery, lease, max_deliver
 
 
 class NatsBus:
@@ -835,7 +907,6 @@ class NatsBus:
         self._state = _State.OPENED
         self._request_timeout = settings.request_timeout
         self._claim_wait = settings.claim_wait
-        self._dedupe_window = settings.dedupe_window
         # Set and cleared by the client's callbacks: the state of the link, for tests
         # and diagnostics (operations never wait on them; they fail or succeed on their own).
         self._connected, self._disconnected = link
@@ -855,18 +926,16 @@ class NatsBus:
         namespace: str = "",
         request_timeout: float = 5.0,
         claim_wait: float = 0.2,
-        dedupe_window: float = 120.0,
     ) -> NatsBus:
         """Connect, failing fast (`StoreUnavailable`) if no server answers now; once
         connected, the client reconnects without limit (see the module docstring).
 
         `request_timeout` bounds each JetStream call: how long a KV or queue operation
         waits out a disconnect before raising `StoreUnavailable`. `claim_wait` is how long
-        a claim waits for a job before answering None; `dedupe_window` is the queues'
-        duplicate window for job ids (seconds; see `NatsJobQueue`)."""
+        a claim waits for a job before answering None."""
         check_namespace(namespace)
-        if not claim_wait > 0 or not dedupe_window > 0:
-            raise UsageError("claim_wait and dedupe_window must be positive seconds")
+        if not claim_wait > 0:
+            raise UsageError(f"claim_wait must be positive seconds, not {claim_wait!r}")
 
         async def quiet(_: Exception) -> None:
             """Connection errors surface on the calls that hit them; don't log each retry."""
@@ -902,7 +971,7 @@ class NatsBus:
             clock=clock,
             namespace=namespace,
             link=(connected, disconnected),
-            settings=_Settings(request_timeout, claim_wait, dedupe_window),
+            settings=_Settings(request_timeout, claim_wait),
         )
 
     @property
@@ -947,24 +1016,27 @@ class NatsBus:
         js = self._js_context()
         async with self._lock:
             cached = self._queues.get(name)
-            if cached is not None and (cached.lease, cached.max_deliver) == (lease, max_deliver):
-                return cached
             with _translate(f"queue {name}"):
-                await self._work_stream(js, name, stream_name, subject)
-                # Create, or update the lease and limit of, the queue's one durable consumer.
+                if cached is None:
+                    await self._per_id_stream(js, name, stream_name, subject, work_queue=True)
+                # Create, or update the lease and limit of, the queue's one durable consumer
+                # (every time: another process may have changed them since). The server
+                # delivers without limit; the claim keeps `max_deliver` (module docstring).
                 await js.add_consumer(
                     stream_name,
                     js_api.ConsumerConfig(
                         durable_name=_CONSUMER,
+                        description=_LIMIT_NOTE.format(max_deliver),
                         ack_policy=js_api.AckPolicy.EXPLICIT,
                         ack_wait=lease,
-                        max_deliver=max_deliver + 1,
+                        max_deliver=-1,
                         max_ack_pending=-1,
-                        filter_subject=subject,
+                        filter_subject=f"{subject}.>",
                     ),
                 )
                 if cached is not None:
                     cached.lease, cached.max_deliver = lease, max_deliver
+                    cached._limits_read = time.monotonic()
                     return cached
                 sub = await js.pull_subscribe_bind(durable=_CONSUMER, stream=stream_name)
             records = _Records(self, f"queue {name}", stream_name, f"{subject}.", stream_name)
@@ -975,25 +1047,40 @@ class NatsBus:
             self._queues[name] = queue
             return queue
 
-    async def _work_stream(
-        self, js: JetStreamContext, name: str, stream_name: str, subject: str
+    async def _per_id_stream(
+        self, js: JetStreamContext, name: str, stream_name: str, subject: str, *, work_queue: bool
     ) -> None:
+        """Create (or check) a queue's stream of one message per job id (`subject.<id>`),
+        refusing a second: the work queue (WorkQueue retention) or its dead letters."""
         try:
             info = await js.stream_info(stream_name)
         except nats.js.errors.NotFoundError:
             await js.add_stream(
                 js_api.StreamConfig(
                     name=stream_name,
-                    subjects=[subject],
-                    retention=js_api.RetentionPolicy.WORK_QUEUE,
-                    duplicate_window=self._dedupe_window,
+                    subjects=[f"{subject}.>"],
+                    retention=(
+                        js_api.RetentionPolicy.WORK_QUEUE
+                        if work_queue
+                        else js_api.RetentionPolicy.LIMITS
+                    ),
+                    max_msgs_per_subject=1,
+                    discard=js_api.DiscardPolicy.NEW,
+                    discard_new_per_subject=True,
                 )
             )
             return
-        if info.config.retention != js_api.RetentionPolicy.WORK_QUEUE:
+        config = info.config
+        if work_queue and config.retention != js_api.RetentionPolicy.WORK_QUEUE:
             raise StoreError(
                 f"queue {name}: stream {stream_name} is not a work queue (an older tiller "
                 "kept queues as job records); delete it (`nats stream rm`) to start afresh"
+            )
+        if config.subjects != [f"{subject}.>"] or not config.discard_new_per_subject:
+            raise StoreError(
+                f"queue {name}: stream {stream_name} was made by an older tiller (one subject "
+                "for every job, so a job id is not refused after the duplicate window): let "
+                "its workers drain it, then delete it (`nats stream rm`) to start afresh"
             )
 
     async def publish(self, subject: str, data: bytes) -> None:
