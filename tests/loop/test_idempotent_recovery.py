@@ -307,7 +307,7 @@ async def test_an_mcp_servers_idempotent_hint_grants_nothing(tmp_path: Path) -> 
 WORKER = """
 import asyncio, json, os, signal, sys
 from pathlib import Path
-from tiller.loop import Agent, RunContext, RunOptions
+from tiller.loop import Agent, FromCheckpoint, RunContext, RunOptions, recover
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.store import open_bus
@@ -328,30 +328,60 @@ def book(entry: str, ctx: ExecContext) -> str:
     os.kill(os.getpid(), signal.SIGKILL)  # after the effect, before "completed"
 
 
-async def main(url, workspace):
+async def main(url, workspace, mode):
     async with await open_bus(url) as bus:
+        if mode == "recover":  # a recovering worker, killed in the re-run too
+            agent = Agent(ScriptedModel(["Recovered."]), [book])
+            ctx = FromCheckpoint(approver=AllowAll())
+            await recover("killed", bus, agent=agent, ctx=ctx, bucket="cp", force=True)
+            return
         ctx = RunContext.sandboxed(workspace, AllowAll()).with_store(bus)
         turns = [{"tool_calls": [{"name": "book", "arguments": {"entry": "x"}}]}]
         agent = Agent(ScriptedModel(turns), [book])
         await agent.run_in(ctx, "go", RunOptions(checkpoint_bucket="cp"), run_id="killed")
 
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[4] if len(sys.argv) > 4 else "start"))
 """
 
 
-async def killed_mid_call(tmp_path: Path, kind: str) -> tuple[str, Path]:
-    """A worker process that SIGKILLs itself inside its one call, after the effect."""
+async def killed_mid_call(tmp_path: Path, kind: str, mode: str = "start") -> tuple[str, Path]:
+    """A worker process that SIGKILLs itself inside its one call, after the effect: as
+    it starts the run (`mode` "start"), or as it recovers it ("recover")."""
     script = tmp_path / "worker.py"
     script.write_text(textwrap.dedent(WORKER))
     url, workspace = f"sqlite:///{tmp_path / 'store.db'}", tmp_path / "ws"
-    workspace.mkdir()
+    workspace.mkdir(exist_ok=True)
     worker = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), url, str(workspace), kind, stderr=asyncio.subprocess.PIPE
+        sys.executable,
+        str(script),
+        url,
+        str(workspace),
+        kind,
+        mode,
+        stderr=asyncio.subprocess.PIPE,
     )
     async with asyncio.timeout(HANG_GUARD):
         _, stderr = await worker.communicate()
     assert worker.returncode == -9, stderr.decode()
     return url, workspace
+
+
+async def test_a_recovery_killed_in_the_rerun_is_recovered_again(tmp_path: Path) -> None:
+    """Killed as it starts the call, then killed again as a recovery re-runs it: the
+    next recovery runs it a third time, and the ledger still holds its effect once."""
+    await killed_mid_call(tmp_path, "idempotent")
+    url, workspace = await killed_mid_call(tmp_path, "idempotent", "recover")
+    (call_id, again) = attempts(workspace)
+    assert again == call_id
+    async with await open_bus(url) as bus:
+        log = (await CheckpointStore(bus, BUCKET).calls("killed"))[call_id]
+        assert (log.status, log.idempotent) == ("started", True)  # the re-run's own start
+        agent = Agent(ScriptedModel(["Recovered."]), [book])
+        done = await recover("killed", bus, agent=agent, ctx=allowed(), bucket=BUCKET, force=True)
+    assert done.completed and done.text == "Recovered."
+    assert attempts(workspace) == [call_id] * 3
+    assert ledger(workspace) == {call_id: "x"}
+    assert [(e.call_id, e.rerun) for e in done.tool_trace] == [(call_id, True)]
 
 
 @pytest.mark.parametrize("kind", ["idempotent", "plain"])
