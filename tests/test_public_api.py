@@ -200,6 +200,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "run_agent",
     ],
     "tiller.loop": [
+        "CALL_RERUN_EVENT",
         "Agent",
         "AgentRun",
         "Budget",
@@ -523,6 +524,7 @@ DOCUMENTED_VALUES: dict[str, str] = {
     "tiller.cli.app": "the `tiller` command's Typer application",
     "tiller.events.SSE_CONTENT_TYPE": "the media type of an AG-UI SSE response",
     "tiller.events.TransformerFactory": "builds one run's stream transformers",
+    "tiller.loop.CALL_RERUN_EVENT": "the CUSTOM event of a call run again after a crash",
     "tiller.loop.CaptureSinkFactory": "builds one run's capture sink from its run id",
     "tiller.loop.Step": "one step of a run, as `agent.iter` yields it",
     "tiller.ops.CallVerdict": "a person's verdict on an uncertain call: done, failed, rerun",

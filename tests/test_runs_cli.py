@@ -196,6 +196,25 @@ def test_list_and_show_runs(url: str, tmp_path: Path, agent_module: str) -> None
     assert "tiller runs reconcile r-crash" in crash.stdout
 
 
+def test_show_says_which_calls_recovery_runs_again(url: str, tmp_path: Path) -> None:
+    """A `rerun` record (recovery decided to run an idempotent call again) was shown as
+    "completed (recorded)"; and an uncertain idempotent call looked like any other."""
+    crashed_run(url, tmp_path / "ws", None)
+
+    async def mark(bus: Bus) -> None:
+        store = CheckpointStore(bus)
+        await store.call_started("r-crash", "call-b", idempotent=True)
+        await store.rerun_call("r-crash", "call-c")
+
+    on_store(url, mark)
+    shown = tiller("runs", "show", "r-crash", "--store", url)
+    assert shown.exit_code == 0, shown.stderr
+    out = shown.stdout
+    assert out.count("completed (recorded)") == 1  # call-a's
+    assert "said idempotent: recover runs it again" in out
+    assert "to run again (its attempt was interrupted" in out
+
+
 def test_list_skips_a_held_lease(url: str, tmp_path: Path) -> None:
     """A run that is running holds `<run>/lease` in the same bucket: not a run id."""
     crashed_run(url, tmp_path / "ws", None)

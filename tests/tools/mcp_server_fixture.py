@@ -4,7 +4,7 @@
 It is written with the official SDK's `MCPServer`, the way users write servers, and
 exposes one tool per behaviour tiller must handle:
 
-- `lookup` carries `readOnlyHint` (tiller must not trust it);
+- `lookup` carries `readOnlyHint` and `idempotentHint` (tiller must not trust them);
 - `echo` repeats its text (a round trip; strict schema: `text` required, `times` >= 1);
 - `fail` raises, which the SDK turns into an `isError` result;
 - `slow` writes "started" into a marker file, reports progress, then sleeps for an hour;
@@ -70,7 +70,7 @@ class RecordCalls:
 server: MCPServer[Any] = MCPServer("fixture", middleware=[RecordCalls()])
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+@server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
 def lookup(key: str) -> str:
     """Look a key up in the fixture's table."""
     return f"value of {key}"

@@ -147,6 +147,60 @@ def test_the_capability_views_read_the_flags() -> None:
     assert (Fetcher().sends, Fetcher().brings_untrusted) == (False, True)
 
 
+def test_idempotent_is_declared_and_off_unless_declared() -> None:
+    """`idempotent` (a crash-interrupted call may run again without a person) is a
+    declared member like the others (law 12): off for `@tool` and `BaseTool` unless
+    declared, and a hand-written tool without it is refused at registration."""
+
+    @tool(idempotent=True)
+    def book(entry: str) -> str:
+        """Book it, once per call id."""
+        return entry
+
+    class Booker(BaseTool):
+        name = "booker"
+        description = "a tool"
+        input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+        idempotent = True
+
+    class Plain(BaseTool):
+        name = "plain"
+        description = "a tool"
+        input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+
+    assert (book.idempotent, Booker().idempotent) == (True, True)
+    assert (look.idempotent, change.idempotent, Plain().idempotent) == (False, False, False)
+
+    class Undeclared:
+        name = "undeclared"
+        description = "a tool"
+        input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+        read_only = False
+        capabilities = Capability.NONE
+        plan_scratchpad = False
+        runs_on_client = False
+        sandboxed = False
+        denial_remedy = None
+
+        def risk_of(self, arguments: Any) -> None:
+            return None
+
+        def paths_of(self, arguments: Any) -> tuple[str, ...]:
+            return ()
+
+        def command_of(self, arguments: Any) -> None:
+            return None
+
+        async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+            return ToolOutput("ran")
+
+        def spec(self) -> Any:
+            return None
+
+    with pytest.raises(ToolDefinitionError, match="it lacks idempotent;"):
+        Registry([Undeclared()])  # type: ignore[list-item]
+
+
 def test_copy_is_independent(registry: Registry) -> None:
     extended = registry.copy()
 

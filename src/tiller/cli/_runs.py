@@ -181,8 +181,14 @@ def _call_status(call: ToolCall, logs: dict[str, CallLog]) -> str:
     log = logs.get(call.id)
     if log is None:
         return "not started"
+    if log.status == "started" and log.idempotent:
+        return (
+            "UNCERTAIN (started, never completed; its tool said idempotent: recover runs it again)"
+        )
     if log.status == "started":
         return "UNCERTAIN (started, never completed)"
+    if log.status == "rerun":
+        return "to run again (its attempt was interrupted; its tool is idempotent)"
     return "failed (recorded)" if log.is_error else "completed (recorded)"
 
 
@@ -416,6 +422,11 @@ def resume_run(
             typer.echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
             for call in exc.calls:
                 typer.echo(f"  {_call_line(call)}: started, never completed", err=True)
+            for call in exc.reruns:
+                typer.echo(
+                    f"  {_call_line(call)}: of an idempotent tool, run again after the others",
+                    err=True,
+                )
             typer.echo(
                 f"reconcile them: tiller runs reconcile {run_id} --done CALL_ID "
                 "[--result TEXT] | --failed CALL_ID | --rerun CALL_ID",

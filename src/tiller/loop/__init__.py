@@ -16,6 +16,7 @@ from ._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResu
 from ._context import RunContext
 from ._controls import RunControls
 from ._detach import DetachSwitch
+from ._dispatch import CALL_RERUN_EVENT
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
 from ._iter import AgentRun
 from ._mailbox_route import MailboxRoute
@@ -50,6 +51,7 @@ from ._window import estimate_tokens as estimate_tokens
 from ._window import history_window as history_window
 
 __all__ = [
+    "CALL_RERUN_EVENT",
     "Agent",
     "AgentRun",
     "Budget",

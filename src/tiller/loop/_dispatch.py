@@ -9,6 +9,11 @@ not depend on timing. A cancel keeps the results already returned and answers th
 port (law 5); calls held for a person suspend the run after the others ran. Calls to a
 client's tools (AG-UI frontend tools) are not run here: the run ends with them open, for
 the client.
+
+A recovered run's calls of idempotent tools that a crash interrupted (`Dispatch.rerun`)
+go through the gate again, as a person's "run it again" would have them; one that runs
+emits a `tiller.call_rerun` event (`CALL_RERUN_EVENT`) before it starts, and its trace
+entry says `rerun`.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, Final, assert_never
 
 import orjson
 
 from ..conversation import ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled, first_leaf
+from ..events import CustomEvent
 from ..policy import Interlock, taint_of
 from ..state import CallRecord, StopCause
 from ..store import RunDurability
@@ -52,7 +58,16 @@ if TYPE_CHECKING:
     from ._services import RunServices
     from ._subagents import Subagents
 
-__all__ = ["Dispatcher"]
+__all__ = ["CALL_RERUN_EVENT", "Dispatcher"]
+
+#: The `CUSTOM` event a call emits as it runs again after an interrupted attempt:
+#: `{"callId", "toolName", "reason"}`.
+CALL_RERUN_EVENT: Final = "tiller.call_rerun"
+#: Its `reason`.
+_RERUN_REASON: Final = (
+    "an earlier attempt of this call was interrupted before it completed (its process "
+    "stopped); the tool declares itself idempotent, so it runs again with the same call id"
+)
 
 
 @dataclass(slots=True)
@@ -119,8 +134,11 @@ class Dispatcher:
             for call in calls
             if (record := state.calls.get(call.id)) is not None and record.result is not None
         }
+        rerun: frozenset[str] = frozenset()
         if self._durability is not None:
             recorded.update(await self._durability.completed_calls(state.run_id))
+            rerun = await self._durability.rerun_calls(state.run_id)
+            rerun = frozenset(call.id for call in calls if call.id in rerun)
         # Calls whose arguments never were JSON are answered with that error again (the
         # transcript holds `{}` for them: run, they would run with no arguments at all).
         malformed = {
@@ -128,7 +146,9 @@ class Dispatcher:
             for call in calls
             if (record := state.calls.get(call.id)) is not None and record.malformed_arguments
         }
-        return Dispatch(tuple(calls), resumed=True, malformed=malformed, recorded=recorded)
+        return Dispatch(
+            tuple(calls), resumed=True, malformed=malformed, recorded=recorded, rerun=rerun
+        )
 
     async def take(self, step: Dispatch) -> Step:
         """Gate every call, run the allowed ones concurrently, answer them in call order.
@@ -394,7 +414,18 @@ class Dispatcher:
         record.status = "started"
         ctx = self._services.context_for(call.id, record.step, batch.signals)
         if self._durability is not None:
-            await self._durability.call_started(state.run_id, call.id)
+            # Idempotent (declared, law 12): should this attempt be cut short, recovery
+            # runs it again instead of asking a person (law 5).
+            await self._durability.call_started(
+                state.run_id, call.id, idempotent=tool.idempotent is True
+            )
+        if call.id in batch.step.rerun:
+            run.agui.emit(
+                CustomEvent(
+                    CALL_RERUN_EVENT,
+                    {"callId": call.id, "toolName": call.name, "reason": _RERUN_REASON},
+                )
+            )
         read: list[str] = []
         try:
             watching = watch_reads(read.append)
@@ -500,6 +531,7 @@ class Dispatcher:
                 unknown=record.refused_by == "unknown",
                 malformed_arguments=record.malformed_arguments,
                 staged=record.staged,
+                rerun=call.id in step.rerun,
             )
         )
         return ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)

@@ -26,6 +26,9 @@ class ToolTraceEntry:
     unknown: bool = False
     malformed_arguments: bool = False
     staged: bool = False
+    #: An earlier attempt of the call was interrupted (its process died before it
+    #: completed) and recovery dispatched it again, its tool being idempotent.
+    rerun: bool = False
 
     @property
     def denied(self) -> bool:

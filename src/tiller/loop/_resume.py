@@ -11,13 +11,15 @@ Two entry points, one per situation:
   bound to its tool and canonical arguments (law 10): it answers that call once, and a
   call it does not fit is held again.
 - `recover(run_id, store, force=...)` continues a run whose process *died*, found in the
-  store: its pending calls go through the run's own gate.
+  store: its pending calls go through the run's own gate. An uncertain call (below) of a
+  tool that declares itself idempotent (`Tool.idempotent`) is run again, through the
+  gate, as if a person had marked it "run again".
 
 Both claim the stored checkpoint with a compare-and-set, so two racing processes cannot
 both continue it (`AlreadyResumed`), and refuse while a call is *uncertain* — recorded as
 started but never completed, as after a crash — (`ResumeReplayBlocked`, until a person
-marks it). The continued stream starts with a `MESSAGES_SNAPSHOT`, so the results refer to
-calls the client knows.
+marks it; `recover` settles those of idempotent tools itself). The continued stream
+starts with a `MESSAGES_SNAPSHOT`, so the results refer to calls the client knows.
 
 A process that never saw the run's code continues it from the checkpoint alone: `recover`
 (or `tiller.ops`) loads the agent the checkpoint names (`RunState.agent_ref`), and
@@ -32,7 +34,7 @@ run's own continuation; `tiller.ops` (what the CLI and the server do) calls it. 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
@@ -49,6 +51,7 @@ from ..store import (
     DEFAULT_BUCKET,
     AlreadyResumed,
     Bus,
+    CallLog,
     Checkpoint,
     CheckpointStore,
     RunStillRunning,
@@ -73,13 +76,22 @@ class ResumeReplayBlocked(TillerError):
     """Calls were recorded as started but never completed (the process died while they
     ran): whether their side effect happened is unknown. A person must mark each one done
     (with its result), failed, or to be run again (`CheckpointStore.mark_call` /
-    `forget_call`, or `tiller runs reconcile`) before the run can resume."""
+    `forget_call`, or `tiller runs reconcile`) before the run can resume.
 
-    def __init__(self, run_id: str, calls: list[ToolCall]) -> None:
+    `calls` are the ones a person must mark. `reruns` are uncertain calls of idempotent
+    tools that `recover` would run again by itself: they wait with the run, and are run
+    again once the others are settled (or marked like them, if the person prefers)."""
+
+    def __init__(self, run_id: str, calls: list[ToolCall], reruns: Sequence[ToolCall] = ()) -> None:
         names = ", ".join(f"{c.name} ({c.id})" for c in calls)
-        super().__init__(f"run {run_id}: uncertain calls must be reconciled first: {names}")
+        message = f"run {run_id}: uncertain calls must be reconciled first: {names}"
+        if reruns:
+            again = ", ".join(f"{c.name} ({c.id})" for c in reruns)
+            message += f"; then these, of idempotent tools, are run again by recovery: {again}"
+        super().__init__(message)
         self.run_id = run_id
         self.calls = calls
+        self.reruns = list(reruns)
 
 
 @dataclass(slots=True, frozen=True)
@@ -203,7 +215,16 @@ async def recover(
 
     A `running` checkpoint is claimed (a `suspended` one too: its calls then go through
     the run's own gate); calls recorded as completed are not run again, and uncertain ones
-    (started, never completed) block with `ResumeReplayBlocked` until reconciled. While the
+    (started, never completed) block with `ResumeReplayBlocked` until reconciled — except
+    those of an idempotent tool (`Tool.idempotent`: running the call again with the same
+    call id has the effect of running it once). Such a call is run again, through the
+    run's gate as on its first run (as after a person's "run again"), and the run says so
+    (a `tiller.call_rerun` event, `ToolTraceEntry.rerun`). It must have been started by a
+    tool that declared itself idempotent (its call record says so; an older tiller's does
+    not), and the tool of that name in the recovering agent's registry must declare it
+    too: a tool that is gone, or no longer idempotent, blocks. If any uncertain call
+    blocks, none runs: the run waits whole, and its idempotent calls are run again by the
+    recovery after the others are reconciled. While the
     run's lease is live (its process renews it as it runs) recovery raises
     `RunStillRunning`, since that process may not be dead; `force=True` breaks the lease,
     for when you know it is.
@@ -331,7 +352,9 @@ async def _continue(
     new_id = continue_as.run_id if continue_as is not None else None
     if checkpoints is not None:
         recovering = decisions is None
-        await _prepare_claim(checkpoints, state, loaded, recovering=recovering, how=how)
+        reruns = await _prepare_claim(
+            checkpoints, state, loaded, recovering=recovering, how=how, agent=continuing
+        )
         await _claim(
             checkpoints, state, loaded, recovering=recovering, new_id=new_id, orphan=orphan
         )
@@ -339,7 +362,17 @@ async def _continue(
             # The claim fenced the process recovered from (a new epoch): a call it started
             # after the check above, before the claim, is seen now, and blocks as
             # uncertain; from here on it can start none (law 5).
-            await _check_uncertain(checkpoints, state, was_running=loaded.status != "suspended")
+            reruns = await _check_uncertain(
+                checkpoints,
+                state,
+                was_running=loaded.status != "suspended",
+                rerun_with=continuing,
+            )
+        for call in reruns:
+            # A person's "run it again", decided by the tool's declaration; the record
+            # stays (as `rerun`), so the continued run says what it is doing. (Under the
+            # id the run goes on with: its records were carried there before the claim.)
+            await checkpoints.rerun_call(new_id or state.run_id, call.id)
     state.interrupts = []
     if decisions is not None:
         bound = _bind(state, decisions)
@@ -429,8 +462,11 @@ async def _prepare_claim(
     *,
     recovering: bool,
     how: _Resumption,
-) -> None:
-    """The last checks before the claim: a recovered run's lease, and uncertain calls."""
+    agent: Agent,
+) -> list[ToolCall]:
+    """The last checks before the claim: a recovered run's lease, and uncertain calls
+    (those of `agent`'s idempotent tools do not block a recovery: they are returned, to
+    be run again)."""
     if loaded is not None and recovering:
         # A live process renews the run's lease; its started calls are running, not
         # uncertain. Only a lapsed lease (or force) means the process is gone.
@@ -439,8 +475,11 @@ async def _prepare_claim(
             raise RunStillRunning(state.run_id, *held)
         if held is not None:
             await checkpoints.break_hold(state.run_id)
-    await _check_uncertain(
-        checkpoints, state, was_running=loaded is not None and loaded.status != "suspended"
+    return await _check_uncertain(
+        checkpoints,
+        state,
+        was_running=loaded is not None and loaded.status != "suspended",
+        rerun_with=agent if recovering else None,
     )
 
 
@@ -488,8 +527,15 @@ def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, s
 
 
 async def _check_uncertain(
-    store: CheckpointStore, state: RunState, *, was_running: bool = False
-) -> None:
+    store: CheckpointStore,
+    state: RunState,
+    *,
+    was_running: bool = False,
+    rerun_with: Agent | None = None,
+) -> list[ToolCall]:
+    """`ResumeReplayBlocked` if a call is uncertain; with `rerun_with` (a recovery, and
+    the agent it continues with), uncertain calls that `_may_rerun` do not block, and
+    are returned (when nothing else blocks) to be run again."""
     logs = await store.calls(state.run_id)
     # An agent call whose subagent is suspended in a *suspended* checkpoint started and is
     # not done, but nothing about it is unknown: the child's state says where it stands.
@@ -502,8 +548,27 @@ async def _check_uncertain(
         and log.status == "started"
         and (was_running or call.id not in state.children)
     ]
-    if uncertain:
-        raise ResumeReplayBlocked(state.run_id, uncertain)
+    reruns = [
+        call
+        for call in uncertain
+        if rerun_with is not None and _may_rerun(rerun_with, call, logs[call.id])
+    ]
+    again = {call.id for call in reruns}
+    blocking = [call for call in uncertain if call.id not in again]
+    if blocking:
+        raise ResumeReplayBlocked(state.run_id, blocking, reruns)
+    return reruns
+
+
+def _may_rerun(agent: Agent, call: ToolCall, log: CallLog) -> bool:
+    """Whether an uncertain `call` may run again without a person (law 5): the tool that
+    started it declared itself idempotent (its record says so: a record that does not,
+    as an older tiller wrote it, blocks), and so does the tool of that name the run has
+    now (one that is gone, or no longer declares it, blocks). Both, because the first
+    attempt's effect was made by the old code and the second by the new one: only if
+    each keys its effect on the call id is running it twice the same as running it once."""
+    tool = agent.registry.get(call.name)
+    return log.idempotent and tool is not None and tool.idempotent is True
 
 
 def _bind(state: RunState, decisions: Mapping[str, ResumeDecision]) -> dict[str, CallDecision]:

@@ -49,6 +49,9 @@ class Dispatch:
     malformed: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     #: Calls already answered (before a crash or the suspension): id -> (content, is_error).
     recorded: dict[str, tuple[str, bool]] = field(default_factory=dict, repr=False, compare=False)
+    #: Calls run again after an interrupted attempt (recovery decided it: their tools are
+    #: idempotent); they go through the gate as on their first run, and say so.
+    rerun: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,14 @@ One bucket (`tiller-run-checkpoints` by default) holds, per run:
 - `<run_id>`: `{"schema_version", "written_by", "status", "epoch", "state"}` — the
   `RunState` at its latest step boundary; `status` is `running`, `suspended`, `resumed` or
   `finished`; `epoch` is the lease epoch of the process that wrote it (0: unknown);
-- `<run_id>/calls/<call_id>`: `{"status": "started" | "completed", "result"?, "epoch"?}` —
-  written before a call runs and after it returns, so a resume never runs a completed call
-  again, and knows which calls are uncertain (started, never completed) after a crash;
+- `<run_id>/calls/<call_id>`: `{"status": "started" | "completed" | "rerun", "result"?,
+  "idempotent"?, "epoch"?}` — written before a call runs and after it returns, so a resume
+  never runs a completed call again, and knows which calls are uncertain (started, never
+  completed) after a crash. A started record says `idempotent: true` when the tool that
+  started the call declared itself idempotent (`Tool.idempotent`): recovery may then run
+  it again. `rerun` is a call whose interrupted attempt recovery decided to run again
+  (`rerun_call`); the continued run runs it, and says so. Records without the newer keys
+  (an older tiller's) read as not idempotent;
 - `<run_id>/lease`: the run's lease (a process is running it now), and `<run_id>/epoch`:
   `{"epoch": n, "owner"}`, the run's lease epoch (see *Fencing* below);
 - `thread/<thread_id>`: the thread's latest run id (an AG-UI resume arrives with a new run
@@ -127,12 +132,15 @@ class Checkpoint:
 
 @dataclass(slots=True, frozen=True)
 class CallLog:
-    """What the store knows of one call: started, or completed with its result."""
+    """What the store knows of one call: started, completed with its result, or to be
+    run again after an interrupted attempt (`rerun`). `idempotent`: the started call's
+    tool declared itself idempotent (False in records that do not say)."""
 
     call_id: str
-    status: Literal["started", "completed"]
+    status: Literal["started", "completed", "rerun"]
     content: str | None = None
     is_error: bool = False
+    idempotent: bool = False
 
 
 class CheckpointStore:
@@ -436,17 +444,22 @@ class CheckpointStore:
             self._written[key] = revision
             return revision
 
-    async def call_started(self, run_id: str, call_id: str, *, epoch: int | None = None) -> None:
-        """The call is about to run. Fenced by `epoch` if given: then the epoch is read
-        again after the write, so a takeover that raced the write still stops the call."""
+    async def call_started(
+        self, run_id: str, call_id: str, *, epoch: int | None = None, idempotent: bool = False
+    ) -> None:
+        """The call is about to run; `idempotent`: its tool declared itself so (a crash
+        then leaves a call that recovery may run again). Fenced by `epoch` if given: then
+        the epoch is read again after the write, so a takeover that raced the write still
+        stops the call."""
         kv = await self._bucket()
         key = f"{run_id}/calls/{call_id}"
+        record: dict[str, object] = {"status": "started"}
+        if idempotent:
+            record["idempotent"] = True
         if epoch is None:
-            await kv.put(key, orjson.dumps({"status": "started"}))
+            await kv.put(key, orjson.dumps(record))
             return
-        await self._write_fenced(
-            kv, run_id, key, orjson.dumps({"status": "started", "epoch": epoch}), epoch
-        )
+        await self._write_fenced(kv, run_id, key, orjson.dumps({**record, "epoch": epoch}), epoch)
         await self.check_epoch(run_id, epoch)
 
     async def call_completed(
@@ -468,6 +481,14 @@ class CheckpointStore:
     async def mark_call(self, run_id: str, call_id: str, *, content: str, is_error: bool) -> None:
         """A person's verdict on an uncertain call: it is done (or failed) with `content`."""
         await self.call_completed(run_id, call_id, content, is_error=is_error)
+
+    async def rerun_call(self, run_id: str, call_id: str) -> None:
+        """Recovery's verdict on an uncertain call of an idempotent tool: run it again.
+        Unlike `forget_call`, the record stays, as `rerun`: the continued run says the
+        call is run again after an interrupted attempt, even if it is recovered again
+        before the new attempt starts (which overwrites the record with its own start)."""
+        kv = await self._bucket()
+        await kv.put(f"{run_id}/calls/{call_id}", orjson.dumps({"status": "rerun"}))
 
     async def forget_call(self, run_id: str, call_id: str) -> None:
         """A person's verdict on an uncertain call: run it again."""
@@ -496,7 +517,11 @@ class CheckpointStore:
             record = orjson.loads(entry.value)
             call_id = key[len(prefix) :]
             logs[call_id] = CallLog(
-                call_id, record["status"], record.get("content"), bool(record.get("is_error"))
+                call_id,
+                record["status"],
+                record.get("content"),
+                bool(record.get("is_error")),
+                idempotent=record.get("idempotent") is True,
             )
         return logs
 

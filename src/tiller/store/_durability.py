@@ -82,8 +82,9 @@ class RunDurability(Protocol):
         `reasons` give a call's risk class and why it waits, by call id (else `reason`)."""
         ...
 
-    async def call_started(self, run_id: str, call_id: str) -> None:
-        """The call is about to run (from now on, until completed, it is uncertain)."""
+    async def call_started(self, run_id: str, call_id: str, *, idempotent: bool = False) -> None:
+        """The call is about to run (from now on, until completed, it is uncertain);
+        `idempotent`: its tool declared itself so, and recovery may run it again."""
         ...
 
     async def call_completed(
@@ -94,6 +95,11 @@ class RunDurability(Protocol):
 
     async def completed_calls(self, run_id: str) -> dict[str, tuple[str, bool]]:
         """The run's completed calls: call id -> (content, is_error)."""
+        ...
+
+    async def rerun_calls(self, run_id: str) -> frozenset[str]:
+        """The run's calls that recovery decided to run again after an interrupted
+        attempt (their tools are idempotent), by call id."""
         ...
 
 
@@ -186,9 +192,11 @@ class StoreDurability:
 
         await self._fenced(state.run_id, hold)
 
-    async def call_started(self, run_id: str, call_id: str) -> None:
+    async def call_started(self, run_id: str, call_id: str, *, idempotent: bool = False) -> None:
         async def started(epoch: int | None) -> None:
-            await self._checkpoints.call_started(run_id, call_id, epoch=epoch)
+            await self._checkpoints.call_started(
+                run_id, call_id, epoch=epoch, idempotent=idempotent
+            )
 
         await self._fenced(run_id, started)
 
@@ -209,6 +217,10 @@ class StoreDurability:
             for call_id, log in logs.items()
             if log.status == "completed"
         }
+
+    async def rerun_calls(self, run_id: str) -> frozenset[str]:
+        logs = await self._checkpoints.calls(run_id)
+        return frozenset(call_id for call_id, log in logs.items() if log.status == "rerun")
 
     def __repr__(self) -> str:
         return f"StoreDurability(bucket={self.bucket!r})"

@@ -135,6 +135,12 @@ class Tool(Protocol):
       runs nothing.
     - `sandboxed`: the call's work runs in the run's sandbox, so without the run's network
       grant it can neither fetch untrusted text nor send (the shell, its jobs).
+    - `idempotent`: running the call again with the same `ExecContext.call_id` has the
+      effect of running it once (the tool keys its effect on the call id, like an
+      idempotency key). A call such a tool started, whose process died before it
+      completed, is run again by recovery instead of blocking for a person (law 5);
+      anything else that is uncertain still blocks. Declare it only when it is true: the
+      runtime cannot check it, and a tool that is wrong about it repeats its effect.
     - `risk_of(arguments)`: the call's `RiskClass`, or `None` when the tool declares none
       (then read-only tools are `read_only` and any other is `external_access`: what is
       not declared may do anything, so a person is asked).
@@ -175,6 +181,9 @@ class Tool(Protocol):
     def sandboxed(self) -> bool: ...
 
     @property
+    def idempotent(self) -> bool: ...
+
+    @property
     def denial_remedy(self) -> str | None: ...
 
     def risk_of(self, arguments: Mapping[str, Any]) -> RiskClass | None: ...
@@ -198,6 +207,7 @@ TOOL_MEMBERS: Final = (
     "plan_scratchpad",
     "runs_on_client",
     "sandboxed",
+    "idempotent",
     "denial_remedy",
     "risk_of",
     "paths_of",
@@ -282,6 +292,9 @@ class BaseTool(CapabilityViews):
     runs_on_client: bool = False
     #: Its work runs in the run's sandbox (see `Tool`).
     sandboxed: bool = False
+    #: Running a call again with the same `ExecContext.call_id` has the effect of running
+    #: it once, so recovery re-runs it after a crash (see `Tool`).
+    idempotent: bool = False
     #: The risk of every call, for the policy engine (see `@tool`).
     risk: RiskClass | str | None = None
 
@@ -324,6 +337,7 @@ class FunctionTool(CapabilityViews):
         "denial_remedy",
         "description",
         "function",
+        "idempotent",
         "input_schema",
         "name",
         "plan_scratchpad",
@@ -350,6 +364,7 @@ class FunctionTool(CapabilityViews):
         paths_of: ArgumentsReader[tuple[str, ...]] | None = None,
         command_of: ArgumentsReader[str | None] | None = None,
         sandboxed: bool = False,
+        idempotent: bool = False,
         localns: dict[str, Any] | None = None,
     ) -> None:
         self.function = function
@@ -379,6 +394,7 @@ class FunctionTool(CapabilityViews):
         self._paths_of = paths_of if paths_of is not None else path_argument
         self._command_of = command_of
         self.sandboxed = sandboxed
+        self.idempotent = idempotent
         self._is_async = inspect.iscoroutinefunction(function)
         self._model, self._fields, self._ctx_params = _arguments_model(
             function, self.name, doc.params, localns
@@ -496,6 +512,7 @@ def tool(
     paths_of: ArgumentsReader[tuple[str, ...]] | None = None,
     command_of: ArgumentsReader[str | None] | None = None,
     sandboxed: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -514,6 +531,7 @@ def tool(  # noqa: PLR0913  # a tool's declared capabilities, keyword-only: the 
     paths_of: ArgumentsReader[tuple[str, ...]] | None = None,
     command_of: ArgumentsReader[str | None] | None = None,
     sandboxed: bool = False,
+    idempotent: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function, sync or async, into a `FunctionTool`. Bare or with options:
 
@@ -547,6 +565,10 @@ def tool(  # noqa: PLR0913  # a tool's declared capabilities, keyword-only: the 
     - command_of: the shell command a call runs, rated by the shell classifier (a
       declared risk can only raise that rating).
     - sandboxed: the tool's work runs in the run's sandbox (see `Tool`).
+    - idempotent: running the call again with the same `ExecContext.call_id` has the
+      effect of running it once (its effect is keyed on `ctx.call_id`, like an
+      idempotency key on a payment API), so a call a crash left uncertain is re-run by
+      recovery instead of waiting for a person (see `Tool`). Off by default.
 
     Raises `ToolDefinitionError` at definition time if the function cannot be a tool.
     """
@@ -567,6 +589,7 @@ def tool(  # noqa: PLR0913  # a tool's declared capabilities, keyword-only: the 
             paths_of=paths_of,
             command_of=command_of,
             sandboxed=sandboxed,
+            idempotent=idempotent,
             localns=_caller_locals(),
         )
 

@@ -21,9 +21,12 @@ Only the user can make the hints count, per server, in `tiller.toml`
 | anything else | risk `external_access`, as untrusted |
 | `openWorldHint: false` | no `UNTRUSTED_INPUT`, no `EXTERNAL_SEND` |
 
-`idempotentHint` is shown, never relied on. The hints are shown to the model in the
-description, as information. Arguments are checked against the tool's input schema before
-anything is sent.
+`idempotentHint` is shown, never relied on: an MCP tool is never `idempotent`, not even
+with `trust_annotations`, so a call a crash left uncertain waits for a person (law 5). The
+runtime's promise is about its own call id, which the server is not given; and a server
+declaring its own safety is what the rest of this table refuses. The hints are shown to
+the model in the description, as information. Arguments are checked against the tool's
+input schema before anything is sent.
 """
 
 from __future__ import annotations
@@ -146,6 +149,8 @@ class McpTool(CapabilityViews):
     #: The server runs the call, not the client and not the sandbox.
     runs_on_client: Final = False
     sandboxed: Final = False
+    #: Whatever `idempotentHint` says (see the module docstring).
+    idempotent: Final = False
 
     def __init__(
         self,
