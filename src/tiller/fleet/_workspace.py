@@ -290,7 +290,7 @@ async def snapshot_workspace(bus: Bus, directory: str | os.PathLike[str]) -> Sna
     tiller's `MAX_SAVED_FILE_BYTES`, more than `MAX_SNAPSHOT_READ_BYTES` in all, or the
     walk's entry and depth caps) raises `FixtureTooLarge` rather than storing part of it:
     a run must never start on a fixture with files silently missing."""
-    root = _fixture_root(directory)
+    root = await asyncio.to_thread(_fixture_root, directory)
     blobs = await bus.kv(FILE_BLOBS_BUCKET)
 
     async def store(data: bytes) -> str:
@@ -341,6 +341,9 @@ def _remove_tree(path: Path) -> None:
     """Remove a run's directory, even where the run took its own write permission away.
     Links are never followed: `rmtree` unlinks them, and only real directories are
     given their permission back."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.chmod(path, 0o700)
     for dirpath, dirnames, _ in os.walk(path):
         for name in dirnames:
             child = os.path.join(dirpath, name)
