@@ -220,6 +220,18 @@ LEDGER: Mapping[str, RecordKind] = dict(
             ("loop/_compaction.py",),
             SchemaVersion(1, "0.1.0", "The messages a compaction replaced, and why."),
         ),
+        _kind(
+            "workspace_diff",
+            "`tiller-workspaces`: `diff/<sha256>`, what a fleet run changed in its snapshot",
+            ("fleet/_workspace.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "A run's changes against its workspace snapshot (`manifest`): `changes`, "
+                "each added, modified or deleted, with a unified text diff or sizes. "
+                + _WRITTEN_BY,
+            ),
+        ),
     ]
 )
 

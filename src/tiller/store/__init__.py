@@ -85,6 +85,12 @@ from ._file_manifest import (
     RestoreReport,
 )
 
+# For tiller's own packages (not API; not in __all__): the records and the confined walk,
+# store and write of file checkpoints, which fleet workspaces (snapshots of fixtures) reuse.
+from ._file_manifest import FileRecord as FileRecord
+from ._file_manifest import decode_records as decode_records
+from ._file_manifest import encode_records as encode_records
+
 # For tiller's own packages (not API; not in __all__).
 from ._mailbox import MAILBOX_BUCKET as MAILBOX_BUCKET
 from ._mailbox import (
@@ -115,6 +121,18 @@ from ._outbox import (
 )
 from ._records import MalformedRecord, RecordFromNewerTiller
 from ._sqlite import SqliteBus
+
+# For tiller's own packages (not API; not in __all__).
+from ._workspace_checkpoints import CHUNK_BYTES as CHUNK_BYTES
+from ._workspace_checkpoints import MAX_SNAPSHOT_READ_BYTES as MAX_SNAPSHOT_READ_BYTES
+from ._workspace_checkpoints import Decided as Decided
+from ._workspace_checkpoints import WorkspaceOutcome as WorkspaceOutcome
+from ._workspace_checkpoints import WorkspaceRecorder as WorkspaceRecorder
+from ._workspace_checkpoints import restore_workspace as restore_workspace
+from ._workspace_fs import UnsafePath as UnsafePath
+from ._workspace_fs import open_file as open_file
+from ._workspace_fs import set_mode as set_mode
+from ._workspace_fs import walk_workspace as walk_workspace
 
 __all__ = [
     "AlreadyDecided",

@@ -206,6 +206,9 @@ class Decided:
 
 @dataclass(slots=True)
 class WorkspaceOutcome:
+    """What `restore_workspace` did, path by path: its caller's report is made of these
+    lists (a failure is recorded here with its reason, never raised)."""
+
     restored: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)

@@ -1,0 +1,707 @@
+"""Workspace specs: where a queued run's files come from, on whichever worker claims it.
+
+A run job names its workspace (`WorkspaceSpec`, a discriminated union on `kind`):
+
+- `SharedWorkspace(path)`: a directory every worker mounts at the same absolute path. The
+  run works in it directly; nothing is copied, nothing is removed, nothing is diffed (the
+  path's own version control is the record of what changed).
+- `SnapshotWorkspace(manifest)`: a fixture directory snapshotted into the store, so a
+  worker on another machine can rebuild it. Each run gets a private copy, and what the run
+  changed is stored beside its result (`workspace_diff`).
+
+A snapshot reuses file checkpoints' machinery rather than a format of its own: the fixture
+is walked as a shell snapshot walks a workspace (`tiller.store.walk_workspace`: no link
+followed, heavy directories such as `.git/objects` or `node_modules` excluded, capped in
+entries and depth), files are read in `CHUNK_BYTES` pieces into the content-addressed
+`tiller-file-blobs` bucket (`sha256/<hex>`, written once: a second snapshot of the same
+fixture, or a fixture sharing files with another, stores nothing new for them), and the
+records (`encode_records`, without the `stat` signatures, which mean nothing on another
+machine) are the manifest, stored in `tiller-workspaces` under `manifest/<sha256 of its
+bytes>`. The manifest's hash is the spec's `manifest`: the same fixture gives the same spec.
+Materializing writes the records back with the rewind's confined operations
+(`restore_workspace`): a path is reached one component at a time without following links,
+files get their permission bits, links are made as links (their target text, never
+followed), so a manifest cannot make a worker write outside the run's directory.
+
+A run's diff (`WorkspaceDiff`) is JSON, stored content-addressed in `tiller-workspaces`
+under `diff/<sha256>`; a result record names it by `diff_ref` and `load_diff` reads it.
+
+Errors (all `WorkspaceError`, a `TillerError`)::
+
+    WorkspaceError
+    ├── FixtureNotFound          the fixture directory does not exist / is not a directory
+    ├── FixtureTooLarge          past a snapshot's caps (a file, the bytes, entries, depth)
+    ├── WorkspacePathMissing     a shared path this worker does not have
+    ├── WorkspaceNotStored       a manifest or diff this store does not hold
+    ├── MalformedWorkspace       a manifest, blob or diff that is damaged or foreign
+    │   └── WorkspaceFromNewerTiller   (also a NewerSchemaError)
+    ├── MaterializeFailed        some paths could not be written
+    └── NoWorkspaceDiff          a shared workspace has no snapshot to diff against
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import difflib
+import hashlib
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import orjson
+import pydantic
+
+from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
+from ..errors import NewerSchemaError, TillerError
+from ..store import (
+    CHUNK_BYTES,
+    FILE_BLOBS_BUCKET,
+    MAX_SNAPSHOT_READ_BYTES,
+    Bus,
+    Decided,
+    FileRecord,
+    KeyValue,
+    MalformedFileCheckpoint,
+    RevisionConflict,
+    UnsafePath,
+    WorkspaceOutcome,
+    WorkspaceRecorder,
+    decode_records,
+    encode_records,
+    open_file,
+    restore_workspace,
+    set_mode,
+    walk_workspace,
+)
+
+__all__ = [
+    "MAX_TEXT_DIFF_BYTES",
+    "WORKSPACES_BUCKET",
+    "FileChange",
+    "FixtureNotFound",
+    "FixtureTooLarge",
+    "MalformedWorkspace",
+    "MaterializeFailed",
+    "NoWorkspaceDiff",
+    "SharedWorkspace",
+    "SnapshotWorkspace",
+    "WorkspaceDiff",
+    "WorkspaceError",
+    "WorkspaceFromNewerTiller",
+    "WorkspaceNotStored",
+    "WorkspacePathMissing",
+    "WorkspaceSpec",
+    "load_diff",
+    "materialize",
+    "snapshot_workspace",
+    "workspace_diff",
+]
+
+#: Snapshot manifests (`manifest/<sha256>`) and run diffs (`diff/<sha256>`).
+WORKSPACES_BUCKET: Final = "tiller-workspaces"
+#: A file larger than this (either side) gets sizes in its diff, not a unified text diff.
+MAX_TEXT_DIFF_BYTES: Final = 4 * 1024 * 1024
+
+_DIFF_VERSION = LEDGER["workspace_diff"].current
+#: Files up to this size are diffed on the event loop (a thread hop costs more).
+_INLINE_DIFF_BYTES: Final = 64 * 1024
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_RUN_DIR_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+# ── errors ───────────────────────────────────────────────────────────────────────────
+
+
+class WorkspaceError(TillerError):
+    """A workspace spec could not be snapshotted, materialized or diffed."""
+
+
+class FixtureNotFound(WorkspaceError):
+    """The fixture to snapshot is not a directory on this machine."""
+
+
+class FixtureTooLarge(WorkspaceError):
+    """The fixture is past a snapshot's caps; the message names the cap and the path."""
+
+
+class WorkspacePathMissing(WorkspaceError):
+    """A shared workspace's path is not a directory on this worker."""
+
+
+class WorkspaceNotStored(WorkspaceError):
+    """The manifest or diff is not in this store: it was written to another one."""
+
+
+class MalformedWorkspace(WorkspaceError):
+    """A stored manifest, blob or diff does not have the shape this tiller writes (another
+    program wrote it, or it is damaged). `key` names it."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{WORKSPACES_BUCKET}/{key}: {problem}")
+        self.key = key
+
+
+class WorkspaceFromNewerTiller(MalformedWorkspace, NewerSchemaError):
+    """A stored diff written by a newer tiller (`written_by`): upgrade tiller to read it."""
+
+    def __init__(self, key: str, problem: str, written_by: str | None) -> None:
+        super().__init__(key, problem)
+        self.written_by = written_by
+
+
+class MaterializeFailed(WorkspaceError):
+    """Some paths of a snapshot could not be written; `failed` lists them with why."""
+
+    def __init__(self, manifest: str, failed: Sequence[tuple[str, str]]) -> None:
+        listed = "; ".join(f"{path}: {why}" for path, why in failed[:10])
+        more = f" (and {len(failed) - 10} more)" if len(failed) > 10 else ""
+        super().__init__(
+            f"the snapshot {manifest} could not be materialized: {listed}{more}. Check the "
+            "worker's work directory (space, permissions), or snapshot the fixture again"
+        )
+        self.failed = tuple(failed)
+
+
+class NoWorkspaceDiff(WorkspaceError):
+    """A shared workspace has no snapshot to compare with."""
+
+
+# ── the specs ────────────────────────────────────────────────────────────────────────
+
+
+class SharedWorkspace(pydantic.BaseModel):
+    """A directory at the same absolute `path` on every worker (a shared mount)."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["shared"] = "shared"
+    path: str
+
+    @pydantic.field_validator("path")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        # A relative path would mean a different directory on each worker's cwd.
+        if not os.path.isabs(path) or "\x00" in path:
+            raise ValueError(f"{path!r} is not an absolute path; give the mount's full path")
+        return path
+
+
+class SnapshotWorkspace(pydantic.BaseModel):
+    """A fixture snapshotted into the store: `manifest` is the sha256 of its manifest."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["snapshot"] = "snapshot"
+    manifest: Annotated[str, pydantic.StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
+#: What a run job names as its workspace; JSON `{"kind": "shared" | "snapshot", ...}`.
+WorkspaceSpec = Annotated[SharedWorkspace | SnapshotWorkspace, pydantic.Field(discriminator="kind")]
+
+
+# ── blobs and manifests ──────────────────────────────────────────────────────────────
+
+
+async def _store_blob(blobs: KeyValue, data: bytes) -> str:
+    sha = hashlib.sha256(data).hexdigest()
+    # A conflict means it is stored already (by this fixture's twin, or another one).
+    with contextlib.suppress(RevisionConflict):
+        await blobs.create(f"sha256/{sha}", data)
+    return sha
+
+
+async def _load_blob(blobs: KeyValue, sha: str) -> bytes:
+    """A file piece; one missing or damaged raises `MalformedFileCheckpoint`, which the
+    rewind's writer (`restore_workspace`) reports as that path's failure."""
+    key = f"sha256/{sha}"
+    entry = await blobs.get(key)
+    if entry is None:
+        raise MalformedFileCheckpoint(FILE_BLOBS_BUCKET, key, "the file's content is missing")
+    if hashlib.sha256(entry.value).hexdigest() != sha:
+        raise MalformedFileCheckpoint(FILE_BLOBS_BUCKET, key, "the content is damaged")
+    return entry.value
+
+
+async def _store_record(kv: KeyValue, prefix: str, data: bytes) -> str:
+    sha = hashlib.sha256(data).hexdigest()
+    with contextlib.suppress(RevisionConflict):
+        await kv.create(f"{prefix}/{sha}", data)
+    return sha
+
+
+async def _load_stored(bus: Bus, prefix: str, sha: str, what: str) -> bytes:
+    key = f"{prefix}/{sha}"
+    if not _SHA256.fullmatch(sha):
+        raise WorkspaceNotStored(f"{sha!r} is not a {what} reference (64 hex digits)")
+    entry = await (await bus.kv(WORKSPACES_BUCKET)).get(key)
+    if entry is None:
+        raise WorkspaceNotStored(
+            f"the {what} {sha} is not in the store at {bus.url}: it was written to another "
+            "store. Point the worker at the store the job was submitted to, or snapshot the "
+            "fixture into this one (snapshot_workspace)"
+        )
+    if hashlib.sha256(entry.value).hexdigest() != sha:
+        raise MalformedWorkspace(key, f"the stored {what} does not match its sha256 (damaged)")
+    return entry.value
+
+
+async def _manifest_records(bus: Bus, manifest: str) -> tuple[FileRecord, ...]:
+    data = await _load_stored(bus, "manifest", manifest, "snapshot manifest")
+    key = f"manifest/{manifest}"
+    try:
+        records = decode_records(data, WORKSPACES_BUCKET, key)
+    except NewerSchemaError as exc:
+        raise WorkspaceFromNewerTiller(key, str(exc), getattr(exc, "written_by", None)) from None
+    except MalformedFileCheckpoint as exc:
+        raise MalformedWorkspace(key, f"not a snapshot manifest ({exc})") from None
+    for record in records:
+        if record.kind == "missing" or record.unsaved:
+            raise MalformedWorkspace(key, f"{record.path}: a snapshot records only saved files")
+    return records
+
+
+# ── snapshot ─────────────────────────────────────────────────────────────────────────
+
+
+def _fixture_root(directory: str | os.PathLike[str]) -> Path:
+    path = Path(directory).expanduser()
+    try:
+        root = path.resolve(strict=True)  # the fixture itself may be reached by a link
+    except (OSError, RuntimeError):
+        raise FixtureNotFound(
+            f"the fixture directory {str(path)!r} does not exist; give the path of a directory"
+        ) from None
+    if not root.is_dir():
+        raise FixtureNotFound(f"the fixture {str(path)!r} is not a directory; give a directory")
+    return root
+
+
+async def snapshot_workspace(bus: Bus, directory: str | os.PathLike[str]) -> SnapshotWorkspace:
+    """Store the fixture `directory` in `bus` and return the spec a run job names.
+
+    Every file is stored once by content; a fixture past a snapshot's caps (one file over
+    tiller's `MAX_SAVED_FILE_BYTES`, more than `MAX_SNAPSHOT_READ_BYTES` in all, or the
+    walk's entry and depth caps) raises `FixtureTooLarge` rather than storing part of it:
+    a run must never start on a fixture with files silently missing."""
+    root = await asyncio.to_thread(_fixture_root, directory)
+    blobs = await bus.kv(FILE_BLOBS_BUCKET)
+
+    async def store(data: bytes) -> str:
+        return await _store_blob(blobs, data)
+
+    recorded = await WorkspaceRecorder(store).record(root, int(bus.clock() * 1e9))
+    if not recorded.complete:
+        raise FixtureTooLarge(
+            f"the fixture {str(root)!r} cannot be snapshotted whole: {recorded.note}. Remove "
+            "what the run does not need, or share it by path (SharedWorkspace)"
+        )
+    unsaved = [record for record in recorded.records if record.unsaved]
+    if unsaved:
+        from ..tools import MAX_SAVED_FILE_BYTES
+
+        first = unsaved[0]
+        cap = (
+            f"over the {MAX_SAVED_FILE_BYTES} bytes a snapshot keeps per file"
+            if (first.size or 0) > MAX_SAVED_FILE_BYTES
+            else f"past the {MAX_SNAPSHOT_READ_BYTES} bytes a snapshot reads in all"
+        )
+        raise FixtureTooLarge(
+            f"the fixture {str(root)!r} is too large: {first.path} is {first.size} bytes, "
+            f"{cap} ({len(unsaved)} file(s) in all). Remove large files from the fixture, "
+            "or share it by path (SharedWorkspace)"
+        )
+    records = [dataclasses.replace(record, signature=None) for record in recorded.records]
+    manifest = await _store_record(
+        await bus.kv(WORKSPACES_BUCKET), "manifest", encode_records(records)
+    )
+    return SnapshotWorkspace(manifest=manifest)
+
+
+# ── materialize ──────────────────────────────────────────────────────────────────────
+
+
+def _default_root() -> Path:
+    return Path(tempfile.gettempdir()) / "tiller-workspaces"
+
+
+def _private_dir(root: Path, run_id: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    name = _RUN_DIR_NAME.sub("_", run_id)[:80] or "run"
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))  # mode 0o700, unique
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a run's directory, even where the run took its own write permission away.
+    Links are never followed: `rmtree` unlinks them, and only real directories are
+    given their permission back."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            os.chmod(path, 0o700)
+    for dirpath, dirnames, _ in os.walk(path):
+        for name in dirnames:
+            child = os.path.join(dirpath, name)
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(child).st_mode):
+                    os.chmod(child, 0o700)
+    shutil.rmtree(path, ignore_errors=False)
+
+
+async def _write_snapshot(
+    bus: Bus, spec: SnapshotWorkspace, records: Sequence[FileRecord], target: Path
+) -> None:
+    blobs = await bus.kv(FILE_BLOBS_BUCKET)
+
+    async def load(sha: str) -> bytes:
+        return await _load_blob(blobs, sha)
+
+    # Directories are made writable first, so a read-only one can still be filled; their
+    # recorded modes are given back afterwards, deepest first.
+    writable = {
+        record.path: (
+            dataclasses.replace(record, mode=(record.mode or 0) | 0o700)
+            if record.kind == "directory"
+            else record
+        )
+        for record in records
+    }
+    outcome = WorkspaceOutcome()
+    await restore_workspace(
+        target,
+        Decided(records=writable, complete=True),
+        load,
+        outcome,
+        dry_run=False,
+        deletions_only=False,
+    )
+    failed = list(outcome.failed)
+    directories = [r for r in records if r.kind == "directory" and (r.mode or 0) & 0o700 != 0o700]
+    for record in sorted(directories, key=lambda r: -r.path.count("/")):
+        try:
+            await asyncio.to_thread(set_mode, target, record.path.split("/"), record.mode or 0)
+        except (OSError, UnsafePath) as exc:
+            failed.append((f"{record.path}/", str(exc)))
+    if failed:
+        raise MaterializeFailed(spec.manifest, failed)
+
+
+@contextlib.asynccontextmanager
+async def materialize(
+    bus: Bus,
+    spec: SharedWorkspace | SnapshotWorkspace,
+    run_id: str,
+    *,
+    root: Path | None = None,
+    keep: bool = False,
+) -> AsyncIterator[Path]:
+    """The directory run `run_id` works in, for the length of the block.
+
+    A snapshot is written to a new private directory under `root` (a worker's work
+    directory; by default `tiller-workspaces` in the system's temporary directory), named
+    after the run and unique, so two runs never share one; it is removed on exit, however
+    the block ends, unless `keep`. A shared path is checked to be a directory here
+    (`WorkspacePathMissing` otherwise) and yielded as it is, never removed."""
+    if isinstance(spec, SharedWorkspace):
+        path = Path(spec.path)
+        if not await asyncio.to_thread(path.is_dir):
+            raise WorkspacePathMissing(
+                f"the shared workspace {spec.path!r} is not a directory on this worker: mount "
+                "it at the same path on every worker, or snapshot it (snapshot_workspace)"
+            )
+        yield path
+        return
+    records = await _manifest_records(bus, spec.manifest)  # checked before making anything
+    target = await asyncio.to_thread(_private_dir, root or _default_root(), run_id)
+    try:
+        await _write_snapshot(bus, spec, records, target)
+        yield target
+    finally:
+        if not keep:
+            await asyncio.to_thread(_remove_tree, target)
+
+
+# ── diff ─────────────────────────────────────────────────────────────────────────────
+
+
+class FileChange(pydantic.BaseModel):
+    """One path the run added, modified or deleted. A text file (UTF-8, no NUL byte) has
+    a unified `text_diff`; a binary one says `binary`, one over `MAX_TEXT_DIFF_BYTES` on
+    either side `too_large`, and both give only their sizes; a link says its targets. A
+    change of permission bits alone shows in the modes, with no text diff."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    change: Literal["added", "modified", "deleted"]
+    kind_before: Literal["file", "symlink"] | None = None
+    kind_after: Literal["file", "symlink"] | None = None
+    size_before: int | None = None
+    size_after: int | None = None
+    mode_before: int | None = None
+    mode_after: int | None = None
+    target_before: str | None = None
+    target_after: str | None = None
+    binary: bool = False
+    too_large: bool = False
+    text_diff: str | None = None
+
+
+class WorkspaceDiff(pydantic.BaseModel):
+    """What a run changed in its copy of a snapshot (`manifest`), path by path. Paths in
+    the directories a snapshot excludes (`.git/objects`, `node_modules`, ...) are not
+    compared; `complete` is False when the walk of the run's directory hit a cap (`note`).
+    `diff_ref` is where the diff is stored (not part of the stored record)."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = _DIFF_VERSION
+    written_by: str | None = None
+    manifest: str
+    changes: tuple[FileChange, ...] = ()
+    complete: bool = True
+    note: str | None = None
+    diff_ref: str | None = pydantic.Field(default=None, exclude=True)
+
+    def _paths(self, change: str) -> tuple[str, ...]:
+        return tuple(c.path for c in self.changes if c.change == change)
+
+    @property
+    def added(self) -> tuple[str, ...]:
+        return self._paths("added")
+
+    @property
+    def modified(self) -> tuple[str, ...]:
+        return self._paths("modified")
+
+    @property
+    def deleted(self) -> tuple[str, ...]:
+        return self._paths("deleted")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Side:
+    """One side of a path: a file (its content read lazily) or a link."""
+
+    kind: Literal["file", "symlink"]
+    size: int | None = None
+    mode: int | None = None
+    target: str | None = None
+    sha256: str | None = None
+
+
+def _read_file(root: Path, rel: str) -> tuple[bytes | None, str, int]:
+    """A file's content (None past `MAX_TEXT_DIFF_BYTES`), sha256 and size, read without
+    following a link."""
+    fd, _ = open_file(root, rel.split("/"))
+    try:
+        digest = hashlib.sha256()
+        kept: list[bytes] = []
+        size = 0
+        while data := os.read(fd, CHUNK_BYTES):
+            digest.update(data)
+            size += len(data)
+            if size <= MAX_TEXT_DIFF_BYTES:
+                kept.append(data)
+    finally:
+        os.close(fd)
+    return (b"".join(kept) if size <= MAX_TEXT_DIFF_BYTES else None), digest.hexdigest(), size
+
+
+def _text(data: bytes | None) -> list[str] | None:
+    if data is None or b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        return None
+
+
+def _unified(path: str, before: list[str] | None, after: list[str] | None) -> str:
+    lines = difflib.unified_diff(
+        before or [],
+        after or [],
+        fromfile=f"a/{path}" if before is not None else "/dev/null",
+        tofile=f"b/{path}" if after is not None else "/dev/null",
+    )
+    # A last line without a newline gets one, marked as git marks it.
+    return "".join(
+        line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+async def _snapshot_content(blobs: KeyValue, record: FileRecord, key: str) -> bytes | None:
+    if (record.size or 0) > MAX_TEXT_DIFF_BYTES:
+        return None
+    try:
+        pieces = [await _load_blob(blobs, sha) for sha in record.blobs]
+    except MalformedFileCheckpoint as exc:
+        raise MalformedWorkspace(key, str(exc)) from None
+    return b"".join(pieces)
+
+
+async def _change(
+    path: str,
+    *,
+    before: FileRecord | None,
+    after: _Side | None,
+    after_data: bytes | None,
+    blobs: KeyValue,
+    key: str,
+) -> FileChange | None:
+    b_kind = None if before is None else before.kind
+    a_kind = None if after is None else after.kind
+    if before is not None and after is not None:
+        same = (
+            before.target == after.target
+            if b_kind == a_kind == "symlink"
+            else b_kind == a_kind and before.sha256 == after.sha256 and before.mode == after.mode
+        )
+        if same:
+            return None
+    change: Literal["added", "modified", "deleted"] = (
+        "added" if before is None else "deleted" if after is None else "modified"
+    )
+    fields: dict[str, Any] = {
+        "path": path,
+        "change": change,
+        "kind_before": b_kind,
+        "kind_after": a_kind,
+    }
+    if before is not None:
+        fields.update(size_before=before.size, mode_before=before.mode)
+        fields["target_before"] = before.target
+    if after is not None:
+        fields.update(size_after=after.size, mode_after=after.mode, target_after=after.target)
+    files_before = before is None or b_kind == "file"
+    files_after = after is None or a_kind == "file"
+    if files_before and files_after:
+        sizes = (0 if before is None else before.size or 0, 0 if after is None else after.size)
+        if max(size or 0 for size in sizes) > MAX_TEXT_DIFF_BYTES:
+            return FileChange(**fields, too_large=True)
+        old = None if before is None else await _snapshot_content(blobs, before, key)
+        old_text = [] if before is None else _text(old)
+        new_text = [] if after is None else _text(after_data)
+        if old_text is None or new_text is None:
+            fields["binary"] = True
+        elif before is None or after is None or before.sha256 != after.sha256:
+            sides = (None if before is None else old_text, None if after is None else new_text)
+            if max(size or 0 for size in sizes) <= _INLINE_DIFF_BYTES:
+                fields["text_diff"] = _unified(path, *sides)
+            else:  # difflib on large files takes a while: not on the event loop
+                fields["text_diff"] = await asyncio.to_thread(_unified, path, *sides)
+    return FileChange(**fields)
+
+
+@dataclasses.dataclass(slots=True)
+class _RunDir:
+    """What the walk of a run's directory found: its files and links, the paths it could
+    not read, and whether it saw everything."""
+
+    found: dict[str, tuple[_Side, bytes | None]]
+    unread: set[str]
+    walked_whole: bool
+    note: str | None
+
+    @property
+    def complete(self) -> bool:
+        return self.walked_whole and not self.unread
+
+
+def _walk_run_dir(path: Path) -> _RunDir:
+    try:
+        walked = walk_workspace(path)
+    except OSError:
+        raise WorkspacePathMissing(
+            f"the run's directory {str(path)!r} is not a directory any more: diff the "
+            "directory `materialize` gave, inside its block (or with keep=True)"
+        ) from None
+    found: dict[str, tuple[_Side, bytes | None]] = {}
+    unread: dict[str, str] = {}
+    for entry in walked.entries:
+        if entry.kind == "symlink":
+            found[entry.path] = (_Side("symlink", target=entry.target), None)
+        elif entry.kind == "file":
+            try:
+                data, sha, size = _read_file(path, entry.path)
+            except FileNotFoundError:
+                continue
+            except (OSError, UnsafePath) as exc:  # the run took its read permission away
+                unread[entry.path] = f"{entry.path} could not be read ({exc})"
+                continue
+            found[entry.path] = (_Side("file", size=size, mode=entry.mode, sha256=sha), data)
+    notes = [note for note in (walked.note, *unread.values()) if note]
+    if not walked.complete:
+        notes.append("deletions are not reported: the walk did not see every path")
+    return _RunDir(found, set(unread), walked.complete, "; ".join(notes) or None)
+
+
+async def workspace_diff(
+    bus: Bus, spec: SharedWorkspace | SnapshotWorkspace, path: Path
+) -> WorkspaceDiff:
+    """What the run changed in `path` (its materialized copy of `spec`), stored in `bus`:
+    the returned diff's `diff_ref` names it for a result record (`load_diff` reads it).
+    Storing it is content-addressed: the same changes are stored once."""
+    if isinstance(spec, SharedWorkspace):
+        raise NoWorkspaceDiff(
+            f"the shared workspace {spec.path!r} has no snapshot to diff against; record its "
+            "changes with its own version control, or run on a snapshot (snapshot_workspace)"
+        )
+    key = f"manifest/{spec.manifest}"
+    snapshot = {r.path: r for r in await _manifest_records(bus, spec.manifest)}
+    run_dir = await asyncio.to_thread(_walk_run_dir, Path(path))
+    found = run_dir.found
+    blobs = await bus.kv(FILE_BLOBS_BUCKET)
+    changes: list[FileChange] = []
+    paths = {p for p, r in snapshot.items() if r.kind != "directory"} | set(found)
+    for rel in sorted(paths):
+        side, data = found.get(rel, (None, None))
+        if side is None and (rel in run_dir.unread or not run_dir.walked_whole):
+            continue  # not seen, so not known to be deleted
+        change = await _change(
+            rel, before=snapshot.get(rel), after=side, after_data=data, blobs=blobs, key=key
+        )
+        if change is not None:
+            changes.append(change)
+    diff = WorkspaceDiff(
+        written_by=tiller_version(),
+        manifest=spec.manifest,
+        changes=tuple(changes),
+        complete=run_dir.complete,
+        note=run_dir.note,
+    )
+    kv = await bus.kv(WORKSPACES_BUCKET)
+    ref = await _store_record(kv, "diff", orjson.dumps(diff.model_dump(mode="json")))
+    return diff.model_copy(update={"diff_ref": ref})
+
+
+async def load_diff(bus: Bus, ref: str) -> WorkspaceDiff:
+    """The diff a result record names (`diff_ref`)."""
+    data = await _load_stored(bus, "diff", ref, "workspace diff")
+    key = f"diff/{ref}"
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedWorkspace(key, f"not JSON ({exc})") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if isinstance(version, int) and version > _DIFF_VERSION:
+        writer = written_by_of(raw)
+        raise WorkspaceFromNewerTiller(
+            key,
+            f"schema version {version}; this tiller reads {_DIFF_VERSION}: {newer_problem(writer)}",
+            writer,
+        )
+    if version != _DIFF_VERSION:
+        raise MalformedWorkspace(key, f"schema version {version!r}; this tiller reads 1")
+    try:
+        diff = WorkspaceDiff.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        raise MalformedWorkspace(
+            key, f"not a workspace diff ({exc.error_count()} errors)"
+        ) from None
+    return diff.model_copy(update={"diff_ref": ref})
