@@ -333,23 +333,27 @@ async def test_a_run_stops_at_its_reserved_tokens(bus: Bus, tmp_path: Path) -> N
     assert (await budget.status()).spent.output_tokens == got.usage.output_tokens
 
 
-async def test_a_runs_dollars_overshoot_by_at_most_its_last_call_and_stop_the_batch(
+async def test_a_runs_dollars_overshoot_by_at_most_its_last_prompt_and_stop_the_batch(
     bus: Bus, tmp_path: Path
 ) -> None:
-    """The bound the module states: a call is priced after it is made, so a run may pass
-    its dollar reservation by its last call's cost; the batch counts the overshoot and
-    gives no one else anything."""
-    dollar_a_token = {"scripted": Pricing(input=0.0, output=1_000_000.0)}
-    budget = await BatchBudget.create(bus, "b", max_cost_usd=12.0, pricing=dollar_a_token)
-    got = await BatchBudget(bus, "b", chunk_runs=1, pricing=dollar_a_token).reserve("r1")
-    assert got is not None and got.max_cost_usd == 12.0
+    """The bound the module states: each call's output is capped at what the dollars left
+    buy, but its prompt is priced after the call, so a run may pass its dollar reservation
+    by its last prompt's cost; the batch counts the overshoot and gives no one else
+    anything."""
+    # $1 an output token, $0.10 an input token: each call's 10-token prompt costs $1.
+    prices = {"scripted": Pricing(input=100_000.0, output=1_000_000.0)}
+    budget = await BatchBudget.create(bus, "b", max_cost_usd=13.0, pricing=prices)
+    got = await BatchBudget(bus, "b", chunk_runs=1, pricing=prices).reserve("r1")
+    assert got is not None and got.max_cost_usd == 13.0
     ctx = RunContext.sandboxed(tmp_path, AllowAll()).with_budget(got)
     result, _ = await run_scripted(agent, endless(5), context=ctx)
     assert result.stop_cause is StopCause.COST_BUDGET
-    assert 12.0 <= got.cost_usd <= 12.0 + 5.0  # one $5 call past the ceiling at most
+    # $1 + $5, $1 + $5, then $1 left buys one output token: $1 + $1 → $14.
+    assert got.usage.output_tokens == 11
+    assert got.cost_usd == pytest.approx(14.0)  # past $13 by the last prompt's $1
     await budget.settle("r1", got)
     status = await budget.status()
-    assert status.left.cost_usd == pytest.approx(12.0 - got.cost_usd)
+    assert status.left.cost_usd == pytest.approx(-1.0)
     assert await budget.reserve("r2") is None
 
 

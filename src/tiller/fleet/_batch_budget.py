@@ -52,16 +52,19 @@ reserved, because the tool-less final call is paid out of the run's token ceilin
   `max_tokens` is capped at what the run's reservation has left, minus its final-answer
   reserve, and the final answer is capped at that reserve.
 - *Dollars* are reserved too (the run's `max_cost_usd` is its reservation), but a call's
-  price is only known after the call: the run checks `cost_usd >= max_cost_usd` before
-  each call, so a run can overshoot its reservation by the cost of the calls in flight
-  when it crossed it: for a run without parallel subagents, its one last call, whose
-  output part is at most `max_tokens x output price` (and `max_tokens` is capped by the
-  run's token reservation when the batch limits tokens) and whose input part is its
-  prompt's tokens x input price. So the batch spends at most `max_cost_usd` plus, for each
-  run that crossed its ceiling, that last call's cost. A settle that reports an overshoot
-  is counted as spent, so `left` drops below zero and no further run gets a reservation.
-  (Refusing a call whose worst-case price exceeds what is left would need the budget to
-  know the call's model and prompt size before the call; it does not today.)
+  price is only known after the call. The run checks `cost_usd >= max_cost_usd` before
+  each call, and caps the call's `max_tokens` at the output tokens the dollars left can
+  buy at the model's output price (`Budget.cap_max_tokens(price=)`, at least one token),
+  so a call's *output* cannot pass the run's ceiling (if the provider honours
+  `max_tokens`); its *prompt* is priced only afterwards. So a run overshoots its dollar
+  reservation by at most the input cost of the calls in flight when it crossed it (for a
+  run without parallel subagents: its last call's prompt tokens x input price, plus at
+  most one output token's price), and the batch spends at most `max_cost_usd` plus that,
+  for each run that crossed its ceiling. A settle that reports an overshoot is counted
+  as spent, so `left` drops below zero and no further run gets a reservation. Refusing a
+  call whose prompt alone costs more than what is left would need the prompt's size
+  before the call (only an estimate is known then); it is not done. A classifier's or a
+  summary's call is capped by its own `max_tokens` and the token ceiling, not by price.
 - Dollars are only as good as the pricing the run's budget carries: a model without a
   price costs nothing in `Budget` (its result lists it as unpriced), and then no dollar
   limit can stop it. `reserve` keeps `want.pricing`, or the `pricing` given to
