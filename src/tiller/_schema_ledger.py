@@ -215,6 +215,18 @@ LEDGER: Mapping[str, RecordKind] = dict(
             SchemaVersion(1, "0.1.0", "The taint of the files tainted runs wrote."),
         ),
         _kind(
+            "batch_budget",
+            "`tiller-batch-budgets`, key `<batch_id>`",
+            ("fleet/_batch_budget.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "`{batch_id, limits, runs}`: a batch's shared budget (steps, output tokens, "
+                "nano-dollars) and each run's reservation, status and spending (issue 16). "
+                + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
             "compaction_audit",
             "`tiller-compactions`, key `<run_id>/<number>`",
             ("loop/_compaction.py",),

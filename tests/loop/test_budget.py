@@ -21,7 +21,7 @@ from tiller.loop import (
     RunOptions,
 )
 from tiller.loop._model_turn import FINAL_ANSWER_NUDGE
-from tiller.model import ModelRequest, ScriptedModel
+from tiller.model import ModelRequest, ScriptedModel, TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
 from tiller.tools import tool
@@ -231,6 +231,23 @@ async def test_cost_ceiling(ctx: RunContext, key: str) -> None:
     assert run.result.exhausted
     assert len(model.requests) == 3
     assert run.result.cost_usd == pytest.approx(0.006)
+    assert budget.cost_usd == pytest.approx(0.006)
+
+
+async def test_a_step_asks_only_for_the_output_its_dollars_can_buy(ctx: RunContext) -> None:
+    """A call is priced after it is made, so its output is capped before: `max_tokens` is
+    what the dollars left buy at the model's output price, and the run passes its cost
+    ceiling by no more than its last prompt's price (here $0.001), not by its output."""
+
+    def honest(messages: Any, info: TurnInfo) -> dict[str, Any]:
+        return tool_turn(output_tokens=min(4000, info.max_tokens or 4000), input_tokens=1000)
+
+    model = ScriptedModel(honest)
+    budget = Budget(max_cost_usd=0.005, pricing={"scripted": Pricing(input=1.0, output=2.0)})
+    run = await drive(Agent(model, [look]), "go", ctx.with_budget(budget))
+    assert run.result.stop_cause is StopCause.COST_BUDGET
+    # $0.005 buys 2,500 output tokens at $2/M; that one step costs $0.001 + $0.005.
+    assert [r.max_tokens for r in model.requests] == [2500]
     assert budget.cost_usd == pytest.approx(0.006)
 
 

@@ -1,9 +1,23 @@
-"""Fleets: runs queued on the Bus's job queue and run by worker processes (issue 16).
+"""Fleets: runs queued on the Bus's job queue and run by worker processes, in batches that
+share a budget and can be cancelled together (issue 16).
 
 This package sits above `tiller.loop`, beside `tiller.ops`. So far: workspace specs, where
-a queued run's files come from on whichever worker claims it (`_workspace`).
+a queued run's files come from on whichever worker claims it (`_workspace`), and a batch's
+shared budget (`BatchBudget`: reserve before a run starts, settle when it ends).
 """
 
+from ._batch_budget import (
+    BATCH_BUDGET_BUCKET,
+    DEFAULT_CHUNK_RUNS,
+    BatchAmounts,
+    BatchBudget,
+    BatchBudgetFromNewerTiller,
+    BatchBudgetStatus,
+    BatchLimitsDiffer,
+    MalformedBatchBudget,
+    UnknownBatch,
+    UnknownReservation,
+)
 from ._workspace import (
     MAX_TEXT_DIFF_BYTES,
     WORKSPACES_BUCKET,
@@ -28,16 +42,26 @@ from ._workspace import (
 )
 
 __all__ = [
+    "BATCH_BUDGET_BUCKET",
+    "DEFAULT_CHUNK_RUNS",
     "MAX_TEXT_DIFF_BYTES",
     "WORKSPACES_BUCKET",
+    "BatchAmounts",
+    "BatchBudget",
+    "BatchBudgetFromNewerTiller",
+    "BatchBudgetStatus",
+    "BatchLimitsDiffer",
     "FileChange",
     "FixtureNotFound",
     "FixtureTooLarge",
+    "MalformedBatchBudget",
     "MalformedWorkspace",
     "MaterializeFailed",
     "NoWorkspaceDiff",
     "SharedWorkspace",
     "SnapshotWorkspace",
+    "UnknownBatch",
+    "UnknownReservation",
     "WorkspaceDiff",
     "WorkspaceError",
     "WorkspaceFromNewerTiller",

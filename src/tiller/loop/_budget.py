@@ -9,11 +9,16 @@ Calls of concurrent runs overlap, so a check before a call is not enough on its 
 call also *reserves* its step and its `max_tokens` at once (`reserve_call`, in the same
 synchronous step as the check), and `settle` swaps the reservation for what was really
 spent. Cost cannot be reserved before the response is priced; it is checked against what
-was spent, so concurrent calls can overshoot the cost ceiling by what they cost.
+was spent. A step's `max_tokens` is also capped at the output tokens the dollars left can
+buy at the model's price (`cap_max_tokens(price=)`), so its output cannot pass the cost
+ceiling; its prompt's price is known only after the call, so a call can still overshoot
+the ceiling by its input's cost (and concurrent calls of a run tree by theirs, each capped
+at what was left when it started).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -135,19 +140,33 @@ class Budget:
             return StopCause.COST_BUDGET
         return None
 
-    def cap_max_tokens(self, requested: int | None, *, final_answer: bool = False) -> int | None:
-        """`requested`, capped at what the budget has left for this kind of call."""
+    def cap_max_tokens(
+        self, requested: int | None, *, final_answer: bool = False, price: Pricing | None = None
+    ) -> int | None:
+        """`requested`, capped at what the budget has left for this kind of call; with the
+        model's `price` (`price_of`), also at the output tokens the dollars left can buy
+        (at least 1: `exceeded()` said there is money left)."""
         if final_answer:
             return (
                 self.final_answer_reserve
                 if requested is None
                 else min(requested, self.final_answer_reserve)
             )
-        if self.max_output_tokens is None:
-            return requested
-        spent = self.usage.output_tokens + self.tokens_in_flight
-        left = max(self.max_output_tokens - self.final_answer_reserve - spent, 1)
-        return left if requested is None else min(requested, left)
+        capped = requested
+        if self.max_output_tokens is not None:
+            spent = self.usage.output_tokens + self.tokens_in_flight
+            left = max(self.max_output_tokens - self.final_answer_reserve - spent, 1)
+            capped = left if capped is None else min(capped, left)
+        if price is not None and self.max_cost_usd is not None and price.output > 0:
+            # Calls in flight may spend their whole max_tokens: count them at this price.
+            dollars = self.max_cost_usd - self.cost_usd
+            affordable = max(math.floor(dollars * 1e6 / price.output) - self.tokens_in_flight, 1)
+            capped = affordable if capped is None else min(capped, affordable)
+        return capped
+
+    def price_of(self, provider: str, model: str) -> Pricing | None:
+        """The model's price (`"provider:model"` first, then `"model"`), or None."""
+        return self.pricing.get(f"{provider}:{model}") or self.pricing.get(model)
 
     def reserve_call(self, max_tokens: int | None) -> int:
         """Hold a step and `max_tokens` for a call about to be made; returns the tokens held.
@@ -172,7 +191,7 @@ class Budget:
     def charge(self, usage: Usage, *, provider: str, model: str, step: bool = True) -> float:
         """Record one call's usage; returns its cost in USD. `step=False`: a call that is
         not one of the run's steps (a classifier call, a summary) spends no step."""
-        price = self.pricing.get(f"{provider}:{model}") or self.pricing.get(model)
+        price = self.price_of(provider, model)
         cost = price.cost(usage) if price is not None else 0.0
         if price is None and usage.total_tokens:
             self.unpriced_models.add(f"{provider}:{model}")

@@ -230,8 +230,12 @@ class ModelTurns:
             if tools
             else []
         )
-        budget = run.run_ctx.budget
-        max_tokens = budget.cap_max_tokens(run.options.max_tokens, final_answer=final_answer)
+        budget, model = run.run_ctx.budget, run.agent.model
+        max_tokens = budget.cap_max_tokens(
+            run.options.max_tokens,
+            final_answer=final_answer,
+            price=budget.price_of(model.provider, model.name),
+        )
         # Held from here until the call is settled: no `await` since the ceiling check.
         self._held = budget.reserve_call(max_tokens)
         window = history_window(state.messages, run.options.max_history_tokens)
