@@ -199,6 +199,13 @@ PUBLIC_API: dict[str, list[str]] = {
         "event_from_wire",
         "run_agent",
     ],
+    "tiller.fleet": [
+        "FleetLimits",
+        "LimitedModel",
+        "MalformedLimitRecord",
+        "ModelLimit",
+        "provider_of",
+    ],
     "tiller.loop": [
         "Agent",
         "AgentRun",
