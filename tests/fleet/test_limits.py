@@ -12,6 +12,7 @@ given, so the check does not depend on timing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -507,3 +508,29 @@ async def test_a_pause_must_be_finite_non_negative_seconds(seconds: float) -> No
     limits = FleetLimits(await open_bus("memory://"))
     with pytest.raises(UsageError, match="pause"):
         await limits.pause_provider("openai", seconds)
+
+
+async def test_a_limited_model_keys_its_limits_by_provider_and_name_by_default() -> None:
+    limits = FleetLimits(await open_bus("memory://"), poll=FAST)
+    model = LimitedModel(ScriptedModel(["hi"], name="m1"), limits)
+    assert model.model_string == "scripted:m1"
+    with pytest.raises(UsageError):
+        LimitedModel("openai:gpt-4o", limits)  # type: ignore[arg-type]
+    with pytest.raises(UsageError):
+        LimitedModel(ScriptedModel(["hi"]), "limits")  # type: ignore[arg-type]
+
+
+async def test_a_hundred_holders_keep_one_small_record() -> None:
+    """The design's claim: one record per limit, holding its live holders, stays cheap to
+    compare-and-set at 100 holders (well under NATS's 1 MiB payload limit)."""
+    bus = await open_bus("memory://")
+    limits = FleetLimits(bus, max_runs=100, poll=FAST)
+    async with contextlib.AsyncExitStack() as stack:
+        for index in range(100):
+            await stack.enter_async_context(limits.run_slot(f"run-{index:03}"))
+        entry = await (await bus.kv(BUCKET)).get("runs")
+        assert entry is not None
+        assert len(json.loads(entry.value)["holders"]) == 100
+        assert len(entry.value) < 16 * 1024
+        assert await (await bus.kv(BUCKET)).keys() == ["runs"]
+    assert await limits.runs_held() == 0

@@ -24,6 +24,9 @@ __all__ = ["LimitedModel"]
 class LimitedModel:
     """Wraps `model` so each call takes a slot of `model_string`'s fleet limits.
 
+    `model_string` is the key of `FleetLimits(per_model=)` (use the string the agent was
+    built from: `agent.model_spec`); by default `"<provider>:<name>"` of the model.
+
     `provider`, `name` and `context_window` are the wrapped model's, so usage, pricing and
     compaction see the real model; `wrapped` is the model itself. `cancel` (optional)
     interrupts a call that is still waiting for a slot.
@@ -33,7 +36,7 @@ class LimitedModel:
         self,
         model: Model,
         limits: FleetLimits,
-        model_string: str,
+        model_string: str | None = None,
         *,
         cancel: CancellationToken | None = None,
     ) -> None:
@@ -41,6 +44,8 @@ class LimitedModel:
             raise UsageError(f"LimitedModel wraps a tiller.model.Model, not {type(model).__name__}")
         if not isinstance(limits, FleetLimits):
             raise UsageError(f"LimitedModel needs a FleetLimits, not {type(limits).__name__}")
+        if model_string is None:
+            model_string = f"{model.provider}:{model.name}"
         if not isinstance(model_string, str):
             raise UsageError(f"model_string must be a str, not {model_string!r}")
         provider_of(model_string)

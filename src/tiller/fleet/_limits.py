@@ -307,6 +307,9 @@ class FleetLimits:
                 del held[slot]
                 if not held:
                     self._held.pop(key, None)
+            if not self._held and self._renewer is not None:
+                self._renewer.cancel()  # nothing left to renew; the next slot starts another
+                self._renewer = None
             await asyncio.shield(self._drop(key, slot, token))
 
     async def _wait_for_slot(self, key: str, limit: int, slot: str, token: str) -> None:
