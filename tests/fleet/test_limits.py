@@ -268,7 +268,8 @@ async def test_a_cancelled_token_while_waiting_leaves_no_slot_taken(connect: Con
             assert await still_waiting(waiter)
             token.cancel("operator")
             with pytest.raises(Cancelled):
-                await waiter
+                async with asyncio.timeout(10):  # a hang is a TimeoutError, not a pass
+                    await waiter
             assert list(await holders_record(bus, "runs")) == ["run-held"]
         async with waiting.run_slot("run-next"):
             assert await waiting.runs_held() == 1
@@ -287,7 +288,8 @@ async def test_a_cancelled_task_while_waiting_leaves_no_slot_taken(connect: Conn
             assert await still_waiting(waiter)
             waiter.cancel()
             with pytest.raises(asyncio.CancelledError):
-                await waiter
+                async with asyncio.timeout(10):  # a hang is a TimeoutError, not a pass
+                    await waiter
             assert await waiting.calls_held("m:x") == 1
         assert await waiting.calls_held("m:x") == 0
 
@@ -318,7 +320,7 @@ class _CancelledAfterWrite:
 
 
 class _Bus:
-    def __init__(self, inner: Bus, bucket: _CancelledAfterWrite) -> None:
+    def __init__(self, inner: Bus, bucket: object) -> None:
         self._inner = inner
         self._bucket = bucket
 
@@ -338,6 +340,47 @@ async def test_a_cancel_that_lands_just_after_the_slot_was_written_gives_it_back
             pass
     assert bucket.fired
     assert await FleetLimits(inner, max_runs=1).runs_held() == 0
+
+
+class _SwallowsCancel:
+    """A bucket whose reads swallow a cancellation that arrives with the answer, as Python
+    3.11's `asyncio.wait_for` (under nats-py's requests) can."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.swallowed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def get(self, key: str) -> Any:
+        if not self.swallowed:  # wait for the cancel, then answer as if it never came
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.swallowed = True
+        return await self._inner.get(key)
+
+
+@pytest.mark.parametrize("how", ["token", "task"])
+async def test_a_cancel_swallowed_below_still_ends_the_wait(how: str) -> None:
+    inner = await open_bus("memory://")
+    holder = FleetLimits(inner, max_runs=1, poll=FAST)
+    bucket = _SwallowsCancel(await inner.kv(BUCKET))
+    waiting = FleetLimits(_Bus(inner, bucket), max_runs=1, poll=FAST)
+    token = CancellationToken()
+    async with asyncio.timeout(30), holder.run_slot("run-held"):
+        waiter = asyncio.create_task(waiting.run_slot("run-w", cancel=token).__aenter__())
+        assert await still_waiting(waiter)
+        if how == "token":
+            token.cancel()
+        else:
+            waiter.cancel()
+        with pytest.raises(Cancelled if how == "token" else asyncio.CancelledError):
+            async with asyncio.timeout(10):  # a hang is a TimeoutError, not a pass
+                await waiter
+        assert bucket.swallowed
+        assert await holder.runs_held() == 1
 
 
 # ── requests per minute ──────────────────────────────────────────────────────────────

@@ -225,7 +225,7 @@ class FleetLimits:
         async with self._slot(
             f"calls/{model_string}", limit.max_concurrent, uuid.uuid4().hex, cancel
         ):
-            await self._cancellable(cancel, self._admit(model_string, provider, limit.rpm))
+            await self._cancellable(cancel, self._admit(model_string, provider, limit.rpm, cancel))
             yield
 
     async def pause_provider(
@@ -292,7 +292,7 @@ class FleetLimits:
             return
         token = uuid.uuid4().hex
         try:
-            await self._cancellable(cancel, self._wait_for_slot(key, limit, slot, token))
+            await self._cancellable(cancel, self._wait_for_slot(key, limit, slot, token, cancel))
         except BaseException:
             # The write may have landed before the cancel did: take it back if it did.
             await asyncio.shield(self._drop(key, slot, token))
@@ -312,7 +312,9 @@ class FleetLimits:
                 self._renewer = None
             await asyncio.shield(self._drop(key, slot, token))
 
-    async def _wait_for_slot(self, key: str, limit: int, slot: str, token: str) -> None:
+    async def _wait_for_slot(
+        self, key: str, limit: int, slot: str, token: str, cancel: CancellationToken | None
+    ) -> None:
         def change(record: dict[str, Any] | None) -> tuple[bytes | None, bool]:
             now = self._bus.clock()
             holders = self._live(key, record, now)
@@ -322,8 +324,9 @@ class FleetLimits:
             return self._dump_holders(holders), True
 
         delay = self._poll[0]
+        nap = _Nap(cancel)
         while not await self._mutate(key, change):
-            await asyncio.sleep(self._jitter(delay))
+            await nap(self._jitter(delay))
             delay = min(delay * 1.5, self._poll[1])
 
     async def _drop(self, key: str, slot: str, token: str) -> None:
@@ -388,19 +391,22 @@ class FleetLimits:
 
     # ── requests per minute, pauses ──────────────────────────────────────────────────
 
-    async def _admit(self, model_string: str, provider: str, rpm: int | None) -> None:
+    async def _admit(
+        self, model_string: str, provider: str, rpm: int | None, cancel: CancellationToken | None
+    ) -> None:
         """Wait out the provider's pause, then take one of the minute's requests."""
         delay = self._poll[0]
+        nap = _Nap(cancel)
         while True:
             now = self._bus.clock()
             until = await self.paused_until(provider)
             if until is not None:
-                await asyncio.sleep(self._jitter(min(max(until - now, self._poll[0]), delay)))
+                await nap(self._jitter(min(max(until - now, self._poll[0]), delay)))
                 delay = min(delay * 1.5, self._poll[1])
                 continue
             if rpm is None or await self._take_request(model_string, rpm):
                 return
-            await asyncio.sleep(self._jitter(delay))
+            await nap(self._jitter(delay))
             delay = min(delay * 1.5, self._poll[1])
 
     async def _take_request(self, model_string: str, rpm: int) -> bool:
@@ -468,3 +474,28 @@ class FleetLimits:
             cancel.check()
         with cancel.scope():
             await work
+
+
+class _Nap:
+    """One wait between polls, which also notices a cancellation that got lost.
+
+    Python 3.11's `asyncio.wait_for` (under nats-py's requests) can swallow a
+    `task.cancel()` that arrives as the answer does, so a waiter could poll on forever
+    after its token fired or its task was cancelled. Before each nap this checks the
+    token, and whether the task's cancel requests rose since the wait began without one
+    being delivered.
+    """
+
+    __slots__ = ("_cancel", "_cancelling", "_task")
+
+    def __init__(self, cancel: CancellationToken | None) -> None:
+        self._cancel = cancel
+        self._task = asyncio.current_task()
+        self._cancelling = self._task.cancelling() if self._task is not None else 0
+
+    async def __call__(self, seconds: float) -> None:
+        if self._cancel is not None:
+            self._cancel.check()
+        if self._task is not None and self._task.cancelling() > self._cancelling:
+            raise asyncio.CancelledError("cancelled while waiting for a fleet limit")
+        await asyncio.sleep(seconds)
