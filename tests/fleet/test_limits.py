@@ -577,3 +577,12 @@ async def test_a_hundred_holders_keep_one_small_record() -> None:
         assert len(entry.value) < 16 * 1024
         assert await (await bus.kv(BUCKET)).keys() == ["runs"]
     assert await limits.runs_held() == 0
+
+
+async def test_a_store_gone_at_release_does_not_hide_the_blocks_own_error() -> None:
+    bus = await open_bus("memory://")
+    limits = FleetLimits(bus, max_runs=1, poll=FAST)
+    with pytest.raises(ValueError, match="the run's own"):
+        async with limits.run_slot("run-1"):
+            await bus.aclose()  # the slot now lapses with its lease
+            raise ValueError("the run's own error")

@@ -295,7 +295,7 @@ class FleetLimits:
             await self._cancellable(cancel, self._wait_for_slot(key, limit, slot, token, cancel))
         except BaseException:
             # The write may have landed before the cancel did: take it back if it did.
-            await asyncio.shield(self._drop(key, slot, token))
+            await self._give_back(key, slot, token)
             raise
         self._held.setdefault(key, {})[slot] = token
         self._ensure_renewer()
@@ -310,6 +310,13 @@ class FleetLimits:
             if not self._held and self._renewer is not None:
                 self._renewer.cancel()  # nothing left to renew; the next slot starts another
                 self._renewer = None
+            await self._give_back(key, slot, token)
+
+    async def _give_back(self, key: str, slot: str, token: str) -> None:
+        """Release a slot, shielded from a cancel (a release must not be half done). A store
+        that fails here does not hide the error that ended the block: the slot then lapses
+        with its lease, as a dead worker's does."""
+        with contextlib.suppress(StoreError, BusClosed):
             await asyncio.shield(self._drop(key, slot, token))
 
     async def _wait_for_slot(
