@@ -586,3 +586,16 @@ async def test_a_store_gone_at_release_does_not_hide_the_blocks_own_error() -> N
         async with limits.run_slot("run-1"):
             await bus.aclose()  # the slot now lapses with its lease
             raise ValueError("the run's own error")
+
+
+async def test_a_stream_closed_early_gives_its_call_slot_back() -> None:
+    limits = FleetLimits(
+        await open_bus("memory://"), per_model={"scripted:x": ModelLimit(max_concurrent=1)}
+    )
+    model = LimitedModel(ScriptedModel(["one two three"], name="x"), limits)
+    request = ModelRequest(system=None, messages=[])
+    async with contextlib.aclosing(model.stream(request)) as stream:
+        async for _ in stream:
+            assert await limits.calls_held("scripted:x") == 1
+            break
+    assert await limits.calls_held("scripted:x") == 0

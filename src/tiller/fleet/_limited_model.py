@@ -11,7 +11,7 @@ pause on every worker instead of each run hammering the provider in turn.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from ..cancel import CancellationToken
 from ..errors import UsageError
@@ -60,7 +60,7 @@ class LimitedModel:
     def __repr__(self) -> str:
         return f"LimitedModel({self.wrapped!r}, {self.model_string!r})"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamEvent, None]:
         """The wrapped model's stream, inside a `model_call` slot."""
         async with self._limits.model_call(self.model_string, cancel=self._cancel):
             try:
