@@ -177,6 +177,18 @@ LEDGER: Mapping[str, RecordKind] = dict(
             ),
         ),
         _kind(
+            "fleet_limit",
+            "`tiller-fleet-limits`: `runs`, `calls/<model>`, `rpm/<model>`, `pause/<provider>`",
+            ("fleet/_limit_records.py", "fleet/_limits.py"),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "Fleet-wide flow control, by compare-and-set: slot records `{holders: {slot: "
+                "[holder, expires_at, token]}}`, a minute window `{window, count}`, a 429 pause "
+                "`{until, reason, by}`. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
             "lease",
             "any bucket: a run's lease, a worker's claim",
             ("store/_bus.py",),

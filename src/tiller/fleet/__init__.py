@@ -18,6 +18,9 @@ from ._batch_budget import (
     UnknownBatch,
     UnknownReservation,
 )
+from ._limit_records import MalformedLimitRecord
+from ._limited_model import LimitedModel
+from ._limits import FleetLimits, ModelLimit, provider_of
 from ._workspace import (
     MAX_TEXT_DIFF_BYTES,
     WORKSPACES_BUCKET,
@@ -41,6 +44,9 @@ from ._workspace import (
     workspace_diff,
 )
 
+# For tiller's own packages (not API; not in __all__).
+from ._limits import LIMITS_BUCKET as LIMITS_BUCKET
+
 __all__ = [
     "BATCH_BUDGET_BUCKET",
     "DEFAULT_CHUNK_RUNS",
@@ -54,9 +60,13 @@ __all__ = [
     "FileChange",
     "FixtureNotFound",
     "FixtureTooLarge",
+    "FleetLimits",
+    "LimitedModel",
     "MalformedBatchBudget",
+    "MalformedLimitRecord",
     "MalformedWorkspace",
     "MaterializeFailed",
+    "ModelLimit",
     "NoWorkspaceDiff",
     "SharedWorkspace",
     "SnapshotWorkspace",
@@ -70,6 +80,7 @@ __all__ = [
     "WorkspaceSpec",
     "load_diff",
     "materialize",
+    "provider_of",
     "snapshot_workspace",
     "workspace_diff",
 ]
