@@ -20,6 +20,9 @@ from ._batch_budget import (
 )
 from ._limit_records import MalformedLimitRecord
 from ._limited_model import LimitedModel
+
+# For tiller's own packages (not API; not in __all__).
+from ._limits import LIMITS_BUCKET as LIMITS_BUCKET
 from ._limits import FleetLimits, ModelLimit, provider_of
 from ._workspace import (
     MAX_TEXT_DIFF_BYTES,
@@ -43,9 +46,6 @@ from ._workspace import (
     snapshot_workspace,
     workspace_diff,
 )
-
-# For tiller's own packages (not API; not in __all__).
-from ._limits import LIMITS_BUCKET as LIMITS_BUCKET
 
 __all__ = [
     "BATCH_BUDGET_BUCKET",
