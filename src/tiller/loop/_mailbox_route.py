@@ -25,6 +25,7 @@ whose run was taken over claims nothing more, and stops with `LeaseLost`.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from ..store import (
     MailboxStore,
     MailIdentity,
     MailMessage,
+    RunDurability,
     StoreError,
     check_mail_name,
 )
@@ -169,21 +171,23 @@ class RunMailbox:
         self,
         state: RunState,
         agui: AgUiContext[Any],
-        *,
-        fence: Callable[[], Awaitable[None]] | None = None,
+        durability: RunDurability | None = None,
     ) -> bool:
         """Fold the run's pending mail into the next user turn. Call it at the top of a
         turn, after steering, once the run is known to make another call. Returns True if
         it waited on the store (the caller then checks cancel and ceilings again before
-        the model call); each step's turn is looked at once. `fence`: the durable run's
-        lease check, awaited before each message is taken; its `LeaseLost` is raised
-        (the run was taken over: it must stop), never logged away."""
+        the model call); each step's turn is looked at once. `durability`: a durable
+        run's; its lease is checked before each message is taken, and its `LeaseLost`
+        is raised (the run was taken over: it must stop), never logged away."""
         if self._problem is not None:
             raise UsageError(self._problem)
         if not self.route.deliver or self._checked_step == state.step:
             return False
         self._checked_step = state.step
         delivered: list[MailMessage] = []
+        fence: Callable[[], Awaitable[None]] | None = None
+        if durability is not None:
+            fence = functools.partial(durability.check_lease, state.run_id)
 
         def take(message: MailMessage) -> None:
             # Synchronously, as soon as it is claimed: taint first, then the text (law 6).

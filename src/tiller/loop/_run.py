@@ -190,15 +190,9 @@ class Loop:
                 return ModelTurn(state.step + 1, final_answer=ceiling)
             take_steering(self.parts, self.services.take_notices())
             mail = self.services.mail
-            if mail is None or not await mail.deliver(state, self.agui, fence=self._lease_check):
+            if mail is None or not await mail.deliver(state, self.agui, self.durability):
                 return ModelTurn(state.step + 1)
             # It waited on the store: cancel and ceilings are checked again.
-
-    async def _lease_check(self) -> None:
-        """`LeaseLost` if the run was taken over (durable mode; else nothing to check):
-        what the run takes from the store at a step boundary is taken by its holder only."""
-        if self.durability is not None:
-            await self.durability.check_lease(self.state.run_id)
 
     async def _turn(self, turn: ModelTurn) -> Step:
         """One step: the model turn and the calls it led to, inside one AG-UI step; then
