@@ -19,7 +19,7 @@ Exactly once across a crash and a takeover (issue 16): each message folded is re
 the state (`RunState.folded_mail`), which the step's checkpoint carries. Mail the run
 claimed in a process that died before that checkpoint is delivered again by the process
 that continues the run (the store hands back what was delivered to the run id and is not
-in its state), and a durable run checks its lease before each claim (`fence`): a process
+in its state), and a durable run checks its lease before each message it takes: a process
 whose run was taken over claims nothing more, and stops with `LeaseLost`.
 """
 
