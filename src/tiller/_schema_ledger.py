@@ -92,6 +92,15 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "`turns`), the stop cause `turn_budget` is `step_budget`. An older state's "
                 "keys are renamed as it is read, and `turn_budget` still reads.",
             ),
+            SchemaVersion(
+                4,
+                "0.1.0",
+                "Exactly once across a crash and a takeover (issue 16): `folded_steers` and "
+                "`folded_mail`, the ids of the steers and the mail folded into the "
+                "conversation, so a continued run folds neither again and re-delivers mail "
+                "its run claimed but never checkpointed. A version 3 state reads with no "
+                "steers folded and `folded_mail` unknown (null: nothing is re-delivered).",
+            ),
         ),
         _kind(
             "run_checkpoint",

@@ -47,6 +47,9 @@ __all__ = [
 #:        `state`), a call record's step is `step` (was `turn`), and the stop cause
 #:        `turn_budget` is `step_budget`. An older state's keys are renamed as it is read
 #:        (`_renamed_keys`); `"turn_budget"` still reads (`StopCause._missing_`).
+#: 3 → 4: `folded_steers` and `folded_mail` (issue 16). A version 3 state has no steer
+#:        ids (it reads with none), and its mail is not known: `folded_mail` reads as
+#:        None, so a continued run re-delivers nothing it may already have folded.
 SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable
@@ -215,6 +218,15 @@ class RunState(BaseModel):
     interrupts: list[dict[str, Any]] = Field(default_factory=list)
     #: Steering text taken from the queue but not yet sent to the model.
     pending_input: list[str] = Field(default_factory=list)
+    #: The ids of the stored steers (`tiller.store.ControlStore.steer`) folded into the
+    #: conversation, oldest first: a process that continues the run (a recovery, a
+    #: takeover) finds every steer still stored, and folds only those not here.
+    folded_steers: list[str] = Field(default_factory=list)
+    #: The ids of the mail folded into the conversation, oldest first: mail its run
+    #: claimed that is not here (claimed by a process that died before its checkpoint)
+    #: is delivered again by the continuation. None: not known (a state written before
+    #: this field), and then nothing is delivered again.
+    folded_mail: list[str] | None = Field(default_factory=list)
     #: How many message, call and subagent ids this run id has handed out (`RunIds`), so
     #: a continued run goes on numbering instead of reusing ids.
     id_counters: dict[str, int] = Field(default_factory=dict)
@@ -375,11 +387,14 @@ class RunState(BaseModel):
 
 #: The version that renamed `state` to `agent_state` and a call record's `turn` to `step`.
 _AGENT_STATE_VERSION = 3
+#: The version that records the ids of the steers and the mail folded (issue 16).
+_FOLDED_IDS_VERSION = 4
 
 
 def _renamed_keys(data: Any) -> Any:
-    """A state of a version before 3 (as decoded JSON) with the keys version 3 renamed:
-    `state` → `agent_state`, each call record's `turn` → `step`. Anything else (a
+    """A state of a version before 4 (as decoded JSON) with `folded_mail` unknown (None)
+    and, before 3, the keys version 3 renamed: `state` → `agent_state`, each call
+    record's `turn` → `step`. Anything else (a
     current state, a `RunState` value, not a dict) is returned as it is; `data` itself
     is never changed. Each child state carries its own version and migrates itself."""
     if not isinstance(data, dict):
@@ -387,9 +402,12 @@ def _renamed_keys(data: Any) -> Any:
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         return data
-    if version >= _AGENT_STATE_VERSION:
+    if version >= _FOLDED_IDS_VERSION:
         return data
     migrated = dict(data)
+    migrated.setdefault("folded_mail", None)  # unknown: its mail may be folded already
+    if version >= _AGENT_STATE_VERSION:
+        return migrated
     if "state" in migrated and "agent_state" not in migrated:
         migrated["agent_state"] = migrated.pop("state")
     calls = migrated.get("calls")

@@ -441,11 +441,11 @@ class CancelOnDrain(SteeringQueue):
         self.at = at
         self.drains = 0
 
-    def drain(self) -> list[str]:
+    def drain_with_ids(self) -> list[tuple[str, str | None]]:  # what the loop drains
         self.drains += 1
         if self.drains == self.at:
             self.token.cancel("between turns")
-        return super().drain()
+        return super().drain_with_ids()
 
 
 async def test_cancel_exactly_between_turns(ctx: RunContext) -> None:

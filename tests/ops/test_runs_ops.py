@@ -13,7 +13,7 @@ from tiller.errors import UsageError
 from tiller.loop import ResumeReplayBlocked
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
-from tiller.store import CheckpointStore, RunStillRunning, open_bus
+from tiller.store import CheckpointStore, ControlStore, RunStillRunning, open_bus
 
 from .conftest import crashed_run, held_run, lines
 
@@ -147,3 +147,36 @@ async def test_close_cancelled_leaves_a_run_someone_claimed(url: str, workspace:
         await ops.close_cancelled(checkpoints, loaded.state)
         after = await checkpoints.load("r-crash")
     assert after.state.stop_cause is None  # the other writer's checkpoint stands
+
+
+async def test_a_recovered_run_folds_a_stored_steer_once_and_not_one_folded_before(
+    url: str, workspace: Path, agent_module: str
+) -> None:
+    """The run's stored steers reach its recovery (issue 16): one sent while it was down
+    is folded, once; one its checkpoint says was folded before the crash is not again."""
+    async with await open_bus(url) as bus:
+        await crashed_run(bus, workspace, f"{agent_module}:three")
+        await ops.reconcile(bus, "r-crash", [("call-b", "rerun"), ("call-c", "rerun")])
+        control, checkpoints = ControlStore(bus), CheckpointStore(bus)
+        before = await control.steer("r-crash", "folded before the crash")
+        crashed = await checkpoints.load("r-crash")
+        crashed.state.folded_steers.append(before)
+        await checkpoints.save(crashed.state, "running")
+        await control.steer("r-crash", "sent while it was down")
+        result = await ops.recover_run(bus, "r-crash", approver=AllowAll())
+    assert result.completed
+    texts = [m.text for m in result.state.messages if isinstance(m, UserMessage)]
+    assert sum(t.count("sent while it was down") for t in texts) == 1
+    assert not any("folded before the crash" in t for t in texts)
+
+
+async def test_a_cancel_requested_while_the_run_was_down_stops_its_recovery(
+    url: str, workspace: Path, agent_module: str
+) -> None:
+    async with await open_bus(url) as bus:
+        await crashed_run(bus, workspace, f"{agent_module}:three")
+        await ops.reconcile(bus, "r-crash", [("call-b", "rerun"), ("call-c", "rerun")])
+        await ControlStore(bus).request_cancel("r-crash", "stop it, please")
+        result = await ops.recover_run(bus, "r-crash", approver=AllowAll())
+    assert result.stop_cause is StopCause.CANCELLED
+    assert lines(workspace) == []

@@ -37,7 +37,7 @@ from ..events import (
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
-from ..store import DEFAULT_BUCKET, EventLog, EventLogWriter
+from ..store import DEFAULT_BUCKET, EventLog, EventLogWriter, LeaseLost
 from ..tools import Registry, Tool, remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
@@ -453,7 +453,9 @@ class _LoopRun:
             if isinstance(exc, ModelError | ResponseTooLarge):
                 code = "MODEL_ERROR" if isinstance(exc, ModelError) else "RESPONSE_TOO_LARGE"
                 raise LoopFailed(str(exc), code) from exc
-            if state.stop_cause is None:
+            if state.stop_cause is None or isinstance(exc, LeaseLost):
+                # Taken over as it finished (its last checkpoint was refused): the run
+                # did not complete here, its new holder goes on with it.
                 state.stop_cause = StopCause.ERROR
                 state.error = f"{type(exc).__name__}: {exc}"
             raise

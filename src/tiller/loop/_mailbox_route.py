@@ -14,12 +14,20 @@ the text is folded into the user turn as `[message from agent <name>] ...` — a
 from that agent, never the user's words, so it can neither approve a held call nor
 change the run's policy — then `tiller.message_delivered` is emitted. Store failures are
 logged and the run goes on; the mail waits for the next step.
+
+Exactly once across a crash and a takeover (issue 16): each message folded is recorded in
+the state (`RunState.folded_mail`), which the step's checkpoint carries. Mail the run
+claimed in a process that died before that checkpoint is delivered again by the process
+that continues the run (the store hands back what was delivered to the run id and is not
+in its state), and a durable run checks its lease before each message it takes: a process
+whose run was taken over claims nothing more, and stops with `LeaseLost`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -30,9 +38,11 @@ from ..policy import Interlock, capabilities_of, taint_names
 from ..store import (
     MAILBOX_BUCKET,
     Bus,
+    LeaseLost,
     MailboxStore,
     MailIdentity,
     MailMessage,
+    RunDurability,
     StoreError,
     check_mail_name,
 )
@@ -157,17 +167,27 @@ class RunMailbox:
 
         return RunMailer(self, turn_taint)
 
-    async def deliver(self, state: RunState, agui: AgUiContext[Any]) -> bool:
+    async def deliver(
+        self,
+        state: RunState,
+        agui: AgUiContext[Any],
+        durability: RunDurability | None = None,
+    ) -> bool:
         """Fold the run's pending mail into the next user turn. Call it at the top of a
         turn, after steering, once the run is known to make another call. Returns True if
         it waited on the store (the caller then checks cancel and ceilings again before
-        the model call); each step's turn is looked at once."""
+        the model call); each step's turn is looked at once. `durability`: a durable
+        run's; its lease is checked before each message is taken, and its `LeaseLost`
+        is raised (the run was taken over: it must stop), never logged away."""
         if self._problem is not None:
             raise UsageError(self._problem)
         if not self.route.deliver or self._checked_step == state.step:
             return False
         self._checked_step = state.step
         delivered: list[MailMessage] = []
+        fence: Callable[[], Awaitable[None]] | None = None
+        if durability is not None:
+            fence = functools.partial(durability.check_lease, state.run_id)
 
         def take(message: MailMessage) -> None:
             # Synchronously, as soon as it is claimed: taint first, then the text (law 6).
@@ -177,6 +197,8 @@ class RunMailbox:
                 framed
             )  # never the user's words (law: mail is not the user)
             state.append_user_text(framed)
+            if state.folded_mail is not None:
+                state.folded_mail.append(message.id)
             delivered.append(message)
 
         try:
@@ -187,7 +209,11 @@ class RunMailbox:
                 since=self._seen,
                 limit=self.route.max_per_turn,
                 on_claimed=take,
+                folded=state.folded_mail,
+                fence=fence,
             )
+        except LeaseLost:
+            raise
         except StoreError as exc:
             _logger.warning(
                 "run %s: the mailbox of %s could not be read (%s); trying again next step",

@@ -190,7 +190,7 @@ class Loop:
                 return ModelTurn(state.step + 1, final_answer=ceiling)
             take_steering(self.parts, self.services.take_notices())
             mail = self.services.mail
-            if mail is None or not await mail.deliver(state, self.agui):
+            if mail is None or not await mail.deliver(state, self.agui, self.durability):
                 return ModelTurn(state.step + 1)
             # It waited on the store: cancel and ceilings are checked again.
 

@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import UsageError
+from ..cancel import CancellationToken
+from ..errors import TillerError, UsageError
 from ..events import Event
 from ..loop import (
     Agent,
@@ -20,12 +21,13 @@ from ..loop import (
     ResumeDecision,
     RunContext,
     RunResult,
+    SteeringQueue,
     load_agent,
     recover,
 )
 from ..pinned_policy import restore_pinned_policy
 from ..policy import Approver
-from ..store import DEFAULT_BUCKET, Bus, CheckpointStore, HeldApproval
+from ..store import DEFAULT_BUCKET, Bus, CheckpointStore, ControlStore, HeldApproval
 from ._approvals import decision_of
 from ._pinned import pinned_agent
 
@@ -85,20 +87,45 @@ async def recover_run(
     on_event: Callable[[Event], None] | None = None,
 ) -> RunResult:
     """Recover a run whose process died (or continue one suspended for review), its
-    calls that ask going to `approver`; see `tiller.loop.recover`."""
+    calls that ask going to `approver`; see `tiller.loop.recover`.
+
+    The run's stored control requests apply to the recovery as they did to the process
+    that died: a cancel stops it, and each steer is folded once — those its checkpoint
+    says were folded are not pushed again (issue 16)."""
+    cancel, steering = CancellationToken(), SteeringQueue()
+
+    def configure(run_ctx: RunContext) -> RunContext:
+        return restore_pinned_policy(run_ctx).with_queued_input(steering)
+
     async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
         rebuild = FromCheckpoint(
-            approver=approver, workspace=workspace, configure=restore_pinned_policy
+            approver=approver, workspace=workspace, cancel=cancel, configure=configure
         )
-        return await recover(
+        watcher = ControlStore(store).watch(
             run_id,
-            store,
-            agent=continuing,
-            force=force,
-            ctx=rebuild,
-            bucket=bucket,
-            on_event=on_event,
+            cancel=cancel,
+            steering=steering,
+            skip=await _folded_steers(store, run_id, bucket),
         )
+        async with watcher:
+            return await recover(
+                run_id,
+                store,
+                agent=continuing,
+                force=force,
+                ctx=rebuild,
+                bucket=bucket,
+                on_event=on_event,
+            )
+
+
+async def _folded_steers(store: Bus, run_id: str, bucket: str) -> list[str]:
+    """The steers the run's checkpoint says were folded (none if it cannot be read: the
+    recovery then says why, and the loop folds a steer id once all the same)."""
+    try:
+        return (await CheckpointStore(store, bucket).load(run_id)).state.folded_steers
+    except TillerError:
+        return []
 
 
 def _pinned(rebuild: FromCheckpoint) -> FromCheckpoint:

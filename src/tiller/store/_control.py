@@ -27,8 +27,12 @@ watcher reads the record it names, so a message never carries text the store doe
 hold, and a message on the wrong subject does no harm.
 
 `ControlWatcher` applies one run's requests while its `async with` block runs: each steer
-goes into the run's `SteeringQueue` exactly once, in id order; a cancel fires the run's
-`CancellationToken` once. Store errors are logged and retried, never raised into the run.
+goes into the run's `SteeringQueue` exactly once, in id order, with its id; a cancel fires
+the run's `CancellationToken` once. Store errors are logged and retried, never raised into
+the run. A watcher for a run continued by another process (a recovery, a takeover) is
+given the ids its checkpoint says were folded (`skip=`, `RunState.folded_steers`), and
+pushes only the others; the run's loop skips folded ids too, so a watcher that was not
+told folds nothing twice either (issue 16).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Final, Protocol, TypeVar
 
@@ -61,7 +65,7 @@ class SteeringQueue(Protocol):
     (`tiller.loop.SteeringQueue`), seen through the one method the watcher calls, because
     the store knows nothing of the loop (DESIGN §5)."""
 
-    def push(self, text: str) -> None: ...
+    def push(self, text: str, steer_id: str | None = None) -> None: ...
 
 
 #: The control bucket's default name (DESIGN §7).
@@ -229,11 +233,13 @@ class ControlStore:
         cancel: CancellationToken,
         steering: SteeringQueue,
         poll_interval: float = 0.5,
+        skip: Iterable[str] = (),
     ) -> ControlWatcher:
         """A watcher that applies the run's requests to `cancel` and `steering` while
-        its `async with` block runs."""
+        its `async with` block runs; the steers whose ids are in `skip` (those the run's
+        checkpoint says were folded: `RunState.folded_steers`) are not pushed."""
         return ControlWatcher(
-            self, run_id, cancel=cancel, steering=steering, poll_interval=poll_interval
+            self, run_id, cancel=cancel, steering=steering, poll_interval=poll_interval, skip=skip
         )
 
     # ── records (shared with the watcher) ────────────────────────────────────────
@@ -300,6 +306,7 @@ class ControlWatcher:
         cancel: CancellationToken,
         steering: SteeringQueue,
         poll_interval: float = 0.5,
+        skip: Iterable[str] = (),
     ) -> None:
         if not poll_interval > 0:
             raise UsageError(f"poll_interval must be positive seconds, not {poll_interval!r}")
@@ -311,7 +318,10 @@ class ControlWatcher:
         #: Full reads of the run's records completed so far (the one on entry included).
         self.polls = 0
         self._subject = ControlStore.subject(run_id)
-        self._applied: set[str] = set()
+        if isinstance(skip, str):
+            raise UsageError("skip= takes steer ids (a list), not one string")
+        #: Steers pushed (or skipped: malformed, or folded before this watcher).
+        self._applied: set[str] = set(skip)
         self._cancel_applied = False
         self._head_seen: int | None = None  # the head's revision at the last listing
         self._hinted: set[str] = set()
@@ -326,7 +336,7 @@ class ControlWatcher:
 
     @property
     def applied(self) -> frozenset[str]:
-        """The ids of the steers pushed (or skipped as malformed) so far."""
+        """The ids of the steers pushed, or skipped (malformed, or given in `skip=`), so far."""
         return frozenset(self._applied)
 
     async def __aenter__(self) -> ControlWatcher:
@@ -485,7 +495,7 @@ class ControlWatcher:
             return
         if text is not None and steer_id not in self._applied:
             self._applied.add(steer_id)
-            self.steering.push(text)
+            self.steering.push(text, steer_id)
 
     # ── failures ─────────────────────────────────────────────────────────────────
 

@@ -28,6 +28,10 @@ Keys in the bucket (names are `[A-Za-z0-9_-]`, so they never add a path segment)
 pending ──claim (compare-and-set)──► delivered
 ```
 
+A claim records the claiming run (`delivered_run`); the run's state records the ids it
+folded (`RunState.folded_mail`), and a continuation of the run hands it again what its
+run claimed but never checkpointed (see `MailboxStore.claim`: `folded=`, `fence=`).
+
 A send checks the text's size (`max_bytes`) and the recipient's pending messages
 (`max_pending`; ids in the head whose record is no longer pending are dropped before a
 send is refused), writes the record, then adds its id to the head. Of two runs claiming
@@ -42,7 +46,7 @@ import builtins
 import contextlib
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import ClassVar, Final, Literal, get_args
 
@@ -337,6 +341,8 @@ class MailboxStore:
         since: int | None = None,
         limit: int | None = None,
         on_claimed: Callable[[MailMessage], None] | None = None,
+        folded: Collection[str] | None = None,
+        fence: Callable[[], Awaitable[None]] | None = None,
     ) -> MailClaim:
         """Take `to`'s pending messages (at most `limit`, oldest first) for the run
         `run_id` of thread `session`: each becomes `delivered`, and `on_claimed` is called
@@ -344,10 +350,21 @@ class MailboxStore:
         between taking a message and handing it over). With `since` equal to the head's
         revision nothing was sent since the last claim, and nothing is listed.
 
+        Exactly once across a crash and a takeover (issue 16): `folded` is what the
+        run's state says it folded (`RunState.folded_mail`). A message delivered to
+        `run_id` that is not in it was claimed by a process of the run that died (or
+        was taken over) before its checkpoint: it is handed to `on_claimed` again, once
+        more oldest first, within `limit`. `fence` is awaited before each message is
+        taken or handed again: the run's lease check (`RunDurability.check_lease`),
+        which raises `LeaseLost` in a process whose run was taken over, so a stale
+        holder claims nothing more (and what it claims in the moment between its check
+        and its claim is handed again to the run's new holder, which never folded it).
+
         Records that cannot be read are moved aside (`bad/...`) and logged."""
         check_mail_name(to, "a recipient")
         if limit is not None and limit < 1:
             raise UsageError("a claim limit must be at least 1")
+        ours = set(folded) if folded is not None and run_id is not None else None
         kv = await self._bucket()
         head_entry = await kv.get(_head_key(to))
         start = 0 if head_entry is None else head_entry.revision
@@ -361,7 +378,11 @@ class MailboxStore:
             if entry is None:
                 continue  # deleted meanwhile
             message = await self._read_or_quarantine(kv, to, key, entry)
-            if message is not None and message.status == "pending":
+            if message is None:
+                continue
+            if message.status == "pending" or (
+                ours is not None and message.delivered_run == run_id and message.id not in ours
+            ):
                 found.append((key, entry, message))
         found.sort(key=lambda item: item[2].id)
         taken: list[MailMessage] = []
@@ -370,12 +391,18 @@ class MailboxStore:
             if limit is not None and len(taken) >= limit:
                 left_over = True
                 break
-            claimed = await self._take(kv, key, entry, message, run_id=run_id, session=session)
+            if fence is not None:
+                await fence()
+            if message.status == "pending":
+                claimed = await self._take(kv, key, entry, message, run_id=run_id, session=session)
+            else:  # ours already, never folded: handed again, as it is stored
+                claimed = message
             if claimed is not None:
                 taken.append(claimed)
                 if on_claimed is not None:
                     on_claimed(claimed)
-        waiting = {message.id for _, _, message in found} - {m.id for m in taken}
+        pending = [message for _, _, message in found if message.status == "pending"]
+        waiting = {message.id for message in pending} - {m.id for m in taken}
         # Drop from the index what was taken, and what it listed that is no longer
         # pending (ids added after the listing are not ours to judge).
         done = {m.id for m in taken} | (set(indexed) - waiting)
