@@ -139,12 +139,15 @@ async def checkpoint_latency(bus: Bus, state: RunState, repetitions: int) -> dic
 
 
 class _CountingBus:
-    """A store that counts KV writes per bucket (for the "writes per step" figure; untimed)."""
+    """A store that counts KV writes per bucket, and reads (for the "per step" figures;
+    untimed). Every KV call is one store round trip: a fenced write that first reads the
+    run's epoch shows as a read and a write."""
 
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
         self.url = bus.url
         self.writes: dict[str, int] = {}
+        self.reads = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._bus, name)
@@ -152,24 +155,28 @@ class _CountingBus:
     async def kv(self, bucket: str) -> Any:
         kv = await self._bus.kv(bucket)
         writes = self.writes
+        outer = self
 
         class Counting:
             def __getattr__(self, name: str) -> Any:
                 attribute = getattr(kv, name)
                 if name in ("put", "create", "update"):
                     writes[bucket] = writes.get(bucket, 0) + 1
+                elif name in ("get", "keys"):
+                    outer.reads += 1
                 return attribute
 
         return Counting()
 
 
-async def writes_per_step(bus: Bus, root: Path) -> dict[str, float]:
-    """KV writes per step of one durable `DURABLE_STEPS`-step run, by bucket."""
+async def writes_per_step(bus: Bus, root: Path) -> tuple[dict[str, float], float]:
+    """KV writes per step of one durable `DURABLE_STEPS`-step run, by bucket; and reads."""
     counting = _CountingBus(bus)
     ctx = RunContext.sandboxed(root, AllowAll()).with_store(counting)  # type: ignore[arg-type]
     options = RunOptions(max_steps=DURABLE_STEPS + 1, checkpoint_bucket=BUCKET)
     await Agent(InstantModel(DURABLE_STEPS), [NOOP]).run_in(ctx, "go", options, run_id="count")
-    return {bucket: n / DURABLE_STEPS for bucket, n in counting.writes.items()}
+    writes = {bucket: n / DURABLE_STEPS for bucket, n in counting.writes.items()}
+    return writes, counting.reads / DURABLE_STEPS
 
 
 async def durable_step_cost(bus: Bus, root: Path, repetitions: int) -> tuple[float, float]:
@@ -201,7 +208,7 @@ async def report(repetitions: int, nats: bool) -> None:
         async with await open_bus(f"sqlite:///{root / 'store.db'}") as bus:
             rows["SQLite"] = await checkpoint_latency(bus, state, repetitions)
             steps["SQLite"] = await durable_step_cost(bus, root / "ws", max(5, repetitions // 4))
-            writes = await writes_per_step(bus, root / "ws")
+            writes, reads = await writes_per_step(bus, root / "ws")
         if nats:
             namespace = f"bench{uuid.uuid4().hex[:10]}"
             bus = await open_bus(NATS_URL, namespace=namespace)
@@ -227,7 +234,8 @@ async def report(repetitions: int, nats: bool) -> None:
     for name, (plain, durable) in steps.items():
         print(f"| {name} | {plain:.0f} | {durable:.0f} | {durable - plain:.0f} |")
     shown = ", ".join(f"{n:.2f} to `{bucket}`" for bucket, n in writes.items())
-    print(f"\nKV writes per durable step: {sum(writes.values()):.2f} ({shown}).")
+    print(f"\nKV writes per durable step: {sum(writes.values()):.2f} ({shown}); ", end="")
+    print(f"KV reads: {reads:.2f}.")
     sqlite = rows["SQLite"]
     verdict = "within" if max(sqlite["write"], sqlite["resume"]) < TARGET_MS else "OVER"
     print(
