@@ -178,3 +178,20 @@ async def test_a_checkpoint_changed_by_an_unfenced_writer_is_written_after_an_ep
     counting.ops.clear()
     await worker.save(_state("and again"), "running")
     assert counting.ops == [("update", "R")]  # its revision known again
+
+
+async def test_a_call_record_deleted_under_the_holder_is_written_only_after_an_epoch_read(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """A person said an uncertain call is to run again (its record deleted) while A, whose
+    run was taken over, still holds its started record's revision: A's completion finds no
+    record to compare, and reads the epoch before creating one — refused."""
+    a = StoreDurability(bus, BUCKET)
+    await a.take_lease("R", "worker-a", TTL)
+    await a.call_started("R", "R-call-1")
+    store = CheckpointStore(bus, BUCKET)
+    await store.take_epoch("R", "worker-b")
+    await store.forget_call("R", "R-call-1")
+    with pytest.raises(LeaseLost, match="epoch is now 2"):
+        await a.call_completed("R", "R-call-1", "done by a", is_error=False)
+    assert await store.calls("R") == {}

@@ -493,18 +493,19 @@ class CheckpointStore:
         while True:
             entry = None if creating else await kv.get(key)
             creating = False
+            if entry is not None:
+                stored = _epoch_of(entry.value)
+                if stored > epoch:
+                    raise LeaseLost(run_id, epoch, stored)
+            if not checked:
+                # Changed (or deleted), not by a takeover's stamp: by an unfenced writer,
+                # so the revision fenced nothing, and the epoch is read after all.
+                await self.check_epoch(run_id, epoch)
+                checked = True
             try:
                 if entry is None:
                     revision = await kv.create(key, value)
                 else:
-                    stored = _epoch_of(entry.value)
-                    if stored > epoch:
-                        raise LeaseLost(run_id, epoch, stored)
-                    if not checked:
-                        # Changed, not by a takeover's stamp (an unfenced writer): the
-                        # revision fenced nothing, so the epoch is read after all.
-                        await self.check_epoch(run_id, epoch)
-                        checked = True
                     revision = await kv.update(key, value, expected=entry.revision)
             except RevisionConflict:
                 continue
