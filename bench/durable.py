@@ -19,6 +19,11 @@ trivial tool on SQLite, with and without `checkpoint_bucket` (with it, each step
 checkpoint, the call's started and completed records, and the event log's batches). The
 difference over 50 steps is the durable cost per step. The same on NATS, for scale.
 
+(3) The store writes of one durable step alone, through the durability port
+(`StoreDurability`, the lease taken): a checkpoint, a call started, the call completed, a
+checkpoint — what the loop writes per step, without the loop, so the figure is the store's
+round trips and little else (the realistic state; SQLite and NATS as above).
+
 Replay time of a 100-step capture is measured by `bench/replay.py`.
 
 Run: `python bench/durable.py` (`--quick` for fewer repetitions; `--no-nats` to skip NATS).
@@ -50,7 +55,7 @@ from tiller.loop import Agent, RunContext, RunOptions
 from tiller.model import ScriptedModel, Turn, TurnCall
 from tiller.policy import AllowAll
 from tiller.state import RunState
-from tiller.store import Bus, open_bus
+from tiller.store import Bus, StoreDurability, open_bus
 from tiller.store._checkpoints import CheckpointStore
 from tiller.tools import tool
 
@@ -139,12 +144,15 @@ async def checkpoint_latency(bus: Bus, state: RunState, repetitions: int) -> dic
 
 
 class _CountingBus:
-    """A store that counts KV writes per bucket (for the "writes per step" figure; untimed)."""
+    """A store that counts KV writes per bucket, and reads (for the "per step" figures;
+    untimed). Every KV call is one store round trip: a fenced write that first reads the
+    run's epoch shows as a read and a write."""
 
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
         self.url = bus.url
         self.writes: dict[str, int] = {}
+        self.reads = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._bus, name)
@@ -152,24 +160,28 @@ class _CountingBus:
     async def kv(self, bucket: str) -> Any:
         kv = await self._bus.kv(bucket)
         writes = self.writes
+        outer = self
 
         class Counting:
             def __getattr__(self, name: str) -> Any:
                 attribute = getattr(kv, name)
                 if name in ("put", "create", "update"):
                     writes[bucket] = writes.get(bucket, 0) + 1
+                elif name in ("get", "keys"):
+                    outer.reads += 1
                 return attribute
 
         return Counting()
 
 
-async def writes_per_step(bus: Bus, root: Path) -> dict[str, float]:
-    """KV writes per step of one durable `DURABLE_STEPS`-step run, by bucket."""
+async def writes_per_step(bus: Bus, root: Path) -> tuple[dict[str, float], float]:
+    """KV writes per step of one durable `DURABLE_STEPS`-step run, by bucket; and reads."""
     counting = _CountingBus(bus)
     ctx = RunContext.sandboxed(root, AllowAll()).with_store(counting)  # type: ignore[arg-type]
     options = RunOptions(max_steps=DURABLE_STEPS + 1, checkpoint_bucket=BUCKET)
     await Agent(InstantModel(DURABLE_STEPS), [NOOP]).run_in(ctx, "go", options, run_id="count")
-    return {bucket: n / DURABLE_STEPS for bucket, n in counting.writes.items()}
+    writes = {bucket: n / DURABLE_STEPS for bucket, n in counting.writes.items()}
+    return writes, counting.reads / DURABLE_STEPS
 
 
 async def durable_step_cost(bus: Bus, root: Path, repetitions: int) -> tuple[float, float]:
@@ -191,9 +203,29 @@ async def durable_step_cost(bus: Bus, root: Path, repetitions: int) -> tuple[flo
     return plain_ms * 1e3 / DURABLE_STEPS, durable_ms * 1e3 / DURABLE_STEPS
 
 
+async def fenced_step_us(bus: Bus, state: RunState, repetitions: int) -> float:
+    """Median µs of one durable step's store writes through the durability port."""
+    durability = StoreDurability(bus, BUCKET)
+    run_id = f"fenced-{uuid.uuid4().hex[:8]}"
+    state = state.model_copy(update={"run_id": run_id, "thread_id": run_id})
+    await durability.take_lease(run_id, "bench", 600.0)
+    await durability.save(state, "running")
+    calls = iter(range(10**9))
+
+    async def step() -> None:
+        call_id = f"{run_id}-call-{next(calls)}"
+        await durability.save(state, "running")
+        await durability.call_started(run_id, call_id)
+        await durability.call_completed(run_id, call_id, "done", is_error=False)
+        await durability.save(state, "running")
+
+    return await median_ms(step, repetitions) * 1e3
+
+
 async def report(repetitions: int, nats: bool) -> None:
     rows: dict[str, dict[str, float]] = {}
     steps: dict[str, tuple[float, float]] = {}
+    fenced: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="tiller-bench-") as root_name:
         root = Path(root_name)
         state = await realistic_state(root / "ws")
@@ -201,13 +233,15 @@ async def report(repetitions: int, nats: bool) -> None:
         async with await open_bus(f"sqlite:///{root / 'store.db'}") as bus:
             rows["SQLite"] = await checkpoint_latency(bus, state, repetitions)
             steps["SQLite"] = await durable_step_cost(bus, root / "ws", max(5, repetitions // 4))
-            writes = await writes_per_step(bus, root / "ws")
+            fenced["SQLite"] = await fenced_step_us(bus, state, repetitions * 10)
+            writes, reads = await writes_per_step(bus, root / "ws")
         if nats:
             namespace = f"bench{uuid.uuid4().hex[:10]}"
             bus = await open_bus(NATS_URL, namespace=namespace)
             try:
                 rows["NATS"] = await checkpoint_latency(bus, state, repetitions)
                 steps["NATS"] = await durable_step_cost(bus, root / "ws", max(5, repetitions // 4))
+                fenced["NATS"] = await fenced_step_us(bus, state, repetitions * 10)
             finally:
                 await bus.delete_namespace()  # type: ignore[attr-defined]
                 await bus.aclose()
@@ -227,7 +261,10 @@ async def report(repetitions: int, nats: bool) -> None:
     for name, (plain, durable) in steps.items():
         print(f"| {name} | {plain:.0f} | {durable:.0f} | {durable - plain:.0f} |")
     shown = ", ".join(f"{n:.2f} to `{bucket}`" for bucket, n in writes.items())
-    print(f"\nKV writes per durable step: {sum(writes.values()):.2f} ({shown}).")
+    print(f"\nKV writes per durable step: {sum(writes.values()):.2f} ({shown}); ", end="")
+    print(f"KV reads: {reads:.2f}.")
+    shown = ", ".join(f"{name} {us:.0f} µs" for name, us in fenced.items())
+    print(f"\nStore writes of one durable step, through the durability port: {shown}.")
     sqlite = rows["SQLite"]
     verdict = "within" if max(sqlite["write"], sqlite["resume"]) < TARGET_MS else "OVER"
     print(

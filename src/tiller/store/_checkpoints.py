@@ -28,16 +28,30 @@ broken lease is; the counter must outlive both, or a later holder would count fr
 again). It is an ordinary revisioned record, so it works alike on memory, SQLite and NATS
 (no server-side TTL or stream sequence is involved, and JetStream KV keeps no counter of
 its own that survives a delete). Renewing a lease keeps its epoch. Every fenced write of
-the run passes the writer's epoch (`epoch=`): it first reads the run's current epoch and
-refuses (`LeaseLost`, writing nothing) if it is not the writer's; then the record itself
-is written by compare-and-set carrying the epoch, refused if the record there was written
-under a newer one. A write checked before a takeover may land just after it (nothing is
-atomic across two keys); that is why `call_started` reads the epoch again after writing,
-so a call is never *run* by a process the run was taken from: its started record is then
-left behind, as an uncertain call (law 5) — which it may be, for all the new holder knows.
-A recovery's claim is a takeover too (`claim(recovering=True)`): it fences the process it
-recovers from before the recovered run takes its own lease, and the recovery reads the
-call records again after it.
+the run passes the writer's epoch (`epoch=`), and every record it writes carries it.
+
+A durable step writes its checkpoint and its calls' records; reading the epoch before each
+would double the step's round trips, so most writes are fenced by what the writer already
+knows. The checkpoint and a call's completion are one compare-and-set on the revision this
+store kept from its own last write of the record (`read_epoch=False`, as the durability
+port writes them); that is a fence because taking an epoch *stamps* those records: the
+checkpoint is rewritten carrying the new epoch before the epoch record moves, and every
+call record still `started` just after. So once a takeover has taken its epoch, the stale
+holder's compare-and-set fails, the record read back carries the newer epoch, and the
+write is refused (`LeaseLost`, nothing written). A record changed by someone else without
+a newer epoch (an unfenced writer) is written after reading the epoch after all. A call's
+started record is new, so nothing fences it but the epoch: it is read before the record is
+created (nothing lands once the run was taken over) and again after (a call is never
+*run* by a process the run was taken from). A write whose check raced a takeover may land
+just after it (nothing is atomic across two keys): a started record is then left behind,
+as an uncertain call (law 5) — which it may be, for all the new holder knows — and a
+completion that lands while the takeover is stamping is the true result of a call started
+before it. Other fenced writes (held calls, event log batches) read the epoch first; they
+are rare.
+
+A recovery's claim is a takeover too (`claim(recovering=True)`): the claimed checkpoint
+carries the new epoch, so it fences the process it recovers from before the recovered run
+takes its own lease, and the recovery reads the call records again after it.
 """
 
 from __future__ import annotations
@@ -186,6 +200,7 @@ class CheckpointStore:
         index: bool = True,
         epoch: int | None = None,
         keep_epoch: int = 0,
+        read_epoch: bool = True,
     ) -> int:
         """Write the run's checkpoint (at `expected` revision if given); returns the
         revision. `index=False` leaves the thread's index alone (a write about a run that
@@ -193,13 +208,17 @@ class CheckpointStore:
 
         `epoch` is the writer's lease epoch: the write is fenced by it (`LeaseLost`, and
         nothing written, once another holder took the run over). Without it the write is
-        unfenced and the record keeps `keep_epoch` (a claim keeps the one it read)."""
+        unfenced and the record keeps `keep_epoch` (a claim keeps the one it read).
+        `read_epoch=False` fences by the record's revision alone where this store knows
+        it (one compare-and-set; see `_write_fenced`)."""
         kv = await self._bucket()
         if epoch is not None:
             if expected is not None:
                 raise ValueError("a fenced checkpoint write finds its own revision")
             data = self._encode(state, status, continued_as, epoch)
-            revision = await self._write_fenced(kv, state.run_id, state.run_id, data, epoch)
+            revision = await self._write_fenced(
+                kv, state.run_id, state.run_id, data, epoch, read_epoch=read_epoch
+            )
         elif expected is None:
             data = self._encode(state, status, continued_as, keep_epoch)
             revision = await kv.put(state.run_id, data)
@@ -385,12 +404,18 @@ class CheckpointStore:
 
     async def take_epoch(self, run_id: str, owner: str) -> int:
         """The run's next lease epoch, for a new holder `owner` (compare-and-set: two
-        takers never get the same number). Every earlier holder's writes are fenced."""
+        takers never get the same number). Every earlier holder's writes are fenced.
+
+        Taking it stamps the run's records an earlier holder writes by compare-and-set
+        on a revision it kept (see *Fencing*): the checkpoint, before the epoch moves, and
+        every call record still `started`, after it; so that holder's next such write
+        finds the record changed, reads the newer epoch in it, and is refused."""
         kv = await self._bucket()
         key = f"{run_id}/epoch"
         while True:
             entry = await kv.get(key)
             epoch = 1 if entry is None else _epoch_of(entry.value) + 1
+            await self._stamp(kv, run_id, epoch)
             value = orjson.dumps({"epoch": epoch, "owner": owner})
             try:
                 if entry is None:
@@ -399,7 +424,34 @@ class CheckpointStore:
                     await kv.update(key, value, expected=entry.revision)
             except RevisionConflict:
                 continue  # another taker came first: count after it
-            return epoch
+            break
+        for call_key in await kv.keys(f"{run_id}/calls/"):
+            await self._stamp(kv, call_key, epoch, started_only=True)
+        return epoch
+
+    async def _stamp(
+        self, kv: KeyValue, key: str, epoch: int, *, started_only: bool = False
+    ) -> None:
+        """Rewrite the record at `key` carrying `epoch`, if it carries an older one (and,
+        with `started_only`, is a call record still `started`); nothing else in it changes.
+        The revision written is kept: this store's next fenced write of it is one
+        compare-and-set."""
+        while True:
+            entry = await kv.get(key)
+            if entry is None:
+                return
+            record = orjson.loads(entry.value)
+            if not isinstance(record, dict) or int(record.get("epoch", 0)) >= epoch:
+                return
+            if started_only and record.get("status") != "started":
+                return  # completed: its writer never writes it again
+            record["epoch"] = epoch
+            try:
+                revision = await kv.update(key, orjson.dumps(record), expected=entry.revision)
+            except RevisionConflict:
+                continue  # written meanwhile: look again
+            self._written[key] = revision
+            return
 
     async def epoch(self, run_id: str) -> int:
         """The run's current lease epoch (0: no holder ever took one)."""
@@ -414,13 +466,27 @@ class CheckpointStore:
             raise LeaseLost(run_id, epoch, current)
 
     async def _write_fenced(
-        self, kv: KeyValue, run_id: str, key: str, value: bytes, epoch: int
+        self,
+        kv: KeyValue,
+        run_id: str,
+        key: str,
+        value: bytes,
+        epoch: int,
+        *,
+        read_epoch: bool = True,
     ) -> int:
         """Write `value` (which carries `epoch`) at `key` of `run_id`, fenced: refused when
         the run's epoch moved past `epoch`, or the record there was written under a newer
-        one; else a compare-and-set on the record's revision."""
-        await self.check_epoch(run_id, epoch)
+        one; else a compare-and-set on the record's revision.
+
+        `read_epoch` reads the run's epoch first. Without it, a record this store wrote
+        last is written by one compare-and-set on the revision it kept, and nothing else:
+        a takeover stamps the record (`take_epoch`), so the compare-and-set fails and the
+        record read back carries the newer epoch. The epoch is read only when the
+        revision is not known, or the record changed without a newer epoch in it."""
         known = self._written.get(key)
+        if read_epoch or known is None:
+            await self.check_epoch(run_id, epoch)
         if known is not None:
             try:
                 revision = await kv.update(key, value, expected=known)
@@ -429,15 +495,25 @@ class CheckpointStore:
             else:
                 self._written[key] = revision
                 return revision
+        checked = read_epoch or known is None
+        # Never written here: most likely a new record (a call's), so create it first.
+        creating = known is None
         while True:
-            entry = await kv.get(key)
+            entry = None if creating else await kv.get(key)
+            creating = False
+            if entry is not None:
+                stored = _epoch_of(entry.value)
+                if stored > epoch:
+                    raise LeaseLost(run_id, epoch, stored)
+            if not checked:
+                # Changed (or deleted), not by a takeover's stamp: by an unfenced writer,
+                # so the revision fenced nothing, and the epoch is read after all.
+                await self.check_epoch(run_id, epoch)
+                checked = True
             try:
                 if entry is None:
                     revision = await kv.create(key, value)
                 else:
-                    stored = _epoch_of(entry.value)
-                    if stored > epoch:
-                        raise LeaseLost(run_id, epoch, stored)
                     revision = await kv.update(key, value, expected=entry.revision)
             except RevisionConflict:
                 continue
@@ -463,8 +539,18 @@ class CheckpointStore:
         await self.check_epoch(run_id, epoch)
 
     async def call_completed(
-        self, run_id: str, call_id: str, content: str, *, is_error: bool, epoch: int | None = None
+        self,
+        run_id: str,
+        call_id: str,
+        content: str,
+        *,
+        is_error: bool,
+        epoch: int | None = None,
+        read_epoch: bool = True,
     ) -> None:
+        """The call returned `content`. Fenced by `epoch` if given; `read_epoch=False`
+        fences by the revision of the started record this store wrote (see
+        `_write_fenced`)."""
         kv = await self._bucket()
         key = f"{run_id}/calls/{call_id}"
         record: Mapping[str, object] = {
@@ -475,7 +561,8 @@ class CheckpointStore:
         if epoch is None:
             await kv.put(key, orjson.dumps(record))
             return
-        await self._write_fenced(kv, run_id, key, orjson.dumps({**record, "epoch": epoch}), epoch)
+        value = orjson.dumps({**record, "epoch": epoch})
+        await self._write_fenced(kv, run_id, key, value, epoch, read_epoch=read_epoch)
         self._written.pop(key, None)  # a call completes once: nothing more to remember
 
     async def mark_call(self, run_id: str, call_id: str, *, content: str, is_error: bool) -> None:

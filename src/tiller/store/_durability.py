@@ -15,7 +15,8 @@ is refused with `LeaseLost` once another process took the run over (a higher epo
 writes nothing. After the first `LeaseLost` the port refuses every later write of the run
 without asking the store (nor renews or releases the lease): the run stops, and what this
 process wrote before the takeover is all it ever writes. How the epoch is kept and checked
-is in `CheckpointStore`'s docstring (*Fencing*).
+is in `CheckpointStore`'s docstring (*Fencing*): a checkpoint and a call's completion are
+one compare-and-set each on a revision the port already knows, with no read of the epoch.
 
 The operations a person or an operator drives (approve, resume, recover, reconcile) are
 `tiller.ops`; they read and write the same records through the stores themselves.
@@ -167,7 +168,9 @@ class StoreDurability:
 
     async def save(self, state: RunState, status: Status) -> None:
         async def save(epoch: int | None) -> None:
-            await self._checkpoints.save(state, status, epoch=epoch)
+            # Fenced by the checkpoint's revision (kept from this process's last write, or
+            # from taking the epoch): one compare-and-set, no epoch read.
+            await self._checkpoints.save(state, status, epoch=epoch, read_epoch=False)
 
         await self._fenced(state.run_id, save)
 
@@ -204,8 +207,9 @@ class StoreDurability:
         self, run_id: str, call_id: str, content: str, *, is_error: bool
     ) -> None:
         async def completed(epoch: int | None) -> None:
+            # Fenced by the revision of the started record (a takeover stamps it).
             await self._checkpoints.call_completed(
-                run_id, call_id, content, is_error=is_error, epoch=epoch
+                run_id, call_id, content, is_error=is_error, epoch=epoch, read_epoch=False
             )
 
         await self._fenced(run_id, completed)
