@@ -384,6 +384,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "OutboxStatusError",
         "OutboxStore",
         "QuarantinedMail",
+        "QueueDepth",
         "RecordFromNewerTiller",
         "RestoreReport",
         "RevisionConflict",
