@@ -19,6 +19,7 @@ from ..loop import (
     FromCheckpoint,
     ResumeDecision,
     RunContext,
+    RunOptions,
     RunResult,
     load_agent,
     recover,
@@ -41,20 +42,23 @@ async def resume_run(
     ctx: FromCheckpoint | None = None,
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
+    options: RunOptions | None = None,
 ) -> RunResult:
     """Resume the suspended run `run_id` with `decisions`, in a process that may never
     have seen its code: the agent is `agent` (an `Agent` or a `"module:attr"`
     reference), or the one the checkpoint names; the context is rebuilt from the
     checkpoint under the run's pinned policy, then `ctx.configure` if given (`ctx` adds
     what is not data; its store is `store`); the pinned MCP servers are started for an
-    agent given by reference. See `Agent.resume`."""
+    agent given by reference; `options` replaces the stored options. See `Agent.resume`."""
     rebuild = _pinned(replace(ctx, store=store) if ctx is not None else FromCheckpoint(store=store))
     if isinstance(agent, Agent):
-        return await agent.resume(run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event)
+        return await agent.resume(
+            run_id, decisions, ctx=rebuild, options=options, bucket=bucket, on_event=on_event
+        )
     async with pinned_agent(store, run_id, agent, bucket=bucket) as named:
         continuing = await _agent_for(store, run_id, named, bucket)
         return await continuing.resume(
-            run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event
+            run_id, decisions, ctx=rebuild, options=options, bucket=bucket, on_event=on_event
         )
 
 
@@ -73,7 +77,7 @@ async def resume_decided(
     return await resume_run(store, run_id, decisions, agent=agent, bucket=bucket, on_event=on_event)
 
 
-async def recover_run(
+async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: each is API)
     store: Bus,
     run_id: str,
     *,
@@ -83,12 +87,16 @@ async def recover_run(
     force: bool = False,
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
+    configure: Callable[[RunContext], RunContext] | None = None,
+    options: RunOptions | None = None,
 ) -> RunResult:
     """Recover a run whose process died (or continue one suspended for review), its
-    calls that ask going to `approver`; see `tiller.loop.recover`."""
+    calls that ask going to `approver`; see `tiller.loop.recover`. `configure` adds to
+    the rebuilt context after the pinned policy (a worker gives the run its cancel token
+    and steering queue); `options` replaces the stored options (None: those)."""
     async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
-        rebuild = FromCheckpoint(
-            approver=approver, workspace=workspace, configure=restore_pinned_policy
+        rebuild = _pinned(
+            FromCheckpoint(approver=approver, workspace=workspace, configure=configure)
         )
         return await recover(
             run_id,
@@ -96,6 +104,7 @@ async def recover_run(
             agent=continuing,
             force=force,
             ctx=rebuild,
+            options=options,
             bucket=bucket,
             on_event=on_event,
         )
