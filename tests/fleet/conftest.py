@@ -9,8 +9,8 @@ import importlib
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 

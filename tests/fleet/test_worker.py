@@ -35,7 +35,7 @@ async def test_each_submitted_run_completes_once(
     assert {r.text for r in results.values()} == {"done after 3 notes"}
     assert all(r.steps == 4 and r.worker == "w1" and r.attempt == 1 for r in results.values())
     ledger = Counter(agents.ledger_lines())
-    assert len(ledger) == 18 and set(ledger.values()) == {1}  # 6 runs × 3 calls, each once
+    assert len(ledger) == 18 and set(ledger.values()) == {1}  # 6 runs, 3 calls each, each once
     for run_id in results:
         assert (await CheckpointStore(bus).load(run_id)).status == "finished"
     status = await fleet.status()
