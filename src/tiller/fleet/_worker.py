@@ -184,6 +184,13 @@ class Worker:
                         slots.release()
                         await self._pause()
                         continue
+                    if self._draining.is_set():
+                        # Claimed while the drain began (a claim waits on NATS): hand it
+                        # straight back rather than start a run that would stop at once.
+                        slots.release()
+                        with contextlib.suppress(StoreError):
+                            await queue.nak(job, delay=0.0, error="the worker is draining")
+                        break
                     jobs.create_task(self._take(queue, job, slots), name=f"tiller-job {job.id}")
         finally:
             beating.cancel()
@@ -440,7 +447,7 @@ class Worker:
         ref = self.agent or run_job.agent
         if ref is None:
             raise UsageError(f"run {run_job.run_id}: the job names no agent")
-        agent: Agent = load_agent(ref, model=run_job.model)
+        agent = _load(ref, run_job.model)
         budget = _budget(run_job.budget)
         run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
         run_ctx = configure(with_store_protected(run_ctx))
@@ -516,6 +523,17 @@ class Worker:
 
 
 _How = Literal["fresh", "recover", "continue"]
+
+
+def _load(ref: str, model: str | None) -> Agent:
+    """The job's agent; a factory that raises fails the run like a reference that does
+    not resolve (`UsageError`), saying so: it would fail on every worker."""
+    try:
+        return load_agent(ref, model=model)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"the agent {ref!r} failed to load: {type(exc).__name__}: {exc}") from exc
 
 
 def _unchanged(run_ctx: RunContext) -> RunContext:
