@@ -8,7 +8,7 @@ import contextlib
 import importlib
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -202,3 +202,12 @@ async def running_worker(store: Store, **options: Any) -> AsyncIterator[Worker]:
             worker.drain()
             async with asyncio.timeout(30):
                 await running
+
+
+async def until(check: Callable[[], Awaitable[bool]], *, within: float = 30.0) -> None:
+    """Poll `check` until it holds (a hang guard of `within` seconds, not a timing test)."""
+    async with asyncio.timeout(within):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.02)

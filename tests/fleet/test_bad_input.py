@@ -3,7 +3,6 @@ and the queue goes on."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from types import ModuleType
 
@@ -12,17 +11,19 @@ import pytest
 from tiller.fleet import RUN_QUEUE, Fleet, MalformedJob, RunJob
 from tiller.store import Bus
 
-from .conftest import Store, ref, running_worker
+from .conftest import Store, ref, running_worker, until
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 
 async def dead_letters_of(bus: Bus, count: int) -> dict[str, str]:
     queue = await bus.queue(RUN_QUEUE)
-    async with asyncio.timeout(30):
-        while len(dead := await queue.dead_letters()) < count:
-            await asyncio.sleep(0.05)
-    return {letter.id: letter.reason for letter in dead}
+
+    async def enough() -> bool:
+        return len(await queue.dead_letters()) >= count
+
+    await until(enough)
+    return {letter.id: letter.reason for letter in await queue.dead_letters()}
 
 
 async def test_a_malformed_payload_is_dead_lettered_with_why(
@@ -112,9 +113,12 @@ async def test_a_finished_run_is_acked_without_running_again(
         job = RunJob(run_id="done-once", agent=ref(agents, "three"), prompt="go")
         queue = await bus.queue(RUN_QUEUE)
         await queue.enqueue(job.encode(), job_id="done-once-again")
-        async with asyncio.timeout(30):
-            while (await queue.depth()).waiting or (await queue.depth()).in_flight:
-                await asyncio.sleep(0.05)
+
+        async def settled() -> bool:
+            depth = await queue.depth()
+            return depth.waiting == depth.in_flight == 0
+
+        await until(settled)
     assert len(agents.ledger_lines()) == 3  # it ran once
     assert await handle.result(1) == first
     assert await queue.dead_letters() == []

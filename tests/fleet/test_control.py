@@ -15,7 +15,7 @@ from tiller.ops import approve, held_approvals
 from tiller.store import Bus, CheckpointStore, open_bus
 from tiller.testing import assert_valid_stream
 
-from .conftest import Store, ref, running_worker
+from .conftest import Store, ref, running_worker, until
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -144,9 +144,11 @@ async def test_a_worker_that_lost_its_job_writes_no_result_and_acks_nothing(
         taken = await queue.claim("B")
         assert taken is not None and taken.attempt == 2
         held.set()  # A's run goes on to its end (no one took the run over)
-        async with asyncio.timeout(30):
-            while first.in_flight:
-                await asyncio.sleep(0.02)
+
+        async def idle() -> bool:
+            return first.in_flight == 0
+
+        await until(idle)
         first.drain()
         async with asyncio.timeout(30):
             await running
