@@ -53,6 +53,10 @@ async def note(step: int, ctx: ExecContext) -> str:
     """Record that a step ran."""
     if step in ENTERED:
         ENTERED[step].set()
+    Path(LEDGER + f".entered.{step}").touch()  # for tests that watch a worker process
+    slow = os.environ.get("FLEET_SLOW_TOOL")
+    if slow and int(slow) == step and Path(os.environ["FLEET_SLOW_MARK"]).exists():
+        await asyncio.sleep(float(os.environ.get("FLEET_SLOW_SECONDS", "2")))
     if step in GATES:
         await GATES[step].wait()
     with open(LEDGER, "a") as out:
@@ -70,7 +74,7 @@ def write(text: str, ctx: ExecContext) -> str:
 def _steps(count, *, final="done"):
     def answer(messages, info):
         made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
-        slow = os.environ.get("FLEET_SLOW_STEP")
+        slow = os.environ.get("FLEET_SLOW_TURN")
         if slow and int(slow) == made + 1 and Path(os.environ["FLEET_SLOW_MARK"]).exists():
             time.sleep(60)  # a worker killed here dies between steps
         if made < count:

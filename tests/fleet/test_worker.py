@@ -4,6 +4,7 @@ result recorded; on memory, SQLite and NATS."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from types import ModuleType
 
@@ -12,7 +13,7 @@ import pytest
 from tiller.fleet import Fleet, JobBudget, RunOutcomeRecord
 from tiller.store import Bus, CheckpointStore
 
-from .conftest import Store, ref, running_worker
+from .conftest import Store, ref, running_worker, until
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -29,8 +30,15 @@ async def test_each_submitted_run_completes_once(
     handles = [
         await fleet.submit(ref(agents, "three"), f"task {n}", run_id=f"run-{n}") for n in range(6)
     ]
-    async with running_worker(store, concurrency=3, name="w1"):
+    async with running_worker(store, concurrency=3, name="w1", heartbeat=0.05):
         results = await results_of(fleet, [h.run_id for h in handles])
+
+        async def listed() -> bool:
+            return [w.name for w in (await fleet.status()).workers] == ["w1"]
+
+        await until(listed)
+        [info] = (await fleet.status()).workers
+        assert (info.concurrency, info.queue, info.pid) == (3, "tiller-runs", os.getpid())
     assert {r.status for r in results.values()} == {"completed"}
     assert {r.text for r in results.values()} == {"done after 3 notes"}
     assert all(r.steps == 4 and r.worker == "w1" and r.attempt == 1 for r in results.values())

@@ -39,6 +39,13 @@ def worker_command(
         help="Seconds a job and its run stay claimed without a heartbeat: a killed "
         "worker's runs are taken over that long after.",
     ),
+    event_log_batch: int = typer.Option(
+        32,
+        "--event-log-batch",
+        min=1,
+        help="Events a run buffers before writing them to its event log (fewer: watchers "
+        "see them sooner, at a store write each).",
+    ),
 ) -> None:
     """Claim runs from the fleet's queue and run each as a durable run."""
     from ..errors import TillerError
@@ -53,6 +60,7 @@ def worker_command(
                 agent=agent,
                 name=name,
                 lease=lease,
+                event_log_batch=event_log_batch,
             )
         )
     except TillerError as exc:
@@ -69,6 +77,7 @@ async def _work(
     agent: str | None,
     name: str | None,
     lease: float,
+    event_log_batch: int,
 ) -> None:
     from ..fleet import Worker
     from ..store import open_bus
@@ -84,6 +93,7 @@ async def _work(
             agent=agent,
             name=name,
             lease=lease,
+            event_log_batch=event_log_batch,
             on_job=told,
         )
         signals = 0
