@@ -10,9 +10,13 @@ from types import ModuleType
 
 import pytest
 
-from tiller.fleet import RUN_QUEUE, WORKER_LOST, Fleet, Worker
+from tiller.conversation import UserMessage
+from tiller.fleet import RUN_QUEUE, WORKER_LOST, Fleet, RunJob, Worker
+from tiller.loop import RunContext, record_policy
 from tiller.ops import approve, held_approvals
-from tiller.store import Bus, CheckpointStore, open_bus
+from tiller.policy import AllowAll
+from tiller.state import RunState
+from tiller.store import Bus, CheckpointStore, QueueDepth, StoreDurability, open_bus
 from tiller.testing import assert_valid_stream
 
 from .conftest import Store, ref, running_worker, until
@@ -174,3 +178,55 @@ def running_worker_on(bus: Bus, name: str):  # type: ignore[no-untyped-def]
                 await self.task
 
     return _Run()
+
+
+async def test_events_followed_live_from_before_the_run_starts(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    fleet = Fleet(bus)
+    handle = await fleet.submit(ref(agents, "three"), "go", run_id="followed")
+    following = asyncio.create_task(all_events(fleet, "followed"))
+    async with running_worker(store, event_log_batch=1):
+        await handle.result(30)
+        live = await following
+    assert live == [e async for e in fleet.handle("followed").events()]
+    assert live[0]["type"] == "RUN_STARTED" and live[-1]["type"] == "RUN_FINISHED"
+    assert_valid_stream(live)
+
+
+async def test_a_run_whose_lease_is_live_elsewhere_waits_for_it(
+    agents: ModuleType,
+) -> None:
+    """A checkpoint `running` whose run lease another process still renews: recovering
+    now could run a call twice, so the job is nakked until the lease would lapse."""
+    now = [1_700_000_000.0]
+    async with await open_bus("memory://", clock=lambda: now[0]) as bus:
+        run_ctx = RunContext.sandboxed(Path("."), AllowAll()).with_store(bus)
+        state = RunState(run_id="busy", thread_id="busy", messages=[UserMessage(text="go")])
+        record_policy(state, run_ctx, agent_ref=ref(agents, "three"))
+        checkpoints = CheckpointStore(bus)
+        await checkpoints.save(state, "running")
+        await StoreDurability(bus).take_lease("busy", "another-process", 20.0)
+        job = RunJob(run_id="busy", agent=ref(agents, "three"), prompt="go")
+        queue = await bus.queue(RUN_QUEUE, lease=5.0)
+        await queue.enqueue(job.encode(), job_id="busy")
+        told: list[tuple[str, str]] = []
+        worker = Worker(
+            bus, name="A", lease=5.0, poll_interval=0.02, on_job=lambda *what: told.append(what)
+        )
+        running = asyncio.create_task(worker.run())
+        try:
+
+            async def nakked() -> bool:
+                return ("busy", "released") in told
+
+            await until(nakked)
+            assert await queue.depth() == QueueDepth(waiting=1, in_flight=0)
+            assert await queue.claim("peek") is None  # not due before the lease lapses
+            now[0] += 21
+            record = await Fleet(bus).handle("busy").result(30)
+        finally:
+            worker.drain()
+            await running
+        assert await queue.dead_letters() == []
+    assert record.status == "completed" and record.attempt == 2

@@ -11,8 +11,10 @@ the token. A cancel at that point stops the run before its next model call; the 
 releases the run's lease and leaves the checkpoint `running` (as a served run that its
 server's shutdown stopped, serve/_runner.py).
 
-A model call cut off by a drain costs only tokens; it never happens here anyway, since
-the token fires only outside a step.
+A continued run (recovered, or resumed after a person's decisions) first runs the calls
+of the step it stopped in, outside any AG-UI step: `resuming=True` treats that batch as
+an open step, ended by the run's first `STEP_STARTED` (the token then fires at once if a
+drain waits: the model call it cuts off costs tokens, never a side effect).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ DRAIN_REASON = "the worker is draining; another worker continues the run"
 class StepBoundary:
     """Fires `cancel` at the run's next step boundary once `drain()` is called."""
 
-    def __init__(self, cancel: CancellationToken) -> None:
+    def __init__(self, cancel: CancellationToken, *, resuming: bool = False) -> None:
         self.cancel = cancel
         self._open = 0
+        self._resuming = resuming
         self._draining = False
         #: The drain (not someone's cancel) stopped the run.
         self.drained = False
@@ -39,6 +42,10 @@ class StepBoundary:
         # A subagent's steps happen inside one of its parent's: only the run's own count.
         if isinstance(event, StepStartedEvent) and event.subagent_run_id is None:
             self._open += 1
+            if self._resuming:  # the resumed batch is done: this is a step boundary
+                self._resuming = False
+                if self._draining:
+                    self._fire()
         elif isinstance(event, StepFinishedEvent) and event.subagent_run_id is None:
             self._open = max(0, self._open - 1)
             if self._draining and self._open == 0:
@@ -46,7 +53,7 @@ class StepBoundary:
 
     def drain(self) -> None:
         self._draining = True
-        if self._open == 0:
+        if self._open == 0 and not self._resuming:
             self._fire()
 
     def _fire(self) -> None:

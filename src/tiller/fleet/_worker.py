@@ -326,7 +326,7 @@ class Worker:
     ) -> JobEnd:
         cancel = CancellationToken()
         steering = SteeringQueue()
-        boundary = StepBoundary(cancel)
+        boundary = StepBoundary(cancel, resuming=how != "fresh")
         self._boundaries[keeper.job.id] = boundary
         if self._draining.is_set():
             boundary.drain()
