@@ -230,3 +230,22 @@ async def test_a_run_whose_lease_is_live_elsewhere_waits_for_it(
             await running
         assert await queue.dead_letters() == []
     assert record.status == "completed" and record.attempt == 2
+
+
+async def test_stop_hands_the_job_back_without_waiting_for_the_step(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    held, started = gate(agents, 2)
+    handle = await Fleet(bus).submit(ref(agents, "three"), "go", run_id="stopped")
+    async with running_worker(store) as worker:
+        await entered(started)
+        worker.stop()  # step 2's note is cut off: it is uncertain from now on
+    held.set()
+    assert await handle.peek() is None
+    assert (await CheckpointStore(bus).load("stopped")).status == "running"
+    depth = await (await bus.queue(RUN_QUEUE)).depth()
+    # Waiting again (NATS counts a nakked job as in flight until it is fetched again).
+    assert depth.waiting + depth.in_flight == 1
+    async with running_worker(store):
+        record = await handle.result(30)
+    assert record.status == "blocked" and record.blocked_calls == ["note (stopped-call-2)"]

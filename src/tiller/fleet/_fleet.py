@@ -47,11 +47,16 @@ class FleetStatus:
 
 
 class Fleet:
-    """Submits to and inspects one run queue of `bus` (see the module docstring)."""
+    """Submits to and inspects one run queue of `bus` (see the module docstring).
 
-    def __init__(self, bus: Bus, queue: str = RUN_QUEUE) -> None:
+    `lease` is the queue's job lease: give the workers' (`Worker(lease=)`, `tiller worker
+    --lease`). On NATS the lease is the queue consumer's, set by the last process to open
+    the queue, so a submitter with another lease would change the workers' too."""
+
+    def __init__(self, bus: Bus, queue: str = RUN_QUEUE, *, lease: float = 30.0) -> None:
         self.bus = bus
         self.queue_name = queue
+        self.lease = lease
         self.batches = BatchStore(bus)
         self._control = ControlStore(bus)
 
@@ -132,4 +137,4 @@ class Fleet:
         )
 
     async def _queue(self) -> JobQueue:
-        return await self.bus.queue(self.queue_name)
+        return await self.bus.queue(self.queue_name, lease=self.lease)

@@ -289,7 +289,9 @@ class DeadLetter:
 class QueueDepth:
     """How many jobs a queue holds now: `waiting` to be claimed (fresh, nakked, or whose
     lease lapsed) and `in_flight` (claimed, lease live). Dead letters are not counted.
-    A snapshot for status lines: it may be stale by the time it is read."""
+    A snapshot for status lines: it may be stale by the time it is read. On NATS a
+    nakked job, and one whose lease lapsed, count as in flight until a claim fetches it
+    again (JetStream counts them as pending acks), and settles land a moment late."""
 
     waiting: int
     in_flight: int
