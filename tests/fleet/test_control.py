@@ -249,3 +249,23 @@ async def test_stop_hands_the_job_back_without_waiting_for_the_step(
     async with running_worker(store):
         record = await handle.result(30)
     assert record.status == "blocked" and record.blocked_calls == ["note (stopped-call-2)"]
+
+
+async def test_a_continuation_before_every_held_call_is_decided_changes_nothing(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    fleet = Fleet(bus)
+    handle = await fleet.submit(ref(agents, "writer"), "write it", run_id="undecided")
+    async with running_worker(store):
+        held = await handle.result(30)
+        early = RunJob(kind="continue", run_id="undecided")
+        await (await bus.queue(RUN_QUEUE)).enqueue(early.encode(), job_id="undecided.early")
+
+        async def termed() -> bool:
+            return bool(await (await bus.queue(RUN_QUEUE)).dead_letters())
+
+        await until(termed)
+    [letter] = await (await bus.queue(RUN_QUEUE)).dead_letters()
+    assert "still waits for" in letter.reason
+    assert await handle.peek() == held  # still suspended, for a person
+    assert (await CheckpointStore(bus).load("undecided")).status == "suspended"

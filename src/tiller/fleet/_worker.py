@@ -152,7 +152,6 @@ class Worker:
         self.checkpoints = CheckpointStore(bus, DEFAULT_BUCKET)
         self._registry = WorkerRegistry(bus)
         self._draining = asyncio.Event()
-        self._stopping = False
         self._boundaries: dict[str, StepBoundary] = {}
         self._queue: JobQueue | None = None
         self._started_at = 0.0
@@ -208,7 +207,6 @@ class Worker:
 
     def stop(self) -> None:
         """`drain`, without waiting for the steps in flight to end."""
-        self._stopping = True
         self.drain()
         for boundary in list(self._boundaries.values()):
             if not boundary.cancel.is_cancelled:
@@ -318,7 +316,15 @@ class Worker:
             how = "continue"
         else:
             how = "recover"  # running, or resumed by a process that died
-        self._tell(run_id, "started")
+        if how == "continue":
+            try:
+                await decided_records(self.bus, run_id)
+            except UsageError as exc:
+                # Not every held call is decided (or the run moved on): the run waits as
+                # it is, and its held record stands; a later continuation runs it.
+                await queue.term(job, f"cannot continue run {run_id} now: {exc}")
+                return "failed"
+        self._tell(job.id, "started")
         return await self._run(queue, keeper, run_job, how)
 
     async def _run(
