@@ -28,6 +28,11 @@ worker cannot provide, fails the run with a `failed` result and terms the job. A
 that lost its job (`JobLeaseLost`: another worker may have it) writes no result and
 settles nothing.
 
+Seams: `workspaces=` (a `WorkspaceProvider`; `LocalWorkspaces` serves no workspace and
+a shared path) gives each run its directory, and `guard=` (a `RunGuard`) is entered around
+every run, fresh or continued, for a batch's budget or the fleet's limits: what it yields
+configures the run's context, and `Deferred` naks the job for later.
+
 `drain()` stops claiming and lets every run reach its next step boundary (`StepBoundary`),
 checkpointed `running` with its lease released; its job is nakked with no delay, so
 another worker continues it at once. `stop()` does the same without waiting for the step
