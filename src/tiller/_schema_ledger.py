@@ -154,6 +154,47 @@ LEDGER: Mapping[str, RecordKind] = dict(
             SchemaVersion(1, "0.1.0", "Cancel and steer requests for a run. " + _WRITTEN_BY),
         ),
         _kind(
+            "run_job",
+            "a fleet's run queue (`tiller-runs`): a job's payload",
+            ("fleet/_job.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "`{kind, run_id, agent, model, prompt, workspace, budget, batch, "
+                "submitted_at}`: a run for a worker to start or continue.",
+            ),
+        ),
+        _kind(
+            "run_result",
+            "`tiller-run-results`, key `<run_id>`",
+            ("fleet/_results.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "How a fleet run ended (or that it waits for a person): status, stop cause, "
+                "text, output, usage, cost, steps, error, worker, attempt, batch. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "fleet_batch",
+            "`tiller-fleet-batches`: `<batch>/runs/<run_id>`, `<batch>/cancelled`",
+            ("fleet/_batches.py",),
+            SchemaVersion(
+                1, "0.1.0", "A batch's members, and its cancellation request. " + _WRITTEN_BY
+            ),
+        ),
+        _kind(
+            "fleet_worker",
+            "`tiller-fleet-workers`, key `<worker name>`",
+            ("fleet/_worker_registry.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "A worker's heartbeat: name, host, pid, concurrency, in flight, started, "
+                "expires_at. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
             "event_log_batch",
             "`tiller-run-events`, key `<run_id>/<batch_no>`",
             ("store/_event_log.py",),

@@ -1,27 +1,232 @@
-"""Stores for the fleet tests: memory, a SQLite file and the real NATS server, each opened
-as several connections to the same store, as the workers of a fleet open it.
-
-A memory store lives in one process, so its "connections" are one `MemoryBus`; SQLite
-connections share the file; NATS connections share a namespace of their own, deleted at
-the end so the shared server does not fill up."""
+"""Fleet tests: a test agent module written to a temp dir (importable by reference, in
+this process and in worker subprocesses), and buses on memory, SQLite and NATS."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib
+import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
+from tiller.fleet import Worker
 from tiller.store import Bus, open_bus
 
 NATS_URL = "nats://127.0.0.1:4222"
-#: Connections each test gets to its store.
+
+AGENT_MODULE = '''
+"""Agents for the fleet tests. `note` is read-only (it runs without asking) and appends
+its call id to the ledger file the LEDGER environment variable (or `LEDGER`) names."""
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from tiller.loop import Agent
+from tiller.model import ScriptedModel
+from tiller.tools import ExecContext, tool
+
+LEDGER = os.environ.get("FLEET_LEDGER", "")
+#: In-process tests: the note of step N waits for GATES[N] (an asyncio.Event) if set.
+GATES = {}
+#: Set from step N on, the tool tells ENTERED[N] it started.
+ENTERED = {}
+
+
+def ledger_lines():
+    path = Path(LEDGER)
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@tool(read_only=True)
+async def note(step: int, ctx: ExecContext) -> str:
+    """Record that a step ran."""
+    if step in ENTERED:
+        ENTERED[step].set()
+    Path(LEDGER + f".entered.{step}").touch()  # for tests that watch a worker process
+    slow = os.environ.get("FLEET_SLOW_TOOL")
+    if slow and int(slow) == step and Path(os.environ["FLEET_SLOW_MARK"]).exists():
+        await asyncio.sleep(float(os.environ.get("FLEET_SLOW_SECONDS", "2")))
+    if step in GATES:
+        await GATES[step].wait()
+    with open(LEDGER, "a") as out:
+        out.write(ctx.call_id + "\\n")
+    return f"noted {step}"
+
+
+@tool
+def write(text: str, ctx: ExecContext) -> str:
+    """Write a file (asks for approval)."""
+    (ctx.workdir / "out.txt").write_text(text)
+    return "written"
+
+
+def _steps(count, *, final="done"):
+    def answer(messages, info):
+        made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        slow = os.environ.get("FLEET_SLOW_TURN")
+        if slow and int(slow) == made + 1 and Path(os.environ["FLEET_SLOW_MARK"]).exists():
+            time.sleep(60)  # a worker killed here dies between steps
+        if made < count:
+            return {"tool_calls": [{"name": "note", "arguments": {"step": made + 1}}]}
+        return f"{final} after {made} notes"
+
+    return answer
+
+
+def three():
+    return Agent(ScriptedModel(_steps(3)), [note], name="three")
+
+
+def five():
+    return Agent(ScriptedModel(_steps(5)), [note], name="five")
+
+
+def factory(model="scripted-a"):
+    return Agent(ScriptedModel(_steps(1, final=model), name=model), [note], name="factory")
+
+
+def writer():
+    def answer(messages, info):
+        results = getattr(messages[-1], "tool_results", ()) if messages else ()
+        if results:
+            return "wrote: " + results[0].content
+        return {"tool_calls": [{"name": "write", "arguments": {"text": "hello"}}]}
+
+    return Agent(ScriptedModel(answer), [write], name="writer")
+
+
+class Answer(BaseModel):
+    value: int
+
+
+def structured():
+    return Agent(ScriptedModel(['{"value": 42}']), [], name="structured", output_type=Answer)
+
+
+def broken():
+    raise RuntimeError("this factory always fails")
+'''
+
+
+@pytest.fixture
+def agents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """A fresh importable module of test agents; its `LEDGER` file is in `tmp_path`."""
+    name = f"fleet_agents_{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "agents"
+    folder.mkdir()
+    (folder / f"{name}.py").write_text(AGENT_MODULE)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("FLEET_LEDGER", str(tmp_path / "ledger.txt"))
+    module = importlib.import_module(name)
+    module.LEDGER = str(tmp_path / "ledger.txt")
+    return module
+
+
+def ref(agents: ModuleType, attr: str) -> str:
+    return f"{agents.__name__}:{attr}"
+
+
+@dataclass(frozen=True)
+class Store:
+    """A store the test's "processes" share: each `open()` is another connection (a
+    memory store has none: it is the one bus)."""
+
+    url: str
+    namespace: str = ""
+    memory: Bus | None = None
+
+    async def open(self) -> Bus:
+        if self.memory is not None:
+            return _Borrowed(self.memory)
+        async with asyncio.timeout(10):
+            return await open_bus(self.url, namespace=self.namespace)
+
+
+class _Borrowed:
+    """The memory bus, lent: closing it closes nothing (its owner does)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._bus, name)
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aenter__(self) -> Bus:
+        return self._bus
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+
+@pytest.fixture(params=["memory", "sqlite", "nats"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    kind = request.param
+    if kind == "memory":
+        async with await open_bus("memory://") as memory:
+            yield Store("memory://", memory=memory)
+    elif kind == "sqlite":
+        yield Store(f"sqlite:///{tmp_path / 'fleet.db'}?poll_interval=0.02")
+    else:
+        yield Store(NATS_URL, namespace=f"t{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+async def bus(store: Store) -> AsyncIterator[Bus]:
+    async with await store.open() as opened:
+        yield opened
+
+
+@contextlib.asynccontextmanager
+async def running_worker(store: Store, **options: Any) -> AsyncIterator[Worker]:
+    """A worker on its own connection to `store`, running until the block ends (then
+    drained, and its connection closed)."""
+    options.setdefault("poll_interval", 0.02)
+    options.setdefault("control_poll", 0.05)
+    async with await store.open() as bus:
+        worker = Worker(bus, **options)
+        running = asyncio.create_task(worker.run())
+        try:
+            yield worker
+        finally:
+            worker.drain()
+            async with asyncio.timeout(30):
+                await running
+
+
+async def until(check: Callable[[], Awaitable[bool]], *, within: float = 30.0) -> None:
+    """Poll `check` until it holds (a hang guard of `within` seconds, not a timing test)."""
+    async with asyncio.timeout(within):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.02)
+
+
+#: Connections each `buses` test gets to its store.
 CONNECTIONS = 4
 
 
 @pytest.fixture(params=["memory", "sqlite", "nats"])
 async def buses(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[list[Bus]]:
+    """Several connections to one store, as the workers of a fleet open it. A memory
+    store lives in one process, so its "connections" are one `MemoryBus`; SQLite
+    connections share the file; NATS connections share a namespace of their own, deleted
+    at the end so the shared server does not fill up."""
     kind = request.param
     if kind == "memory":
         bus = await open_bus("memory://")
@@ -40,9 +245,3 @@ async def buses(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
             await opened[0].delete_namespace()  # type: ignore[attr-defined]
         for bus in opened:
             await bus.aclose()
-
-
-@pytest.fixture
-def bus(buses: list[Bus]) -> Bus:
-    """The first connection, for tests that need only one."""
-    return buses[0]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 
 from tiller.errors import UsageError
-from tiller.store import Bus, DeadLetter, Job, JobLeaseLost, JobQueue, NotFound
+from tiller.store import Bus, DeadLetter, Job, JobLeaseLost, JobQueue, NotFound, QueueDepth
 
 from .conftest import FakeClock
 
@@ -349,3 +349,33 @@ async def test_a_malformed_payload_does_not_block_the_queue(bus: Bus, qtime: Que
     (dead,) = await queue.dead_letters()
     assert (dead.id, dead.payload) == ("bad", b"\xff not json")
     assert dead.reason.startswith("malformed payload:")
+
+
+# ── depth ────────────────────────────────────────────────────────────────────────────
+
+
+async def depth_becomes(queue: JobQueue, expected: QueueDepth) -> QueueDepth:
+    """The queue's depth once it reads `expected` (NATS settles an ack or a term
+    asynchronously: the consumer's counts follow a moment later), or the last one read."""
+    async with asyncio.timeout(10):
+        while True:
+            depth = await queue.depth()
+            if depth == expected:
+                return depth
+            await asyncio.sleep(0.05)
+
+
+async def test_depth_counts_waiting_and_in_flight(bus: Bus, qtime: QueueTime) -> None:
+    queue = await open_queue(bus, qtime)
+    assert await queue.depth() == QueueDepth(waiting=0, in_flight=0)
+    for n in range(3):
+        await queue.enqueue(b"x", job_id=f"job-{n}")
+    assert await depth_becomes(queue, QueueDepth(3, 0)) == QueueDepth(waiting=3, in_flight=0)
+    first = await qtime.claim_due(queue, "w1")
+    assert first is not None
+    assert await depth_becomes(queue, QueueDepth(2, 1)) == QueueDepth(waiting=2, in_flight=1)
+    await queue.ack(first)
+    second = await qtime.claim_due(queue, "w1")
+    assert second is not None
+    await queue.term(second, "cannot run")  # dead letters are not counted
+    assert await depth_becomes(queue, QueueDepth(1, 0)) == QueueDepth(waiting=1, in_flight=0)

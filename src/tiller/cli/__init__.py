@@ -129,6 +129,7 @@ def _register_durable_commands() -> None:
     from ._runs import replay_command, runs_app
     from ._serve import serve_command
     from ._taint import taint_app
+    from ._worker import worker_command
 
     app.add_typer(runs_app, name="runs")
     app.command("replay")(replay_command)
@@ -140,6 +141,7 @@ def _register_durable_commands() -> None:
     app.add_typer(mail_app, name="mail")
     app.add_typer(taint_app, name="taint")
     app.command("serve")(serve_command)
+    app.command("worker")(worker_command)
 
 
 _register_durable_commands()

@@ -6,6 +6,7 @@ a queued run's files come from on whichever worker claims it (`_workspace`), and
 shared budget (`BatchBudget`: reserve before a run starts, settle when it ends).
 """
 
+from .. import _public
 from ._batch_budget import (
     BATCH_BUDGET_BUCKET,
     DEFAULT_CHUNK_RUNS,
@@ -18,12 +19,22 @@ from ._batch_budget import (
     UnknownBatch,
     UnknownReservation,
 )
+from ._batches import BATCHES_BUCKET, BatchCancelled, BatchStore
+from ._drain import StepBoundary
+from ._fleet import Fleet, FleetStatus
+from ._guard import Deferred, RunGuard
+from ._handle import WORKER_LOST, RunHandle
+from ._job import JobBudget, MalformedJob, RunJob
 from ._limit_records import MalformedLimitRecord
 from ._limited_model import LimitedModel
 
 # For tiller's own packages (not API; not in __all__).
 from ._limits import LIMITS_BUCKET as LIMITS_BUCKET
 from ._limits import FleetLimits, ModelLimit, provider_of
+from ._queue import RUN_QUEUE
+from ._results import HELD, RESULTS_BUCKET, ResultStatus, ResultStore, RunOutcomeRecord
+from ._worker import Worker
+from ._worker_registry import WORKERS_BUCKET, WorkerInfo, WorkerRegistry
 from ._workspace import (
     MAX_TEXT_DIFF_BYTES,
     WORKSPACES_BUCKET,
@@ -32,6 +43,7 @@ from ._workspace import (
     FixtureTooLarge,
     MalformedWorkspace,
     MaterializeFailed,
+    NoWorkspace,
     NoWorkspaceDiff,
     SharedWorkspace,
     SnapshotWorkspace,
@@ -46,37 +58,64 @@ from ._workspace import (
     snapshot_workspace,
     workspace_diff,
 )
+from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
 
 __all__ = [
+    "BATCHES_BUCKET",
     "BATCH_BUDGET_BUCKET",
     "DEFAULT_CHUNK_RUNS",
+    "HELD",
     "MAX_TEXT_DIFF_BYTES",
+    "RESULTS_BUCKET",
+    "RUN_QUEUE",
+    "WORKERS_BUCKET",
+    "WORKER_LOST",
     "WORKSPACES_BUCKET",
     "BatchAmounts",
     "BatchBudget",
     "BatchBudgetFromNewerTiller",
     "BatchBudgetStatus",
+    "BatchCancelled",
     "BatchLimitsDiffer",
+    "BatchStore",
+    "Deferred",
     "FileChange",
     "FixtureNotFound",
     "FixtureTooLarge",
+    "Fleet",
     "FleetLimits",
+    "FleetStatus",
+    "JobBudget",
     "LimitedModel",
+    "LocalWorkspaces",
     "MalformedBatchBudget",
+    "MalformedJob",
     "MalformedLimitRecord",
     "MalformedWorkspace",
     "MaterializeFailed",
     "ModelLimit",
+    "NoWorkspace",
     "NoWorkspaceDiff",
+    "ResultStatus",
+    "ResultStore",
+    "RunGuard",
+    "RunHandle",
+    "RunJob",
+    "RunOutcomeRecord",
     "SharedWorkspace",
     "SnapshotWorkspace",
+    "StepBoundary",
     "UnknownBatch",
     "UnknownReservation",
+    "Worker",
+    "WorkerInfo",
+    "WorkerRegistry",
     "WorkspaceDiff",
     "WorkspaceError",
     "WorkspaceFromNewerTiller",
     "WorkspaceNotStored",
     "WorkspacePathMissing",
+    "WorkspaceProvider",
     "WorkspaceSpec",
     "load_diff",
     "materialize",
@@ -84,3 +123,6 @@ __all__ = [
     "snapshot_workspace",
     "workspace_diff",
 ]
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -89,6 +89,7 @@ __all__ = [
     "FixtureTooLarge",
     "MalformedWorkspace",
     "MaterializeFailed",
+    "NoWorkspace",
     "NoWorkspaceDiff",
     "SharedWorkspace",
     "SnapshotWorkspace",
@@ -176,6 +177,15 @@ class NoWorkspaceDiff(WorkspaceError):
 # ── the specs ────────────────────────────────────────────────────────────────────────
 
 
+class NoWorkspace(pydantic.BaseModel):
+    """No workspace: the run gets a fresh private temporary directory on the worker that
+    takes it, removed when the run ends there."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["none"] = "none"
+
+
 class SharedWorkspace(pydantic.BaseModel):
     """A directory at the same absolute `path` on every worker (a shared mount)."""
 
@@ -202,8 +212,10 @@ class SnapshotWorkspace(pydantic.BaseModel):
     manifest: Annotated[str, pydantic.StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
-#: What a run job names as its workspace; JSON `{"kind": "shared" | "snapshot", ...}`.
-WorkspaceSpec = Annotated[SharedWorkspace | SnapshotWorkspace, pydantic.Field(discriminator="kind")]
+#: What a run job names as its workspace; JSON `{"kind": "none" | "shared" | "snapshot", ...}`.
+WorkspaceSpec = Annotated[
+    NoWorkspace | SharedWorkspace | SnapshotWorkspace, pydantic.Field(discriminator="kind")
+]
 
 
 # ── blobs and manifests ──────────────────────────────────────────────────────────────

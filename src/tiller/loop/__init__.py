@@ -9,6 +9,7 @@ from ._agent import Agent
 
 # For tiller's own packages (not API; not in __all__).
 from ._agent_ref import load_agent as load_agent
+from ._agent_ref import options_from as options_from
 from ._agent_ref import record_policy as record_policy
 from ._agent_ref import run_context_from as run_context_from
 from ._budget import Budget, Pricing

@@ -17,6 +17,7 @@ from ._approvals import decided_records as decided_records
 from ._approvals import decision_of as decision_of
 from ._arguments import check_arguments as check_arguments
 from ._buckets import Buckets
+from ._continue import folded_steers as folded_steers
 from ._continue import recover_run, resume_decided, resume_run
 from ._pinned import pinned_agent as pinned_agent
 from ._pinned import pinned_policy_of as pinned_policy_of

@@ -8,6 +8,7 @@ policy — never the workspace's `tiller.toml`, which the model may have written
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..loop import (
     FromCheckpoint,
     ResumeDecision,
     RunContext,
+    RunOptions,
     RunResult,
     SteeringQueue,
     load_agent,
@@ -43,20 +45,23 @@ async def resume_run(
     ctx: FromCheckpoint | None = None,
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
+    options: RunOptions | None = None,
 ) -> RunResult:
     """Resume the suspended run `run_id` with `decisions`, in a process that may never
     have seen its code: the agent is `agent` (an `Agent` or a `"module:attr"`
     reference), or the one the checkpoint names; the context is rebuilt from the
     checkpoint under the run's pinned policy, then `ctx.configure` if given (`ctx` adds
     what is not data; its store is `store`); the pinned MCP servers are started for an
-    agent given by reference. See `Agent.resume`."""
+    agent given by reference; `options` replaces the stored options. See `Agent.resume`."""
     rebuild = _pinned(replace(ctx, store=store) if ctx is not None else FromCheckpoint(store=store))
     if isinstance(agent, Agent):
-        return await agent.resume(run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event)
+        return await agent.resume(
+            run_id, decisions, ctx=rebuild, options=options, bucket=bucket, on_event=on_event
+        )
     async with pinned_agent(store, run_id, agent, bucket=bucket) as named:
         continuing = await _agent_for(store, run_id, named, bucket)
         return await continuing.resume(
-            run_id, decisions, ctx=rebuild, bucket=bucket, on_event=on_event
+            run_id, decisions, ctx=rebuild, options=options, bucket=bucket, on_event=on_event
         )
 
 
@@ -75,7 +80,7 @@ async def resume_decided(
     return await resume_run(store, run_id, decisions, agent=agent, bucket=bucket, on_event=on_event)
 
 
-async def recover_run(
+async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: each is API)
     store: Bus,
     run_id: str,
     *,
@@ -85,43 +90,60 @@ async def recover_run(
     force: bool = False,
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
+    configure: Callable[[RunContext], RunContext] | None = None,
+    options: RunOptions | None = None,
+    watch_control: bool = True,
 ) -> RunResult:
     """Recover a run whose process died (or continue one suspended for review), its
-    calls that ask going to `approver`; see `tiller.loop.recover`.
+    calls that ask going to `approver`; see `tiller.loop.recover`. `configure` adds to
+    the rebuilt context after the pinned policy; `options` replaces the stored options
+    (None: those).
 
     The run's stored control requests apply to the recovery as they did to the process
     that died: a cancel stops it, and each steer is folded once — those its checkpoint
-    says were folded are not pushed again (issue 16)."""
+    says were folded are not pushed again. `watch_control=False` leaves that to the
+    caller, which then gives the run its own cancel token and steering queue in
+    `configure` and watches them itself (a fleet worker does, with `folded_steers`)."""
     cancel, steering = CancellationToken(), SteeringQueue()
 
-    def configure(run_ctx: RunContext) -> RunContext:
-        return restore_pinned_policy(run_ctx).with_queued_input(steering)
+    def controlled(run_ctx: RunContext) -> RunContext:
+        run_ctx = run_ctx.with_queued_input(steering) if watch_control else run_ctx
+        return configure(run_ctx) if configure is not None else run_ctx
 
     async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
-        rebuild = FromCheckpoint(
-            approver=approver, workspace=workspace, cancel=cancel, configure=configure
+        rebuild = _pinned(
+            FromCheckpoint(
+                approver=approver,
+                workspace=workspace,
+                cancel=cancel if watch_control else None,
+                configure=controlled,
+            )
         )
-        watcher = ControlStore(store).watch(
-            run_id,
-            cancel=cancel,
-            steering=steering,
-            skip=await _folded_steers(store, run_id, bucket),
-        )
-        async with watcher:
+        async with contextlib.AsyncExitStack() as stack:
+            if watch_control:
+                watcher = ControlStore(store).watch(
+                    run_id,
+                    cancel=cancel,
+                    steering=steering,
+                    skip=await folded_steers(store, run_id, bucket=bucket),
+                )
+                await stack.enter_async_context(watcher)
             return await recover(
                 run_id,
                 store,
                 agent=continuing,
                 force=force,
                 ctx=rebuild,
+                options=options,
                 bucket=bucket,
                 on_event=on_event,
             )
 
 
-async def _folded_steers(store: Bus, run_id: str, bucket: str) -> list[str]:
+async def folded_steers(store: Bus, run_id: str, *, bucket: str = DEFAULT_BUCKET) -> list[str]:
     """The steers the run's checkpoint says were folded (none if it cannot be read: the
-    recovery then says why, and the loop folds a steer id once all the same)."""
+    recovery then says why, and the loop folds a steer id once all the same): what a
+    watcher of a continued run skips."""
     try:
         return (await CheckpointStore(store, bucket).load(run_id)).state.folded_steers
     except TillerError:

@@ -42,6 +42,7 @@ from ._bus import (
     KeyValue,
     Lease,
     NotFound,
+    QueueDepth,
     RevisionConflict,
     StoreError,
     StoreUnavailable,
@@ -120,6 +121,12 @@ from ._outbox import (
     UnknownOutboxItem,
 )
 from ._records import MalformedRecord, RecordFromNewerTiller
+
+# For tiller's own packages (not API; not in __all__): versioned records of their own.
+from ._records import Record as Record
+from ._records import create_or_get as create_or_get
+from ._records import decode_record as decode_record
+from ._records import encode_record as encode_record
 from ._sqlite import SqliteBus
 
 # For tiller's own packages (not API; not in __all__).
@@ -184,6 +191,7 @@ __all__ = [
     "OutboxStatusError",
     "OutboxStore",
     "QuarantinedMail",
+    "QueueDepth",
     "RecordFromNewerTiller",
     "RestoreReport",
     "RevisionConflict",

@@ -49,6 +49,7 @@ __all__ = [
     "Lease",
     "JobLeaseLost",
     "NotFound",
+    "QueueDepth",
     "RevisionConflict",
     "StoreError",
     "StoreUnavailable",
@@ -284,6 +285,18 @@ class DeadLetter:
     at: float  # the store's clock when it was dead-lettered
 
 
+@dataclass(slots=True, frozen=True)
+class QueueDepth:
+    """How many jobs a queue holds now: `waiting` to be claimed (fresh, nakked, or whose
+    lease lapsed) and `in_flight` (claimed, lease live). Dead letters are not counted.
+    A snapshot for status lines: it may be stale by the time it is read. On NATS a
+    nakked job, and one whose lease lapsed, count as in flight until a claim fetches it
+    again (JetStream counts them as pending acks), and settles land a moment late."""
+
+    waiting: int
+    in_flight: int
+
+
 #: A queue's lease when none is given: long enough for a model call, short enough that a
 #: dead worker's job is taken again within a minute.
 DEFAULT_LEASE = 30.0
@@ -420,6 +433,11 @@ class JobQueue(Protocol):
 
     async def dead_letters(self) -> list[DeadLetter]:
         """The queue's dead letters, oldest first (for inspection: it reads them all)."""
+        ...
+
+    async def depth(self) -> QueueDepth:
+        """The jobs waiting and in flight now (`tiller fleet status`); cheap: it counts,
+        it reads no payload."""
         ...
 
 

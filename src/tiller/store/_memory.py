@@ -26,6 +26,7 @@ from ._bus import (
     Job,
     JobLeaseLost,
     Lease,
+    QueueDepth,
     RevisionConflict,
     acquire_lease,
     check_bucket,
@@ -246,6 +247,14 @@ class MemoryJobQueue:
     async def dead_letters(self) -> list[DeadLetter]:
         await self._bus._checkpoint()
         return list(self._state.dead)
+
+    async def depth(self) -> QueueDepth:
+        await self._bus._checkpoint()
+        now = self._bus._clock()
+        in_flight = sum(
+            1 for r in self._state.jobs.values() if r.state == "claimed" and r.available_at > now
+        )
+        return QueueDepth(len(self._state.jobs) - in_flight, in_flight)
 
     def _bury(self, record: _JobRecord, reason: str) -> None:
         state = self._state

@@ -81,6 +81,7 @@ from ._bus import (
     JobLeaseLost,
     Lease,
     NotFound,
+    QueueDepth,
     RevisionConflict,
     StoreError,
     StoreUnavailable,
@@ -818,6 +819,14 @@ class NatsJobQueue:
                     )
                 )
         return found
+
+    async def depth(self) -> QueueDepth:
+        self._bus._js_context()
+        with _translate(f"queue {self.name}: depth"):
+            info = await self._sub.consumer_info()
+        # Not yet delivered, plus delivered and unacked (in flight, or nakked with a delay:
+        # JetStream counts those as pending acks too, so a nakked job reads as in flight).
+        return QueueDepth(int(info.num_pending or 0), int(info.num_ack_pending or 0))
 
     async def _bury(
         self,

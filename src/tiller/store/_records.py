@@ -287,3 +287,8 @@ class RecordStore(Generic[R]):
         except MalformedRecord as exc:
             raise self.malformed(exc.bucket, exc.key, exc.problem) from None
         return record  # type: ignore[return-value]  # record_type is R by construction
+
+
+#: `encode` and `decode` under the names other packages import them by (`tiller.store`).
+encode_record = encode
+decode_record = decode

@@ -55,6 +55,7 @@ from ._bus import (
     Entry,
     Job,
     Lease,
+    QueueDepth,
     RevisionConflict,
     StoreError,
     StoreUnavailable,
@@ -369,6 +370,20 @@ class SqliteJobQueue:
             ]
 
         return await self._bus._run(read)
+
+    async def depth(self) -> QueueDepth:
+        now = self._bus._clock()
+
+        def count(conn: sqlite3.Connection) -> QueueDepth:
+            row = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(state = 'claimed' AND available_at > ?), 0) "
+                "FROM jobs WHERE queue = ?",
+                (now, self._stored),
+            ).fetchone()
+            total, in_flight = int(row[0]), int(row[1])
+            return QueueDepth(total - in_flight, in_flight)
+
+        return await self._bus._run(count)
 
     def _reschedule(self, conn: sqlite3.Connection, encoded: str, expires_at: float) -> None:
         conn.execute(

@@ -1,0 +1,116 @@
+"""`tiller worker`: claim runs from a fleet's queue and run them, until SIGTERM.
+
+One line per job as it starts and ends (`run-1  started`, `run-1  finished`). SIGTERM or
+SIGINT drains: no new claims, every run stops at its next step boundary (checkpointed,
+its job back on the queue for another worker), and the command exits 0 once all are
+handed back. A second signal stops the runs without waiting for their steps to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import typer
+
+__all__ = ["worker_command"]
+
+
+def worker_command(
+    *,
+    store: str = typer.Option(
+        "sqlite:///~/.tiller/tiller.db",
+        "--store",
+        envvar="TILLER_STORE",
+        help="The store the fleet shares (nats://HOST:PORT, or sqlite:///PATH on one host).",
+    ),
+    queue: str = typer.Option("tiller-runs", "--queue", help="The run queue to claim from."),
+    concurrency: int = typer.Option(4, "--concurrency", "-c", min=1, help="Runs at once."),
+    agent: str | None = typer.Option(
+        None, "--agent", help="Run every job with this agent (module:attr), not the job's."
+    ),
+    name: str | None = typer.Option(None, "--name", help="This worker's name (host:pid:…)."),
+    namespace: str = typer.Option("", "--namespace", help="The store namespace."),
+    lease: float = typer.Option(
+        30.0,
+        "--lease",
+        min=0.1,
+        help="Seconds a job and its run stay claimed without a heartbeat: a killed "
+        "worker's runs are taken over that long after.",
+    ),
+    event_log_batch: int = typer.Option(
+        32,
+        "--event-log-batch",
+        min=1,
+        help="Events a run buffers before writing them to its event log (fewer: watchers "
+        "see them sooner, at a store write each).",
+    ),
+) -> None:
+    """Claim runs from the fleet's queue and run each as a durable run."""
+    from ..errors import TillerError
+
+    try:
+        asyncio.run(
+            _work(
+                store,
+                namespace,
+                queue=queue,
+                concurrency=concurrency,
+                agent=agent,
+                name=name,
+                lease=lease,
+                event_log_batch=event_log_batch,
+            )
+        )
+    except TillerError as exc:
+        typer.echo(f"tiller: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+async def _work(
+    store: str,
+    namespace: str,
+    *,
+    queue: str,
+    concurrency: int,
+    agent: str | None,
+    name: str | None,
+    lease: float,
+    event_log_batch: int,
+) -> None:
+    from ..fleet import Worker
+    from ..store import open_bus
+
+    def told(run_id: str, what: str) -> None:
+        typer.echo(f"{run_id}  {what}")
+
+    async with await open_bus(store, namespace=namespace) as bus:
+        worker = Worker(
+            bus,
+            queue=queue,
+            concurrency=concurrency,
+            agent=agent,
+            name=name,
+            lease=lease,
+            event_log_batch=event_log_batch,
+            on_job=told,
+        )
+        signals = 0
+
+        def on_signal() -> None:
+            nonlocal signals
+            signals += 1
+            if signals == 1:
+                typer.echo("draining: the runs stop at their next step", err=True)
+                worker.drain()
+            else:
+                worker.stop()
+
+        event_loop = asyncio.get_running_loop()
+        for each in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                event_loop.add_signal_handler(each, on_signal)
+        typer.echo(f"worker {worker.name} on {queue} ({concurrency} at once)", err=True)
+        await worker.run()
+        typer.echo("drained", err=True)

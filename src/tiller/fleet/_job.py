@@ -1,0 +1,114 @@
+"""`RunJob`: the payload of one job on a fleet's run queue (versioned JSON).
+
+A job says everything a worker that never saw the submitter needs to start the run: the
+agent (a `"module:attr"` reference, loaded with `tiller.loop.load_agent`), the model
+string for an agent factory, the prompt, the workspace, the budget, the batch. The queue's
+job id is the run id (submitting a run id twice is one job); a continuation after a person
+decided the run's held calls is `kind="continue"` under `<run_id>.continue.<n>`.
+
+Bytes that are not such a job (another program's message, a newer tiller's) raise
+`MalformedJob` saying what is wrong: the worker terms the job with that reason, so it goes
+to the dead letters and never blocks the queue.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .._schema_ledger import LEDGER
+from ..errors import TillerError
+from ._workspace import NoWorkspace, SharedWorkspace, SnapshotWorkspace, WorkspaceSpec
+
+__all__ = [
+    "JobBudget",
+    "MalformedJob",
+    "NoWorkspace",
+    "RunJob",
+    "SharedWorkspace",
+    "SnapshotWorkspace",
+    "WorkspaceSpec",
+]
+
+SCHEMA_VERSION = LEDGER["run_job"].current
+
+
+class MalformedJob(TillerError):
+    """A run queue's job payload is not a run job this tiller can read; `problem` says
+    what is wrong. Enqueue jobs with `tiller.fleet.Fleet.submit`."""
+
+    def __init__(self, job_id: str, problem: str) -> None:
+        super().__init__(f"job {job_id!r} is not a run job: {problem}")
+        self.job_id = job_id
+        self.problem = problem
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class JobBudget(_Strict):
+    """The run's budget (`tiller.loop.Budget`); None fields are unlimited."""
+
+    max_steps: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+
+
+class RunJob(_Strict):
+    """One run job (see the module docstring)."""
+
+    schema_version: int = SCHEMA_VERSION
+    #: "start": a fresh run (or one a previous worker left running: it is recovered);
+    #: "continue": a suspended run whose held calls a person decided.
+    kind: Literal["start", "continue"] = "start"
+    run_id: str = Field(min_length=1)
+    #: The agent, `"module:attr"`; a continuation may leave it to the checkpoint's.
+    agent: str | None = None
+    #: The model string an agent factory is called with (`load_agent(ref, model=...)`).
+    model: str | None = None
+    prompt: str = ""
+    workspace: WorkspaceSpec = Field(default_factory=NoWorkspace)
+    budget: JobBudget | None = None
+    batch: str | None = None
+    #: The submitter's clock (seconds since the epoch).
+    submitted_at: float = 0.0
+
+    @model_validator(mode="after")
+    def _start_names_its_agent(self) -> RunJob:
+        if self.kind == "start" and not self.agent:
+            raise ValueError("a start job needs its agent ('module:attr')")
+        if self.kind == "start" and not self.prompt:
+            raise ValueError("a start job needs a prompt")
+        return self
+
+    def encode(self) -> bytes:
+        return self.model_dump_json().encode()
+
+    @classmethod
+    def decode(cls, job_id: str, data: bytes) -> RunJob:
+        """The job `data` holds (`MalformedJob` saying what is wrong if it is not one)."""
+        try:
+            raw = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise MalformedJob(job_id, f"not JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise MalformedJob(job_id, "not a JSON object")
+        version = raw.get("schema_version")
+        if version != SCHEMA_VERSION:
+            newer = isinstance(version, int) and version > SCHEMA_VERSION
+            raise MalformedJob(
+                job_id,
+                f"schema version {version!r}; this tiller reads {SCHEMA_VERSION}"
+                + (" (a newer tiller wrote it: upgrade the workers)" if newer else ""),
+            )
+        try:
+            return cls.model_validate_json(data, strict=True)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'the job'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise MalformedJob(job_id, problems) from None
