@@ -287,6 +287,20 @@ async def test_delete_namespace_removes_its_streams_only(
     assert await _stream_names(kept._namespace) == await _stream_names_expected(kept._namespace)
 
 
+async def test_two_teardowns_of_one_namespace_at_once_both_succeed(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """A stream deleted by someone else between the listing and its deletion is deleted:
+    two processes tearing one namespace down together (or another namespace's streams
+    going meanwhile, which shifts the listing's pages) must not fail either."""
+    one = await open_nats()
+    two = await open_nats(one._namespace)
+    for name in ("a", "b", "c"):
+        await (await one.kv(name)).put("k", b"v")
+    await asyncio.gather(one.delete_namespace(), two.delete_namespace())
+    assert await _stream_names(one._namespace) == []
+
+
 async def _stream_names_expected(namespace: str) -> list[str]:
     return sorted([f"KV_{namespace}-b", f"OBJ_{namespace}-b", f"TQ_{namespace}-q"])
 

@@ -637,6 +637,11 @@ class NatsJobQueue:
             except nats.js.errors.NotFoundError:
                 return None
 
+    def limits_written(self, lease: float, max_deliver: int) -> None:
+        """This process just set the consumer's lease and limit: they are known as of now."""
+        self.lease, self.max_deliver = lease, max_deliver
+        self._limits_read = time.monotonic()
+
     async def _limits(self) -> tuple[float, int]:
         """The lease and delivery limit as the consumer has them now (another process's
         `queue()` call may have changed them), read at most every `_LIMITS_REFRESH` s."""
@@ -1044,8 +1049,7 @@ class NatsBus:
                     ),
                 )
                 if cached is not None:
-                    cached.lease, cached.max_deliver = lease, max_deliver
-                    cached._limits_read = time.monotonic()
+                    cached.limits_written(lease, max_deliver)
                     return cached
                 sub = await js.pull_subscribe_bind(durable=_CONSUMER, stream=stream_name)
             records = _Records(self, f"queue {name}", stream_name, f"{subject}.", stream_name)
@@ -1118,8 +1122,11 @@ class NatsBus:
         with _translate("delete the namespace"):
             for stream in await self._stream_names(js):
                 if _STREAM_KIND.sub("", stream).startswith(f"{self._namespace}-"):
-                    await js.delete_stream(stream)
-                    removed.append(stream)
+                    # Gone already is deleted: the listing comes in pages by offset, so a
+                    # stream deleted meanwhile elsewhere can shift another into a page twice.
+                    with contextlib.suppress(nats.js.errors.NotFoundError):
+                        await js.delete_stream(stream)
+                        removed.append(stream)
         self._buckets.clear()
         for queue in self._queues.values():
             await queue._unsubscribe()
