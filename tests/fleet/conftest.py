@@ -116,6 +116,28 @@ def structured():
 
 def broken():
     raise RuntimeError("this factory always fails")
+
+
+@tool(read_only=True)
+def scribble(text: str, ctx: ExecContext) -> str:
+    """Write `text` to mine.txt and add it to notes.txt; say what mine.txt held before.
+    (Read-only like `note`, so it runs without asking: the test is about workspaces.)"""
+    mine = ctx.workdir / "mine.txt"
+    before = mine.read_text() if mine.exists() else "nothing"
+    mine.write_text(text)
+    notes = ctx.workdir / "notes.txt"
+    notes.write_text(notes.read_text() + text + "\\n")
+    return "before: " + before
+
+
+def scribe():
+    def answer(messages, info):
+        results = getattr(messages[-1], "tool_results", ()) if messages else ()
+        if results:
+            return results[0].content
+        return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
+
+    return Agent(ScriptedModel(answer), [scribble], name="scribe")
 '''
 
 

@@ -17,6 +17,7 @@ claims one writes a `cancelled` result), and those running are asked to stop thr
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from ._handle import RunHandle
 from ._job import JobBudget, NoWorkspace, RunJob, SharedWorkspace, WorkspaceSpec
 from ._queue import RUN_QUEUE
 from ._worker_registry import WorkerInfo, WorkerRegistry
+from ._workspace import snapshot_workspace
 
 __all__ = ["Fleet", "FleetStatus"]
 
@@ -66,22 +68,38 @@ class Fleet:
         agent: str,
         prompt: str,
         *,
-        workspace: str | WorkspaceSpec | None = None,
+        workspace: str | os.PathLike[str] | WorkspaceSpec | None = None,
+        snapshot: bool = False,
         budget: JobBudget | None = None,
         run_id: str | None = None,
         batch: str | None = None,
         model: str | None = None,
     ) -> RunHandle:
-        """Queue a run of `agent` (`"module:attr"`) on `prompt`; `workspace` is a path
-        every worker shares, or a workspace spec (None: a private temporary directory)."""
+        """Queue a run of `agent` (`"module:attr"`) on `prompt`.
+
+        `workspace` is a directory path every worker shares (`SharedWorkspace`), or with
+        `snapshot=True` a fixture directory here, snapshotted into the store now
+        (`snapshot_workspace`) and materialized privately for the run on whichever worker
+        takes it, its final diff stored with the result (`RunHandle.diff`); or a workspace
+        spec (a `SnapshotWorkspace` made once serves many runs); None: a private temporary
+        directory. A batch with a shared budget is made first (`create_batch`)."""
         if not isinstance(agent, str) or ":" not in agent:
             raise UsageError(f"agent must be a 'module:attr' reference, not {agent!r}")
         run_id = run_id if run_id is not None else f"run-{uuid.uuid4().hex}"
         spec: WorkspaceSpec
-        if workspace is None:
+        if isinstance(workspace, str | os.PathLike):
+            spec = (
+                await snapshot_workspace(self.bus, workspace)
+                if snapshot
+                else SharedWorkspace(path=_absolute(os.fspath(workspace)))
+            )
+        elif snapshot:
+            raise UsageError(
+                "snapshot=True snapshots a fixture directory: give workspace= its path "
+                f"(not {workspace!r})"
+            )
+        elif workspace is None:
             spec = NoWorkspace()
-        elif isinstance(workspace, str):
-            spec = SharedWorkspace(path=_absolute(workspace))
         else:
             spec = workspace
         job = RunJob(

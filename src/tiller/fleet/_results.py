@@ -71,6 +71,9 @@ class RunOutcomeRecord(Record):
     attempt: int = 0
     batch: str | None = None
     finished_at: float = 0.0
+    #: What the run changed in its snapshot workspace (`tiller.fleet.load_diff` reads it;
+    #: `RunHandle.diff()` does both); None for another kind of workspace.
+    diff_ref: str | None = None
 
     @property
     def held(self) -> bool:

@@ -101,6 +101,7 @@ from ._job_lease import JobLeaseKeeper
 from ._queue import RUN_QUEUE
 from ._results import ResultStatus, ResultStore, RunOutcomeRecord
 from ._worker_registry import WorkerInfo, WorkerRegistry
+from ._workspace import WorkspaceError
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
 
 __all__ = ["Worker"]
@@ -155,7 +156,7 @@ class Worker:
         self.control_poll = control_poll
         self.heartbeat = heartbeat
         self.event_log_batch = event_log_batch
-        self.workspaces: WorkspaceProvider = workspaces or LocalWorkspaces()
+        self.workspaces: WorkspaceProvider = workspaces or LocalWorkspaces(bus)
         self.guard = guard
         self.on_job = on_job
         self.results = ResultStore(bus)
@@ -371,6 +372,9 @@ class Worker:
                     return configure(own(run_ctx))
 
                 result = await self._start(run_job, how, workspace, configured, boundary)
+                drained = boundary.drained and result.stop_cause is StopCause.CANCELLED
+                # What the run changed, while its private copy is still here.
+                diff_ref = None if drained else await self._diff(run_job, workspace)
         except Deferred as exc:
             await queue.nak(await keeper.check(), delay=exc.delay, error=str(exc))
             return "released"
@@ -384,13 +388,13 @@ class Worker:
             record = _record(run_job, "blocked", error=str(exc), blocked_calls=calls)
             await self._settle(queue, keeper, run_job, record)
             return "blocked"
-        except (UsageError, MalformedJob) as exc:
+        except (UsageError, MalformedJob, WorkspaceError) as exc:
             # The agent does not load, the workspace is not here: it can never start.
             job = await keeper.check()
             await self._write(keeper, _record(run_job, "failed", error=str(exc), job=job))
             await queue.term(job, str(exc))
             return "failed"
-        if boundary.drained and result.stop_cause is StopCause.CANCELLED:
+        if drained:
             # Stopped at a step boundary by the drain: checkpoint `running`, lease
             # released; another worker continues it now.
             await queue.nak(await keeper.check(), delay=0.0, error="drained")
@@ -398,6 +402,7 @@ class Worker:
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)
         record = self._from_result(run_job, result, keeper.job)
+        record = record.model_copy(update={"diff_ref": diff_ref})
         await self._settle(queue, keeper, run_job, record)
         if not record.held:
             with contextlib.suppress(StoreError):
@@ -409,6 +414,17 @@ class Worker:
             if record.status == "cancelled"
             else "finished"
         )
+
+    async def _diff(self, run_job: RunJob, workspace: Path) -> str | None:
+        """The stored diff of the run's workspace; None when its kind keeps none, or when
+        it cannot be taken (said in the log: the run's result matters more)."""
+        try:
+            return await self.workspaces.diff(run_job, workspace)
+        except WorkspaceError as exc:
+            _logger.warning(
+                "worker %s: run %s: no workspace diff: %s", self.name, run_job.run_id, exc
+            )
+            return None
 
     def _admit(self, run_job: RunJob) -> AbstractAsyncContextManager[Configure]:
         if self.guard is not None:
