@@ -2,6 +2,7 @@
 
 ```python
 fleet = Fleet(bus)
+await fleet.create_batch("nightly", max_steps=5_000)     # optional: a shared budget
 handle = await fleet.submit("myapp.agents:coder", "fix the failing test", batch="nightly")
 record = await handle.result()
 await fleet.cancel_batch("nightly")
@@ -25,6 +26,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..ops import decided_records
 from ..store import Bus, CheckpointStore, ControlStore, JobQueue, QueueDepth
+from ._batch_budget import BatchBudget
 from ._batches import BatchStore
 from ._handle import RunHandle
 from ._job import JobBudget, NoWorkspace, RunJob, SharedWorkspace, WorkspaceSpec
@@ -116,6 +118,29 @@ class Fleet:
             await self.batches.add(batch, run_id)  # before the job: cancel_batch sees it
         await (await self._queue()).enqueue(job.encode(), job_id=run_id)
         return self.handle(run_id)
+
+    async def create_batch(
+        self,
+        batch: str,
+        *,
+        max_steps: int | None = None,
+        max_output_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+    ) -> BatchBudget:
+        """Give `batch` a budget its runs share (None: that dimension is unlimited); make
+        it before submitting the batch's runs. Each run reserves its share before it
+        starts (capped at its own `budget=`, else a tenth of what is left) and settles when
+        it ends, so the batch never spends more than this on any number of workers; a run
+        that finds nothing left never starts, and its result is `stopped` with the budget
+        stop cause. Creating it again with the same limits is a no-op; other limits raise
+        `BatchLimitsDiffer`. `budget.status()` says what is reserved, spent and left."""
+        return await BatchBudget.create(
+            self.bus,
+            batch,
+            max_steps=max_steps,
+            max_output_tokens=max_output_tokens,
+            max_cost_usd=max_cost_usd,
+        )
 
     def handle(self, run_id: str) -> RunHandle:
         """The handle of a run submitted before (by this process or another)."""
