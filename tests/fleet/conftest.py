@@ -138,6 +138,62 @@ def scribe():
         return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
 
     return Agent(ScriptedModel(answer), [scribble], name="scribe")
+
+
+#: Where `occupy` says a run came in (+run) and went out (-run); one line each, appended.
+OCCUPANCY = LEDGER + ".occupancy"
+
+
+@tool(read_only=True)
+async def occupy(phase: str, who: str) -> str:
+    """Say run `who` is in (`enter`: at its first step) or out (`leave`: at its last)."""
+    sign = "+" if phase == "enter" else "-"
+    fd = os.open(OCCUPANCY, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{sign}{who}\\n".encode())
+    finally:
+        os.close(fd)
+    if phase == "enter":
+        await asyncio.sleep(0.05)  # a chance for another run to come in meanwhile
+    return phase
+
+
+def occupier():
+    def answer(messages, info):
+        made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        if made < 2:
+            phase = "enter" if made == 0 else "leave"
+            arguments = {"phase": phase, "who": messages[0].text}
+            return {"tool_calls": [{"name": "occupy", "arguments": arguments}]}
+        return "done"
+
+    return Agent(ScriptedModel(answer), [occupy], name="occupier")
+
+
+#: Wall-clock times of the calls `timed`'s and `throttled`'s models answered.
+CALL_TIMES = []
+THROTTLED = []
+
+
+def throttled():
+    """Its first call in this process gets a 429 asking to wait a second."""
+
+    def answer(messages, info):
+        if not THROTTLED:
+            THROTTLED.append(time.time())
+            return {"error": {"status": 429, "retry_after": 1.0, "message": "slow down"}}
+        CALL_TIMES.append(("throttled", time.time()))
+        return "after the pause"
+
+    return Agent(ScriptedModel(answer), [], name="throttled")
+
+
+def timed():
+    def answer(messages, info):
+        CALL_TIMES.append(("timed", time.time()))
+        return "timed"
+
+    return Agent(ScriptedModel(answer), [], name="timed")
 '''
 
 
