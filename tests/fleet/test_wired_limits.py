@@ -189,3 +189,35 @@ def test_tiller_worker_refuses_a_bad_model_limit_before_it_starts(tmp_path: Path
     assert result.exit_code == 2
     assert "--model-limit" in result.output and "not 'lots'" in result.output
     assert not (tmp_path / "never.db").exists()  # it never opened the store
+
+
+async def test_a_drain_while_waiting_for_a_run_slot_hands_the_job_back(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    agents.GATES[2], agents.ENTERED[2] = asyncio.Event(), asyncio.Event()
+    fleet = Fleet(bus)
+    first = await fleet.submit(ref(agents, "three"), "holds the slot", run_id="first")
+    told: list[tuple[str, str]] = []
+    async with await store.open() as limits_bus:
+        limits_a = FleetLimits(limits_bus, max_runs=1, holder="A", poll=FAST)
+        limits_b = FleetLimits(limits_bus, max_runs=1, holder="B", poll=FAST)
+        async with running_worker(store, name="A", concurrency=1, limits=limits_a):
+            async with asyncio.timeout(30):
+                await agents.ENTERED[2].wait()  # A's run holds the fleet's one slot
+            second = await fleet.submit(ref(agents, "three"), "waits", run_id="second")
+            async with running_worker(
+                store, name="B", limits=limits_b, on_job=lambda r, w: told.append((r, w))
+            ):
+
+                async def waiting() -> bool:
+                    return ("second", "started") in told
+
+                await until(waiting)  # B took it and waits for the slot
+            # B drained while waiting: the job went back, the run never started there.
+            assert ("second", "released") in told
+            agents.GATES[2].set()
+            done_first, done_second = await first.result(30), await second.result(30)
+        await limits_a.aclose()
+        await limits_b.aclose()
+    assert (done_first.worker, done_second.worker) == ("A", "A")
+    assert (done_first.status, done_second.status) == ("completed", "completed")

@@ -28,10 +28,18 @@ worker cannot provide, fails the run with a `failed` result and terms the job. A
 that lost its job (`JobLeaseLost`: another worker may have it) writes no result and
 settles nothing.
 
-Seams: `workspaces=` (a `WorkspaceProvider`; `LocalWorkspaces` serves no workspace and
-a shared path) gives each run its directory, and `guard=` (a `RunGuard`) is entered around
-every run, fresh or continued, for a batch's budget or the fleet's limits: what it yields
-configures the run's context, and `Deferred` naks the job for later.
+Each run works in the workspace its job names (`workspaces=`, by default
+`LocalWorkspaces(bus)`: a private temporary directory, a shared path, or a fixture
+snapshot materialized privately for the run; a snapshot run's diff is stored and its
+`diff_ref` goes into the result). A run of a batch with a budget (`Fleet.create_batch`)
+reserves its share before it starts (nothing left: a `stopped` result with the budget
+stop cause, the job acked, the run never started), runs with it as its budget, keeps it
+when recovered or continued, and settles it when it ends (`_batch_share`). With
+`limits=` (a `FleetLimits`), each run holds one of the fleet's run slots while it runs
+here, and the agent's model goes through `LimitedModel` (the fleet's per-model calls,
+requests a minute and 429 pauses). `guard=` (a `RunGuard`) is entered around every run
+for anything else that limits it: what it yields configures the run's context, and
+`Deferred` naks the job for later.
 
 `drain()` stops claiming and lets every run reach its next step boundary (`StepBoundary`),
 checkpointed `running` with its lease released; its job is nakked with no delay, so
