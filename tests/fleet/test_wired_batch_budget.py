@@ -113,3 +113,27 @@ async def test_a_batch_without_a_budget_runs_as_before(
     async with running_worker(store):
         record = await handle.result(30)
     assert (record.status, record.steps) == ("completed", 4)
+
+
+async def test_a_started_run_of_a_cancelled_batch_gives_back_what_it_did_not_spend(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    held, started = gate(agents, 2)
+    fleet = Fleet(bus)
+    await fleet.create_batch("dropped", max_steps=8)
+    handle = await fleet.submit(
+        ref(agents, "three"), "go", run_id="halfway", batch="dropped", budget=JobBudget(max_steps=4)
+    )
+    async with running_worker(store, name="A") as first:
+        async with asyncio.timeout(30):
+            await started.wait()
+        first.drain()  # stopped after step 2, its share still reserved
+        held.set()
+    await fleet.cancel_batch("dropped")
+    async with running_worker(store, name="B"):
+        record = await handle.result(30)
+    assert record.status == "cancelled"
+    status = await BatchBudget(bus, "dropped").status()
+    # Settled at the 2 steps its checkpoint says it spent: the other 2 went back.
+    assert (status.runs_reserved, status.runs_settled) == (0, 1)
+    assert (status.spent.steps, status.left.steps) == (2, 6)

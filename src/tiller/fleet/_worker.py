@@ -92,6 +92,7 @@ from ..state import RunState, StopCause
 from ..store import (
     DEFAULT_BUCKET,
     Bus,
+    Checkpoint,
     CheckpointStore,
     ControlStore,
     Job,
@@ -322,14 +323,7 @@ class Worker:
         except NotFound:
             checkpoint = None
         if run_job.batch is not None and await self.batches.cancelled(run_job.batch):
-            if checkpoint is not None and checkpoint.status in ("running", "suspended"):
-                await close_cancelled(self.checkpoints, checkpoint.state)
-            await self._settle(
-                queue,
-                keeper,
-                run_job,
-                _record(run_job, "cancelled", error="its batch was cancelled"),
-            )
+            await self._batch_cancelled(queue, keeper, run_job, checkpoint)
             return "cancelled"
         if checkpoint is not None and checkpoint.status == "finished":
             # A previous worker finished it and died before writing its result.
@@ -370,6 +364,22 @@ class Worker:
             return "stopped"
         self._tell(job.id, "started")
         return await self._run(queue, keeper, run_job, how, share)
+
+    async def _batch_cancelled(
+        self,
+        queue: JobQueue,
+        keeper: JobLeaseKeeper,
+        run_job: RunJob,
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        """A run of a cancelled batch: closed if it had begun, its batch share settled at
+        what its checkpoint says it spent, and a `cancelled` result."""
+        if checkpoint is not None:
+            if checkpoint.status in ("running", "suspended"):
+                await close_cancelled(self.checkpoints, checkpoint.state)
+            await settle_from_state(self.bus, run_job, checkpoint.state)
+        record = _record(run_job, "cancelled", error="its batch was cancelled")
+        await self._settle(queue, keeper, run_job, record)
 
     async def _run(
         self,
