@@ -172,8 +172,9 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "How a fleet run ended (or that it waits for a person): status, stop cause, "
-                "text, output, usage, cost, steps, error, worker, attempt, batch, and the stored "
-                "diff of a snapshot workspace (`diff_ref`). " + _WRITTEN_BY,
+                "text, output, usage, cost, steps, error, worker, attempt, batch, the job's "
+                "workspace spec, and the stored diff of a snapshot workspace (`diff_ref`). "
+                + _WRITTEN_BY,
             ),
         ),
         _kind(

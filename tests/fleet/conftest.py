@@ -140,6 +140,45 @@ def scribe():
     return Agent(ScriptedModel(answer), [scribble], name="scribe")
 
 
+@tool(read_only=True, name="recall")
+def recall_here(ctx: ExecContext) -> str:
+    """What mine.txt holds in the run's workspace now (or that it is missing)."""
+    mine = ctx.workdir / "mine.txt"
+    return mine.read_text() if mine.exists() else "missing"
+
+
+def keeper():
+    """Writes mine.txt, notes step 2 (a gate a test can hold), then reads mine.txt back."""
+
+    def answer(messages, info):
+        made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        if made == 0:
+            return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
+        if made == 1:
+            return {"tool_calls": [{"name": "note", "arguments": {"step": 2}}]}
+        if made == 2:
+            return {"tool_calls": [{"name": "recall", "arguments": {}}]}
+        return "recalled: " + messages[-1].tool_results[0].content
+
+    return Agent(ScriptedModel(answer), [scribble, note, recall_here], name="keeper")
+
+
+def asker():
+    """Writes mine.txt, then asks to write out.txt (held for a person), then reads mine.txt."""
+
+    def answer(messages, info):
+        made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        if made == 0:
+            return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
+        if made == 1:
+            return {"tool_calls": [{"name": "write", "arguments": {"text": "approved"}}]}
+        if made == 2:
+            return {"tool_calls": [{"name": "recall", "arguments": {}}]}
+        return "recalled: " + messages[-1].tool_results[0].content
+
+    return Agent(ScriptedModel(answer), [scribble, write, recall_here], name="asker")
+
+
 #: Where `occupy` says a run came in (+run) and went out (-run); one line each, appended.
 OCCUPANCY = LEDGER + ".occupancy"
 

@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 
 from tiller.fleet import BatchBudget, Fleet, JobBudget, RunOutcomeRecord
+from tiller.ops import approve, held_approvals
 from tiller.store import Bus, CheckpointStore, NotFound
 
 from .conftest import Store, ref, running_worker
@@ -137,3 +138,26 @@ async def test_a_started_run_of_a_cancelled_batch_gives_back_what_it_did_not_spe
     # Settled at the 2 steps its checkpoint says it spent: the other 2 went back.
     assert (status.runs_reserved, status.runs_settled) == (0, 1)
     assert (status.spent.steps, status.left.steps) == (2, 6)
+
+
+async def test_a_suspended_run_keeps_its_share_until_its_continuation_ends(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    fleet = Fleet(bus)
+    await fleet.create_batch("asks", max_steps=10)
+    handle = await fleet.submit(
+        ref(agents, "writer"), "go", batch="asks", budget=JobBudget(max_steps=5)
+    )
+    async with running_worker(store):
+        held = await handle.result(30)
+        assert held.status == "suspended"
+        waiting = await BatchBudget(bus, "asks").status()
+        assert (waiting.runs_reserved, waiting.reserved.steps) == (1, 5)  # not settled
+        [pending] = await held_approvals(bus)
+        await approve(bus, pending.id)
+        await fleet.continue_run(handle.run_id)
+        record = await handle.result(30, through_holds=True)
+    assert (record.status, record.batch) == ("completed", "asks")
+    status = await BatchBudget(bus, "asks").status()
+    assert (status.runs_reserved, status.runs_settled) == (0, 1)
+    assert (status.spent.steps, status.left.steps) == (record.steps, 10 - record.steps)

@@ -3,6 +3,7 @@ what the run changed, and names it in the run's result; on memory, SQLite and NA
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import ModuleType
 
@@ -10,6 +11,7 @@ import pytest
 
 from tiller.errors import UsageError
 from tiller.fleet import (
+    WORKSPACES_BUCKET,
     FixtureNotFound,
     Fleet,
     RunJob,
@@ -18,6 +20,7 @@ from tiller.fleet import (
     load_diff,
     snapshot_workspace,
 )
+from tiller.ops import approve, held_approvals
 from tiller.store import Bus, MemoryBus
 
 from .conftest import Store, ref, running_worker
@@ -111,3 +114,55 @@ async def test_submit_snapshots_a_fixture_or_says_what_is_wrong(
     # SharedWorkspace accepts only an absolute path: the submitter made it one.
     assert isinstance(shared, SharedWorkspace) and shared.path.endswith("/rel")
     await bus.aclose()
+
+
+async def test_a_drained_snapshot_run_finds_its_files_on_the_next_worker(
+    store: Store, bus: Bus, agents: ModuleType, tmp_path: Path
+) -> None:
+    agents.GATES[2], agents.ENTERED[2] = asyncio.Event(), asyncio.Event()
+    fixture = fixture_dir(tmp_path)
+    fleet = Fleet(bus)
+    handle = await fleet.submit(ref(agents, "keeper"), "kept", workspace=fixture, snapshot=True)
+    async with running_worker(store, name="A") as first:
+        async with asyncio.timeout(30):
+            await agents.ENTERED[2].wait()  # step 1 wrote mine.txt on A
+        first.drain()  # the run stops after step 2; B goes on with it
+        agents.GATES[2].set()
+    async with running_worker(store, name="B"):
+        record = await handle.result(30)
+        diff = await handle.diff()
+    assert (record.status, record.worker) == ("completed", "B")
+    assert record.text == "recalled: kept"  # B's copy had A's write
+    assert diff is not None and diff.added == ("mine.txt",)  # against the fixture
+    assert diff.modified == ("notes.txt",)
+
+
+async def test_a_damaged_kept_copy_fails_the_run_saying_so(
+    store: Store, bus: Bus, agents: ModuleType, tmp_path: Path
+) -> None:
+    fleet = Fleet(bus)
+    spec = await snapshot_workspace(bus, fixture_dir(tmp_path))
+    await (await bus.kv(WORKSPACES_BUCKET)).put("run/damaged", b"not a hash")
+    handle = await fleet.submit(ref(agents, "scribe"), "x", workspace=spec, run_id="damaged")
+    async with running_worker(store):
+        record = await handle.result(30)
+    assert record.status == "failed"
+    assert "run/damaged: not the sha256 of a manifest" in (record.error or "")
+
+
+async def test_a_suspended_snapshot_run_is_continued_on_its_own_files(
+    store: Store, bus: Bus, agents: ModuleType, tmp_path: Path
+) -> None:
+    fleet = Fleet(bus)
+    fixture = fixture_dir(tmp_path)
+    handle = await fleet.submit(ref(agents, "asker"), "mine", workspace=fixture, snapshot=True)
+    async with running_worker(store):
+        held = await handle.result(30)
+        assert held.status == "suspended"
+        [pending] = await held_approvals(bus)
+        await approve(bus, pending.id)
+        await fleet.continue_run(handle.run_id)
+        record = await handle.result(30, through_holds=True)
+        diff = await handle.diff()
+    assert (record.status, record.text) == ("completed", "recalled: mine")
+    assert diff is not None and diff.added == ("mine.txt", "out.txt")

@@ -31,6 +31,7 @@ from ._batches import BatchStore
 from ._handle import RunHandle
 from ._job import JobBudget, NoWorkspace, RunJob, SharedWorkspace, WorkspaceSpec
 from ._queue import RUN_QUEUE
+from ._results import ResultStore
 from ._worker_registry import WorkerInfo, WorkerRegistry
 from ._workspace import snapshot_workspace
 
@@ -153,11 +154,15 @@ class Fleet:
         continuation make one job). `UsageError` while a held call waits."""
         await decided_records(self.bus, run_id)  # every held call decided, or say which
         checkpoint = await CheckpointStore(self.bus).load(run_id)
+        # The run goes on in its workspace, within its batch (its held result says which).
+        held = await ResultStore(self.bus).get(run_id)
         job = RunJob(
             kind="continue",
             run_id=run_id,
             agent=checkpoint.state.agent_ref,
             model=checkpoint.state.model_spec,
+            workspace=held.workspace if held is not None else NoWorkspace(),
+            batch=held.batch if held is not None else None,
             submitted_at=self.bus.clock(),
         )
         job_id = f"{run_id}.continue.{checkpoint.revision}"

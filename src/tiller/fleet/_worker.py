@@ -430,8 +430,7 @@ class Worker:
                     run_job, how, workspace, configured, boundary, reserved=reserved
                 )
                 drained = boundary.drained and result.stop_cause is StopCause.CANCELLED
-                # What the run changed, while its private copy is still here.
-                diff_ref = None if drained else await self._diff(run_job, workspace)
+                diff_ref = await self._files_after(run_job, workspace, result, drained=drained)
         except Deferred as exc:
             await queue.nak(await keeper.check(), delay=exc.delay, error=str(exc))
             return "released"
@@ -492,6 +491,27 @@ class Worker:
                 "worker %s: run %s: no workspace diff: %s", self.name, run_job.run_id, exc
             )
             return None
+
+    async def _files_after(
+        self, run_job: RunJob, workspace: Path, result: RunResult, *, drained: bool
+    ) -> str | None:
+        """While the run's private copy is still here: kept for the worker that goes on
+        with an unfinished run, and what the run changed (its diff's reference) unless it
+        was drained (it has no result yet)."""
+        if drained or result.stop_cause is StopCause.SUSPENDED:
+            await self._keep(run_job, workspace)
+        return None if drained else await self._diff(run_job, workspace)
+
+    async def _keep(self, run_job: RunJob, workspace: Path) -> None:
+        """Keep an unfinished run's files for the worker that continues it; one that
+        cannot be kept (past a snapshot's caps) is said in the log, and the continuation
+        gets the copy kept before, or the fixture."""
+        try:
+            await self.workspaces.keep(run_job, workspace)
+        except WorkspaceError as exc:
+            _logger.warning(
+                "worker %s: run %s: its workspace was not kept: %s", self.name, run_job.run_id, exc
+            )
 
     def _admit(self, run_job: RunJob) -> AbstractAsyncContextManager[Configure]:
         if self.guard is not None:
@@ -630,6 +650,7 @@ class Worker:
             steps=result.steps,
             error=result.error,
             batch=run_job.batch,
+            workspace=run_job.workspace,
             attempt=job.attempt,
         )
 
@@ -647,6 +668,7 @@ class Worker:
             steps=state.step,
             error=state.error,
             batch=run_job.batch,
+            workspace=run_job.workspace,
         )
 
 
@@ -715,5 +737,6 @@ def _record(
         error=error,
         blocked_calls=blocked_calls or [],
         batch=run_job.batch,
+        workspace=run_job.workspace,
         attempt=job.attempt if job is not None else 0,
     )

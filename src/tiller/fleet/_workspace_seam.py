@@ -10,6 +10,14 @@
   writes, and removed when the run ends here. What the run changed is stored
   (`workspace_diff`) and the result record names it (`diff_ref`).
 
+A snapshot run that stops here unfinished (suspended for a person, or handed back by a
+drain) has its copy snapshotted in turn (`keep`), and the worker that continues it
+materializes that instead of the fixture, so the run finds the files it wrote (the kept
+copy's manifest hash is under `run/<run_id>` in `tiller-workspaces`); its final diff is
+still against the fixture. A worker killed mid-run keeps nothing: the run is
+recovered on the last kept copy (or the fixture), while its checkpoint says more was
+done. Treat a snapshot workspace as scratch that a crash can lose.
+
 A provider for other kinds is passed as `Worker(workspaces=...)`.
 """
 
@@ -24,10 +32,19 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Protocol
 
+import pydantic
+
 from ..errors import UsageError
 from ..store import Bus
 from ._job import NoWorkspace, RunJob, SharedWorkspace, SnapshotWorkspace
-from ._workspace import WorkspacePathMissing, materialize, workspace_diff
+from ._workspace import (
+    WORKSPACES_BUCKET,
+    MalformedWorkspace,
+    WorkspacePathMissing,
+    materialize,
+    snapshot_workspace,
+    workspace_diff,
+)
 
 __all__ = ["LocalWorkspaces", "WorkspaceProvider"]
 
@@ -44,6 +61,11 @@ class WorkspaceProvider(Protocol):
     async def diff(self, job: RunJob, path: Path) -> str | None:
         """Store what the run changed in `path` (opened by `open`) and return its
         reference (`load_diff` reads it), or None when this kind keeps no diff."""
+        ...
+
+    async def keep(self, job: RunJob, path: Path) -> None:
+        """The run stops here unfinished (suspended, or drained): keep its files in
+        `path` for the worker that continues it, if this kind needs that."""
         ...
 
 
@@ -70,7 +92,11 @@ class LocalWorkspaces:
             yield path
             return
         if isinstance(spec, SnapshotWorkspace):
-            async with materialize(self._bus(job), spec, job.run_id, root=self.root) as path:
+            bus = self._bus(job)
+            kept = await (await bus.kv(WORKSPACES_BUCKET)).get(_kept_key(job.run_id))
+            if kept is not None:  # the run's own files, as it left them unfinished
+                spec = _kept_spec(job.run_id, kept.value)
+            async with materialize(bus, spec, job.run_id, root=self.root) as path:
                 yield path
             return
         if not isinstance(spec, NoWorkspace):
@@ -90,6 +116,13 @@ class LocalWorkspaces:
             return None
         return (await workspace_diff(self._bus(job), spec, path)).diff_ref
 
+    async def keep(self, job: RunJob, path: Path) -> None:
+        if not isinstance(job.workspace, SnapshotWorkspace):
+            return
+        bus = self._bus(job)
+        copy = await snapshot_workspace(bus, path)
+        await (await bus.kv(WORKSPACES_BUCKET)).put(_kept_key(job.run_id), copy.manifest.encode())
+
     def _bus(self, job: RunJob) -> Bus:
         if self.bus is None:
             raise UsageError(
@@ -97,3 +130,17 @@ class LocalWorkspaces:
                 "into: give the worker LocalWorkspaces(bus)"
             )
         return self.bus
+
+
+def _kept_spec(run_id: str, value: bytes) -> SnapshotWorkspace:
+    try:
+        return SnapshotWorkspace(manifest=value.decode())
+    except (UnicodeDecodeError, pydantic.ValidationError):
+        raise MalformedWorkspace(
+            _kept_key(run_id), "not the sha256 of a manifest (another program wrote it?)"
+        ) from None
+
+
+def _kept_key(run_id: str) -> str:
+    """Where the manifest of an unfinished run's kept copy is (`tiller-workspaces`)."""
+    return f"run/{run_id}"
