@@ -221,3 +221,30 @@ async def test_a_drain_while_waiting_for_a_run_slot_hands_the_job_back(
         await limits_b.aclose()
     assert (done_first.worker, done_second.worker) == ("A", "A")
     assert (done_first.status, done_second.status) == ("completed", "completed")
+
+
+async def test_a_run_waiting_for_a_model_call_slot_can_be_cancelled(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    per_model = {"scripted:scripted": ModelLimit(max_concurrent=1)}
+    fleet = Fleet(bus)
+    told: list[tuple[str, str]] = []
+    async with await store.open() as limits_bus:
+        elsewhere = FleetLimits(limits_bus, per_model=per_model, holder="elsewhere", poll=FAST)
+        limits = FleetLimits(limits_bus, per_model=per_model, holder="W", poll=FAST)
+        async with elsewhere.model_call("scripted:scripted"):  # the fleet's one call slot
+            handle = await fleet.submit(ref(agents, "three"), "waits", run_id="waiting")
+            async with running_worker(
+                store, limits=limits, on_job=lambda r, w: told.append((r, w))
+            ):
+
+                async def started() -> bool:
+                    return ("waiting", "started") in told
+
+                await until(started)
+                await handle.cancel("not needed after all")
+                record = await handle.result(30)  # while the slot is still taken
+        await limits.aclose()
+        await elsewhere.aclose()
+    assert record.status == "cancelled"  # in its first step, before any model call
+    assert agents.ledger_lines() == []
