@@ -258,6 +258,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "WorkspaceSpec",
         "load_diff",
         "materialize",
+        "parse_model_limit",
         "provider_of",
         "snapshot_workspace",
         "workspace_diff",

@@ -172,7 +172,9 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "How a fleet run ended (or that it waits for a person): status, stop cause, "
-                "text, output, usage, cost, steps, error, worker, attempt, batch. " + _WRITTEN_BY,
+                "text, output, usage, cost, steps, error, worker, attempt, batch, the job's "
+                "workspace spec, and the stored diff of a snapshot workspace (`diff_ref`). "
+                + _WRITTEN_BY,
             ),
         ),
         _kind(
@@ -278,14 +280,16 @@ LEDGER: Mapping[str, RecordKind] = dict(
         ),
         _kind(
             "batch_budget",
-            "`tiller-batch-budgets`, key `<batch_id>`",
+            "`tiller-batch-budgets`, keys `<batch_id>` and `<batch_id>/runs/<run_id>`",
             ("fleet/_batch_budget.py",),
             SchemaVersion(
                 1,
                 "0.1.0",
-                "`{batch_id, limits, runs}`: a batch's shared budget (steps, output tokens, "
-                "nano-dollars) and each run's reservation, status and spending (issue 16). "
-                + _WRITTEN_BY,
+                "`<batch_id>`: `{batch_id, limits, held, spent, runs_reserved, runs_settled, "
+                "runs_reclaimed, pending}`, a batch's shared budget (steps, output tokens, "
+                "nano-dollars) and its totals; `<batch_id>/runs/<run_id>`: `{batch_id, run_id, "
+                "seq, status, ceilings, final_answer_reserve, spent}`, one run's reservation "
+                "(issue 16). " + _WRITTEN_BY,
             ),
         ),
         _kind(

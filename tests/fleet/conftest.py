@@ -116,6 +116,123 @@ def structured():
 
 def broken():
     raise RuntimeError("this factory always fails")
+
+
+@tool(read_only=True)
+def scribble(text: str, ctx: ExecContext) -> str:
+    """Write `text` to mine.txt and add it to notes.txt; say what mine.txt held before.
+    (Read-only like `note`, so it runs without asking: the test is about workspaces.)"""
+    mine = ctx.workdir / "mine.txt"
+    before = mine.read_text() if mine.exists() else "nothing"
+    mine.write_text(text)
+    notes = ctx.workdir / "notes.txt"
+    notes.write_text(notes.read_text() + text + "\\n")
+    return "before: " + before
+
+
+def scribe():
+    def answer(messages, info):
+        results = getattr(messages[-1], "tool_results", ()) if messages else ()
+        if results:
+            return results[0].content
+        return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
+
+    return Agent(ScriptedModel(answer), [scribble], name="scribe")
+
+
+@tool(read_only=True, name="recall")
+def recall_here(ctx: ExecContext) -> str:
+    """What mine.txt holds in the run's workspace now (or that it is missing)."""
+    mine = ctx.workdir / "mine.txt"
+    return mine.read_text() if mine.exists() else "missing"
+
+
+def keeper():
+    """Writes mine.txt, notes step 2 (a gate a test can hold), then reads mine.txt back."""
+
+    def answer(messages, info):
+        made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        if made == 0:
+            return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
+        if made == 1:
+            return {"tool_calls": [{"name": "note", "arguments": {"step": 2}}]}
+        if made == 2:
+            return {"tool_calls": [{"name": "recall", "arguments": {}}]}
+        return "recalled: " + messages[-1].tool_results[0].content
+
+    return Agent(ScriptedModel(answer), [scribble, note, recall_here], name="keeper")
+
+
+def asker():
+    """Writes mine.txt, then asks to write out.txt (held for a person), then reads mine.txt."""
+
+    def answer(messages, info):
+        made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        if made == 0:
+            return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
+        if made == 1:
+            return {"tool_calls": [{"name": "write", "arguments": {"text": "approved"}}]}
+        if made == 2:
+            return {"tool_calls": [{"name": "recall", "arguments": {}}]}
+        return "recalled: " + messages[-1].tool_results[0].content
+
+    return Agent(ScriptedModel(answer), [scribble, write, recall_here], name="asker")
+
+
+#: Where `occupy` says a run came in (+run) and went out (-run); one line each, appended.
+OCCUPANCY = LEDGER + ".occupancy"
+
+
+@tool(read_only=True)
+async def occupy(phase: str, who: str) -> str:
+    """Say run `who` is in (`enter`: at its first step) or out (`leave`: at its last)."""
+    sign = "+" if phase == "enter" else "-"
+    fd = os.open(OCCUPANCY, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{sign}{who}\\n".encode())
+    finally:
+        os.close(fd)
+    if phase == "enter":
+        await asyncio.sleep(0.05)  # a chance for another run to come in meanwhile
+    return phase
+
+
+def occupier():
+    def answer(messages, info):
+        made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        if made < 2:
+            phase = "enter" if made == 0 else "leave"
+            arguments = {"phase": phase, "who": messages[0].text}
+            return {"tool_calls": [{"name": "occupy", "arguments": arguments}]}
+        return "done"
+
+    return Agent(ScriptedModel(answer), [occupy], name="occupier")
+
+
+#: Wall-clock times of the calls `timed`'s and `throttled`'s models answered.
+CALL_TIMES = []
+THROTTLED = []
+
+
+def throttled():
+    """Its first call in this process gets a 429 asking to wait a second."""
+
+    def answer(messages, info):
+        if not THROTTLED:
+            THROTTLED.append(time.time())
+            return {"error": {"status": 429, "retry_after": 1.0, "message": "slow down"}}
+        CALL_TIMES.append(("throttled", time.time()))
+        return "after the pause"
+
+    return Agent(ScriptedModel(answer), [], name="throttled")
+
+
+def timed():
+    def answer(messages, info):
+        CALL_TIMES.append(("timed", time.time()))
+        return "timed"
+
+    return Agent(ScriptedModel(answer), [], name="timed")
 '''
 
 

@@ -230,8 +230,6 @@ async def test_malformed_records_are_typed_errors_naming_the_key(bus: Bus) -> No
         ({**good, "schema_version": 0}, "schema version 0"),
         ({**good, "limits": {"steps": "4"}}, "field 'limits.steps'"),
         ({**good, "batch_id": "other"}, "budget of batch 'other'"),
-        ({**good, "runs": {"r1": {**good["runs"]["r1"], "ceilings": {}}}}, "holds no steps"),
-        ({**good, "runs": {"r1": {**good["runs"]["r1"], "status": "settled"}}}, "spending"),
     ]
     for value, problem in damaged:
         raw = value if isinstance(value, bytes) else orjson.dumps(value)
@@ -239,10 +237,81 @@ async def test_malformed_records_are_typed_errors_naming_the_key(bus: Bus) -> No
         with pytest.raises(MalformedBatchBudget, match=problem) as caught:
             await budget.reserve("r2")
         assert (caught.value.bucket, caught.value.key) == (BATCH_BUDGET_BUCKET, "b")
+    await kv.put("b", orjson.dumps(good))
+    run = await kv.get("b/runs/r1")
+    assert run is not None
+    good_run = orjson.loads(run.value)
+    damaged_runs: list[tuple[Any, str]] = [
+        (b"[", "not JSON"),
+        ({**good_run, "ceilings": {}}, "holds no steps"),
+        ({**good_run, "status": "settled"}, "spending"),
+        ({**good_run, "run_id": "r9"}, "it is run 'r9'"),
+    ]
+    for value, problem in damaged_runs:
+        raw = value if isinstance(value, bytes) else orjson.dumps(value)
+        await kv.put("b/runs/r1", raw)
+        with pytest.raises(MalformedBatchBudget, match=problem) as caught:
+            await budget.settle("r1", spent(1))
+        assert caught.value.key == "b/runs/r1"
     await kv.put("b", orjson.dumps({**good, "schema_version": 99, "written_by": "9.0.0"}))
     with pytest.raises(BatchBudgetFromNewerTiller, match=r"tiller 9\.0\.0") as newer:
         await budget.status()
     assert isinstance(newer.value, NewerSchemaError)
+
+
+async def test_the_batch_record_does_not_grow_with_its_runs(bus: Bus) -> None:
+    """Each run has its own record; the one every reserve and settle rewrites stays small."""
+    budget = await BatchBudget.create(bus, "b", max_steps=10_000)
+    kv = await bus.kv(BATCH_BUDGET_BUCKET)
+
+    async def size() -> int:
+        entry = await kv.get("b")
+        assert entry is not None
+        return len(entry.value)
+
+    await budget.reserve("run-0", Budget(max_steps=1))
+    small = await size()
+    for n in range(1, 200):
+        await budget.reserve(f"run-{n}", Budget(max_steps=1))
+        if n % 2:
+            await budget.settle(f"run-{n}", spent(1))
+    assert await size() <= small + 16  # the counts' digits, not 200 entries
+    status = await budget.status()
+    assert (status.runs_reserved, status.runs_settled) == (100, 100)
+    assert (status.reserved.steps, status.spent.steps, status.left.steps) == (100, 100, 9_800)
+
+
+async def test_a_change_left_half_done_is_finished_by_the_next_one(bus: Bus) -> None:
+    """A worker that died between the batch record's write and the run's leaves the change
+    pending; the next reserve of that run finishes it and takes nothing more."""
+    budget = await BatchBudget.create(bus, "b", max_steps=10)
+    await budget.reserve("r1", Budget(max_steps=4))
+    kv = await bus.kv(BATCH_BUDGET_BUCKET)
+    entry, run = await kv.get("b"), await kv.get("b/runs/r1")
+    assert entry is not None and run is not None
+    # As if the worker died right after its first write: pending named, no run record.
+    record = orjson.loads(entry.value)
+    record["pending"] = {
+        "r1": {
+            k: v
+            for k, v in orjson.loads(run.value).items()
+            if k in ("status", "ceilings", "final_answer_reserve", "spent", "seq")
+        }
+    }
+    await kv.put("b", orjson.dumps(record))
+    await kv.delete("b/runs/r1")
+    again = await budget.reserve("r1", Budget(max_steps=9))
+    assert ceilings(again) == (4, None, None)
+    status = await budget.status()
+    assert (status.reserved.steps, status.runs_reserved, status.left.steps) == (4, 1, 6)
+    finished = await kv.get("b")
+    assert finished is not None and orjson.loads(finished.value)["pending"] == {}
+    assert await kv.get("b/runs/r1") is not None
+    # Settling it twice counts it once.
+    await budget.settle("r1", spent(3))
+    assert (await budget.status()).left.steps == 7
+    assert await budget.settle("r1", spent(3)) == BatchAmounts(0, None, None)
+    assert (await budget.status()).left.steps == 7
 
 
 # ── concurrency: never more than the batch has ───────────────────────────────────────

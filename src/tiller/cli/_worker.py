@@ -4,6 +4,8 @@ One line per job as it starts and ends (`run-1  started`, `run-1  finished`). SI
 SIGINT drains: no new claims, every run stops at its next step boundary (checkpointed,
 its job back on the queue for another worker), and the command exits 0 once all are
 handed back. A second signal stops the runs without waiting for their steps to end.
+`--max-runs` and `--model-limit MODEL=CONCURRENT[/RPM]` are the fleet's shared limits
+(`tiller.fleet.FleetLimits`): give every worker the same ones.
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from ..fleet import ModelLimit
 
 __all__ = ["worker_command"]
 
 
-def worker_command(
+def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
     store: str = typer.Option(
         "sqlite:///~/.tiller/tiller.db",
@@ -46,10 +52,29 @@ def worker_command(
         help="Events a run buffers before writing them to its event log (fewer: watchers "
         "see them sooner, at a store write each).",
     ),
+    max_runs: int | None = typer.Option(
+        None,
+        "--max-runs",
+        min=1,
+        help="Runs at once across the whole fleet (every worker gives the same number; "
+        "the count is kept in the store).",
+    ),
+    model_limit: list[str] | None = typer.Option(
+        None,
+        "--model-limit",
+        help="MODEL=CONCURRENT[/RPM]: that model string's calls at once (and requests a "
+        "minute) across the fleet; repeat for more models.",
+    ),
 ) -> None:
     """Claim runs from the fleet's queue and run each as a durable run."""
     from ..errors import TillerError
+    from ..fleet import parse_model_limit
 
+    try:
+        per_model = dict(parse_model_limit(text) for text in model_limit or [])
+    except TillerError as exc:
+        typer.echo(f"tiller: --model-limit: {exc}", err=True)
+        raise typer.Exit(2) from None
     try:
         asyncio.run(
             _work(
@@ -61,6 +86,8 @@ def worker_command(
                 name=name,
                 lease=lease,
                 event_log_batch=event_log_batch,
+                max_runs=max_runs,
+                per_model=per_model,
             )
         )
     except TillerError as exc:
@@ -68,7 +95,7 @@ def worker_command(
         raise typer.Exit(2) from None
 
 
-async def _work(
+async def _work(  # noqa: PLR0913 — the command's options, passed on
     store: str,
     namespace: str,
     *,
@@ -78,14 +105,19 @@ async def _work(
     name: str | None,
     lease: float,
     event_log_batch: int,
+    max_runs: int | None,
+    per_model: dict[str, ModelLimit],
 ) -> None:
-    from ..fleet import Worker
+    from ..fleet import FleetLimits, Worker
     from ..store import open_bus
 
     def told(run_id: str, what: str) -> None:
         typer.echo(f"{run_id}  {what}")
 
     async with await open_bus(store, namespace=namespace) as bus:
+        limits = None
+        if max_runs is not None or per_model:
+            limits = FleetLimits(bus, max_runs=max_runs, per_model=per_model, lease=lease)
         worker = Worker(
             bus,
             queue=queue,
@@ -94,8 +126,11 @@ async def _work(
             name=name,
             lease=lease,
             event_log_batch=event_log_batch,
+            limits=limits,
             on_job=told,
         )
+        if limits is not None:
+            limits.holder = worker.name
         signals = 0
 
         def on_signal() -> None:
@@ -112,5 +147,9 @@ async def _work(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 event_loop.add_signal_handler(each, on_signal)
         typer.echo(f"worker {worker.name} on {queue} ({concurrency} at once)", err=True)
-        await worker.run()
+        try:
+            await worker.run()
+        finally:
+            if limits is not None:
+                await limits.aclose()
         typer.echo("drained", err=True)

@@ -1,9 +1,12 @@
 """Fleets: runs queued on the Bus's job queue and run by worker processes, in batches that
 share a budget and can be cancelled together (issue 16).
 
-This package sits above `tiller.loop`, beside `tiller.ops`. So far: workspace specs, where
-a queued run's files come from on whichever worker claims it (`_workspace`), and a batch's
-shared budget (`BatchBudget`: reserve before a run starts, settle when it ends).
+This package sits above `tiller.loop`, beside `tiller.ops`: `Fleet` submits runs and
+`Worker` runs them, each in the workspace its job names (`_workspace`: a shared path, or a
+fixture snapshotted into the store and materialized per run), within its batch's shared
+budget (`Fleet.create_batch`, `BatchBudget`: reserve before a run starts, settle when it
+ends) and the fleet's limits (`Worker(limits=FleetLimits(...))`: run slots, per-model
+calls and requests a minute, a 429's pause for every worker).
 """
 
 from .. import _public
@@ -30,7 +33,7 @@ from ._limited_model import LimitedModel
 
 # For tiller's own packages (not API; not in __all__).
 from ._limits import LIMITS_BUCKET as LIMITS_BUCKET
-from ._limits import FleetLimits, ModelLimit, provider_of
+from ._limits import FleetLimits, ModelLimit, parse_model_limit, provider_of
 from ._queue import RUN_QUEUE
 from ._results import HELD, RESULTS_BUCKET, ResultStatus, ResultStore, RunOutcomeRecord
 from ._worker import Worker
@@ -119,6 +122,7 @@ __all__ = [
     "WorkspaceSpec",
     "load_diff",
     "materialize",
+    "parse_model_limit",
     "provider_of",
     "snapshot_workspace",
     "workspace_diff",

@@ -10,18 +10,32 @@ what the batch has left, in one compare-and-set, and gives the run a `tiller.loo
 with exactly those ceilings; the run's own budget then stops it at them (law 7). When it
 ends, `settle` swaps the reservation for what it really spent, and the rest goes back.
 
-**The record.** One KV record per batch, key `<batch_id>` in `tiller-batch-budgets`:
-`{schema_version, written_by, batch_id, limits, runs}`, where `runs` maps each run id to
-its entry `{status, ceilings, final_answer_reserve, spent}`. Dollars are stored as whole
-nano-dollars (`cost_nanousd`) so that sums are exact. Every change is a read, a check and
-a write at the revision read (`KeyValue.update(expected=)`), retried from the read when
-another worker wrote first: the backends' compare-and-set (memory, SQLite, NATS) is all
-it needs, and there is no second key to get out of step with the first. What is counted
-against a limit is computed from the entries, never kept as a separate counter:
+**The records.** Per batch, in `tiller-batch-budgets`: an aggregate under `<batch_id>`,
+`{schema_version, written_by, batch_id, limits, held, spent, runs_reserved, runs_settled,
+runs_reclaimed, pending}`, and one record per run that reserved under
+`<batch_id>/runs/<run_id>`, `{schema_version, written_by, batch_id, run_id, seq, status,
+ceilings, final_answer_reserve, spent}`. Dollars are whole nano-dollars (`cost_nanousd`)
+so that sums are exact. What is counted against a limit is the aggregate's:
 
-- a run `reserved` counts its ceilings (the share it may still spend);
-- a run `settled` counts what it spent (which may exceed its ceiling: see dollars);
-- a run `reclaimed` counts what the reclaimer said it spent (nothing, by default).
+- `held` sums the ceilings of the runs `reserved` (the share each may still spend);
+- `spent` sums what `settled` runs spent (which may exceed a ceiling: see dollars) and
+  what the reclaimer said `reclaimed` runs spent (nothing, by default).
+
+**Why two kinds of record, and how they stay in step.** Every decision is a
+compare-and-set of the small aggregate (`KeyValue.update(expected=)`, retried from the
+read when another worker wrote first), so the batch can never give out more than it has;
+its size does not grow with the batch (the run entries are their own records, written
+once or twice each), so a reserve or a settle in a 1,000-run batch rewrites a few hundred
+bytes, not one entry per run. A change of one run is three writes: (1) the aggregate's
+compare-and-set applies the change to the totals and names the run's new entry in
+`pending`; (2) the run's record is written (compare-and-set, never to an older `seq`, so
+a slow writer cannot undo a later change); (3) the aggregate drops it from `pending`. A
+worker that dies between them leaves the change pending: the next reserve, settle or
+reclaim of that run finishes it first, and decides from the finished record. Deciding
+only while the run has nothing pending, at the aggregate revision it read, makes the
+changes of one run happen one at a time, in order. `pending` holds the changes in flight
+(about one per worker), and one per change a dead worker left half done, until the next
+change of that run (its recovery's reserve, its settle or reclaim) finishes it.
 
 `left = limit - counted`; it can go below zero only through a dollar overshoot.
 
@@ -70,18 +84,17 @@ reserved, because the tool-less final call is paid out of the run's token ceilin
   limit can stop it. `reserve` keeps `want.pricing`, or the `pricing` given to
   `BatchBudget`.
 
-**Size.** The record holds one entry per run (about 200 bytes), so a batch of 5,000 runs
-is a record of about a megabyte, which NATS stores through its object store; every
-reserve and settle rewrites it, and concurrent workers retry their compare-and-set. That
-is the price of one atomic record; a batch of tens of thousands of runs wants sharding.
+**Size.** The aggregate is a few hundred bytes plus the changes in flight; a run's record
+is about 300 bytes, written when it reserves and when it is settled or reclaimed. No
+operation reads or writes more than the aggregate and the one run's record.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -118,6 +131,8 @@ DEFAULT_CHUNK_RUNS = 10
 
 _NANO = 1_000_000_000
 _KIND = "batch_budget"
+
+_T = TypeVar("_T")
 
 
 # ── errors ───────────────────────────────────────────────────────────────────────────
@@ -206,6 +221,15 @@ class _RunEntry(_Strict):
     final_answer_reserve: int = Field(ge=0)
     #: Settled: what the run spent; reclaimed: what the reclaimer said it spent.
     spent: _Spent | None = None
+    #: This run's changes so far (1: reserved); a record is never written back to less.
+    seq: int = Field(default=1, ge=1)
+
+
+class _RunRecord(_RunEntry):
+    schema_version: int = 1
+    written_by: str | None = Field(default_factory=tiller_version)
+    batch_id: str
+    run_id: str
 
 
 class _BatchRecord(_Strict):
@@ -213,17 +237,35 @@ class _BatchRecord(_Strict):
     written_by: str | None = Field(default_factory=tiller_version)
     batch_id: str
     limits: _Amounts
-    runs: dict[str, _RunEntry] = Field(default_factory=dict)
+    #: The ceilings the runs `reserved` hold, summed.
+    held: _Spent = Field(default_factory=_Spent)
+    #: What settled and reclaimed runs spent, summed.
+    spent: _Spent = Field(default_factory=_Spent)
+    runs_reserved: int = Field(default=0, ge=0)
+    runs_settled: int = Field(default=0, ge=0)
+    runs_reclaimed: int = Field(default=0, ge=0)
+    #: Changes applied to the totals whose run record may not be written yet.
+    pending: dict[str, _RunEntry] = Field(default_factory=dict)
 
 
 _DIMENSIONS = ("steps", "output_tokens", "cost_nanousd")
 
+#: A change's decision: the run's new entry (None: no change), and what to answer.
+_Decision = tuple[_RunEntry | None, _T]
 
-def _encode(record: _BatchRecord) -> bytes:
+
+def _encode(record: BaseModel) -> bytes:
     return record.model_copy(update={"written_by": tiller_version()}).model_dump_json().encode()
 
 
-def _decode(bucket: str, key: str, value: bytes) -> _BatchRecord:
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"field {'.'.join(str(p) for p in error['loc']) or 'the record'!r}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    )
+
+
+def _check_version(bucket: str, key: str, value: bytes) -> None:
     try:
         data = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
@@ -240,27 +282,52 @@ def _decode(bucket: str, key: str, value: bytes) -> _BatchRecord:
                 bucket, key, f"{problem}: {newer_problem(writer)}", writer
             )
         raise MalformedBatchBudget(bucket, key, problem)
+
+
+def _check_entry(bucket: str, key: str, limits: _Amounts, run_id: str, entry: _RunEntry) -> None:
+    for name in _DIMENSIONS:
+        if getattr(limits, name) is not None and getattr(entry.ceilings, name) is None:
+            raise MalformedBatchBudget(
+                bucket, key, f"run {run_id!r} holds no {name} though the batch limits them"
+            )
+    if (entry.status == "reserved") != (entry.spent is None):
+        raise MalformedBatchBudget(
+            bucket, key, f"run {run_id!r} is {entry.status} but its spending says otherwise"
+        )
+
+
+def _decode(bucket: str, key: str, value: bytes) -> _BatchRecord:
+    _check_version(bucket, key, value)
     try:
         record = _BatchRecord.model_validate_json(value, strict=True)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"field {'.'.join(str(p) for p in error['loc']) or 'the record'!r}: {error['msg']}"
-            for error in exc.errors(include_url=False)
-        )
-        raise MalformedBatchBudget(bucket, key, problems) from None
+        raise MalformedBatchBudget(bucket, key, _problems(exc)) from None
     if record.batch_id != key:
         raise MalformedBatchBudget(bucket, key, f"it is the budget of batch {record.batch_id!r}")
-    for run_id, entry in record.runs.items():
-        for name in _DIMENSIONS:
-            if getattr(record.limits, name) is not None and getattr(entry.ceilings, name) is None:
-                raise MalformedBatchBudget(
-                    bucket, key, f"run {run_id!r} holds no {name} though the batch limits them"
-                )
-        if (entry.status == "reserved") != (entry.spent is None):
-            raise MalformedBatchBudget(
-                bucket, key, f"run {run_id!r} is {entry.status} but its spending says otherwise"
-            )
+    for run_id, entry in record.pending.items():
+        _check_entry(bucket, key, record.limits, run_id, entry)
     return record
+
+
+def _decode_run(bucket: str, key: str, value: bytes, batch: _BatchRecord, run_id: str) -> _RunEntry:
+    _check_version(bucket, key, value)
+    try:
+        record = _RunRecord.model_validate_json(value, strict=True)
+    except ValidationError as exc:
+        raise MalformedBatchBudget(bucket, key, _problems(exc)) from None
+    if (record.batch_id, record.run_id) != (batch.batch_id, run_id):
+        raise MalformedBatchBudget(
+            bucket, key, f"it is run {record.run_id!r} of batch {record.batch_id!r}"
+        )
+    entry = _RunEntry(
+        status=record.status,
+        ceilings=record.ceilings,
+        final_answer_reserve=record.final_answer_reserve,
+        spent=record.spent,
+        seq=record.seq,
+    )
+    _check_entry(bucket, key, batch.limits, run_id, entry)
+    return entry
 
 
 # ── arithmetic ───────────────────────────────────────────────────────────────────────
@@ -280,7 +347,9 @@ def _usd(nano: int | None) -> float | None:
     return None if nano is None else nano / _NANO
 
 
-def _counted(entry: _RunEntry, name: str) -> int:
+def _counted(entry: _RunEntry | None, name: str) -> int:
+    if entry is None:
+        return 0
     if entry.status == "reserved":
         value = getattr(entry.ceilings, name)
         return 0 if value is None else int(value)
@@ -288,23 +357,43 @@ def _counted(entry: _RunEntry, name: str) -> int:
     return 0 if entry.spent is None else int(getattr(entry.spent, name))
 
 
-def _totals(record: _BatchRecord) -> tuple[dict[str, int], dict[str, int]]:
-    """(held by open reservations, spent by settled and reclaimed runs), per dimension."""
-    held = dict.fromkeys(_DIMENSIONS, 0)
-    spent = dict.fromkeys(_DIMENSIONS, 0)
-    for entry in record.runs.values():
+def _applied(
+    record: _BatchRecord, run_id: str, before: _RunEntry | None, after: _RunEntry
+) -> _BatchRecord:
+    """`record` with run `run_id` moved from `before` to `after` in its totals and counts,
+    and `after` pending (its run record is written next)."""
+    held = {name: getattr(record.held, name) for name in _DIMENSIONS}
+    spent = {name: getattr(record.spent, name) for name in _DIMENSIONS}
+    counts = {
+        "reserved": record.runs_reserved,
+        "settled": record.runs_settled,
+        "reclaimed": record.runs_reclaimed,
+    }
+    for entry, sign in ((before, -1), (after, 1)):
+        if entry is None:
+            continue
         into = held if entry.status == "reserved" else spent
         for name in _DIMENSIONS:
-            into[name] += _counted(entry, name)
-    return held, spent
+            into[name] += sign * _counted(entry, name)
+        counts[entry.status] += sign
+    return record.model_copy(
+        update={
+            "held": _Spent(**held),
+            "spent": _Spent(**spent),
+            "runs_reserved": counts["reserved"],
+            "runs_settled": counts["settled"],
+            "runs_reclaimed": counts["reclaimed"],
+            "pending": {**record.pending, run_id: after},
+        }
+    )
 
 
 def _left(record: _BatchRecord) -> dict[str, int | None]:
-    held, spent = _totals(record)
     left: dict[str, int | None] = {}
     for name in _DIMENSIONS:
         limit = getattr(record.limits, name)
-        left[name] = None if limit is None else limit - held[name] - spent[name]
+        used = getattr(record.held, name) + getattr(record.spent, name)
+        left[name] = None if limit is None else limit - used
     return left
 
 
@@ -436,14 +525,77 @@ class BatchBudget:
             )
         return _decode(self.bucket, self.batch_id, entry.value), entry.revision
 
-    async def _write(self, record: _BatchRecord, revision: int) -> bool:
-        """Whether the compare-and-set won (False: read again and decide again)."""
+    async def _write(self, record: _BatchRecord, revision: int) -> int | None:
+        """The aggregate's new revision if the compare-and-set won (None: read again and
+        decide again)."""
         kv = await self._bucket()
         try:
-            await kv.update(self.batch_id, _encode(record), expected=revision)
+            return await kv.update(self.batch_id, _encode(record), expected=revision)
         except RevisionConflict:
-            return False
-        return True
+            return None
+
+    def _run_key(self, run_id: str) -> str:
+        return f"{self.batch_id}/runs/{run_id}"
+
+    async def _read_run(self, record: _BatchRecord, run_id: str) -> tuple[_RunEntry | None, int]:
+        """The run's entry as its record holds it (None: it never reserved), and the
+        record's revision (0: none)."""
+        key = self._run_key(run_id)
+        entry = await (await self._bucket()).get(key)
+        if entry is None:
+            return None, 0
+        return _decode_run(self.bucket, key, entry.value, record, run_id), entry.revision
+
+    async def _finish(self, record: _BatchRecord, revision: int, run_id: str) -> None:
+        """Write the run's pending entry into its record, then drop it from `pending` (see
+        the module docstring: either may have been done already, by this worker or
+        another)."""
+        target = record.pending[run_id]
+        kv = await self._bucket()
+        key = self._run_key(run_id)
+        value = _encode(_RunRecord(batch_id=self.batch_id, run_id=run_id, **dict(target)))
+        while True:
+            current, current_revision = await self._read_run(record, run_id)
+            if current is not None and current.seq >= target.seq:
+                break  # written already (or a later change is): never write it back
+            try:
+                if current is None:
+                    await kv.create(key, value)
+                else:
+                    await kv.update(key, value, expected=current_revision)
+            except RevisionConflict:
+                continue
+            break
+        while True:
+            if record.pending.get(run_id) != target:
+                return  # another worker dropped it
+            pending = {k: v for k, v in record.pending.items() if k != run_id}
+            if await self._write(record.model_copy(update={"pending": pending}), revision):
+                return
+            record, revision = await self._read()
+
+    async def _change(
+        self, run_id: str, decide: Callable[[_BatchRecord, _RunEntry | None], _Decision[_T]]
+    ) -> _T:
+        """Decide and apply one change of run `run_id` (see the module docstring):
+        `decide(aggregate, the run's entry)` returns the run's new entry (None: no change)
+        and the answer."""
+        while True:
+            record, revision = await self._read()
+            if run_id in record.pending:
+                await self._finish(record, revision, run_id)  # a change left half done
+                continue
+            current, _ = await self._read_run(record, run_id)
+            after, answer = decide(record, current)
+            if after is None:
+                return answer
+            after = after.model_copy(update={"seq": 1 if current is None else current.seq + 1})
+            applied = _applied(record, run_id, current, after)
+            new_revision = await self._write(applied, revision)
+            if new_revision is None:
+                continue
+            await self._finish(applied, new_revision, run_id)
+            return answer
 
     def _unknown_run(self, run_id: str) -> UnknownReservation:
         return UnknownReservation(
@@ -461,17 +613,15 @@ class BatchBudget:
         _check_id("run id", run_id)
         if want is not None and not isinstance(want, Budget):
             raise UsageError(f"want must be a Budget or None, not {type(want).__name__}")
-        while True:
-            record, revision = await self._read()
-            existing = record.runs.get(run_id)
+
+        def decide(record: _BatchRecord, existing: _RunEntry | None) -> _Decision[Budget | None]:
             if existing is not None:
-                return None if existing.status == "reclaimed" else self._budget_of(existing, want)
+                reclaimed = existing.status == "reclaimed"
+                return None, None if reclaimed else self._budget_of(existing, want)
             entry = self._size(record, want)
-            if entry is None:
-                return None
-            runs = {**record.runs, run_id: entry}
-            if await self._write(record.model_copy(update={"runs": runs}), revision):
-                return self._budget_of(entry, want)
+            return entry, None if entry is None else self._budget_of(entry, want)
+
+        return await self._change(run_id, decide)
 
     def _size(self, record: _BatchRecord, want: Budget | None) -> _RunEntry | None:
         """The reservation a run asking for `want` gets now (None: nothing left)."""
@@ -537,49 +687,41 @@ class BatchBudget:
     async def _close(
         self, run_id: str, used: _Spent, status: Literal["settled", "reclaimed"]
     ) -> BatchAmounts:
-        while True:
-            record, revision = await self._read()
-            entry = record.runs.get(run_id)
+        def decide(record: _BatchRecord, entry: _RunEntry | None) -> _Decision[BatchAmounts]:
             if entry is None:
                 raise self._unknown_run(run_id)
             if entry.status == "settled" or (entry.status == status == "reclaimed"):
-                return _given_back(record.limits, dict.fromkeys(_DIMENSIONS, 0))
+                return None, _given_back(record.limits, dict.fromkeys(_DIMENSIONS, 0))
             # reserved → settled | reclaimed; reclaimed → settled (it was alive after all).
-            before = {name: _counted(entry, name) for name in _DIMENSIONS}
             closed = entry.model_copy(update={"status": status, "spent": used})
-            after = {name: _counted(closed, name) for name in _DIMENSIONS}
-            runs = {**record.runs, run_id: closed}
-            if await self._write(record.model_copy(update={"runs": runs}), revision):
-                back = {name: before[name] - after[name] for name in _DIMENSIONS}
-                return _given_back(record.limits, back)
+            back = {name: _counted(entry, name) - _counted(closed, name) for name in _DIMENSIONS}
+            return closed, _given_back(record.limits, back)
+
+        return await self._change(run_id, decide)
 
     # ── status ──
 
     async def status(self) -> BatchBudgetStatus:
         """Limits, what open reservations hold, what finished runs spent, what is left."""
         record, _ = await self._read()
-        held, spent = _totals(record)
+        held, spent = record.held, record.spent
         left = _left(record)
         limits = record.limits
-        limited = {name: getattr(limits, name) is not None for name in _DIMENSIONS}
 
         def held_of(name: str) -> int | None:
-            return held[name] if limited[name] else None
+            return getattr(held, name) if getattr(limits, name) is not None else None
 
-        counts = {"reserved": 0, "settled": 0, "reclaimed": 0}
-        for entry in record.runs.values():
-            counts[entry.status] += 1
         return BatchBudgetStatus(
             batch_id=self.batch_id,
             limits=BatchAmounts(limits.steps, limits.output_tokens, _usd(limits.cost_nanousd)),
             reserved=BatchAmounts(
                 held_of("steps"), held_of("output_tokens"), _usd(held_of("cost_nanousd"))
             ),
-            spent=_amounts(spent["steps"], spent["output_tokens"], spent["cost_nanousd"]),
+            spent=_amounts(spent.steps, spent.output_tokens, spent.cost_nanousd),
             left=BatchAmounts(left["steps"], left["output_tokens"], _usd(left["cost_nanousd"])),
-            runs_reserved=counts["reserved"],
-            runs_settled=counts["settled"],
-            runs_reclaimed=counts["reclaimed"],
+            runs_reserved=record.runs_reserved,
+            runs_settled=record.runs_settled,
+            runs_reclaimed=record.runs_reclaimed,
         )
 
 

@@ -2,6 +2,7 @@
 
 ```python
 fleet = Fleet(bus)
+await fleet.create_batch("nightly", max_steps=5_000)     # optional: a shared budget
 handle = await fleet.submit("myapp.agents:coder", "fix the failing test", batch="nightly")
 record = await handle.result()
 await fleet.cancel_batch("nightly")
@@ -17,6 +18,7 @@ claims one writes a `cancelled` result), and those running are asked to stop thr
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +26,14 @@ from pathlib import Path
 from ..errors import UsageError
 from ..ops import decided_records
 from ..store import Bus, CheckpointStore, ControlStore, JobQueue, QueueDepth
+from ._batch_budget import BatchBudget
 from ._batches import BatchStore
 from ._handle import RunHandle
 from ._job import JobBudget, NoWorkspace, RunJob, SharedWorkspace, WorkspaceSpec
 from ._queue import RUN_QUEUE
+from ._results import ResultStore
 from ._worker_registry import WorkerInfo, WorkerRegistry
+from ._workspace import snapshot_workspace
 
 __all__ = ["Fleet", "FleetStatus"]
 
@@ -66,22 +71,38 @@ class Fleet:
         agent: str,
         prompt: str,
         *,
-        workspace: str | WorkspaceSpec | None = None,
+        workspace: str | os.PathLike[str] | WorkspaceSpec | None = None,
+        snapshot: bool = False,
         budget: JobBudget | None = None,
         run_id: str | None = None,
         batch: str | None = None,
         model: str | None = None,
     ) -> RunHandle:
-        """Queue a run of `agent` (`"module:attr"`) on `prompt`; `workspace` is a path
-        every worker shares, or a workspace spec (None: a private temporary directory)."""
+        """Queue a run of `agent` (`"module:attr"`) on `prompt`.
+
+        `workspace` is a directory path every worker shares (`SharedWorkspace`), or with
+        `snapshot=True` a fixture directory here, snapshotted into the store now
+        (`snapshot_workspace`) and materialized privately for the run on whichever worker
+        takes it, its final diff stored with the result (`RunHandle.diff`); or a workspace
+        spec (a `SnapshotWorkspace` made once serves many runs); None: a private temporary
+        directory. A batch with a shared budget is made first (`create_batch`)."""
         if not isinstance(agent, str) or ":" not in agent:
             raise UsageError(f"agent must be a 'module:attr' reference, not {agent!r}")
         run_id = run_id if run_id is not None else f"run-{uuid.uuid4().hex}"
         spec: WorkspaceSpec
-        if workspace is None:
+        if isinstance(workspace, str | os.PathLike):
+            spec = (
+                await snapshot_workspace(self.bus, workspace)
+                if snapshot
+                else SharedWorkspace(path=_absolute(os.fspath(workspace)))
+            )
+        elif snapshot:
+            raise UsageError(
+                "snapshot=True snapshots a fixture directory: give workspace= its path "
+                f"(not {workspace!r})"
+            )
+        elif workspace is None:
             spec = NoWorkspace()
-        elif isinstance(workspace, str):
-            spec = SharedWorkspace(path=_absolute(workspace))
         else:
             spec = workspace
         job = RunJob(
@@ -99,6 +120,29 @@ class Fleet:
         await (await self._queue()).enqueue(job.encode(), job_id=run_id)
         return self.handle(run_id)
 
+    async def create_batch(
+        self,
+        batch: str,
+        *,
+        max_steps: int | None = None,
+        max_output_tokens: int | None = None,
+        max_cost_usd: float | None = None,
+    ) -> BatchBudget:
+        """Give `batch` a budget its runs share (None: that dimension is unlimited); make
+        it before submitting the batch's runs. Each run reserves its share before it
+        starts (capped at its own `budget=`, else a tenth of what is left) and settles when
+        it ends, so the batch never spends more than this on any number of workers; a run
+        that finds nothing left never starts, and its result is `stopped` with the budget
+        stop cause. Creating it again with the same limits is a no-op; other limits raise
+        `BatchLimitsDiffer`. `budget.status()` says what is reserved, spent and left."""
+        return await BatchBudget.create(
+            self.bus,
+            batch,
+            max_steps=max_steps,
+            max_output_tokens=max_output_tokens,
+            max_cost_usd=max_cost_usd,
+        )
+
     def handle(self, run_id: str) -> RunHandle:
         """The handle of a run submitted before (by this process or another)."""
         return RunHandle(self.bus, run_id)
@@ -110,11 +154,15 @@ class Fleet:
         continuation make one job). `UsageError` while a held call waits."""
         await decided_records(self.bus, run_id)  # every held call decided, or say which
         checkpoint = await CheckpointStore(self.bus).load(run_id)
+        # The run goes on in its workspace, within its batch (its held result says which).
+        held = await ResultStore(self.bus).get(run_id)
         job = RunJob(
             kind="continue",
             run_id=run_id,
             agent=checkpoint.state.agent_ref,
             model=checkpoint.state.model_spec,
+            workspace=held.workspace if held is not None else NoWorkspace(),
+            batch=held.batch if held is not None else None,
             submitted_at=self.bus.clock(),
         )
         job_id = f"{run_id}.continue.{checkpoint.revision}"

@@ -1,5 +1,5 @@
-"""The seam around each fleet run for what limits it: a batch's shared budget and the
-fleet-wide flow control plug in here (`Worker(guard=...)`).
+"""The seam around each fleet run for what else limits it (`Worker(guard=...)`); a
+batch's shared budget and the fleet's limits (`Worker(limits=...)`) are the worker's own.
 
 A guard is entered before the run starts (fresh, recovered or continued) and left after
 it ends; what it yields is applied to the run's context (a batch budget in place of the

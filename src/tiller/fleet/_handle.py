@@ -12,6 +12,7 @@
   `RUN_ERROR` with code `WORKER_LOST` is put in before the next segment's `RUN_STARTED`:
   the stream stays valid AG-UI. It ends after the terminal event of the segment that
   wrote the run's result.
+- `diff()` loads what the run changed in its snapshot workspace (the result's `diff_ref`).
 - `cancel(reason)`, `steer(text)` go through `tiller.store.ControlStore`: the worker
   running the run applies them, wherever it is.
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..store import Bus, ControlStore, EventLog, StoreError, Subscription
 from ._results import ResultStore, RunOutcomeRecord
+from ._workspace import WorkspaceDiff, load_diff
 
 __all__ = ["WORKER_LOST", "RunHandle"]
 
@@ -110,6 +112,17 @@ class RunHandle:
                 return
             if not fresh:
                 await asyncio.sleep(self.poll_interval)
+
+    async def diff(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109 (as result(timeout=...))
+    ) -> WorkspaceDiff | None:
+        """What the run changed in its snapshot workspace, once its result is written
+        (None for another kind of workspace, or a run that never started)."""
+        record = await self.result(timeout)
+        if record.diff_ref is None:
+            return None
+        return await load_diff(self.bus, record.diff_ref)
 
     async def cancel(self, reason: str = "cancelled by its handle") -> None:
         """Ask the run to stop; the worker running it (or the next one) applies it."""

@@ -60,6 +60,7 @@ __all__ = [
     "LIMITS_BUCKET",
     "FleetLimits",
     "ModelLimit",
+    "parse_model_limit",
     "provider_of",
 ]
 
@@ -96,6 +97,32 @@ class ModelLimit:
     def __post_init__(self) -> None:
         _check_limit("ModelLimit.max_concurrent", self.max_concurrent)
         _check_limit("ModelLimit.rpm", self.rpm)
+
+
+def parse_model_limit(text: str) -> tuple[str, ModelLimit]:
+    """`"MODEL=CONCURRENT[/RPM]"` (`tiller worker --model-limit`) as the model string and
+    its `ModelLimit`: `"openai:gpt-4o=8/500"` is 8 calls at once and 500 a minute. The
+    model string is everything before the last `=`; `UsageError` says what is wrong."""
+    model, sep, numbers = text.rpartition("=")
+    model = model.strip()
+    example = "for example openai:gpt-4o=8 or openai:gpt-4o=8/500"
+    if not sep or not model:
+        raise UsageError(f"a model limit is MODEL=CONCURRENT[/RPM] ({example}), not {text!r}")
+    concurrent_text, slash, rpm_text = numbers.partition("/")
+    values: list[int | None] = []
+    for what, value in (("CONCURRENT", concurrent_text), ("RPM", rpm_text if slash else None)):
+        if value is None:
+            values.append(None)
+            continue
+        value = value.strip()
+        if not value.isdigit() or int(value) < 1:
+            raise UsageError(
+                f"in the model limit {text!r}, {what} must be a whole number of at least 1, "
+                f"not {value!r} ({example})"
+            )
+        values.append(int(value))
+    provider_of(model)
+    return model, ModelLimit(max_concurrent=values[0], rpm=values[1])
 
 
 def provider_of(model_string: str) -> str:

@@ -29,6 +29,7 @@ from ..store import (
     encode_record,
 )
 from ._subjects import hint_subject
+from ._workspace import NoWorkspace, WorkspaceSpec
 
 __all__ = ["HELD", "RESULTS_BUCKET", "ResultStatus", "ResultStore", "RunOutcomeRecord"]
 
@@ -71,6 +72,12 @@ class RunOutcomeRecord(Record):
     attempt: int = 0
     batch: str | None = None
     finished_at: float = 0.0
+    #: The workspace the run's job named: a continuation (after a person decided its
+    #: held calls) goes on in the same one.
+    workspace: WorkspaceSpec = Field(default_factory=NoWorkspace)
+    #: What the run changed in its snapshot workspace (`tiller.fleet.load_diff` reads it;
+    #: `RunHandle.diff()` does both); None for another kind of workspace.
+    diff_ref: str | None = None
 
     @property
     def held(self) -> bool:

@@ -28,10 +28,18 @@ worker cannot provide, fails the run with a `failed` result and terms the job. A
 that lost its job (`JobLeaseLost`: another worker may have it) writes no result and
 settles nothing.
 
-Seams: `workspaces=` (a `WorkspaceProvider`; `LocalWorkspaces` serves no workspace and
-a shared path) gives each run its directory, and `guard=` (a `RunGuard`) is entered around
-every run, fresh or continued, for a batch's budget or the fleet's limits: what it yields
-configures the run's context, and `Deferred` naks the job for later.
+Each run works in the workspace its job names (`workspaces=`, by default
+`LocalWorkspaces(bus)`: a private temporary directory, a shared path, or a fixture
+snapshot materialized privately for the run; a snapshot run's diff is stored and its
+`diff_ref` goes into the result). A run of a batch with a budget (`Fleet.create_batch`)
+reserves its share before it starts (nothing left: a `stopped` result with the budget
+stop cause, the job acked, the run never started), runs with it as its budget, keeps it
+when recovered or continued, and settles it when it ends (`_batch_share`). With
+`limits=` (a `FleetLimits`), each run holds one of the fleet's run slots while it runs
+here, and the agent's model goes through `LimitedModel` (the fleet's per-model calls,
+requests a minute and 429 pauses). `guard=` (a `RunGuard`) is entered around every run
+for anything else that limits it: what it yields configures the run's context, and
+`Deferred` naks the job for later.
 
 `drain()` stops claiming and lets every run reach its next step boundary (`StepBoundary`),
 checkpointed `running` with its lease released; its job is nakked with no delay, so
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import logging
 import os
@@ -55,7 +64,7 @@ from typing import Literal
 
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, UserMessage
-from ..errors import UsageError
+from ..errors import Cancelled, UsageError
 from ..events import Event
 from ..loop import (
     Agent,
@@ -83,6 +92,7 @@ from ..state import RunState, StopCause
 from ..store import (
     DEFAULT_BUCKET,
     Bus,
+    Checkpoint,
     CheckpointStore,
     ControlStore,
     Job,
@@ -93,14 +103,18 @@ from ..store import (
     StoreError,
 )
 from ..tools import Jail
+from ._batch_share import BatchShare, reserve_share, settle_from_state
 from ._batches import BatchStore
 from ._drain import StepBoundary
 from ._guard import Configure, Deferred, RunGuard
 from ._job import JobBudget, MalformedJob, RunJob
 from ._job_lease import JobLeaseKeeper
+from ._limited_model import LimitedModel
+from ._limits import FleetLimits
 from ._queue import RUN_QUEUE
 from ._results import ResultStatus, ResultStore, RunOutcomeRecord
 from ._worker_registry import WorkerInfo, WorkerRegistry
+from ._workspace import WorkspaceError
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
 
 __all__ = ["Worker"]
@@ -109,7 +123,15 @@ _logger = logging.getLogger(__name__)
 
 #: What a job came to, for the worker's log line (`on_job`).
 JobEnd = Literal[
-    "finished", "suspended", "blocked", "failed", "cancelled", "skipped", "released", "lost"
+    "finished",
+    "stopped",
+    "suspended",
+    "blocked",
+    "failed",
+    "cancelled",
+    "skipped",
+    "released",
+    "lost",
 ]
 
 
@@ -139,6 +161,7 @@ class Worker:
         event_log_batch: int = 32,
         workspaces: WorkspaceProvider | None = None,
         guard: RunGuard | None = None,
+        limits: FleetLimits | None = None,
         on_job: Callable[[str, str], None] | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -155,8 +178,9 @@ class Worker:
         self.control_poll = control_poll
         self.heartbeat = heartbeat
         self.event_log_batch = event_log_batch
-        self.workspaces: WorkspaceProvider = workspaces or LocalWorkspaces()
+        self.workspaces: WorkspaceProvider = workspaces or LocalWorkspaces(bus)
         self.guard = guard
+        self.limits = limits
         self.on_job = on_job
         self.results = ResultStore(bus)
         self.batches = BatchStore(bus)
@@ -299,17 +323,11 @@ class Worker:
         except NotFound:
             checkpoint = None
         if run_job.batch is not None and await self.batches.cancelled(run_job.batch):
-            if checkpoint is not None and checkpoint.status in ("running", "suspended"):
-                await close_cancelled(self.checkpoints, checkpoint.state)
-            await self._settle(
-                queue,
-                keeper,
-                run_job,
-                _record(run_job, "cancelled", error="its batch was cancelled"),
-            )
+            await self._batch_cancelled(queue, keeper, run_job, checkpoint)
             return "cancelled"
         if checkpoint is not None and checkpoint.status == "finished":
             # A previous worker finished it and died before writing its result.
+            await settle_from_state(self.bus, run_job, checkpoint.state)
             await self._settle(queue, keeper, run_job, self._from_state(run_job, checkpoint.state))
             return "finished"
         if checkpoint is not None and checkpoint.status == "suspended" and run_job.kind == "start":
@@ -336,11 +354,40 @@ class Worker:
                 # it is, and its held record stands; a later continuation runs it.
                 await queue.term(job, f"cannot continue run {run_id} now: {exc}")
                 return "failed"
+        share = await reserve_share(self.bus, run_job, _want(run_job.budget))
+        if share is not None and share.budget is None:
+            # The batch's budget is spent: the run never starts.
+            record = _record(run_job, "stopped", error=share.reason).model_copy(
+                update={"stop_cause": share.exhausted.value if share.exhausted else None}
+            )
+            await self._settle(queue, keeper, run_job, record)
+            return "stopped"
         self._tell(job.id, "started")
-        return await self._run(queue, keeper, run_job, how)
+        return await self._run(queue, keeper, run_job, how, share)
+
+    async def _batch_cancelled(
+        self,
+        queue: JobQueue,
+        keeper: JobLeaseKeeper,
+        run_job: RunJob,
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        """A run of a cancelled batch: closed if it had begun, its batch share settled at
+        what its checkpoint says it spent, and a `cancelled` result."""
+        if checkpoint is not None:
+            if checkpoint.status in ("running", "suspended"):
+                await close_cancelled(self.checkpoints, checkpoint.state)
+            await settle_from_state(self.bus, run_job, checkpoint.state)
+        record = _record(run_job, "cancelled", error="its batch was cancelled")
+        await self._settle(queue, keeper, run_job, record)
 
     async def _run(
-        self, queue: JobQueue, keeper: JobLeaseKeeper, run_job: RunJob, how: _How
+        self,
+        queue: JobQueue,
+        keeper: JobLeaseKeeper,
+        run_job: RunJob,
+        how: _How,
+        share: BatchShare | None,
     ) -> JobEnd:
         cancel = CancellationToken()
         steering = SteeringQueue()
@@ -352,8 +399,14 @@ class Worker:
         def own(run_ctx: RunContext) -> RunContext:
             return run_ctx.with_cancel(cancel).with_queued_input(steering)
 
+        #: The run's budget as it runs (what it spent, for its batch's settle).
+        spending: list[Budget] = []
         try:
             async with contextlib.AsyncExitStack() as stack:
+                if self.limits is not None:
+                    # One of the fleet's run slots, held while the run goes on here.
+                    slot = self.limits.run_slot(run_job.run_id, cancel=cancel)
+                    await stack.enter_async_context(slot)
                 workspace = await stack.enter_async_context(self.workspaces.open(run_job))
                 configure = await stack.enter_async_context(self._admit(run_job))
                 # A continued run's steers that its checkpoint folded are not pushed again.
@@ -368,11 +421,22 @@ class Worker:
                 await stack.enter_async_context(watcher)
 
                 def configured(run_ctx: RunContext) -> RunContext:
-                    return configure(own(run_ctx))
+                    run_ctx = configure(own(run_ctx))
+                    spending.append(run_ctx.budget)
+                    return run_ctx
 
-                result = await self._start(run_job, how, workspace, configured, boundary)
+                reserved = share.budget if share is not None else None
+                result = await self._start(
+                    run_job, how, workspace, configured, boundary, reserved=reserved
+                )
+                drained = boundary.drained and result.stop_cause is StopCause.CANCELLED
+                diff_ref = await self._files_after(run_job, workspace, result, drained=drained)
         except Deferred as exc:
             await queue.nak(await keeper.check(), delay=exc.delay, error=str(exc))
+            return "released"
+        except Cancelled:
+            # Drained (or stopped) while waiting for a run slot: it never started.
+            await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
             return "released"
         except RunStillRunning as exc:
             # Its previous worker may still be alive: ask again once its lease would lapse.
@@ -384,13 +448,15 @@ class Worker:
             record = _record(run_job, "blocked", error=str(exc), blocked_calls=calls)
             await self._settle(queue, keeper, run_job, record)
             return "blocked"
-        except (UsageError, MalformedJob) as exc:
+        except (UsageError, MalformedJob, WorkspaceError) as exc:
             # The agent does not load, the workspace is not here: it can never start.
+            if share is not None and how == "fresh" and not spending:
+                await share.settle(Budget())  # nothing was spent: its share goes back
             job = await keeper.check()
             await self._write(keeper, _record(run_job, "failed", error=str(exc), job=job))
             await queue.term(job, str(exc))
             return "failed"
-        if boundary.drained and result.stop_cause is StopCause.CANCELLED:
+        if drained:
             # Stopped at a step boundary by the drain: checkpoint `running`, lease
             # released; another worker continues it now.
             await queue.nak(await keeper.check(), delay=0.0, error="drained")
@@ -398,6 +464,11 @@ class Worker:
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)
         record = self._from_result(run_job, result, keeper.job)
+        record = record.model_copy(update={"diff_ref": diff_ref})
+        if share is not None and not record.held and spending:
+            # It ended (a suspended run's continuation spends from the same share).
+            await keeper.check()
+            await share.settle(spending[-1])
         await self._settle(queue, keeper, run_job, record)
         if not record.held:
             with contextlib.suppress(StoreError):
@@ -409,6 +480,38 @@ class Worker:
             if record.status == "cancelled"
             else "finished"
         )
+
+    async def _diff(self, run_job: RunJob, workspace: Path) -> str | None:
+        """The stored diff of the run's workspace; None when its kind keeps none, or when
+        it cannot be taken (said in the log: the run's result matters more)."""
+        try:
+            return await self.workspaces.diff(run_job, workspace)
+        except WorkspaceError as exc:
+            _logger.warning(
+                "worker %s: run %s: no workspace diff: %s", self.name, run_job.run_id, exc
+            )
+            return None
+
+    async def _files_after(
+        self, run_job: RunJob, workspace: Path, result: RunResult, *, drained: bool
+    ) -> str | None:
+        """While the run's private copy is still here: kept for the worker that goes on
+        with an unfinished run, and what the run changed (its diff's reference) unless it
+        was drained (it has no result yet)."""
+        if drained or result.stop_cause is StopCause.SUSPENDED:
+            await self._keep(run_job, workspace)
+        return None if drained else await self._diff(run_job, workspace)
+
+    async def _keep(self, run_job: RunJob, workspace: Path) -> None:
+        """Keep an unfinished run's files for the worker that continues it; one that
+        cannot be kept (past a snapshot's caps) is said in the log, and the continuation
+        gets the copy kept before, or the fixture."""
+        try:
+            await self.workspaces.keep(run_job, workspace)
+        except WorkspaceError as exc:
+            _logger.warning(
+                "worker %s: run %s: its workspace was not kept: %s", self.name, run_job.run_id, exc
+            )
 
     def _admit(self, run_job: RunJob) -> AbstractAsyncContextManager[Configure]:
         if self.guard is not None:
@@ -422,13 +525,21 @@ class Worker:
         workspace: Path,
         configure: Configure,
         boundary: StepBoundary,
+        *,
+        reserved: Budget | None,
     ) -> RunResult:
-        """The run itself: fresh, recovered from its checkpoint, or continued."""
+        """The run itself: fresh, recovered from its checkpoint, or continued. A run of
+        a budgeted batch starts with its reservation (`reserved`) as its budget; a
+        continued one has it from its checkpoint, with what it spent so far."""
         on_event: Callable[[Event], None] = boundary
         if how == "fresh":
-            return await self._fresh(run_job, workspace, configure, on_event)
+            return await self._fresh(run_job, workspace, configure, on_event, reserved)
         state = (await self.checkpoints.load(run_job.run_id)).state
         options = self._options(state)
+
+        def prepare(agent: Agent) -> Agent:
+            return self._limited(agent, state.model_spec)
+
         if how == "recover":
             return await recover_run(
                 self.bus,
@@ -439,6 +550,7 @@ class Worker:
                 configure=configure,
                 options=options,
                 watch_control=False,  # the worker's own watcher applies them
+                prepare=prepare,
             )
         records = await decided_records(self.bus, run_job.run_id)
         decisions = {call_id: decision_of(record) for call_id, record in records.items()}
@@ -450,7 +562,19 @@ class Worker:
             ctx=FromCheckpoint(workspace=workspace, configure=configure),
             on_event=on_event,
             options=options,
+            prepare=prepare,
         )
+
+    def _limited(self, agent: Agent, model_string: str | None) -> Agent:
+        """The agent with its model under the fleet's limits (a copy: a module's agent
+        serves other runs too); its `model_spec` is kept, so checkpoints name the real
+        model. The limits' key is the run's model string, else the model's
+        `provider:name`."""
+        if self.limits is None:
+            return agent
+        limited = copy.copy(agent)
+        limited.model = LimitedModel(agent.model, self.limits, model_string or agent.model_spec)
+        return limited
 
     def _options(self, state: RunState) -> RunOptions:
         return dataclasses.replace(
@@ -465,12 +589,14 @@ class Worker:
         workspace: Path,
         configure: Configure,
         on_event: Callable[[Event], None],
+        reserved: Budget | None,
     ) -> RunResult:
         ref = self.agent or run_job.agent
         if ref is None:
             raise UsageError(f"run {run_job.run_id}: the job names no agent")
-        agent = _load(ref, run_job.model)
-        budget = _budget(run_job.budget)
+        loaded = _load(ref, run_job.model)
+        agent = self._limited(loaded, run_job.model)
+        budget = reserved if reserved is not None else _budget(run_job.budget)
         run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
         run_ctx = configure(with_store_protected(run_ctx))
         options = RunOptions(
@@ -524,6 +650,7 @@ class Worker:
             steps=result.steps,
             error=result.error,
             batch=run_job.batch,
+            workspace=run_job.workspace,
             attempt=job.attempt,
         )
 
@@ -541,6 +668,7 @@ class Worker:
             steps=state.step,
             error=state.error,
             batch=run_job.batch,
+            workspace=run_job.workspace,
         )
 
 
@@ -560,6 +688,11 @@ def _load(ref: str, model: str | None) -> Agent:
 
 def _unchanged(run_ctx: RunContext) -> RunContext:
     return run_ctx
+
+
+def _want(spec: JobBudget | None) -> Budget | None:
+    """What the run asks of its batch's budget: its own ceilings (None: a chunk)."""
+    return None if spec is None else _budget(spec)
 
 
 def _budget(spec: JobBudget | None) -> Budget:
@@ -604,5 +737,6 @@ def _record(
         error=error,
         blocked_calls=blocked_calls or [],
         batch=run_job.batch,
+        workspace=run_job.workspace,
         attempt=job.attempt if job is not None else 0,
     )

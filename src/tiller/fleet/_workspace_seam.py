@@ -1,9 +1,24 @@
 """Where a fleet run works: the seam a workspace provider plugs into the worker.
 
-`LocalWorkspaces` serves the two kinds every worker supports: no workspace (a fresh
-private temporary directory, removed when the run ends on this worker) and a shared path
-(`SharedWorkspace`: the directory must exist here). A provider for more kinds (a fixture
-snapshotted into the store, materialized per run) is passed as `Worker(workspaces=...)`.
+`LocalWorkspaces` serves every kind of `WorkspaceSpec` on the worker that takes the run:
+
+- no workspace (`NoWorkspace`): a fresh private temporary directory, removed when the run
+  ends on this worker;
+- a shared path (`SharedWorkspace`): the directory must exist here; used as it is;
+- a fixture snapshotted into the store (`SnapshotWorkspace`): materialized into a private
+  directory of its own (`materialize`), so two runs of one fixture never see each other's
+  writes, and removed when the run ends here. What the run changed is stored
+  (`workspace_diff`) and the result record names it (`diff_ref`).
+
+A snapshot run that stops here unfinished (suspended for a person, or handed back by a
+drain) has its copy snapshotted in turn (`keep`), and the worker that continues it
+materializes that instead of the fixture, so the run finds the files it wrote (the kept
+copy's manifest hash is under `run/<run_id>` in `tiller-workspaces`); its final diff is
+still against the fixture. A worker killed mid-run keeps nothing: the run is
+recovered on the last kept copy (or the fixture), while its checkpoint says more was
+done. Treat a snapshot workspace as scratch that a crash can lose.
+
+A provider for other kinds is passed as `Worker(workspaces=...)`.
 """
 
 from __future__ import annotations
@@ -17,8 +32,19 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Protocol
 
+import pydantic
+
 from ..errors import UsageError
-from ._job import NoWorkspace, RunJob, SharedWorkspace
+from ..store import Bus
+from ._job import NoWorkspace, RunJob, SharedWorkspace, SnapshotWorkspace
+from ._workspace import (
+    WORKSPACES_BUCKET,
+    MalformedWorkspace,
+    WorkspacePathMissing,
+    materialize,
+    snapshot_workspace,
+    workspace_diff,
+)
 
 __all__ = ["LocalWorkspaces", "WorkspaceProvider"]
 
@@ -27,13 +53,31 @@ class WorkspaceProvider(Protocol):
     """Gives a run its workspace directory for as long as it runs on this worker."""
 
     def open(self, job: RunJob) -> AbstractAsyncContextManager[Path]:
-        """The directory the run is jailed to; `UsageError` (saying what to fix) if the
-        job's workspace cannot be had here: the run then fails without starting."""
+        """The directory the run is jailed to. A `UsageError` or a `WorkspaceError`
+        (saying what to fix) if the job's workspace cannot be had here: the run then
+        fails without starting."""
+        ...
+
+    async def diff(self, job: RunJob, path: Path) -> str | None:
+        """Store what the run changed in `path` (opened by `open`) and return its
+        reference (`load_diff` reads it), or None when this kind keeps no diff."""
+        ...
+
+    async def keep(self, job: RunJob, path: Path) -> None:
+        """The run stops here unfinished (suspended, or drained): keep its files in
+        `path` for the worker that continues it, if this kind needs that."""
         ...
 
 
 class LocalWorkspaces:
-    """No workspace (a private temporary directory) or a shared path."""
+    """Every `WorkspaceSpec`, on this worker (see the module docstring). `bus` is the store
+    snapshots are read from and diffs written to (without one, a snapshot job fails
+    saying so); `root` is where snapshots are materialized (by default
+    `tiller-workspaces` in the system's temporary directory)."""
+
+    def __init__(self, bus: Bus | None = None, *, root: Path | None = None) -> None:
+        self.bus = bus
+        self.root = root
 
     @contextlib.asynccontextmanager
     async def open(self, job: RunJob) -> AsyncIterator[Path]:
@@ -41,11 +85,19 @@ class LocalWorkspaces:
         if isinstance(spec, SharedWorkspace):
             path = Path(spec.path)
             if not await asyncio.to_thread(path.is_dir):
-                raise UsageError(
+                raise WorkspacePathMissing(
                     f"run {job.run_id}: its shared workspace {spec.path!r} is not a directory "
                     "on this worker; mount it at the same path on every worker"
                 )
             yield path
+            return
+        if isinstance(spec, SnapshotWorkspace):
+            bus = self._bus(job)
+            kept = await (await bus.kv(WORKSPACES_BUCKET)).get(_kept_key(job.run_id))
+            if kept is not None:  # the run's own files, as it left them unfinished
+                spec = _kept_spec(job.run_id, kept.value)
+            async with materialize(bus, spec, job.run_id, root=self.root) as path:
+                yield path
             return
         if not isinstance(spec, NoWorkspace):
             raise UsageError(
@@ -57,3 +109,38 @@ class LocalWorkspaces:
             yield scratch
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    async def diff(self, job: RunJob, path: Path) -> str | None:
+        spec = job.workspace
+        if not isinstance(spec, SnapshotWorkspace):
+            return None
+        return (await workspace_diff(self._bus(job), spec, path)).diff_ref
+
+    async def keep(self, job: RunJob, path: Path) -> None:
+        if not isinstance(job.workspace, SnapshotWorkspace):
+            return
+        bus = self._bus(job)
+        copy = await snapshot_workspace(bus, path)
+        await (await bus.kv(WORKSPACES_BUCKET)).put(_kept_key(job.run_id), copy.manifest.encode())
+
+    def _bus(self, job: RunJob) -> Bus:
+        if self.bus is None:
+            raise UsageError(
+                f"run {job.run_id}: a snapshot workspace needs the store it was snapshotted "
+                "into: give the worker LocalWorkspaces(bus)"
+            )
+        return self.bus
+
+
+def _kept_spec(run_id: str, value: bytes) -> SnapshotWorkspace:
+    try:
+        return SnapshotWorkspace(manifest=value.decode())
+    except (UnicodeDecodeError, pydantic.ValidationError):
+        raise MalformedWorkspace(
+            _kept_key(run_id), "not the sha256 of a manifest (another program wrote it?)"
+        ) from None
+
+
+def _kept_key(run_id: str) -> str:
+    """Where the manifest of an unfinished run's kept copy is (`tiller-workspaces`)."""
+    return f"run/{run_id}"

@@ -36,7 +36,7 @@ from ._pinned import pinned_agent
 __all__ = ["recover_run", "resume_decided", "resume_run"]
 
 
-async def resume_run(
+async def resume_run(  # noqa: PLR0913 (the resume's options, keyword-only: each is API)
     store: Bus,
     run_id: str,
     decisions: Mapping[str, ResumeDecision],
@@ -46,20 +46,26 @@ async def resume_run(
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
     options: RunOptions | None = None,
+    prepare: Callable[[Agent], Agent] | None = None,
 ) -> RunResult:
     """Resume the suspended run `run_id` with `decisions`, in a process that may never
     have seen its code: the agent is `agent` (an `Agent` or a `"module:attr"`
     reference), or the one the checkpoint names; the context is rebuilt from the
     checkpoint under the run's pinned policy, then `ctx.configure` if given (`ctx` adds
     what is not data; its store is `store`); the pinned MCP servers are started for an
-    agent given by reference; `options` replaces the stored options. See `Agent.resume`."""
+    agent given by reference; `options` replaces the stored options. `prepare` is given
+    the agent that continues the run and returns the one that does (a fleet worker puts
+    its model under the fleet's limits). See `Agent.resume`."""
     rebuild = _pinned(replace(ctx, store=store) if ctx is not None else FromCheckpoint(store=store))
     if isinstance(agent, Agent):
-        return await agent.resume(
+        given = prepare(agent) if prepare is not None else agent
+        return await given.resume(
             run_id, decisions, ctx=rebuild, options=options, bucket=bucket, on_event=on_event
         )
     async with pinned_agent(store, run_id, agent, bucket=bucket) as named:
         continuing = await _agent_for(store, run_id, named, bucket)
+        if prepare is not None:
+            continuing = prepare(continuing)
         return await continuing.resume(
             run_id, decisions, ctx=rebuild, options=options, bucket=bucket, on_event=on_event
         )
@@ -93,6 +99,7 @@ async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: e
     configure: Callable[[RunContext], RunContext] | None = None,
     options: RunOptions | None = None,
     watch_control: bool = True,
+    prepare: Callable[[Agent], Agent] | None = None,
 ) -> RunResult:
     """Recover a run whose process died (or continue one suspended for review), its
     calls that ask going to `approver`; see `tiller.loop.recover`. `configure` adds to
@@ -103,14 +110,19 @@ async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: e
     that died: a cancel stops it, and each steer is folded once — those its checkpoint
     says were folded are not pushed again. `watch_control=False` leaves that to the
     caller, which then gives the run its own cancel token and steering queue in
-    `configure` and watches them itself (a fleet worker does, with `folded_steers`)."""
+    `configure` and watches them itself (a fleet worker does, with `folded_steers`).
+    `prepare` is given the agent that continues the run and returns the one that does
+    (as in `resume_run`)."""
     cancel, steering = CancellationToken(), SteeringQueue()
 
     def controlled(run_ctx: RunContext) -> RunContext:
         run_ctx = run_ctx.with_queued_input(steering) if watch_control else run_ctx
         return configure(run_ctx) if configure is not None else run_ctx
 
-    async with pinned_agent(store, run_id, agent, bucket=bucket) as continuing:
+    async with pinned_agent(store, run_id, agent, bucket=bucket) as named:
+        continuing: Agent | str | None = named
+        if prepare is not None:
+            continuing = prepare(await _agent_for(store, run_id, named, bucket))
         rebuild = _pinned(
             FromCheckpoint(
                 approver=approver,
