@@ -172,7 +172,8 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "How a fleet run ended (or that it waits for a person): status, stop cause, "
-                "text, output, usage, cost, steps, error, worker, attempt, batch. " + _WRITTEN_BY,
+                "text, output, usage, cost, steps, error, worker, queue, attempt, batch. "
+                + _WRITTEN_BY,
             ),
         ),
         _kind(
@@ -191,7 +192,7 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "A worker's heartbeat: name, host, pid, concurrency, in flight, started, "
-                "expires_at. " + _WRITTEN_BY,
+                "beat_at, expires_at. " + _WRITTEN_BY,
             ),
         ),
         _kind(

@@ -248,6 +248,7 @@ class Worker:
                 concurrency=self.concurrency,
                 in_flight=self.in_flight,
                 started_at=self._started_at,
+                beat_at=self.bus.clock(),
                 expires_at=self.bus.clock() + 3 * self.heartbeat,
             )
             try:
@@ -506,6 +507,7 @@ class Worker:
             record.model_copy(
                 update={
                     "worker": self.name,
+                    "queue": self.queue_name,
                     "attempt": job.attempt,
                     "finished_at": self.bus.clock(),
                 }

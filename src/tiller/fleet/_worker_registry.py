@@ -36,6 +36,8 @@ class WorkerInfo(Record):
     concurrency: int
     in_flight: int
     started_at: float
+    #: When it beat (the store's clock); 0.0 from a worker that did not say.
+    beat_at: float = 0.0
     expires_at: float
 
 
