@@ -22,6 +22,7 @@ from tiller.fleet import (
     SnapshotWorkspace,
     materialize,
 )
+from tiller.ops import held_approvals
 from tiller.store import open_bus
 from tiller.testing import assert_valid_stream
 
@@ -348,3 +349,80 @@ async def test_submit_and_wait_on_nats(agents: ModuleType) -> None:
     finally:
         async with await open_bus(NATS_URL, namespace=store.namespace) as bus:
             await bus.delete_namespace()  # type: ignore[attr-defined]
+
+
+async def held_id(store: Store, run_id: str) -> str:
+    async with await store.open() as bus:
+        [pending] = [a for a in await held_approvals(bus) if a.run_id == run_id]
+    return pending.id
+
+
+async def test_approving_a_fleet_run_queues_its_continuation(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """The approving process does not run it: a worker does, and its record says so."""
+    store = sqlite(tmp_path)
+    async with running_worker(store, name="the-worker"):
+        async with await store.open() as bus:
+            handle = await Fleet(bus).submit(ref(agents, "writer"), "write it", run_id="ok-me")
+            held = await handle.result(60)
+        assert held.status == "suspended"
+        done = await tiller(agents, "approve", await held_id(store, "ok-me"), "--store", store.url)
+        assert done.returncode == 0, done.stderr
+        assert "run ok-me is a fleet run: queued its continuation ok-me.continue." in done.stdout
+        assert "resuming run" not in done.stdout
+        async with await store.open() as bus:
+            record = await Fleet(bus).handle("ok-me").result(60, through_holds=True)
+    assert (record.status, record.text, record.worker) == (
+        "completed",
+        "wrote: written",
+        "the-worker",
+    )
+
+
+async def test_denying_a_fleet_run_queues_its_continuation(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    store = sqlite(tmp_path)
+    async with await store.open() as bus:
+        handle = await Fleet(bus).submit(ref(agents, "writer"), "write it", run_id="no-me")
+    async with running_worker(store):
+        async with await store.open() as bus:
+            assert (await Fleet(bus).handle("no-me").result(60)).status == "suspended"
+        done = await tiller(
+            agents,
+            "deny",
+            await held_id(store, "no-me"),
+            "--reason",
+            "not now",
+            "--store",
+            store.url,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "queued its continuation no-me.continue." in done.stdout
+        async with await store.open() as bus:
+            record = await Fleet(bus).handle(handle.run_id).result(60, through_holds=True)
+    assert record.status == "completed"
+    assert "Denied by the user: not now" in record.text
+
+
+async def test_a_run_that_is_not_a_fleet_run_still_resumes_here(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """The fleet check does not take over ordinary headless runs."""
+    store = sqlite(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    async with await store.open() as bus:
+        await Fleet(bus).submit(
+            ref(agents, "writer"), "write it", run_id="local", workspace=str(shared)
+        )
+        async with running_worker(store):
+            assert (await Fleet(bus).handle("local").result(60)).status == "suspended"
+        # Its result record gone, it is a plain suspended durable run.
+        await (await bus.kv("tiller-run-results")).delete("local")
+        approval = await held_id(store, "local")
+    done = await tiller(agents, "approve", approval, "--store", store.url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming run local" in done.stdout and "fleet run" not in done.stdout
+    assert (shared / "out.txt").read_text() == "hello"  # written by this process
