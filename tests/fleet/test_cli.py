@@ -362,9 +362,13 @@ async def test_approving_a_fleet_run_queues_its_continuation(
 ) -> None:
     """The approving process does not run it: a worker does, and its record says so."""
     store = sqlite(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
     async with running_worker(store, name="the-worker"):
         async with await store.open() as bus:
-            handle = await Fleet(bus).submit(ref(agents, "writer"), "write it", run_id="ok-me")
+            handle = await Fleet(bus).submit(
+                ref(agents, "writer"), "write it", run_id="ok-me", workspace=str(shared)
+            )
             held = await handle.result(60)
         assert held.status == "suspended"
         done = await tiller(agents, "approve", await held_id(store, "ok-me"), "--store", store.url)
@@ -378,6 +382,7 @@ async def test_approving_a_fleet_run_queues_its_continuation(
         "wrote: written",
         "the-worker",
     )
+    assert (shared / "out.txt").read_text() == "hello"  # the continuation's workspace is the run's
 
 
 async def test_denying_a_fleet_run_queues_its_continuation(

@@ -28,6 +28,7 @@ from ._batches import BatchStore
 from ._handle import RunHandle
 from ._job import JobBudget, NoWorkspace, RunJob, SharedWorkspace, WorkspaceSpec
 from ._queue import RUN_QUEUE
+from ._results import ResultStore
 from ._worker_registry import WorkerInfo, WorkerRegistry
 
 __all__ = ["Fleet", "FleetStatus"]
@@ -71,9 +72,11 @@ class Fleet:
         run_id: str | None = None,
         batch: str | None = None,
         model: str | None = None,
+        thread_id: str | None = None,
     ) -> RunHandle:
         """Queue a run of `agent` (`"module:attr"`) on `prompt`; `workspace` is a path
-        every worker shares, or a workspace spec (None: a private temporary directory)."""
+        every worker shares, or a workspace spec (None: a private temporary directory);
+        `thread_id` is the thread the run belongs to (default: its run id)."""
         if not isinstance(agent, str) or ":" not in agent:
             raise UsageError(f"agent must be a 'module:attr' reference, not {agent!r}")
         run_id = run_id if run_id is not None else f"run-{uuid.uuid4().hex}"
@@ -89,6 +92,7 @@ class Fleet:
             agent=agent,
             model=model,
             prompt=prompt,
+            thread_id=thread_id,
             workspace=spec,
             budget=budget,
             batch=batch,
@@ -107,14 +111,17 @@ class Fleet:
         """Queue the continuation of a suspended run whose held calls are all decided
         (`tiller.ops.approve` / `deny`); returns its job id, `<run_id>.continue.<n>`
         (`n` is the suspended checkpoint's revision, so two people enqueueing the same
-        continuation make one job). `UsageError` while a held call waits."""
+        continuation make one job). `UsageError` while a held call waits. It works in
+        the workspace its held result record names (the one the run started in)."""
         await decided_records(self.bus, run_id)  # every held call decided, or say which
         checkpoint = await CheckpointStore(self.bus).load(run_id)
+        held = await ResultStore(self.bus).get(run_id)
         job = RunJob(
             kind="continue",
             run_id=run_id,
             agent=checkpoint.state.agent_ref,
             model=checkpoint.state.model_spec,
+            workspace=held.workspace if held is not None and held.workspace else NoWorkspace(),
             submitted_at=self.bus.clock(),
         )
         job_id = f"{run_id}.continue.{checkpoint.revision}"

@@ -29,6 +29,7 @@ from ..store import (
     encode_record,
 )
 from ._subjects import hint_subject
+from ._workspace import WorkspaceSpec
 
 __all__ = ["HELD", "RESULTS_BUCKET", "ResultStatus", "ResultStore", "RunOutcomeRecord"]
 
@@ -70,6 +71,8 @@ class RunOutcomeRecord(Record):
     worker: str = ""
     #: The run queue its worker took it from: a continuation goes on the same queue.
     queue: str | None = None
+    #: The job's workspace: a continuation (`Fleet.continue_run`) works in the same one.
+    workspace: WorkspaceSpec | None = None
     attempt: int = 0
     batch: str | None = None
     finished_at: float = 0.0

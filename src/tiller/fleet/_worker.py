@@ -481,7 +481,7 @@ class Worker:
         )
         state = RunState(
             run_id=run_job.run_id,
-            thread_id=run_job.run_id,
+            thread_id=run_job.thread_id or run_job.run_id,
             messages=[UserMessage(text=run_job.prompt)],
         )
         state.model_spec = run_job.model
@@ -526,6 +526,7 @@ class Worker:
             steps=result.steps,
             error=result.error,
             batch=run_job.batch,
+            workspace=run_job.workspace,
             attempt=job.attempt,
         )
 
@@ -543,6 +544,7 @@ class Worker:
             steps=state.step,
             error=state.error,
             batch=run_job.batch,
+            workspace=run_job.workspace,
         )
 
 
@@ -606,5 +608,6 @@ def _record(
         error=error,
         blocked_calls=blocked_calls or [],
         batch=run_job.batch,
+        workspace=run_job.workspace,
         attempt=job.attempt if job is not None else 0,
     )
