@@ -213,3 +213,42 @@ def test_a_fleet_server_needs_an_agent_its_workers_can_load(tmp_path: Path) -> N
     assert done.returncode == 2
     assert done.stderr.strip().endswith("is served in this process only")
     assert done.stderr.count("\n") == 1
+
+
+async def test_new_input_while_the_thread_waits_or_works_gets_run_error(tmp_path: Path) -> None:
+    async with fleet_server(tmp_path) as (server, url):
+        paused = await asyncio.to_thread(
+            post_run, server.url, run_input("t7", "r7", _user("write notes.txt: hi"))
+        )
+        assert paused[-1]["outcome"]["type"] == "interrupt"
+        refused = await asyncio.to_thread(
+            post_run, server.url, run_input("t7", "r7b", _user("something else"))
+        )
+        async with await open_bus(url) as bus:
+            depth = await (await bus.queue("tiller-runs")).depth()
+    assert types(refused) == ["RUN_STARTED", "RUN_ERROR"]
+    assert refused[-1]["code"] == "INVALID_RESUME" and "open interrupts" in refused[-1]["message"]
+    assert (depth.waiting, depth.in_flight) == (0, 0)  # nothing was queued
+
+
+async def test_new_input_while_the_threads_run_works_is_thread_busy(tmp_path: Path) -> None:
+    async with fleet_server(tmp_path) as (server, url):
+        streaming = asyncio.create_task(
+            asyncio.to_thread(
+                post_run, server.url, run_input("t8", "r8", _user("slow 30")), timeout=60
+            )
+        )
+        async with await open_bus(url) as bus:
+            log = EventLog(bus)
+
+            async def started() -> bool:
+                return len(await log.read("r8")) > 2
+
+            await until(started)
+            busy = await asyncio.to_thread(
+                post_run, server.url, run_input("t8", "r8b", _user("hello"))
+            )
+            await Fleet(bus).handle("r8").cancel()
+            await streaming
+    assert types(busy) == ["RUN_STARTED", "RUN_ERROR"]
+    assert busy[-1]["code"] == "THREAD_BUSY"

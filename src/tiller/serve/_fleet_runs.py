@@ -5,7 +5,9 @@ response streams the run's events from the store, so the server holds no run in 
   `Fleet.submit` under the request's `runId` and `threadId`, jailed to the server's
   workspace (a path every worker shares). What the job cannot carry is refused with 400
   before anything is queued: frontend tools (a worker cannot hand a call back to this
-  client), a request with no user text, a run id already used.
+  client), a request with no user text, a run id already used. New input on a thread
+  whose last run waits for answers (`INVALID_RESUME`) or is still going (`THREAD_BUSY`)
+  ends the stream with `RUN_ERROR`, as in the in-process path, and queues nothing.
 - A resume (`resume: [...]`, the answers to a suspended run's interrupts): checked against
   the thread's open interrupts as in the in-process path (`plan_resume`), then each held
   call's decision is recorded (`tiller.ops.approve` / `deny`) and the run's continuation
@@ -81,6 +83,8 @@ class FleetRuns:
                 return error(400, f"run id {input.run_id!r} is already in use; send a new one")
             if input.resume:
                 frames = self._resume(input)
+            elif (refusal := await self._thread_refuses(input.thread_id)) is not None:
+                frames = _failed(input, *refusal)
             else:
                 prompt = _prompt(input)
                 handle = await self.fleet.submit(
@@ -122,6 +126,27 @@ class FleetRuns:
             return False
         return True
 
+    async def _thread_refuses(self, thread_id: str) -> tuple[str, str] | None:
+        """Why new input cannot start a run on the thread now (the AG-UI contract): its
+        last run waits for answers to its interrupts, or is still going (queued, or on a
+        worker). None when it may."""
+        thread = await ThreadView.load(self.checkpoints, thread_id)
+        if thread.paused and thread.latest is not None:
+            ids = ", ".join(str(i["id"]) for i in thread.latest.state.interrupts)
+            return (
+                f"thread {thread_id!r} has open interrupts ({ids}); answer them with "
+                "`resume` before sending new input",
+                "INVALID_RESUME",
+            )
+        if thread.status in ("running", "resumed") and thread.latest is not None:
+            return (
+                f"thread {thread_id!r} has a run in progress ({thread.latest.state.run_id}); "
+                "wait for it to end, steer it or cancel it, then send the request again "
+                "with a new runId",
+                "THREAD_BUSY",
+            )
+        return None
+
     async def _cancel(self, run_id: str) -> None:
         with contextlib.suppress(Exception):
             await self.control.request_cancel(run_id, "the client disconnected")
@@ -157,11 +182,8 @@ class FleetRuns:
             seen = len(await EventLog(self.bus).read(plan.run_id))
             await self.fleet.continue_run(plan.run_id)
         except TillerError as exc:
-            yield (
-                0,
-                encode_json(RunStartedEvent(input.thread_id, input.run_id, protocol_version="1.0")),
-            )
-            yield 1, encode_json(RunErrorEvent(str(exc), _code(exc)))
+            async for item in _failed(input, str(exc), _code(exc)):
+                yield item
             return
         async for item in self._follow(plan.run_id, after=seen, past=past):
             yield item
@@ -182,6 +204,12 @@ class FleetRuns:
 
 class _Refused(TillerError):
     """A request no worker could run (a 400)."""
+
+
+async def _failed(input: RunAgentInput, message: str, code: str) -> AsyncIterator[Indexed]:
+    """A stream that opens and ends at once with `RUN_ERROR{code}`: nothing ran."""
+    yield 0, encode_json(RunStartedEvent(input.thread_id, input.run_id, protocol_version="1.0"))
+    yield 1, encode_json(RunErrorEvent(message, code))
 
 
 def _prompt(input: RunAgentInput) -> str:
