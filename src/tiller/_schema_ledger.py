@@ -192,7 +192,7 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "A worker's heartbeat: name, host, pid, concurrency, in flight, started, "
-                "beat_at, expires_at. " + _WRITTEN_BY,
+                "beat_at, lease, expires_at. " + _WRITTEN_BY,
             ),
         ),
         _kind(

@@ -20,6 +20,7 @@ from tiller.fleet import (
     RunJob,
     SharedWorkspace,
     SnapshotWorkspace,
+    WorkerRegistry,
     materialize,
 )
 from tiller.ops import held_approvals
@@ -272,13 +273,18 @@ async def test_fleet_status_shows_depth_and_dead_letters_with_why(
 
 async def test_fleet_status_lists_the_live_workers(agents: ModuleType, tmp_path: Path) -> None:
     store = sqlite(tmp_path)
-    async with running_worker(store, name="w-one", concurrency=3):
+    async with running_worker(store, name="w-one", concurrency=3, lease=7.0):
 
         async def registered() -> bool:
             async with await store.open() as bus:
                 return bool((await Fleet(bus).status()).workers)
 
         await until(registered)
+        async with await store.open() as bus:
+            registry = WorkerRegistry(bus)
+            # A submitter opens the queue with the workers' lease, not its own default.
+            assert await registry.lease_of("tiller-runs") == 7.0
+            assert await registry.lease_of("another-queue") is None
         shown = await tiller(agents, "fleet", "status", "--store", store.url, "--json")
         table = await tiller(agents, "fleet", "status", "--store", store.url)
     assert shown.returncode == 0, shown.stderr
@@ -290,6 +296,7 @@ async def test_fleet_status_lists_the_live_workers(agents: ModuleType, tmp_path:
         0,
     )
     assert 0 < one["beat_at"] < one["expires_at"]
+    assert one["lease"] == 7.0
     (row,) = [line for line in table.stdout.splitlines() if line.startswith("w-one")]
     assert row.split()[2:6] == [str(os.getpid()), "tiller-runs", "3", "0"]
     assert row.endswith("ago")

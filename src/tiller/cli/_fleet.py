@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ._held import EXIT_OK, age, finish, print_table, timestamp
+from ._held import EXIT_OK, age, finish, print_table, queue_lease, timestamp
 from ._runs import DEFAULT_STORE, _with_store
 
 if TYPE_CHECKING:
@@ -32,8 +32,8 @@ fleet_app = typer.Typer(
 
 _STORE_HELP = "The store the fleet shares (nats://HOST:PORT, or sqlite:///PATH on one host)."
 _LEASE_HELP = (
-    "The queue's job lease the workers use (on NATS the last process to open the queue "
-    "sets it: give the workers' --lease)."
+    "The queue's job lease (seconds; default: the live workers', else 30). On NATS the "
+    "last process to open a queue sets its lease: leave it to match the workers'."
 )
 
 
@@ -43,7 +43,7 @@ def status_command(
     store: str = typer.Option(DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
-    lease: float = typer.Option(30.0, "--lease", min=0.1, help=_LEASE_HELP),
+    lease: float | None = typer.Option(None, "--lease", min=0.1, help=_LEASE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     dead_letters: bool = typer.Option(
         False, "--dead-letters", help="List the dead letters, with their reasons."
@@ -55,11 +55,12 @@ def status_command(
     async def work(bus: Bus) -> int:
         from ..fleet import Fleet
 
-        fleet = Fleet(bus, queue, lease=lease)
+        held = await queue_lease(bus, queue, lease)
+        fleet = Fleet(bus, queue, lease=held)
         status = await fleet.status()
         letters = []
         if dead_letters:
-            letters = await (await bus.queue(queue, lease=lease)).dead_letters()
+            letters = await (await bus.queue(queue, lease=held)).dead_letters()
         if as_json:
             import orjson
 
@@ -79,14 +80,15 @@ def cancel_command(
     store: str = typer.Option(DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
-    lease: float = typer.Option(30.0, "--lease", min=0.1, help=_LEASE_HELP),
+    lease: float | None = typer.Option(None, "--lease", min=0.1, help=_LEASE_HELP),
 ) -> None:
     """Cancel every run of BATCH: those not started never start, those running stop."""
 
     async def work(bus: Bus) -> int:
         from ..fleet import Fleet
 
-        runs = await Fleet(bus, queue, lease=lease).cancel_batch(batch, reason)
+        fleet = Fleet(bus, queue, lease=await queue_lease(bus, queue, lease))
+        runs = await fleet.cancel_batch(batch, reason)
         typer.echo(f"cancelled batch {batch}: {len(runs)} run(s) asked to stop")
         return EXIT_OK
 
@@ -106,6 +108,7 @@ def _as_json(
                 "queue": w.queue,
                 "concurrency": w.concurrency,
                 "in_flight": w.in_flight,
+                "lease": w.lease,
                 "started_at": w.started_at,
                 "expires_at": w.expires_at,
                 "beat_at": w.beat_at,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import UsageError
-from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish
+from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish, queue_lease
 from ._runs import DEFAULT_STORE, _with_store
 
 if TYPE_CHECKING:
@@ -48,12 +48,12 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
     ),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
-    lease: float = typer.Option(
-        30.0,
+    lease: float | None = typer.Option(
+        None,
         "--lease",
         min=0.1,
-        help="The queue's job lease the workers use (on NATS the last process to open the "
-        "queue sets it: give the workers' --lease).",
+        help="The queue's job lease (seconds; default: the live workers', else 30). On NATS the "
+        "last process to open a queue sets its lease: leave it to match the workers'.",
     ),
     run_id: str | None = typer.Option(None, "--run-id", help="The run's id (default: new)."),
     batch: str | None = typer.Option(None, "--batch", help="The batch the run belongs to."),
@@ -106,7 +106,7 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             spec: str | WorkspaceSpec | None = shared
             if snapshot and workspace is not None:
                 spec = await snapshot_workspace(bus, workspace)
-            fleet = Fleet(bus, queue, lease=lease)
+            fleet = Fleet(bus, queue, lease=await queue_lease(bus, queue, lease))
             handle = await fleet.submit(
                 agent, text, workspace=spec, budget=budget, run_id=run_id, batch=batch, model=model
             )

@@ -249,6 +249,7 @@ class Worker:
                 in_flight=self.in_flight,
                 started_at=self._started_at,
                 beat_at=self.bus.clock(),
+                lease=self.lease,
                 expires_at=self.bus.clock() + 3 * self.heartbeat,
             )
             try:

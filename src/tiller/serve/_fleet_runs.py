@@ -36,7 +36,7 @@ from starlette.responses import Response
 
 from ..errors import InvalidResume, TillerError
 from ..events import RunErrorEvent, RunStartedEvent, encode_json
-from ..fleet import Fleet, ResultStore, RunOutcomeRecord
+from ..fleet import Fleet, ResultStore, RunOutcomeRecord, WorkerRegistry
 from ..ops import approve, deny
 from ..store import ApprovalStore, Bus, CheckpointStore, ControlStore, EventLog, NotFound
 from ._http import RunStreamResponse, error
@@ -61,7 +61,7 @@ class FleetRuns:
         workspace: Path,
         detach: bool,
         keep_alive: float,
-        lease: float = 30.0,
+        lease: float | None = None,
         model: str | None = None,
     ) -> None:
         self.bus = bus
@@ -70,7 +70,9 @@ class FleetRuns:
         self.workspace = workspace
         self.detach = detach
         self.keep_alive = keep_alive
-        self.fleet = Fleet(bus, queue, lease=lease)
+        self.queue = queue
+        self.lease = lease
+        self.fleet = Fleet(bus, queue, lease=lease or 30.0)
         self.checkpoints = CheckpointStore(bus)
         self.control = ControlStore(bus)
         self.results = ResultStore(bus)
@@ -79,6 +81,10 @@ class FleetRuns:
     async def respond(self, input: RunAgentInput) -> Response:
         """The request's response: 400 for what no worker could run, else the stream."""
         try:
+            if self.lease is None:
+                # The live workers' lease, so that opening the queue keeps it (on NATS the
+                # last process to open a queue sets its lease).
+                self.fleet.lease = await WorkerRegistry(self.bus).lease_of(self.queue) or 30.0
             if await self._taken(input.run_id):
                 return error(400, f"run id {input.run_id!r} is already in use; send a new one")
             if input.resume:
