@@ -19,7 +19,7 @@ from tiller.errors import UsageError
 from tiller.examples.console_agent import make_agent
 from tiller.fleet import Fleet, Worker
 from tiller.serve import AppSettings, create_app
-from tiller.store import EventLog, open_bus
+from tiller.store import ControlStore, EventLog, open_bus
 
 from ..cli_support import tiller
 from .conftest import AUTH, SSE, TOKEN, ServerThread, free_port, post_run, run_input, types
@@ -41,8 +41,24 @@ def _user(text: str) -> list[dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def fleet_server(tmp_path: Path) -> AsyncIterator[tuple[ServerThread, str]]:
-    """A fleet server and one worker on the same SQLite file."""
+async def a_worker(url: str) -> AsyncIterator[Worker]:
+    """A worker on its own connection, until the block ends (then drained)."""
+    async with await open_bus(url) as bus:
+        worker = Worker(bus, poll_interval=0.02, control_poll=0.05, event_log_batch=1)
+        working = asyncio.create_task(worker.run())
+        try:
+            yield worker
+        finally:
+            worker.drain()
+            async with asyncio.timeout(30):
+                await working
+
+
+@contextlib.asynccontextmanager
+async def fleet_server(
+    tmp_path: Path, *, worker: bool = True
+) -> AsyncIterator[tuple[ServerThread, str]]:
+    """A fleet server and (unless `worker=False`) one worker on the same SQLite file."""
     url = f"sqlite:///{tmp_path / 'fleet.db'}?poll_interval=0.02"
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -55,16 +71,13 @@ async def fleet_server(tmp_path: Path) -> AsyncIterator[tuple[ServerThread, str]
     )
     server = ServerThread(create_app(make_agent(), settings), free_port())
     server.start()
-    async with await open_bus(url) as bus:
-        worker = Worker(bus, poll_interval=0.02, control_poll=0.05, event_log_batch=1)
-        working = asyncio.create_task(worker.run())
-        try:
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if worker:
+                await stack.enter_async_context(a_worker(url))
             yield server, url
-        finally:
-            worker.drain()
-            async with asyncio.timeout(30):
-                await working
-            await asyncio.to_thread(server.stop)
+    finally:
+        await asyncio.to_thread(server.stop)
 
 
 def _held_here(server: ServerThread) -> int:
@@ -252,3 +265,42 @@ async def test_new_input_while_the_threads_run_works_is_thread_busy(tmp_path: Pa
             await streaming
     assert types(busy) == ["RUN_STARTED", "RUN_ERROR"]
     assert busy[-1]["code"] == "THREAD_BUSY"
+
+
+async def test_a_client_that_leaves_a_resume_cancels_the_run_it_continues(tmp_path: Path) -> None:
+    """The resume's decisions and continuation are in the store before its response
+    starts, and its stream follows the suspended run (the continuation goes on under that
+    run's id): leaving it cancels that run, not the request's new run id."""
+    async with fleet_server(tmp_path, worker=False) as (server, url):
+        async with a_worker(url):
+            paused = await asyncio.to_thread(
+                post_run, server.url, run_input("t9", "r9", _user("write notes.txt: hi"))
+            )
+        (interrupt,) = paused[-1]["outcome"]["interrupts"]
+        answer = {
+            "interruptId": interrupt["id"],
+            "status": "resolved",
+            "payload": {"decision": "approve"},
+        }
+
+        def resume_and_leave() -> int:
+            body = orjson.dumps(run_input("t9", "r9b", [], resume=[answer]))
+            with (
+                httpx.Client(timeout=30) as client,
+                client.stream("POST", f"{server.url}/agui", content=body, headers=SSE) as response,
+            ):
+                return response.status_code  # and leave before any event (no worker yet)
+
+        assert await asyncio.to_thread(resume_and_leave) == 200
+        async with await open_bus(url) as bus:
+            control = ControlStore(bus)
+
+            async def asked() -> bool:
+                return await control.cancel_requested("r9") is not None
+
+            await until(asked)
+            assert await control.cancel_requested("r9b") is None
+            async with a_worker(url):
+                record = await Fleet(bus).handle("r9").result(30, through_holds=True)
+    assert record.status == "cancelled"
+    assert not (tmp_path / "workspace" / "notes.txt").exists()

@@ -87,8 +87,10 @@ class FleetRuns:
                 self.fleet.lease = await WorkerRegistry(self.bus).lease_of(self.queue) or 30.0
             if await self._taken(input.run_id):
                 return error(400, f"run id {input.run_id!r} is already in use; send a new one")
+            # The run the stream follows: a resume's is the suspended run it continues.
+            target = input.run_id
             if input.resume:
-                frames = self._resume(input)
+                target, frames = await self._resume(input)
             elif (refusal := await self._thread_refuses(input.thread_id)) is not None:
                 frames = _failed(input, *refusal)
             else:
@@ -104,7 +106,6 @@ class FleetRuns:
                 frames = self._follow(handle.run_id, after=0, past=None)
         except _Refused as exc:
             return error(400, str(exc))
-        run_id = input.run_id
         detached = _detach(input, self.detach)
         finished = False
 
@@ -117,7 +118,7 @@ class FleetRuns:
         def on_close() -> None:
             if not finished and not detached:
                 # The client went away: the run stops, on whichever worker has it.
-                task = asyncio.get_running_loop().create_task(self._cancel(run_id))
+                task = asyncio.get_running_loop().create_task(self._cancel(target))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
@@ -157,9 +158,11 @@ class FleetRuns:
         with contextlib.suppress(Exception):
             await self.control.request_cancel(run_id, "the client disconnected")
 
-    async def _resume(self, input: RunAgentInput) -> AsyncIterator[Indexed]:
-        """Decide the paused run's held calls, queue its continuation, stream it. What
-        does not fit the thread's open interrupts ends the stream with `RUN_ERROR`."""
+    async def _resume(self, input: RunAgentInput) -> tuple[str, AsyncIterator[Indexed]]:
+        """Decide the paused run's held calls and queue its continuation, before the
+        response starts (a client that leaves cannot cut it in half); returns the run the
+        stream follows, and the stream. What does not fit the thread's open interrupts
+        ends the stream with `RUN_ERROR`."""
         try:
             thread = await ThreadView.load(self.checkpoints, input.thread_id)
             entries = [e.model_dump(by_alias=True, exclude_none=True) for e in input.resume or ()]
@@ -188,11 +191,8 @@ class FleetRuns:
             seen = len(await EventLog(self.bus).read(plan.run_id))
             await self.fleet.continue_run(plan.run_id)
         except TillerError as exc:
-            async for item in _failed(input, str(exc), _code(exc)):
-                yield item
-            return
-        async for item in self._follow(plan.run_id, after=seen, past=past):
-            yield item
+            return input.run_id, _failed(input, str(exc), _code(exc))
+        return plan.run_id, self._follow(plan.run_id, after=seen, past=past)
 
     async def _follow(
         self, run_id: str, *, after: int, past: RunOutcomeRecord | None
