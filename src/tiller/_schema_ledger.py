@@ -160,7 +160,7 @@ LEDGER: Mapping[str, RecordKind] = dict(
             SchemaVersion(
                 1,
                 "0.1.0",
-                "`{kind, run_id, agent, model, prompt, workspace, budget, batch, "
+                "`{kind, run_id, agent, model, prompt, thread_id, workspace, budget, batch, "
                 "submitted_at}`: a run for a worker to start or continue.",
             ),
         ),
@@ -172,8 +172,8 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "How a fleet run ended (or that it waits for a person): status, stop cause, "
-                "text, output, usage, cost, steps, error, worker, attempt, batch, the job's "
-                "workspace spec, and the stored diff of a snapshot workspace (`diff_ref`). "
+                "text, output, usage, cost, steps, error, worker, queue, attempt, batch, the "
+                "job's workspace spec, and the stored diff of a snapshot workspace (`diff_ref`). "
                 + _WRITTEN_BY,
             ),
         ),
@@ -193,7 +193,7 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "A worker's heartbeat: name, host, pid, concurrency, in flight, started, "
-                "expires_at. " + _WRITTEN_BY,
+                "beat_at, lease, expires_at. " + _WRITTEN_BY,
             ),
         ),
         _kind(

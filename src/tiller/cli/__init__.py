@@ -123,11 +123,13 @@ def _register_durable_commands() -> None:
     `tiller approve | deny` and `tiller outbox …` (the commands open the store, and import
     the loop, only when run)."""
     from ._approvals import approvals_app, approve_command, deny_command
+    from ._fleet import fleet_app
     from ._mail import mail_app
     from ._outbox import outbox_app
     from ._rewind import rewind_command
     from ._runs import replay_command, runs_app
     from ._serve import serve_command
+    from ._submit import submit_command
     from ._taint import taint_app
     from ._worker import worker_command
 
@@ -142,6 +144,8 @@ def _register_durable_commands() -> None:
     app.add_typer(taint_app, name="taint")
     app.command("serve")(serve_command)
     app.command("worker")(worker_command)
+    app.command("submit")(submit_command)
+    app.add_typer(fleet_app, name="fleet")
 
 
 _register_durable_commands()

@@ -1,6 +1,11 @@
 """`tiller approvals list`, `tiller approve ID`, `tiller deny ID --reason TEXT`: a person
 answers the calls a headless run held, from any process, and the run goes on.
 
+A fleet run (one a worker ran: its held result record is in `tiller-run-results`) is
+not resumed here: once its held calls are all decided, its continuation is enqueued on
+the queue its worker took it from (`tiller.fleet.Fleet.continue_run`), and a worker
+resumes it.
+
 A headless durable run that needs approval suspends, and its gate holds each call in the
 store (`tiller.store.ApprovalStore`). `approve` / `deny` record the person's decision
 (once: a second decision is refused) and, when it was the last one the run waited for,
@@ -32,6 +37,7 @@ from ._held import (
     finish,
     parse_arguments,
     print_table,
+    queue_lease,
     short_json,
 )
 from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE, _resume_view, _with_store
@@ -113,7 +119,8 @@ def approve_command(
     ),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
-    """Approve a held call; once the run's held calls are all decided, resume the run.
+    """Approve a held call; once the run's held calls are all decided, resume the run
+    (a fleet run: queue its continuation for a worker).
 
     With --args the call runs with those arguments (checked against the tool's schema)."""
     allow_cwd_imports()
@@ -149,7 +156,8 @@ def deny_command(
     ),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
-    """Deny a held call; once the run's held calls are all decided, resume the run.
+    """Deny a held call; once the run's held calls are all decided, resume the run
+    (a fleet run: queue its continuation for a worker).
 
     The model reads "Denied by the user: REASON"."""
     allow_cwd_imports()
@@ -198,6 +206,8 @@ async def decide_and_resume(
     if done.waiting:
         typer.echo(f"waiting for: {', '.join(done.waiting)} (the run resumes once each is decided)")
         return EXIT_OK
+    if await _continue_on_fleet(bus, decided.run_id):
+        return EXIT_OK
     return await _resume(bus, done.records, agent, checkpoints_bucket)
 
 
@@ -221,12 +231,33 @@ def resume_decided(
     async def work(bus: Bus) -> int:
         buckets = Buckets(checkpoints=checkpoints_bucket, approvals=bucket)
         records = await decided_records(bus, run_id, buckets=buckets)
+        if await _continue_on_fleet(bus, run_id):
+            return EXIT_OK
         return await _resume(bus, records, agent, checkpoints_bucket)
 
     finish(lambda: _with_store(store, namespace, work))
 
 
 # ── the pieces ───────────────────────────────────────────────────────────────────────
+
+
+async def _continue_on_fleet(bus: Bus, run_id: str) -> bool:
+    """A fleet run (a worker ran it: its result record says it is held for a person)
+    is continued by the fleet, not in this process: enqueue its continuation on the
+    queue its worker took it from (`Fleet.continue_run`) and say so. False for a run
+    that is not a fleet run (resume it here)."""
+    from ..fleet import RUN_QUEUE, Fleet, ResultStore
+
+    record = await ResultStore(bus).get(run_id)
+    if record is None or not record.held:
+        return False
+    queue = record.queue or RUN_QUEUE
+    job_id = await Fleet(bus, queue, lease=await queue_lease(bus, queue)).continue_run(run_id)
+    typer.echo(
+        f"run {run_id} is a fleet run: queued its continuation {job_id} on {queue}; "
+        "a worker resumes it (not this process)"
+    )
+    return True
 
 
 async def _resume(

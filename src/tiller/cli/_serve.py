@@ -65,6 +65,13 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         help="The policy file new runs start with, read once now (default: tiller.toml in "
         "the directory serve is started from; never re-read per request).",
     ),
+    fleet: bool = typer.Option(
+        False,
+        "--fleet",
+        help="Submit each request's run to the fleet's workers (tiller worker on the same "
+        "store) instead of running it here; the response streams its events from the store.",
+    ),
+    queue: str = typer.Option("tiller-runs", "--queue", help="(--fleet) The run queue."),
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
     console at /."""
@@ -74,6 +81,7 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
 
     try:
         app_token = _token(host, token, no_auth)
+        fleet_agent = _fleet_agent(agent_ref, model) if fleet else None
         agent = _agent(agent_ref, model)
         workspace.mkdir(parents=True, exist_ok=True)
         here = Path.cwd() / CONFIG_FILE
@@ -90,6 +98,9 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
             cors_origins=cors,
             detach=detach,
             interrupt_ttl=interrupt_ttl,
+            fleet_queue=queue if fleet else None,
+            fleet_agent=fleet_agent,
+            fleet_model=model if fleet else None,
         )
         app = create_app(agent, settings)
     except UsageError as exc:
@@ -102,6 +113,8 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         )
     shown = f"http://{_url_host(host)}:{port}/"
     typer.echo(f"tiller serve: {agent.name} on {shown} (AG-UI at {shown}agui), store {store}")
+    if fleet:
+        typer.echo(f"tiller serve: runs go to the fleet on {queue} (start workers: tiller worker)")
     if app_token is not None and token is None:
         typer.echo(f"tiller serve: token {app_token} (open {shown}#token={app_token})")
     run_server(app, host=host, port=port)
@@ -135,6 +148,22 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+#: The offline console demo, as a worker loads it.
+_DEMO_REF = "tiller.examples.console_agent:agent"
+
+
+def _fleet_agent(ref: str | None, model: str | None) -> str:
+    """The agent reference a fleet's workers load for each request's run."""
+    if ref is not None:
+        return ref
+    if model is not None:
+        raise UsageError(
+            "--fleet needs the agent as MODULE:AGENT (the workers load it); the built-in "
+            "coding agent on --model is served in this process only"
+        )
+    return _DEMO_REF
 
 
 def _agent(ref: str | None, model: str | None) -> Agent:

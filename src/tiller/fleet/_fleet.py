@@ -66,7 +66,7 @@ class Fleet:
         self.batches = BatchStore(bus)
         self._control = ControlStore(bus)
 
-    async def submit(
+    async def submit(  # noqa: PLR0913 (the run job's fields, keyword-only: each is API)
         self,
         agent: str,
         prompt: str,
@@ -77,6 +77,7 @@ class Fleet:
         run_id: str | None = None,
         batch: str | None = None,
         model: str | None = None,
+        thread_id: str | None = None,
     ) -> RunHandle:
         """Queue a run of `agent` (`"module:attr"`) on `prompt`.
 
@@ -85,7 +86,8 @@ class Fleet:
         (`snapshot_workspace`) and materialized privately for the run on whichever worker
         takes it, its final diff stored with the result (`RunHandle.diff`); or a workspace
         spec (a `SnapshotWorkspace` made once serves many runs); None: a private temporary
-        directory. A batch with a shared budget is made first (`create_batch`)."""
+        directory. A batch with a shared budget is made first (`create_batch`).
+        `thread_id` is the thread the run belongs to (default: its run id)."""
         if not isinstance(agent, str) or ":" not in agent:
             raise UsageError(f"agent must be a 'module:attr' reference, not {agent!r}")
         run_id = run_id if run_id is not None else f"run-{uuid.uuid4().hex}"
@@ -110,6 +112,7 @@ class Fleet:
             agent=agent,
             model=model,
             prompt=prompt,
+            thread_id=thread_id,
             workspace=spec,
             budget=budget,
             batch=batch,
@@ -151,7 +154,8 @@ class Fleet:
         """Queue the continuation of a suspended run whose held calls are all decided
         (`tiller.ops.approve` / `deny`); returns its job id, `<run_id>.continue.<n>`
         (`n` is the suspended checkpoint's revision, so two people enqueueing the same
-        continuation make one job). `UsageError` while a held call waits."""
+        continuation make one job). `UsageError` while a held call waits. It works in
+        the workspace its held result record names (the one the run started in)."""
         await decided_records(self.bus, run_id)  # every held call decided, or say which
         checkpoint = await CheckpointStore(self.bus).load(run_id)
         # The run goes on in its workspace, within its batch (its held result says which).

@@ -81,9 +81,13 @@ class RunHandle:
         except StoreError:
             return None  # polling alone then
 
-    async def events(self, *, after: int = 0) -> AsyncIterator[dict[str, Any]]:
+    async def events(
+        self, *, after: int = 0, past: RunOutcomeRecord | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """The run's events as AG-UI JSON objects, from the `after`-th on (see the
-        module docstring); ends after the terminal event of the run's last segment."""
+        module docstring); ends after the terminal event of the run's last segment.
+        `past` is a result record the stream does not end on: the held record of a run
+        whose continuation was just queued (its record replaces the held one)."""
         index = after
         segment_open = False
         # When resuming mid-log, whether a segment is open there is read from the log.
@@ -103,7 +107,7 @@ class RunHandle:
                 yield event
                 if kind in _TERMINAL:
                     segment_open = False
-            if record is not None and not fresh:
+            if record is not None and record != past and not fresh:
                 # The result is written once its segment's log is complete, and the log
                 # was read after the record: nothing more is coming. (A segment still
                 # open here was cut off, and the run's result came from its checkpoint.)

@@ -70,6 +70,8 @@ class RunJob(_Strict):
     #: The model string an agent factory is called with (`load_agent(ref, model=...)`).
     model: str | None = None
     prompt: str = ""
+    #: The thread the run belongs to (a served request's `threadId`); None: its run id.
+    thread_id: str | None = None
     workspace: WorkspaceSpec = Field(default_factory=NoWorkspace)
     budget: JobBudget | None = None
     batch: str | None = None

@@ -69,6 +69,8 @@ class RunOutcomeRecord(Record):
     #: For `blocked`: the uncertain calls, `name (call id)`.
     blocked_calls: list[str] = Field(default_factory=list)
     worker: str = ""
+    #: The run queue its worker took it from: a continuation goes on the same queue.
+    queue: str | None = None
     attempt: int = 0
     batch: str | None = None
     finished_at: float = 0.0

@@ -272,6 +272,8 @@ class Worker:
                 concurrency=self.concurrency,
                 in_flight=self.in_flight,
                 started_at=self._started_at,
+                beat_at=self.bus.clock(),
+                lease=self.lease,
                 expires_at=self.bus.clock() + 3 * self.heartbeat,
             )
             try:
@@ -606,7 +608,7 @@ class Worker:
         )
         state = RunState(
             run_id=run_job.run_id,
-            thread_id=run_job.run_id,
+            thread_id=run_job.thread_id or run_job.run_id,
             messages=[UserMessage(text=run_job.prompt)],
         )
         state.model_spec = run_job.model
@@ -632,6 +634,7 @@ class Worker:
             record.model_copy(
                 update={
                     "worker": self.name,
+                    "queue": self.queue_name,
                     "attempt": job.attempt,
                     "finished_at": self.bus.clock(),
                 }

@@ -36,6 +36,10 @@ class WorkerInfo(Record):
     concurrency: int
     in_flight: int
     started_at: float
+    #: When it beat (the store's clock); 0.0 from a worker that did not say.
+    beat_at: float = 0.0
+    #: Its queue's job lease (seconds); None from a worker that did not say.
+    lease: float | None = None
     expires_at: float
 
 
@@ -57,6 +61,13 @@ class WorkerRegistry:
 
     async def leave(self, name: str) -> None:
         await (await self._bucket()).delete(name)
+
+    async def lease_of(self, queue: str) -> float | None:
+        """The job lease the live workers of `queue` use (the longest, if they differ),
+        or None with none live: a submitter opening the queue with it leaves the
+        workers' lease as it is (on NATS the last process to open a queue sets it)."""
+        leases = [w.lease for w in await self.live() if w.queue == queue and w.lease]
+        return max(leases) if leases else None
 
     async def live(self) -> list[WorkerInfo]:
         """The workers whose heartbeat has not expired, by name; expired records are

@@ -35,6 +35,7 @@ from ..loop import Agent, RunOptions
 from ..pinned_policy import PinnedPolicy
 from ..store import open_bus
 from ..tools.mcp import open_mcp_tools
+from ._fleet_runs import FleetRuns
 from ._guard import Guard
 from ._http import RunStreamResponse, accepts_sse, error, is_json, issues, read_body
 from ._input import InvalidRunInput
@@ -117,7 +118,10 @@ class _Server:
         )
         self.keep_alive = app.keep_alive
         self.max_body = app.max_body
+        self._app = app
         self._runner: Runner | None = None
+        #: With `AppSettings(fleet_queue=...)`: where each request's run goes instead.
+        self.fleet: FleetRuns | None = None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -129,10 +133,22 @@ class _Server:
             async with contextlib.AsyncExitStack() as stack:
                 await self._open_mcp(stack)
                 self._runner = Runner(self.agent, bus, self.settings)
+                if self._app.fleet_queue is not None and self._app.fleet_agent is not None:
+                    self.fleet = FleetRuns(
+                        bus,
+                        agent=self._app.fleet_agent,
+                        model=self._app.fleet_model,
+                        queue=self._app.fleet_queue,
+                        workspace=self.settings.workspace,
+                        detach=self.settings.detach,
+                        keep_alive=self.keep_alive,
+                    )
                 try:
                     yield
                 finally:
                     await self._runner.aclose()
+                    if self.fleet is not None:
+                        await self.fleet.aclose()
         finally:
             if isinstance(self._store, str):
                 await bus.aclose()
@@ -187,6 +203,8 @@ class _Server:
             run_input = RunAgentInput.model_validate(raw)
         except ValidationError as exc:
             return error(400, "the body is not a valid RunAgentInput", details=issues(exc))
+        if self.fleet is not None:
+            return await self.fleet.respond(run_input)
         try:
             prepared = await self.runner.prepare(run_input)
         except InvalidRunInput as exc:

@@ -56,6 +56,13 @@ class AppSettings:
     #: Builds each run's stream transformers (`lambda: [FilterToolCalls.deny(["x"])]`):
     #: a factory, so two requests never share one's state.
     transformers: TransformerFactory | None = None
+    #: Submit each request's run to the fleet on this run queue (`tiller serve --fleet`)
+    #: instead of running it here; None: runs run in this process.
+    fleet_queue: str | None = None
+    #: The agent the fleet's workers load, `"module:attr"` (needed with `fleet_queue`).
+    fleet_agent: str | None = None
+    #: The model string a fleet worker calls the agent's factory with.
+    fleet_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():
@@ -63,6 +70,11 @@ class AppSettings:
         if self.interrupt_ttl is not None and not self.interrupt_ttl > 0:
             raise UsageError(f"interrupt_ttl must be positive seconds, not {self.interrupt_ttl!r}")
         check_transformer_factory(self.transformers)
+        if self.fleet_queue is not None and not self.fleet_agent:
+            raise UsageError(
+                "a fleet server needs the agent its workers load: fleet_agent='module:attr' "
+                "(tiller serve MODULE:AGENT --fleet)"
+            )
 
 
 class LegacyAppArgs(TypedDict, total=False):

@@ -1,0 +1,197 @@
+"""`tiller submit AGENT PROMPT`: queue one run on a fleet, print its run id, and with
+`--wait` or `--follow` stay to see it end.
+
+Everything that can be refused is checked before anything is enqueued: the agent is a
+`module:attr` reference whose module this process can find (`--no-check` when only the
+workers have it), the budgets are positive, the workspace exists. A refusal is one line on
+stderr and exit code 2. `--follow` prints the run's AG-UI events, one JSON object a line,
+from its event log (`RunHandle.events()`); `--wait` and `--follow` then print the result
+and exit with its status's code: 0 completed (or held for a person: `tiller approvals
+list`), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from ..errors import UsageError
+from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish, queue_lease
+from ._runs import DEFAULT_STORE, _with_store
+
+if TYPE_CHECKING:
+    from ..fleet import JobBudget, RunOutcomeRecord, WorkspaceSpec
+    from ..store import Bus
+
+__all__ = ["exit_code_of", "print_result", "submit_command"]
+
+
+def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one of its options
+    *,
+    agent: str = typer.Argument(..., help="The agent, module:attr (an Agent or a factory)."),
+    prompt: str | None = typer.Argument(
+        None, help="What the agent should do; '-' reads it from standard input."
+    ),
+    prompt_file: Path | None = typer.Option(
+        None, "--prompt-file", help="Read the prompt from this file instead."
+    ),
+    store: str = typer.Option(
+        DEFAULT_STORE,
+        "--store",
+        envvar="TILLER_STORE",
+        help="The store the fleet shares (nats://HOST:PORT, or sqlite:///PATH on one host).",
+    ),
+    namespace: str = typer.Option("", "--namespace", help="The store namespace."),
+    queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
+    lease: float | None = typer.Option(
+        None,
+        "--lease",
+        min=0.1,
+        help="The queue's job lease (seconds; default: the live workers', else 30). On NATS the "
+        "last process to open a queue sets its lease: leave it to match the workers'.",
+    ),
+    run_id: str | None = typer.Option(None, "--run-id", help="The run's id (default: new)."),
+    batch: str | None = typer.Option(None, "--batch", help="The batch the run belongs to."),
+    workspace: Path | None = typer.Option(
+        None,
+        "--workspace",
+        "-w",
+        help="A directory every worker shares at this path (default: a private empty one).",
+    ),
+    snapshot: bool = typer.Option(
+        False,
+        "--snapshot",
+        help="Store the --workspace directory in the store: each run gets its own copy, "
+        "on whichever worker takes it.",
+    ),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after N steps."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Stop after N output tokens."),
+    max_cost: float | None = typer.Option(None, "--max-cost", help="Stop after spending USD."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="The model string an agent factory is called with."
+    ),
+    wait: bool = typer.Option(False, "--wait", help="Wait for the result and print it."),
+    follow: bool = typer.Option(
+        False, "--follow", help="Print the run's events as they come (JSON lines), then its result."
+    ),
+    no_check: bool = typer.Option(
+        False, "--no-check", help="Do not check that the agent's module is importable here."
+    ),
+) -> None:
+    """Queue a run of AGENT on PROMPT for the fleet's workers; print its run id."""
+    allow_cwd_imports()
+
+    def start() -> Coroutine[Any, Any, int]:
+        text = _prompt(prompt, prompt_file)
+        if not no_check:
+            _check_agent(agent)
+        budget = _budget(max_steps, max_tokens, max_cost)
+        if workspace is not None and not snapshot and not workspace.is_dir():
+            raise UsageError(
+                f"the workspace {str(workspace)!r} is not a directory; give one every worker "
+                "can reach at that path, or --snapshot to copy it into the store"
+            )
+        if snapshot and workspace is None:
+            raise UsageError("--snapshot needs --workspace DIR (the directory to store)")
+        shared = str(workspace.resolve()) if workspace is not None and not snapshot else None
+
+        async def work(bus: Bus) -> int:
+            from ..fleet import Fleet, snapshot_workspace
+
+            spec: str | WorkspaceSpec | None = shared
+            if snapshot and workspace is not None:
+                spec = await snapshot_workspace(bus, workspace)
+            fleet = Fleet(bus, queue, lease=await queue_lease(bus, queue, lease))
+            handle = await fleet.submit(
+                agent, text, workspace=spec, budget=budget, run_id=run_id, batch=batch, model=model
+            )
+            typer.echo(handle.run_id)
+            if not (wait or follow):
+                return EXIT_OK
+            if follow:
+                import orjson
+
+                async for event in handle.events():
+                    typer.echo(orjson.dumps(event).decode())
+            record = await handle.result()
+            print_result(record)
+            return exit_code_of(record)
+
+        return _with_store(store, namespace, work)
+
+    finish(start)
+
+
+def _prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    if prompt is not None and prompt_file is not None:
+        raise UsageError("give the prompt as an argument or with --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            text = prompt_file.read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read --prompt-file {str(prompt_file)!r}: {exc}") from None
+    elif prompt == "-":
+        text = sys.stdin.read()
+    elif prompt is not None:
+        text = prompt
+    else:
+        raise UsageError("give a PROMPT (or '-' to read it from standard input, or --prompt-file)")
+    if not text.strip():
+        raise UsageError("the prompt is empty; say what the agent should do")
+    return text
+
+
+def _check_agent(agent: str) -> None:
+    """A reference a worker could never load is refused here: its form, and whether its
+    module can be found from this directory (importing it could run anything: not done)."""
+    module, sep, attr = agent.partition(":")
+    if not sep or not module or not attr:
+        raise UsageError(f"the agent must be a module:attr reference, not {agent!r}")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise UsageError(
+            f"no module {module!r} is importable here (agent {agent!r}); run from the "
+            "directory that holds it, or pass --no-check if only the workers have it"
+        )
+
+
+def _budget(
+    max_steps: int | None, max_tokens: int | None, max_cost: float | None
+) -> JobBudget | None:
+    for option, value in (("--max-steps", max_steps), ("--max-tokens", max_tokens)):
+        if value is not None and value < 1:
+            raise UsageError(f"{option} must be at least 1, not {value}")
+    if max_cost is not None and not max_cost >= 0:
+        raise UsageError(f"--max-cost must be a non-negative number of USD, not {max_cost}")
+    if max_steps is None and max_tokens is None and max_cost is None:
+        return None
+    from ..fleet import JobBudget
+
+    return JobBudget(max_steps=max_steps, max_output_tokens=max_tokens, max_cost_usd=max_cost)
+
+
+def print_result(record: RunOutcomeRecord) -> None:
+    """How a fleet run ended, a few lines."""
+    cause = f" ({record.stop_cause})" if record.stop_cause else ""
+    typer.echo(f"{record.run_id}  {record.status}{cause}  steps {record.steps}")
+    if record.text:
+        typer.echo(f"final text  {record.text}")
+    if record.error:
+        typer.echo(f"error: {record.error}")
+    if record.status == "suspended":
+        typer.echo("it waits for a person: tiller approvals list, then tiller approve | deny")
+    if record.blocked_calls:
+        typer.echo(f"uncertain calls: {', '.join(record.blocked_calls)} (tiller runs reconcile)")
+
+
+def exit_code_of(record: RunOutcomeRecord) -> int:
+    """0 completed, or held for a person; 1 otherwise."""
+    return EXIT_OK if record.status == "completed" or record.held else EXIT_NOT_COMPLETED
