@@ -395,6 +395,13 @@ class Worker:
             # released; another worker continues it now.
             await queue.nak(await keeper.check(), delay=0.0, error="drained")
             return "released"
+        if result.store_failed:
+            # A durable write was refused (another process took the run over) or failed
+            # (the store went away): the run did not end. No result (the first one would
+            # stand for good); the job goes back, for whoever holds the run, or for a
+            # recovery from its checkpoint once the store is back.
+            await queue.nak(await keeper.check(), delay=0.0, error=result.error or "")
+            return "released"
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)
         record = self._from_result(run_job, result, keeper.job)
