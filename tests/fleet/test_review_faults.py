@@ -5,6 +5,8 @@ that is not the run's, no job acked that another holder still runs, a typed erro
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from collections import Counter
 from types import ModuleType
 
@@ -13,7 +15,7 @@ import pytest
 from tiller.fleet import RUN_QUEUE, Fleet, Worker
 from tiller.store import CheckpointStore, QueueDepth, StoreDurability, open_bus
 
-from .conftest import ref, until
+from .conftest import NATS_URL, ref, until
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -62,3 +64,99 @@ async def test_a_run_taken_over_elsewhere_is_neither_recorded_nor_acked(
         assert await queue.depth() == QueueDepth(waiting=1, in_flight=0)
         assert await queue.dead_letters() == []
         assert Counter(agents.ledger_lines())["taken-call-2"] == 1
+
+
+class _Proxy:
+    """A TCP proxy to the NATS server that the test cuts and restores (as
+    tests/store/test_nats.py's): the store "goes away" for one worker only."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, "127.0.0.1", self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        self._writers.clear()
+        await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 4222)
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def test_nats_going_away_mid_run_the_worker_claims_again_when_it_returns(
+    agents: ModuleType,
+) -> None:
+    """The issue's fault: NATS goes away while a run is inside a call. The run's next
+    write fails (`StoreUnavailable`), the worker claims nothing meanwhile and survives;
+    when NATS is back it claims again, the run goes on from its checkpoint (the call cut
+    off is uncertain: held for a person, never run twice, law 5), and a run submitted
+    during the outage completes. No result says `error`, nothing is dead-lettered."""
+    namespace = f"rv{uuid.uuid4().hex[:12]}"
+    proxy = _Proxy()
+    await proxy.start()
+    async with (
+        await open_bus(NATS_URL, namespace=namespace) as steady,
+        await open_bus(f"nats://127.0.0.1:{proxy.port}", namespace=namespace) as flaky,
+    ):
+        try:
+            held, started = gate(agents, 2)
+            fleet = Fleet(steady, lease=3.0)
+            first = await fleet.submit(ref(agents, "three"), "go", run_id="outage-1")
+            told: list[tuple[str, str]] = []
+            worker = Worker(
+                flaky,
+                name="A",
+                lease=3.0,
+                poll_interval=0.05,
+                control_poll=0.1,
+                on_job=lambda *what: told.append(what),
+            )
+            running = asyncio.create_task(worker.run())
+            async with asyncio.timeout(30):
+                await started.wait()
+            await proxy.cut()
+            held.set()  # the note ends while the store is away: its record cannot be written
+            second = await fleet.submit(ref(agents, "three"), "go", run_id="outage-2")
+
+            async def let_go() -> bool:
+                return ("outage-1", "released") in told
+
+            await until(let_go, within=60)
+            assert not running.done()  # the claim loop lives on
+            assert await first.peek() is None and await second.peek() is None
+            await proxy.start()  # NATS is back
+            async with asyncio.timeout(90):
+                one = await first.result()
+                two = await second.result()
+            assert await (await steady.queue(RUN_QUEUE, lease=3.0)).dead_letters() == []
+        finally:
+            worker.drain()
+            async with asyncio.timeout(30):
+                await running
+            await proxy.cut()
+            await steady.delete_namespace()  # type: ignore[attr-defined]
+    assert (two.status, two.text) == ("completed", "done after 3 notes")
+    assert one.status == "blocked" and one.blocked_calls == ["note (outage-1-call-2)"]
+    ledger = Counter(agents.ledger_lines())
+    assert set(ledger.values()) == {1}  # no call ran twice
+    assert ledger["outage-1-call-2"] == 1 and "outage-1-call-3" not in ledger
