@@ -21,12 +21,22 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ..errors import UsageError
 from ..ops import decided_records
 from ..store import Bus, CheckpointStore, ControlStore, JobQueue, QueueDepth
 from ._batches import BatchStore
 from ._handle import RunHandle
-from ._job import JobBudget, NoWorkspace, RunJob, SharedWorkspace, WorkspaceSpec
+from ._job import (
+    JobBudget,
+    NoWorkspace,
+    RunJob,
+    SharedWorkspace,
+    WorkspaceSpec,
+    check_run_id,
+    problems,
+)
 from ._queue import RUN_QUEUE
 from ._worker_registry import WorkerInfo, WorkerRegistry
 
@@ -76,7 +86,7 @@ class Fleet:
         every worker shares, or a workspace spec (None: a private temporary directory)."""
         if not isinstance(agent, str) or ":" not in agent:
             raise UsageError(f"agent must be a 'module:attr' reference, not {agent!r}")
-        run_id = run_id if run_id is not None else f"run-{uuid.uuid4().hex}"
+        run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex}"
         spec: WorkspaceSpec
         if workspace is None:
             spec = NoWorkspace()
@@ -84,16 +94,19 @@ class Fleet:
             spec = SharedWorkspace(path=_absolute(workspace))
         else:
             spec = workspace
-        job = RunJob(
-            run_id=run_id,
-            agent=agent,
-            model=model,
-            prompt=prompt,
-            workspace=spec,
-            budget=budget,
-            batch=batch,
-            submitted_at=self.bus.clock(),
-        )
+        try:
+            job = RunJob(
+                run_id=run_id,
+                agent=agent,
+                model=model,
+                prompt=prompt,
+                workspace=spec,
+                budget=budget,
+                batch=batch,
+                submitted_at=self.bus.clock(),
+            )
+        except ValidationError as exc:
+            raise UsageError(f"cannot submit run {run_id!r}: {problems(exc)}") from None
         if batch is not None:
             await self.batches.add(batch, run_id)  # before the job: cancel_batch sees it
         await (await self._queue()).enqueue(job.encode(), job_id=run_id)
