@@ -399,8 +399,9 @@ class Worker:
             # A durable write was refused (another process took the run over) or failed
             # (the store went away): the run did not end. No result (the first one would
             # stand for good); the job goes back, for whoever holds the run, or for a
-            # recovery from its checkpoint once the store is back.
-            await queue.nak(await keeper.check(), delay=0.0, error=result.error or "")
+            # recovery from its checkpoint once the store is back. Not before a lease would
+            # lapse: at once, it would only meet the live lease again (and burn attempts).
+            await queue.nak(await keeper.check(), delay=self.lease, error=result.error or "")
             return "released"
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)

@@ -37,7 +37,14 @@ from ..events import (
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
-from ..store import DEFAULT_BUCKET, EventLog, EventLogWriter, LeaseLost, StoreUnavailable
+from ..store import (
+    DEFAULT_BUCKET,
+    EventLog,
+    EventLogWriter,
+    LeaseLost,
+    RunStillRunning,
+    StoreUnavailable,
+)
 from ..tools import Registry, Tool, remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
@@ -537,11 +544,12 @@ class _LoopRun:
 
 
 def _store_failure(exc: BaseException) -> bool:
-    """`exc` (or, in a group, every one of its leaves) is a durable write the store
-    refused (`LeaseLost`) or could not take (`StoreUnavailable`)."""
+    """`exc` (or, in a group, every one of its leaves) is the store refusing the run
+    (`LeaseLost`; `RunStillRunning`: another process took its lease first) or unable to
+    take a durable write (`StoreUnavailable`)."""
     if isinstance(exc, BaseExceptionGroup):
         return all(_store_failure(inner) for inner in exc.exceptions)
-    return isinstance(exc, LeaseLost | StoreUnavailable)
+    return isinstance(exc, LeaseLost | RunStillRunning | StoreUnavailable)
 
 
 def _with_children(messages: list[dict[str, Any]], state: RunState) -> list[dict[str, Any]]:

@@ -67,9 +67,10 @@ class RunResult:
     #: When suspended: the `RunState` to resume from (also in the store, in durable mode).
     checkpoint: RunState | None = None
     pause_reason: str | None = None
-    #: A durable write of the run was refused (`LeaseLost`: another process took it over)
-    #: or failed (`StoreUnavailable`): the run did not end, it stopped where its checkpoint
-    #: is, for its new holder or a recovery. A fleet worker records no result for it.
+    #: The store refused the run (`LeaseLost`: another process took it over;
+    #: `RunStillRunning`: another holds its lease) or could not take a durable write
+    #: (`StoreUnavailable`): the run did not end, it stopped where its checkpoint is, for
+    #: its holder or a recovery. A fleet worker records no result for it.
     store_failed: bool = False
 
     @property
