@@ -192,3 +192,30 @@ async def test_a_fresh_run_whose_lease_another_process_took_first_is_not_an_erro
         assert await handle.peek() is None
         assert agents.ledger_lines() == []
         assert await (await bus.queue(RUN_QUEUE, lease=5.0)).dead_letters() == []
+
+
+async def test_an_on_job_callback_that_raises_does_not_stop_the_worker(
+    agents: ModuleType,
+) -> None:
+    """`on_job` is the caller's (a log line, a metric): its bug is logged, and neither
+    kills the worker's claim loop (with every run it holds) nor loses the job."""
+    async with await open_bus("memory://") as bus:
+        fleet = Fleet(bus)
+        first = await fleet.submit(ref(agents, "three"), "go", run_id="told-1")
+
+        def on_job(run_id: str, what: str) -> None:
+            raise RuntimeError(f"the caller's callback broke on {run_id} {what}")
+
+        worker = Worker(bus, name="A", lease=5.0, poll_interval=0.02, on_job=on_job)
+        running = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(30):
+                one = await first.result()
+                second = await fleet.submit(ref(agents, "three"), "go", run_id="told-2")
+                two = await second.result()
+            assert not running.done()
+        finally:
+            worker.drain()
+            async with asyncio.timeout(30):
+                await running
+    assert (one.status, two.status) == ("completed", "completed")

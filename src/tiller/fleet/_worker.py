@@ -279,8 +279,14 @@ class Worker:
             self._tell(job.id, end)
 
     def _tell(self, run_id: str, what: str) -> None:
-        if self.on_job is not None:
+        """Tell `on_job`; its failure is the caller's bug, logged: it neither fails the
+        job (which would be released and run again) nor stops the claim loop."""
+        if self.on_job is None:
+            return
+        try:
             self.on_job(run_id, what)
+        except Exception:
+            _logger.exception("worker %s: on_job(%r, %r) failed", self.name, run_id, what)
 
     async def _job(self, queue: JobQueue, job: Job, keeper: JobLeaseKeeper) -> JobEnd:
         try:
