@@ -12,8 +12,19 @@ from types import ModuleType
 
 import pytest
 
-from tiller.fleet import RUN_QUEUE, Fleet, Worker
-from tiller.store import CheckpointStore, QueueDepth, StoreDurability, open_bus
+from tiller.conversation import UserMessage
+from tiller.events import RunFinishedEvent, RunStartedEvent, StepFinishedEvent, StepStartedEvent
+from tiller.fleet import (
+    RUN_QUEUE,
+    WORKER_LOST,
+    Fleet,
+    ResultStore,
+    RunHandle,
+    RunOutcomeRecord,
+    Worker,
+)
+from tiller.state import RunState
+from tiller.store import CheckpointStore, EventLog, QueueDepth, StoreDurability, open_bus
 
 from .conftest import NATS_URL, ref, until
 
@@ -219,3 +230,57 @@ async def test_an_on_job_callback_that_raises_does_not_stop_the_worker(
             async with asyncio.timeout(30):
                 await running
     assert (one.status, two.status) == ("completed", "completed")
+
+
+async def test_events_followed_during_a_continuation_are_not_cut_with_a_false_worker_lost(
+    agents: ModuleType,
+) -> None:
+    """A run held for a person (its `suspended` record stands) is continued: a client that
+    follows its events while the continuation runs reads an open segment. A pause between
+    two of its event-log batches is not a dead worker: the stream follows the segment to
+    its end, with no `WORKER_LOST` put in and cut off."""
+    async with await open_bus("memory://") as bus:
+        await CheckpointStore(bus).save(
+            RunState(run_id="held", thread_id="held", messages=[UserMessage(text="go")]),
+            "running",  # the continuation runs
+        )
+        results = ResultStore(bus)
+        await results.record(RunOutcomeRecord(run_id="held", status="suspended"))
+        log = EventLog(bus).writer("held", batch_size=1)
+        for event in (
+            RunStartedEvent(thread_id="held", run_id="held"),
+            StepStartedEvent("step 1"),
+            StepFinishedEvent("step 1"),
+            RunFinishedEvent(thread_id="held", run_id="held"),  # the suspension
+            RunStartedEvent(thread_id="held", run_id="held"),  # the continuation
+            StepStartedEvent("step 2"),
+        ):
+            log(event)
+        await log.wait()
+        handle = RunHandle(bus, "held", poll_interval=0.01)
+        seen: list[dict[str, object]] = []
+
+        async def follow() -> None:
+            async for event in handle.events():
+                seen.append(event)
+
+        following = asyncio.create_task(follow())
+
+        async def mid_continuation() -> bool:
+            return len(seen) >= 6 or following.done()
+
+        await until(mid_continuation)
+        await asyncio.sleep(0.2)  # many polls with nothing new: the continuation is slow
+        log(StepFinishedEvent("step 2"))
+        log(RunFinishedEvent(thread_id="held", run_id="held"))
+        await log.wait()
+        await results.record(RunOutcomeRecord(run_id="held", status="completed"))
+        async with asyncio.timeout(30):
+            await following
+    assert [e["type"] for e in seen][4:] == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "STEP_FINISHED",
+        "RUN_FINISHED",
+    ]
+    assert not any(e.get("code") == WORKER_LOST for e in seen)
