@@ -10,7 +10,7 @@ import pytest
 
 from tiller.errors import UsageError
 from tiller.fleet import RUN_QUEUE, Fleet, MalformedJob, RunJob
-from tiller.store import Bus, QueueDepth
+from tiller.store import Bus, CheckpointStore, QueueDepth
 
 from .conftest import Store, ref, running_worker, until
 
@@ -174,3 +174,15 @@ async def test_an_empty_run_id_or_prompt_is_a_usage_error_not_a_pydantic_one(
         await fleet.submit(ref(agents, "three"), "", run_id="no-prompt")
     with pytest.raises(UsageError, match="budget"):
         await fleet.submit(ref(agents, "three"), "go", budget={"max_steps": 0})  # type: ignore[arg-type]
+
+
+async def test_a_ten_megabyte_prompt_runs(store: Store, bus: Bus, agents: ModuleType) -> None:
+    """Far over NATS's 1 MB message limit: the job, the checkpoint and the event log carry
+    it (through the object store), and the run completes."""
+    prompt = "x" * (10 * 1024 * 1024)
+    handle = await Fleet(bus).submit(ref(agents, "three"), prompt, run_id="huge-prompt")
+    async with running_worker(store):
+        record = await handle.result(60)
+    assert (record.status, record.text) == ("completed", "done after 3 notes")
+    state = (await CheckpointStore(bus).load("huge-prompt")).state
+    assert state.messages[0].text == prompt  # type: ignore[union-attr]
