@@ -186,3 +186,8 @@ async def test_a_ten_megabyte_prompt_runs(store: Store, bus: Bus, agents: Module
     assert (record.status, record.text) == ("completed", "done after 3 notes")
     state = (await CheckpointStore(bus).load("huge-prompt")).state
     assert state.messages[0].text == prompt  # type: ignore[union-attr]
+
+
+async def test_continuing_a_run_whose_id_a_fleet_cannot_take_says_so(bus: Bus) -> None:
+    with pytest.raises(UsageError, match="no '/'"):
+        await Fleet(bus).continue_run("made/elsewhere")

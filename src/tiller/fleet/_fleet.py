@@ -121,6 +121,7 @@ class Fleet:
         (`tiller.ops.approve` / `deny`); returns its job id, `<run_id>.continue.<n>`
         (`n` is the suspended checkpoint's revision, so two people enqueueing the same
         continuation make one job). `UsageError` while a held call waits."""
+        check_run_id(run_id)  # only a fleet run id has continuation job ids
         await decided_records(self.bus, run_id)  # every held call decided, or say which
         checkpoint = await CheckpointStore(self.bus).load(run_id)
         job = RunJob(
