@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 
 import pytest
@@ -20,9 +21,11 @@ from tiller.fleet import (
     Fleet,
     ResultStore,
     RunHandle,
+    RunJob,
     RunOutcomeRecord,
     Worker,
 )
+from tiller.loop import RunContext
 from tiller.state import RunState
 from tiller.store import CheckpointStore, EventLog, QueueDepth, StoreDurability, open_bus
 
@@ -284,3 +287,39 @@ async def test_events_followed_during_a_continuation_are_not_cut_with_a_false_wo
         "RUN_FINISHED",
     ]
     assert not any(e.get("code") == WORKER_LOST for e in seen)
+
+
+class _BrokenGuard:
+    """A guard with a bug: admitting any run raises."""
+
+    @contextlib.asynccontextmanager
+    async def admit(self, job: RunJob) -> AsyncIterator[Callable[[RunContext], RunContext]]:
+        raise RuntimeError("the guard is broken")
+        yield lambda ctx: ctx  # pragma: no cover (never reached)
+
+
+async def test_a_run_that_fails_the_worker_on_every_attempt_gets_a_failed_result(
+    agents: ModuleType,
+) -> None:
+    """A worker failure (not the run's) releases the job to try again; on its last
+    attempt the job goes to the dead letters, and `handle.result()` must not wait for
+    ever: the run gets a `failed` record saying why."""
+    async with await open_bus("memory://") as bus:
+        handle = await Fleet(bus, lease=0.2).submit(ref(agents, "three"), "go", run_id="poison")
+        worker = Worker(bus, name="A", lease=0.2, poll_interval=0.02, guard=_BrokenGuard())
+        running = asyncio.create_task(worker.run())
+        try:
+            record = await handle.result(30)
+            queue = await bus.queue(RUN_QUEUE, lease=0.2)
+
+            async def dead() -> bool:
+                return bool(await queue.dead_letters())
+
+            await until(dead)
+        finally:
+            worker.drain()
+            async with asyncio.timeout(30):
+                await running
+    assert record.status == "failed" and record.attempt == 5
+    assert record.error is not None and "RuntimeError: the guard is broken" in record.error
+    assert agents.ledger_lines() == []

@@ -265,9 +265,11 @@ class Worker:
             end = await self._job(queue, job, keeper)
         except JobLeaseLost as exc:
             _logger.warning("worker %s: %s", self.name, exc)
-        except Exception:  # one job's failure never stops the worker
+        except Exception as exc:  # one job's failure never stops the worker
             _logger.exception("worker %s: job %s failed", self.name, job.id)
             with contextlib.suppress(StoreError):
+                if keeper.job.attempt >= queue.max_deliver:
+                    await self._give_up(keeper, job, exc)
                 await queue.nak(
                     keeper.job, delay=self.lease, error="the worker failed; see its log"
                 )
@@ -277,6 +279,21 @@ class Worker:
             self._boundaries.pop(job.id, None)
             slots.release()
             self._tell(job.id, end)
+
+    async def _give_up(self, keeper: JobLeaseKeeper, job: Job, exc: Exception) -> None:
+        """The job's last attempt failed the worker: the nak sends it to the dead letters,
+        so the run gets a `failed` record (else `RunHandle.result()` waits for ever)."""
+        try:
+            run_job = RunJob.decode(job.id, job.payload)
+        except MalformedJob:
+            return
+        if run_job.kind != "start":
+            return  # a continuation's run keeps its held record, for a person
+        error = (
+            f"the worker failed on each of its {keeper.job.attempt} attempts "
+            f"(the last: {type(exc).__name__}: {exc}); see the workers' logs"
+        )
+        await self._write(keeper, _record(run_job, "failed", error=error, job=keeper.job))
 
     def _tell(self, run_id: str, what: str) -> None:
         """Tell `on_job`; its failure is the caller's bug, logged: it neither fails the
