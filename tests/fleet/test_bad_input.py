@@ -8,8 +8,9 @@ from types import ModuleType
 
 import pytest
 
+from tiller.errors import UsageError
 from tiller.fleet import RUN_QUEUE, Fleet, MalformedJob, RunJob
-from tiller.store import Bus
+from tiller.store import Bus, CheckpointStore, QueueDepth
 
 from .conftest import Store, ref, running_worker, until
 
@@ -138,3 +139,55 @@ async def test_a_batch_cancelled_before_its_runs_start_runs_none(
     assert {(r.status, r.batch) for r in records} == {("cancelled", "nightly")}
     assert kept.status == "completed"
     assert len(agents.ledger_lines()) == 3  # only `other` ran
+
+
+@pytest.mark.parametrize(
+    ("run_id", "expected"),
+    [
+        ("victim/lease", "no '/'"),  # would be another run's lease key in the store
+        ("victim/calls/victim-call-2", "no '/'"),  # another run's call record
+        ("../escape", "starting with"),
+        ("has space", "no '/', spaces"),
+        ("x" * 5000, "at most 200"),  # a NATS control line overflows: the connection drops
+        ("victim.continue.7", "continuations"),  # would swallow victim's continuation job
+    ],
+)
+async def test_a_hostile_run_id_is_refused_at_submit_and_dead_lettered_on_the_queue(
+    store: Store, bus: Bus, agents: ModuleType, run_id: str, expected: str
+) -> None:
+    fleet = Fleet(bus)
+    with pytest.raises(UsageError, match="run id") as caught:
+        await fleet.submit(ref(agents, "three"), "go", run_id=run_id)
+    assert expected in str(caught.value)
+    with pytest.raises(MalformedJob, match=expected.replace(".", r"\.")):
+        RunJob.decode("j", RunJob.model_construct(run_id=run_id, agent="a:b", prompt="p").encode())
+    assert await (await bus.queue(RUN_QUEUE)).depth() == QueueDepth(waiting=0, in_flight=0)
+
+
+async def test_an_empty_run_id_or_prompt_is_a_usage_error_not_a_pydantic_one(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    fleet = Fleet(bus)
+    with pytest.raises(UsageError, match="non-empty"):
+        await fleet.submit(ref(agents, "three"), "go", run_id="")
+    with pytest.raises(UsageError, match="needs a prompt"):
+        await fleet.submit(ref(agents, "three"), "", run_id="no-prompt")
+    with pytest.raises(UsageError, match="budget"):
+        await fleet.submit(ref(agents, "three"), "go", budget={"max_steps": 0})  # type: ignore[arg-type]
+
+
+async def test_a_ten_megabyte_prompt_runs(store: Store, bus: Bus, agents: ModuleType) -> None:
+    """Far over NATS's 1 MB message limit: the job, the checkpoint and the event log carry
+    it (through the object store), and the run completes."""
+    prompt = "x" * (10 * 1024 * 1024)
+    handle = await Fleet(bus).submit(ref(agents, "three"), prompt, run_id="huge-prompt")
+    async with running_worker(store):
+        record = await handle.result(60)
+    assert (record.status, record.text) == ("completed", "done after 3 notes")
+    state = (await CheckpointStore(bus).load("huge-prompt")).state
+    assert state.messages[0].text == prompt  # type: ignore[union-attr]
+
+
+async def test_continuing_a_run_whose_id_a_fleet_cannot_take_says_so(bus: Bus) -> None:
+    with pytest.raises(UsageError, match="no '/'"):
+        await Fleet(bus).continue_run("made/elsewhere")

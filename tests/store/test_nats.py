@@ -620,3 +620,28 @@ async def test_a_large_payload_whose_object_is_missing_is_dead_lettered(
     (dead,) = await queue.dead_letters()
     assert (dead.id, dead.payload, dead.attempt) == ("big", b"", 1)
     assert "payload is missing" in dead.reason
+
+
+async def test_many_processes_opening_one_new_bucket_at_once_all_get_it() -> None:
+    """Each connection looks the bucket up, finds none and creates it; the server refuses
+    the creates that lose the race ("subjects overlap with an existing stream"). That is
+    not an error: the bucket is there. (A race: many buckets at once, so it shows before the fix;
+    each round's connections are closed and its namespace deleted before the next.)"""
+    for _ in range(10):
+        namespace = _namespace()
+        async with asyncio.timeout(30):
+            buses = [await NatsBus.connect(NATS_URL, namespace=namespace) for _ in range(6)]
+            try:
+                opened = await asyncio.gather(
+                    *(bus.kv(f"race{n}") for n in range(10) for bus in buses),
+                    return_exceptions=True,
+                )
+                failed = [repr(exc) for exc in opened if isinstance(exc, BaseException)]
+                assert failed == []
+                await (await buses[0].kv("race")).put("k", b"v")
+                entry = await (await buses[-1].kv("race")).get("k")
+                assert entry is not None and entry.value == b"v"
+            finally:
+                await buses[0].delete_namespace()
+                for bus in buses:
+                    await bus.aclose()

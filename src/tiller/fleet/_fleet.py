@@ -23,13 +23,23 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ..errors import UsageError
 from ..ops import decided_records
 from ..store import Bus, CheckpointStore, ControlStore, JobQueue, QueueDepth
 from ._batch_budget import BatchBudget
 from ._batches import BatchStore
 from ._handle import RunHandle
-from ._job import JobBudget, NoWorkspace, RunJob, SharedWorkspace, WorkspaceSpec
+from ._job import (
+    JobBudget,
+    NoWorkspace,
+    RunJob,
+    SharedWorkspace,
+    WorkspaceSpec,
+    check_run_id,
+    problems,
+)
 from ._queue import RUN_QUEUE
 from ._results import ResultStore
 from ._worker_registry import WorkerInfo, WorkerRegistry
@@ -90,7 +100,7 @@ class Fleet:
         `thread_id` is the thread the run belongs to (default: its run id)."""
         if not isinstance(agent, str) or ":" not in agent:
             raise UsageError(f"agent must be a 'module:attr' reference, not {agent!r}")
-        run_id = run_id if run_id is not None else f"run-{uuid.uuid4().hex}"
+        run_id = check_run_id(run_id) if run_id is not None else f"run-{uuid.uuid4().hex}"
         spec: WorkspaceSpec
         if isinstance(workspace, str | os.PathLike):
             spec = (
@@ -107,17 +117,20 @@ class Fleet:
             spec = NoWorkspace()
         else:
             spec = workspace
-        job = RunJob(
-            run_id=run_id,
-            agent=agent,
-            model=model,
-            prompt=prompt,
-            thread_id=thread_id,
-            workspace=spec,
-            budget=budget,
-            batch=batch,
-            submitted_at=self.bus.clock(),
-        )
+        try:
+            job = RunJob(
+                run_id=run_id,
+                agent=agent,
+                model=model,
+                prompt=prompt,
+                thread_id=thread_id,
+                workspace=spec,
+                budget=budget,
+                batch=batch,
+                submitted_at=self.bus.clock(),
+            )
+        except ValidationError as exc:
+            raise UsageError(f"cannot submit run {run_id!r}: {problems(exc)}") from None
         if batch is not None:
             await self.batches.add(batch, run_id)  # before the job: cancel_batch sees it
         await (await self._queue()).enqueue(job.encode(), job_id=run_id)
@@ -156,6 +169,7 @@ class Fleet:
         (`n` is the suspended checkpoint's revision, so two people enqueueing the same
         continuation make one job). `UsageError` while a held call waits. It works in
         the workspace its held result record names (the one the run started in)."""
+        check_run_id(run_id)  # only a fleet run id has continuation job ids
         await decided_records(self.bus, run_id)  # every held call decided, or say which
         checkpoint = await CheckpointStore(self.bus).load(run_id)
         # The run goes on in its workspace, within its batch (its held result says which).

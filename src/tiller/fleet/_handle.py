@@ -11,7 +11,8 @@
   same log; a segment cut off by its worker's death has no terminal event, so a
   `RUN_ERROR` with code `WORKER_LOST` is put in before the next segment's `RUN_STARTED`:
   the stream stays valid AG-UI. It ends after the terminal event of the segment that
-  wrote the run's result.
+  wrote the run's result; a segment open after a `suspended` record while the run's
+  checkpoint is `running` is its continuation's, followed to its end.
 - `diff()` loads what the run changed in its snapshot workspace (the result's `diff_ref`).
 - `cancel(reason)`, `steer(text)` go through `tiller.store.ControlStore`: the worker
   running the run applies them, wherever it is.
@@ -24,7 +25,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..store import Bus, ControlStore, EventLog, StoreError, Subscription
+from ..store import (
+    Bus,
+    CheckpointStore,
+    ControlStore,
+    EventLog,
+    NotFound,
+    StoreError,
+    Subscription,
+)
 from ._results import ResultStore, RunOutcomeRecord
 from ._workspace import WorkspaceDiff, load_diff
 
@@ -45,6 +54,7 @@ class RunHandle:
         self._results = ResultStore(bus)
         self._control = ControlStore(bus)
         self._log = EventLog(bus)
+        self._checkpoints = CheckpointStore(bus)
 
     def __repr__(self) -> str:
         return f"RunHandle({self.run_id!r})"
@@ -108,6 +118,10 @@ class RunHandle:
                 if kind in _TERMINAL:
                     segment_open = False
             if record is not None and record != past and not fresh:
+                if segment_open and await self._continuing(record):
+                    # A held run's continuation writes this segment: it goes on.
+                    await asyncio.sleep(self.poll_interval)
+                    continue
                 # The result is written once its segment's log is complete, and the log
                 # was read after the record: nothing more is coming. (A segment still
                 # open here was cut off, and the run's result came from its checkpoint.)
@@ -127,6 +141,18 @@ class RunHandle:
         if record.diff_ref is None:
             return None
         return await load_diff(self.bus, record.diff_ref)
+
+    async def _continuing(self, record: RunOutcomeRecord) -> bool:
+        """The open segment after a `suspended` record is its continuation's, still
+        running (its checkpoint says `running`), not a segment cut off: the record that
+        ends it is not written yet. (`blocked` waits for a person: nothing comes.)"""
+        if record.status != "suspended":
+            return False
+        try:
+            checkpoint = await self._checkpoints.load(self.run_id)
+        except NotFound:
+            return False
+        return checkpoint.status == "running"
 
     async def cancel(self, reason: str = "cancelled by its handle") -> None:
         """Ask the run to stop; the worker running it (or the next one) applies it."""

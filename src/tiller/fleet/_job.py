@@ -6,6 +6,13 @@ string for an agent factory, the prompt, the workspace, the budget, the batch. T
 job id is the run id (submitting a run id twice is one job); a continuation after a person
 decided the run's held calls is `kind="continue"` under `<run_id>.continue.<n>`.
 
+A run id is a short name (`RUN_ID_PATTERN`: letters, digits, `_ . : = -`, at most
+`MAX_RUN_ID` characters, no `.continue.`): it becomes store keys (`<run_id>/lease`,
+`<run_id>/calls/<call_id>`), a queue job id and NATS subjects, so a `/` would let one
+run's checkpoint land on another run's lease or call record, a huge one overflows a NATS
+control line (the server drops the connection), and `.continue.` is the continuation
+job ids' own namespace.
+
 Bytes that are not such a job (another program's message, a newer tiller's) raise
 `MalformedJob` saying what is wrong: the worker terms the job with that reason, so it goes
 to the dead letters and never blocks the queue.
@@ -13,13 +20,14 @@ to the dead letters and never blocks the queue.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .._schema_ledger import LEDGER
-from ..errors import TillerError
+from ..errors import TillerError, UsageError
 from ._workspace import NoWorkspace, SharedWorkspace, SnapshotWorkspace, WorkspaceSpec
 
 __all__ = [
@@ -33,6 +41,35 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = LEDGER["run_job"].current
+#: The longest run id a fleet takes.
+MAX_RUN_ID = 200
+#: What a fleet run id is made of (see the module docstring).
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:=-]*")
+_CONTINUE = ".continue."
+
+
+def check_run_id(run_id: object) -> str:
+    """`run_id` if a fleet may use it, else `UsageError` saying what a run id is."""
+    if not isinstance(run_id, str) or not run_id:
+        raise UsageError(f"a run id must be a non-empty string, not {run_id!r}")
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise UsageError(f"run id {run_id[:60]!r}: {problem}")
+    return run_id
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """What is wrong with `run_id` as a fleet run id, or None."""
+    if len(run_id) > MAX_RUN_ID:
+        return f"{len(run_id)} characters; a run id has at most {MAX_RUN_ID}"
+    if RUN_ID_PATTERN.fullmatch(run_id) is None:
+        return (
+            "a run id is letters, digits and '_ . : = -' (no '/', spaces or other "
+            "characters), starting with a letter, digit or '_'"
+        )
+    if _CONTINUE in run_id:
+        return f"{_CONTINUE!r} is kept for the job ids of continuations"
+    return None
 
 
 class MalformedJob(TillerError):
@@ -80,6 +117,9 @@ class RunJob(_Strict):
 
     @model_validator(mode="after")
     def _start_names_its_agent(self) -> RunJob:
+        problem = run_id_problem(self.run_id)
+        if problem is not None:
+            raise ValueError(f"run_id: {problem}")
         if self.kind == "start" and not self.agent:
             raise ValueError("a start job needs its agent ('module:attr')")
         if self.kind == "start" and not self.prompt:
@@ -109,8 +149,12 @@ class RunJob(_Strict):
         try:
             return cls.model_validate_json(data, strict=True)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'the job'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
-            raise MalformedJob(job_id, problems) from None
+            raise MalformedJob(job_id, problems(exc)) from None
+
+
+def problems(exc: ValidationError) -> str:
+    """What a run job's validation found wrong, one clause per field."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'the job'}: {e['msg']}"
+        for e in exc.errors(include_url=False)
+    )

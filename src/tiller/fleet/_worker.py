@@ -51,8 +51,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import dataclasses
 import logging
 import os
 import socket
@@ -63,32 +61,20 @@ from pathlib import Path
 from typing import Literal
 
 from ..cancel import CancellationToken
-from ..conversation import AssistantMessage, UserMessage
 from ..errors import Cancelled, UsageError
-from ..events import Event
 from ..loop import (
-    Agent,
     Budget,
-    FromCheckpoint,
     ResumeReplayBlocked,
     RunContext,
-    RunOptions,
     RunResult,
     SteeringQueue,
-    load_agent,
-    options_from,
-    record_policy,
 )
 from ..ops import (
     close_cancelled,
     decided_records,
-    decision_of,
     folded_steers,
-    recover_run,
-    resume_run,
 )
-from ..pinned_policy import with_store_protected
-from ..state import RunState, StopCause
+from ..state import StopCause
 from ..store import (
     DEFAULT_BUCKET,
     Bus,
@@ -102,17 +88,17 @@ from ..store import (
     RunStillRunning,
     StoreError,
 )
-from ..tools import Jail
 from ._batch_share import BatchShare, reserve_share, settle_from_state
 from ._batches import BatchStore
 from ._drain import StepBoundary
 from ._guard import Configure, Deferred, RunGuard
 from ._job import JobBudget, MalformedJob, RunJob
 from ._job_lease import JobLeaseKeeper
-from ._limited_model import LimitedModel
 from ._limits import FleetLimits
+from ._outcomes import outcome, outcome_of_result, outcome_of_state
 from ._queue import RUN_QUEUE
-from ._results import ResultStatus, ResultStore, RunOutcomeRecord
+from ._results import ResultStore, RunOutcomeRecord
+from ._run_start import How, RunStarter, budget_of
 from ._worker_registry import WorkerInfo, WorkerRegistry
 from ._workspace import WorkspaceError
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
@@ -186,6 +172,9 @@ class Worker:
         self.batches = BatchStore(bus)
         self.control = ControlStore(bus)
         self.checkpoints = CheckpointStore(bus, DEFAULT_BUCKET)
+        self._starter = RunStarter(
+            bus, self.checkpoints, agent, limits, lease=lease, event_log_batch=event_log_batch
+        )
         self._registry = WorkerRegistry(bus)
         self._draining = asyncio.Event()
         self._boundaries: dict[str, StepBoundary] = {}
@@ -291,9 +280,11 @@ class Worker:
             end = await self._job(queue, job, keeper)
         except JobLeaseLost as exc:
             _logger.warning("worker %s: %s", self.name, exc)
-        except Exception:  # one job's failure never stops the worker
+        except Exception as exc:  # one job's failure never stops the worker
             _logger.exception("worker %s: job %s failed", self.name, job.id)
             with contextlib.suppress(StoreError):
+                if keeper.job.attempt >= queue.max_deliver:
+                    await self._give_up(keeper, job, exc)
                 await queue.nak(
                     keeper.job, delay=self.lease, error="the worker failed; see its log"
                 )
@@ -304,9 +295,30 @@ class Worker:
             slots.release()
             self._tell(job.id, end)
 
+    async def _give_up(self, keeper: JobLeaseKeeper, job: Job, exc: Exception) -> None:
+        """The job's last attempt failed the worker: the nak sends it to the dead letters,
+        so the run gets a `failed` record (else `RunHandle.result()` waits for ever)."""
+        try:
+            run_job = RunJob.decode(job.id, job.payload)
+        except MalformedJob:
+            return
+        if run_job.kind != "start":
+            return  # a continuation's run keeps its held record, for a person
+        error = (
+            f"the worker failed on each of its {keeper.job.attempt} attempts "
+            f"(the last: {type(exc).__name__}: {exc}); see the workers' logs"
+        )
+        await self._write(keeper, outcome(run_job, "failed", error=error, job=keeper.job))
+
     def _tell(self, run_id: str, what: str) -> None:
-        if self.on_job is not None:
+        """Tell `on_job`; its failure is the caller's bug, logged: it neither fails the
+        job (which would be released and run again) nor stops the claim loop."""
+        if self.on_job is None:
+            return
+        try:
             self.on_job(run_id, what)
+        except Exception:
+            _logger.exception("worker %s: on_job(%r, %r) failed", self.name, run_id, what)
 
     async def _job(self, queue: JobQueue, job: Job, keeper: JobLeaseKeeper) -> JobEnd:
         try:
@@ -330,15 +342,15 @@ class Worker:
         if checkpoint is not None and checkpoint.status == "finished":
             # A previous worker finished it and died before writing its result.
             await settle_from_state(self.bus, run_job, checkpoint.state)
-            await self._settle(queue, keeper, run_job, self._from_state(run_job, checkpoint.state))
+            await self._settle(queue, keeper, run_job, outcome_of_state(run_job, checkpoint.state))
             return "finished"
         if checkpoint is not None and checkpoint.status == "suspended" and run_job.kind == "start":
-            await self._settle(queue, keeper, run_job, self._from_state(run_job, checkpoint.state))
+            await self._settle(queue, keeper, run_job, outcome_of_state(run_job, checkpoint.state))
             return "suspended"
         if checkpoint is not None and checkpoint.status == "continued":
             await queue.ack(await keeper.check())  # it goes on under another run id
             return "skipped"
-        how: _How
+        how: How
         if checkpoint is None:
             if run_job.kind == "continue":
                 await queue.term(job, f"run {run_id} has no checkpoint to continue")
@@ -359,7 +371,7 @@ class Worker:
         share = await reserve_share(self.bus, run_job, _want(run_job.budget))
         if share is not None and share.budget is None:
             # The batch's budget is spent: the run never starts.
-            record = _record(run_job, "stopped", error=share.reason).model_copy(
+            record = outcome(run_job, "stopped", error=share.reason).model_copy(
                 update={"stop_cause": share.exhausted.value if share.exhausted else None}
             )
             await self._settle(queue, keeper, run_job, record)
@@ -380,7 +392,7 @@ class Worker:
             if checkpoint.status in ("running", "suspended"):
                 await close_cancelled(self.checkpoints, checkpoint.state)
             await settle_from_state(self.bus, run_job, checkpoint.state)
-        record = _record(run_job, "cancelled", error="its batch was cancelled")
+        record = outcome(run_job, "cancelled", error="its batch was cancelled")
         await self._settle(queue, keeper, run_job, record)
 
     async def _run(
@@ -388,7 +400,7 @@ class Worker:
         queue: JobQueue,
         keeper: JobLeaseKeeper,
         run_job: RunJob,
-        how: _How,
+        how: How,
         share: BatchShare | None,
     ) -> JobEnd:
         cancel = CancellationToken()
@@ -428,7 +440,7 @@ class Worker:
                     return run_ctx
 
                 reserved = share.budget if share is not None else None
-                result = await self._start(
+                result = await self._starter.start(
                     run_job, how, workspace, configured, boundary, reserved=reserved
                 )
                 drained = boundary.drained and result.stop_cause is StopCause.CANCELLED
@@ -447,7 +459,7 @@ class Worker:
             return "released"
         except ResumeReplayBlocked as exc:
             calls = [f"{c.name} ({c.id})" for c in exc.calls]
-            record = _record(run_job, "blocked", error=str(exc), blocked_calls=calls)
+            record = outcome(run_job, "blocked", error=str(exc), blocked_calls=calls)
             await self._settle(queue, keeper, run_job, record)
             return "blocked"
         except (UsageError, MalformedJob, WorkspaceError) as exc:
@@ -455,17 +467,50 @@ class Worker:
             if share is not None and how == "fresh" and not spending:
                 await share.settle(Budget())  # nothing was spent: its share goes back
             job = await keeper.check()
-            await self._write(keeper, _record(run_job, "failed", error=str(exc), job=job))
+            await self._write(keeper, outcome(run_job, "failed", error=str(exc), job=job))
             await queue.term(job, str(exc))
             return "failed"
+        return await self._ended(
+            queue,
+            keeper,
+            run_job,
+            result,
+            share=share,
+            spending=spending,
+            diff_ref=diff_ref,
+            drained=drained,
+        )
+
+    async def _ended(
+        self,
+        queue: JobQueue,
+        keeper: JobLeaseKeeper,
+        run_job: RunJob,
+        result: RunResult,
+        *,
+        share: BatchShare | None,
+        spending: list[Budget],
+        diff_ref: str | None,
+        drained: bool,
+    ) -> JobEnd:
+        """Settle the job of a run that returned: hand it back (drained, or a durable
+        write failed), or write its result (and its batch's settle) and ack it."""
         if drained:
             # Stopped at a step boundary by the drain: checkpoint `running`, lease
             # released; another worker continues it now.
             await queue.nak(await keeper.check(), delay=0.0, error="drained")
             return "released"
+        if result.store_failed:
+            # A durable write was refused (another process took the run over) or failed
+            # (the store went away): the run did not end. No result (the first one would
+            # stand for good); the job goes back, for whoever holds the run, or for a
+            # recovery from its checkpoint once the store is back. Not before a lease would
+            # lapse: at once, it would only meet the live lease again (and burn attempts).
+            await queue.nak(await keeper.check(), delay=self.lease, error=result.error or "")
+            return "released"
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)
-        record = self._from_result(run_job, result, keeper.job)
+        record = outcome_of_result(run_job, result, keeper.job)
         record = record.model_copy(update={"diff_ref": diff_ref})
         if share is not None and not record.held and spending:
             # It ended (a suspended run's continuation spends from the same share).
@@ -520,105 +565,6 @@ class Worker:
             return self.guard.admit(run_job)
         return contextlib.nullcontext(_unchanged)
 
-    async def _start(
-        self,
-        run_job: RunJob,
-        how: _How,
-        workspace: Path,
-        configure: Configure,
-        boundary: StepBoundary,
-        *,
-        reserved: Budget | None,
-    ) -> RunResult:
-        """The run itself: fresh, recovered from its checkpoint, or continued. A run of
-        a budgeted batch starts with its reservation (`reserved`) as its budget; a
-        continued one has it from its checkpoint, with what it spent so far."""
-        on_event: Callable[[Event], None] = boundary
-        if how == "fresh":
-            return await self._fresh(run_job, workspace, configure, on_event, reserved)
-        state = (await self.checkpoints.load(run_job.run_id)).state
-        options = self._options(state)
-
-        def prepare(agent: Agent) -> Agent:
-            return self._limited(agent, state.model_spec)
-
-        if how == "recover":
-            return await recover_run(
-                self.bus,
-                run_job.run_id,
-                agent=self.agent,
-                workspace=workspace,
-                on_event=on_event,
-                configure=configure,
-                options=options,
-                watch_control=False,  # the worker's own watcher applies them
-                prepare=prepare,
-            )
-        records = await decided_records(self.bus, run_job.run_id)
-        decisions = {call_id: decision_of(record) for call_id, record in records.items()}
-        return await resume_run(
-            self.bus,
-            run_job.run_id,
-            decisions,
-            agent=self.agent,
-            ctx=FromCheckpoint(workspace=workspace, configure=configure),
-            on_event=on_event,
-            options=options,
-            prepare=prepare,
-        )
-
-    def _limited(self, agent: Agent, model_string: str | None) -> Agent:
-        """The agent with its model under the fleet's limits (a copy: a module's agent
-        serves other runs too); its `model_spec` is kept, so checkpoints name the real
-        model. The limits' key is the run's model string, else the model's
-        `provider:name`."""
-        if self.limits is None:
-            return agent
-        limited = copy.copy(agent)
-        limited.model = LimitedModel(agent.model, self.limits, model_string or agent.model_spec)
-        return limited
-
-    def _options(self, state: RunState) -> RunOptions:
-        return dataclasses.replace(
-            options_from(state, RunOptions(checkpoint_bucket=DEFAULT_BUCKET)),
-            lease_ttl=self.lease,
-            event_log_batch=self.event_log_batch,
-        )
-
-    async def _fresh(
-        self,
-        run_job: RunJob,
-        workspace: Path,
-        configure: Configure,
-        on_event: Callable[[Event], None],
-        reserved: Budget | None,
-    ) -> RunResult:
-        ref = self.agent or run_job.agent
-        if ref is None:
-            raise UsageError(f"run {run_job.run_id}: the job names no agent")
-        loaded = _load(ref, run_job.model)
-        agent = self._limited(loaded, run_job.model)
-        budget = reserved if reserved is not None else _budget(run_job.budget)
-        run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
-        run_ctx = configure(with_store_protected(run_ctx))
-        options = RunOptions(
-            checkpoint_bucket=DEFAULT_BUCKET,
-            lease_ttl=self.lease,
-            event_log_batch=self.event_log_batch,
-        )
-        state = RunState(
-            run_id=run_job.run_id,
-            thread_id=run_job.thread_id or run_job.run_id,
-            messages=[UserMessage(text=run_job.prompt)],
-        )
-        state.model_spec = run_job.model
-        record_policy(state, run_ctx, options, agent_ref=ref)
-        try:
-            return await agent.run_in(run_ctx, state, options, on_event=on_event)
-        finally:
-            with contextlib.suppress(Exception):
-                await agent.model.aclose()
-
     # ── results ──────────────────────────────────────────────────────────────────
 
     async def _settle(
@@ -641,53 +587,6 @@ class Worker:
             )
         )
 
-    def _from_result(self, run_job: RunJob, result: RunResult, job: Job) -> RunOutcomeRecord:
-        return RunOutcomeRecord(
-            run_id=run_job.run_id,
-            status=_status(result.stop_cause),
-            stop_cause=result.stop_cause.value,
-            text=result.text,
-            output=_jsonable(result.output),
-            usage=result.usage.model_dump(),
-            cost_usd=result.cost_usd,
-            steps=result.steps,
-            error=result.error,
-            batch=run_job.batch,
-            workspace=run_job.workspace,
-            attempt=job.attempt,
-        )
-
-    def _from_state(self, run_job: RunJob, state: RunState) -> RunOutcomeRecord:
-        """A result from a checkpoint alone (its worker died before writing one)."""
-        cause = state.stop_cause or StopCause.ERROR
-        texts = [m.text for m in state.messages if isinstance(m, AssistantMessage) and m.text]
-        return RunOutcomeRecord(
-            run_id=run_job.run_id,
-            status=_status(cause),
-            stop_cause=cause.value,
-            text=texts[-1] if texts else "",
-            usage=state.usage.model_dump(),
-            cost_usd=state.cost_usd,
-            steps=state.step,
-            error=state.error,
-            batch=run_job.batch,
-            workspace=run_job.workspace,
-        )
-
-
-_How = Literal["fresh", "recover", "continue"]
-
-
-def _load(ref: str, model: str | None) -> Agent:
-    """The job's agent; a factory that raises fails the run like a reference that does
-    not resolve (`UsageError`), saying so: it would fail on every worker."""
-    try:
-        return load_agent(ref, model=model)
-    except UsageError:
-        raise
-    except Exception as exc:
-        raise UsageError(f"the agent {ref!r} failed to load: {type(exc).__name__}: {exc}") from exc
-
 
 def _unchanged(run_ctx: RunContext) -> RunContext:
     return run_ctx
@@ -695,51 +594,4 @@ def _unchanged(run_ctx: RunContext) -> RunContext:
 
 def _want(spec: JobBudget | None) -> Budget | None:
     """What the run asks of its batch's budget: its own ceilings (None: a chunk)."""
-    return None if spec is None else _budget(spec)
-
-
-def _budget(spec: JobBudget | None) -> Budget:
-    if spec is None:
-        return Budget()
-    return Budget(
-        max_steps=spec.max_steps,
-        max_output_tokens=spec.max_output_tokens,
-        max_cost_usd=spec.max_cost_usd,
-    )
-
-
-def _status(cause: StopCause) -> ResultStatus:
-    if cause is StopCause.COMPLETED:
-        return "completed"
-    if cause is StopCause.CANCELLED:
-        return "cancelled"
-    if cause is StopCause.SUSPENDED:
-        return "suspended"
-    if cause is StopCause.ERROR:
-        return "error"
-    return "stopped"
-
-
-def _jsonable(value: object) -> object:
-    """Structured output as JSON (a pydantic model's dump)."""
-    dump = getattr(value, "model_dump", None)
-    return dump(mode="json") if callable(dump) else value
-
-
-def _record(
-    run_job: RunJob,
-    status: ResultStatus,
-    *,
-    error: str | None = None,
-    blocked_calls: list[str] | None = None,
-    job: Job | None = None,
-) -> RunOutcomeRecord:
-    return RunOutcomeRecord(
-        run_id=run_job.run_id,
-        status=status,
-        error=error,
-        blocked_calls=blocked_calls or [],
-        batch=run_job.batch,
-        workspace=run_job.workspace,
-        attempt=job.attempt if job is not None else 0,
-    )
+    return None if spec is None else budget_of(spec)

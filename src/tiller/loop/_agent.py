@@ -37,7 +37,14 @@ from ..events import (
 from ..model import Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
-from ..store import DEFAULT_BUCKET, EventLog, EventLogWriter, LeaseLost
+from ..store import (
+    DEFAULT_BUCKET,
+    EventLog,
+    EventLogWriter,
+    LeaseLost,
+    RunStillRunning,
+    StoreUnavailable,
+)
 from ..tools import Registry, Tool, remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
@@ -412,6 +419,8 @@ class _LoopRun:
         self.loop: Loop | None = None
         #: The durable run's event log writer, fenced by the run's lease epoch.
         self.event_log: EventLogWriter | None = None
+        #: The run stopped on a durable write refused or failed (`RunResult.store_failed`).
+        self.store_failed = False
 
     async def run(self, ctx: AgUiContext[Any]) -> RunOutcome:
         state = self.state
@@ -453,6 +462,7 @@ class _LoopRun:
             if isinstance(exc, ModelError | ResponseTooLarge):
                 code = "MODEL_ERROR" if isinstance(exc, ModelError) else "RESPONSE_TOO_LARGE"
                 raise LoopFailed(str(exc), code) from exc
+            self.store_failed = _store_failure(exc)
             if state.stop_cause is None or isinstance(exc, LeaseLost):
                 # Taken over as it finished (its last checkpoint was refused): the run
                 # did not complete here, its new holder goes on with it.
@@ -529,7 +539,17 @@ class _LoopRun:
             handoff=loop.turns.handoff if loop is not None else None,
             checkpoint=state if state.stop_cause is StopCause.SUSPENDED else None,
             pause_reason=loop.suspension.reason if loop is not None else None,
+            store_failed=self.store_failed,
         )
+
+
+def _store_failure(exc: BaseException) -> bool:
+    """`exc` (or, in a group, every one of its leaves) is the store refusing the run
+    (`LeaseLost`; `RunStillRunning`: another process took its lease first) or unable to
+    take a durable write (`StoreUnavailable`)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_store_failure(inner) for inner in exc.exceptions)
+    return isinstance(exc, LeaseLost | RunStillRunning | StoreUnavailable)
 
 
 def _with_children(messages: list[dict[str, Any]], state: RunState) -> list[dict[str, Any]]:

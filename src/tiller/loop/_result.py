@@ -49,6 +49,7 @@ class RunResult:
     how many steps (model turns) it made;
     `usage_complete` is false when a model call was cut short (its usage is partial).
     `state` is the whole `RunState`, to inspect, store, or continue from.
+    `store_failed`: the `ERROR` is the store's (see the field), not the run's end.
     """
 
     text: str
@@ -66,6 +67,11 @@ class RunResult:
     #: When suspended: the `RunState` to resume from (also in the store, in durable mode).
     checkpoint: RunState | None = None
     pause_reason: str | None = None
+    #: The store refused the run (`LeaseLost`: another process took it over;
+    #: `RunStillRunning`: another holds its lease) or could not take a durable write
+    #: (`StoreUnavailable`): the run did not end, it stopped where its checkpoint is, for
+    #: its holder or a recovery. A fleet worker records no result for it.
+    store_failed: bool = False
 
     @property
     def malformed_arguments(self) -> int:

@@ -372,7 +372,10 @@ class _Records:
             try:
                 await js.object_store(self._objects)
             except nats.js.errors.NotFoundError:
-                await js.create_object_store(self._objects)
+                try:
+                    await js.create_object_store(self._objects)
+                except nats.js.errors.BadRequestError:
+                    await js.object_store(self._objects)  # another process's, just made
         self._object_store_ready = True
 
 
@@ -1016,7 +1019,12 @@ class NatsBus:
                 try:
                     await js.key_value(name)
                 except nats.js.errors.BucketNotFoundError:
-                    await js.create_key_value(bucket=name, history=1)
+                    try:
+                        await js.create_key_value(bucket=name, history=1)
+                    except nats.js.errors.BadRequestError:
+                        # Another process created it between our look and our create
+                        # (the server says its subjects overlap): it is there, use it.
+                        await js.key_value(name)
             records = _Records(self, bucket, f"KV_{name}", f"$KV.{name}.", name)
             self._buckets[bucket] = NatsKeyValue(self, bucket, records)
             return self._buckets[bucket]

@@ -1,0 +1,176 @@
+"""`RunStarter`: how a worker starts the run of a job it holds — fresh from the job, recovered
+from its checkpoint (its worker died or drained), or continued once a person decided its
+held calls — as a durable run of the agent the job names, its model under the fleet's limits."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from ..conversation import UserMessage
+from ..errors import UsageError
+from ..events import Event
+from ..loop import (
+    Agent,
+    Budget,
+    FromCheckpoint,
+    RunContext,
+    RunOptions,
+    RunResult,
+    load_agent,
+    options_from,
+    record_policy,
+)
+from ..ops import decided_records, decision_of, recover_run, resume_run
+from ..pinned_policy import with_store_protected
+from ..state import RunState
+from ..store import DEFAULT_BUCKET, Bus, CheckpointStore
+from ..tools import Jail
+from ._drain import StepBoundary
+from ._guard import Configure
+from ._job import JobBudget, RunJob
+from ._limited_model import LimitedModel
+from ._limits import FleetLimits
+
+__all__ = ["How", "RunStarter", "budget_of"]
+
+#: How a job's run starts: from its prompt, from a checkpoint left running, or after a
+#: person decided its held calls.
+How = Literal["fresh", "recover", "continue"]
+
+
+@dataclasses.dataclass(slots=True)
+class RunStarter:
+    """The worker's settings a run starts with (see the module docstring)."""
+
+    bus: Bus
+    checkpoints: CheckpointStore
+    #: The agent reference every run uses instead of its job's (`Worker(agent=)`).
+    agent: str | None
+    limits: FleetLimits | None
+    lease: float
+    event_log_batch: int
+
+    async def start(
+        self,
+        run_job: RunJob,
+        how: How,
+        workspace: Path,
+        configure: Configure,
+        boundary: StepBoundary,
+        *,
+        reserved: Budget | None,
+    ) -> RunResult:
+        """The run itself: fresh, recovered from its checkpoint, or continued. A run of
+        a budgeted batch starts with its reservation (`reserved`) as its budget; a
+        continued one has it from its checkpoint, with what it spent so far."""
+        on_event: Callable[[Event], None] = boundary
+        if how == "fresh":
+            return await self._fresh(run_job, workspace, configure, on_event, reserved)
+        state = (await self.checkpoints.load(run_job.run_id)).state
+        options = self._options(state)
+
+        def prepare(agent: Agent) -> Agent:
+            return self._limited(agent, state.model_spec)
+
+        if how == "recover":
+            return await recover_run(
+                self.bus,
+                run_job.run_id,
+                agent=self.agent,
+                workspace=workspace,
+                on_event=on_event,
+                configure=configure,
+                options=options,
+                watch_control=False,  # the worker's own watcher applies them
+                prepare=prepare,
+            )
+        records = await decided_records(self.bus, run_job.run_id)
+        decisions = {call_id: decision_of(record) for call_id, record in records.items()}
+        return await resume_run(
+            self.bus,
+            run_job.run_id,
+            decisions,
+            agent=self.agent,
+            ctx=FromCheckpoint(workspace=workspace, configure=configure),
+            on_event=on_event,
+            options=options,
+            prepare=prepare,
+        )
+
+    def _limited(self, agent: Agent, model_string: str | None) -> Agent:
+        """The agent with its model under the fleet's limits (a copy: a module's agent
+        serves other runs too); its `model_spec` is kept, so checkpoints name the real
+        model. The limits' key is the run's model string, else the model's
+        `provider:name`."""
+        if self.limits is None:
+            return agent
+        limited = copy.copy(agent)
+        limited.model = LimitedModel(agent.model, self.limits, model_string or agent.model_spec)
+        return limited
+
+    def _options(self, state: RunState) -> RunOptions:
+        return dataclasses.replace(
+            options_from(state, RunOptions(checkpoint_bucket=DEFAULT_BUCKET)),
+            lease_ttl=self.lease,
+            event_log_batch=self.event_log_batch,
+        )
+
+    async def _fresh(
+        self,
+        run_job: RunJob,
+        workspace: Path,
+        configure: Configure,
+        on_event: Callable[[Event], None],
+        reserved: Budget | None,
+    ) -> RunResult:
+        ref = self.agent or run_job.agent
+        if ref is None:
+            raise UsageError(f"run {run_job.run_id}: the job names no agent")
+        loaded = _load(ref, run_job.model)
+        agent = self._limited(loaded, run_job.model)
+        budget = reserved if reserved is not None else budget_of(run_job.budget)
+        run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
+        run_ctx = configure(with_store_protected(run_ctx))
+        options = RunOptions(
+            checkpoint_bucket=DEFAULT_BUCKET,
+            lease_ttl=self.lease,
+            event_log_batch=self.event_log_batch,
+        )
+        state = RunState(
+            run_id=run_job.run_id,
+            thread_id=run_job.thread_id or run_job.run_id,
+            messages=[UserMessage(text=run_job.prompt)],
+        )
+        state.model_spec = run_job.model
+        record_policy(state, run_ctx, options, agent_ref=ref)
+        try:
+            return await agent.run_in(run_ctx, state, options, on_event=on_event)
+        finally:
+            with contextlib.suppress(Exception):
+                await agent.model.aclose()
+
+
+def _load(ref: str, model: str | None) -> Agent:
+    """The job's agent; a factory that raises fails the run like a reference that does
+    not resolve (`UsageError`), saying so: it would fail on every worker."""
+    try:
+        return load_agent(ref, model=model)
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"the agent {ref!r} failed to load: {type(exc).__name__}: {exc}") from exc
+
+
+def budget_of(spec: JobBudget | None) -> Budget:
+    if spec is None:
+        return Budget()
+    return Budget(
+        max_steps=spec.max_steps,
+        max_output_tokens=spec.max_output_tokens,
+        max_cost_usd=spec.max_cost_usd,
+    )
