@@ -91,6 +91,7 @@ class Workers:
             env={
                 **os.environ,
                 "PYTHONPATH": str(SRC),
+                "PYTHONUNBUFFERED": "1",  # its job lines reach the log before a SIGKILL
                 "TILLER_FLEET_LEDGER": str(self.ledger),
             },
             stdout=log,
