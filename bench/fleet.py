@@ -118,11 +118,12 @@ async def all_results(bus: Bus, run_ids: list[str]) -> None:
             await asyncio.sleep(0.05)
 
 
-async def first_claim(bus: Bus) -> None:
-    """Until a worker holds a job (its start-up is over)."""
+async def first_claim(bus: Bus, queued: int) -> None:
+    """Until a worker took a job (its start-up is over): one is in flight, or gone."""
     queue = await bus.queue("tiller-runs", lease=LEASE)
     while True:
-        if (await queue.depth()).in_flight > 0:
+        depth = await queue.depth()
+        if depth.in_flight > 0 or depth.waiting < queued:
             return
         await asyncio.sleep(0.02)
 
@@ -138,7 +139,7 @@ async def batch(kind: str, count: int, runs: int, tmp: Path) -> tuple[float, flo
             )
         launched = time.perf_counter()
         async with workers(url, namespace, count, tmp) as processes:
-            await first_claim(bus)
+            await first_claim(bus, runs)
             began = time.perf_counter()
             await all_results(bus, run_ids)
             ended = time.perf_counter()
