@@ -390,6 +390,12 @@ class Worker:
             await self._write(keeper, _record(run_job, "failed", error=str(exc), job=job))
             await queue.term(job, str(exc))
             return "failed"
+        if result.stop_cause is StopCause.ERROR and _lease_refused(result):
+            # The run's own lease take found it held after recovery saw it lapsed: the
+            # previous worker is alive after all (its job lease lapsed while it ran, then
+            # it renewed the run's). Not this run's end: ask again once that would lapse.
+            await queue.nak(await keeper.check(), delay=self.lease, error=result.error or "")
+            return "released"
         if boundary.drained and result.stop_cause is StopCause.CANCELLED:
             # Stopped at a step boundary by the drain: checkpoint `running`, lease
             # released; another worker continues it now.
@@ -556,6 +562,12 @@ def _load(ref: str, model: str | None) -> Agent:
         raise
     except Exception as exc:
         raise UsageError(f"the agent {ref!r} failed to load: {type(exc).__name__}: {exc}") from exc
+
+
+def _lease_refused(result: RunResult) -> bool:
+    """Whether the run ended because its lease was held by another process when it
+    started (the loop records that `RunStillRunning` as the run's error)."""
+    return (result.error or "").startswith(f"{RunStillRunning.__name__}:")
 
 
 def _unchanged(run_ctx: RunContext) -> RunContext:
