@@ -193,6 +193,9 @@ async def results_of(bus: Bus, run_ids: list[str], *, within: float) -> dict[str
                     if record is not None:
                         found[run_id] = record
             if len(found) < len(run_ids):
+                dead = await (await bus.queue("tiller-runs", lease=LEASE)).dead_letters()
+                if dead:  # their results will never come: say why now, not at the timeout
+                    pytest.fail(f"dead letters: {[(d.id, d.attempt, d.reason) for d in dead]}")
                 await asyncio.sleep(0.5)
     return found
 
