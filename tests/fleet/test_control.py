@@ -7,6 +7,7 @@ import asyncio
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,14 @@ from tiller.loop import RunContext, record_policy
 from tiller.ops import approve, held_approvals
 from tiller.policy import AllowAll
 from tiller.state import RunState
-from tiller.store import Bus, CheckpointStore, QueueDepth, StoreDurability, open_bus
+from tiller.store import (
+    DEFAULT_BUCKET,
+    Bus,
+    CheckpointStore,
+    QueueDepth,
+    StoreDurability,
+    open_bus,
+)
 from tiller.testing import assert_valid_stream
 
 from .conftest import Store, ref, running_worker, until
@@ -165,6 +173,50 @@ async def test_a_worker_that_lost_its_job_writes_no_result_and_acks_nothing(
     assert len(agents.ledger_lines()) == 3
 
 
+async def test_a_worker_that_notices_it_lost_its_job_hands_the_run_over_at_a_step(
+    agents: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that stalled past its job lease, once it notices, stops the run at its
+    next step boundary (checkpoint `running`, run lease released) instead of going on
+    renewing the run's lease, which would make the job's new delivery only wait (and
+    spend its attempts until it is dead-lettered). The new delivery recovers the run;
+    no call runs twice."""
+    now = [1_700_000_000.0]
+    async with await open_bus("memory://", clock=lambda: now[0]) as bus:
+        held, started = gate(agents, 2)
+        fleet = Fleet(bus)
+        handle = await fleet.submit(ref(agents, "three"), "go", run_id="noticed")
+        first = Worker(bus, name="A", lease=0.6, poll_interval=0.02)
+        running = asyncio.create_task(first.run())
+        await entered(started)
+        now[0] += 1  # A's job lease lapses
+        queue = await bus.queue(RUN_QUEUE, lease=0.6)
+        taken = await queue.claim("B")
+        assert taken is not None and taken.attempt == 2
+
+        async def noticed() -> bool:
+            return any("another worker's" in r.getMessage() for r in caplog.records)
+
+        await until(noticed)  # A's next lease extension found the job gone
+        held.set()  # A's call at step 2 finishes; A stops at the step boundary
+
+        async def idle() -> bool:
+            return first.in_flight == 0
+
+        await until(idle)
+        assert await handle.peek() is None  # A wrote no result
+        assert (await CheckpointStore(bus).load("noticed")).status == "running"
+        assert await CheckpointStore(bus).holder("noticed") is None  # run lease released
+        first.drain()
+        async with asyncio.timeout(30):
+            await running
+        await queue.nak(taken)  # B stood in for the new delivery: give it to C
+        async with running_worker_on(bus, "C"):
+            record = await handle.result(30)
+    assert (record.status, record.worker) == ("completed", "C")
+    assert len(agents.ledger_lines()) == 3  # each step's note once
+
+
 def running_worker_on(bus: Bus, name: str):  # type: ignore[no-untyped-def]
     class _Run:
         async def __aenter__(self) -> Worker:
@@ -269,3 +321,67 @@ async def test_a_continuation_before_every_held_call_is_decided_changes_nothing(
     assert "still waits for" in letter.reason
     assert await handle.peek() == held  # still suspended, for a person
     assert (await CheckpointStore(bus).load("undecided")).status == "suspended"
+
+
+class _RacedKeyValue:
+    """The checkpoints bucket, where the run's lease is taken by "another worker" just
+    before this one takes it: the previous holder renewing it after recovery's check."""
+
+    def __init__(self, kv: Any, key: str) -> None:
+        self._kv, self._key, self.fired = kv, key, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kv, name)
+
+    async def acquire(self, key: str, owner: str, ttl: float) -> Any:
+        if key == self._key and not self.fired:
+            self.fired = True
+            assert await self._kv.acquire(key, "the-previous-worker", ttl) is not None
+        return await self._kv.acquire(key, owner, ttl)
+
+
+class _RacedBus:
+    def __init__(self, bus: Bus, key: str) -> None:
+        self._bus, self._key = bus, key
+        self.raced: _RacedKeyValue | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bus, name)
+
+    async def kv(self, bucket: str, *args: Any, **kwargs: Any) -> Any:
+        kv = await self._bus.kv(bucket, *args, **kwargs)
+        if bucket != DEFAULT_BUCKET:
+            return kv
+        if self.raced is None:
+            self.raced = _RacedKeyValue(kv, self._key)
+        return self.raced
+
+
+async def test_a_recovery_that_loses_the_lease_race_hands_the_job_back(
+    agents: ModuleType,
+) -> None:
+    """Found by the chaos test: recovery saw the run's lease lapsed, but its previous
+    worker (alive, only slow) renewed it before the run took it. The run's own take
+    refused (`RunStillRunning`): the job goes back for later, the run is not failed."""
+    async with await open_bus("memory://") as bus:
+        store = Store("memory://", memory=bus)
+        held, started = gate(agents, 2)
+        handle = await Fleet(bus).submit(ref(agents, "three"), "go", run_id="raced")
+        async with running_worker(store) as worker:
+            await entered(started)
+            worker.drain()
+            held.set()
+        assert (await CheckpointStore(bus).load("raced")).status == "running"
+        raced = _RacedBus(bus, "raced/lease")
+        worker = Worker(raced, lease=0.5, poll_interval=0.02, control_poll=0.05)  # type: ignore[arg-type]
+        running = asyncio.create_task(worker.run())
+        try:
+            record = await handle.result(30)
+        finally:
+            worker.drain()
+            async with asyncio.timeout(30):
+                await running
+    assert raced.raced is not None and raced.raced.fired
+    assert record.status == "completed", record.error
+    ledger = Counter(agents.ledger_lines())
+    assert len(ledger) == 3 and set(ledger.values()) == {1}

@@ -2,10 +2,12 @@
 
 Extended every third of the queue's lease. `JobLeaseLost` means the delivery no longer
 holds the job (its lease lapsed: the worker hung, or the store was away), and another
-worker may have it: the keeper stops and says so (`lost`). The run is not stopped from
-here — if another worker took the run over, the run's own fencing (`LeaseLost`) stops it
-at its next durable write — but the worker that lost the job neither writes its result nor
-acks it (`check()` before each).
+worker may have it: the keeper stops, says so (`lost`) and calls `on_lost` once. The
+worker then stops the run at its next step boundary (checkpoint `running`, run lease
+released), so the job's new delivery recovers it from there instead of waiting on a run
+lease this worker would go on renewing; if another worker took the run over first, the
+run's own fencing (`LeaseLost`) stops it at its next durable write. Either way the worker
+that lost the job neither writes its result nor acks it (`check()` before each).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from ..store import Job, JobLeaseLost, JobQueue, StoreError
 
@@ -24,10 +27,13 @@ _logger = logging.getLogger(__name__)
 class JobLeaseKeeper:
     """Keeps `job` claimed on `queue` until `stop()`."""
 
-    def __init__(self, queue: JobQueue, job: Job) -> None:
+    def __init__(
+        self, queue: JobQueue, job: Job, *, on_lost: Callable[[], None] | None = None
+    ) -> None:
         self.queue = queue
         self.job = job
         self.lost: JobLeaseLost | None = None
+        self._on_lost = on_lost
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> JobLeaseKeeper:
@@ -47,6 +53,8 @@ class JobLeaseKeeper:
         except JobLeaseLost as exc:
             self.lost = exc
             _logger.warning("job %s: %s; its result is another worker's", self.job.id, exc)
+            if self._on_lost is not None:
+                self._on_lost()
         except StoreError as exc:  # an outage: the next round tries again
             _logger.warning("job %s: cannot extend its lease: %s", self.job.id, exc)
 

@@ -274,7 +274,7 @@ class Worker:
     # ── one job ──────────────────────────────────────────────────────────────────
 
     async def _take(self, queue: JobQueue, job: Job, slots: asyncio.Semaphore) -> None:
-        keeper = JobLeaseKeeper(queue, job).start()
+        keeper = JobLeaseKeeper(queue, job, on_lost=lambda: self._job_lost(job.id)).start()
         end: JobEnd = "lost"
         try:
             end = await self._job(queue, job, keeper)
@@ -294,6 +294,15 @@ class Worker:
             self._boundaries.pop(job.id, None)
             slots.release()
             self._tell(job.id, end)
+
+    def _job_lost(self, job_id: str) -> None:
+        """This delivery lost the job (its lease lapsed: the worker stalled, or the store
+        was away): its run stops at its next step boundary, for the job's new delivery
+        to recover (this worker would otherwise go on renewing the run's lease, and the
+        new delivery could only wait, spending its attempts)."""
+        boundary = self._boundaries.get(job_id)
+        if boundary is not None:
+            boundary.drain()
 
     async def _give_up(self, keeper: JobLeaseKeeper, job: Job, exc: Exception) -> None:
         """The job's last attempt failed the worker: the nak sends it to the dead letters,
@@ -407,7 +416,7 @@ class Worker:
         steering = SteeringQueue()
         boundary = StepBoundary(cancel, resuming=how != "fresh")
         self._boundaries[keeper.job.id] = boundary
-        if self._draining.is_set():
+        if self._draining.is_set() or keeper.lost is not None:
             boundary.drain()
 
         def own(run_ctx: RunContext) -> RunContext:
@@ -453,8 +462,10 @@ class Worker:
             await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
             return "released"
         except RunStillRunning as exc:
-            # Its previous worker may still be alive: ask again once its lease would lapse.
-            delay = max(0.0, exc.seconds_left)
+            # Its previous worker may still be alive: ask again once its lease would lapse,
+            # and not sooner than half a lease: a lease about to lapse is often renewed
+            # (its holder is alive after all), and each delivery spends an attempt.
+            delay = max(exc.seconds_left, self.lease / 2)
             await queue.nak(await keeper.check(), delay=delay, error=str(exc))
             return "released"
         except ResumeReplayBlocked as exc:
