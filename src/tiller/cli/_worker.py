@@ -45,6 +45,13 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         help="Seconds a job and its run stay claimed without a heartbeat: a killed "
         "worker's runs are taken over that long after.",
     ),
+    max_deliver: int = typer.Option(
+        5,
+        "--max-deliver",
+        min=1,
+        help="Deliveries a job gets before it goes to the dead letters (a worker's death "
+        "spends one); give submitters the same.",
+    ),
     event_log_batch: int = typer.Option(
         32,
         "--event-log-batch",
@@ -85,6 +92,7 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
                 agent=agent,
                 name=name,
                 lease=lease,
+                max_deliver=max_deliver,
                 event_log_batch=event_log_batch,
                 max_runs=max_runs,
                 per_model=per_model,
@@ -104,6 +112,7 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
     agent: str | None,
     name: str | None,
     lease: float,
+    max_deliver: int,
     event_log_batch: int,
     max_runs: int | None,
     per_model: dict[str, ModelLimit],
@@ -125,6 +134,7 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
             agent=agent,
             name=name,
             lease=lease,
+            max_deliver=max_deliver,
             event_log_batch=event_log_batch,
             limits=limits,
             on_job=told,

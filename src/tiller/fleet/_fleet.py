@@ -27,7 +27,14 @@ from pydantic import ValidationError
 
 from ..errors import UsageError
 from ..ops import decided_records
-from ..store import Bus, CheckpointStore, ControlStore, JobQueue, QueueDepth
+from ..store import (
+    DEFAULT_MAX_DELIVER,
+    Bus,
+    CheckpointStore,
+    ControlStore,
+    JobQueue,
+    QueueDepth,
+)
 from ._batch_budget import BatchBudget
 from ._batches import BatchStore
 from ._handle import RunHandle
@@ -69,10 +76,18 @@ class Fleet:
     --lease`). On NATS the lease is the queue consumer's, set by the last process to open
     the queue, so a submitter with another lease would change the workers' too."""
 
-    def __init__(self, bus: Bus, queue: str = RUN_QUEUE, *, lease: float = 30.0) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        queue: str = RUN_QUEUE,
+        *,
+        lease: float = 30.0,
+        max_deliver: int = DEFAULT_MAX_DELIVER,
+    ) -> None:
         self.bus = bus
         self.queue_name = queue
         self.lease = lease
+        self.max_deliver = max_deliver
         self.batches = BatchStore(bus)
         self._control = ControlStore(bus)
 
@@ -204,7 +219,7 @@ class Fleet:
         )
 
     async def _queue(self) -> JobQueue:
-        return await self.bus.queue(self.queue_name, lease=self.lease)
+        return await self.bus.queue(self.queue_name, lease=self.lease, max_deliver=self.max_deliver)
 
 
 def _absolute(path: str) -> str:

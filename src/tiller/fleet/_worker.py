@@ -77,6 +77,7 @@ from ..ops import (
 from ..state import StopCause
 from ..store import (
     DEFAULT_BUCKET,
+    DEFAULT_MAX_DELIVER,
     Bus,
     Checkpoint,
     CheckpointStore,
@@ -141,6 +142,7 @@ class Worker:
         agent: str | None = None,
         name: str | None = None,
         lease: float = 30.0,
+        max_deliver: int = DEFAULT_MAX_DELIVER,
         poll_interval: float = 0.2,
         control_poll: float = 0.5,
         heartbeat: float = 5.0,
@@ -160,6 +162,9 @@ class Worker:
         self.agent = agent
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease = lease
+        #: Deliveries a job gets before it is dead-lettered (the queue's: give the
+        #: submitters' `Fleet(max_deliver=)` the same; on NATS the last opener sets it).
+        self.max_deliver = max_deliver
         self.poll_interval = poll_interval
         self.control_poll = control_poll
         self.heartbeat = heartbeat
@@ -195,7 +200,9 @@ class Worker:
         if self._running:
             raise UsageError("this worker is already running")
         self._running = True
-        self._queue = queue = await self.bus.queue(self.queue_name, lease=self.lease)
+        self._queue = queue = await self.bus.queue(
+            self.queue_name, lease=self.lease, max_deliver=self.max_deliver
+        )
         self._started_at = self.bus.clock()
         slots = asyncio.Semaphore(self.concurrency)
         beating = asyncio.get_running_loop().create_task(self._beat(), name="tiller-worker-beat")
@@ -386,7 +393,21 @@ class Worker:
             await self._settle(queue, keeper, run_job, record)
             return "stopped"
         self._tell(job.id, "started")
+        if how == "recover":
+            await self._await_lapse(run_id)
         return await self._run(queue, keeper, run_job, how, share)
+
+    async def _await_lapse(self, run_id: str) -> None:
+        """A run to recover whose lease is about to lapse: wait for it here, holding the
+        job, rather than handing the job back. Its previous worker most likely died
+        (the job was delivered again because its lease lapsed, and the run's lease,
+        taken just after the claim, lapses a moment later); every hand-back spends one
+        of the job's deliveries, and a few kills in a row would dead-letter it. Once,
+        and no longer than a lease: a holder that renews meanwhile is alive, and the
+        recovery says so (`RunStillRunning`)."""
+        held = await self.checkpoints.holder(run_id)
+        if held is not None and held[1] <= self.lease and not self._draining.is_set():
+            await asyncio.sleep(held[1] + self.poll_interval)
 
     async def _batch_cancelled(
         self,

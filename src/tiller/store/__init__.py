@@ -29,6 +29,9 @@ from ._approvals import (
     MalformedApproval,
     UnknownApproval,
 )
+
+# For tiller's own packages (not API; not in __all__).
+from ._bus import DEFAULT_MAX_DELIVER as DEFAULT_MAX_DELIVER
 from ._bus import (
     Bus,
     BusClosed,
@@ -50,8 +53,6 @@ from ._bus import (
     check_namespace,
     wall_clock,
 )
-
-# For tiller's own packages (not API; not in __all__).
 from ._bus import check_subject as check_subject
 from ._bus import decode_key as decode_key
 from ._bus import encode_key as encode_key
