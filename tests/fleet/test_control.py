@@ -213,8 +213,11 @@ async def test_a_worker_that_notices_it_lost_its_job_hands_the_run_over_at_a_ste
         await queue.nak(taken)  # B stood in for the new delivery: give it to C
         async with running_worker_on(bus, "C"):
             record = await handle.result(30)
+        events = await all_events(fleet, "noticed")
     assert (record.status, record.worker) == ("completed", "C")
     assert len(agents.ledger_lines()) == 3  # each step's note once
+    assert_valid_stream(events)
+    assert [e["type"] for e in events].count("RUN_STARTED") == 2  # A's segment, then C's
 
 
 def running_worker_on(bus: Bus, name: str):  # type: ignore[no-untyped-def]

@@ -49,6 +49,7 @@ from ..tools import Registry, Tool, remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._iter import AgentRun
+from ._log_first import LogBeforeCheckpoint
 from ._options import RunOptions
 from ._result import RunResult
 from ._run import Loop, LoopFailed, ResponseTooLarge, StepWatcher
@@ -451,6 +452,7 @@ class _LoopRun:
         if self.event_log is not None and durability is not None:
             # Once another process took the run over, no batch of this stream is written.
             self.event_log.fence = functools.partial(durability.check_lease, state.run_id)
+            loop.durability = LogBeforeCheckpoint(durability, self.event_log)
         try:
             await loop.run()
         except BaseException as exc:

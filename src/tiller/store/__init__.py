@@ -69,6 +69,7 @@ from ._checkpoints import (
 
 # For tiller's own packages (not API; not in __all__).
 from ._checkpoints import CallLog as CallLog
+from ._checkpoints import Status as Status
 from ._control import CONTROL_BUCKET as CONTROL_BUCKET
 from ._control import ControlStore, MalformedControl
 from ._control import ControlWatcher as ControlWatcher
