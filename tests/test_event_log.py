@@ -106,8 +106,12 @@ async def test_a_thousand_event_run_writes_a_few_batches_not_a_thousand_records(
         result, events = await run(bus, tmp_path, [long_text], "long-1")
         assert result.completed and len(events) >= 1000
         keys = await EventLog(bus).batch_keys("long-1")
-        assert len(keys) == math.ceil(len(events) / 256) == 4
-        assert keys == [f"long-1/{n:08d}" for n in range(4)]
+        # Batches of 256, and what is buffered at each of the run's two checkpoints (its
+        # first step's and its end) is written before the checkpoint is: at most 2 more.
+        full = math.ceil(len(events) / 256)
+        assert full == 4
+        assert full <= len(keys) <= full + 2
+        assert keys == [f"long-1/{n:08d}" for n in range(len(keys))]
         assert await EventLog(bus).read("long-1") == wire_events(events)
 
 
