@@ -20,10 +20,12 @@ the door. Imports under `if TYPE_CHECKING:` count: they couple the code all the 
 Where the top-level modules sit, and why:
 
 - `errors` is the bottom: every layer raises `TillerError`s and it imports nothing.
-  Beside it sit the two tiller-wide private modules, `_public` (which names the front door
-  re-exports, so each home namespace can report `tiller` as their module) and
-  `_schema_ledger` (every record kind's schema versions): they import nothing of tiller,
-  and every package may import them, as pydantic's packages import `pydantic._internal`.
+  Beside it sit the three tiller-wide private modules, `_public` (which names the front
+  door re-exports, so each home namespace can report `tiller` as their module),
+  `_schema_ledger` (every record kind's schema versions) and `_task_stop` (stopping a
+  background task without swallowing the stopper's cancellation, law 8): they import
+  nothing of tiller but `errors`, and every package may import them, as pydantic's
+  packages import `pydantic._internal`.
 - `phase` sits with `state`: a phase is a plain value the run's state records.
 - `capture` is the record format of a model call (written by the loop's sink, read by
   `model.replay`, stored in a store bucket): a peer of `model` and `store`.
@@ -52,7 +54,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "tiller"
 
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"errors", "_public", "_schema_ledger"}),
+    frozenset({"errors", "_public", "_schema_ledger", "_task_stop"}),
     frozenset({"conversation", "state", "ids", "cancel", "phase"}),
     frozenset({"tools", "policy", "model", "events", "store", "telemetry", "capture"}),
     frozenset({"loop"}),
@@ -67,7 +69,7 @@ FORBIDDEN_WITHIN_LAYER = frozenset(
 )
 
 #: Top-level private modules every package may import (see the module docstring).
-TILLER_WIDE = frozenset({"tiller._public", "tiller._schema_ledger"})
+TILLER_WIDE = frozenset({"tiller._public", "tiller._schema_ledger", "tiller._task_stop"})
 
 #: The demo's example project is a user's code under test, not tiller's.
 SKIPPED = (PACKAGE / "examples" / "invoice_project",)
