@@ -456,9 +456,12 @@ class _LoopRun:
         try:
             await loop.run()
         except BaseException as exc:
-            if ctx.is_cancelled or isinstance(exc, Cancelled):
+            if ctx.is_cancelled or isinstance(exc, Cancelled | asyncio.CancelledError):
                 # `usage_complete` stays as the loop left it: false only if a model call
                 # was cut short, not when the cancel came between calls or during tools.
+                # A cancellation from outside (the run's task cancelled, not its token)
+                # goes on, and the stream ends `RUN_ERROR{CANCELLED}`: the result tells
+                # the same story, even when it came after the last step.
                 state.stop_cause = StopCause.CANCELLED
                 raise
             if isinstance(exc, ModelError | ResponseTooLarge):

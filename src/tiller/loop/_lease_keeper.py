@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 
+from .._task_stop import stop_task
 from ..store import Lease, LeaseLost, RunDurability, StoreError
 
 __all__ = ["LeaseKeeper"]
@@ -53,10 +54,20 @@ class LeaseKeeper:
                 _logger.warning("cannot renew the lease %s: %s", self.lease.key, exc)
 
     async def stop(self) -> Lease:
-        """Stop renewing (the caller releases the lease)."""
+        """Stop renewing (the caller releases the lease). A cancellation of the caller
+        propagates once the renewing has ended; `lease` is then the one to release."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([task])
+            await stop_task(task)
         return self.lease
+
+    async def release(self) -> None:
+        """Stop renewing and give the lease back (one the store cannot take back now
+        lapses after its time to live). A cancellation of the caller while the renewing
+        stops is raised after the lease is given back: a recovery elsewhere need not
+        wait it out."""
+        try:
+            await self.stop()
+        finally:
+            with contextlib.suppress(StoreError):
+                await self._durability.release_lease(self.lease)

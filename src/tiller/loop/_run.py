@@ -16,8 +16,6 @@ as a port (`tiller.store.RunDurability`), capture as another (`_call_capture.Cal
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import socket
 import uuid
@@ -28,7 +26,7 @@ from ..conversation import ToolCall
 from ..errors import TillerError
 from ..events import AgUiContext
 from ..state import RunState, StopCause
-from ..store import RunDurability, StoreDurability, StoreError
+from ..store import RunDurability, StoreDurability
 from ..tools.builtin import AGENT_TOOL
 from ._agent_ref import record_policy
 from ._call_capture import CallCapture
@@ -39,6 +37,7 @@ from ._model_turn import ModelTurns, ResponseTooLarge, next_step
 from ._run_facts import publish_run_facts
 from ._run_parts import RunParts
 from ._services import RunServices
+from ._session_end import tell_session_end
 from ._steering import take_steering
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
 from ._subagents import Subagents
@@ -139,18 +138,20 @@ class Loop:
             await self.services.open()
             await self._steps()
         finally:
-            # Background work dies with the run, however it ended (and first, so a
-            # cancelled run's processes are gone before the run reports it stopped).
-            await self.services.close()
-            if self.subagents is not None:
-                await self.subagents.aclose()
-            await self._session_end()
-            self.capture.close()
-            if self._lease is not None and self.durability is not None:
+            try:
+                # Background work dies with the run, however it ended (and first, so a
+                # cancelled run's processes are gone before the run reports it stopped).
+                await self.services.close()
+                if self.subagents is not None:
+                    await self.subagents.aclose()
+                await self._session_end()
+            finally:
+                # Also when a cancellation from outside came during the above: the capture
+                # is complete and the lease given back (a recovery need not wait it out).
+                self.capture.close()
                 keeper, self._lease = self._lease, None
-                lease = await keeper.stop()
-                with contextlib.suppress(StoreError):
-                    await self.durability.release_lease(lease)
+                if keeper is not None:
+                    await keeper.release()
 
     async def _steps(self) -> None:
         state = self.state
@@ -257,22 +258,14 @@ class Loop:
         return await self.subagents.detached.wait_and_report()
 
     async def _session_end(self) -> None:
-        """Tell the session_end hooks how the run stopped (their failures are logged)."""
+        """Tell the session_end hooks how the run stopped (see `tell_session_end`)."""
         hooks = self.run_ctx.hooks
         if self.parent is not None or not hooks.watches("session_end"):
             return  # a subagent's end is not the session's
         cause = self.state.stop_cause or (
             StopCause.CANCELLED if self.agui.is_cancelled else StopCause.ERROR
         )
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(
-                hooks.session_end(
-                    run_id=self.state.run_id,
-                    thread_id=self.state.thread_id,
-                    workspace=self.run_ctx.jail.root,
-                    stop_cause=cause,
-                )
-            )
+        await tell_session_end(hooks, self.state, self.run_ctx.jail.root, cause)
 
     async def _checkpoint(self, status: Literal["running", "suspended", "finished"]) -> None:
         """Durable mode: the state at this step boundary goes to the store; a suspended
