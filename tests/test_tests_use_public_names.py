@@ -88,6 +88,7 @@ ALLOWED_PRIVATE = frozenset(
         # cancellation the tests drive directly (not API, so not exported).
         "test_task_stop.py -> tiller._task_stop",
         "loop/test_stop_cancelled.py -> tiller.loop._lease_keeper",
+        "fleet/test_stop_cancelled.py -> tiller.fleet._job_lease",
         # The cli package exports only its app: unit tests of its parts (line router,
         # terminal approver and questions, views, release check, serve's token rule).
         "cli/test_line_router.py -> tiller.cli._run",

@@ -13,10 +13,10 @@ that lost the job neither writes its result nor acks it (`check()` before each).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
+from .._task_stop import stop_task
 from ..store import Job, JobLeaseLost, JobQueue, StoreError
 
 __all__ = ["JobLeaseKeeper"]
@@ -70,6 +70,4 @@ class JobLeaseKeeper:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([task])
+            await stop_task(task)

@@ -51,6 +51,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._task_stop import stop_task
 from ..cancel import CancellationToken
 from ..errors import UsageError
 from ..store import Bus, BusClosed, KeyValue, RevisionConflict, StoreError
@@ -304,9 +305,7 @@ class FleetLimits:
         """Stop renewing. Slots still held lapse after the lease, as a dead worker's do."""
         renewer, self._renewer = self._renewer, None
         if renewer is not None:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            await stop_task(renewer)
 
     # ── slots ────────────────────────────────────────────────────────────────────────
 

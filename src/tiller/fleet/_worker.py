@@ -60,6 +60,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Literal
 
+from .._task_stop import stop_task
 from ..cancel import CancellationToken
 from ..errors import Cancelled, UsageError
 from ..loop import (
@@ -224,11 +225,13 @@ class Worker:
                         break
                     jobs.create_task(self._take(queue, job, slots), name=f"tiller-job {job.id}")
         finally:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([beating])
-            with contextlib.suppress(StoreError):
-                await self._registry.leave(self.name)
+            try:
+                await stop_task(beating)
+            finally:
+                # Cancelled meanwhile: the worker still says it left, so it is not listed
+                # as live until its heartbeat expires.
+                with contextlib.suppress(StoreError):
+                    await self._registry.leave(self.name)
 
     def drain(self) -> None:
         """Stop claiming; each run stops at its next step boundary and its job goes back
@@ -297,10 +300,12 @@ class Worker:
                 )
             end = "released"
         finally:
-            await keeper.stop()
-            self._boundaries.pop(job.id, None)
-            slots.release()
-            self._tell(job.id, end)
+            try:
+                await keeper.stop()
+            finally:  # cancelled while the keeper stopped: the slot is free all the same
+                self._boundaries.pop(job.id, None)
+                slots.release()
+                self._tell(job.id, end)
 
     def _job_lost(self, job_id: str) -> None:
         """This delivery lost the job (its lease lapsed: the worker stalled, or the store
