@@ -22,6 +22,8 @@ from tiller.store import (
 )
 from tiller.store._sqlite import DUE_JOB, SCHEMA_VERSION
 
+from .._slow_to_end import SlowToEnd, cancel_the_stopper
+
 
 def url_of(path: Path, query: str = "") -> str:
     return f"sqlite:///{path}{'?' + query if query else ''}"
@@ -403,3 +405,18 @@ def test_switching_a_new_file_to_wal_retries_a_lock_it_may_not_wait_for(tmp_path
     bus.busy_timeout = 0.0
     with pytest.raises(sqlite3.OperationalError):
         bus._enter_wal(Contended(refusals=1))  # type: ignore[arg-type]
+
+
+async def test_aclose_cancelled_while_the_poller_ends_ends_cancelled_and_disconnects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Law 8: a cancellation of `aclose()`'s caller is not swallowed; the connection is
+    closed all the same."""
+    slow = SlowToEnd()
+    bus = await open_bus(f"sqlite:///{tmp_path / 'bus.db'}?poll_interval=0.01")
+    assert isinstance(bus, SqliteBus)
+    monkeypatch.setattr(bus, "_poll_once", slow.block)
+    await bus.subscribe("s")
+    await slow.entered.wait()
+    await cancel_the_stopper(slow, asyncio.create_task(bus.aclose()))
+    assert bus._conn is None

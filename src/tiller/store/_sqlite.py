@@ -44,6 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
+from .._task_stop import stop_task
 from ._bus import (
     DEFAULT_LEASE,
     DEFAULT_MAX_DELIVER,
@@ -536,14 +537,15 @@ class SqliteBus:
         self._closed = True
         for subscription in list(self._cursors):
             subscription.close()
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
         try:
-            await self._in_thread(self._disconnect)
+            if self._poller is not None:
+                await stop_task(self._poller)
         finally:
-            self._executor.shutdown(wait=False)
+            # Cancelled while the poller ended: the connection is closed all the same.
+            try:
+                await self._in_thread(self._disconnect)
+            finally:
+                self._executor.shutdown(wait=False)
 
     async def __aenter__(self) -> SqliteBus:
         self._check_open()
