@@ -89,6 +89,7 @@ ALLOWED_PRIVATE = frozenset(
         "test_task_stop.py -> tiller._task_stop",
         "loop/test_stop_cancelled.py -> tiller.loop._lease_keeper",
         "fleet/test_stop_cancelled.py -> tiller.fleet._job_lease",
+        "serve/test_fleet_runs_idle.py -> tiller.serve._fleet_runs",
         # The cli package exports only its app: unit tests of its parts (line router,
         # terminal approver and questions, views, release check, serve's token rule).
         "cli/test_line_router.py -> tiller.cli._run",

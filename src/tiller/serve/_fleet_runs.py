@@ -34,6 +34,7 @@ import orjson
 from ag_ui.core import RunAgentInput
 from starlette.responses import Response
 
+from .._task_stop import stop_task
 from ..errors import InvalidResume, TillerError
 from ..events import RunErrorEvent, RunStartedEvent, encode_json
 from ..fleet import Fleet, ResultStore, RunOutcomeRecord, WorkerRegistry
@@ -279,6 +280,4 @@ async def _idle(frames: AsyncIterator[Indexed], every: float) -> AsyncIterator[I
             yield item
     finally:
         if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+            await stop_task(pending)  # a cancel of our consumer meanwhile goes on (law 8)
