@@ -1084,13 +1084,10 @@ class NatsBus:
                 kept = _options_of((await js.consumer_info(stream_name, _CONSUMER)).config)
             except nats.js.errors.NotFoundError:
                 kept = None
+        base = kept or _DEFAULT_OPTIONS
         wanted = QueueOptions(
-            lease if lease is not None else kept.lease if kept else DEFAULT_LEASE,
-            max_deliver
-            if max_deliver is not None
-            else kept.max_deliver
-            if kept
-            else DEFAULT_MAX_DELIVER,
+            base.lease if lease is None else float(lease),
+            base.max_deliver if max_deliver is None else max_deliver,
         )
         if wanted == kept:
             return kept
