@@ -450,6 +450,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "OutboxStore",
         "QuarantinedMail",
         "QueueDepth",
+        "QueueOptions",
         "RecordFromNewerTiller",
         "RestoreReport",
         "RevisionConflict",

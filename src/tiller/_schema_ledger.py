@@ -271,6 +271,13 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "`dead_letters`, and claims read the `jobs_due` index; a version 1 file is "
                 "migrated when opened.",
             ),
+            SchemaVersion(
+                3,
+                "0.1.0",
+                "Job queues: a queue's lease and delivery limit are its row of `queues`, "
+                "the same for every process (they were each handle's own); an older file is "
+                "migrated when opened, its queues starting with the defaults.",
+            ),
         ),
         _kind(
             "taint_index",

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
 
@@ -24,7 +25,7 @@ from tiller.fleet import (
     materialize,
 )
 from tiller.ops import held_approvals
-from tiller.store import open_bus
+from tiller.store import QueueOptions, open_bus
 from tiller.testing import assert_valid_stream
 
 from .conftest import NATS_URL, Store, ref, running_worker, until
@@ -282,7 +283,7 @@ async def test_fleet_status_lists_the_live_workers(agents: ModuleType, tmp_path:
         await until(registered)
         async with await store.open() as bus:
             registry = WorkerRegistry(bus)
-            # A submitter opens the queue with the workers' lease, not its own default.
+            # The live workers' lease, as each registered it.
             assert await registry.lease_of("tiller-runs") == 7.0
             assert await registry.lease_of("another-queue") is None
         shown = await tiller(agents, "fleet", "status", "--store", store.url, "--json")
@@ -356,6 +357,51 @@ async def test_submit_and_wait_on_nats(agents: ModuleType) -> None:
     finally:
         async with await open_bus(NATS_URL, namespace=store.namespace) as bus:
             await bus.delete_namespace()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(params=["sqlite", "nats"])
+async def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store several processes reach: a SQLite file, or a NATS namespace of its own."""
+    if request.param == "sqlite":
+        yield sqlite(tmp_path)
+        return
+    store = Store(NATS_URL, namespace=f"t{uuid.uuid4().hex[:12]}")
+    try:
+        yield store
+    finally:
+        async with await open_bus(NATS_URL, namespace=store.namespace) as bus:
+            await bus.delete_namespace()  # type: ignore[attr-defined]
+
+
+async def test_submit_keeps_the_lease_and_limit_a_worker_set(
+    agents: ModuleType, shared_store: Store
+) -> None:
+    """`tiller worker --lease 2 --max-deliver 3` sets them for the queue; a `tiller
+    submit` made while no worker is live (so none can be asked) keeps them, and a worker
+    started without them runs with the queue's."""
+    store = shared_store
+    where = ["--store", store.url, "--namespace", store.namespace]
+    async with running_worker(store, lease=2.0, max_deliver=3):
+        pass  # it set them and stopped
+    done = await tiller(agents, "submit", ref(agents, "three"), "go", *where, "--run-id", "r")
+    assert done.returncode == 0, done.stderr
+    shown = await tiller(agents, "fleet", "status", *where, "--json")
+    table = await tiller(agents, "fleet", "status", *where)
+    assert shown.returncode == table.returncode == 0, shown.stderr
+    status = orjson.loads(shown.stdout)
+    assert (status["lease"], status["max_deliver"]) == (2.0, 3)
+    assert "lease 2 s, 3 deliveries" in table.stdout
+    async with running_worker(store) as worker, await store.open() as bus:
+        record = await Fleet(bus).handle("r").result(60)
+        assert record.status == "completed"
+
+        async def registered() -> bool:
+            return bool((await Fleet(bus).status()).workers)
+
+        await until(registered)
+        (info,) = (await Fleet(bus).status()).workers
+        assert (info.name, info.lease) == (worker.name, 2.0)  # the queue's, not 30
+        assert await (await bus.queue("tiller-runs")).options() == QueueOptions(2.0, 3)
 
 
 async def held_id(store: Store, run_id: str) -> str:

@@ -47,6 +47,7 @@ MiB = 1024 * 1024
 # afterwards) and the clock it takes, used here as they are.
 bus = store_conftest.bus
 clock = store_conftest.clock
+namespace = store_conftest.namespace
 
 #: Only on NATS: its object store holds records over the server's payload limit.
 on_nats = pytest.mark.parametrize("bus", ["nats"], indirect=True)

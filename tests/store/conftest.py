@@ -86,11 +86,16 @@ async def make_bus(kind: str, clock: FakeClock, tmp_path: Path, namespace: str) 
         )
 
 
+@pytest.fixture
+def namespace() -> str:
+    """The test's own store namespace (NATS: the server is shared)."""
+    return f"t{uuid.uuid4().hex[:16]}"
+
+
 @pytest.fixture(params=BACKENDS)
 async def bus(
-    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
+    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path, namespace: str
 ) -> AsyncIterator[Bus]:
-    namespace = f"t{uuid.uuid4().hex[:16]}"
     opened = await make_bus(request.param, clock, tmp_path, namespace)
     try:
         yield opened
@@ -106,3 +111,21 @@ async def bus(
                 await cleaner.delete_namespace()
             finally:
                 await cleaner.aclose()
+
+
+@pytest.fixture
+async def other_process_bus(
+    bus: Bus, clock: FakeClock, tmp_path: Path, namespace: str
+) -> AsyncIterator[Bus]:
+    """The store of `bus` as another process sees it: a second connection to the same
+    SQLite file or NATS namespace. (Memory has no other process: it is `bus` itself, the
+    one place its queues live.) The `bus` fixture removes the namespace afterwards."""
+    kind = bus.url.split(":", 1)[0]
+    if kind == "memory":
+        yield bus
+        return
+    other = await make_bus(kind, clock, tmp_path, namespace)
+    try:
+        yield other
+    finally:
+        await other.aclose()

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 import pytest
 
 from tiller.errors import UsageError
-from tiller.store import Bus, DeadLetter, Job, JobLeaseLost, JobQueue, NotFound, QueueDepth
+from tiller.store import (
+    Bus,
+    DeadLetter,
+    Job,
+    JobLeaseLost,
+    JobQueue,
+    NotFound,
+    QueueDepth,
+    QueueOptions,
+)
 
 from .conftest import FakeClock
 
@@ -89,6 +98,56 @@ async def test_the_queue_has_its_options(bus: Bus) -> None:
         await bus.queue("no.dots")
     with pytest.raises(UsageError):
         await queue.claim("")
+
+
+async def test_a_new_queue_opened_without_options_has_the_defaults(bus: Bus) -> None:
+    queue = await bus.queue("work")
+    assert await queue.options() == QueueOptions(30.0, 5)
+    assert (queue.lease, queue.max_deliver) == (30.0, 5)
+
+
+async def test_another_process_opening_the_queue_without_a_lease_keeps_it(
+    bus: Bus, other_process_bus: Bus, clock: FakeClock
+) -> None:
+    """The lease is the queue's: a submitter opening it with no lease (`tiller submit`)
+    neither resets it nor has claims of its own with another one."""
+    workers = await bus.queue("work", lease=2.0)
+    submitter = await other_process_bus.queue("work")
+    assert await submitter.options() == QueueOptions(2.0, 5)
+    assert await workers.options() == QueueOptions(2.0, 5)
+    await submitter.enqueue(b"p", job_id="j")
+    job = await submitter.claim("w1")
+    assert job is not None and job.lease_expires_at == clock() + 2.0
+    clock.advance(1.0)
+    extended = await submitter.extend(job)
+    assert extended.lease_expires_at == clock() + 2.0
+
+
+async def test_another_process_opening_the_queue_without_a_limit_keeps_it(
+    bus: Bus, other_process_bus: Bus
+) -> None:
+    await bus.queue("work", lease=REAL_LEASE, max_deliver=1)
+    submitter = await other_process_bus.queue("work")
+    assert await submitter.options() == QueueOptions(REAL_LEASE, 1)
+    await submitter.enqueue(b"flaky", job_id="j")
+    job = await submitter.claim("w1")
+    assert job is not None and job.attempt == 1
+    await submitter.nak(job, error="boom")  # its one delivery: dead-lettered, not retried
+    assert [(d.id, d.reason) for d in await submitter.dead_letters()] == [("j", "boom")]
+
+
+async def test_a_value_given_later_sets_it_for_every_process(
+    bus: Bus, other_process_bus: Bus, clock: FakeClock
+) -> None:
+    first = await bus.queue("work", lease=2.0, max_deliver=3)
+    await other_process_bus.queue("work", lease=4.0)  # the limit is kept
+    assert await first.options() == QueueOptions(4.0, 3)
+    await other_process_bus.queue("work", max_deliver=7)  # the lease is kept
+    assert await first.options() == QueueOptions(4.0, 7)
+    assert await (await bus.queue("work")).options() == QueueOptions(4.0, 7)
+    await first.enqueue(b"p", job_id="j")
+    job = await first.claim("w1")  # the first handle's claims apply the queue's lease now
+    assert job is not None and job.lease_expires_at == clock() + 4.0
 
 
 async def test_claim_on_empty_is_none(bus: Bus, qtime: QueueTime) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from tiller.errors import UsageError
 from tiller.store import (
+    QueueOptions,
     RevisionConflict,
     SqliteBus,
     StoreError,
@@ -146,9 +147,33 @@ async def test_a_schema_1_file_is_migrated(tmp_path: Path) -> None:
         assert await queue.claim("w") is None
     with sqlite3.connect(path) as conn:
         version = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'")
-        assert version.fetchone() == (SCHEMA_VERSION,) == (2,)
+        assert version.fetchone() == (SCHEMA_VERSION,) == (3,)
         indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        assert "jobs_due" in indexes and "jobs_order" not in indexes
+        assert "jobs_due" in indexes and "jobs_order" not in indexes and "queues" in indexes
+    conn.close()
+
+
+async def test_a_schema_2_file_is_migrated_its_queues_on_the_defaults(tmp_path: Path) -> None:
+    """Schema 3 keeps a queue's lease and limit in `queues`; a schema 2 file had none
+    (each handle had its own): its queues get the defaults, and claims go on."""
+    path = tmp_path / "x.db"
+    async with await open_bus(url_of(path)) as bus:
+        await (await bus.queue("q", lease=2.0)).enqueue(b"p", job_id="j")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE queues")
+        conn.execute("UPDATE meta SET value = 2 WHERE name = 'schema_version'")
+    conn.close()
+    with sqlite3.connect(path) as conn:  # what schema 2 left: a job, no `queues`
+        assert conn.execute("SELECT id FROM jobs").fetchall() == [("j",)]
+    conn.close()
+    async with await open_bus(url_of(path)) as bus:
+        queue = await bus.queue("q")
+        assert await queue.options() == QueueOptions(30.0, 5)
+        job = await queue.claim("w")
+        assert job is not None and job.id == "j"
+    with sqlite3.connect(path) as conn:
+        version = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'")
+        assert version.fetchone() == (3,)
     conn.close()
 
 

@@ -37,7 +37,6 @@ from ._held import (
     finish,
     parse_arguments,
     print_table,
-    queue_lease,
     short_json,
 )
 from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE, _resume_view, _with_store
@@ -252,7 +251,7 @@ async def _continue_on_fleet(bus: Bus, run_id: str) -> bool:
     if record is None or not record.held:
         return False
     queue = record.queue or RUN_QUEUE
-    job_id = await Fleet(bus, queue, lease=await queue_lease(bus, queue)).continue_run(run_id)
+    job_id = await Fleet(bus, queue).continue_run(run_id)  # the queue's lease, kept
     typer.echo(
         f"run {run_id} is a fleet run: queued its continuation {job_id} on {queue}; "
         "a worker resumes it (not this process)"

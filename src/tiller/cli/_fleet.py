@@ -2,7 +2,8 @@
 any shell that reaches its store.
 
 `status` shows the live workers (their last heartbeat, `tiller.fleet.WorkerRegistry`),
-the queue's depth and in-flight count, and its dead letters (`--dead-letters` lists them
+the queue's depth and in-flight count, its lease and delivery limit (the queue's, as
+every worker applies them), and its dead letters (`--dead-letters` lists them
 with the reason each was given up on); `--json` prints the same as one JSON object.
 `cancel` records the batch's cancellation (runs not started yet never start) and asks
 each of its runs to stop (`tiller.store.ControlStore`, applied by the worker running it).
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ._held import EXIT_OK, age, finish, print_table, queue_lease, timestamp
+from ._held import EXIT_OK, age, finish, print_table, timestamp
 from ._runs import DEFAULT_STORE, _with_store
 
 if TYPE_CHECKING:
@@ -31,10 +32,6 @@ fleet_app = typer.Typer(
 )
 
 _STORE_HELP = "The store the fleet shares (nats://HOST:PORT, or sqlite:///PATH on one host)."
-_LEASE_HELP = (
-    "The queue's job lease (seconds; default: the live workers', else 30). On NATS the "
-    "last process to open a queue sets its lease: leave it to match the workers'."
-)
 
 
 @fleet_app.command("status")
@@ -43,24 +40,21 @@ def status_command(
     store: str = typer.Option(DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
-    lease: float | None = typer.Option(None, "--lease", min=0.1, help=_LEASE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     dead_letters: bool = typer.Option(
         False, "--dead-letters", help="List the dead letters, with their reasons."
     ),
 ) -> None:
     """Workers (name, host, pid, concurrency, in flight, last beat), queue depth, in
-    flight, dead letters."""
+    flight, lease, delivery limit, dead letters."""
 
     async def work(bus: Bus) -> int:
         from ..fleet import Fleet
 
-        held = await queue_lease(bus, queue, lease)
-        fleet = Fleet(bus, queue, lease=held)
-        status = await fleet.status()
+        status = await Fleet(bus, queue).status()  # the queue's lease and limit, kept
         letters = []
         if dead_letters:
-            letters = await (await bus.queue(queue, lease=held)).dead_letters()
+            letters = await (await bus.queue(queue)).dead_letters()
         if as_json:
             import orjson
 
@@ -80,14 +74,13 @@ def cancel_command(
     store: str = typer.Option(DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
-    lease: float | None = typer.Option(None, "--lease", min=0.1, help=_LEASE_HELP),
 ) -> None:
     """Cancel every run of BATCH: those not started never start, those running stop."""
 
     async def work(bus: Bus) -> int:
         from ..fleet import Fleet
 
-        fleet = Fleet(bus, queue, lease=await queue_lease(bus, queue, lease))
+        fleet = Fleet(bus, queue)
         runs = await fleet.cancel_batch(batch, reason)
         typer.echo(f"cancelled batch {batch}: {len(runs)} run(s) asked to stop")
         return EXIT_OK
@@ -117,6 +110,8 @@ def _as_json(
         ],
         "waiting": status.depth.waiting,
         "in_flight": status.in_flight,
+        "lease": status.options.lease,
+        "max_deliver": status.options.max_deliver,
         "dead_letters": status.dead_letters,
     }
     if listed:
@@ -132,7 +127,8 @@ def _print(
     now = bus.clock()
     typer.echo(
         f"queue {queue}: {status.depth.waiting} waiting, {status.in_flight} in flight, "
-        f"{status.dead_letters} dead letter(s)"
+        f"{status.dead_letters} dead letter(s); lease {status.options.lease:g} s, "
+        f"{status.options.max_deliver} deliveries"
     )
     if status.workers:
         rows = [

@@ -14,14 +14,11 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
 from ..errors import TillerError, UsageError
-
-if TYPE_CHECKING:
-    from ..store import Bus
 
 __all__ = [
     "EXIT_NOT_COMPLETED",
@@ -32,7 +29,6 @@ __all__ = [
     "finish",
     "parse_arguments",
     "print_table",
-    "queue_lease",
     "short_json",
     "timestamp",
 ]
@@ -40,9 +36,6 @@ __all__ = [
 EXIT_OK = 0
 EXIT_NOT_COMPLETED = 1
 EXIT_REFUSED = 2
-#: A fleet queue's job lease when none is given and no worker is live (`Worker`'s and
-#: `Fleet`'s default, and `tiller worker --lease`'s).
-_FLEET_LEASE = 30.0
 
 
 def finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
@@ -54,17 +47,6 @@ def finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
         typer.echo(f"tiller: {exc}", err=True)
         code = EXIT_REFUSED
     raise typer.Exit(code)
-
-
-async def queue_lease(bus: Bus, queue: str, given: float | None = None) -> float:
-    """The job lease to open a fleet's `queue` with: `given`, else the live workers'
-    (so a submitter or an approver does not change it: on NATS the last process to open
-    a queue sets its lease), else the default."""
-    from ..fleet import WorkerRegistry
-
-    if given is not None:
-        return given
-    return await WorkerRegistry(bus).lease_of(queue) or _FLEET_LEASE
 
 
 def allow_cwd_imports() -> None:

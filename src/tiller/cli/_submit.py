@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import UsageError
-from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish, queue_lease
+from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish
 from ._runs import DEFAULT_STORE, _with_store
 
 if TYPE_CHECKING:
@@ -52,8 +52,8 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         None,
         "--lease",
         min=0.1,
-        help="The queue's job lease (seconds; default: the live workers', else 30). On NATS the "
-        "last process to open a queue sets its lease: leave it to match the workers'.",
+        help="Set the queue's job lease (seconds) for every worker; default: keep the "
+        "queue's (as its workers set it).",
     ),
     run_id: str | None = typer.Option(None, "--run-id", help="The run's id (default: new)."),
     batch: str | None = typer.Option(None, "--batch", help="The batch the run belongs to."),
@@ -106,7 +106,7 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             spec: str | WorkspaceSpec | None = shared
             if snapshot and workspace is not None:
                 spec = await snapshot_workspace(bus, workspace)
-            fleet = Fleet(bus, queue, lease=await queue_lease(bus, queue, lease))
+            fleet = Fleet(bus, queue, lease=lease)  # None: the queue's lease, kept
             handle = await fleet.submit(
                 agent, text, workspace=spec, budget=budget, run_id=run_id, batch=batch, model=model
             )

@@ -38,19 +38,20 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
     ),
     name: str | None = typer.Option(None, "--name", help="This worker's name (host:pid:…)."),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
-    lease: float = typer.Option(
-        30.0,
+    lease: float | None = typer.Option(
+        None,
         "--lease",
         min=0.1,
         help="Seconds a job and its run stay claimed without a heartbeat: a killed "
-        "worker's runs are taken over that long after.",
+        "worker's runs are taken over that long after. Sets it for the queue, for every "
+        "worker; default: keep the queue's (30 for a new queue).",
     ),
-    max_deliver: int = typer.Option(
-        5,
+    max_deliver: int | None = typer.Option(
+        None,
         "--max-deliver",
         min=1,
         help="Deliveries a job gets before it goes to the dead letters (a worker's death "
-        "spends one); give submitters the same.",
+        "spends one). Sets it for the queue; default: keep the queue's (5 for a new one).",
     ),
     event_log_batch: int = typer.Option(
         32,
@@ -111,8 +112,8 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
     concurrency: int,
     agent: str | None,
     name: str | None,
-    lease: float,
-    max_deliver: int,
+    lease: float | None,
+    max_deliver: int | None,
     event_log_batch: int,
     max_runs: int | None,
     per_model: dict[str, ModelLimit],
@@ -126,7 +127,10 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
     async with await open_bus(store, namespace=namespace) as bus:
         limits = None
         if max_runs is not None or per_model:
-            limits = FleetLimits(bus, max_runs=max_runs, per_model=per_model, lease=lease)
+            # Fleet-wide slots are held for the queue's lease (the one being set, or the
+            # queue's own), as the runs are.
+            slot_lease = lease if lease is not None else (await bus.queue(queue)).lease
+            limits = FleetLimits(bus, max_runs=max_runs, per_model=per_model, lease=slot_lease)
         worker = Worker(
             bus,
             queue=queue,

@@ -28,12 +28,12 @@ from pydantic import ValidationError
 from ..errors import UsageError
 from ..ops import decided_records
 from ..store import (
-    DEFAULT_MAX_DELIVER,
     Bus,
     CheckpointStore,
     ControlStore,
     JobQueue,
     QueueDepth,
+    QueueOptions,
 )
 from ._batch_budget import BatchBudget
 from ._batches import BatchStore
@@ -57,11 +57,13 @@ __all__ = ["Fleet", "FleetStatus"]
 
 @dataclass(frozen=True, slots=True)
 class FleetStatus:
-    """The fleet now: its live workers, the queue's depth, its dead letters' count."""
+    """The fleet now: its live workers, the queue's depth, its dead letters' count, and
+    the queue's lease and delivery limit (as every worker applies them)."""
 
     workers: list[WorkerInfo]
     depth: QueueDepth
     dead_letters: int
+    options: QueueOptions
 
     @property
     def in_flight(self) -> int:
@@ -72,17 +74,17 @@ class FleetStatus:
 class Fleet:
     """Submits to and inspects one run queue of `bus` (see the module docstring).
 
-    `lease` is the queue's job lease: give the workers' (`Worker(lease=)`, `tiller worker
-    --lease`). On NATS the lease is the queue consumer's, set by the last process to open
-    the queue, so a submitter with another lease would change the workers' too."""
+    `lease` and `max_deliver` are the queue's (`Bus.queue`): None (the default) keeps
+    what the queue has, as its workers set it (`Worker(lease=)`, `tiller worker
+    --lease`); a value sets it for the queue, for every worker too."""
 
     def __init__(
         self,
         bus: Bus,
         queue: str = RUN_QUEUE,
         *,
-        lease: float = 30.0,
-        max_deliver: int = DEFAULT_MAX_DELIVER,
+        lease: float | None = None,
+        max_deliver: int | None = None,
     ) -> None:
         self.bus = bus
         self.queue_name = queue
@@ -216,6 +218,7 @@ class Fleet:
             workers=await WorkerRegistry(self.bus).live(),
             depth=await queue.depth(),
             dead_letters=len(await queue.dead_letters()),
+            options=await queue.options(),
         )
 
     async def _queue(self) -> JobQueue:

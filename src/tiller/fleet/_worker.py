@@ -78,7 +78,7 @@ from ..ops import (
 from ..state import StopCause
 from ..store import (
     DEFAULT_BUCKET,
-    DEFAULT_MAX_DELIVER,
+    DEFAULT_LEASE,
     Bus,
     Checkpoint,
     CheckpointStore,
@@ -129,6 +129,10 @@ class Worker:
     `agent` (a `"module:attr"` reference) runs every job with that agent instead of the
     one the job names. `lease` is the queue's job lease and the runs' lease (seconds): a
     worker killed mid-run has its job and run taken over by another that long after.
+    `lease` and `max_deliver` (deliveries a job gets before it is dead-lettered) are the
+    queue's, for every process: a value sets them for the queue when the worker starts;
+    None (the default) keeps what the queue has (`Bus.queue`). The runs' lease is the
+    queue's lease as the worker read it when it started.
     `event_log_batch` is how many events a run buffers before writing them to its event
     log (fewer: a live `RunHandle.events()` sees them sooner). `on_job(run_id, what)` is
     told when a job starts (`"started"`) and how it ended.
@@ -142,8 +146,8 @@ class Worker:
         concurrency: int = 4,
         agent: str | None = None,
         name: str | None = None,
-        lease: float = 30.0,
-        max_deliver: int = DEFAULT_MAX_DELIVER,
+        lease: float | None = None,
+        max_deliver: int | None = None,
         poll_interval: float = 0.2,
         control_poll: float = 0.5,
         heartbeat: float = 5.0,
@@ -155,17 +159,24 @@ class Worker:
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise UsageError(f"a worker's concurrency must be a positive int, not {concurrency!r}")
-        if not lease > 0 or not poll_interval > 0 or not heartbeat > 0:
-            raise UsageError("lease, poll_interval and heartbeat must be positive seconds")
+        if (lease is not None and not lease > 0) or not poll_interval > 0 or not heartbeat > 0:
+            raise UsageError(
+                "lease (or None: the queue's own), poll_interval and heartbeat must be "
+                "positive seconds"
+            )
         self.bus = bus
         self.queue_name = queue
         self.concurrency = concurrency
         self.agent = agent
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        #: The lease to set for the queue when the worker starts (None: keep the queue's).
         self.lease = lease
-        #: Deliveries a job gets before it is dead-lettered (the queue's: give the
-        #: submitters' `Fleet(max_deliver=)` the same; on NATS the last opener sets it).
+        #: Deliveries a job gets before it is dead-lettered, to set for the queue when the
+        #: worker starts (None: keep the queue's).
         self.max_deliver = max_deliver
+        # The queue's lease as read when the worker started (what it was given, or the
+        # default, until then): its runs' lease and its naks' delays.
+        self._lease = lease if lease is not None else DEFAULT_LEASE
         self.poll_interval = poll_interval
         self.control_poll = control_poll
         self.heartbeat = heartbeat
@@ -179,7 +190,12 @@ class Worker:
         self.control = ControlStore(bus)
         self.checkpoints = CheckpointStore(bus, DEFAULT_BUCKET)
         self._starter = RunStarter(
-            bus, self.checkpoints, agent, limits, lease=lease, event_log_batch=event_log_batch
+            bus,
+            self.checkpoints,
+            agent,
+            limits,
+            lease=self._lease,
+            event_log_batch=event_log_batch,
         )
         self._registry = WorkerRegistry(bus)
         self._draining = asyncio.Event()
@@ -204,6 +220,7 @@ class Worker:
         self._queue = queue = await self.bus.queue(
             self.queue_name, lease=self.lease, max_deliver=self.max_deliver
         )
+        self._lease = self._starter.lease = queue.lease
         self._started_at = self.bus.clock()
         slots = asyncio.Semaphore(self.concurrency)
         beating = asyncio.get_running_loop().create_task(self._beat(), name="tiller-worker-beat")
@@ -272,7 +289,7 @@ class Worker:
                 in_flight=self.in_flight,
                 started_at=self._started_at,
                 beat_at=self.bus.clock(),
-                lease=self.lease,
+                lease=self._lease,
                 expires_at=self.bus.clock() + 3 * self.heartbeat,
             )
             try:
@@ -296,7 +313,7 @@ class Worker:
                 if keeper.job.attempt >= queue.max_deliver:
                     await self._give_up(keeper, job, exc)
                 await queue.nak(
-                    keeper.job, delay=self.lease, error="the worker failed; see its log"
+                    keeper.job, delay=self._lease, error="the worker failed; see its log"
                 )
             end = "released"
         finally:
@@ -411,7 +428,7 @@ class Worker:
         and no longer than a lease: a holder that renews meanwhile is alive, and the
         recovery says so (`RunStillRunning`)."""
         held = await self.checkpoints.holder(run_id)
-        if held is not None and held[1] <= self.lease and not self._draining.is_set():
+        if held is not None and held[1] <= self._lease and not self._draining.is_set():
             await asyncio.sleep(held[1] + self.poll_interval)
 
     async def _batch_cancelled(
@@ -491,7 +508,7 @@ class Worker:
             # Its previous worker may still be alive: ask again once its lease would lapse,
             # and not sooner than half a lease: a lease about to lapse is often renewed
             # (its holder is alive after all), and each delivery spends an attempt.
-            delay = max(exc.seconds_left, self.lease / 2)
+            delay = max(exc.seconds_left, self._lease / 2)
             await queue.nak(await keeper.check(), delay=delay, error=str(exc))
             return "released"
         except ResumeReplayBlocked as exc:
@@ -543,7 +560,7 @@ class Worker:
             # stand for good); the job goes back, for whoever holds the run, or for a
             # recovery from its checkpoint once the store is back. Not before a lease would
             # lapse: at once, it would only meet the live lease again (and burn attempts).
-            await queue.nak(await keeper.check(), delay=self.lease, error=result.error or "")
+            await queue.nak(await keeper.check(), delay=self._lease, error=result.error or "")
             return "released"
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)

@@ -63,9 +63,9 @@ class WorkerRegistry:
         await (await self._bucket()).delete(name)
 
     async def lease_of(self, queue: str) -> float | None:
-        """The job lease the live workers of `queue` use (the longest, if they differ),
-        or None with none live: a submitter opening the queue with it leaves the
-        workers' lease as it is (on NATS the last process to open a queue sets it)."""
+        """The job lease the live workers of `queue` said they use (the longest, if they
+        differ), or None with none live. (The queue's own lease is `JobQueue.options()`:
+        a submitter opens the queue without one to keep it.)"""
         leases = [w.lease for w in await self.live() if w.queue == queue and w.lease]
         return max(leases) if leases else None
 

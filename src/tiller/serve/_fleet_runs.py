@@ -37,7 +37,7 @@ from starlette.responses import Response
 from .._task_stop import stop_task
 from ..errors import InvalidResume, TillerError
 from ..events import RunErrorEvent, RunStartedEvent, encode_json
-from ..fleet import Fleet, ResultStore, RunOutcomeRecord, WorkerRegistry
+from ..fleet import Fleet, ResultStore, RunOutcomeRecord
 from ..ops import approve, deny
 from ..store import ApprovalStore, Bus, CheckpointStore, ControlStore, EventLog, NotFound
 from ._http import RunStreamResponse, error
@@ -73,7 +73,8 @@ class FleetRuns:
         self.keep_alive = keep_alive
         self.queue = queue
         self.lease = lease
-        self.fleet = Fleet(bus, queue, lease=lease or 30.0)
+        # None: the queue's lease, as its workers set it, is kept (`Bus.queue`).
+        self.fleet = Fleet(bus, queue, lease=lease)
         self.checkpoints = CheckpointStore(bus)
         self.control = ControlStore(bus)
         self.results = ResultStore(bus)
@@ -82,10 +83,6 @@ class FleetRuns:
     async def respond(self, input: RunAgentInput) -> Response:
         """The request's response: 400 for what no worker could run, else the stream."""
         try:
-            if self.lease is None:
-                # The live workers' lease, so that opening the queue keeps it (on NATS the
-                # last process to open a queue sets its lease).
-                self.fleet.lease = await WorkerRegistry(self.bus).lease_of(self.queue) or 30.0
             if await self._taken(input.run_id):
                 return error(400, f"run id {input.run_id!r} is already in use; send a new one")
             # The run the stream follows: a resume's is the suspended run it continues.

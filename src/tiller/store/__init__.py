@@ -31,6 +31,7 @@ from ._approvals import (
 )
 
 # For tiller's own packages (not API; not in __all__).
+from ._bus import DEFAULT_LEASE as DEFAULT_LEASE
 from ._bus import DEFAULT_MAX_DELIVER as DEFAULT_MAX_DELIVER
 from ._bus import (
     Bus,
@@ -46,6 +47,7 @@ from ._bus import (
     Lease,
     NotFound,
     QueueDepth,
+    QueueOptions,
     RevisionConflict,
     StoreError,
     StoreUnavailable,
@@ -194,6 +196,7 @@ __all__ = [
     "OutboxStore",
     "QuarantinedMail",
     "QueueDepth",
+    "QueueOptions",
     "RecordFromNewerTiller",
     "RestoreReport",
     "RevisionConflict",

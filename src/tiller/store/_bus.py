@@ -5,10 +5,11 @@
   compare-and-set records with an expiry, for "exactly one process proceeds";
 - **pub/sub** subjects (`Bus.publish`, `Bus.subscribe`): fast delivery only; anything that
   must survive a reconnect is also written to the KV (control messages are);
-- a **job queue** (`Bus.queue(name, lease=..., max_deliver=...)`): enqueue (idempotent by
-  job id), claim with the queue's lease, extend, ack / nak (with a delay) / term (with a
-  reason), redelivery when a lease lapses, and a dead-letter list for jobs that will never
-  run (termed, or out of deliveries), for worker fleets.
+- a **job queue** (`Bus.queue(name, lease=..., max_deliver=...)`, both kept with the
+  queue for every process): enqueue (idempotent by job id), claim with the queue's lease,
+  extend, ack / nak (with a delay) / term (with a reason), redelivery when a lease lapses,
+  and a dead-letter list for jobs that will never run (termed, or out of deliveries), for
+  worker fleets.
 
 Backends (`open_bus(url)`): `memory://` (tests), `sqlite:///path` (the embedded default),
 `nats://host:port` (JetStream). One contract test suite runs against all three.
@@ -50,6 +51,7 @@ __all__ = [
     "JobLeaseLost",
     "NotFound",
     "QueueDepth",
+    "QueueOptions",
     "RevisionConflict",
     "StoreError",
     "StoreUnavailable",
@@ -297,19 +299,37 @@ class QueueDepth:
     in_flight: int
 
 
-#: A queue's lease when none is given: long enough for a model call, short enough that a
-#: dead worker's job is taken again within a minute.
+@dataclass(slots=True, frozen=True)
+class QueueOptions:
+    """A queue's lease length (seconds) and delivery limit, as the store keeps them for
+    every process (`JobQueue.options()`)."""
+
+    lease: float
+    max_deliver: int
+
+
+#: A queue's lease when none was ever set: long enough for a model call, short enough
+#: that a dead worker's job is taken again within a minute.
 DEFAULT_LEASE = 30.0
-#: Deliveries a job gets when the queue does not say.
+#: Deliveries a job gets when the queue was never given a limit.
 DEFAULT_MAX_DELIVER = 5
 
 
-def check_queue_options(lease: float, max_deliver: int) -> None:
-    """The shared argument check of `Bus.queue`."""
-    if not lease > 0:
-        raise UsageError(f"a queue's lease must be positive seconds, not {lease!r}")
-    if isinstance(max_deliver, bool) or not isinstance(max_deliver, int) or max_deliver < 1:
-        raise UsageError(f"a queue's max_deliver must be a positive int, not {max_deliver!r}")
+def check_queue_options(lease: float | None, max_deliver: int | None) -> None:
+    """The shared argument check of `Bus.queue` (None: keep the queue's own)."""
+    if lease is not None and (
+        isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0
+    ):
+        raise UsageError(
+            f"a queue's lease must be positive seconds (or None: the queue's own), not {lease!r}"
+        )
+    if max_deliver is not None and (
+        isinstance(max_deliver, bool) or not isinstance(max_deliver, int) or max_deliver < 1
+    ):
+        raise UsageError(
+            "a queue's max_deliver must be a positive int (or None: the queue's own), "
+            f"not {max_deliver!r}"
+        )
 
 
 def lapsed_reason(attempt: int) -> str:
@@ -383,10 +403,11 @@ class Subscription(Protocol):
 class JobQueue(Protocol):
     """A durable work queue: each job is processed by one worker at a time.
 
-    The lease length and the delivery limit belong to the queue (`Bus.queue(name, lease=,
-    max_deliver=)`), not to a claim: on NATS they are the durable consumer's `AckWait` and
-    `MaxDeliver`, which the server applies to every delivery. A worker that needs longer
-    calls `extend` (a heartbeat) before its lease lapses.
+    The lease length and the delivery limit belong to the queue, not to a handle or a
+    claim (`Bus.queue` says who sets them): every process's claims and settlements apply
+    the values the store holds now, read again whenever they may have changed (on NATS
+    they are the durable consumer's, re-read at most every half second). A worker that
+    needs longer calls `extend` (a heartbeat) before its lease lapses.
 
     Delivery is at least once: a job whose lease lapses is delivered again, with `attempt`
     one higher. A job delivered `max_deliver` times whose last delivery fails (nakked, or
@@ -394,10 +415,22 @@ class JobQueue(Protocol):
     """
 
     name: str
-    #: Seconds a claim holds a job before it is delivered again (unless extended).
-    lease: float
-    #: Deliveries a job gets before it is dead-lettered.
-    max_deliver: int
+
+    @property
+    def lease(self) -> float:
+        """Seconds a claim holds a job before it is delivered again (unless extended), as
+        this handle last read it (`options()` reads the queue's now)."""
+        ...
+
+    @property
+    def max_deliver(self) -> int:
+        """Deliveries a job gets before it is dead-lettered, as this handle last read it."""
+        ...
+
+    async def options(self) -> QueueOptions:
+        """The queue's lease and delivery limit as the store holds them now (another
+        process may have set them since this handle was opened), for status lines."""
+        ...
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
         """Add a job; returns its id. Enqueueing an id the queue still holds (waiting,
@@ -458,12 +491,22 @@ class Bus(Protocol):
     async def subscribe(self, subject: str) -> Subscription: ...
 
     async def queue(
-        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+        self, name: str, *, lease: float | None = None, max_deliver: int | None = None
     ) -> JobQueue:
-        """The job queue (created on first use) with this lease length (seconds) and
-        delivery limit. On NATS they are stored in the queue's consumer, so the last
-        `queue()` call to set them wins for every worker; on SQLite and memory they are the
-        handle's, applied by the claims and settlements made through it."""
+        """The job queue (created on first use).
+
+        Its lease length (seconds) and delivery limit are the queue's, kept in the store
+        for every process (NATS: its consumer; SQLite: a row beside its jobs; memory: the
+        bus). `None` means "the queue's own": what was last set explicitly, or
+        `DEFAULT_LEASE` / `DEFAULT_MAX_DELIVER` for a queue that never had one. A value
+        sets it for the queue, for every process, until another value is given. So give
+        one only where a person chose it (`tiller worker --lease 2`); a submitter, a status
+        line or an approver opens the queue with None and changes nothing.
+
+        (On NATS the two live in one consumer config: a call setting only one reads the
+        other first, so a concurrent call setting the other one may be undone; two calls
+        racing to create the queue, one with values and one without, may leave the
+        defaults. Set both where it matters.)"""
         ...
 
     async def aclose(self) -> None: ...

@@ -27,6 +27,7 @@ from ._bus import (
     JobLeaseLost,
     Lease,
     QueueDepth,
+    QueueOptions,
     RevisionConflict,
     acquire_lease,
     check_bucket,
@@ -159,8 +160,12 @@ class _JobRecord:
 @dataclass(slots=True)
 class _QueueState:
     """One queue's jobs, shared by every handle on it: the records, a heap of due times
-    (so a claim takes the first due job without looking at the others) and the dead."""
+    (so a claim takes the first due job without looking at the others), the dead, and
+    the queue's lease and delivery limit (the queue's, not a handle's)."""
 
+    options: QueueOptions = field(
+        default_factory=lambda: QueueOptions(DEFAULT_LEASE, DEFAULT_MAX_DELIVER)
+    )
     jobs: dict[str, _JobRecord] = field(default_factory=dict)
     due: list[tuple[float, int, str, int]] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
@@ -176,14 +181,22 @@ class MemoryJobQueue:
     """One job queue of a `MemoryBus`: fresh jobs in enqueue order, then redeliveries in
     the order they fell due (a heap on (due time, enqueue order): a claim is O(log n))."""
 
-    def __init__(
-        self, bus: MemoryBus, name: str, state: _QueueState, lease: float, max_deliver: int
-    ) -> None:
+    def __init__(self, bus: MemoryBus, name: str, state: _QueueState) -> None:
         self.name = name
-        self.lease = lease
-        self.max_deliver = max_deliver
         self._bus = bus
         self._state = state
+
+    @property
+    def lease(self) -> float:
+        return self._state.options.lease
+
+    @property
+    def max_deliver(self) -> int:
+        return self._state.options.max_deliver
+
+    async def options(self) -> QueueOptions:
+        await self._bus._checkpoint()
+        return self._state.options
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
         await self._bus._checkpoint()
@@ -315,12 +328,17 @@ class MemoryBus:
         return subscription
 
     async def queue(
-        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+        self, name: str, *, lease: float | None = None, max_deliver: int | None = None
     ) -> MemoryJobQueue:
         await self._checkpoint()
         check_queue_options(lease, max_deliver)
         state = self._queues.setdefault(self._prefix + check_bucket(name), _QueueState())
-        return MemoryJobQueue(self, name, state, lease, max_deliver)
+        kept = state.options
+        state.options = QueueOptions(
+            kept.lease if lease is None else float(lease),
+            kept.max_deliver if max_deliver is None else max_deliver,
+        )
+        return MemoryJobQueue(self, name, state)
 
     async def aclose(self) -> None:
         if self._closed:

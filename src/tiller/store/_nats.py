@@ -82,6 +82,7 @@ from ._bus import (
     Lease,
     NotFound,
     QueueDepth,
+    QueueOptions,
     RevisionConflict,
     StoreError,
     StoreUnavailable,
@@ -567,15 +568,16 @@ class NatsJobQueue:
     enqueue's lookup of the dead letter and its publish) can add it again.
 
     **Leases.** The lease is the durable consumer's `AckWait`, on the server's clock, and
-    the last `queue()` call sets it for every process: each handle reads it (and the
-    delivery limit) back from the consumer, at most every `_LIMITS_REFRESH` seconds, and
-    judges its deliveries by it. JetStream takes an ack from a delivery whose AckWait
-    already lapsed (even after the job went to another worker) and cannot tell us it did,
-    so this process fences itself: it keeps when each delivery's lease started on its
-    monotonic clock (restarted by `extend`) and raises `JobLeaseLost` instead of settling a
-    delivery past it. That closes the gap except for an ack racing the server's timer in
-    the last moment of the lease; the fencing of issue 16 (each durable write of a run
-    carries its lease epoch) is what stops a worker that lost that race from writing.
+    the last `queue()` call that gives one sets it for every process (a call with None
+    reads it and writes nothing): each handle reads it (and the delivery limit) back from
+    the consumer, at most every `_LIMITS_REFRESH` seconds, and judges its deliveries by it.
+    JetStream takes an ack from a delivery whose AckWait already lapsed (even after the job
+    went to another worker) and cannot tell us it did, so this process fences itself: it
+    keeps when each delivery's lease started on its monotonic clock (restarted by
+    `extend`) and raises `JobLeaseLost` instead of settling a delivery past it. That
+    closes the gap except for an ack racing the server's timer in the last moment of the
+    lease; the fencing of issue 16 (each durable write of a run carries its lease epoch)
+    is what stops a worker that lost that race from writing.
     """
 
     def __init__(
@@ -586,12 +588,11 @@ class NatsJobQueue:
         records: _Records,
         sub: JetStreamContext.PullSubscription,
         *,
-        lease: float,
-        max_deliver: int,
+        options: QueueOptions,
     ) -> None:
         self.name = name
-        self.lease = lease
-        self.max_deliver = max_deliver
+        self.lease = options.lease
+        self.max_deliver = options.max_deliver
         self._bus = bus
         self._stream = names.stream
         self._subject = names.subject
@@ -640,26 +641,25 @@ class NatsJobQueue:
             except nats.js.errors.NotFoundError:
                 return None
 
-    def limits_written(self, lease: float, max_deliver: int) -> None:
-        """This process just set the consumer's lease and limit: they are known as of now."""
-        self.lease, self.max_deliver = lease, max_deliver
+    def limits_read(self, options: QueueOptions) -> None:
+        """This process just read or set the consumer's lease and limit: they are known
+        as of now."""
+        self.lease, self.max_deliver = options.lease, options.max_deliver
         self._limits_read = time.monotonic()
+
+    async def options(self) -> QueueOptions:
+        js = self._bus._js_context()
+        with _translate(f"queue {self.name}: read its lease"):
+            info = await js.consumer_info(self._stream, _CONSUMER)
+        options = _options_of(info.config, QueueOptions(self.lease, self.max_deliver))
+        self.limits_read(options)
+        return options
 
     async def _limits(self) -> tuple[float, int]:
         """The lease and delivery limit as the consumer has them now (another process's
         `queue()` call may have changed them), read at most every `_LIMITS_REFRESH` s."""
-        if time.monotonic() - self._limits_read < _LIMITS_REFRESH:
-            return self.lease, self.max_deliver
-        js = self._bus._js_context()
-        with _translate(f"queue {self.name}: read its lease"):
-            info = await js.consumer_info(self._stream, _CONSUMER)
-        self._limits_read = time.monotonic()
-        config = info.config
-        if config.ack_wait:
-            self.lease = float(config.ack_wait)
-        found = _LIMIT_PATTERN.match(config.description or "")
-        if found is not None:
-            self.max_deliver = int(found.group(1))
+        if time.monotonic() - self._limits_read >= _LIMITS_REFRESH:
+            await self.options()
         return self.lease, self.max_deliver
 
     async def claim(self, worker: str) -> Job | None:
@@ -901,6 +901,21 @@ class NatsJobQueue:
         return delivery, lease, max_deliver
 
 
+_DEFAULT_OPTIONS = QueueOptions(DEFAULT_LEASE, DEFAULT_MAX_DELIVER)
+
+
+def _options_of(
+    config: js_api.ConsumerConfig, otherwise: QueueOptions = _DEFAULT_OPTIONS
+) -> QueueOptions:
+    """The lease (`AckWait`) and delivery limit (kept in the description) of a queue's
+    consumer; `otherwise`'s for what it does not say."""
+    found = _LIMIT_PATTERN.match(config.description or "")
+    return QueueOptions(
+        float(config.ack_wait) if config.ack_wait else otherwise.lease,
+        int(found.group(1)) if found is not None else otherwise.max_deliver,
+    )
+
+
 class NatsBus:
     """The Bus on a NATS server with JetStream. Open with `await NatsBus.connect(url)`."""
 
@@ -1030,7 +1045,7 @@ class NatsBus:
             return self._buckets[bucket]
 
     async def queue(
-        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+        self, name: str, *, lease: float | None = None, max_deliver: int | None = None
     ) -> NatsJobQueue:
         check_queue_options(lease, max_deliver)
         full = self._name(name)
@@ -1041,32 +1056,55 @@ class NatsBus:
             with _translate(f"queue {name}"):
                 if cached is None:
                     await self._per_id_stream(js, name, stream_name, subject, work_queue=True)
-                # Create, or update the lease and limit of, the queue's one durable consumer
-                # (every time: another process may have changed them since). The server
-                # delivers without limit; the claim keeps `max_deliver` (module docstring).
-                await js.add_consumer(
-                    stream_name,
-                    js_api.ConsumerConfig(
-                        durable_name=_CONSUMER,
-                        description=_LIMIT_NOTE.format(max_deliver),
-                        ack_policy=js_api.AckPolicy.EXPLICIT,
-                        ack_wait=lease,
-                        max_deliver=-1,
-                        max_ack_pending=-1,
-                        filter_subject=f"{subject}.>",
-                    ),
-                )
+                options = await self._consumer(js, stream_name, subject, lease, max_deliver)
                 if cached is not None:
-                    cached.limits_written(lease, max_deliver)
+                    cached.limits_read(options)
                     return cached
                 sub = await js.pull_subscribe_bind(durable=_CONSUMER, stream=stream_name)
             records = _Records(self, f"queue {name}", stream_name, f"{subject}.", stream_name)
             names = _QueueNames(stream_name, subject, f"TQD_{full}", f"$TQD.{full}")
-            queue = NatsJobQueue(
-                self, name, names, records, sub, lease=lease, max_deliver=max_deliver
-            )
+            queue = NatsJobQueue(self, name, names, records, sub, options=options)
             self._queues[name] = queue
             return queue
+
+    async def _consumer(
+        self,
+        js: JetStreamContext,
+        stream_name: str,
+        subject: str,
+        lease: float | None,
+        max_deliver: int | None,
+    ) -> QueueOptions:
+        """The queue's one durable consumer, created if missing, with the lease and limit
+        given (None: the consumer's own, or the default for a new one); written only when
+        they change, so opening a queue with None changes nothing for its workers."""
+        kept: QueueOptions | None = None
+        if lease is None or max_deliver is None:
+            try:
+                kept = _options_of((await js.consumer_info(stream_name, _CONSUMER)).config)
+            except nats.js.errors.NotFoundError:
+                kept = None
+        base = kept or _DEFAULT_OPTIONS
+        wanted = QueueOptions(
+            base.lease if lease is None else float(lease),
+            base.max_deliver if max_deliver is None else max_deliver,
+        )
+        if wanted == kept:
+            return kept
+        # The server delivers without limit; the claim keeps `max_deliver` (module docstring).
+        await js.add_consumer(
+            stream_name,
+            js_api.ConsumerConfig(
+                durable_name=_CONSUMER,
+                description=_LIMIT_NOTE.format(wanted.max_deliver),
+                ack_policy=js_api.AckPolicy.EXPLICIT,
+                ack_wait=wanted.lease,
+                max_deliver=-1,
+                max_ack_pending=-1,
+                filter_subject=f"{subject}.>",
+            ),
+        )
+        return wanted
 
     async def _per_id_stream(
         self, js: JetStreamContext, name: str, stream_name: str, subject: str, *, work_queue: bool

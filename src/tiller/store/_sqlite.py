@@ -25,6 +25,9 @@ Design, and why:
   leases it in one IMMEDIATE transaction: several processes never take the same job. Fresh
   jobs are due from 0 (whatever the clocks of the processes say), so they come in enqueue
   order, ahead of redeliveries. Jobs that will never run again move to `dead_letters`.
+  A queue's lease and delivery limit are its row of `queues`, written by `queue()` when
+  given and read by each claim in the same statement as its due job (a primary-key
+  lookup beside the index read), so every process applies the values set last.
 - Keys and job ids are stored `encode_key`-encoded: ASCII, readable, and any Python string
   (even a lone surrogate) fits.
 
@@ -57,6 +60,7 @@ from ._bus import (
     Job,
     Lease,
     QueueDepth,
+    QueueOptions,
     RevisionConflict,
     StoreError,
     StoreUnavailable,
@@ -87,7 +91,7 @@ __all__ = ["SCHEMA_VERSION", "SqliteBus"]
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -121,6 +125,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     PRIMARY KEY (queue, id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS jobs_due ON jobs (queue, available_at, seq);
+CREATE TABLE IF NOT EXISTS queues (
+    queue       TEXT PRIMARY KEY,
+    lease       REAL NOT NULL,    -- seconds a claim holds a job
+    max_deliver INTEGER NOT NULL  -- deliveries before a job is dead-lettered
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters (
     queue   TEXT NOT NULL,
     id      TEXT NOT NULL,        -- encode_key(job id)
@@ -140,11 +149,16 @@ _UNAVAILABLE_CODES = {
     sqlite3.SQLITE_IOERR,
     sqlite3.SQLITE_PROTOCOL,
 }
-#: A claim's read: the first due job of a queue, one entry of the `jobs_due` index.
+#: A claim's read: the first due job of a queue, one entry of the `jobs_due` index, with
+#: the queue's lease and limit now (its `queues` row, by primary key).
 DUE_JOB = (
-    "SELECT id, state, attempt FROM jobs WHERE queue = ? AND available_at <= ? "
-    "ORDER BY available_at, seq LIMIT 1"
+    "SELECT jobs.id, jobs.state, jobs.attempt, queues.lease, queues.max_deliver "
+    "FROM jobs JOIN queues ON queues.queue = jobs.queue "
+    "WHERE jobs.queue = ?1 AND jobs.available_at <= ?2 "
+    "ORDER BY jobs.available_at, jobs.seq LIMIT 1"
 )
+#: A queue's lease and limit now.
+_OPTIONS = "SELECT lease, max_deliver FROM queues WHERE queue = ?"
 _KEY_CEILING = "\x7f"  # above every character encode_key emits
 _POLL_BATCH = 1000
 _PRUNE_EVERY = 64
@@ -266,16 +280,30 @@ class SqliteKeyValue:
 
 
 class SqliteJobQueue:
-    """One job queue of a `SqliteBus` (see the module docstring for how a claim works)."""
+    """One job queue of a `SqliteBus` (see the module docstring for how a claim works).
+    `lease` and `max_deliver` are the queue's row as this handle last read it."""
 
-    def __init__(
-        self, bus: SqliteBus, name: str, stored: str, lease: float, max_deliver: int
-    ) -> None:
+    def __init__(self, bus: SqliteBus, name: str, stored: str, options: QueueOptions) -> None:
         self.name = name
-        self.lease = lease
-        self.max_deliver = max_deliver
+        self.lease = options.lease
+        self.max_deliver = options.max_deliver
         self._bus = bus
         self._stored = stored
+
+    async def options(self) -> QueueOptions:
+        def read(conn: sqlite3.Connection) -> QueueOptions:
+            return self._read_options(conn)
+
+        return await self._bus._run(read)
+
+    def _read_options(self, conn: sqlite3.Connection) -> QueueOptions:
+        row = conn.execute(_OPTIONS, (self._stored,)).fetchone()
+        return self._seen(float(row[0]), int(row[1]))
+
+    def _seen(self, lease: float, max_deliver: int) -> QueueOptions:
+        """Keep the queue's options as just read (the handle's view for callers)."""
+        self.lease, self.max_deliver = lease, max_deliver
+        return QueueOptions(lease, max_deliver)
 
     async def enqueue(self, payload: bytes, *, job_id: str | None = None) -> str:
         job_id = check_job_id(job_id)
@@ -300,7 +328,6 @@ class SqliteJobQueue:
     async def claim(self, worker: str) -> Job | None:
         check_worker(worker)
         now = self._bus._clock()
-        expires_at = now + self.lease
 
         def take(conn: sqlite3.Connection) -> Job | None:
             while True:
@@ -308,7 +335,9 @@ class SqliteJobQueue:
                 if row is None:
                     return None
                 encoded, state, attempt = str(row[0]), str(row[1]), int(row[2])
-                if state == "claimed" and attempt >= self.max_deliver:
+                options = self._seen(float(row[3]), int(row[4]))
+                expires_at = now + options.lease
+                if state == "claimed" and attempt >= options.max_deliver:
                     self._bury(conn, encoded, lapsed_reason(attempt), now)
                     continue
                 claimed = conn.execute(
@@ -328,8 +357,15 @@ class SqliteJobQueue:
         return await self._bus._transact(take)
 
     async def extend(self, job: Job) -> Job:
-        expires_at = self._bus._clock() + self.lease
-        await self._settle(job, lambda conn, encoded: self._reschedule(conn, encoded, expires_at))
+        now = self._bus._clock()
+        expires_at = now
+
+        def reschedule(conn: sqlite3.Connection, encoded: str) -> None:
+            nonlocal expires_at
+            expires_at = now + self._read_options(conn).lease
+            self._reschedule(conn, encoded, expires_at)
+
+        await self._settle(job, reschedule)
         return replace(job, lease_expires_at=expires_at)
 
     async def ack(self, job: Job) -> None:
@@ -340,12 +376,11 @@ class SqliteJobQueue:
 
     async def nak(self, job: Job, *, delay: float = 0.0, error: str | None = None) -> None:
         now = self._bus._clock()
-        if job.attempt >= self.max_deliver:
-            reason = nakked_reason(job.attempt, error)
-            await self._settle(job, lambda conn, encoded: self._bury(conn, encoded, reason, now))
-            return
 
         def ready(conn: sqlite3.Connection, encoded: str) -> None:
+            if job.attempt >= self._read_options(conn).max_deliver:
+                self._bury(conn, encoded, nakked_reason(job.attempt, error), now)
+                return
             conn.execute(
                 "UPDATE jobs SET state = 'ready', worker = '', available_at = ? "
                 "WHERE queue = ? AND id = ?",
@@ -525,11 +560,25 @@ class SqliteBus:
         return subscription
 
     async def queue(
-        self, name: str, *, lease: float = DEFAULT_LEASE, max_deliver: int = DEFAULT_MAX_DELIVER
+        self, name: str, *, lease: float | None = None, max_deliver: int | None = None
     ) -> SqliteJobQueue:
         self._check_open()
         check_queue_options(lease, max_deliver)
-        return SqliteJobQueue(self, name, self._prefix + check_bucket(name), lease, max_deliver)
+        stored = self._prefix + check_bucket(name)
+
+        def upsert(conn: sqlite3.Connection) -> QueueOptions:
+            # A value given is the queue's from now on; None keeps the row's (or, for a
+            # new queue, the default).
+            row = conn.execute(
+                "INSERT INTO queues (queue, lease, max_deliver) "
+                "VALUES (?1, COALESCE(?2, ?4), COALESCE(?3, ?5)) "
+                "ON CONFLICT (queue) DO UPDATE SET lease = COALESCE(?2, lease), "
+                "max_deliver = COALESCE(?3, max_deliver) RETURNING lease, max_deliver",
+                (stored, lease, max_deliver, DEFAULT_LEASE, DEFAULT_MAX_DELIVER),
+            ).fetchone()
+            return QueueOptions(float(row[0]), int(row[1]))
+
+        return SqliteJobQueue(self, name, stored, await self._transact(upsert))
 
     async def aclose(self) -> None:
         if self._closed:
@@ -613,6 +662,14 @@ class SqliteBus:
             )
             conn.execute("DELETE FROM jobs WHERE state = 'term'")
             conn.execute("DROP INDEX IF EXISTS jobs_order")
+        if version < SCHEMA_VERSION:
+            # Schema 3: a queue's lease and limit are its `queues` row (claims join it).
+            # A queue of an older file had them per handle: it starts with the defaults.
+            conn.execute(
+                "INSERT OR IGNORE INTO queues (queue, lease, max_deliver) "
+                "SELECT DISTINCT queue, ?, ? FROM jobs",
+                (DEFAULT_LEASE, DEFAULT_MAX_DELIVER),
+            )
             conn.execute(
                 "UPDATE meta SET value = ? WHERE name = 'schema_version'", (SCHEMA_VERSION,)
             )
