@@ -26,7 +26,10 @@ suspends, its result is written and the job acked; a suspended run frees the wor
 continuation is another job). An agent reference that does not load, or a workspace this
 worker cannot provide, fails the run with a `failed` result and terms the job. A delivery
 that lost its job (`JobLeaseLost`: another worker may have it) writes no result and
-settles nothing.
+settles nothing. A job out of deliveries gets a `failed` result when it is a start job:
+written by the worker whose last attempt failed, or, when that worker died on it (its
+lease lapsed), by the worker whose claim dead-letters it (`JobQueue.claim`'s
+`on_dead_letter`, told before the dead letter is written).
 
 Each run works in the workspace its job names (`workspaces=`, by default
 `LocalWorkspaces(bus)`: a private temporary directory, a shared path, or a fixture
@@ -82,9 +85,11 @@ from ..store import (
     Checkpoint,
     CheckpointStore,
     ControlStore,
+    DeadLetter,
     Job,
     JobLeaseLost,
     JobQueue,
+    MalformedRecord,
     NotFound,
     RunStillRunning,
     StoreError,
@@ -247,10 +252,40 @@ class Worker:
 
     async def _claim(self, queue: JobQueue) -> Job | None:
         try:
-            return await queue.claim(self.name)
+            return await queue.claim(self.name, on_dead_letter=self._dead_lettered)
         except StoreError as exc:  # the store is away: claim nothing until it is back
             _logger.warning("worker %s: cannot claim from %s: %s", self.name, queue.name, exc)
             return None
+
+    async def _dead_lettered(self, dead: DeadLetter) -> None:
+        """The claim is about to dead-letter a job whose last delivery's lease lapsed
+        (its worker was killed or hung on its last attempt): no worker will write its
+        run's result, so a start job's run gets its `failed` record here, else
+        `RunHandle.result()` would wait for ever. Before the dead letter is written: a
+        store failure here propagates and leaves the job for the next claim to try again.
+        A record already written stands, a held one too (its continuation is another job);
+        a payload that is no run job has no run to tell."""
+        try:
+            run_job = RunJob.decode(dead.id, dead.payload)
+        except MalformedJob:
+            return
+        if run_job.kind != "start":
+            return  # a continuation's run keeps its held record, for a person
+        error = f"its job was dead-lettered after {dead.attempt} deliveries: {dead.reason}"
+        record = outcome(run_job, "failed", error=error).model_copy(
+            update={
+                "worker": self.name,
+                "queue": self.queue_name,
+                "attempt": dead.attempt,
+                "finished_at": self.bus.clock(),
+            }
+        )
+        try:
+            await self.results.record(record, replace_held=False)
+        except MalformedRecord as exc:
+            # The run's record is damaged: no retry mends it, and the job must not block
+            # the queue.
+            _logger.error("worker %s: run %s: no failed record: %s", self.name, run_job.run_id, exc)
 
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):
