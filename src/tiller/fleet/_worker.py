@@ -46,7 +46,8 @@ for anything else that limits it: what it yields configures the run's context, a
 
 `drain()` stops claiming and lets every run reach its next step boundary (`StepBoundary`),
 checkpointed `running` with its lease released; its job is nakked with no delay, so
-another worker continues it at once. `stop()` does the same without waiting for the step
+another worker continues it at once (a recovery still waiting for its run's lease to lapse
+hands its job back so at once). `stop()` does the same without waiting for the step
 to end (the step's model call is lost; a tool call in flight is uncertain afterwards).
 """
 
@@ -428,21 +429,27 @@ class Worker:
             await self._settle(queue, keeper, run_job, record)
             return "stopped"
         self._tell(job.id, "started")
-        if how == "recover":
-            await self._await_lapse(run_id)
+        if how == "recover" and not await self._await_lapse(run_id):
+            # Drained before the recovery began: the job goes back as a drain's does.
+            await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
+            return "released"
         return await self._run(queue, keeper, run_job, how, share)
 
-    async def _await_lapse(self, run_id: str) -> None:
+    async def _await_lapse(self, run_id: str) -> bool:
         """A run to recover whose lease is about to lapse: wait for it here, holding the
         job, rather than handing the job back. Its previous worker most likely died
         (the job was delivered again because its lease lapsed, and the run's lease,
         taken just after the claim, lapses a moment later); every hand-back spends one
         of the job's deliveries, and a few kills in a row would dead-letter it. Once,
         and no longer than a lease: a holder that renews meanwhile is alive, and the
-        recovery says so (`RunStillRunning`)."""
+        recovery says so (`RunStillRunning`). A drain ends the wait at once: False when
+        the worker is draining (the recovery must not begin)."""
         held = await self.checkpoints.holder(run_id)
-        if held is not None and held[1] <= self.lease and not self._draining.is_set():
-            await asyncio.sleep(held[1] + self.poll_interval)
+        if held is not None and held[1] <= self.lease:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(held[1] + self.poll_interval):
+                    await self._draining.wait()
+        return not self._draining.is_set()
 
     async def _batch_cancelled(
         self,
