@@ -1,17 +1,33 @@
 """A run whose job runs out of deliveries gets a result all the same: a worker killed on
 the job's last attempt writes nothing, so the claim that dead-letters the job tells the
 worker that made it, which writes the run's `failed` record with the dead letter's
-reason (else `RunHandle.result()` would wait for ever)."""
+reason (else `RunHandle.result()` would wait for ever), and gives its batch share back
+(else the batch would start fewer runs than its budget allows)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tiller.fleet import RUN_QUEUE, Fleet, ResultStore, RunOutcomeRecord
-from tiller.store import Bus, Job, JobQueue
+from tiller.conversation import AssistantMessage, UserMessage
+from tiller.fleet import (
+    RUN_QUEUE,
+    BatchAmounts,
+    BatchBudget,
+    Fleet,
+    ResultStore,
+    RunJob,
+    RunOutcomeRecord,
+)
+from tiller.loop import Budget, RunContext, record_policy
+from tiller.policy import AllowAll
+from tiller.state import RunState, StopCause
+from tiller.store import Bus, CheckpointStore, Job, JobQueue
 
 from .conftest import Store, ref, running_worker, until
 
@@ -69,3 +85,81 @@ async def test_a_run_that_already_has_a_record_keeps_it(
 
         await until(buried)
     assert await handle.result(5) == written
+
+
+async def killed_after_reserving(
+    fleet: Fleet, agents: ModuleType, run_id: str, *, status: str, steps: int
+) -> None:
+    """Submit a run of batch `nightly` (100 steps; a run's share is 10) and play its
+    worker killed on the last attempt: it claimed the job, reserved the run's share,
+    checkpointed the run (`status`, `steps` spent), and never settled anything."""
+    bus = fleet.bus
+    await fleet.submit(ref(agents, "three"), "go", run_id=run_id, batch="nightly")
+    await claim_fresh(await bus.queue(RUN_QUEUE, lease=LEASE, max_deliver=1), "killed")
+    share = await BatchBudget(bus, "nightly").reserve(run_id)  # as `reserve_share` does
+    assert share is not None and share.max_steps == 10
+    run_ctx = RunContext.sandboxed(Path("."), AllowAll()).with_store(bus)
+    run_ctx = run_ctx.with_budget(Budget(max_steps=10, steps=steps))
+    state = RunState(run_id=run_id, thread_id=run_id, messages=[UserMessage(text="go")])
+    if status == "finished":
+        state.messages.append(AssistantMessage(text="done early"))
+        state.stop_cause = StopCause.COMPLETED
+    record_policy(state, run_ctx, agent_ref=ref(agents, "three"))
+    await CheckpointStore(bus).save(state, status)
+
+
+async def test_a_dead_lettered_runs_batch_share_goes_back(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    fleet = Fleet(bus, lease=LEASE, max_deliver=1)
+    budget = await fleet.create_batch("nightly", max_steps=100)
+    await killed_after_reserving(fleet, agents, "killed", status="running", steps=3)
+    assert (await budget.status()).left.steps == 90  # its share counts while it runs
+    async with running_worker(store, name="B", lease=LEASE, max_deliver=1):
+        record = await fleet.handle("killed").result(20)
+    assert record.status == "failed" and "lease lapsed" in (record.error or "")
+    status = await budget.status()
+    # Its reservation went back; what its checkpoint says it spent is counted.
+    assert (status.reserved, status.spent, status.left) == (
+        BatchAmounts(0, None, None),
+        BatchAmounts(3, 0, 0.0),
+        BatchAmounts(97, None, None),
+    )
+    assert (status.runs_reserved, status.runs_reclaimed) == (0, 1)
+
+
+async def test_a_run_finished_before_its_worker_died_gets_its_checkpoints_result(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    """Its worker finished it and was killed before writing the result: the dead
+    letter's claim writes the result from the checkpoint and settles its share."""
+    fleet = Fleet(bus, lease=LEASE, max_deliver=1)
+    budget = await fleet.create_batch("nightly", max_steps=100)
+    await killed_after_reserving(fleet, agents, "finished", status="finished", steps=4)
+    async with running_worker(store, name="B", lease=LEASE, max_deliver=1):
+        record = await fleet.handle("finished").result(20)
+    assert (record.status, record.text, record.worker) == ("completed", "done early", "B")
+    status = await budget.status()
+    assert (status.left.steps, status.runs_settled, status.runs_reserved) == (96, 1, 0)
+
+
+class BrokenGuard:
+    """A guard that fails every run it is asked to admit (a bug, not a `Deferred`)."""
+
+    def admit(self, job: RunJob) -> AbstractAsyncContextManager[Callable[[RunContext], RunContext]]:
+        raise RuntimeError("the guard broke")
+
+
+async def test_a_run_its_worker_failed_on_the_last_attempt_gives_its_share_back(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    """The worker's own last attempt failed after the run reserved its share: the run
+    gets its `failed` record and the share goes back (nothing was spent)."""
+    fleet = Fleet(bus, lease=LEASE, max_deliver=1)
+    budget = await fleet.create_batch("nightly", max_steps=100)
+    handle = await fleet.submit(ref(agents, "three"), "go", run_id="broken", batch="nightly")
+    async with running_worker(store, lease=LEASE, max_deliver=1, guard=BrokenGuard()):
+        record = await handle.result(20)
+    assert record.status == "failed" and "the guard broke" in (record.error or "")
+    status = await budget.status()
+    assert (status.left.steps, status.runs_reserved, status.runs_reclaimed) == (100, 0, 1)

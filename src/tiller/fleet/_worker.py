@@ -95,7 +95,7 @@ from ..store import (
     RunStillRunning,
     StoreError,
 )
-from ._batch_share import BatchShare, reserve_share, settle_from_state
+from ._batch_share import BatchShare, reclaim_share, reserve_share, settle_from_state
 from ._batches import BatchStore
 from ._drain import StepBoundary
 from ._guard import Configure, Deferred, RunGuard
@@ -265,15 +265,29 @@ class Worker:
         `RunHandle.result()` would wait for ever. Before the dead letter is written: a
         store failure here propagates and leaves the job for the next claim to try again.
         A record already written stands, a held one too (its continuation is another job);
-        a payload that is no run job has no run to tell."""
+        a payload that is no run job has no run to tell. A run its checkpoint says ended
+        (its worker died before writing the result) gets the checkpoint's record, as a
+        delivery would have written; otherwise its batch share goes back (`reclaim_share`:
+        nobody will go on with it)."""
         try:
             run_job = RunJob.decode(dead.id, dead.payload)
         except MalformedJob:
             return
         if run_job.kind != "start":
             return  # a continuation's run keeps its held record, for a person
-        error = f"its job was dead-lettered after {dead.attempt} deliveries: {dead.reason}"
-        record = outcome(run_job, "failed", error=error).model_copy(
+        checkpoint = await self._checkpoint_of(run_job.run_id)
+        status = None if checkpoint is None else checkpoint.status
+        if status == "continued":
+            return  # it goes on under another run id
+        if checkpoint is not None and status in ("finished", "suspended"):
+            record = outcome_of_state(run_job, checkpoint.state)
+            if status == "finished":
+                await settle_from_state(self.bus, run_job, checkpoint.state)
+        else:
+            error = f"its job was dead-lettered after {dead.attempt} deliveries: {dead.reason}"
+            record = outcome(run_job, "failed", error=error)
+            await reclaim_share(self.bus, run_job, None if checkpoint is None else checkpoint.state)
+        record = record.model_copy(
             update={
                 "worker": self.name,
                 "queue": self.queue_name,
@@ -286,7 +300,13 @@ class Worker:
         except MalformedRecord as exc:
             # The run's record is damaged: no retry mends it, and the job must not block
             # the queue.
-            _logger.error("worker %s: run %s: no failed record: %s", self.name, run_job.run_id, exc)
+            _logger.error("worker %s: run %s: no record: %s", self.name, run_job.run_id, exc)
+
+    async def _checkpoint_of(self, run_id: str) -> Checkpoint | None:
+        try:
+            return await self.checkpoints.load(run_id)
+        except NotFound:
+            return None
 
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):
@@ -361,6 +381,8 @@ class Worker:
             f"(the last: {type(exc).__name__}: {exc}); see the workers' logs"
         )
         await self._write(keeper, outcome(run_job, "failed", error=error, job=keeper.job))
+        checkpoint = await self._checkpoint_of(run_job.run_id)
+        await reclaim_share(self.bus, run_job, None if checkpoint is None else checkpoint.state)
 
     def _tell(self, run_id: str, what: str) -> None:
         """Tell `on_job`; its failure is the caller's bug, logged: it neither fails the
