@@ -16,6 +16,7 @@ import pytest
 
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.fleet import (
+    RESULTS_BUCKET,
     RUN_QUEUE,
     BatchAmounts,
     BatchBudget,
@@ -27,7 +28,7 @@ from tiller.fleet import (
 from tiller.loop import Budget, RunContext, record_policy
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
-from tiller.store import Bus, CheckpointStore, Job, JobQueue
+from tiller.store import DEFAULT_BUCKET, Bus, CheckpointStore, Job, JobQueue
 
 from .conftest import Store, ref, running_worker, until
 
@@ -163,3 +164,27 @@ async def test_a_run_its_worker_failed_on_the_last_attempt_gives_its_share_back(
     assert record.status == "failed" and "the guard broke" in (record.error or "")
     status = await budget.status()
     assert (status.left.steps, status.runs_reserved, status.runs_reclaimed) == (100, 0, 1)
+
+
+async def test_damaged_records_of_a_dead_run_neither_stop_the_worker_nor_block_the_queue(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    """A dead-lettered run whose checkpoint, or whose result record, is damaged gets no
+    result (said in the log): its job is dead-lettered all the same and the next runs."""
+    fleet = Fleet(bus, lease=LEASE, max_deliver=1)
+    queue = await bus.queue(RUN_QUEUE, lease=LEASE, max_deliver=1)
+    for run_id in ("bad-checkpoint", "bad-result"):
+        await fleet.submit(ref(agents, "three"), "go", run_id=run_id)
+        await claim_fresh(queue, "killed")
+    await (await bus.kv(DEFAULT_BUCKET)).put("bad-checkpoint", b"not json")
+    await (await bus.kv(RESULTS_BUCKET)).put("bad-result", b"not json")
+    async with running_worker(store, name="B", lease=LEASE, max_deliver=1):
+        await until(lambda: dead_letters_are(queue, {"bad-checkpoint", "bad-result"}))
+        handle = await fleet.submit(ref(agents, "three"), "go", run_id="next")
+        record = await handle.result(20)
+    assert record.status == "completed"
+    assert await fleet.handle("bad-checkpoint").peek() is None
+
+
+async def dead_letters_are(queue: JobQueue, ids: set[str]) -> bool:
+    return {dead.id for dead in await queue.dead_letters()} == ids

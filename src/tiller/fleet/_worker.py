@@ -261,20 +261,34 @@ class Worker:
     async def _dead_lettered(self, dead: DeadLetter) -> None:
         """The claim is about to dead-letter a job whose last delivery's lease lapsed
         (its worker was killed or hung on its last attempt): no worker will write its
-        run's result, so a start job's run gets its `failed` record here, else
+        run's result, so a start job's run gets one here (`_close_dead_run`), else
         `RunHandle.result()` would wait for ever. Before the dead letter is written: a
         store failure here propagates and leaves the job for the next claim to try again.
-        A record already written stands, a held one too (its continuation is another job);
-        a payload that is no run job has no run to tell. A run its checkpoint says ended
-        (its worker died before writing the result) gets the checkpoint's record, as a
-        delivery would have written; otherwise its batch share goes back (`reclaim_share`:
-        nobody will go on with it)."""
+        A payload that is no run job has no run to tell."""
         try:
             run_job = RunJob.decode(dead.id, dead.payload)
         except MalformedJob:
             return
         if run_job.kind != "start":
             return  # a continuation's run keeps its held record, for a person
+        try:
+            await self._close_dead_run(run_job, dead)
+        except MalformedRecord as exc:
+            # A record of the run is damaged: no retry mends it, and the job must not
+            # stay in the queue for every claim to meet again.
+            _logger.error("worker %s: run %s: no result: %s", self.name, run_job.run_id, exc)
+        except StoreError:
+            raise  # the store is away: the job stays, the next claim tries again
+        except Exception:  # one job's failure never stops the worker (as in `_take`)
+            _logger.exception("worker %s: run %s: no result", self.name, run_job.run_id)
+
+    async def _close_dead_run(self, run_job: RunJob, dead: DeadLetter) -> None:
+        """The result of a run whose job is being dead-lettered: from its checkpoint if
+        that says it ended (its worker died before writing the result, as a delivery
+        would have written it, its batch share settled), else `failed` with the dead
+        letter's reason and its batch share given back (`reclaim_share`: nobody will go
+        on with it). A record already written stands, a held one too (its continuation
+        is another job)."""
         checkpoint = await self._checkpoint_of(run_job.run_id)
         status = None if checkpoint is None else checkpoint.status
         if status == "continued":
@@ -295,12 +309,7 @@ class Worker:
                 "finished_at": self.bus.clock(),
             }
         )
-        try:
-            await self.results.record(record, replace_held=False)
-        except MalformedRecord as exc:
-            # The run's record is damaged: no retry mends it, and the job must not block
-            # the queue.
-            _logger.error("worker %s: run %s: no record: %s", self.name, run_job.run_id, exc)
+        await self.results.record(record, replace_held=False)
 
     async def _checkpoint_of(self, run_id: str) -> Checkpoint | None:
         try:
