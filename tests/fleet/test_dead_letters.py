@@ -144,6 +144,26 @@ async def test_a_run_finished_before_its_worker_died_gets_its_checkpoints_result
     assert (status.left.steps, status.runs_settled, status.runs_reserved) == (96, 1, 0)
 
 
+async def test_a_run_recovered_after_its_worker_died_settles_its_share_once(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    """With deliveries left, the recovery takes the same reservation back (nothing more)
+    and settles it when the run ends: no dead letter, nothing left pending."""
+    fleet = Fleet(bus, lease=LEASE, max_deliver=2)
+    budget = await fleet.create_batch("nightly", max_steps=100)
+    handle = await fleet.submit(ref(agents, "three"), "go", run_id="recovered", batch="nightly")
+    queue = await bus.queue(RUN_QUEUE, lease=LEASE, max_deliver=2)
+    await claim_fresh(queue, "killed")
+    assert await BatchBudget(bus, "nightly").reserve("recovered") is not None
+    async with running_worker(store, name="B", lease=LEASE, max_deliver=2):
+        record = await handle.result(20)
+    assert (record.status, record.attempt) == ("completed", 2)
+    status = await budget.status()
+    assert (status.runs_reserved, status.runs_settled, status.reserved.steps) == (0, 1, 0)
+    assert status.left.steps == 100 - record.steps
+    assert await queue.dead_letters() == []
+
+
 class BrokenGuard:
     """A guard that fails every run it is asked to admit (a bug, not a `Deferred`)."""
 
