@@ -287,6 +287,54 @@ async def test_a_run_whose_lease_is_live_elsewhere_waits_for_it(
     assert record.status == "completed" and record.attempt == 2
 
 
+async def test_a_drain_ends_the_wait_for_a_lapsing_run_lease_at_once(
+    store: Store, bus: Bus, agents: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recovery that waits for its run's lease to lapse (up to a lease: 20 s here) is
+    drained meanwhile: the wait ends then, and the job goes back as a drain's does."""
+    run_ctx = RunContext.sandboxed(Path("."), AllowAll()).with_store(bus)
+    state = RunState(run_id="busy", thread_id="busy", messages=[UserMessage(text="go")])
+    record_policy(state, run_ctx, agent_ref=ref(agents, "three"))
+    await CheckpointStore(bus).save(state, "running")
+    await StoreDurability(bus).take_lease("busy", "another-process", 20.0)
+    queue = await bus.queue(RUN_QUEUE, lease=30.0)
+    job = RunJob(run_id="busy", agent=ref(agents, "three"), prompt="go")
+    await queue.enqueue(job.encode(), job_id="busy")
+    told: list[tuple[str, str]] = []
+    async with await store.open() as own:
+        worker = Worker(
+            own, name="A", lease=30.0, poll_interval=0.02, on_job=lambda *what: told.append(what)
+        )
+        # The wait begins as soon as the worker has read who holds the run's lease (no
+        # await in between): the test drains it once it has.
+        read = asyncio.Event()
+        holder = worker.checkpoints.holder
+
+        async def spied(run_id: str) -> tuple[str, float] | None:
+            try:
+                return await holder(run_id)
+            finally:
+                read.set()
+
+        monkeypatch.setattr(worker.checkpoints, "holder", spied)
+        running = asyncio.create_task(worker.run())
+        async with asyncio.timeout(10):
+            await read.wait()
+        assert told == [("busy", "started")]
+        worker.drain()
+        async with asyncio.timeout(5):  # a hang guard: before the fix it slept 20 s
+            await running
+    assert told == [("busy", "started"), ("busy", "released")]
+    assert (await CheckpointStore(bus).holder("busy") or ("",))[0] == "another-process"
+    async with asyncio.timeout(10):
+        while (again := await queue.claim("B")) is None:
+            pass
+    # Handed back at once (on NATS the draining worker's last fetch may have taken it
+    # again and handed it back once more: attempt 3).
+    assert again.id == "busy" and again.attempt >= 2
+    assert await queue.dead_letters() == []
+
+
 async def test_stop_hands_the_job_back_without_waiting_for_the_step(
     store: Store, bus: Bus, agents: ModuleType
 ) -> None:

@@ -32,3 +32,17 @@ async def test_a_held_record_is_replaced_by_its_continuations(bus: Bus) -> None:
     assert await results.record(late) == done
     assert await results.get("r") == done
     assert await results.get("other") is None
+
+
+async def test_a_record_that_does_not_end_a_hold_leaves_the_held_one(bus: Bus) -> None:
+    """A dead-lettered start job's `failed` record must not replace the held record of
+    a run that waits for a person (its continuation is another job)."""
+    results = ResultStore(bus)
+    held = RunOutcomeRecord(run_id="r", status="suspended", worker="a")
+    await results.record(held)
+    failed = RunOutcomeRecord(run_id="r", status="failed", error="dead-lettered", worker="b")
+    assert await results.record(failed, replace_held=False) == held
+    assert await results.get("r") == held
+    assert await results.record(failed, replace_held=False) == held
+    fresh = RunOutcomeRecord(run_id="s", status="failed", error="dead-lettered", worker="b")
+    assert await results.record(fresh, replace_held=False) == fresh

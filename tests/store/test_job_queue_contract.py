@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -389,6 +390,80 @@ async def test_a_last_lease_that_lapses_dead_letters_the_job(bus: Bus, qtime: Qu
     assert "lease lapsed" in dead[0].reason
     with pytest.raises(JobLeaseLost):
         await queue.ack(second)
+
+
+async def announced(
+    queue: JobQueue, on_dead_letter: Callable[[DeadLetter], Awaitable[None]]
+) -> None:
+    """Claims (none may return a job) until one has told `on_dead_letter` of a dead
+    letter it made (on NATS the server's timer decides when the lapsed job comes back);
+    a claim that raises counts as telling (the hook raised)."""
+    calls: list[DeadLetter] = []
+
+    async def hook(dead: DeadLetter) -> None:
+        calls.append(dead)
+        await on_dead_letter(dead)
+
+    async with asyncio.timeout(15):
+        while not calls:
+            try:
+                assert await queue.claim("sweeper", on_dead_letter=hook) is None
+            except RuntimeError:
+                assert calls, "a claim failed without announcing"
+
+
+async def test_a_claims_dead_letter_is_announced_before_it_is_written(
+    bus: Bus, qtime: QueueTime, clock: FakeClock
+) -> None:
+    """No worker settled a job whose last lease lapsed, so only the claim that
+    dead-letters it knows: it tells `on_dead_letter`, before the dead letter exists."""
+    queue = await open_queue(bus, qtime, max_deliver=1)
+    await queue.enqueue(b"slow", job_id="j")
+    held = await queue.claim("w1")
+    assert held is not None and held.attempt == 1
+    await qtime.passes(1.25)  # w1 died holding its only attempt
+    told: list[tuple[DeadLetter, list[DeadLetter]]] = []
+
+    async def tell(dead: DeadLetter) -> None:
+        told.append((dead, await queue.dead_letters()))
+
+    await announced(queue, tell)
+    reason = "attempt 1's lease lapsed without an ack (the worker died or hung)"
+    dead = DeadLetter("work", "j", b"slow", reason, 1, clock())
+    assert told == [(dead, [])]  # told first: not written yet
+    assert await queue.dead_letters() == [dead]
+    assert await queue.claim("w2", on_dead_letter=tell) is None
+    assert len(told) == 1  # announced once
+
+
+async def test_a_refused_announcement_leaves_the_job_for_a_later_claim(
+    bus: Bus, qtime: QueueTime
+) -> None:
+    """If `on_dead_letter` raises (the fleet could not write the run's result), the
+    claim raises it and writes no dead letter: a later claim announces the job again."""
+    queue = await open_queue(bus, qtime, max_deliver=1)
+    await queue.enqueue(b"slow", job_id="j")
+    assert await queue.claim("w1") is not None
+    await qtime.passes(1.25)
+    refused: list[DeadLetter] = []
+
+    async def refuse(dead: DeadLetter) -> None:
+        refused.append(dead)
+        raise RuntimeError("the results store is away")
+
+    await announced(queue, refuse)
+    assert [(d.id, d.payload, d.attempt) for d in refused] == [("j", b"slow", 1)]
+    assert await queue.dead_letters() == []
+    await qtime.passes(1.25)  # (on NATS the refused delivery's AckWait lapses too)
+    told: list[DeadLetter] = []
+
+    async def tell(dead: DeadLetter) -> None:
+        told.append(dead)
+
+    await announced(queue, tell)
+    assert [(d.id, d.payload) for d in told] == [("j", b"slow")]
+    assert "lease lapsed" in told[0].reason
+    assert await queue.dead_letters() == told
 
 
 async def test_a_malformed_payload_does_not_block_the_queue(bus: Bus, qtime: QueueTime) -> None:

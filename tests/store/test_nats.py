@@ -155,6 +155,29 @@ async def test_a_large_job_payload_goes_through_the_queue(
     assert await queue.claim("w1") is None
 
 
+async def test_a_large_jobs_lapsed_dead_letter_is_announced_with_its_payload(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """The claim's `on_dead_letter` gets the job's payload, not the empty message that
+    points at its object."""
+    bus = await open_nats(clock=FakeClock(), claim_wait=0.1)
+    queue = await bus.queue("work", lease=1.0, max_deliver=1)
+    payload = b"p" * (2 * MiB + 1)
+    await queue.enqueue(payload, job_id="big")
+    assert await queue.claim("w1") is not None  # and w1 dies holding it
+    told: list[DeadLetter] = []
+
+    async def tell(dead: DeadLetter) -> None:
+        told.append(dead)
+
+    async with asyncio.timeout(15):
+        while not told:
+            assert await queue.claim("w2", on_dead_letter=tell) is None
+    assert [(d.id, d.payload, d.attempt) for d in told] == [("big", payload, 1)]
+    (dead,) = await queue.dead_letters()
+    assert dead.payload == payload
+
+
 async def test_a_message_that_is_not_a_job_is_dead_lettered_and_never_blocks(
     open_nats: Callable[..., Awaitable[NatsBus]],
 ) -> None:

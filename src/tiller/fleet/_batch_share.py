@@ -14,7 +14,10 @@ reserve before they start and settle when they end (`BatchBudget`). The worker:
   spent so far) into the continued run;
 - settles with what the run spent when it ends (not when it suspends: the continuation
   spends from the same reservation); a run that a previous worker finished without
-  writing its result is settled from its checkpoint's budget (`settle_from_state`).
+  writing its result is settled from its checkpoint's budget (`settle_from_state`);
+- gives back the reservation of a start job's run whose job was dead-lettered (out of
+  deliveries: nobody will go on with it), counting what its checkpoint says it spent
+  (`reclaim_share`).
 
 A batch with no budget (or a run with no batch) costs one store read per run and changes
 nothing.
@@ -32,7 +35,7 @@ from ..store import Bus
 from ._batch_budget import BatchBudget, UnknownBatch, UnknownReservation
 from ._job import RunJob
 
-__all__ = ["BatchShare", "reserve_share", "settle_from_state"]
+__all__ = ["BatchShare", "reclaim_share", "reserve_share", "settle_from_state"]
 
 _CAUSES = (
     ("steps", StopCause.STEP_BUDGET),
@@ -98,8 +101,28 @@ async def settle_from_state(bus: Bus, run_job: RunJob, state: RunState) -> None:
     if run_job.batch is None:
         return
     try:
-        # The jail's root is not used: only the budget is read from the rebuilt context.
-        spent = run_context_from(state, store=None, workspace=tempfile.gettempdir()).budget
-        await BatchBudget(bus, run_job.batch).settle(run_job.run_id, spent)
+        await BatchBudget(bus, run_job.batch).settle(run_job.run_id, _spent(state))
     except (UnknownBatch, UnknownReservation, UsageError):
         return
+
+
+async def reclaim_share(bus: Bus, run_job: RunJob, state: RunState | None) -> None:
+    """Give back the reservation of a run that nobody will go on with (its job was
+    dead-lettered: out of deliveries), counting what its checkpoint says it spent (no
+    checkpoint: nothing). Else it would count for ever, and the batch would start fewer
+    runs than its budget allows. (If the run was alive after all, its settle counts what
+    it really spent.) Nothing reserved, or a checkpoint without its budget: nothing to do
+    (the batch gives out less, never more)."""
+    if run_job.batch is None:
+        return
+    try:
+        spent = None if state is None else _spent(state)
+        await BatchBudget(bus, run_job.batch).reclaim(run_job.run_id, spent)
+    except (UnknownBatch, UnknownReservation, UsageError):
+        return
+
+
+def _spent(state: RunState) -> Budget:
+    """The run's budget as its checkpoint recorded it (`UsageError` if it holds none)."""
+    # The jail's root is not used: only the budget is read from the rebuilt context.
+    return run_context_from(state, store=None, workspace=tempfile.gettempdir()).budget

@@ -109,9 +109,13 @@ class ResultStore:
         entry = await (await self._bucket()).get(run_id)
         return None if entry is None else self._read(run_id, entry.value)
 
-    async def record(self, result: RunOutcomeRecord) -> RunOutcomeRecord:
+    async def record(
+        self, result: RunOutcomeRecord, *, replace_held: bool = True
+    ) -> RunOutcomeRecord:
         """Store `result` unless the run already has a record; returns the one that
-        stands. A held record is replaced (once: compare-and-set on its revision)."""
+        stands. A held record is replaced (once: compare-and-set on its revision), unless
+        `replace_held` is False: for a record that does not come from the continuation
+        that ends the hold (a dead-lettered start job's)."""
         kv = await self._bucket()
         value = encode_record(result)
         while True:
@@ -119,7 +123,7 @@ class ResultStore:
             if existing is None:
                 break
             stored = self._read(result.run_id, existing)
-            if not stored.held:
+            if not stored.held or not replace_held:
                 return stored  # the first writer's record stands
             entry = await kv.get(result.run_id)
             if entry is None:

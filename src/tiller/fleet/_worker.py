@@ -26,7 +26,10 @@ suspends, its result is written and the job acked; a suspended run frees the wor
 continuation is another job). An agent reference that does not load, or a workspace this
 worker cannot provide, fails the run with a `failed` result and terms the job. A delivery
 that lost its job (`JobLeaseLost`: another worker may have it) writes no result and
-settles nothing.
+settles nothing. A job out of deliveries gets a `failed` result when it is a start job:
+written by the worker whose last attempt failed, or, when that worker died on it (its
+lease lapsed), by the worker whose claim dead-letters it (`JobQueue.claim`'s
+`on_dead_letter`, told before the dead letter is written).
 
 Each run works in the workspace its job names (`workspaces=`, by default
 `LocalWorkspaces(bus)`: a private temporary directory, a shared path, or a fixture
@@ -43,7 +46,8 @@ for anything else that limits it: what it yields configures the run's context, a
 
 `drain()` stops claiming and lets every run reach its next step boundary (`StepBoundary`),
 checkpointed `running` with its lease released; its job is nakked with no delay, so
-another worker continues it at once. `stop()` does the same without waiting for the step
+another worker continues it at once (a recovery still waiting for its run's lease to lapse
+hands its job back so at once). `stop()` does the same without waiting for the step
 to end (the step's model call is lost; a tool call in flight is uncertain afterwards).
 """
 
@@ -83,14 +87,16 @@ from ..store import (
     Checkpoint,
     CheckpointStore,
     ControlStore,
+    DeadLetter,
     Job,
     JobLeaseLost,
     JobQueue,
+    MalformedRecord,
     NotFound,
     RunStillRunning,
     StoreError,
 )
-from ._batch_share import BatchShare, reserve_share, settle_from_state
+from ._batch_share import BatchShare, reclaim_share, reserve_share, settle_from_state
 from ._batches import BatchStore
 from ._drain import StepBoundary
 from ._guard import Configure, Deferred, RunGuard
@@ -267,9 +273,68 @@ class Worker:
 
     async def _claim(self, queue: JobQueue) -> Job | None:
         try:
-            return await queue.claim(self.name)
+            return await queue.claim(self.name, on_dead_letter=self._dead_lettered)
         except StoreError as exc:  # the store is away: claim nothing until it is back
             _logger.warning("worker %s: cannot claim from %s: %s", self.name, queue.name, exc)
+            return None
+
+    async def _dead_lettered(self, dead: DeadLetter) -> None:
+        """The claim is about to dead-letter a job whose last delivery's lease lapsed
+        (its worker was killed or hung on its last attempt): no worker will write its
+        run's result, so a start job's run gets one here (`_close_dead_run`), else
+        `RunHandle.result()` would wait for ever. Before the dead letter is written: a
+        store failure here propagates and leaves the job for the next claim to try again.
+        A payload that is no run job has no run to tell."""
+        try:
+            run_job = RunJob.decode(dead.id, dead.payload)
+        except MalformedJob:
+            return
+        if run_job.kind != "start":
+            return  # a continuation's run keeps its held record, for a person
+        try:
+            await self._close_dead_run(run_job, dead)
+        except MalformedRecord as exc:
+            # A record of the run is damaged: no retry mends it, and the job must not
+            # stay in the queue for every claim to meet again.
+            _logger.error("worker %s: run %s: no result: %s", self.name, run_job.run_id, exc)
+        except StoreError:
+            raise  # the store is away: the job stays, the next claim tries again
+        except Exception:  # one job's failure never stops the worker (as in `_take`)
+            _logger.exception("worker %s: run %s: no result", self.name, run_job.run_id)
+
+    async def _close_dead_run(self, run_job: RunJob, dead: DeadLetter) -> None:
+        """The result of a run whose job is being dead-lettered: from its checkpoint if
+        that says it ended (its worker died before writing the result, as a delivery
+        would have written it, its batch share settled), else `failed` with the dead
+        letter's reason and its batch share given back (`reclaim_share`: nobody will go
+        on with it). A record already written stands, a held one too (its continuation
+        is another job)."""
+        checkpoint = await self._checkpoint_of(run_job.run_id)
+        status = None if checkpoint is None else checkpoint.status
+        if status == "continued":
+            return  # it goes on under another run id
+        if checkpoint is not None and status in ("finished", "suspended"):
+            record = outcome_of_state(run_job, checkpoint.state)
+            if status == "finished":
+                await settle_from_state(self.bus, run_job, checkpoint.state)
+        else:
+            error = f"its job was dead-lettered after {dead.attempt} deliveries: {dead.reason}"
+            record = outcome(run_job, "failed", error=error)
+            await reclaim_share(self.bus, run_job, None if checkpoint is None else checkpoint.state)
+        record = record.model_copy(
+            update={
+                "worker": self.name,
+                "queue": self.queue_name,
+                "attempt": dead.attempt,
+                "finished_at": self.bus.clock(),
+            }
+        )
+        await self.results.record(record, replace_held=False)
+
+    async def _checkpoint_of(self, run_id: str) -> Checkpoint | None:
+        try:
+            return await self.checkpoints.load(run_id)
+        except NotFound:
             return None
 
     async def _pause(self) -> None:
@@ -347,6 +412,8 @@ class Worker:
             f"(the last: {type(exc).__name__}: {exc}); see the workers' logs"
         )
         await self._write(keeper, outcome(run_job, "failed", error=error, job=keeper.job))
+        checkpoint = await self._checkpoint_of(run_job.run_id)
+        await reclaim_share(self.bus, run_job, None if checkpoint is None else checkpoint.state)
 
     def _tell(self, run_id: str, what: str) -> None:
         """Tell `on_job`; its failure is the caller's bug, logged: it neither fails the
@@ -415,21 +482,27 @@ class Worker:
             await self._settle(queue, keeper, run_job, record)
             return "stopped"
         self._tell(job.id, "started")
-        if how == "recover":
-            await self._await_lapse(run_id)
+        if how == "recover" and not await self._await_lapse(run_id):
+            # Drained before the recovery began: the job goes back as a drain's does.
+            await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
+            return "released"
         return await self._run(queue, keeper, run_job, how, share)
 
-    async def _await_lapse(self, run_id: str) -> None:
+    async def _await_lapse(self, run_id: str) -> bool:
         """A run to recover whose lease is about to lapse: wait for it here, holding the
         job, rather than handing the job back. Its previous worker most likely died
         (the job was delivered again because its lease lapsed, and the run's lease,
         taken just after the claim, lapses a moment later); every hand-back spends one
         of the job's deliveries, and a few kills in a row would dead-letter it. Once,
         and no longer than a lease: a holder that renews meanwhile is alive, and the
-        recovery says so (`RunStillRunning`)."""
+        recovery says so (`RunStillRunning`). A drain ends the wait at once: False when
+        the worker is draining (the recovery must not begin)."""
         held = await self.checkpoints.holder(run_id)
-        if held is not None and held[1] <= self._lease and not self._draining.is_set():
-            await asyncio.sleep(held[1] + self.poll_interval)
+        if held is not None and held[1] <= self._lease:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(held[1] + self.poll_interval):
+                    await self._draining.wait()
+        return not self._draining.is_set()
 
     async def _batch_cancelled(
         self,

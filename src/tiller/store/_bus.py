@@ -31,7 +31,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -440,9 +440,24 @@ class JobQueue(Protocol):
         id ever seen; what a job's run already did is the run's checkpoint's business)."""
         ...
 
-    async def claim(self, worker: str) -> Job | None:
+    async def claim(
+        self,
+        worker: str,
+        *,
+        on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None = None,
+    ) -> Job | None:
         """The next due job (waiting, or its lease lapsed), leased to `worker` for the
-        queue's `lease`; None if there is none now. Fresh jobs come in enqueue order."""
+        queue's `lease`; None if there is none now. Fresh jobs come in enqueue order.
+
+        A job whose last delivery's lease lapsed (its worker died or hung on its last
+        attempt) is dead-lettered by the claim that finds it, since no worker settled it
+        to say so; so are, on NATS, messages that are not jobs at all. No one else hears
+        of such a dead letter: `on_dead_letter` is awaited with each one the claim is
+        about to make, *before* it is written, so that whoever waits on the job can be
+        told (the fleet writes its run's `failed` result). If it raises, that job is not
+        dead-lettered (a later claim finds it again and announces it again) and the
+        error propagates: each such dead letter is announced at least once, and after a
+        crash or between racing claims more than once."""
         ...
 
     async def extend(self, job: Job) -> Job:

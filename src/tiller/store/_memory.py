@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
@@ -209,7 +209,12 @@ class MemoryJobQueue:
             state.schedule(record)
         return job_id
 
-    async def claim(self, worker: str) -> Job | None:
+    async def claim(
+        self,
+        worker: str,
+        *,
+        on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None = None,
+    ) -> Job | None:
         await self._bus._checkpoint()
         check_worker(worker)
         now = self._bus._clock()
@@ -220,7 +225,7 @@ class MemoryJobQueue:
             if record is None or record.version != version:
                 continue  # settled or rescheduled since this entry was pushed
             if record.state == "claimed" and record.attempt >= self.max_deliver:
-                self._bury(record, lapsed_reason(record.attempt))
+                await self._bury_lapsed(record, on_dead_letter)
                 continue
             record.state, record.worker = "claimed", worker
             record.attempt += 1
@@ -269,15 +274,35 @@ class MemoryJobQueue:
         )
         return QueueDepth(len(self._state.jobs) - in_flight, in_flight)
 
+    async def _bury_lapsed(
+        self,
+        record: _JobRecord,
+        on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None,
+    ) -> None:
+        """Dead-letter a job whose last lease lapsed, announced first (`JobQueue.claim`):
+        if the announcement raises, the job is due again for the next claim."""
+        reason = lapsed_reason(record.attempt)
+        if on_dead_letter is not None:
+            version = record.version
+            try:
+                await on_dead_letter(self._dead_letter(record, reason))
+            except BaseException:
+                self._state.schedule(record)
+                raise
+            if self._state.jobs.get(record.id) is not record or record.version != version:
+                return  # another claim took care of it meanwhile
+        self._bury(record, reason)
+
+    def _dead_letter(self, record: _JobRecord, reason: str) -> DeadLetter:
+        return DeadLetter(
+            self.name, record.id, record.payload, reason, record.attempt, self._bus._clock()
+        )
+
     def _bury(self, record: _JobRecord, reason: str) -> None:
         state = self._state
         del state.jobs[record.id]
         state.dead_ids.add(record.id)
-        state.dead.append(
-            DeadLetter(
-                self.name, record.id, record.payload, reason, record.attempt, self._bus._clock()
-            )
-        )
+        state.dead.append(self._dead_letter(record, reason))
 
     def _held(self, job: Job) -> _JobRecord:
         """The record, if `job` is still its current delivery and its lease has not lapsed."""

@@ -50,11 +50,12 @@ import asyncio
 import base64
 import contextlib
 import enum
+import functools
 import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -662,7 +663,12 @@ class NatsJobQueue:
             await self.options()
         return self.lease, self.max_deliver
 
-    async def claim(self, worker: str) -> Job | None:
+    async def claim(
+        self,
+        worker: str,
+        *,
+        on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None = None,
+    ) -> Job | None:
         check_worker(worker)
         self._bus._js_context()
         async with self._fetching:
@@ -681,7 +687,9 @@ class NatsJobQueue:
                                 f"queue {self.name}: claim: NATS is unavailable"
                             ) from None
                         return None
-                job = await self._take(msgs[0], worker, delivered_after, lease, max_deliver)
+                job = await self._take(
+                    msgs[0], worker, delivered_after, lease, max_deliver, on_dead_letter
+                )
                 if job is not None:
                     return job
 
@@ -700,44 +708,39 @@ class NatsJobQueue:
             pending.put_nowait(msg)
         return len(kept)
 
-    async def _take(
-        self, msg: Msg, worker: str, delivered_after: float, lease: float, max_deliver: int
+    async def _take(  # noqa: PLR0917 (one delivery, and what the claim judges it by)
+        self,
+        msg: Msg,
+        worker: str,
+        delivered_after: float,
+        lease: float,
+        max_deliver: int,
+        on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None,
     ) -> Job | None:
         """The delivery as a Job, or None after dead-lettering it (not a tiller job, its
         payload's object is missing, or a delivery past `max_deliver`: its last attempt's
-        lease lapsed), or after leaving it unsettled because its lease may already have
-        lapsed (it waited in the pending queue: JetStream delivers it again, or already
-        has, to someone else). A dead letter that cannot be written raises, leaving the
+        lease lapsed; each announced to `on_dead_letter` first), or after leaving it
+        unsettled because its lease may already have lapsed (it waited in the pending
+        queue: JetStream delivers it again, or already has, to someone else). A dead
+        letter that cannot be written, or whose announcement raises, raises, leaving the
         message unsettled: the server delivers it again (its `MaxDeliver` is unlimited)."""
         attempt = int(msg.metadata.num_delivered or 1)
         headers = msg.headers or {}
         token = headers.get(_JOB_HEADER)
+        bury = functools.partial(self._announce_and_bury, msg, on_dead_letter)
         if not token:
             seq = msg.metadata.sequence.stream
-            await self._bury(
-                msg,
-                job_id=f"seq-{seq}",
-                payload=msg.data or b"",
-                name=None,
-                reason=_NOT_A_JOB,
-                attempt=attempt,
-            )
+            await bury(f"seq-{seq}", msg.data or b"", None, _NOT_A_JOB, attempt)
             return None
         job_id, name = decode_key(token), headers.get(_OBJECT_HEADER)
         payload = msg.data or b""
         if attempt > max_deliver:
-            reason = lapsed_reason(attempt - 1)
-            await self._bury(
-                msg, job_id=job_id, payload=payload, name=name, reason=reason, attempt=attempt - 1
-            )
+            await bury(job_id, payload, name, lapsed_reason(attempt - 1), attempt - 1)
             return None
         if name is not None:
             loaded = await self._records._load_object(name)
             if loaded is None:
-                reason = _NO_PAYLOAD.format(name=name)
-                await self._bury(
-                    msg, job_id=job_id, payload=b"", name=None, reason=reason, attempt=attempt
-                )
+                await bury(job_id, b"", None, _NO_PAYLOAD.format(name=name), attempt)
                 return None
             payload = loaded
         if time.monotonic() >= delivered_after + lease:
@@ -835,6 +838,29 @@ class NatsJobQueue:
         # Not yet delivered, plus delivered and unacked (in flight, or nakked with a delay:
         # JetStream counts those as pending acks too, so a nakked job reads as in flight).
         return QueueDepth(int(info.num_pending or 0), int(info.num_ack_pending or 0))
+
+    async def _announce_and_bury(  # noqa: PLR0917 (a dead letter's fields, and its message)
+        self,
+        msg: Msg,
+        on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None,
+        job_id: str,
+        payload: bytes,
+        name: str | None,
+        reason: str,
+        attempt: int,
+    ) -> None:
+        """A claim's dead letter: told to `on_dead_letter` (with the job's payload, from
+        its object if it is a large one), then buried (`JobQueue.claim`)."""
+        if on_dead_letter is not None:
+            told = payload
+            if name is not None:
+                told = await self._records._load_object(name) or b""
+            await on_dead_letter(
+                DeadLetter(self.name, job_id, told, reason, attempt, self._bus._clock())
+            )
+        await self._bury(
+            msg, job_id=job_id, payload=payload, name=name, reason=reason, attempt=attempt
+        )
 
     async def _bury(
         self,

@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -325,11 +325,16 @@ class SqliteJobQueue:
         await self._bus._transact(insert)
         return job_id
 
-    async def claim(self, worker: str) -> Job | None:
+    async def claim(
+        self,
+        worker: str,
+        *,
+        on_dead_letter: Callable[[DeadLetter], Awaitable[None]] | None = None,
+    ) -> Job | None:
         check_worker(worker)
         now = self._bus._clock()
 
-        def take(conn: sqlite3.Connection) -> Job | None:
+        def take(conn: sqlite3.Connection) -> Job | DeadLetter | None:
             while True:
                 row = conn.execute(DUE_JOB, (self._stored, now)).fetchone()
                 if row is None:
@@ -338,8 +343,17 @@ class SqliteJobQueue:
                 options = self._seen(float(row[3]), int(row[4]))
                 expires_at = now + options.lease
                 if state == "claimed" and attempt >= options.max_deliver:
-                    self._bury(conn, encoded, lapsed_reason(attempt), now)
-                    continue
+                    reason = lapsed_reason(attempt)
+                    if on_dead_letter is None:
+                        self._bury(conn, encoded, reason, now)
+                        continue
+                    # Announced outside the transaction, then buried (`_bury_lapsed`).
+                    (payload,) = conn.execute(
+                        "SELECT payload FROM jobs WHERE queue = ? AND id = ?",
+                        (self._stored, encoded),
+                    ).fetchone()
+                    job_id = decode_key(encoded)
+                    return DeadLetter(self.name, job_id, bytes(payload), reason, attempt, now)
                 claimed = conn.execute(
                     "UPDATE jobs SET state = 'claimed', attempt = attempt + 1, worker = ?, "
                     "available_at = ? WHERE queue = ? AND id = ? RETURNING payload, attempt",
@@ -354,7 +368,29 @@ class SqliteJobQueue:
                     expires_at,
                 )
 
-        return await self._bus._transact(take)
+        while True:
+            taken = await self._bus._transact(take)
+            if isinstance(taken, DeadLetter) and on_dead_letter is not None:
+                await on_dead_letter(taken)  # raising: the job stays due, for the next claim
+                await self._bus._transact(self._bury_lapsed(taken))
+                continue
+            return taken if isinstance(taken, Job) else None
+
+    def _bury_lapsed(self, dead: DeadLetter) -> Callable[[sqlite3.Connection], None]:
+        """Bury the job a claim announced, if it is still that lapsed last delivery
+        (a racing claim may have buried it first: it announced it too)."""
+        encoded = encode_key(dead.id)
+
+        def bury(conn: sqlite3.Connection) -> None:
+            lapsed = conn.execute(
+                "SELECT 1 FROM jobs WHERE queue = ? AND id = ? AND state = 'claimed' "
+                "AND attempt = ? AND available_at <= ?",
+                (self._stored, encoded, dead.attempt, dead.at),
+            ).fetchone()
+            if lapsed is not None:
+                self._bury(conn, encoded, dead.reason, dead.at)
+
+        return bury
 
     async def extend(self, job: Job) -> Job:
         now = self._bus._clock()
