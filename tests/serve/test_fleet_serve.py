@@ -196,6 +196,25 @@ async def test_a_resume_that_does_not_fit_ends_with_run_error(tmp_path: Path) ->
             [*_user("hi"), {"id": "a1", "role": "assistant", "content": "hello"}],
             "ends with an assistant message",
         ),
+        (
+            {},
+            [
+                *_user("pick one"),
+                {
+                    "id": "a1",
+                    "role": "assistant",
+                    "toolCalls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "pick", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"id": "r1", "role": "tool", "toolCallId": "c1", "content": "red"},
+            ],
+            "no text (only tool results)",
+        ),
         ({"state": {"count": 1}}, _user("hi"), "client state"),
         ({"threadId": "t/x"}, _user("hi"), "threadId 't/x' must be"),
         ({"runId": "thread"}, _user("hi"), "runId 'thread' must be"),
