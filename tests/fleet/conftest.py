@@ -255,6 +255,13 @@ def ref(agents: ModuleType, attr: str) -> str:
     return f"{agents.__name__}:{attr}"
 
 
+def gate(agents: ModuleType, step: int) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold the `note` call of `step` in this process: the first event lets it go on,
+    the second says it started (the module's GATES and ENTERED)."""
+    agents.GATES[step], agents.ENTERED[step] = asyncio.Event(), asyncio.Event()
+    return agents.GATES[step], agents.ENTERED[step]
+
+
 @dataclass(frozen=True)
 class Store:
     """A store the test's "processes" share: each `open()` is another connection (a

@@ -27,15 +27,9 @@ from tiller.store import (
 )
 from tiller.testing import assert_valid_stream
 
-from .conftest import Store, ref, running_worker, until
+from .conftest import Store, gate, ref, running_worker, until
 
 pytestmark = pytest.mark.filterwarnings("error")
-
-
-def gate(agents: ModuleType, step: int) -> tuple[asyncio.Event, asyncio.Event]:
-    """The note of `step` waits for the first event; the second says it started."""
-    agents.GATES[step], agents.ENTERED[step] = asyncio.Event(), asyncio.Event()
-    return agents.GATES[step], agents.ENTERED[step]
 
 
 async def entered(event: asyncio.Event) -> None:

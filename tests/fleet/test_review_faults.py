@@ -29,14 +29,10 @@ from tiller.loop import RunContext
 from tiller.state import RunState
 from tiller.store import CheckpointStore, EventLog, QueueDepth, StoreDurability, open_bus
 
-from .conftest import NATS_URL, ref, until
+from .._tcp_proxy import TcpProxy
+from .conftest import NATS_URL, gate, ref, until
 
 pytestmark = pytest.mark.filterwarnings("error")
-
-
-def gate(agents: ModuleType, step: int) -> tuple[asyncio.Event, asyncio.Event]:
-    agents.GATES[step], agents.ENTERED[step] = asyncio.Event(), asyncio.Event()
-    return agents.GATES[step], agents.ENTERED[step]
 
 
 async def test_a_run_taken_over_elsewhere_is_neither_recorded_nor_acked(
@@ -78,43 +74,6 @@ async def test_a_run_taken_over_elsewhere_is_neither_recorded_nor_acked(
         assert Counter(agents.ledger_lines())["taken-call-2"] == 1
 
 
-class _Proxy:
-    """A TCP proxy to the NATS server that the test cuts and restores (as
-    tests/store/test_nats.py's): the store "goes away" for one worker only."""
-
-    def __init__(self) -> None:
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._handle, "127.0.0.1", self.port, reuse_address=True
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def cut(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        self._writers.clear()
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 4222)
-        self._writers.update((writer, up_writer))
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-
 async def test_nats_going_away_mid_run_the_worker_claims_again_when_it_returns(
     agents: ModuleType,
 ) -> None:
@@ -124,7 +83,7 @@ async def test_nats_going_away_mid_run_the_worker_claims_again_when_it_returns(
     off is uncertain: held for a person, never run twice, law 5), and a run submitted
     during the outage completes. No result says `error`, nothing is dead-lettered."""
     namespace = f"rv{uuid.uuid4().hex[:12]}"
-    proxy = _Proxy()
+    proxy = TcpProxy()
     await proxy.start()
     async with (
         await open_bus(NATS_URL, namespace=namespace) as steady,

@@ -14,14 +14,9 @@ from tiller.fleet import BatchBudget, Fleet, JobBudget, RunOutcomeRecord
 from tiller.ops import approve, held_approvals
 from tiller.store import Bus, CheckpointStore, NotFound
 
-from .conftest import Store, ref, running_worker
+from .conftest import Store, gate, ref, running_worker
 
 pytestmark = pytest.mark.filterwarnings("error")
-
-
-def gate(agents: ModuleType, step: int) -> tuple[asyncio.Event, asyncio.Event]:
-    agents.GATES[step], agents.ENTERED[step] = asyncio.Event(), asyncio.Event()
-    return agents.GATES[step], agents.ENTERED[step]
 
 
 async def results(fleet: Fleet, run_ids: list[str]) -> list[RunOutcomeRecord]:

@@ -10,7 +10,9 @@ from types import ModuleType
 
 import pytest
 
+from tiller.conversation import Taint, UserMessage
 from tiller.fleet import Fleet, JobBudget, RunOutcomeRecord
+from tiller.state import RunState
 from tiller.store import Bus, CheckpointStore
 
 from .conftest import Store, ref, running_worker, until
@@ -62,6 +64,29 @@ async def test_submitting_a_run_id_twice_is_one_run(
         await (await fleet.submit(ref(agents, "three"), "marker", run_id="after")).result(30)
     assert record.status == "completed"
     assert len(agents.ledger_lines()) == 6  # three for `twice`, three for `after`
+
+
+async def test_a_run_on_a_thread_starts_with_what_the_thread_read(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    """Taint only grows within a conversation (law 6): a job on a thread whose earlier
+    run read untrusted input (a served thread's last run) starts tainted, as a served
+    request's run in the server's own process does; a job on a new thread does not."""
+    earlier = RunState(
+        run_id="earlier",
+        thread_id="read-the-web",
+        messages=[UserMessage(text="go")],
+        taint=Taint.UNTRUSTED_INPUT.value,
+    )
+    await CheckpointStore(bus).save(earlier, "finished")
+    fleet = Fleet(bus)
+    later = await fleet.submit(ref(agents, "three"), "go", run_id="later", thread_id="read-the-web")
+    fresh = await fleet.submit(ref(agents, "three"), "go", run_id="fresh", thread_id="new")
+    async with running_worker(store):
+        await results_of(fleet, ["later", "fresh"])
+    checkpoints = CheckpointStore(bus)
+    assert (await checkpoints.load(later.run_id)).state.taint == Taint.UNTRUSTED_INPUT.value
+    assert (await checkpoints.load(fresh.run_id)).state.taint == Taint.NONE.value
 
 
 async def test_model_budget_and_structured_output_reach_the_run(

@@ -101,6 +101,53 @@ async def test_a_request_runs_on_a_worker_and_streams_from_the_store(tmp_path: P
     assert checkpoint_thread
 
 
+def _said(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+_IMAGE = {"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}
+
+
+@pytest.mark.parametrize(
+    ("content", "context", "heard"),
+    [
+        (
+            [{"type": "text", "text": "hello"}, {"type": "text", "text": "fleet"}],
+            [],
+            "hello\nfleet",
+        ),
+        (
+            "hello",
+            [{"description": "page", "value": "settings"}],
+            "hello\n\nContext from the app:\n- page: settings",
+        ),
+        (
+            [{"type": "text", "text": "look"}, _IMAGE],
+            [],
+            "look\n[image omitted: not supported yet]",
+        ),
+    ],
+    ids=["text-parts", "context", "non-text-part"],
+)
+async def test_a_request_reads_the_same_on_the_fleet_as_in_process(
+    tmp_path: Path,
+    serve: Callable[..., str],
+    content: Any,
+    context: list[dict[str, str]],
+    heard: str,
+) -> None:
+    """One reading of a request's messages: the worker's run is asked what a run in the
+    server's own process is asked (the console agent echoes it)."""
+    messages = [{"id": "u1", "role": "user", "content": content}]
+    body = run_input("t-read", "r-read", messages, context=context)
+    async with fleet_server(tmp_path) as (server, _):
+        on_fleet = await asyncio.to_thread(post_run, server.url, body)
+        in_process = await asyncio.to_thread(
+            post_run, serve(make_agent(), store=f"sqlite:///{tmp_path / 'own.db'}"), body
+        )
+    assert _said(on_fleet) == _said(in_process) == f"You said: {heard}"
+
+
 async def test_an_approval_resumes_through_the_fleet(tmp_path: Path) -> None:
     async with fleet_server(tmp_path) as (server, url):
         paused = await asyncio.to_thread(
@@ -144,6 +191,34 @@ async def test_a_resume_that_does_not_fit_ends_with_run_error(tmp_path: Path) ->
             "frontend tools",
         ),
         ({}, [], "no user message"),
+        (
+            {},
+            [*_user("hi"), {"id": "a1", "role": "assistant", "content": "hello"}],
+            "ends with an assistant message",
+        ),
+        (
+            {},
+            [
+                *_user("pick one"),
+                {
+                    "id": "a1",
+                    "role": "assistant",
+                    "toolCalls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "pick", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"id": "r1", "role": "tool", "toolCallId": "c1", "content": "red"},
+            ],
+            "no text (only tool results)",
+        ),
+        ({"state": {"count": 1}}, _user("hi"), "client state"),
+        ({"threadId": "t/x"}, _user("hi"), "threadId 't/x' must be"),
+        ({"runId": "thread"}, _user("hi"), "runId 'thread' must be"),
+        ({"runId": "-r4"}, _user("hi"), "starting with a letter, digit or '_'"),
     ],
 )
 async def test_what_no_worker_could_run_is_a_400(

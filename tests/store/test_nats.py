@@ -9,7 +9,6 @@ streams so the shared server does not fill up. `asyncio.timeout` is a hang guard
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -29,6 +28,7 @@ from tiller.store import (
 )
 from tiller.store._nats import NatsBus
 
+from .._tcp_proxy import TcpProxy
 from .conftest import NATS_URL, FakeClock
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -337,50 +337,13 @@ async def test_an_unreachable_server_fails_fast_as_unavailable() -> None:
 # ── reconnects ───────────────────────────────────────────────────────────────────────
 
 
-class _Proxy:
-    """A TCP proxy to the NATS server that the test can cut and restore."""
-
-    def __init__(self) -> None:
-        self.port = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._handle, "127.0.0.1", self.port, reuse_address=True
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def cut(self) -> None:
-        """Stop accepting, drop every proxied connection."""
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        self._writers.clear()
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 4222)
-        self._writers.update((writer, up_writer))
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, asyncio.CancelledError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-
 async def test_reconnect_buffers_publishes_and_fails_jetstream_calls_meanwhile(
     open_nats: Callable[..., Awaitable[NatsBus]],
 ) -> None:
     """Documented behaviour: while the connection is down, a core publish is buffered by
     the client and delivered after the reconnect; a KV call raises `StoreUnavailable` once
     its request timeout passes. After the reconnect everything works again."""
-    proxy = _Proxy()
+    proxy = TcpProxy()
     await proxy.start()
     namespace = _namespace()
     flaky = await open_nats(namespace, url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5)
@@ -414,7 +377,7 @@ async def test_a_claim_while_the_server_is_away_is_unavailable_not_empty(
     """A fetch that gets no answer because the link is down raises `StoreUnavailable`
     (a worker must stop claiming, not conclude the queue is empty); after the reconnect
     the same queue handle claims again."""
-    proxy = _Proxy()
+    proxy = TcpProxy()
     await proxy.start()
     namespace = _namespace()
     flaky = await open_nats(
@@ -471,7 +434,7 @@ async def test_an_extend_while_the_server_is_away_is_unavailable_not_held(
     extend that only sends it 'succeeds' and moves this process's fence ahead while the
     server's AckWait runs out, so the job is another worker's and this one still acks it.
     An extend the server has not confirmed must raise `StoreUnavailable`."""
-    proxy = _Proxy()
+    proxy = TcpProxy()
     await proxy.start()
     namespace = _namespace()
     flaky = await open_nats(
@@ -538,7 +501,7 @@ async def test_a_dead_letter_that_fails_to_be_written_is_not_lost(
     (NATS went away, or the worker died), the job must be delivered again and
     dead-lettered then, not be neither queued nor dead (the server's MaxDeliver was once
     the queue's limit plus one, so that delivery was its last)."""
-    proxy = _Proxy()
+    proxy = TcpProxy()
     await proxy.start()
     flaky = await open_nats(
         url=f"nats://127.0.0.1:{proxy.port}", request_timeout=0.5, claim_wait=0.2

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from ..conversation import UserMessage
+from ..conversation import Taint, UserMessage
 from ..errors import UsageError
 from ..events import Event
 from ..loop import (
@@ -102,6 +102,15 @@ class RunStarter:
             prepare=prepare,
         )
 
+    async def _thread_taint(self, thread_id: str | None) -> int:
+        """What the job's thread has read so far: its latest run's taint (law 6: taint
+        only grows within a conversation, and the runs of a thread are one, as a served
+        thread's runs are in the server's own process); none for a new thread."""
+        if thread_id is None:
+            return Taint.NONE.value
+        latest = await self.checkpoints.for_thread(thread_id)
+        return latest.state.taint if latest is not None else Taint.NONE.value
+
     def _limited(self, agent: Agent, model_string: str | None) -> Agent:
         """The agent with its model under the fleet's limits (a copy: a module's agent
         serves other runs too); its `model_spec` is kept, so checkpoints name the real
@@ -145,6 +154,7 @@ class RunStarter:
             run_id=run_job.run_id,
             thread_id=run_job.thread_id or run_job.run_id,
             messages=[UserMessage(text=run_job.prompt)],
+            taint=await self._thread_taint(run_job.thread_id),
         )
         state.model_spec = run_job.model
         record_policy(state, run_ctx, options, agent_ref=ref)

@@ -1,13 +1,18 @@
 """`FleetRuns`: a served request's run goes to a fleet (`tiller serve --fleet`), and its
 response streams the run's events from the store, so the server holds no run in memory.
 
-- New input: the request's latest user message is the run's prompt, submitted with
-  `Fleet.submit` under the request's `runId` and `threadId`, jailed to the server's
-  workspace (a path every worker shares). What the job cannot carry is refused with 400
-  before anything is queued: frontend tools (a worker cannot hand a call back to this
-  client), a request with no user text, a run id already used. New input on a thread
-  whose last run waits for answers (`INVALID_RESUME`) or is still going (`THREAD_BUSY`)
-  ends the stream with `RUN_ERROR`, as in the in-process path, and queues nothing.
+- New input: the request is read as the in-process path reads it (`_request`: the ids
+  checked, `detach`; `_input`: the conversation, its context and content parts), and its
+  last user turn is the run's prompt (`prompt_from_agui`): a job carries a prompt, so the
+  worker's run does not see the turns before it. The job is submitted with `Fleet.submit`
+  under the request's `runId` and `threadId`, jailed to the server's workspace (a path
+  every worker shares). What is bad input, or what the job cannot carry, is refused with
+  400 before anything is queued: ids that cannot be store keys, an illegal conversation,
+  a last turn without text, frontend tools (a worker cannot hand a call back to this
+  client), a client state (a job has no room for one), a run id already used. New input
+  on a thread whose last run waits for answers (`INVALID_RESUME`) or is still going
+  (`THREAD_BUSY`) ends the stream with `RUN_ERROR`, as in the in-process path, and
+  queues nothing.
 - A resume (`resume: [...]`, the answers to a suspended run's interrupts): checked against
   the thread's open interrupts as in the in-process path (`plan_resume`), then each held
   call's decision is recorded (`tiller.ops.approve` / `deny`) and the run's continuation
@@ -28,19 +33,20 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 from ag_ui.core import RunAgentInput
 from starlette.responses import Response
 
 from .._task_stop import stop_task
-from ..errors import InvalidResume, TillerError
+from ..errors import InvalidResume, TillerError, UsageError
 from ..events import RunErrorEvent, RunStartedEvent, encode_json
 from ..fleet import Fleet, ResultStore, RunOutcomeRecord
 from ..ops import approve, deny
 from ..store import ApprovalStore, Bus, CheckpointStore, ControlStore, EventLog, NotFound
 from ._http import RunStreamResponse, error
+from ._input import InvalidRunInput, prompt_from_agui
+from ._request import check_ids, client_state, detach_of, wire_context, wire_messages
 from ._resume_plan import plan_resume
 from ._sse import Indexed, sse_frames
 from ._thread import ThreadView
@@ -83,28 +89,18 @@ class FleetRuns:
     async def respond(self, input: RunAgentInput) -> Response:
         """The request's response: 400 for what no worker could run, else the stream."""
         try:
+            check_ids(input)
             if await self._taken(input.run_id):
                 return error(400, f"run id {input.run_id!r} is already in use; send a new one")
             # The run the stream follows: a resume's is the suspended run it continues.
             target = input.run_id
             if input.resume:
                 target, frames = await self._resume(input)
-            elif (refusal := await self._thread_refuses(input.thread_id)) is not None:
-                frames = _failed(input, *refusal)
             else:
-                prompt = _prompt(input)
-                handle = await self.fleet.submit(
-                    self.agent,
-                    prompt,
-                    workspace=str(self.workspace),
-                    run_id=input.run_id,
-                    thread_id=input.thread_id,
-                    model=self.model,
-                )
-                frames = self._follow(handle.run_id, after=0, past=None)
-        except _Refused as exc:
+                frames = await self._start(input)
+        except (InvalidRunInput, _Refused) as exc:
             return error(400, str(exc))
-        detached = _detach(input, self.detach)
+        detached = detach_of(input, self.detach)
         finished = False
 
         async def tracked() -> AsyncIterator[Indexed]:
@@ -122,6 +118,28 @@ class FleetRuns:
 
         return RunStreamResponse(sse_frames(_idle(tracked(), self.keep_alive)), on_close=on_close)
 
+    async def _start(self, input: RunAgentInput) -> AsyncIterator[Indexed]:
+        """Queue the request's new run, or say why the thread cannot take it now."""
+        thread = await ThreadView.load(self.checkpoints, input.thread_id)
+        # Read first, so a bad request is a 400 whatever the thread's state, as in the
+        # in-process path; except on a thread with open interrupts, whose calls have no
+        # results yet (the input is refused for that reason instead).
+        prompt = "" if thread.paused else _prompt(input, thread)
+        if (refusal := _thread_refuses(thread, input.thread_id)) is not None:
+            return _failed(input, *refusal)
+        try:
+            handle = await self.fleet.submit(
+                self.agent,
+                prompt,
+                workspace=str(self.workspace),
+                run_id=input.run_id,
+                thread_id=input.thread_id,
+                model=self.model,
+            )
+        except UsageError as exc:  # what a fleet job refuses (its run id's own rules)
+            raise _Refused(str(exc)) from exc
+        return self._follow(handle.run_id, after=0, past=None)
+
     async def _taken(self, run_id: str) -> bool:
         if await self.results.get(run_id) is not None:
             return True
@@ -130,27 +148,6 @@ class FleetRuns:
         except NotFound:
             return False
         return True
-
-    async def _thread_refuses(self, thread_id: str) -> tuple[str, str] | None:
-        """Why new input cannot start a run on the thread now (the AG-UI contract): its
-        last run waits for answers to its interrupts, or is still going (queued, or on a
-        worker). None when it may."""
-        thread = await ThreadView.load(self.checkpoints, thread_id)
-        if thread.paused and thread.latest is not None:
-            ids = ", ".join(str(i["id"]) for i in thread.latest.state.interrupts)
-            return (
-                f"thread {thread_id!r} has open interrupts ({ids}); answer them with "
-                "`resume` before sending new input",
-                "INVALID_RESUME",
-            )
-        if thread.status in ("running", "resumed") and thread.latest is not None:
-            return (
-                f"thread {thread_id!r} has a run in progress ({thread.latest.state.run_id}); "
-                "wait for it to end, steer it or cancel it, then send the request again "
-                "with a new runId",
-                "THREAD_BUSY",
-            )
-        return None
 
     async def _cancel(self, run_id: str) -> None:
         with contextlib.suppress(Exception):
@@ -216,40 +213,41 @@ async def _failed(input: RunAgentInput, message: str, code: str) -> AsyncIterato
     yield 1, encode_json(RunErrorEvent(message, code))
 
 
-def _prompt(input: RunAgentInput) -> str:
+def _prompt(input: RunAgentInput, thread: ThreadView) -> str:
+    """The job's prompt: the request's last user turn, as the in-process path reads it;
+    `_Refused` for what a job cannot carry."""
     if input.tools:
         raise _Refused(
             "a fleet server's runs run on workers, which cannot hand a call back to this "
             "client: send no frontend tools (or serve without --fleet)"
         )
-    for message in reversed(input.messages):
-        wire: dict[str, Any] = message.model_dump(by_alias=True, exclude_none=True)
-        if wire.get("role") != "user":
-            continue
-        text = _text(wire.get("content"))
-        if text.strip():
-            return text
-    raise _Refused("the request has no user message with text: say what the agent should do")
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
+    if client_state(input.state) is not None:
+        raise _Refused(
+            "a fleet server's runs start on workers from a prompt, which carries no client "
+            "state: send no state (or an empty one), or serve without --fleet"
         )
-    return ""
+    return prompt_from_agui(wire_messages(input), wire_context(input), known=thread.known_results())
 
 
-def _detach(input: RunAgentInput, default: bool) -> bool:
-    props = input.forwarded_props if isinstance(input.forwarded_props, dict) else {}
-    tiller_props = props.get("tiller")
-    if isinstance(tiller_props, dict) and isinstance(tiller_props.get("detach"), bool):
-        return bool(tiller_props["detach"])
-    return default
+def _thread_refuses(thread: ThreadView, thread_id: str) -> tuple[str, str] | None:
+    """Why new input cannot start a run on the thread now (the AG-UI contract): its last
+    run waits for answers to its interrupts, or is still going (queued, or on a worker).
+    None when it may."""
+    if thread.paused and thread.latest is not None:
+        ids = ", ".join(str(i["id"]) for i in thread.latest.state.interrupts)
+        return (
+            f"thread {thread_id!r} has open interrupts ({ids}); answer them with "
+            "`resume` before sending new input",
+            "INVALID_RESUME",
+        )
+    if thread.status in ("running", "resumed") and thread.latest is not None:
+        return (
+            f"thread {thread_id!r} has a run in progress ({thread.latest.state.run_id}); "
+            "wait for it to end, steer it or cancel it, then send the request again "
+            "with a new runId",
+            "THREAD_BUSY",
+        )
+    return None
 
 
 def _code(exc: TillerError) -> str:

@@ -11,6 +11,11 @@ A call the client sends no result for is answered from `known` (results the stor
 for the thread: a call cancelled or expired while the client was away). What would still
 make an illegal transcript is refused with `InvalidRunInput` (the server's 400): a result
 for a call that was never made, a call answered twice, a call left without a result.
+
+A run that starts from one prompt (`tiller serve --fleet`: a fleet job carries a prompt,
+not a conversation) takes `prompt_from_agui`: the last user turn of that same
+conversation, read the same way (text parts joined by lines, other parts marked, the
+context added), so a request means the same thing on either path.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 from ..conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
 from ..errors import UsageError
 
-__all__ = ["InvalidRunInput", "conversation_from_agui"]
+__all__ = ["InvalidRunInput", "conversation_from_agui", "prompt_from_agui"]
 
 Conversation = list[UserMessage | AssistantMessage]
 
@@ -152,6 +157,25 @@ def conversation_from_agui(
             "the conversation ends with an assistant message; add a user message to run on"
         )
     return out
+
+
+def prompt_from_agui(
+    messages: Sequence[Mapping[str, Any]],
+    context: Sequence[Mapping[str, Any]] = (),
+    *,
+    known: Mapping[str, ToolResult] | None = None,
+) -> str:
+    """The text of the last user turn of the conversation `conversation_from_agui` reads
+    in `messages` (with `context` in it): what a run that starts from a prompt works on.
+    Raises `InvalidRunInput` as that does, and when the turn has no text of its own (only
+    tool results, which a prompt cannot carry)."""
+    last = conversation_from_agui(messages, context, known=known)[-1]
+    if not last.text.strip():
+        raise InvalidRunInput(
+            "the request's last user turn has no text (only tool results); a run that "
+            "starts from a prompt needs one: say what the agent should do"
+        )
+    return last.text
 
 
 def _tool_call(raw: Any, index: int) -> ToolCall:

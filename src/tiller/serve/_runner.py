@@ -23,7 +23,6 @@ import contextlib
 import copy
 import dataclasses
 import logging
-import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,6 @@ from ..cancel import CancellationToken
 from ..conversation import Taint, UserMessage
 from ..errors import InvalidResume, TillerError
 from ..events import (
-    RUNTIME_STATE_KEY,
     RunErrorEvent,
     RunStartedEvent,
     TransformerFactory,
@@ -69,6 +67,7 @@ from ..store import (
 from ..tools import ClientTool, DuplicateTool, InterruptQuestions, QuestionOutcome
 from ._input import InvalidRunInput, conversation_from_agui
 from ._live import LiveRun
+from ._request import check_ids, client_state, detach_of, wire_context, wire_messages
 from ._resume_plan import ResumePlan, plan_resume
 from ._thread import ThreadView
 
@@ -79,9 +78,6 @@ _logger = logging.getLogger(__name__)
 #: The event log's batch for served runs: small, so a client reattaching through another
 #: process follows the run closely.
 _SERVED_LOG_BATCH = 8
-#: Thread and run ids come from clients and become store keys: no '/' (it separates a
-#: run's own records), nothing a log line or a URL would mangle.
-_ID = re.compile(r"[A-Za-z0-9._:-]{1,200}")
 #: How long a run's end is remembered here for a client that reattaches right after it
 #: (later ones read the store's event log).
 _KEEP_ENDED = 30.0
@@ -92,8 +88,6 @@ _SHUTDOWN = (
 #: A run that just ended may still hold its thread's lease for a few store round trips.
 _BUSY_RETRIES = 20
 _BUSY_WAIT = 0.1
-#: Run ids that would collide with the checkpoint bucket's own keys (`thread/...`).
-_RESERVED_IDS = frozenset({"thread"})
 
 
 class ThreadBusy(TillerError):
@@ -158,12 +152,7 @@ class Runner:
     async def prepare(self, input: RunAgentInput) -> _Prepared:
         """Check what makes the request itself bad; `InvalidRunInput` is a 400. The run id
         is reserved on success (for every process sharing the store)."""
-        for name, value in (("threadId", input.thread_id), ("runId", input.run_id)):
-            if not _ID.fullmatch(value) or value in _RESERVED_IDS:
-                raise InvalidRunInput(
-                    f"{name} {value!r} must be 1 to 200 letters, digits, '.', '_', ':' or "
-                    "'-' (and not 'thread')"
-                )
+        check_ids(input)
         taken = f"run id {input.run_id!r} is already in use; send a new one"
         if input.run_id in self.live or input.run_id in self._reserved:
             raise InvalidRunInput(taken)
@@ -176,14 +165,14 @@ class Runner:
                 # thread with open interrupts their calls have no results yet: the run
                 # refuses the input for that reason instead, as the contract says.)
                 conversation_from_agui(
-                    _wire_messages(input), _wire_context(input), known=thread.known_results()
+                    wire_messages(input), wire_context(input), known=thread.known_results()
                 )
             if not await self.checkpoints.reserve(input.run_id):
                 raise InvalidRunInput(taken)
         except BaseException:
             self._reserved.discard(input.run_id)
             raise
-        return _Prepared(input, agent, _detach(input, self.settings.detach))
+        return _Prepared(input, agent, detach_of(input, self.settings.detach))
 
     async def launch(self, prepared: _Prepared) -> LiveRun:
         """Start the run in a task of its own; its events go to the returned `LiveRun`."""
@@ -311,9 +300,9 @@ class Runner:
                 f"thread {input.thread_id!r} has open interrupts ({ids}); answer them with "
                 "`resume` before sending new input"
             )
-        messages = _wire_messages(input)
+        messages = wire_messages(input)
         conversation = conversation_from_agui(
-            messages, _wire_context(input), known=thread.known_results()
+            messages, wire_context(input), known=thread.known_results()
         )
         taint = thread.taint
         if any(isinstance(m, UserMessage) and m.tool_results for m in conversation):
@@ -325,7 +314,7 @@ class Runner:
             thread_id=input.thread_id,
             agent_name=prepared.agent.name,
             messages=list(conversation),
-            agent_state=_client_state(input.state),
+            agent_state=client_state(input.state),
             taint=taint,
             # Tool results keep the ids the client knows them by, in every snapshot.
             result_ids={
@@ -469,15 +458,6 @@ def _code(exc: TillerError) -> str:
     return "RUN_FAILED"
 
 
-def _detach(input: RunAgentInput, default: bool) -> bool:
-    """`forwardedProps.tiller.detach`, when it is a boolean; else the server's default."""
-    props = input.forwarded_props if isinstance(input.forwarded_props, dict) else {}
-    tiller_props = props.get("tiller")
-    if isinstance(tiller_props, dict) and isinstance(tiller_props.get("detach"), bool):
-        return bool(tiller_props["detach"])
-    return default
-
-
 def _with_client_tools(agent: Agent, tools: list[dict[str, Any]]) -> Agent:
     """The agent with the client's tools added (a copy: the agent is shared by runs)."""
     if not tools:
@@ -493,20 +473,3 @@ def _with_client_tools(agent: Agent, tools: list[dict[str, Any]]) -> Agent:
                 "has; rename the client's tool"
             ) from exc
     return clone
-
-
-def _wire_messages(input: RunAgentInput) -> list[dict[str, Any]]:
-    return [m.model_dump(by_alias=True, exclude_none=True) for m in input.messages]
-
-
-def _wire_context(input: RunAgentInput) -> list[dict[str, Any]]:
-    return [c.model_dump(by_alias=True, exclude_none=True) for c in input.context or ()]
-
-
-def _client_state(raw: Any) -> Any:
-    """The client's state without the runtime's own section (the run publishes it); an
-    empty state is no state (the agent's typed state then starts from its defaults)."""
-    if isinstance(raw, dict):
-        own = {key: value for key, value in raw.items() if key != RUNTIME_STATE_KEY}
-        return own or None
-    return raw
