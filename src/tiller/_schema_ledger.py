@@ -308,7 +308,7 @@ LEDGER: Mapping[str, RecordKind] = dict(
         _kind(
             "workspace_diff",
             "`tiller-workspaces`: `diff/<sha256>`, what a fleet run changed in its snapshot",
-            ("fleet/_workspace.py",),
+            ("fleet/_workspace_diff.py",),
             SchemaVersion(
                 1,
                 "0.1.0",

@@ -39,9 +39,7 @@ from ._results import HELD, RESULTS_BUCKET, ResultStatus, ResultStore, RunOutcom
 from ._worker import Worker
 from ._worker_registry import WORKERS_BUCKET, WorkerInfo, WorkerRegistry
 from ._workspace import (
-    MAX_TEXT_DIFF_BYTES,
     WORKSPACES_BUCKET,
-    FileChange,
     FixtureNotFound,
     FixtureTooLarge,
     MalformedWorkspace,
@@ -50,15 +48,19 @@ from ._workspace import (
     NoWorkspaceDiff,
     SharedWorkspace,
     SnapshotWorkspace,
-    WorkspaceDiff,
     WorkspaceError,
     WorkspaceFromNewerTiller,
     WorkspaceNotStored,
     WorkspacePathMissing,
     WorkspaceSpec,
-    load_diff,
     materialize,
     snapshot_workspace,
+)
+from ._workspace_diff import (
+    MAX_TEXT_DIFF_BYTES,
+    FileChange,
+    WorkspaceDiff,
+    load_diff,
     workspace_diff,
 )
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider

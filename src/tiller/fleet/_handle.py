@@ -35,7 +35,7 @@ from ..store import (
     Subscription,
 )
 from ._results import ResultStore, RunOutcomeRecord
-from ._workspace import WorkspaceDiff, load_diff
+from ._workspace_diff import WorkspaceDiff, load_diff
 
 __all__ = ["WORKER_LOST", "RunHandle"]
 

@@ -43,8 +43,8 @@ from ._workspace import (
     WorkspacePathMissing,
     materialize,
     snapshot_workspace,
-    workspace_diff,
 )
+from ._workspace_diff import workspace_diff
 
 __all__ = ["LocalWorkspaces", "WorkspaceProvider"]
 
