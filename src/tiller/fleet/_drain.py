@@ -19,6 +19,8 @@ drain waits: the model call it cuts off costs tokens, never a side effect).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..cancel import CancellationToken
 from ..events import Event, StepFinishedEvent, StepStartedEvent
 
@@ -30,8 +32,16 @@ DRAIN_REASON = "the worker is draining; another worker continues the run"
 class StepBoundary:
     """Fires `cancel` at the run's next step boundary once `drain()` is called."""
 
-    def __init__(self, cancel: CancellationToken, *, resuming: bool = False) -> None:
+    def __init__(
+        self,
+        cancel: CancellationToken,
+        *,
+        resuming: bool = False,
+        on_step: Callable[[], None] | None = None,
+    ) -> None:
         self.cancel = cancel
+        #: Told each time one of the run's own steps finishes (the worker's `ClaimRamp`).
+        self._on_step = on_step
         self._open = 0
         self._resuming = resuming
         self._draining = False
@@ -48,6 +58,8 @@ class StepBoundary:
                     self._fire()
         elif isinstance(event, StepFinishedEvent) and event.subagent_run_id is None:
             self._open = max(0, self._open - 1)
+            if self._on_step is not None:
+                self._on_step()
             if self._draining and self._open == 0:
                 self._fire()
 

@@ -44,6 +44,10 @@ requests a minute and 429 pauses). `guard=` (a `RunGuard`) is entered around eve
 for anything else that limits it: what it yields configures the run's context, and
 `Deferred` naks the job for later.
 
+A worker claims one job at first and one more each time its runs make progress, up to
+`concurrency` (`ClaimRamp`): a worker that dies at once costs one job a delivery, not
+`concurrency` of them.
+
 `drain()` stops claiming and lets every run reach its next step boundary (`StepBoundary`),
 checkpointed `running` with its lease released; its job is nakked with no delay, so
 another worker continues it at once (a recovery still waiting for its run's lease to lapse
@@ -98,6 +102,7 @@ from ..store import (
 )
 from ._batch_share import BatchShare, reclaim_share, reserve_share, settle_from_state
 from ._batches import BatchStore
+from ._claim_ramp import ClaimRamp
 from ._drain import StepBoundary
 from ._guard import Configure, Deferred, RunGuard
 from ._job import JobBudget, MalformedJob, RunJob
@@ -209,6 +214,7 @@ class Worker:
         self._queue: JobQueue | None = None
         self._started_at = 0.0
         self._running = False
+        self._ramp = ClaimRamp(concurrency)
 
     @property
     def in_flight(self) -> int:
@@ -228,7 +234,7 @@ class Worker:
         )
         self._lease = self._starter.lease = queue.lease
         self._started_at = self.bus.clock()
-        slots = asyncio.Semaphore(self.concurrency)
+        self._ramp = slots = ClaimRamp(self.concurrency)
         beating = asyncio.get_running_loop().create_task(self._beat(), name="tiller-worker-beat")
         try:
             async with asyncio.TaskGroup() as jobs:
@@ -365,7 +371,7 @@ class Worker:
 
     # ── one job ──────────────────────────────────────────────────────────────────
 
-    async def _take(self, queue: JobQueue, job: Job, slots: asyncio.Semaphore) -> None:
+    async def _take(self, queue: JobQueue, job: Job, slots: ClaimRamp) -> None:
         keeper = JobLeaseKeeper(queue, job, on_lost=lambda: self._job_lost(job.id)).start()
         end: JobEnd = "lost"
         try:
@@ -387,6 +393,8 @@ class Worker:
             finally:  # cancelled while the keeper stopped: the slot is free all the same
                 self._boundaries.pop(job.id, None)
                 slots.release()
+                if end != "lost":  # this worker works: it may take on one more job
+                    slots.progressed()
                 self._tell(job.id, end)
 
     def _job_lost(self, job_id: str) -> None:
@@ -530,7 +538,7 @@ class Worker:
     ) -> JobEnd:
         cancel = CancellationToken()
         steering = SteeringQueue()
-        boundary = StepBoundary(cancel, resuming=how != "fresh")
+        boundary = StepBoundary(cancel, resuming=how != "fresh", on_step=self._ramp.progressed)
         self._boundaries[keeper.job.id] = boundary
         if self._draining.is_set() or keeper.lost is not None:
             boundary.drain()
