@@ -199,6 +199,15 @@ PUBLIC_API: dict[str, list[str]] = {
         "event_from_wire",
         "run_agent",
     ],
+    "tiller.evals": [
+        "MAX_CASE_ID",
+        "Case",
+        "CaseBudget",
+        "CaseOutcome",
+        "Score",
+        "Scorer",
+        "check_case_id",
+    ],
     "tiller.fleet": [
         "BATCHES_BUCKET",
         "BATCH_BUDGET_BUCKET",
@@ -589,6 +598,7 @@ DOCUMENTED_VALUES: dict[str, str] = {
     "tiller.cli.app": "the `tiller` command's Typer application",
     "tiller.events.SSE_CONTENT_TYPE": "the media type of an AG-UI SSE response",
     "tiller.events.TransformerFactory": "builds one run's stream transformers",
+    "tiller.evals.MAX_CASE_ID": "the longest case id (it is part of its runs' ids)",
     "tiller.fleet.BATCH_BUDGET_BUCKET": "the bucket batch budgets are kept in by default",
     "tiller.fleet.DEFAULT_CHUNK_RUNS": "a run without ceilings gets the batch's rest over this",
     "tiller.fleet.MAX_TEXT_DIFF_BYTES": "the largest file a workspace diff shows as text",
