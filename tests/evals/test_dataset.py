@@ -211,6 +211,15 @@ def test_a_dataset_is_saved_only_as_jsonl(tmp_path: Path) -> None:
         _dataset().to_jsonl(tmp_path / "d.json")
 
 
+def test_a_dataset_that_cannot_be_written_says_why(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"d\.jsonl: cannot write the dataset: No such file"):
+        _dataset().to_jsonl(tmp_path / "missing" / "d.jsonl")
+    odd = Dataset([Case("a", "x", metadata={"handle": object()})])
+    with pytest.raises(UsageError, match="case 'a': its metadata cannot be written as JSON"):
+        odd.to_jsonl(tmp_path / "d.jsonl")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
+
+
 def _lines_run_loading(path: Path) -> int:
     """How many lines of tiller.evals run to load `path`: a count that does not depend on
     the machine's speed, so the cost of loading is compared without a clock."""

@@ -9,6 +9,7 @@ back).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import UsageError
 from ._case import Case
+from ._dataset_error import DatasetError
 from ._dataset_rows import RowPlace, RowReader, unique_cases
 
 __all__ = ["read_jsonl", "write_jsonl"]
@@ -80,10 +82,21 @@ def case_row(case: Case, directory: Path) -> dict[str, Any]:
     return row
 
 
-def write_jsonl(cases: list[Case] | tuple[Case, ...], path: Path) -> None:
+def _line(case: Case, directory: Path) -> bytes:
+    try:
+        return orjson.dumps(case_row(case, directory)) + b"\n"
+    except orjson.JSONEncodeError as exc:  # e.g. an int beyond 64 bits
+        raise UsageError(f"case {case.id!r} cannot be written as JSON: {exc}") from None
+
+
+def write_jsonl(cases: Sequence[Case], path: Path) -> None:
     """Write `cases` to `path`, replacing it whole: a reader never sees half a dataset."""
     directory = Path(os.path.abspath(path)).parent
-    lines = [orjson.dumps(case_row(case, directory)) for case in cases]
+    data = b"".join(_line(case, directory) for case in cases)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(b"".join(line + b"\n" for line in lines))
-    os.replace(partial, path)
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise DatasetError(path, f"cannot write the dataset: {exc.strerror}") from None
