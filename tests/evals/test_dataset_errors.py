@@ -162,6 +162,15 @@ def test_a_malformed_csv_row_names_the_line_its_record_starts_on(
     assert says in str(error)
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("d.jsonl", "\n\n"), ("d.csv", "id,input\n"), ("d.yaml", "[]\n"), ("d.yml", "cases: []\n")],
+)
+def test_a_dataset_file_with_no_cases_is_refused(tmp_path: Path, name: str, text: str) -> None:
+    error, path = _load_error(tmp_path, name, text)
+    assert str(error) == f"{path}: the dataset has no cases: add at least one"
+
+
 def test_an_unknown_suffix_says_which_are_supported(tmp_path: Path) -> None:
     error, path = _load_error(tmp_path, "d.json", "[]")
     assert str(error) == (

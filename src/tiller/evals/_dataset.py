@@ -110,7 +110,8 @@ class Dataset:
         its `fixture_root`). `input_type`/`expected_type` validate each row's values
         with pydantic. The name defaults to the YAML's `name`, else the file's stem.
 
-        Raises `DatasetError` naming the file and line of the first bad row."""
+        Raises `DatasetError` naming the file and line of the first bad row, or saying
+        the file has no cases at all."""
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix not in DATASET_SUFFIXES:
@@ -128,15 +129,18 @@ class Dataset:
             raise DatasetError(path, f"cannot read the dataset: {exc.strerror}") from None
         if DATASET_SUFFIXES[suffix] == "YAML":
             loaded = read_yaml(path, text, input_type, expected_type)
-            return cls(loaded.cases, name=name or loaded.name or path.stem)
-        reader = RowReader(
-            defaults=RowDefaults(fixture_root=path.parent),
-            input_type=input_type,
-            expected_type=expected_type,
-            cells_are_text=suffix == ".csv",
-        )
-        read = read_csv if suffix == ".csv" else read_jsonl
-        return cls(read(path, text, reader), name=name or path.stem)
+            cases, name = loaded.cases, name or loaded.name
+        else:
+            reader = RowReader(
+                defaults=RowDefaults(fixture_root=path.parent),
+                input_type=input_type,
+                expected_type=expected_type,
+                cells_are_text=suffix == ".csv",
+            )
+            cases = (read_csv if suffix == ".csv" else read_jsonl)(path, text, reader)
+        if not cases:  # a truncated export or the wrong file, more often than not
+            raise DatasetError(path, "the dataset has no cases: add at least one")
+        return cls(cases, name=name or path.stem)
 
     def to_jsonl(self, path: str | Path) -> Path:
         """Store the dataset as JSONL at `path` (replaced whole), so `Dataset.load(path)`
