@@ -164,6 +164,14 @@ def test_from_cases_builds_from_rows_and_validates_typed_cases() -> None:
         Dataset.from_cases([{"id": "i1", "input": "x", "expect": "y"}])
 
 
+def test_a_type_pydantic_cannot_validate_is_refused_when_the_dataset_is_built() -> None:
+    class Plain:
+        pass
+
+    with pytest.raises(UsageError, match=r"input_type=.*Plain.* is not a type pydantic can"):
+        Dataset.from_cases([Case("a", "x")], input_type=Plain)
+
+
 def test_a_python_built_dataset_is_stored_as_jsonl_and_loads_back_equal(tmp_path: Path) -> None:
     elsewhere = tmp_path / "shared" / "fixture"
     built = Dataset(

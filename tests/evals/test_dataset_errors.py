@@ -33,7 +33,7 @@ def test_a_dataset_error_is_a_usage_error_carrying_its_place(tmp_path: Path) -> 
         ('{"id": "a", "input": "x"}\n{"id": "b", "input": \n', 2, "not a JSON object"),
         ('{"id": "a", "input": "x"}\n\n["b", "x"]\n', 3, "a case is a mapping"),
         ('{"input": "x"}\n', 1, "has no `id`: give every case a unique id"),
-        ('{"id": 7, "input": "x"}\n', 1, "is a int, not a string: quote it"),
+        ('{"id": 7, "input": "x"}\n', 1, "is not a string (int): quote it"),
         ('{"id": "a b", "input": "x"}\n', 1, "case id 'a b': use letters"),
         ('{"id": "a"}\n', 1, "case 'a' has no `input`"),
         ('{"id": "a", "input": "x", "tags": "slow"}\n', 1, "tags must be a list of strings"),
@@ -112,7 +112,7 @@ def test_a_yaml_key_given_twice_in_a_case_is_refused_at_its_line(tmp_path: Path)
         ("cases: {id: a}\n", 1, "`cases` must be a list"),
         ("just text\n", 1, "a YAML dataset is a list of cases"),
         ("- id: a\n  input: x\n- plain\n", 3, "a case is a mapping"),
-        ("- id: 001\n  input: x\n", 1, "is a int, not a string: quote it"),
+        ("- id: 001\n  input: x\n", 1, "is not a string (int): quote it"),
     ],
 )
 def test_a_malformed_yaml_dataset_names_the_line(

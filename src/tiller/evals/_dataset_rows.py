@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import PydanticSchemaGenerationError, TypeAdapter, ValidationError
 
 from ..errors import UsageError
 from ._case import Case, CaseBudget
@@ -58,6 +58,18 @@ def unknown_keys_message(what: str, unknown: Sequence[str], known: Sequence[str]
         f"unknown {what} {', '.join(repr(k) for k in unknown)}{''.join(hints)}; "
         f"the known ones are {', '.join(known)}"
     )
+
+
+def _adapter(name: str, of: Any) -> TypeAdapter[Any] | None:
+    if of is None:
+        return None
+    try:
+        return TypeAdapter[Any](of)
+    except PydanticSchemaGenerationError:
+        raise UsageError(
+            f"{name}={of!r} is not a type pydantic can validate: pass a pydantic model, a "
+            "dataclass or a type such as int or list[str]"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +115,8 @@ class RowReader:
         self._input_type = input_type
         self._expected_type = expected_type
         # Built once per dataset: a TypeAdapter compiles a validator, which is not cheap.
-        self._input = TypeAdapter[Any](input_type) if input_type is not None else None
-        self._expected = TypeAdapter[Any](expected_type) if expected_type is not None else None
+        self._input = _adapter("input_type", input_type)
+        self._expected = _adapter("expected_type", expected_type)
         self._cells_are_text = cells_are_text
 
     def case(self, row: object, place: RowPlace) -> Case:
@@ -123,7 +135,7 @@ class RowReader:
             )
         if not isinstance(case_id, str):
             raise place.error(
-                f"case id {case_id!r} is a {type(case_id).__name__}, not a string: quote it"
+                f"case id {case_id!r} is not a string ({type(case_id).__name__}): quote it"
             )
         if row.get("input") is None:
             raise place.error(f"case {case_id!r} has no `input`: say what the agent is asked")
