@@ -1,0 +1,55 @@
+"""What one run of a case produced, as scorers see it.
+
+A `CaseOutcome` is the same whether the run just ended or is read back from its stored
+record (`tiller eval rescore` scores stored outcomes and calls no model), so a scorer sees
+only data: the final text and structured output, the tool trace, the transcript, why the
+run stopped, what it spent, and the case's workspace as the run left it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..conversation import AssistantMessage, Usage, UserMessage
+from ..loop import ToolTraceEntry
+from ..state import StopCause
+from ._case import Case
+from ._score import Score
+
+__all__ = ["CaseOutcome", "Scorer"]
+
+
+@dataclass(frozen=True, slots=True)
+class CaseOutcome:
+    """One run of `case` in `epoch` (0-based). `error` is set when the run could not run
+    or ended in error (a missing fixture, an agent that raised): scorers still see it,
+    most fail it. `workspace` is the case's private copy after the run (None: the case
+    has no workspace to look at, e.g. a stored outcome whose files were not kept)."""
+
+    case: Case
+    epoch: int
+    text: str
+    stop_cause: StopCause
+    output: Any = None
+    tool_trace: tuple[ToolTraceEntry, ...] = ()
+    messages: Sequence[UserMessage | AssistantMessage] = field(default_factory=tuple)
+    workspace: Path | None = None
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    duration_s: float = 0.0
+    error: str | None = None
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Scores one outcome. `name` keys the score in results and reports (two scorers of
+    an eval have different names). A scorer that raises scores that case as an error
+    (`Score.failed_with`) and the eval goes on."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def score(self, outcome: CaseOutcome) -> Score: ...
