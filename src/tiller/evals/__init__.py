@@ -8,14 +8,32 @@ is asked and what a right answer looks like; a `Scorer` turns a run's `CaseOutco
 
 from ._case import MAX_CASE_ID, Case, CaseBudget, check_case_id
 from ._outcome import CaseOutcome, Scorer
+from ._pass_at_k import PassRates, pass_at_k, pass_hat_k, pass_rates
 from ._score import Score
+from ._scorer_function import FunctionScorer
+from ._scorer_json import JsonMatch
+from ._scorer_numeric import NumericMatch
+from ._scorer_trace import ExpectedCall, ToolTraceMatch
+from ._scorers_text import ExactMatch, Includes, RegexMatch
 
 __all__ = [
     "MAX_CASE_ID",
     "Case",
     "CaseBudget",
     "CaseOutcome",
+    "ExactMatch",
+    "ExpectedCall",
+    "FunctionScorer",
+    "Includes",
+    "JsonMatch",
+    "NumericMatch",
+    "PassRates",
+    "RegexMatch",
     "Score",
     "Scorer",
+    "ToolTraceMatch",
     "check_case_id",
+    "pass_at_k",
+    "pass_hat_k",
+    "pass_rates",
 ]
