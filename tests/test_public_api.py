@@ -215,6 +215,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Score",
         "Scorer",
         "ToolTraceMatch",
+        "WorkspaceCheck",
         "check_case_id",
         "pass_at_k",
         "pass_hat_k",

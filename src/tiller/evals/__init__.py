@@ -14,6 +14,7 @@ from ._scorer_function import FunctionScorer
 from ._scorer_json import JsonMatch
 from ._scorer_numeric import NumericMatch
 from ._scorer_trace import ExpectedCall, ToolTraceMatch
+from ._scorer_workspace import WorkspaceCheck
 from ._scorers_text import ExactMatch, Includes, RegexMatch
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "Score",
     "Scorer",
     "ToolTraceMatch",
+    "WorkspaceCheck",
     "check_case_id",
     "pass_at_k",
     "pass_hat_k",
