@@ -87,6 +87,8 @@ async def test_a_forbidden_tool_call_fails_the_case_unless_it_was_refused() -> N
     assert (score.value, score.explanation) == (0.0, "called forbidden tools: execute_command")
     refused = call("execute_command", 2, refused_by="user", command="rm -rf /")
     assert (await scorer.score(outcome(READ, refused))).passed
+    # The case's expected answer is another scorer's business.
+    assert (await scorer.score(outcome(READ, expected="Paris"))).passed
 
 
 async def test_the_expected_calls_can_come_from_the_case_as_a_dataset_row_spells_them() -> None:

@@ -3,6 +3,8 @@ match), and a command run in the case's bubblewrap sandbox after the agent finis
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,33 @@ async def test_no_sandbox_is_an_error_score_never_an_unsandboxed_run(ws: Path) -
 def test_bad_checks_are_refused_at_construction(options: dict[str, object], says: str) -> None:
     with pytest.raises(UsageError, match=says):
         WorkspaceCheck(**options)  # type: ignore[arg-type]
+
+
+def _processes_running(argv: list[str]) -> int:
+    wanted = "\0".join(argv).encode() + b"\0"
+    count = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            count += (entry / "cmdline").read_bytes() == wanted
+        except OSError:
+            continue
+    return count
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait until `condition()` holds (the timeout is a hang guard, not a measurement)."""
+    async with asyncio.timeout(20.0):
+        while not condition():  # noqa: ASYNC110  # a file and /proc share no event
+            await asyncio.sleep(0.01)
+
+
+@sandboxed
+async def test_a_cancelled_score_leaves_no_command_running(ws: Path) -> None:
+    scorer = WorkspaceCheck(command="touch started; sleep 61.25; touch finished")
+    task = asyncio.create_task(scorer.score(outcome(ws)))
+    await until(lambda: (ws / "started").exists() and _processes_running(["sleep", "61.25"]) > 0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _processes_running(["sleep", "61.25"]) == 0
+    assert not (ws / "finished").exists()

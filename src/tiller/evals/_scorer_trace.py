@@ -102,7 +102,8 @@ class ToolTraceMatch:
       answering at most one expected call. Value: matched over expected.
 
     `forbid` names tools that must not be called at all: one made call of them fails
-    the case (value 0), whatever else matched.
+    the case (value 0), whatever else matched. Given `forbid` and no `calls`, only that
+    is checked (the case's `expected` is not read).
     """
 
     __slots__ = ("calls", "forbid", "name", "order")
@@ -131,7 +132,8 @@ class ToolTraceMatch:
     async def score(self, outcome: CaseOutcome) -> Score:
         expected = self.calls
         if expected is None:
-            if self.forbid and outcome.case.expected is None:
+            if self.forbid:
+                # Only tools to forbid: the case's expected is some other scorer's answer.
                 expected = ()
             else:
                 target = target_of(outcome, NO_TARGET, self.name)
