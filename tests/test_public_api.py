@@ -200,6 +200,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "run_agent",
     ],
     "tiller.evals": [
+        "JUDGE_SYSTEM_PROMPT",
         "MAX_CASE_ID",
         "Case",
         "CaseBudget",
@@ -209,6 +210,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "FunctionScorer",
         "Includes",
         "JsonMatch",
+        "LlmJudge",
         "NumericMatch",
         "PassRates",
         "RegexMatch",
@@ -612,6 +614,7 @@ DOCUMENTED_VALUES: dict[str, str] = {
     "tiller.events.SSE_CONTENT_TYPE": "the media type of an AG-UI SSE response",
     "tiller.events.TransformerFactory": "builds one run's stream transformers",
     "tiller.evals.MAX_CASE_ID": "the longest case id (it is part of its runs' ids)",
+    "tiller.evals.JUDGE_SYSTEM_PROMPT": "the system prompt the LLM judge grades with",
     "tiller.fleet.BATCH_BUDGET_BUCKET": "the bucket batch budgets are kept in by default",
     "tiller.fleet.DEFAULT_CHUNK_RUNS": "a run without ceilings gets the batch's rest over this",
     "tiller.fleet.MAX_TEXT_DIFF_BYTES": "the largest file a workspace diff shows as text",

@@ -12,12 +12,14 @@ from ._pass_at_k import PassRates, pass_at_k, pass_hat_k, pass_rates
 from ._score import Score
 from ._scorer_function import FunctionScorer
 from ._scorer_json import JsonMatch
+from ._scorer_judge import JUDGE_SYSTEM_PROMPT, LlmJudge
 from ._scorer_numeric import NumericMatch
 from ._scorer_trace import ExpectedCall, ToolTraceMatch
 from ._scorer_workspace import WorkspaceCheck
 from ._scorers_text import ExactMatch, Includes, RegexMatch
 
 __all__ = [
+    "JUDGE_SYSTEM_PROMPT",
     "MAX_CASE_ID",
     "Case",
     "CaseBudget",
@@ -27,6 +29,7 @@ __all__ = [
     "FunctionScorer",
     "Includes",
     "JsonMatch",
+    "LlmJudge",
     "NumericMatch",
     "PassRates",
     "RegexMatch",
