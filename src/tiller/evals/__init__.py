@@ -10,17 +10,40 @@ from ._case import MAX_CASE_ID, Case, CaseBudget, check_case_id
 from ._dataset import DATASET_SUFFIXES, Dataset
 from ._dataset_error import DatasetError
 from ._outcome import CaseOutcome, Scorer
+from ._pass_at_k import PassRates, pass_at_k, pass_hat_k, pass_rates
 from ._score import Score
+from ._scorer_function import FunctionScorer
+from ._scorer_json import JsonMatch
+from ._scorer_judge import JUDGE_SYSTEM_PROMPT, LlmJudge
+from ._scorer_numeric import NumericMatch
+from ._scorer_trace import ExpectedCall, ToolTraceMatch
+from ._scorer_workspace import WorkspaceCheck
+from ._scorers_text import ExactMatch, Includes, RegexMatch
 
 __all__ = [
     "DATASET_SUFFIXES",
+    "JUDGE_SYSTEM_PROMPT",
     "MAX_CASE_ID",
     "Case",
     "CaseBudget",
     "CaseOutcome",
     "Dataset",
     "DatasetError",
+    "ExactMatch",
+    "ExpectedCall",
+    "FunctionScorer",
+    "Includes",
+    "JsonMatch",
+    "LlmJudge",
+    "NumericMatch",
+    "PassRates",
+    "RegexMatch",
     "Score",
     "Scorer",
+    "ToolTraceMatch",
+    "WorkspaceCheck",
     "check_case_id",
+    "pass_at_k",
+    "pass_hat_k",
+    "pass_rates",
 ]

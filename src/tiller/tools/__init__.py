@@ -97,6 +97,12 @@ from ._notify import Notifier
 # For tiller's own packages (not API; not in __all__).
 from ._output import OutputBudget as OutputBudget
 from ._output import recorded_head as recorded_head
+
+# For tiller's own packages (not API; not in __all__): evals run a scorer's command in
+# a case's sandbox the way the shell tool runs one.
+from ._process import decode_output as decode_output
+from ._process import describe_exit as describe_exit
+from ._process import spawn as spawn
 from ._progress import PROGRESS_EVENT as PROGRESS_EVENT
 from ._progress import Progress
 
