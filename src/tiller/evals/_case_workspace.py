@@ -84,7 +84,7 @@ class CaseWorkspaces:
         if not self.keep_files:
             return KeptWorkspace()
         if case.fixture is None and not await asyncio.to_thread(_has_entries, workspace):
-            return KeptWorkspace()  # an empty directory, as it started: nothing to keep
+            return KeptWorkspace()  # empty, as it started: nothing to keep
         notes: list[str] = []
         manifest = diff_ref = None
         try:
@@ -135,5 +135,7 @@ def _private_dir(root: Path | None, run_id: str) -> str:
 
 
 def _has_entries(path: Path) -> bool:
+    """Whether the run left anything in its directory besides the runtime's own `.tiller/`
+    (the jail makes it; the model cannot write there, law 11)."""
     with os.scandir(path) as entries:
-        return any(True for _ in entries)
+        return any(entry.name != ".tiller" for entry in entries)
