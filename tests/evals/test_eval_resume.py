@@ -150,3 +150,45 @@ async def test_a_rescore_sees_the_workspace_the_run_left(bus: Bus, tmp_path: Pat
 async def test_a_rescore_of_an_eval_the_store_does_not_have_says_so(bus: Bus) -> None:
     with pytest.raises(UsageError, match="has no eval 'nope'"):
         await rescore(bus, "nope", [Includes()])
+
+
+async def test_one_token_cancels_every_running_case_and_starts_no_new_one(bus: Bus) -> None:
+    token = CancellationToken()
+    entered: list[str] = []
+    all_in = asyncio.Event()
+
+    async def turn(messages: Messages, info: TurnInfo) -> str:
+        entered.append(messages[0].text)
+        if len(entered) == 3:
+            all_in.set()
+        await asyncio.Event().wait()  # every case hangs until the cancel
+        return "never"
+
+    async def cancel_when_all_three_run() -> None:
+        await all_in.wait()
+        token.cancel()
+
+    cases = [Case(f"c{i}", f"q{i}") for i in range(6)]
+    async with asyncio.timeout(30), asyncio.TaskGroup() as group:
+        group.create_task(cancel_when_all_three_run())
+        running = group.create_task(
+            Eval(
+                lambda: Agent(ScriptedModel(turn)),
+                cases,
+                [Includes()],
+                concurrency=3,
+                store=bus,
+                eval_id="ev1",
+                cancel=token,
+            ).run()
+        )
+    report = running.result()
+
+    assert sorted(entered) == ["q0", "q1", "q2"]  # no fourth case started
+    assert [(r.case.id, r.status) for r in report.results] == [
+        ("c0", "cancelled"),
+        ("c1", "cancelled"),
+        ("c2", "cancelled"),
+    ]
+    assert all(r.outcome.stop_cause is StopCause.CANCELLED for r in report.results)
+    assert report.not_started == 3 and report.cancelled
