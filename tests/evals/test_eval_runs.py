@@ -21,6 +21,7 @@ from tiller.model.scripted import TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
 from tiller.store import Bus
+from tiller.testing import run_capture
 
 from ._runner_support import Includes, Messages, Recording, answering, writing
 
@@ -68,6 +69,8 @@ async def test_every_case_and_epoch_is_run_scored_and_stored_with_its_capture(
     assert first.capture == "ev1-c0-e0"
     capture = await load_capture(bus, first.capture)
     assert len(capture.model_calls) == 1
+    replayed, _ = await run_capture(answering(str)(), capture, "q0")  # offline, no model
+    assert replayed.text == "answer to q0"
     described = await EvalResultStore(bus).get_eval("ev1")
     assert described is not None
     assert (described.epochs, described.cases, described.scorers) == (2, 3, ("includes",))
@@ -143,6 +146,33 @@ async def test_a_fixture_copy_keeps_links_as_links_and_leaves_special_files_out(
     assert files["link"] == "-> README" and files["outside"] == "-> /etc/hostname"
     assert files["locked/f.txt"] == "f\n"
     assert "pipe" not in files
+
+
+async def test_a_case_writing_into_its_copy_in_place_never_writes_through_to_the_fixture(
+    tmp_path: Path,
+) -> None:
+    fixture = _fixture(tmp_path)
+
+    class WritesInPlace:
+        """Overwrites the copy's README through its own inode, as a hard link would share."""
+
+        name = "in-place"
+
+        async def score(self, outcome: CaseOutcome) -> Score:
+            assert outcome.workspace is not None
+            readme = outcome.workspace / "README"
+            with readme.open("r+") as handle:
+                handle.write("CHANGED")
+            return Score.of(readme.stat().st_nlink == 1, "its own file")
+
+    report = await Eval(
+        answering(str),
+        [Case(f"c{i}", "q", fixture=fixture) for i in range(3)],
+        [WritesInPlace()],
+        eval_id="ev1",
+    ).run()
+    assert report.passed == 3
+    assert (fixture / "README").read_text() == "the fixture\n"
 
 
 async def test_calls_that_need_approval_are_blocked_unless_the_case_has_an_approver(
