@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from tiller.cancel import CancellationToken
 from tiller.errors import UsageError
@@ -192,3 +193,25 @@ async def test_one_token_cancels_every_running_case_and_starts_no_new_one(bus: B
     ]
     assert all(r.outcome.stop_cause is StopCause.CANCELLED for r in report.results)
     assert report.not_started == 3 and report.cancelled
+
+
+async def test_a_rescore_given_the_dataset_scores_with_its_typed_cases(bus: Bus) -> None:
+    class Total(BaseModel):
+        total: float
+
+    cases = [Case("c1", "q", expected=Total(total=1.5))]
+    await Eval(
+        lambda: Agent(ScriptedModel("1.5")), cases, [Includes()], store=bus, eval_id="ev1"
+    ).run()
+
+    class TypedExpected:
+        name = "typed"
+
+        async def score(self, outcome: CaseOutcome) -> Score:
+            expected = outcome.case.expected
+            return Score.of(isinstance(expected, Total) and str(expected.total) == outcome.text)
+
+    stored_only = await rescore(bus, "ev1", [TypedExpected()])
+    assert not stored_only.results[0].scores["typed"].passed  # read back: a dict
+    with_dataset = await rescore(bus, "ev1", [TypedExpected()], cases=cases)
+    assert with_dataset.results[0].scores["typed"].passed

@@ -27,6 +27,11 @@ report = await Eval(
   as `run`, so nothing can be resumed or rescored later): see `_results`.
 - **Resumable**: `run` again with the same `eval_id` skips the case runs already scored
   and makes the others (cancelled, not run, or never recorded because the process died).
+
+`options` are the loop's options for every run, except the capture sink: each run's
+capture goes to the store (`tiller-captures`, under its run id), for replay. Each run's
+directory is made under `workspace_root` (default: the system's temporary directory) and
+removed after scoring; `keep_workspaces=False` keeps neither its snapshot nor its diff.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ scorers that look at files; removed afterwards), scores it, and writes the score
 a scorer's new score replaces the one of the same name, the others stay. No model is
 called (a scorer that calls one, an LLM judge, pays for its own calls). Cancelled and
 not-run records have no outcome to score and are left as they are.
+
+What was stored as JSON reads back as JSON: a structured output is its JSON object, and so
+are a stored case's typed input and expected value unless `cases` gives the typed ones.
 """
 
 from __future__ import annotations
