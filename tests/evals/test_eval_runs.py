@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from tiller.model import ScriptedModel
 from tiller.model.scripted import TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.store import Bus
+from tiller.store import Bus, MemoryBus, StoreUnavailable
 from tiller.testing import run_capture
 
 from ._runner_support import Includes, Messages, Recording, answering, writing
@@ -345,3 +346,27 @@ def test_bad_eval_arguments_are_refused_with_what_to_give() -> None:
         Eval(agent, [], [Includes()], eval_id="has/slash")
     with pytest.raises(UsageError, match="Budget"):
         Eval(agent, [], [Includes()], budget={"max_steps": 3})  # type: ignore[arg-type]
+
+
+class _CapturesDown(MemoryBus):
+    """A memory store whose captures bucket refuses every write."""
+
+    async def kv(self, bucket: str) -> Any:
+        kv = await super().kv(bucket)
+        if bucket == "tiller-captures":
+
+            async def refuse(key: str, value: bytes) -> int:
+                raise StoreUnavailable("the captures bucket is down")
+
+            kv.create = refuse  # type: ignore[method-assign]
+        return kv
+
+
+async def test_a_capture_that_could_not_be_written_is_not_referenced() -> None:
+    async with _CapturesDown() as bus:
+        report = await Eval(
+            answering(str), [Case("c1", "q", expected="q")], [Includes()], store=bus
+        ).run()
+    result = report.results[0]
+    assert result.passed  # the run and its scores stand...
+    assert result.capture is None  # ...but no reference to a capture that is not there

@@ -185,7 +185,9 @@ class CaseRunner:
                     cancelled = True
             kept = await self.workspaces.keep(case, workspace)
         status: CaseStatus = "cancelled" if cancelled else "scored"
-        capture = run_id if ran.result is not None else None
+        # No reference to a capture that was not written (the write failed, and was logged).
+        captured = ran.result is not None and run_id not in self.captures.failed
+        capture = run_id if captured else None
         return await self._write(
             attempt=attempt,
             status=status,
