@@ -300,6 +300,31 @@ LEDGER: Mapping[str, RecordKind] = dict(
             ),
         ),
         _kind(
+            "eval_case_result",
+            "`tiller-eval-results`, key `<eval_id>/cases/<case_id>/e<epoch>`",
+            ("evals/_results.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "One run of an eval case in one epoch (issue 17): status (`scored`, "
+                "`cancelled`, `not_run`), the case as data, the outcome (text, output, stop "
+                "cause, tool trace, transcript, usage, cost, steps, duration, error), the scores "
+                "by scorer, and references to the run's capture, its workspace as the run left "
+                "it (a snapshot manifest) and its diff. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
+            "eval_run",
+            "`tiller-eval-results`, key `<eval_id>/eval`",
+            ("evals/_results.py",),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "An eval's description: its agent, epochs, scorers, case count, budget limits, "
+                "when it was started and last run. " + _WRITTEN_BY,
+            ),
+        ),
+        _kind(
             "compaction_audit",
             "`tiller-compactions`, key `<run_id>/<number>`",
             ("loop/_compaction.py",),

@@ -3,14 +3,27 @@ scored, stored, resumable and rescored offline (issue 17).
 
 This package sits above `tiller.loop` and `tiller.fleet`. A `Case` is what one agent run
 is asked and what a right answer looks like; a `Scorer` turns a run's `CaseOutcome` into a
-`Score`.
+`Score`. `Eval` runs an agent on every case (`epochs` times, `concurrency` at once, within
+one budget and under one cancel token) and stores each run's result in the run store
+(`CaseResultRecord`, in `EVAL_RESULTS_BUCKET`); `rescore` scores stored outcomes again
+without running the agent.
 """
 
 from ._case import MAX_CASE_ID, Case, CaseBudget, check_case_id
 from ._dataset import DATASET_SUFFIXES, Dataset
 from ._dataset_error import DatasetError
+from ._eval import MAX_EVAL_ID, Eval, EvalProgress, check_eval_id
 from ._outcome import CaseOutcome, Scorer
 from ._pass_at_k import PassRates, pass_at_k, pass_hat_k, pass_rates
+from ._report import CaseResult, EvalReport, ScorerSummary
+from ._rescore import rescore
+from ._results import (
+    EVAL_RESULTS_BUCKET,
+    CaseResultRecord,
+    CaseStatus,
+    EvalRecord,
+    EvalResultStore,
+)
 from ._score import Score
 from ._scorer_function import FunctionScorer
 from ._scorer_json import JsonMatch
@@ -23,7 +36,9 @@ from ._scorers_text import ExactMatch, Includes, RegexMatch
 __all__ = [
     "DATASET_SUFFIXES",
     "JUDGE_SYSTEM_PROMPT",
+    "EVAL_RESULTS_BUCKET",
     "MAX_CASE_ID",
+    "MAX_EVAL_ID",
     "Case",
     "CaseBudget",
     "CaseOutcome",
@@ -38,7 +53,16 @@ __all__ = [
     "NumericMatch",
     "PassRates",
     "RegexMatch",
+    "CaseResult",
+    "CaseResultRecord",
+    "CaseStatus",
+    "Eval",
+    "EvalProgress",
+    "EvalRecord",
+    "EvalReport",
+    "EvalResultStore",
     "Score",
+    "ScorerSummary",
     "Scorer",
     "ToolTraceMatch",
     "WorkspaceCheck",
@@ -46,4 +70,6 @@ __all__ = [
     "pass_at_k",
     "pass_hat_k",
     "pass_rates",
+    "check_eval_id",
+    "rescore",
 ]

@@ -22,6 +22,11 @@ from ._batch_budget import (
     UnknownBatch,
     UnknownReservation,
 )
+
+# For tiller's own packages (not API; not in __all__): a run's share of a shared budget,
+# which an eval's cases reserve from the eval's budget as a batch's runs do.
+from ._batch_share import BatchShare as BatchShare
+from ._batch_share import reserve_from as reserve_from
 from ._batches import BATCHES_BUCKET, BatchCancelled, BatchStore
 from ._drain import StepBoundary
 from ._fleet import Fleet, FleetStatus

@@ -35,7 +35,7 @@ from ..store import Bus
 from ._batch_budget import BatchBudget, UnknownBatch, UnknownReservation
 from ._job import RunJob
 
-__all__ = ["BatchShare", "reclaim_share", "reserve_share", "settle_from_state"]
+__all__ = ["BatchShare", "reclaim_share", "reserve_from", "reserve_share", "settle_from_state"]
 
 _CAUSES = (
     ("steps", StopCause.STEP_BUDGET),
@@ -65,32 +65,44 @@ async def reserve_share(bus: Bus, run_job: RunJob, want: Budget | None) -> Batch
     """The run's share of its batch's budget; None when its batch has no budget."""
     if run_job.batch is None:
         return None
-    batch = BatchBudget(bus, run_job.batch)
     try:
-        budget = await batch.reserve(run_job.run_id, want)
+        return await reserve_from(
+            BatchBudget(bus, run_job.batch),
+            run_job.run_id,
+            want,
+            owner=f"its batch {run_job.batch!r}",
+        )
     except UnknownBatch:
         return None
+
+
+async def reserve_from(
+    batch: BatchBudget, run_id: str, want: Budget | None, *, owner: str
+) -> BatchShare:
+    """Run `run_id`'s share of `batch` (`BatchBudget.reserve`), or, when it has nothing
+    left for the run, which dimension ran out, in words naming the budget's `owner`
+    ("its batch 'b1'", "the eval 'e1'"). `UnknownBatch` if the budget was never made."""
+    budget = await batch.reserve(run_id, want)
     if budget is not None:
-        return BatchShare(batch, run_job.run_id, budget)
+        return BatchShare(batch, run_id, budget)
     left = (await batch.status()).left
     for name, cause in _CAUSES:
         room = getattr(left, name)
         if room is not None and room <= 0:
             return BatchShare(
                 batch,
-                run_job.run_id,
+                run_id,
                 None,
                 cause,
-                f"its batch {run_job.batch!r} has no {name.replace('_', ' ')} left "
-                "(the batch budget is spent)",
+                f"{owner} has no {name.replace('_', ' ')} left (the budget is spent)",
             )
     return BatchShare(
         batch,
-        run_job.run_id,
+        run_id,
         None,
         StopCause.STEP_BUDGET,
-        f"its reservation from batch {run_job.batch!r} was reclaimed (the run was taken "
-        "for dead); its share may be another run's now",
+        f"its reservation from {owner} was reclaimed (the run was taken for dead); its "
+        "share may be another run's now",
     )
 
 
