@@ -11,6 +11,7 @@ import pytest
 
 from tiller.cancel import CancellationToken
 from tiller.evals import Case, CaseBudget, Eval, EvalResultStore
+from tiller.evals._eval_budget import EvalPurse
 from tiller.fleet import BatchBudget, BatchLimitsDiffer
 from tiller.loop import Agent, Budget
 from tiller.model import ScriptedModel
@@ -154,3 +155,24 @@ async def test_a_run_made_again_after_a_cancel_reserves_a_new_share(bus: Bus) ->
     assert status.reserved.steps == 0
     assert status.spent.steps == made  # the call the cancel cut off was a step too
     assert status.runs_settled == 3  # c0, and c1's two attempts
+
+
+async def test_a_killed_attempts_share_is_not_given_again_to_the_resumed_run(bus: Bus) -> None:
+    """A process killed mid-run leaves its reservation held and no record: what it spent
+    is unknown. The resumed eval must not be handed that share again as if unspent (it
+    would spend it a second time): the dead share stays counted, the run reserves anew."""
+    limits = Budget(max_steps=10)
+    purse = await EvalPurse.open(bus, "ev1", limits, concurrency=1, pricing={})
+    dead = await purse.reserve("ev1-c0-e0", 0, Budget(max_steps=3))  # then the kill
+    assert dead.budget is not None and dead.budget.max_steps == 3
+
+    cases = [Case("c0", "q", expected="q", budget=CaseBudget(max_steps=3))]
+    report = await Eval(
+        two_steps, cases, [Includes()], budget=limits, store=bus, eval_id="ev1"
+    ).run()
+
+    assert [(r.status, r.steps) for r in report.results] == [("scored", 2)]
+    status = await BatchBudget(bus, "ev1", bucket="tiller-eval-budgets").status()
+    assert status.reserved.steps == 3  # the dead attempt's share: it may have been spent
+    assert status.spent.steps == 2
+    assert status.runs_settled == 1

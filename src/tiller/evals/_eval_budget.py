@@ -14,15 +14,19 @@ back what they did not spend. So a refused run waits for the next settle and ask
 only when nothing is in flight and still nothing is left is the budget spent for good,
 and that run and every later one are recorded as not run (budget), not as failures.
 
-Each attempt of a run reserves under its own name (`<run_id>/a<attempt>`): a run made
-again after a cancel must not get back the share its cancelled attempt settled. An attempt
-whose process died holding a reservation keeps it counted (the eval can only give out
-less, never more); the same attempt, resumed, gets it back.
+Each attempt of a run reserves under its own name (`<run_id>/a<attempt>/<purse>`): a run
+made again after a cancel must not get back the share its cancelled attempt settled. The
+name also carries this purse's own random id, new each time an eval run opens it: an
+attempt whose process died holding a reservation left no record, so the resumed eval
+makes it again under the same attempt number, and must not be handed the dead share as
+if it were unspent (the dead process may have spent all of it). That share stays counted
+(the eval can only give out less, never more).
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Mapping
 
 from ..fleet import BatchBudget, BatchLimitsDiffer, BatchShare, reserve_from
@@ -40,6 +44,8 @@ class EvalPurse:
     def __init__(self, batch: BatchBudget, eval_id: str) -> None:
         self._batch = batch
         self._owner = f"the eval {eval_id!r}"
+        #: Tells this opening's reservations from a killed process's (module docstring).
+        self._opening = uuid.uuid4().hex[:12]
         self._in_flight = 0
         #: How many settles there have been: a refusal is final only if none came since.
         self._settles = 0
@@ -79,7 +85,7 @@ class EvalPurse:
     async def reserve(self, run_id: str, attempt: int, want: Budget | None) -> BatchShare:
         """The attempt's share, waiting for the runs in flight to settle while there is
         none; a share without a budget once the purse is spent for good."""
-        name = f"{run_id}/a{attempt}"
+        name = f"{run_id}/a{attempt}/{self._opening}"
         while True:
             if self._spent is not None:
                 spent = self._spent
