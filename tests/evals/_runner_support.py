@@ -18,7 +18,8 @@ Messages = Sequence[UserMessage | AssistantMessage]
 class Includes:
     """Passes when the run's text includes the case's expected value."""
 
-    name = "includes"
+    def __init__(self, name: str = "includes") -> None:
+        self.name = name
 
     async def score(self, outcome: CaseOutcome) -> Score:
         expected = str(outcome.case.expected)

@@ -5,6 +5,7 @@ rescore scores stored outcomes again and calls no model."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -13,15 +14,15 @@ from pydantic import BaseModel
 
 from tiller.cancel import CancellationToken
 from tiller.errors import UsageError
-from tiller.evals import Case, CaseOutcome, Eval, EvalResultStore, Score, rescore
-from tiller.loop import Agent
+from tiller.evals import Case, CaseOutcome, Eval, EvalResultStore, LlmJudge, Score, rescore
+from tiller.loop import Agent, Budget
 from tiller.model import ScriptedModel
 from tiller.model.scripted import TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
 from tiller.store import Bus
 
-from ._runner_support import Includes, Messages, writing
+from ._runner_support import Includes, Messages, answering, writing
 
 
 class Counting:
@@ -121,6 +122,27 @@ async def test_a_rescore_scores_the_stored_outcomes_and_calls_no_model(bus: Bus)
     assert stored is not None
     assert stored.scores["short"].explanation == "9 characters"
     assert stored.scores["includes"].passed
+
+
+async def test_a_rescore_refuses_an_llm_judge_and_calls_no_model(bus: Bus) -> None:
+    """A rescore calls no model: a scorer that would (the LLM judge) is refused before
+    any record is read, and the stored scores stay as they were."""
+    await Eval(
+        answering(lambda q: q),
+        [Case("c1", "q", expected="q")],
+        [Includes()],
+        store=bus,
+        eval_id="ev1",
+    ).run()
+    judge_model = ScriptedModel([json.dumps({"score": 1.0, "passed": True})])
+    judge = LlmJudge(judge_model, Budget(), rubric="any answer")
+
+    with pytest.raises(UsageError, match=r"a rescore calls no model.*'llm_judge'"):
+        await rescore(bus, "ev1", [Includes(name="again"), judge])
+
+    assert judge_model.requests == []
+    stored = await EvalResultStore(bus).get("ev1", "c1", 0)
+    assert stored is not None and set(stored.scores) == {"includes"}
 
 
 async def test_a_rescore_sees_the_workspace_the_run_left(bus: Bus, tmp_path: Path) -> None:

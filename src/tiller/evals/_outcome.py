@@ -19,7 +19,7 @@ from ..state import StopCause
 from ._case import Case
 from ._score import Score
 
-__all__ = ["CaseOutcome", "Scorer"]
+__all__ = ["CaseOutcome", "Scorer", "scorer_calls_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +47,18 @@ class CaseOutcome:
 class Scorer(Protocol):
     """Scores one outcome. `name` keys the score in results and reports (two scorers of
     an eval have different names). A scorer that raises scores that case as an error
-    (`Score.failed_with`) and the eval goes on."""
+    (`Score.failed_with`) and the eval goes on.
+
+    A scorer that calls a model declares it with a `calls_model` attribute that is True
+    (the LLM judge does): a rescore calls no model, so it refuses such a scorer
+    (`scorer_calls_model`). The capability is declared, never guessed from a name."""
 
     @property
     def name(self) -> str: ...
 
     async def score(self, outcome: CaseOutcome) -> Score: ...
+
+
+def scorer_calls_model(scorer: Scorer) -> bool:
+    """Whether `scorer` declares that it calls a model (see `Scorer`)."""
+    return getattr(scorer, "calls_model", False) is True

@@ -5,8 +5,9 @@
 with its typed values), materializes the workspace the run left when one was kept (for
 scorers that look at files; removed afterwards), scores it, and writes the scores back:
 a scorer's new score replaces the one of the same name, the others stay. No model is
-called (a scorer that calls one, an LLM judge, pays for its own calls). Cancelled and
-not-run records have no outcome to score and are left as they are.
+called: a scorer that declares it calls one (`calls_model`, the LLM judge) is refused
+with a `UsageError` before anything is read. Cancelled and not-run records have no
+outcome to score and are left as they are.
 
 What was stored as JSON reads back as JSON: a structured output is its JSON object, and so
 are a stored case's typed input and expected value unless `cases` gives the typed ones.
@@ -25,7 +26,7 @@ from ..store import Bus
 from ._case import Case
 from ._case_run import score_outcome
 from ._eval import _checked_scorers
-from ._outcome import Scorer
+from ._outcome import Scorer, scorer_calls_model
 from ._report import CaseResult, EvalReport
 from ._results import CaseResultRecord, EvalResultStore, scores_of
 
@@ -46,6 +47,12 @@ async def rescore(
     checked = _checked_scorers(scorers)
     if not checked:
         raise UsageError("rescore needs at least one scorer")
+    calling = [scorer.name for scorer in checked if scorer_calls_model(scorer)]
+    if calling:
+        raise UsageError(
+            f"a rescore calls no model, and the scorers {calling!r} do: rescore with the "
+            "others, and judge in an eval run (its judge calls are paid from its budget)"
+        )
     results = EvalResultStore(bus)
     described = await results.get_eval(eval_id)
     if described is None:

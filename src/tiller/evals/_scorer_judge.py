@@ -68,6 +68,9 @@ class LlmJudge:
     model error, is an error score saying what the judge did.
     """
 
+    #: It calls a model: a rescore refuses it (`tiller.evals.Scorer`).
+    calls_model: Final = True
+
     __slots__ = (
         "budget",
         "capture",
