@@ -5,12 +5,13 @@ could not are recorded as not run (budget), not as failures."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 
 import pytest
 
 from tiller.cancel import CancellationToken
-from tiller.evals import Case, CaseBudget, Eval, EvalResultStore
+from tiller.evals import Case, CaseBudget, Eval, EvalResultStore, LlmJudge
 from tiller.evals._eval_budget import EvalPurse
 from tiller.fleet import BatchBudget, BatchLimitsDiffer
 from tiller.loop import Agent, Budget
@@ -176,3 +177,26 @@ async def test_a_killed_attempts_share_is_not_given_again_to_the_resumed_run(bus
     assert status.reserved.steps == 3  # the dead attempt's share: it may have been spent
     assert status.spent.steps == 2
     assert status.runs_settled == 1
+
+
+async def test_the_llm_judge_is_paid_from_the_eval_budget_never_beyond_it(bus: Bus) -> None:
+    """The judge's calls count against the eval's budget as the agents' do: with room for
+    two model calls, one case is answered and judged, and the next one never starts."""
+    judge_model = ScriptedModel([json.dumps({"score": 1.0, "passed": True})] * 2)
+    limits = Budget(max_steps=2)
+    cases = [Case(f"c{i}", "q", expected="q") for i in range(2)]
+    report = await Eval(
+        lambda: Agent(ScriptedModel(["the answer"] * 2)),
+        cases,
+        [LlmJudge(judge_model, limits, rubric="any answer")],
+        budget=limits,
+        concurrency=1,
+        store=bus,
+        eval_id="ev1",
+    ).run()
+
+    assert [r.status for r in report.results] == ["scored", "not_run"]
+    assert report.results[0].scores["llm_judge"].passed
+    assert len(judge_model.requests) == 1
+    status = await BatchBudget(bus, "ev1", bucket="tiller-eval-budgets").status()
+    assert status.spent.steps == 2  # the agent's call and the judge's

@@ -4,6 +4,7 @@ the budget is spent or the judge's reply is not a verdict."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -100,7 +101,22 @@ async def test_a_failed_model_call_is_an_error_score_and_gives_its_reservation_b
 
 
 def test_a_judge_needs_a_budget_and_a_rubric() -> None:
-    with pytest.raises(UsageError, match="pays from a Budget"):
-        LlmJudge(ScriptedModel([]), None, rubric=RUBRIC)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"a Budget, not 5\.0"):
+        LlmJudge(ScriptedModel([]), 5.0, rubric=RUBRIC)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="rubric"):
         LlmJudge(ScriptedModel([]), Budget(), rubric=" ")
+
+
+async def test_the_judge_pays_from_the_outcome_s_run_budget_when_it_has_one() -> None:
+    model = ScriptedModel([verdict(1.0, True, "names Paris")])
+    own, run = Budget(), Budget(max_steps=5)
+    judged = dataclasses.replace(outcome(), budget=run)
+    score = await LlmJudge(model, own, rubric=RUBRIC).score(judged)
+    assert score.passed and (run.steps, own.steps) == (1, 0)
+
+
+async def test_a_judge_with_no_budget_to_pay_from_makes_no_call() -> None:
+    model = ScriptedModel([verdict(1.0, True, "fine")])
+    score = await LlmJudge(model, rubric=RUBRIC).score(outcome())
+    assert score.error is not None and "no budget to pay its call from" in score.explanation
+    assert model.requests == []

@@ -5,7 +5,8 @@ not run); open its private directory (a copy of its fixture); build its agent (a
 one per run from a factory or a reference, so runs share no model state) and its
 `RunContext`, jailed to that directory with the case's approver and the share as its
 budget, under the eval's cancel token; run it with a capture sink writing to the store;
-score it; keep what it left in its directory; settle its share; write its record.
+score it (a scorer that spends, the judge, pays from the run's share); keep what it left
+in its directory; settle its share; write its record.
 
 Failures belong to the case, not the eval: a missing fixture, an agent that cannot be
 built or that raises, all end as a scored outcome with an `error` (scorers see it; most
@@ -162,7 +163,7 @@ class CaseRunner:
                     else (f"case {case.id!r}: its fixture could not be copied: {exc}")
                 )
                 ran = _Ran(None, error, time.monotonic() - started)
-                outcome = _outcome(case, epoch, ran, None)
+                outcome = _outcome(case, epoch, ran, None, budget)
                 return await self._write(
                     attempt=attempt,
                     status="scored",
@@ -175,7 +176,7 @@ class CaseRunner:
             if self.cancel.is_cancelled:
                 return None
             ran = await self._run_agent(case, run_id, workspace, budget)
-            outcome = _outcome(case, epoch, ran, workspace)
+            outcome = _outcome(case, epoch, ran, workspace, budget)
             cancelled = outcome.stop_cause is StopCause.CANCELLED
             scores: dict[str, Score] = {}
             if not cancelled:
@@ -270,7 +271,11 @@ class CaseRunner:
         )
 
 
-def _outcome(case: Case, epoch: int, ran: _Ran, workspace: Path | None) -> CaseOutcome:
+def _outcome(
+    case: Case, epoch: int, ran: _Ran, workspace: Path | None, budget: Budget
+) -> CaseOutcome:
+    """What the scorers see; `budget` is the run's ledger, which a scorer that spends (the
+    judge) pays from before the run's share is settled."""
     result = ran.result
     if result is None:
         return CaseOutcome(
@@ -281,6 +286,7 @@ def _outcome(case: Case, epoch: int, ran: _Ran, workspace: Path | None) -> CaseO
             workspace=workspace,
             duration_s=ran.duration_s,
             error=ran.error,
+            budget=budget,
         )
     return CaseOutcome(
         case=case,
@@ -295,6 +301,7 @@ def _outcome(case: Case, epoch: int, ran: _Ran, workspace: Path | None) -> CaseO
         cost_usd=result.cost_usd,
         duration_s=ran.duration_s,
         error=result.error,
+        budget=budget,
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..conversation import AssistantMessage, Usage, UserMessage
-from ..loop import ToolTraceEntry
+from ..loop import Budget, ToolTraceEntry
 from ..state import StopCause
 from ._case import Case
 from ._score import Score
@@ -27,7 +27,12 @@ class CaseOutcome:
     """One run of `case` in `epoch` (0-based). `error` is set when the run could not run
     or ended in error (a missing fixture, an agent that raised): scorers still see it,
     most fail it. `workspace` is the case's private copy after the run (None: the case
-    has no workspace to look at, e.g. a stored outcome whose files were not kept)."""
+    has no workspace to look at, e.g. a stored outcome whose files were not kept).
+
+    `budget` is the run's own budget, in an eval its share of the eval's: a scorer that
+    spends (the LLM judge) pays from it, so the eval's budget counts the scoring as it
+    counts the agent's calls and is never overspent (law 7). None on a stored outcome (a
+    rescore spends nothing) or one built by hand."""
 
     case: Case
     epoch: int
@@ -41,6 +46,7 @@ class CaseOutcome:
     cost_usd: float = 0.0
     duration_s: float = 0.0
     error: str | None = None
+    budget: Budget | None = None
 
 
 @runtime_checkable

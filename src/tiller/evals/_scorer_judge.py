@@ -51,11 +51,13 @@ JUDGE_SYSTEM_PROMPT: Final = (
 class LlmJudge:
     """Asks `model` to grade each answer by `rubric` (what a good answer does, in words).
 
-    Paid from `budget`, which should be the eval's own `Budget` (the one given to the
-    eval), so judging spends from the same purse as the agents: the call is checked
-    against it and its `max_tokens` reserved before it is made (law 7), capped at what
-    the budget has left, and settled with what the model reported (one step, its tokens
-    and its cost). A budget that is spent gives an error score, not a call.
+    Paid from the budget of the run it judges (`outcome.budget`: in an eval, the run's
+    share of the eval's budget), so judging spends from the same purse as the agents and
+    the eval's budget is never overspent; `budget` pays only for outcomes that carry none
+    (judging outside an eval). The call is checked against it and its `max_tokens`
+    reserved before it is made (law 7), capped at what the budget has left, and settled
+    with what the model reported (one step, its tokens and its cost). A budget that is
+    spent, or no budget at all, gives an error score, not a call.
 
     Captured like any model call: with `capture` (a capture sink factory, the eval's),
     each judging is a run of one `ModelCallRecord` under the run id
@@ -85,7 +87,7 @@ class LlmJudge:
     def __init__(
         self,
         model: Model,
-        budget: Budget,
+        budget: Budget | None = None,
         *,
         rubric: str,
         capture: CaptureSinkFactory | None = None,
@@ -94,8 +96,10 @@ class LlmJudge:
         retry: RetryPolicy | None = None,
         name: str = "llm_judge",
     ) -> None:
-        if not isinstance(budget, Budget):
-            raise UsageError(f"LlmJudge pays from a Budget (the eval's), not {budget!r}")
+        if budget is not None and not isinstance(budget, Budget):
+            raise UsageError(
+                f"LlmJudge(budget=) pays for judging outside an eval: a Budget, not {budget!r}"
+            )
         if not isinstance(rubric, str) or not rubric.strip():
             raise UsageError("LlmJudge(rubric=) says in words what a good answer does")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -114,7 +118,13 @@ class LlmJudge:
         return f"{self.run_id_prefix}{outcome.case.id}-e{outcome.epoch}-{self.name}"
 
     async def score(self, outcome: CaseOutcome) -> Score:
-        budget, model = self.budget, self.model
+        model = self.model
+        budget = outcome.budget if outcome.budget is not None else self.budget
+        if budget is None:
+            return scorer_error(
+                f"the judge has no budget to pay its call from: case {outcome.case.id!r} "
+                "was not judged (judge in an Eval, or give LlmJudge(budget=))"
+            )
         ceiling = budget.exceeded()
         if ceiling is not None:
             return scorer_error(
@@ -143,21 +153,23 @@ class LlmJudge:
             except ModelError as exc:
                 return scorer_error(f"the judge's model call failed: {exc}")
         finally:
-            self._settle(held, accumulator, finished)
+            self._settle(budget, held, accumulator, finished)
         response = accumulator.get()
         if self.capture is not None:
             self._capture(self.capture, outcome, prompt, response, events)
         return _verdict(response.message.text, response.finish_reason, max_tokens)
 
-    def _settle(self, held: int, accumulator: ResponseAccumulator, finished: bool) -> None:
+    def _settle(
+        self, budget: Budget, held: int, accumulator: ResponseAccumulator, finished: bool
+    ) -> None:
         """Charge the call with what it reported; with no report (a failure before the
         stream, a cancel), give the reservation back."""
         usage = accumulator.usage
         if not (finished or usage.input_tokens or usage.output_tokens):
-            self.budget.release(held)
+            budget.release(held)
             return
         model = self.model
-        self.budget.settle(usage, provider=model.provider, model=model.name, held_tokens=held)
+        budget.settle(usage, provider=model.provider, model=model.name, held_tokens=held)
 
     def _capture(
         self,
