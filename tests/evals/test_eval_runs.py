@@ -348,6 +348,20 @@ def test_bad_eval_arguments_are_refused_with_what_to_give() -> None:
         Eval(agent, [], [Includes()], budget={"max_steps": 3})  # type: ignore[arg-type]
 
 
+def test_a_bad_store_approver_options_or_token_is_refused_before_the_eval_runs() -> None:
+    """Refused when the eval is built, saying what to give: not later as an
+    AttributeError, and not after the eval's record and budget were written."""
+    agent, cases = answering(str), [Case("c1", "a")]
+    with pytest.raises(UsageError, match="an eval's store is a Bus, a store URL or a path"):
+        Eval(agent, cases, [Includes()], store=42)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="an eval's approver is an Approver"):
+        Eval(agent, cases, [Includes()], approver="yes")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"an eval's options are a tiller\.loop\.RunOptions"):
+        Eval(agent, cases, [Includes()], options={"max_steps": 3})  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"an eval's cancel is a tiller\.cancel"):
+        Eval(agent, cases, [Includes()], cancel=True)  # type: ignore[arg-type]
+
+
 class _CapturesDown(MemoryBus):
     """A memory store whose captures bucket refuses every write."""
 

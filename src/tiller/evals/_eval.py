@@ -131,6 +131,20 @@ class Eval:
                 f"eval's), not a {type(budget).__name__}"
             )
         self.budget = budget
+        if store is not None and not isinstance(store, Bus | str | os.PathLike):
+            raise UsageError(
+                "an eval's store is a Bus, a store URL or a path to a SQLite file (None: "
+                f"in memory, for this run only), not a {type(store).__name__}"
+            )
+        if options is not None and not isinstance(options, RunOptions):
+            raise UsageError(
+                f"an eval's options are a tiller.loop.RunOptions, not a {type(options).__name__}"
+            )
+        if cancel is not None and not isinstance(cancel, CancellationToken):
+            raise UsageError(
+                "an eval's cancel is a tiller.cancel.CancellationToken, not a "
+                f"{type(cancel).__name__}"
+            )
         if isinstance(store, str | os.PathLike) and not isinstance(store, Bus):
             text = os.fspath(store)
             # A path is a SQLite file, fixed now: a later chdir does not move the results.
@@ -138,6 +152,7 @@ class Eval:
         self.store: Bus | str | None = store
         self.eval_id = check_eval_id(eval_id) if eval_id is not None else _new_eval_id()
         self.approver = approver
+        self._approver_for()  # a bad approver is refused now, before the eval writes anything
         self.cancel = cancel if cancel is not None else CancellationToken()
         self.options = options if options is not None else RunOptions()
         self.keep_workspaces = keep_workspaces
