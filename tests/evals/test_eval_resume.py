@@ -22,7 +22,7 @@ from tiller.policy import AllowAll
 from tiller.state import StopCause
 from tiller.store import Bus
 
-from ._runner_support import Includes, Messages, answering, writing
+from ._runner_support import Includes, Messages, Recording, answering, writing
 
 
 class Counting:
@@ -168,6 +168,37 @@ async def test_a_rescore_sees_the_workspace_the_run_left(bus: Bus, tmp_path: Pat
     report = await rescore(bus, "ev1", [Fixed()])
     assert report.results[0].scores["fixed"].passed
     assert (fixture / "app.py").read_text() == "bug\n"
+
+
+async def test_what_is_kept_is_the_workspace_as_the_agent_left_it_not_as_scoring_did(
+    bus: Bus, tmp_path: Path
+) -> None:
+    """A scorer's command may write in the workspace (a test run's caches, a report):
+    the kept snapshot, which a rescore sees and the diff shows, is taken before scoring."""
+    fixture = tmp_path / "fixture"
+    fixture.mkdir()
+    (fixture / "app.py").write_text("bug\n")
+
+    class Scribbling:
+        name = "scribbling"
+
+        async def score(self, outcome: CaseOutcome) -> Score:
+            assert outcome.workspace is not None
+            (outcome.workspace / "scorer-output.txt").write_text("left by scoring")
+            return Score.of(True)
+
+    await Eval(
+        writing("app.py", "fixed\n"),
+        [Case("c1", "q", fixture=fixture)],
+        [Scribbling()],
+        store=bus,
+        eval_id="ev1",
+        approver=AllowAll(),
+    ).run()
+
+    recording = Recording()
+    await rescore(bus, "ev1", [recording])
+    assert recording.files["c1-e0"] == {"app.py": "fixed\n"}
 
 
 async def test_a_rescore_of_an_eval_the_store_does_not_have_says_so(bus: Bus) -> None:

@@ -5,8 +5,8 @@ not run); open its private directory (a copy of its fixture); build its agent (a
 one per run from a factory or a reference, so runs share no model state) and its
 `RunContext`, jailed to that directory with the case's approver and the share as its
 budget, under the eval's cancel token; run it with a capture sink writing to the store;
-score it (a scorer that spends, the judge, pays from the run's share); keep what it left
-in its directory; settle its share; write its record.
+keep what it left in its directory; score it (a scorer that spends, the judge, pays from
+the run's share); settle its share; write its record.
 
 Failures belong to the case, not the eval: a missing fixture, an agent that cannot be
 built or that raises, all end as a scored outcome with an `error` (scorers see it; most
@@ -177,6 +177,9 @@ class CaseRunner:
                 return None
             ran = await self._run_agent(case, run_id, workspace, budget)
             outcome = _outcome(case, epoch, ran, workspace, budget)
+            # Kept before scoring: a scorer's command may write there (a test run's
+            # caches), and a rescore and the diff must see what the agent left.
+            kept = await self.workspaces.keep(case, workspace)
             cancelled = outcome.stop_cause is StopCause.CANCELLED
             scores: dict[str, Score] = {}
             if not cancelled:
@@ -184,7 +187,6 @@ class CaseRunner:
                     scores = await score_outcome(self.scorers, outcome, self.cancel)
                 except Cancelled:
                     cancelled = True
-            kept = await self.workspaces.keep(case, workspace)
         status: CaseStatus = "cancelled" if cancelled else "scored"
         # No reference to a capture that was not written (the write failed, and was logged).
         captured = ran.result is not None and run_id not in self.captures.failed
