@@ -107,12 +107,18 @@ def test_a_judge_needs_a_budget_and_a_rubric() -> None:
         LlmJudge(ScriptedModel([]), Budget(), rubric=" ")
 
 
-async def test_the_judge_pays_from_the_outcome_s_run_budget_when_it_has_one() -> None:
+async def test_the_judge_pays_from_the_run_s_budget_and_within_its_own() -> None:
     model = ScriptedModel([verdict(1.0, True, "names Paris")])
-    own, run = Budget(), Budget(max_steps=5)
+    own, run = Budget(max_steps=3), Budget(max_steps=5)
     judged = dataclasses.replace(outcome(), budget=run)
     score = await LlmJudge(model, own, rubric=RUBRIC).score(judged)
-    assert score.passed and (run.steps, own.steps) == (1, 0)
+    assert score.passed and (run.steps, own.steps) == (1, 1)
+    assert (run.steps_in_flight, own.steps_in_flight) == (0, 0)
+
+    spent_own = Budget(max_steps=1, steps=1)
+    score = await LlmJudge(model, spent_own, rubric=RUBRIC).score(judged)
+    assert score.error is not None and "the judge's budget refused" in score.explanation
+    assert len(model.requests) == 1 and run.steps_in_flight == 0
 
 
 async def test_a_judge_with_no_budget_to_pay_from_makes_no_call() -> None:

@@ -53,11 +53,11 @@ class LlmJudge:
 
     Paid from the budget of the run it judges (`outcome.budget`: in an eval, the run's
     share of the eval's budget), so judging spends from the same purse as the agents and
-    the eval's budget is never overspent; `budget` pays only for outcomes that carry none
-    (judging outside an eval). The call is checked against it and its `max_tokens`
-    reserved before it is made (law 7), capped at what the budget has left, and settled
-    with what the model reported (one step, its tokens and its cost). A budget that is
-    spent, or no budget at all, gives an error score, not a call.
+    the eval's budget is never overspent; and from `budget` too, when given: the judge's
+    own ceiling (outside an eval, the only one). The call is checked against each and its
+    `max_tokens` reserved before it is made (law 7), capped at what each has left, and
+    settled with what the model reported (one step, its tokens and its cost). A budget
+    that is spent, or no budget at all, gives an error score, not a call.
 
     Captured like any model call: with `capture` (a capture sink factory, the eval's),
     each judging is a run of one `ModelCallRecord` under the run id
@@ -98,7 +98,7 @@ class LlmJudge:
     ) -> None:
         if budget is not None and not isinstance(budget, Budget):
             raise UsageError(
-                f"LlmJudge(budget=) pays for judging outside an eval: a Budget, not {budget!r}"
+                f"LlmJudge(budget=) is the judge's own ceiling: a Budget, not {budget!r}"
             )
         if not isinstance(rubric, str) or not rubric.strip():
             raise UsageError("LlmJudge(rubric=) says in words what a good answer does")
@@ -119,23 +119,29 @@ class LlmJudge:
 
     async def score(self, outcome: CaseOutcome) -> Score:
         model = self.model
-        budget = outcome.budget if outcome.budget is not None else self.budget
-        if budget is None:
+        # The run's budget (the eval's purse) and the judge's own, each a ceiling.
+        budgets = [b for b in (outcome.budget, self.budget) if b is not None]
+        if len(budgets) == 2 and budgets[0] is budgets[1]:
+            budgets.pop()
+        if not budgets:
             return scorer_error(
                 f"the judge has no budget to pay its call from: case {outcome.case.id!r} "
                 "was not judged (judge in an Eval, or give LlmJudge(budget=))"
             )
-        ceiling = budget.exceeded()
-        if ceiling is not None:
-            return scorer_error(
-                f"the eval's budget refused the judge's call ({ceiling.value}): case "
-                f"{outcome.case.id!r} was not judged"
-            )
-        price = budget.price_of(model.provider, model.name)
-        capped = budget.cap_max_tokens(self.max_tokens, price=price)
-        max_tokens = self.max_tokens if capped is None else capped
+        max_tokens = self.max_tokens
+        for budget in budgets:
+            ceiling = budget.exceeded()
+            if ceiling is not None:
+                whose = "the run's (the eval's)" if budget is outcome.budget else "the judge's"
+                return scorer_error(
+                    f"{whose} budget refused the judge's call ({ceiling.value}): case "
+                    f"{outcome.case.id!r} was not judged"
+                )
+            price = budget.price_of(model.provider, model.name)
+            capped = budget.cap_max_tokens(max_tokens, price=price)
+            max_tokens = max_tokens if capped is None else capped
         # Reserved in the same synchronous step as the check (law 7).
-        held = budget.reserve_call(max_tokens)
+        held = [(budget, budget.reserve_call(max_tokens)) for budget in budgets]
         prompt = UserMessage(text=_prompt(outcome, self.rubric))
         request = ModelRequest(
             system=JUDGE_SYSTEM_PROMPT, messages=[prompt], tools=(), max_tokens=max_tokens
@@ -153,7 +159,8 @@ class LlmJudge:
             except ModelError as exc:
                 return scorer_error(f"the judge's model call failed: {exc}")
         finally:
-            self._settle(budget, held, accumulator, finished)
+            for budget, tokens in held:
+                self._settle(budget, tokens, accumulator, finished)
         response = accumulator.get()
         if self.capture is not None:
             self._capture(self.capture, outcome, prompt, response, events)
