@@ -6,10 +6,7 @@ runs it scored, how many passed, its pass rate and mean score, how often it rais
 over epochs pass@k (at least one of k runs passes) and pass^k (all k pass), estimated
 without bias from the n runs of each case as Chen et al. (2021) do for pass@k:
 `1 - C(n-c, k) / C(n, k)`, and `C(c, k) / C(n, k)` for pass^k, averaged over the cases
-with at least k scored runs.
-
-(The scorers' helpers may grow their own pass@k; until then it is computed here, in
-`pass_at_k` and `pass_hat_k`.)
+with at least k scored runs (`_pass_at_k`, the one place both are computed).
 """
 
 from __future__ import annotations
