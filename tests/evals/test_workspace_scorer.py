@@ -4,6 +4,8 @@ match), and a command run in the case's bubblewrap sandbox after the agent finis
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +54,23 @@ async def test_a_symlink_out_of_the_workspace_fails_its_check(ws: Path, tmp_path
     (ws / "leak").symlink_to(tmp_path / "secret")
     score = await WorkspaceCheck(contains={"leak": "token"}).score(outcome(ws))
     assert score.explanation == "0 of 1 checks hold; failing: leak leads outside the workspace"
+
+
+async def test_a_fifo_the_agent_left_fails_its_check_instead_of_hanging_the_eval(
+    ws: Path,
+) -> None:
+    """Reading a FIFO blocks until someone writes to it: the scorer must not open one."""
+    pipe = ws / "answer.txt"
+    os.mkfifo(pipe)
+    scorer = WorkspaceCheck(contains={"answer.txt": "42"})
+    try:
+        async with asyncio.timeout(10):  # a hang guard, not a timing assertion
+            score = await scorer.score(outcome(ws))
+    finally:
+        with contextlib.suppress(OSError):  # free a reader stuck on the FIFO, if any
+            os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+    assert not score.passed
+    assert "answer.txt is not a regular file" in score.explanation
 
 
 async def test_an_outcome_without_a_workspace_is_an_error_score(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -177,7 +178,11 @@ class WorkspaceCheck:
         if path is None:
             return _Check(False, f"{rel} leads outside the workspace")
         try:
-            if path.stat().st_size > _MAX_READ_BYTES:
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):
+                # A FIFO the agent left would block the read for ever; a device, worse.
+                return _Check(False, f"{rel} is not a regular file: not read")
+            if info.st_size > _MAX_READ_BYTES:
                 return _Check(False, f"{rel} is over {_MAX_READ_BYTES} bytes: not read")
             content = path.read_bytes().decode("utf-8", errors="replace")
         except OSError as exc:
