@@ -208,3 +208,29 @@ async def test_damaged_records_of_a_dead_run_neither_stop_the_worker_nor_block_t
 
 async def dead_letters_are(queue: JobQueue, ids: set[str]) -> bool:
     return {dead.id for dead in await queue.dead_letters()} == ids
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    [
+        pytest.param(b'{"schema_version": 99, "written_by": "tiller 99"}', id="newer"),
+        pytest.param(b'{"status": "running"}', id="no-version"),
+    ],
+)
+async def test_an_unreadable_checkpoint_of_a_dead_run_does_not_block_the_queue(
+    store: Store, bus: Bus, agents: ModuleType, checkpoint: bytes
+) -> None:
+    """A dead-lettered run whose checkpoint this tiller cannot read (a newer tiller's, or
+    one without a schema version) is a `StoreError` that no retry mends: the job is
+    dead-lettered (said in the log) and the next job runs. Only a store that is away
+    leaves the job for a later claim."""
+    fleet = Fleet(bus, lease=LEASE, max_deliver=1)
+    queue = await bus.queue(RUN_QUEUE, lease=LEASE, max_deliver=1)
+    await fleet.submit(ref(agents, "three"), "go", run_id="unreadable")
+    await claim_fresh(queue, "killed")
+    await (await bus.kv(DEFAULT_BUCKET)).put("unreadable", checkpoint)
+    async with running_worker(store, name="B", lease=LEASE, max_deliver=1):
+        await until(lambda: dead_letters_are(queue, {"unreadable"}), within=15)
+        handle = await fleet.submit(ref(agents, "three"), "go", run_id="next")
+        record = await handle.result(20)
+    assert record.status == "completed"

@@ -19,6 +19,7 @@ from tiller.model import ScriptedModel
 from tiller.policy import AllowAll, FunctionHook, HookSet, SessionEndEvent
 from tiller.state import StopCause
 from tiller.store import MemoryBus, StoreDurability
+from tiller.tools import tool
 
 from .._slow_to_end import SlowToEnd, cancel_the_stopper
 
@@ -132,3 +133,50 @@ async def test_a_token_fired_during_the_session_end_hooks_still_gives_a_cancelle
     assert held.timeline == ["session_end hook ended (completed)", "RUN_FINISHED"]
     assert held.events[-1].outcome == {"type": "cancelled"}  # type: ignore[attr-defined]
     await StoreDurability(bus, "cp").take_lease("run-1", "another-process", 30)
+
+
+async def test_a_cancel_from_outside_mid_step_tells_the_session_end_hooks_cancelled(
+    workspace: Path,
+) -> None:
+    """The run's task is cancelled (not its token) while a tool runs: its result says
+    `cancelled`, and so does what the session_end hooks are told (they heard `error`)."""
+    entered = asyncio.Event()
+    told: list[str] = []
+
+    @tool(read_only=True)
+    async def wait_for_ever() -> str:
+        """Waits until cancelled."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    async def hook(event: SessionEndEvent) -> None:
+        told.append(event.stop_cause)
+
+    hooks = HookSet(session_end=[FunctionHook(hook, timeout=None)])
+    agent = Agent(
+        ScriptedModel([{"tool_calls": [{"name": "wait_for_ever"}]}, "done"]),
+        tools=[wait_for_ever],
+    )
+    run_tasks: list[asyncio.Task[Any]] = []
+
+    def on_event(_event: Event) -> None:
+        task = asyncio.current_task()
+        if not run_tasks and task is not None and task.get_name().startswith("tiller-"):
+            run_tasks.append(task)
+
+    caller = asyncio.create_task(
+        agent.run(
+            "hi",
+            context=RunContext.sandboxed(workspace, AllowAll()).with_hooks(hooks),
+            on_event=on_event,
+        )
+    )
+    async with asyncio.timeout(10):  # a hang guard
+        await entered.wait()
+        (run_task,) = run_tasks
+        assert run_task is not caller
+        run_task.cancel()  # not the run's token: someone killed the run's task
+        result = await caller
+    assert result.stop_cause is StopCause.CANCELLED
+    assert told == ["cancelled"]

@@ -95,10 +95,10 @@ from ..store import (
     Job,
     JobLeaseLost,
     JobQueue,
-    MalformedRecord,
     NotFound,
     RunStillRunning,
     StoreError,
+    StoreUnavailable,
 )
 from ._batch_share import BatchShare, reclaim_share, reserve_share, settle_from_state
 from ._batches import BatchStore
@@ -289,7 +289,8 @@ class Worker:
         (its worker was killed or hung on its last attempt): no worker will write its
         run's result, so a start job's run gets one here (`_close_dead_run`), else
         `RunHandle.result()` would wait for ever. Before the dead letter is written: a
-        store failure here propagates and leaves the job for the next claim to try again.
+        store that is away (`StoreUnavailable`) propagates and leaves the job for the
+        next claim to try again; any other failure is logged, and the run gets no result.
         A payload that is no run job has no run to tell."""
         try:
             run_job = RunJob.decode(dead.id, dead.payload)
@@ -299,12 +300,13 @@ class Worker:
             return  # a continuation's run keeps its held record, for a person
         try:
             await self._close_dead_run(run_job, dead)
-        except MalformedRecord as exc:
-            # A record of the run is damaged: no retry mends it, and the job must not
-            # stay in the queue for every claim to meet again.
-            _logger.error("worker %s: run %s: no result: %s", self.name, run_job.run_id, exc)
-        except StoreError:
+        except StoreUnavailable:
             raise  # the store is away: the job stays, the next claim tries again
+        except StoreError as exc:
+            # A record of the run is damaged, or this tiller cannot read it (a newer
+            # one's): no retry mends it, and the job must not stay at the queue's head
+            # for every claim to meet again (on SQLite and memory none would get past it).
+            _logger.error("worker %s: run %s: no result: %s", self.name, run_job.run_id, exc)
         except Exception:  # one job's failure never stops the worker (as in `_take`)
             _logger.exception("worker %s: run %s: no result", self.name, run_job.run_id)
 

@@ -16,6 +16,7 @@ as a port (`tiller.store.RunDurability`), capture as another (`_call_capture.Cal
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -137,6 +138,12 @@ class Loop:
                 await self._checkpoint("running")
             await self.services.open()
             await self._steps()
+        except asyncio.CancelledError:
+            # From outside (not the token): the edge says cancelled, so must the session_end
+            # hooks below (they heard `error`). A subagent's cause is its parent's to set.
+            if self.parent is None:
+                self.state.stop_cause = StopCause.CANCELLED
+            raise
         finally:
             try:
                 # Background work dies with the run, however it ended (and first, so a
