@@ -631,3 +631,41 @@ async def test_many_processes_opening_one_new_bucket_at_once_all_get_it() -> Non
                 await buses[0].delete_namespace()
                 for bus in buses:
                     await bus.aclose()
+
+
+async def test_listing_keys_ends_while_the_bucket_is_being_written(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """A fleet's checkpoint bucket is written all the time, and a scan's consumer is
+    delivered those writes too: a listing that waited for "nothing pending" never ended
+    (found by the 1,000-run chaos batch: recoveries hung taking their lease epoch, which
+    lists the run's call records). Every key there from start to end is listed."""
+    bus = await open_nats()
+    kv = await bus.kv("busy")
+    keys = [f"run-{n:03d}/calls/c{n}" for n in range(200)]
+    for key in keys:
+        await kv.put(key, b"0")
+    for gone in ("gone/1", "gone/2"):  # a deleted record's marker is no key
+        await kv.put(gone, b"0")
+        await kv.delete(gone)
+    writing, stop = asyncio.Event(), asyncio.Event()
+
+    async def rewrite() -> None:
+        # Stopped by an event, not a cancel: on Python 3.11 nats-py's request
+        # (`asyncio.wait_for`) can swallow a cancel that races its reply.
+        n = 0
+        while not stop.is_set():
+            n += 1
+            await kv.put(keys[n % len(keys)], str(n).encode())
+            writing.set()
+
+    writer = asyncio.create_task(rewrite())
+    try:
+        await writing.wait()
+        async with asyncio.timeout(20):
+            listed = await kv.keys()
+    finally:
+        stop.set()
+        async with asyncio.timeout(20):
+            await writer
+    assert listed == sorted(keys)

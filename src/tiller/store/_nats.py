@@ -249,61 +249,68 @@ class _Records:
             # The object went between our two reads: the record was overwritten; read again.
         raise StoreError(f"{self.label}: a record kept changing while it was read")
 
-    async def scan(self, token_filter: str, *, headers_only: bool) -> list[tuple[str, _Raw]]:
-        """Every live record whose token matches `token_filter` (NATS wildcards), with its
-        last message: an ordered consumer delivering the last message per subject."""
-        js = self._bus._js_context()
-        found: list[tuple[str, _Raw]] = []
-        with _translate(f"{self.label}: scan"):
-            sub = await js.subscribe(
-                self._prefix + token_filter,
-                stream=self._stream,
-                ordered_consumer=True,
-                deliver_policy=js_api.DeliverPolicy.LAST_PER_SUBJECT,
-                headers_only=headers_only,
-                # A backstop only: the consumer is deleted below as soon as the scan ends.
-                inactive_threshold=5.0,
-            )
-            consumer: str | None = None
-            try:
-                info = await sub.consumer_info()
-                consumer = info.name
-                delivered = info.delivered.consumer_seq if info.delivered else 0
-                if (info.num_pending or 0) + (delivered or 0) > 0:
-                    while True:
-                        try:
-                            msg = await sub.next_msg(timeout=_SCAN_WAIT)
-                        except nats.errors.TimeoutError:
-                            # A record rewritten while the scan ran can take the message
-                            # the count promised: nothing more to come if none is pending.
-                            if not (await sub.consumer_info()).num_pending:
-                                break
-                            continue
-                        self._collect(msg, found)
-                        if msg.metadata.num_pending == 0:
-                            break
-            finally:
-                with contextlib.suppress(nats.errors.Error):
-                    await sub.unsubscribe()
-                    if consumer:
-                        await js.delete_consumer(self._stream, consumer)
-        return found
+    async def tokens(self, token_filter: str) -> list[str]:
+        """The tokens of the live records matching `token_filter` (NATS wildcards).
 
-    def _collect(self, msg: Msg, found: list[tuple[str, _Raw]]) -> None:
-        headers = msg.headers or {}
-        if headers.get(_KV_OPERATION) in ("DEL", "PURGE"):
-            return
-        found.append(
-            (
-                msg.subject[len(self._prefix) :],
-                _Raw(
-                    revision=msg.metadata.sequence.stream,
-                    data=msg.data,
-                    object=headers.get(_OBJECT_HEADER),
-                    deleted=False,
-                ),
-            )
+        No listing of a stream that is being written (a fleet's checkpoints) is one
+        instant's; this one lists every record live both when it began and when it
+        ended, and perhaps some written meanwhile. It takes the stream's subjects as they
+        are now (one request; a deleted record's marker is a subject too) and reads an
+        ordered consumer of each subject's last message, headers only, to tell live from
+        deleted, up to the stream's last message as of the start: past it the consumer
+        delivers every write made meanwhile, which on a busy bucket never ends (the
+        1,000-run chaos batch found recoveries hung in it). A subject it did not show by
+        then (rewritten while it ran, so its earlier message was gone) is read alone."""
+        js = self._bus._js_context()
+        with _translate(f"{self.label}: list"):
+            info = await js.stream_info(self._stream, subjects_filter=self._prefix + token_filter)
+            subjects = set((info.state.subjects or {}).keys())
+            shown = await self._last_per_subject(js, token_filter, int(info.state.last_seq or 0))
+            tokens = [subject for subject, live in shown.items() if live]
+            for subject in subjects - shown.keys():
+                raw = await self.read(subject[len(self._prefix) :])
+                if raw is not None and not raw.deleted:
+                    tokens.append(subject)
+        return [subject[len(self._prefix) :] for subject in tokens]
+
+    async def _last_per_subject(
+        self, js: JetStreamContext, token_filter: str, last: int
+    ) -> dict[str, bool]:
+        """Subject → live, from an ordered consumer of each matching subject's last
+        message, read until it passes stream sequence `last` (see `tokens`)."""
+        shown: dict[str, bool] = {}
+        sub = await js.subscribe(
+            self._prefix + token_filter,
+            stream=self._stream,
+            ordered_consumer=True,
+            deliver_policy=js_api.DeliverPolicy.LAST_PER_SUBJECT,
+            headers_only=True,
+            # A backstop only: the consumer is deleted below as soon as the scan ends.
+            inactive_threshold=5.0,
         )
+        consumer: str | None = None
+        try:
+            info = await sub.consumer_info()
+            consumer = info.name
+            delivered = info.delivered.consumer_seq if info.delivered else 0
+            if (info.num_pending or 0) + (delivered or 0) > 0:
+                while True:
+                    try:
+                        msg = await sub.next_msg(timeout=_SCAN_WAIT)
+                    except nats.errors.TimeoutError:
+                        if not (await sub.consumer_info()).num_pending:
+                            break
+                        continue
+                    headers = msg.headers or {}
+                    shown[msg.subject] = headers.get(_KV_OPERATION) not in ("DEL", "PURGE")
+                    if msg.metadata.num_pending == 0 or msg.metadata.sequence.stream >= last:
+                        break
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+                if consumer:
+                    await js.delete_consumer(self._stream, consumer)
+        return shown
 
     # ── writing ──
 
@@ -480,8 +487,7 @@ class NatsKeyValue:
 
     async def keys(self, prefix: str = "") -> list[str]:
         # Encoding does not preserve prefixes at dot edges, so filter after decoding.
-        found = await self._records.scan(">", headers_only=True)
-        keys = (decode_key(token) for token, _ in found)
+        keys = (decode_key(token) for token in await self._records.tokens(">"))
         return sorted(key for key in keys if key.startswith(prefix))
 
     async def acquire(self, key: str, owner: str, ttl: float) -> Lease | None:
