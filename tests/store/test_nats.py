@@ -669,3 +669,22 @@ async def test_listing_keys_ends_while_the_bucket_is_being_written(
         async with asyncio.timeout(20):
             await writer
     assert listed == sorted(keys)
+
+
+async def test_listing_one_runs_keys_among_many_leaves_out_the_deleted_and_the_others(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """`keys(prefix)` (a run's event log batches, its call records) reads only the
+    matching records, whatever else the bucket holds; deleted ones are not keys."""
+    bus = await open_nats()
+    kv = await bus.kv("runs")
+    for run in range(30):
+        for batch in range(3):
+            await kv.put(f"run-{run}/{batch:04d}", b"x")
+    await kv.delete("run-7/0001")
+    await kv.put("run-7/0002", b"rewritten")
+    await kv.put("run-70/0000", b"a longer id with the same start")
+    assert await kv.keys("run-7/") == ["run-7/0000", "run-7/0002"]
+    assert await kv.keys("run-70/") == ["run-70/0000"]
+    assert await kv.keys("nobody/") == []
+    assert len(await kv.keys()) == 30 * 3 - 1 + 1

@@ -273,6 +273,14 @@ class _Records:
                     tokens.append(subject)
         return [subject[len(self._prefix) :] for subject in tokens]
 
+    async def subjects(self) -> list[str]:
+        """The tokens of every subject the stream holds a message of now (live records
+        and deleted ones' markers alike): one request, however many there are."""
+        js = self._bus._js_context()
+        with _translate(f"{self.label}: list"):
+            info = await js.stream_info(self._stream, subjects_filter=self._prefix + ">")
+        return [subject[len(self._prefix) :] for subject in info.state.subjects or {}]
+
     async def _last_per_subject(
         self, js: JetStreamContext, token_filter: str, last: int
     ) -> dict[str, bool]:
@@ -487,8 +495,24 @@ class NatsKeyValue:
 
     async def keys(self, prefix: str = "") -> list[str]:
         # Encoding does not preserve prefixes at dot edges, so filter after decoding.
-        keys = (decode_key(token) for token in await self._records.tokens(">"))
-        return sorted(key for key in keys if key.startswith(prefix))
+        if not prefix:
+            keys = (decode_key(token) for token in await self._records.tokens(">"))
+            return sorted(keys)
+        # One run's keys (its event log's batches, its call records) among every run's:
+        # the stream's subject names in one request, and only the matching records read
+        # (to leave out deleted ones), rather than a consumer delivering every record of
+        # the bucket (what made a fleet's run start cost more the more runs the store held).
+        matching = sorted(
+            (key, token)
+            for token in await self._records.subjects()
+            if (key := decode_key(token)).startswith(prefix)
+        )
+        live = []
+        for key, token in matching:
+            raw = await self._records.read(token)
+            if raw is not None and not raw.deleted:
+                live.append(key)
+        return live
 
     async def acquire(self, key: str, owner: str, ttl: float) -> Lease | None:
         return await acquire_lease(self, self._bus._clock, key, owner, ttl)
