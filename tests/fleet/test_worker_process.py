@@ -175,3 +175,34 @@ async def test_a_worker_killed_inside_a_call_leaves_it_for_a_person(
     assert record.status == "blocked"
     assert record.blocked_calls == ["note (uncertain-call-2)"]
     assert len(agents.ledger_lines()) == 1  # step 1's; step 2's never ran to its end
+
+
+async def test_sigusr1_says_where_each_of_a_workers_runs_waits(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """An operator asking why a run does not move sends the worker SIGUSR1: each of its
+    tasks (the run, its job lease, its event log...) and the frames it waits in go to
+    its standard error, and the worker goes on."""
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    (tmp_path / "slow").touch()
+    async with await open_bus(url) as bus:
+        handle = await Fleet(bus).submit(ref(agents, "three"), "go", run_id="stuck")
+        worker = start_worker(url, agents, tmp_path, "asked", FLEET_SLOW_TOOL="2")
+        try:
+            entered = Path(agents.LEDGER + ".entered.2")
+
+            async def in_step_two() -> bool:
+                return await asyncio.to_thread(entered.exists)
+
+            await until(in_step_two, within=60)
+            worker.send_signal(signal.SIGUSR1)  # while step 2's note sleeps
+            (tmp_path / "slow").unlink()
+            record = await handle.result(60)
+            worker.send_signal(signal.SIGTERM)
+            code, _out, err = await exited(worker)
+        finally:
+            worker.kill()
+    assert code == 0, err
+    assert record.status == "completed"
+    assert "--- task tiller-run-stuck" in err and "--- task tiller-job stuck" in err
+    assert "_worker.py" in err and " note\n" in err  # down to the tool it waits in

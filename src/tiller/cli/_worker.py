@@ -4,6 +4,9 @@ One line per job as it starts and ends (`run-1  started`, `run-1  finished`). SI
 SIGINT drains: no new claims, every run stops at its next step boundary (checkpointed,
 its job back on the queue for another worker), and the command exits 0 once all are
 handed back. A second signal stops the runs without waiting for their steps to end.
+SIGUSR1 writes where each of the worker's tasks waits (a run, its job lease, its event
+log...) to standard error, frame by frame, and the worker goes on: for an operator asking
+why a run does not move.
 `--max-runs` and `--model-limit MODEL=CONCURRENT[/RPM]` are the fleet's shared limits
 (`tiller.fleet.FleetLimits`): give every worker the same ones.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -157,6 +160,8 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
                 worker.stop()
 
         event_loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            event_loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
         for each in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 event_loop.add_signal_handler(each, on_signal)
@@ -167,3 +172,24 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
             if limits is not None:
                 await limits.aclose()
         typer.echo("drained", err=True)
+
+
+def _dump_tasks() -> None:
+    """SIGUSR1: where each of the worker's tasks waits, on standard error (for an operator
+    asking why a run does not move)."""
+    import io
+    import sys
+
+    out = io.StringIO()
+    for task in sorted(asyncio.all_tasks(), key=lambda t: t.get_name()):
+        out.write(f"--- task {task.get_name()}\n")
+        awaited: Any = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                out.write(
+                    f"    {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}\n"
+                )
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    sys.stderr.write(out.getvalue())
+    sys.stderr.flush()
