@@ -164,7 +164,7 @@ async def test_a_killed_attempts_share_is_not_given_again_to_the_resumed_run(bus
     would spend it a second time): the dead share stays counted, the run reserves anew."""
     limits = Budget(max_steps=10)
     purse = await EvalPurse.open(bus, "ev1", limits, concurrency=1, pricing={})
-    dead = await purse.reserve("ev1-c0-e0", 0, Budget(max_steps=3))  # then the kill
+    dead = await purse.reserve("ev1:c0:e0", 0, Budget(max_steps=3))  # then the kill
     assert dead.budget is not None and dead.budget.max_steps == 3
 
     cases = [Case("c0", "q", expected="q", budget=CaseBudget(max_steps=3))]

@@ -51,7 +51,7 @@ async def test_every_case_and_epoch_is_run_scored_and_stored_with_its_capture(
     report = await ev.run(on_progress=seen.append)
 
     assert [(r.case.id, r.epoch, r.run_id) for r in report.results] == [
-        (f"c{i}", epoch, f"ev1-c{i}-e{epoch}") for i in range(3) for epoch in range(2)
+        (f"c{i}", epoch, f"ev1:c{i}:e{epoch}") for i in range(3) for epoch in range(2)
     ]
     assert (report.total, report.scored, report.passed, report.pass_rate) == (6, 6, 6, 1.0)
     assert report.scorers["includes"].pass_rate == 1.0
@@ -67,7 +67,7 @@ async def test_every_case_and_epoch_is_run_scored_and_stored_with_its_capture(
     assert first.scores["includes"].passed
     assert [m.role for m in first.messages] == ["user", "assistant"]
     assert first.usage.output_tokens > 0 and first.duration_s >= 0
-    assert first.capture == "ev1-c0-e0"
+    assert first.capture == "ev1:c0:e0"
     capture = await load_capture(bus, first.capture)
     assert len(capture.model_calls) == 1
     replayed, _ = await run_capture(answering(str)(), capture, "q0")  # offline, no model
@@ -384,3 +384,24 @@ async def test_a_capture_that_could_not_be_written_is_not_referenced() -> None:
     result = report.results[0]
     assert result.passed  # the run and its scores stand...
     assert result.capture is None  # ...but no reference to a capture that is not there
+
+
+async def test_two_evals_whose_ids_and_case_ids_run_together_keep_their_own_runs(
+    bus: Bus,
+) -> None:
+    """Eval "a" with case "b-e1" and eval "a-b" with case "e1" once made the same run id
+    (`a-b-e1-e0`), and the second's run removed the first's capture."""
+    first = Eval(
+        answering(str), [Case("b-e1", "one", expected="one")], [Includes()], store=bus, eval_id="a"
+    )
+    second = Eval(
+        answering(str), [Case("e1", "two", expected="two")], [Includes()], store=bus, eval_id="a-b"
+    )
+    one, two = (await first.run()).results[0], (await second.run()).results[0]
+    assert one.run_id != two.run_id
+    stored = [(await EvalResultStore(bus).results(eval_id))[0] for eval_id in ("a", "a-b")]
+    assert [record.capture for record in stored] == [one.run_id, two.run_id]
+    for record, prompt in zip(stored, ("one", "two"), strict=True):
+        assert record.capture is not None
+        capture = await load_capture(bus, record.capture)  # each eval's own, still there
+        assert capture.model_calls and prompt in str(capture.model_calls[0])

@@ -4,7 +4,7 @@ world it runs in (its fixture, its budget).
 `Case` is a value: a dataset loader builds it from a row, Python code builds it directly
 (with typed `input` and `expected`, pydantic models or anything JSON can carry). Its id is
 the key its results are stored under, so it is checked like a run id: a case id is part
-of the run ids of its runs (`{eval_id}-{case_id}-e{epoch}`).
+of the run ids of its runs (`{eval_id}:{case_id}:e{epoch}`).
 """
 
 from __future__ import annotations

@@ -117,7 +117,10 @@ class CaseRunner:
         self.results = EvalResultStore(bus)
 
     def run_id(self, case: Case, epoch: int) -> str:
-        return f"{self.eval_id}-{case.id}-e{epoch}"
+        # ':' is in no eval or case id, so no two (eval, case, epoch) share a run id (with
+        # '-', eval "a" case "b-e1" and eval "a-b" case "e1" did, and one's capture was
+        # removed as the other's).
+        return f"{self.eval_id}:{case.id}:e{epoch}"
 
     async def run(self, case: Case, epoch: int, attempt: int) -> CaseResultRecord | None:
         """The run's record (written to the store), or None when the eval's token fired

@@ -12,7 +12,7 @@ report = await Eval(
 - **Each run in its own world**: a private copy of its case's fixture, its own jail,
   budget (the case's ceilings, within the eval's budget) and approver (by default none:
   calls that need approval are blocked, as `Agent.run` without an approver), its run id
-  `{eval_id}-{case_id}-e{epoch}`, and a fresh agent when `agent` is a factory or a
+  `{eval_id}:{case_id}:e{epoch}`, and a fresh agent when `agent` is a factory or a
   reference (`"module:attr"`, see `tiller.loop.load_agent`); an `Agent` object is shared
   by every run (give a factory if its model keeps state per run).
 - **One budget, never overspent** (`budget`: a `tiller.loop.Budget` whose ceilings are the
