@@ -322,6 +322,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "MaxResponseLength",
         "ModelCallRecord",
         "ModelTurn",
+        "ModelWrapper",
         "NeverReview",
         "OutboxRoute",
         "PauseEveryStep",
