@@ -296,6 +296,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "WorkspacePathMissing",
         "WorkspaceProvider",
         "WorkspaceSpec",
+        "limited_models",
         "load_diff",
         "materialize",
         "parse_model_limit",
