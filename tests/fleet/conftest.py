@@ -233,6 +233,81 @@ def timed():
         return "timed"
 
     return Agent(ScriptedModel(answer), [], name="timed")
+
+
+#: Subagent model calls (`SUB_MODEL`): in flight now, the most at once, and how many the
+#: fleet's limits saw begin (a test's limits call `sub_asked`).
+SUB = {"in": 0, "peak": 0, "asked": 0}
+#: Set once two subagent calls began: both in the model, or one waiting for a slot.
+BOTH_ASKED = asyncio.Event()
+
+
+def _both_asked():
+    if SUB["in"] >= 2 or SUB["asked"] >= 2:
+        BOTH_ASKED.set()
+
+
+def sub_asked():
+    SUB["asked"] += 1
+    _both_asked()
+
+
+async def _sub_answer(messages, info):
+    SUB["in"] += 1
+    SUB["peak"] = max(SUB["peak"], SUB["in"])
+    _both_asked()
+    try:
+        await BOTH_ASKED.wait()  # until the other run's subagent has called too
+    finally:
+        SUB["in"] -= 1
+    return "the sub's report"
+
+
+#: The model a subagent type of the tests names (so its key is `scripted:sub`).
+SUB_MODEL = ScriptedModel(_sub_answer, name="sub")
+
+
+def _sub_throttled(messages, info):
+    if not THROTTLED:
+        THROTTLED.append(time.time())
+        return {"error": {"status": 429, "retry_after": 1.0, "message": "slow down"}}
+    return "the sub's report after the pause"
+
+
+#: A subagent model whose first call gets a 429 asking to wait a second (`scripted:sub429`).
+SUB_THROTTLED = ScriptedModel(_sub_throttled, name="sub429")
+
+
+def delegator():
+    """Hands its prompt to a subagent of the type the prompt names, then reports; the
+    times of its own calls go to CALL_TIMES."""
+    from tiller.tools.builtin import agent as agent_tool
+
+    def answer(messages, info):
+        CALL_TIMES.append(("delegator", time.time()))
+        results = getattr(messages[-1], "tool_results", ()) if messages else ()
+        if results:
+            return "delegated: " + results[0].content.splitlines()[0]
+        arguments = {"description": "help", "prompt": "help me", "subagent_type": messages[0].text}
+        return {"tool_calls": [{"name": "agent", "arguments": arguments}]}
+
+    return Agent(ScriptedModel(answer, name="parent"), [agent_tool], name="delegator")
+
+
+@tool(risk="network")
+def ping(host: str) -> str:
+    """Ping a host (network: in auto mode the classifier vets it)."""
+    return "pong from " + host
+
+
+def pinger():
+    def answer(messages, info):
+        results = getattr(messages[-1], "tool_results", ()) if messages else ()
+        if results:
+            return "pinged: " + results[0].content
+        return {"tool_calls": [{"name": "ping", "arguments": {"host": "example.com"}}]}
+
+    return Agent(ScriptedModel(answer, name="parent"), [ping], name="pinger")
 '''
 
 

@@ -169,6 +169,7 @@ def _builders(other: Path) -> dict[str, Callable[[RunContext], RunContext]]:
         "with_mailbox": lambda c: c.with_mailbox(MailboxRoute(bus)),
         "with_subagents": lambda c: c.with_subagents(SubagentConfig()),
         "with_pinned_policy": lambda c: c.with_pinned_policy({"pinned": True}),
+        "with_model_wrapper": lambda c: c.with_model_wrapper(lambda model, spec: model),
         "with_safety_mode": lambda c: c.with_safety_mode(SafetyMode.FULL_ACCESS),
         "with_budget": lambda c: c.with_budget(Budget(max_steps=2)),
         "with_cancel": lambda c: c.with_cancel(CancellationToken()),

@@ -429,3 +429,17 @@ async def test_a_model_adapter_that_crashes_escalates_instead_of_crashing_the_ga
         VetRequest(tool="t", summary="s", risk=RiskClass.SHELL_MUTATION, goal=UserGoal())
     )
     assert not verdict.allow and "KeyError" in verdict.reason
+
+
+async def test_with_model_vets_on_the_other_model_and_leaves_the_original_alone() -> None:
+    first, other = ScriptedModel(["ESCALATE: no"], name="first"), ScriptedModel(["ALLOW"])
+    budget = Budget()
+    classifier = AutoClassifier(first, budget=budget, timeout=5.0, max_tokens=40)
+    moved = classifier.with_model(other)
+    assert (moved.budget, moved.timeout, moved.max_tokens) == (budget, 5.0, 40)
+    assert classifier.model is first
+    async with asyncio.timeout(30):  # a hang guard, not a timing assertion
+        verdict = await moved.vet(action())
+    assert verdict.allow
+    assert (len(first.requests), len(other.requests)) == (0, 1)
+    assert budget.steps == 1  # the same budget paid for it

@@ -34,7 +34,7 @@ from ._guard import Deferred, RunGuard
 from ._handle import WORKER_LOST, RunHandle
 from ._job import JobBudget, MalformedJob, RunJob
 from ._limit_records import MalformedLimitRecord
-from ._limited_model import LimitedModel
+from ._limited_model import LimitedModel, limited_models
 
 # For tiller's own packages (not API; not in __all__).
 from ._limits import LIMITS_BUCKET as LIMITS_BUCKET
@@ -127,6 +127,7 @@ __all__ = [
     "WorkspacePathMissing",
     "WorkspaceProvider",
     "WorkspaceSpec",
+    "limited_models",
     "load_diff",
     "materialize",
     "parse_model_limit",

@@ -1,11 +1,14 @@
 """`LimitedModel`: any `Model`, with every call under the fleet's limits.
 
-The loop never learns about fleet limits: a worker wraps the agent's model, and each
-`stream` call then holds a `model_call` slot (concurrency and the minute's request) for as
-long as it streams. An error the wrapped model raises with the provider's `retry_after`
-(a 429's Retry-After) pauses that provider for the whole fleet before it propagates, so
-the loop's own retry (`stream_with_retry`, which wraps this model) waits out the same
-pause on every worker instead of each run hammering the provider in turn.
+The loop never learns about fleet limits: a worker sets its runs' `model_wrapper` to
+`limited_models(limits)`, so every model the run tree calls (the agent's, a subagent's,
+the classifier's, a summary's) is wrapped right before the call, keyed by the string of
+the model actually called. Each `stream` call then holds a `model_call` slot
+(concurrency and the minute's request) for as long as it streams. An error the wrapped
+model raises with the provider's `retry_after` (a 429's Retry-After) pauses that provider
+for the whole fleet before it propagates, so the loop's own retry (`stream_with_retry`,
+which wraps this model) waits out the same pause on every worker instead of each run
+hammering the provider in turn.
 """
 
 from __future__ import annotations
@@ -15,10 +18,24 @@ from collections.abc import AsyncGenerator
 
 from ..cancel import CancellationToken
 from ..errors import UsageError
+from ..loop import ModelWrapper
 from ..model import Model, ModelError, ModelRequest, StreamEvent
 from ._limits import FleetLimits, provider_of
 
-__all__ = ["LimitedModel"]
+__all__ = ["LimitedModel", "limited_models"]
+
+
+def limited_models(limits: FleetLimits, *, cancel: CancellationToken | None = None) -> ModelWrapper:
+    """A `RunContext.model_wrapper` that puts each model call under `limits`: the model,
+    as a `LimitedModel` keyed by the string it was built from (else its
+    `provider:name`). `cancel` interrupts a call still waiting for a slot."""
+    if not isinstance(limits, FleetLimits):
+        raise UsageError(f"limited_models needs a FleetLimits, not {type(limits).__name__}")
+
+    def limited(model: Model, model_string: str | None, /) -> Model:
+        return LimitedModel(model, limits, model_string, cancel=cancel)
+
+    return limited
 
 
 class LimitedModel:

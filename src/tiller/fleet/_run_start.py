@@ -1,11 +1,12 @@
 """`RunStarter`: how a worker starts the run of a job it holds — fresh from the job, recovered
 from its checkpoint (its worker died or drained), or continued once a person decided its
-held calls — as a durable run of the agent the job names, its model under the fleet's limits."""
+held calls — as a durable run of the agent the job names. The fleet's limits reach every
+model call of the run tree through the run's context (`Worker` sets its `model_wrapper`),
+not through the agent: a subagent's, the classifier's and a summary's calls included."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -33,8 +34,6 @@ from ..tools import Jail
 from ._drain import StepBoundary
 from ._guard import Configure
 from ._job import JobBudget, RunJob
-from ._limited_model import LimitedModel
-from ._limits import FleetLimits
 
 __all__ = ["How", "RunStarter", "budget_of"]
 
@@ -51,7 +50,6 @@ class RunStarter:
     checkpoints: CheckpointStore
     #: The agent reference every run uses instead of its job's (`Worker(agent=)`).
     agent: str | None
-    limits: FleetLimits | None
     lease: float
     event_log_batch: int
 
@@ -74,9 +72,6 @@ class RunStarter:
         state = (await self.checkpoints.load(run_job.run_id)).state
         options = self._options(state)
 
-        def prepare(agent: Agent) -> Agent:
-            return self._limited(agent, state.model_spec)
-
         if how == "recover":
             return await recover_run(
                 self.bus,
@@ -87,7 +82,6 @@ class RunStarter:
                 configure=configure,
                 options=options,
                 watch_control=False,  # the worker's own watcher applies them
-                prepare=prepare,
             )
         records = await decided_records(self.bus, run_job.run_id)
         decisions = {call_id: decision_of(record) for call_id, record in records.items()}
@@ -99,7 +93,6 @@ class RunStarter:
             ctx=FromCheckpoint(workspace=workspace, configure=configure),
             on_event=on_event,
             options=options,
-            prepare=prepare,
         )
 
     async def _thread_taint(self, thread_id: str | None) -> int:
@@ -110,17 +103,6 @@ class RunStarter:
             return Taint.NONE.value
         latest = await self.checkpoints.for_thread(thread_id)
         return latest.state.taint if latest is not None else Taint.NONE.value
-
-    def _limited(self, agent: Agent, model_string: str | None) -> Agent:
-        """The agent with its model under the fleet's limits (a copy: a module's agent
-        serves other runs too); its `model_spec` is kept, so checkpoints name the real
-        model. The limits' key is the run's model string, else the model's
-        `provider:name`."""
-        if self.limits is None:
-            return agent
-        limited = copy.copy(agent)
-        limited.model = LimitedModel(agent.model, self.limits, model_string or agent.model_spec)
-        return limited
 
     def _options(self, state: RunState) -> RunOptions:
         return dataclasses.replace(
@@ -140,8 +122,7 @@ class RunStarter:
         ref = self.agent or run_job.agent
         if ref is None:
             raise UsageError(f"run {run_job.run_id}: the job names no agent")
-        loaded = _load(ref, run_job.model)
-        agent = self._limited(loaded, run_job.model)
+        agent = _load(ref, run_job.model)
         budget = reserved if reserved is not None else budget_of(run_job.budget)
         run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
         run_ctx = configure(with_store_protected(run_ctx))

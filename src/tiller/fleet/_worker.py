@@ -39,10 +39,11 @@ reserves its share before it starts (nothing left: a `stopped` result with the b
 stop cause, the job acked, the run never started), runs with it as its budget, keeps it
 when recovered or continued, and settles it when it ends (`_batch_share`). With
 `limits=` (a `FleetLimits`), each run holds one of the fleet's run slots while it runs
-here, and the agent's model goes through `LimitedModel` (the fleet's per-model calls,
-requests a minute and 429 pauses). `guard=` (a `RunGuard`) is entered around every run
-for anything else that limits it: what it yields configures the run's context, and
-`Deferred` naks the job for later.
+here, and every model call of its run tree (the agent's, its subagents', the
+classifier's, compaction summaries') goes through `LimitedModel` under the string of the
+model called (the fleet's per-model calls, requests a minute and 429 pauses). `guard=`
+(a `RunGuard`) is entered around every run for anything else that limits it: what it
+yields configures the run's context, and `Deferred` naks the job for later.
 
 A worker claims one job at first and one more each time its runs make progress, up to
 `concurrency` (`ClaimRamp`): a worker that dies at once costs one job a delivery, not
@@ -107,6 +108,7 @@ from ._drain import StepBoundary
 from ._guard import Configure, Deferred, RunGuard
 from ._job import JobBudget, MalformedJob, RunJob
 from ._job_lease import JobLeaseKeeper
+from ._limited_model import limited_models
 from ._limits import FleetLimits
 from ._outcomes import outcome, outcome_of_result, outcome_of_state
 from ._queue import RUN_QUEUE
@@ -204,7 +206,6 @@ class Worker:
             bus,
             self.checkpoints,
             agent,
-            limits,
             lease=self._lease,
             event_log_batch=event_log_batch,
         )
@@ -546,7 +547,12 @@ class Worker:
             boundary.drain()
 
         def own(run_ctx: RunContext) -> RunContext:
-            return run_ctx.with_cancel(cancel).with_queued_input(steering)
+            run_ctx = run_ctx.with_cancel(cancel).with_queued_input(steering)
+            if self.limits is None:
+                return run_ctx
+            # Every model call of the run tree under the fleet's limits (a subagent's,
+            # the classifier's and a summary's too), keyed by the model called.
+            return run_ctx.with_model_wrapper(limited_models(self.limits, cancel=cancel))
 
         #: The run's budget as it runs (what it spent, for its batch's settle).
         spending: list[Budget] = []

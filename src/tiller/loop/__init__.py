@@ -22,6 +22,7 @@ from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, Refusal
 from ._iter import AgentRun
 from ._mailbox_route import MailboxRoute
 from ._model_turn import ResponseTooLarge
+from ._model_wrapper import ModelWrapper
 from ._options import RunOptions
 from ._outbox_route import OutboxRoute
 from ._refusals import RefusedCall
@@ -70,6 +71,7 @@ __all__ = [
     "MaxResponseLength",
     "ModelCallRecord",
     "ModelTurn",
+    "ModelWrapper",
     "NeverReview",
     "OutboxRoute",
     "PauseEveryStep",

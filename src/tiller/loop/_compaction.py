@@ -76,6 +76,7 @@ from ..model import ContextOverflow, ModelRequest
 from ..state import RewrittenHistory
 from ..store import StoreError
 from ._loop_guard import LoopGuard, canonical_arguments
+from ._model_wrapper import model_to_call
 from ._summary import (
     SummaryFailed,
     SummaryWriter,
@@ -509,7 +510,7 @@ class Compaction:
         """The history with `messages[:cut]` summarised, or None and why not; and whether
         a model call was made."""
         run, state = self._run, self.state
-        model = run.agent.model
+        model = model_to_call(run.run_ctx, run.agent.model, state.model_spec)
         window = model.context_window or (self.threshold * 3 // 2 if self.threshold else None)
         if window is None:
             window = max(self._size(messages) // 2, 1000)

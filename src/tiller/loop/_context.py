@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..cancel import CancellationToken
+from ..errors import UsageError
 from ..phase import Phase
 from ..policy import Approver, AutoClassifier, HookSet, Interlock, PolicyEngine
 from ..store import Bus
@@ -28,6 +29,7 @@ from ._budget import Budget
 from ._controls import ControlMember, RunControls
 from ._detach import DetachSwitch
 from ._mailbox_route import MailboxRoute
+from ._model_wrapper import ModelWrapper
 from ._outbox_route import OutboxRoute
 from ._steering import SteeringQueue
 from ._subagent_types import SubagentConfig
@@ -90,6 +92,11 @@ class RunContext:
       (`tiller.pinned_policy`, JSON-ready), recorded in every checkpoint so approvals,
       resumes and served requests use it unchanged and never re-read the workspace
       (law 11). None: none was pinned; a resume then uses the defaults.
+    - `model_wrapper`: put around every model of the run tree right before it is called
+      (the agent's turns, subagents', the classifier's, compaction summaries'; see
+      `tiller.loop._model_wrapper`), as a fleet's worker puts each call under the fleet's limits.
+      Kept by every derived context and every subagent's. None: models are called as
+      they are.
 
     **Which live controls a run gets** (law 13). A context is a value; its controls are
     shared only where a caller passes them on:
@@ -131,6 +138,7 @@ class RunContext:
     outbox: OutboxRoute | None
     mailbox: MailboxRoute | None
     subagents: SubagentConfig
+    model_wrapper: ModelWrapper | None
     # A record of the configuration, not policy of its own: not compared.
     pinned_policy: Mapping[str, Any] | None = field(compare=False)
 
@@ -154,6 +162,7 @@ class RunContext:
         outbox: OutboxRoute | None = None,
         mailbox: MailboxRoute | None = None,
         subagents: SubagentConfig = _DEFAULT_SUBAGENTS,
+        model_wrapper: ModelWrapper | None = None,
         pinned_policy: Mapping[str, Any] | None = None,
         budget: Budget | None = None,
         cancel: CancellationToken | None = None,
@@ -192,6 +201,7 @@ class RunContext:
         set_(self, "outbox", outbox)
         set_(self, "mailbox", mailbox)
         set_(self, "subagents", subagents)
+        set_(self, "model_wrapper", model_wrapper)
         set_(self, "pinned_policy", pinned_policy)
 
     # ── the live parts, readable as before ───────────────────────────────────────
@@ -355,6 +365,15 @@ class RunContext:
 
     def with_subagents(self, subagents: SubagentConfig) -> RunContext:
         return self._with(subagents=subagents)
+
+    def with_model_wrapper(self, wrapper: ModelWrapper | None) -> RunContext:
+        """This context with `wrapper` around every model its run tree calls (None: none)."""
+        if wrapper is not None and not callable(wrapper):
+            raise UsageError(
+                "model_wrapper must be a callable (model, model_string) -> Model, "
+                f"not {type(wrapper).__name__}"
+            )
+        return self._with(model_wrapper=wrapper)
 
     def with_pinned_policy(self, pinned: Mapping[str, Any] | None) -> RunContext:
         return self._with(pinned_policy=pinned)

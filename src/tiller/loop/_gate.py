@@ -44,6 +44,7 @@ from ..policy import (
 from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode, Tool
 from ._gate_answer import ForClient, GateAnswer, Hold, Refuse, Run, Stage
+from ._model_wrapper import model_to_call
 from ._protected_writes import protected_write_refusal
 from ._refusals import warn_unapprovable
 
@@ -93,7 +94,11 @@ class Gate:
         if isinstance(approver, DecidedApprover):
             self._decided, approver = approver, approver.then
         self._approver = ApprovalBroker(approver, run_ctx.cancel) if approver is not None else None
-        self._classifier = run_ctx.classifier
+        classifier = run_ctx.classifier
+        if classifier is not None and run_ctx.model_wrapper is not None:
+            # The classifier's calls are the run's too (law 7): under the same wrapper.
+            classifier = classifier.with_model(model_to_call(run_ctx, classifier.model))
+        self._classifier = classifier
         #: No rules, hooks or outbox: a read-only call needs no more than the lookup.
         self._plain_reads = (
             not self._engine.rules.rules and not run_ctx.hooks and run_ctx.outbox is None
@@ -113,9 +118,8 @@ class Gate:
     def classifier(self) -> AutoClassifier:
         """The run's classifier: the one given, else the run's own model (built once)."""
         if self._classifier is None:
-            self._classifier = AutoClassifier(
-                self._model, budget=self._run_ctx.budget, retry=self._retry
-            )
+            model = model_to_call(self._run_ctx, self._model, self._state.model_spec)
+            self._classifier = AutoClassifier(model, budget=self._run_ctx.budget, retry=self._retry)
         return self._classifier
 
     def _mode(self) -> SafetyMode:

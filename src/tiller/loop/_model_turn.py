@@ -39,6 +39,7 @@ from ..state import StopCause
 from ._call_capture import CallCapture
 from ._compaction import Compaction
 from ._guardrails import run_post, run_pre
+from ._model_wrapper import model_to_call
 from ._response_cap import fit_response_cap
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
@@ -262,8 +263,10 @@ class ModelTurns:
         limit = run.options.max_response_bytes
         recorded: list[StreamEvent] | None = [] if self._capture.on else None
         answer.events = recorded
+        # Inside the retry: a wrapper (the fleet's limits) sees every attempt.
+        model = model_to_call(run.run_ctx, run.agent.model, run.state.model_spec)
         try:
-            async for received in stream_with_retry(run.agent.model, request, run.agent.retry):
+            async for received in stream_with_retry(model, request, run.agent.retry):
                 # Cut before keeping or streaming, so the kept text is what the client saw.
                 event, capped = fit_response_cap(received, limit - accumulator.bytes)
                 if event is None:

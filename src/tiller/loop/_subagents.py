@@ -330,7 +330,9 @@ class Subagents:
     def _model_for(self, kind: SubagentType) -> tuple[Model, str | None]:
         agent = self._parent.agent
         if kind.model is None:
-            return agent.model, agent.model_spec
+            # The parent's model, under the string the run names it by (a fleet job's
+            # model, say), so a model wrapper keys the child's calls as the parent's.
+            return agent.model, self._parent.state.model_spec or agent.model_spec
         if not isinstance(kind.model, str):
             return kind.model, None
         model = self._models.get(kind.model)

@@ -27,6 +27,7 @@ usage is returned on the verdict so the loop can add it to the run's.
 from __future__ import annotations
 
 import asyncio
+import copy
 import re
 import unicodedata
 from contextlib import aclosing
@@ -251,6 +252,14 @@ class AutoClassifier:
         self.timeout = timeout
         self.max_tokens = max_tokens
         self.retry = retry
+
+    def with_model(self, model: Model) -> AutoClassifier:
+        """This classifier vetting with `model` instead (same budget, timeout, token cap and
+        retry policy): how a run puts the classifier's calls under its context's
+        `model_wrapper`, without changing the classifier it was given."""
+        changed = copy.copy(self)
+        changed.model = model
+        return changed
 
     async def vet(self, request: VetRequest) -> VetVerdict:
         """Allow the action, or escalate it with a reason.
