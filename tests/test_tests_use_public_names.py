@@ -90,6 +90,14 @@ ALLOWED_PRIVATE = frozenset(
         "loop/test_stop_cancelled.py -> tiller.loop._lease_keeper",
         "fleet/test_stop_cancelled.py -> tiller.fleet._job_lease",
         "serve/test_fleet_runs_idle.py -> tiller.serve._fleet_runs",
+        # The model wrapper's call-site helper (no wrapper: the model itself, untouched),
+        # and the compaction summary's system prompt, by which a scripted model tells a
+        # summary call from a turn (not API).
+        "loop/test_model_wrapper.py -> tiller.loop._model_wrapper",
+        "loop/test_model_wrapper.py -> tiller.loop._summary",
+        # An eval's purse (its share of the eval budget, named per attempt): a killed
+        # process's share is simulated by reserving one directly (not API).
+        "evals/test_eval_budget.py -> tiller.evals._eval_budget",
         # The cli package exports only its app: unit tests of its parts (line router,
         # terminal approver and questions, views, release check, serve's token rule).
         "cli/test_line_router.py -> tiller.cli._run",
