@@ -215,16 +215,29 @@ class CaseRunner:
         kept: KeptWorkspace,
         capture: str | None,
     ) -> CaseResultRecord:
-        record = _record(
+        record = CaseResultRecord(
             eval_id=self.eval_id,
+            case_id=outcome.case.id,
+            epoch=outcome.epoch,
             run_id=self.run_id(outcome.case, outcome.epoch),
             attempt=attempt,
             status=status,
-            outcome=outcome,
-            ran=ran,
-            scores=scores,
-            kept=kept,
+            case=StoredCase.of(outcome.case),
+            text=outcome.text,
+            output=as_json_data(outcome.output),
+            stop_cause=outcome.stop_cause.value,
+            tool_trace=tuple(StoredToolCall.of(entry) for entry in outcome.tool_trace),
+            messages=tuple(outcome.messages),
+            usage=outcome.usage,
+            cost_usd=outcome.cost_usd,
+            steps=ran.result.steps if ran.result is not None else 0,
+            duration_s=outcome.duration_s,
+            error=outcome.error,
+            scores=scores_of(scores),
             capture=capture,
+            workspace=kept.manifest,
+            diff_ref=kept.diff_ref,
+            workspace_note=kept.note,
         )
         await self.results.put(record)
         return record
@@ -307,42 +320,4 @@ def _outcome(
         duration_s=ran.duration_s,
         error=result.error,
         budget=budget,
-    )
-
-
-def _record(  # noqa: PLR0913 (the parts of one record)
-    *,
-    eval_id: str,
-    run_id: str,
-    attempt: int,
-    status: CaseStatus,
-    outcome: CaseOutcome,
-    ran: _Ran,
-    scores: dict[str, Score],
-    kept: KeptWorkspace,
-    capture: str | None,
-) -> CaseResultRecord:
-    return CaseResultRecord(
-        eval_id=eval_id,
-        case_id=outcome.case.id,
-        epoch=outcome.epoch,
-        run_id=run_id,
-        attempt=attempt,
-        status=status,
-        case=StoredCase.of(outcome.case),
-        text=outcome.text,
-        output=as_json_data(outcome.output),
-        stop_cause=outcome.stop_cause.value,
-        tool_trace=tuple(StoredToolCall.of(entry) for entry in outcome.tool_trace),
-        messages=tuple(outcome.messages),
-        usage=outcome.usage,
-        cost_usd=outcome.cost_usd,
-        steps=ran.result.steps if ran.result is not None else 0,
-        duration_s=outcome.duration_s,
-        error=outcome.error,
-        scores=scores_of(scores),
-        capture=capture,
-        workspace=kept.manifest,
-        diff_ref=kept.diff_ref,
-        workspace_note=kept.note,
     )
