@@ -10,6 +10,7 @@ without running the agent.
 """
 
 from ._case import MAX_CASE_ID, Case, CaseBudget, check_case_id
+from ._compare import CaseChange, CaseComparison, EvalComparison, compare_reports
 from ._dataset import DATASET_SUFFIXES, Dataset
 from ._dataset_error import DatasetError
 from ._eval import MAX_EVAL_ID, Eval, EvalProgress, check_eval_id
@@ -32,8 +33,19 @@ from ._scorer_numeric import NumericMatch
 from ._scorer_trace import ExpectedCall, ToolTraceMatch
 from ._scorer_workspace import WorkspaceCheck
 from ._scorers_text import ExactMatch, Includes, RegexMatch
+from ._spec import DEFAULT_SPEC_ATTRIBUTE, EvalSpec, load_eval_spec
+from ._stored_report import list_evals, load_report
 
 __all__ = [
+    "DEFAULT_SPEC_ATTRIBUTE",
+    "CaseChange",
+    "CaseComparison",
+    "EvalComparison",
+    "EvalSpec",
+    "compare_reports",
+    "list_evals",
+    "load_eval_spec",
+    "load_report",
     "DATASET_SUFFIXES",
     "JUDGE_SYSTEM_PROMPT",
     "EVAL_RESULTS_BUCKET",

@@ -29,6 +29,7 @@ from ._eval import _checked_scorers
 from ._outcome import Scorer, scorer_calls_model
 from ._report import CaseResult, EvalReport
 from ._results import CaseResultRecord, EvalResultStore, scores_of
+from ._stored_report import described_eval
 
 __all__ = ["rescore"]
 
@@ -54,12 +55,7 @@ async def rescore(
             "others, and judge in an eval run (its judge calls are paid from its budget)"
         )
     results = EvalResultStore(bus)
-    described = await results.get_eval(eval_id)
-    if described is None:
-        raise UsageError(
-            f"the store at {bus.url} has no eval {eval_id!r}; give the id of an eval run "
-            "with this store (Eval(..., store=..., eval_id=...))"
-        )
+    described = await described_eval(results, eval_id)
     given = {case.id: case for case in cases} if cases is not None else {}
     token = cancel if cancel is not None else CancellationToken()
     report: list[CaseResult] = []

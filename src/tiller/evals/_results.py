@@ -293,6 +293,18 @@ class EvalResultStore:
             raise MalformedRecord(self.bucket, key, f"it describes eval {record.eval_id!r}")
         return record
 
+    async def evals(self) -> list[EvalRecord]:
+        """Every eval's own record (one per eval, however many cases it has)."""
+        kv = await self._bucket()
+        records = []
+        for key in await kv.keys(""):
+            eval_id, sep, rest = key.partition("/")
+            if sep and rest == "eval":
+                found = await self.get_eval(eval_id)
+                if found is not None:
+                    records.append(found)
+        return records
+
     def _read_case(self, key: str, value: bytes) -> CaseResultRecord:
         record = decode_record(CaseResultRecord, self.bucket, key, value)
         if case_key(record.eval_id, record.case_id, record.epoch) != key:
