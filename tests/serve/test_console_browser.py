@@ -41,6 +41,7 @@ from playwright.sync_api import (  # noqa: E402 (after the skips)
     ConsoleMessage,
     Locator,
     Page,
+    Route,
     expect,
     sync_playwright,
 )
@@ -232,6 +233,32 @@ def test_steering_reaches_a_working_run(page: Page) -> None:
     by(page, "cancel").click()
     expect(by(page, "run-state")).to_have_text("Cancelled")
     expect(by(page, "steer")).to_be_hidden()
+
+
+def test_steering_waits_for_the_server_to_start_the_run(page: Page) -> None:
+    """The steer bar (steer, cancel) shows only once the run's RUN_STARTED came: before,
+    the run id is only the page's, and a steer sent then asked about a run the server
+    did not know yet (a 404 under load, and the steer was lost)."""
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:  # the run's request waits here until released
+        held.append(route)
+
+    page.route("**/agui", hold)
+    with page.expect_request("**/agui"):
+        send(page, LONG_RUN)
+    expect(by(page, "run-state")).to_have_text(re.compile("^Starting"))
+    expect(by(page, "steer")).to_be_hidden()
+    for _ in range(WAIT_MS // 50):  # the route's handler runs while Playwright waits
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    held[0].continue_()
+    expect(by(page, "steer")).to_be_visible()
+    expect(by(page, "run-state")).to_have_text(re.compile("^Working"))
+    by(page, "cancel").click()
+    expect(by(page, "run-state")).to_have_text("Cancelled")
 
 
 def test_cancelling_a_run(page: Page) -> None:

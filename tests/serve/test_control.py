@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,6 +13,7 @@ import orjson
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from tiller.examples.console_agent import make_agent
+from tiller.store import CheckpointStore, ControlStore, open_bus
 
 from .conftest import AUTH, SSE, parse_sse, post_run, run_input, types, wait_for
 
@@ -181,3 +184,34 @@ def test_staged_outbox_items_are_in_the_state(serve: Callable[..., str], tmp_pat
     assert item["tool"] == "write_file"
     assert item["item"]
     assert not (tmp_path / "workspace" / "draft.txt").exists()  # staged, not sent
+
+
+def test_a_run_that_is_starting_takes_steers_and_cancels(
+    serve: Callable[..., str], tmp_path: Path
+) -> None:
+    """A request reserved its run id (here, as another process sharing the store would)
+    but the run has not started: a steer or cancel is stored for its watcher to read when
+    it starts, not refused as an unknown run (the console steered that early under load,
+    got a 404, and the steer was lost)."""
+    url = serve(make_agent())
+    store = f"sqlite:///{tmp_path / 'serve.db'}"
+
+    async def reserve_and_read() -> None:
+        async with await open_bus(store) as bus:
+            assert await CheckpointStore(bus).reserve("starting")
+
+    asyncio.run(reserve_and_read())
+    with httpx.Client(timeout=30) as client:
+        steer = client.post(f"{url}/runs/starting/steer", json={"text": "early"}, headers=AUTH)
+        assert steer.status_code == 202, steer.text
+        assert client.post(f"{url}/runs/starting/cancel", json={}, headers=AUTH).status_code == 202
+        unknown = client.post(f"{url}/runs/never/steer", json={"text": "x"}, headers=AUTH)
+        assert unknown.status_code == 404
+
+    async def stored() -> tuple[list[str], bool]:
+        async with await open_bus(store) as bus:
+            control = ControlStore(bus)
+            texts = [text for _, text in await control.steers("starting")]
+            return texts, await control.cancel_requested("starting") is not None
+
+    assert asyncio.run(stored()) == (["early"], True)

@@ -209,13 +209,18 @@ class RunRoutes:
 
     async def _refuse_control(self, run_id: str) -> Response | None:
         """404 for an unknown run, 409 for one that takes no more requests; None while
-        it runs."""
+        it runs or is starting."""
         runner = self._runner()
         live = runner.live.get(run_id)
         if live is not None:
             return error(409, f"run {run_id!r} has ended") if live.done else None
         checkpoint = await _load(runner, run_id)
         if checkpoint is None:
+            if await runner.checkpoints.is_reserved(run_id):
+                # Accepted but not started yet (here or in another process sharing the
+                # store): the request is stored, and the run's control watcher reads it
+                # when the run starts. A client may steer as soon as it has sent the run.
+                return None
             return error(404, f"no run {run_id!r} in this server's store")
         status = checkpoint.status
         if status == "continued":

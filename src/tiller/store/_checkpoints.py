@@ -347,6 +347,12 @@ class CheckpointStore:
             return False
         return True
 
+    async def is_reserved(self, run_id: str) -> bool:
+        """Whether a request reserved `run_id` (`reserve`): its run is starting, or has
+        started (then it has a checkpoint too)."""
+        kv = await self._bucket()
+        return await kv.get(f"{run_id}/reserved") is not None
+
     async def hold_thread(self, thread_id: str, owner: str, ttl: float) -> Lease | None:
         """The thread's lease, for one run at a time on a thread (None: another holds it).
         Renew it while the run lasts; it lapses on its own if the process dies."""

@@ -160,7 +160,10 @@ function draw() {
   conversation.render(thread);
   interrupts.render(thread);
 
-  ui.steerBar.hidden = !(working && thread.runId);
+  // Only once the server has started the run (its RUN_STARTED came): before that, the
+  // run id is only this page's, and a steer or cancel would ask about a run the server
+  // may not know yet.
+  ui.steerBar.hidden = !(thread.status === "running" && thread.runId);
   const blocked = thread.status === "interrupted" && !thread.resumed;
   ui.send.disabled = working || blocked;
   ui.composerHint.textContent = working
