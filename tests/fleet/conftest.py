@@ -148,10 +148,15 @@ def recall_here(ctx: ExecContext) -> str:
 
 
 def keeper():
-    """Writes mine.txt, notes step 2 (a gate a test can hold), then reads mine.txt back."""
+    """Writes mine.txt, notes step 2 (a gate a test can hold), then reads mine.txt back.
+    With FLEET_SLOW_TURN=2 (and the slow mark), its second model turn sleeps: a worker
+    killed there has written mine.txt and journaled the write as completed."""
 
     def answer(messages, info):
         made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
+        slow = os.environ.get("FLEET_SLOW_TURN")
+        if slow and int(slow) == made + 1 and Path(os.environ["FLEET_SLOW_MARK"]).exists():
+            time.sleep(60)
         if made == 0:
             return {"tool_calls": [{"name": "scribble", "arguments": {"text": messages[0].text}}]}
         if made == 1:

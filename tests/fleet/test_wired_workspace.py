@@ -14,6 +14,7 @@ from tiller.fleet import (
     WORKSPACES_BUCKET,
     FixtureNotFound,
     Fleet,
+    LocalWorkspaces,
     RunJob,
     SharedWorkspace,
     SnapshotWorkspace,
@@ -166,3 +167,30 @@ async def test_a_suspended_snapshot_run_is_continued_on_its_own_files(
         diff = await handle.diff()
     assert (record.status, record.text) == ("completed", "recalled: mine")
     assert diff is not None and diff.added == ("mine.txt", "out.txt")
+
+
+async def test_a_runs_kept_copy_is_written_only_when_it_changed_and_dropped_at_its_end(
+    tmp_path: Path,
+) -> None:
+    """Keeping after every call must cost little: a copy unchanged since it was
+    materialized or last kept writes nothing, and a changed one is read incrementally."""
+    async with MemoryBus() as bus:
+        spec = await snapshot_workspace(bus, fixture_dir(tmp_path))
+        job = RunJob(run_id="r1", agent="m:a", prompt="p", workspace=spec)
+        workspaces = LocalWorkspaces(bus, root=tmp_path / "runs")
+        kv = await bus.kv(WORKSPACES_BUCKET)
+        async with workspaces.open(job) as path:
+            await workspaces.keep(job, path)
+            assert await kv.get("run/r1") is None  # as materialized: nothing to keep
+            (path / "mine.txt").write_text("written")
+            await workspaces.keep(job, path)
+            first = await kv.get("run/r1")
+            assert first is not None
+            await workspaces.keep(job, path)  # unchanged since: no new write
+            again = await kv.get("run/r1")
+            assert again is not None and again.revision == first.revision
+        # A later worker materializes the kept copy.
+        async with workspaces.open(job) as path:
+            assert (path / "mine.txt").read_text() == "written"
+        await workspaces.forget(job)
+        assert await kv.get("run/r1") is None

@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-from tiller.fleet import WORKER_LOST, Fleet
+from tiller.fleet import WORKER_LOST, WORKSPACES_BUCKET, Fleet
 from tiller.store import Bus, CheckpointStore, open_bus
 from tiller.testing import assert_valid_stream
 
@@ -134,6 +134,48 @@ async def test_a_killed_worker_is_recovered_from_the_checkpoint(
     lost = [e for e in events if e.get("code") == WORKER_LOST]
     assert len(lost) == 1 and kinds.index("RUN_ERROR") < kinds.index("RUN_STARTED", 1)
     assert_valid_stream(events)
+
+
+async def test_a_killed_workers_snapshot_run_keeps_the_files_of_its_completed_calls(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """The run wrote mine.txt in its private copy and the write was journaled completed;
+    its worker is killed in the next model call. The recovering worker does not run the
+    write again (law 5), so its copy must have it: the files were kept before the
+    completion was recorded. (Before: recovered on a fresh copy of the fixture, the run
+    read "missing".) Once the run ended, its kept copy is dropped."""
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    (tmp_path / "slow").touch()
+    fixture = tmp_path / "fixture"
+    fixture.mkdir()
+    (fixture / "notes.txt").write_text("start\n")
+    async with await open_bus(url) as bus:
+        fleet = Fleet(bus)
+        handle = await fleet.submit(
+            ref(agents, "keeper"), "kept", workspace=fixture, snapshot=True, run_id="kept"
+        )
+        first = start_worker(url, agents, tmp_path, "first", FLEET_SLOW_TURN="2")
+        try:
+            await until(lambda: _completed(bus, "kept", "kept-call-1"), within=60)
+            first.send_signal(signal.SIGKILL)  # in step 2's model call
+        finally:
+            first.kill()
+            code, _, _ = await exited(first)
+        assert code == -signal.SIGKILL
+        (tmp_path / "slow").unlink()
+        second = start_worker(url, agents, tmp_path, "second")
+        try:
+            record = await handle.result(60)
+            diff = await handle.diff()
+        finally:
+            second.send_signal(signal.SIGTERM)
+            await exited(second)
+        kept = await (await bus.kv(WORKSPACES_BUCKET)).get("run/kept")
+    assert (record.status, record.worker) == ("completed", "second")
+    assert record.text == "recalled: kept"
+    assert diff is not None and diff.added == ("mine.txt",)  # against the fixture
+    assert kept is None
+    assert (fixture / "notes.txt").read_text() == "start\n"
 
 
 async def _completed(bus: Bus, run_id: str, call_id: str) -> bool:

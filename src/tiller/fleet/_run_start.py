@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
@@ -62,15 +62,24 @@ class RunStarter:
         boundary: StepBoundary,
         *,
         reserved: Budget | None,
+        before_call_recorded: Callable[[str], Awaitable[None]] | None = None,
     ) -> RunResult:
         """The run itself: fresh, recovered from its checkpoint, or continued. A run of
         a budgeted batch starts with its reservation (`reserved`) as its budget; a
-        continued one has it from its checkpoint, with what it spent so far."""
+        continued one has it from its checkpoint, with what it spent so far.
+        `before_call_recorded`: see `RunOptions` (the worker keeps the run's files)."""
         on_event: Callable[[Event], None] = boundary
         if how == "fresh":
-            return await self._fresh(run_job, workspace, configure, on_event, reserved)
+            return await self._fresh(
+                run_job,
+                workspace,
+                configure,
+                on_event,
+                reserved,
+                before_call_recorded=before_call_recorded,
+            )
         state = (await self.checkpoints.load(run_job.run_id)).state
-        options = self._options(state)
+        options = self._options(state, before_call_recorded)
 
         if how == "recover":
             return await recover_run(
@@ -104,9 +113,14 @@ class RunStarter:
         latest = await self.checkpoints.for_thread(thread_id)
         return latest.state.taint if latest is not None else Taint.NONE.value
 
-    def _options(self, state: RunState) -> RunOptions:
+    def _options(
+        self, state: RunState, before_call_recorded: Callable[[str], Awaitable[None]] | None
+    ) -> RunOptions:
+        base = RunOptions(
+            checkpoint_bucket=DEFAULT_BUCKET, before_call_recorded=before_call_recorded
+        )
         return dataclasses.replace(
-            options_from(state, RunOptions(checkpoint_bucket=DEFAULT_BUCKET)),
+            options_from(state, base),
             lease_ttl=self.lease,
             event_log_batch=self.event_log_batch,
         )
@@ -118,6 +132,8 @@ class RunStarter:
         configure: Configure,
         on_event: Callable[[Event], None],
         reserved: Budget | None,
+        *,
+        before_call_recorded: Callable[[str], Awaitable[None]] | None,
     ) -> RunResult:
         ref = self.agent or run_job.agent
         if ref is None:
@@ -130,6 +146,7 @@ class RunStarter:
             checkpoint_bucket=DEFAULT_BUCKET,
             lease_ttl=self.lease,
             event_log_batch=self.event_log_batch,
+            before_call_recorded=before_call_recorded,
         )
         state = RunState(
             run_id=run_job.run_id,

@@ -64,7 +64,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Literal
@@ -582,7 +582,13 @@ class Worker:
 
                 reserved = share.budget if share is not None else None
                 result = await self._starter.start(
-                    run_job, how, workspace, configured, boundary, reserved=reserved
+                    run_job,
+                    how,
+                    workspace,
+                    configured,
+                    boundary,
+                    reserved=reserved,
+                    before_call_recorded=self._files_keeper(keeper, run_job, workspace),
                 )
                 drained = boundary.drained and result.stop_cause is StopCause.CANCELLED
                 diff_ref = await self._files_after(run_job, workspace, result, drained=drained)
@@ -690,7 +696,35 @@ class Worker:
         was drained (it has no result yet)."""
         if drained or result.stop_cause is StopCause.SUSPENDED:
             await self._keep(run_job, workspace)
-        return None if drained else await self._diff(run_job, workspace)
+        if drained:
+            return None
+        diff_ref = await self._diff(run_job, workspace)
+        if result.stop_cause is not StopCause.SUSPENDED and not result.store_failed:
+            with contextlib.suppress(StoreError):  # a stale kept copy is only unused
+                await self.workspaces.forget(run_job)
+        return diff_ref
+
+    def _files_keeper(
+        self, keeper: JobLeaseKeeper, run_job: RunJob, workspace: Path
+    ) -> Callable[[str], Awaitable[None]]:
+        """What the run awaits after each call, before its completion is journaled: its
+        files kept for whoever recovers it (see `LocalWorkspaces`)."""
+
+        async def keep_files(call_id: str) -> None:
+            if keeper.lost is not None:
+                # This delivery lost the job: another worker may already work from the
+                # kept copy, which this one must not overwrite. (The run's own fence
+                # refuses the completion too, once the run was taken over.)
+                _logger.warning(
+                    "worker %s: run %s: files after %s not kept: the job was lost",
+                    self.name,
+                    run_job.run_id,
+                    call_id,
+                )
+                return
+            await self._keep(run_job, workspace)
+
+        return keep_files
 
     async def _keep(self, run_job: RunJob, workspace: Path) -> None:
         """Keep an unfinished run's files for the worker that continues it; one that

@@ -91,6 +91,7 @@ __all__ = [
     "WorkspaceSpec",
     "materialize",
     "snapshot_workspace",
+    "workspace_recorder",
 ]
 
 #: Snapshot manifests (`manifest/<sha256>`) and run diffs (`diff/<sha256>`).
@@ -277,20 +278,33 @@ def _fixture_root(directory: str | os.PathLike[str]) -> Path:
     return root
 
 
-async def snapshot_workspace(bus: Bus, directory: str | os.PathLike[str]) -> SnapshotWorkspace:
+def workspace_recorder(bus: Bus) -> WorkspaceRecorder:
+    """A recorder storing file contents in `bus`'s blobs. Give the same one to successive
+    `snapshot_workspace` calls of one directory: a file unchanged since the last snapshot
+    (same inode, size and times) is not read again."""
+    blobs: list[KeyValue] = []
+
+    async def store(data: bytes) -> str:
+        if not blobs:
+            blobs.append(await bus.kv(FILE_BLOBS_BUCKET))
+        return await _store_blob(blobs[0], data)
+
+    return WorkspaceRecorder(store)
+
+
+async def snapshot_workspace(
+    bus: Bus, directory: str | os.PathLike[str], *, recorder: WorkspaceRecorder | None = None
+) -> SnapshotWorkspace:
     """Store the fixture `directory` in `bus` and return the spec a run job names.
 
     Every file is stored once by content; a fixture past a snapshot's caps (one file over
     tiller's `MAX_SAVED_FILE_BYTES`, more than `MAX_SNAPSHOT_READ_BYTES` in all, or the
     walk's entry and depth caps) raises `FixtureTooLarge` rather than storing part of it:
-    a run must never start on a fixture with files silently missing."""
+    a run must never start on a fixture with files silently missing. `recorder`: one from
+    `workspace_recorder(bus)` that snapshotted this directory before (incremental)."""
     root = await asyncio.to_thread(_fixture_root, directory)
-    blobs = await bus.kv(FILE_BLOBS_BUCKET)
-
-    async def store(data: bytes) -> str:
-        return await _store_blob(blobs, data)
-
-    recorded = await WorkspaceRecorder(store).record(root, int(bus.clock() * 1e9))
+    recorder = recorder if recorder is not None else workspace_recorder(bus)
+    recorded = await recorder.record(root, int(bus.clock() * 1e9))
     if not recorded.complete:
         raise FixtureTooLarge(
             f"the fixture {str(root)!r} cannot be snapshotted whole: {recorded.note}. Remove "

@@ -10,13 +10,17 @@
   writes, and removed when the run ends here. What the run changed is stored
   (`workspace_diff`) and the result record names it (`diff_ref`).
 
-A snapshot run that stops here unfinished (suspended for a person, or handed back by a
-drain) has its copy snapshotted in turn (`keep`), and the worker that continues it
-materializes that instead of the fixture, so the run finds the files it wrote (the kept
-copy's manifest hash is under `run/<run_id>` in `tiller-workspaces`); its final diff is
-still against the fixture. A worker killed mid-run keeps nothing: the run is
-recovered on the last kept copy (or the fixture), while its checkpoint says more was
-done. Treat a snapshot workspace as scratch that a crash can lose.
+A snapshot run's copy is snapshotted in turn (`keep`) after each tool call it runs,
+before the call's completion is journaled (`RunOptions.before_call_recorded`), and when
+it stops here unfinished (suspended for a person, or handed back by a drain). The worker
+that continues or recovers it materializes that kept copy instead of the fixture, so the
+run finds the files it wrote (the kept copy's manifest hash is under `run/<run_id>` in
+`tiller-workspaces`; its final diff is still against the fixture). So a worker killed
+mid-run loses no completed call's writes: a call the journal says completed had its
+files kept first, and one killed before it was journaled is uncertain and waits for a
+person (law 5), who sees the files it left. Keeping is incremental (a file unchanged
+since the last keep is not read again) and writes nothing when nothing changed. When the
+run ends for good, its kept copy is dropped (`forget`).
 
 A provider for other kinds is passed as `Worker(workspaces=...)`.
 """
@@ -29,13 +33,14 @@ import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import pydantic
 
 from ..errors import UsageError
-from ..store import Bus
+from ..store import Bus, WorkspaceRecorder
 from ._job import NoWorkspace, RunJob, SharedWorkspace, SnapshotWorkspace
 from ._workspace import (
     WORKSPACES_BUCKET,
@@ -43,6 +48,7 @@ from ._workspace import (
     WorkspacePathMissing,
     materialize,
     snapshot_workspace,
+    workspace_recorder,
 )
 from ._workspace_diff import workspace_diff
 
@@ -64,8 +70,13 @@ class WorkspaceProvider(Protocol):
         ...
 
     async def keep(self, job: RunJob, path: Path) -> None:
-        """The run stops here unfinished (suspended, or drained): keep its files in
-        `path` for the worker that continues it, if this kind needs that."""
+        """Keep the run's files in `path` for a worker that continues or recovers it, if
+        this kind needs that: after each call it runs, and when it stops here unfinished
+        (suspended, or drained)."""
+        ...
+
+    async def forget(self, job: RunJob) -> None:
+        """The run ended for good (not suspended, not drained): drop what `keep` kept."""
         ...
 
 
@@ -78,6 +89,10 @@ class LocalWorkspaces:
     def __init__(self, bus: Bus | None = None, *, root: Path | None = None) -> None:
         self.bus = bus
         self.root = root
+        #: Per open snapshot run: its recorder (so a keep reads only changed files), the
+        #: manifest kept last (so an unchanged copy writes nothing), and a lock (a run's
+        #: parallel calls keep one at a time).
+        self._open: dict[str, _Kept] = {}
 
     @contextlib.asynccontextmanager
     async def open(self, job: RunJob) -> AsyncIterator[Path]:
@@ -97,7 +112,11 @@ class LocalWorkspaces:
             if kept is not None:  # the run's own files, as it left them unfinished
                 spec = _kept_spec(job.run_id, kept.value)
             async with materialize(bus, spec, job.run_id, root=self.root) as path:
-                yield path
+                self._open[job.run_id] = _Kept(workspace_recorder(bus), spec.manifest)
+                try:
+                    yield path
+                finally:
+                    self._open.pop(job.run_id, None)
             return
         if not isinstance(spec, NoWorkspace):
             raise UsageError(
@@ -120,8 +139,23 @@ class LocalWorkspaces:
         if not isinstance(job.workspace, SnapshotWorkspace):
             return
         bus = self._bus(job)
-        copy = await snapshot_workspace(bus, path)
-        await (await bus.kv(WORKSPACES_BUCKET)).put(_kept_key(job.run_id), copy.manifest.encode())
+        kept = self._open.get(job.run_id)
+        if kept is None:  # not opened here (a caller's own use): a full snapshot
+            kept = _Kept(workspace_recorder(bus), None)
+        async with kept.lock:
+            copy = await snapshot_workspace(bus, path, recorder=kept.recorder)
+            if copy.manifest == kept.manifest:
+                return  # nothing changed since the copy was materialized or last kept
+            await (await bus.kv(WORKSPACES_BUCKET)).put(
+                _kept_key(job.run_id), copy.manifest.encode()
+            )
+            kept.manifest = copy.manifest
+
+    async def forget(self, job: RunJob) -> None:
+        if not isinstance(job.workspace, SnapshotWorkspace):
+            return
+        # The manifest and its blobs stay: content-addressed, other runs may share them.
+        await (await self._bus(job).kv(WORKSPACES_BUCKET)).delete(_kept_key(job.run_id))
 
     def _bus(self, job: RunJob) -> Bus:
         if self.bus is None:
@@ -130,6 +164,14 @@ class LocalWorkspaces:
                 "into: give the worker LocalWorkspaces(bus)"
             )
         return self.bus
+
+
+@dataclass(slots=True)
+class _Kept:
+    recorder: WorkspaceRecorder
+    #: The manifest of the copy as it was last materialized or kept (None: unknown).
+    manifest: str | None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def _kept_spec(run_id: str, value: bytes) -> SnapshotWorkspace:

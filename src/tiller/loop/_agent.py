@@ -472,7 +472,7 @@ class _LoopRun:
                 # Taken over as it finished (its last checkpoint was refused): the run
                 # did not complete here, its new holder goes on with it.
                 state.stop_cause = StopCause.ERROR
-                state.error = f"{type(exc).__name__}: {exc}"
+                state.error = _failure_text(exc)
             raise
         finally:
             state.agent_state = _dump_state(ctx.state)
@@ -546,6 +546,14 @@ class _LoopRun:
             pause_reason=loop.suspension.reason if loop is not None else None,
             store_failed=self.store_failed,
         )
+
+
+def _failure_text(exc: BaseException) -> str:
+    """What went wrong, said by the errors themselves: a task group's wrapper ("unhandled
+    errors in a TaskGroup") says nothing a person can act on, so its leaves are named."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_failure_text(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _store_failure(exc: BaseException) -> bool:

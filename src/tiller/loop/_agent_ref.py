@@ -278,8 +278,8 @@ def run_context_from(
 
 def options_from(state: RunState, base: RunOptions | None = None) -> RunOptions:
     """The run's `RunOptions` rebuilt from `state.policy` over `base` (its guardrails,
-    capture sink and checkpoint bucket are kept: they are not data). Without stored
-    options, `base` as it is."""
+    capture sink, checkpoint bucket and `before_call_recorded` are kept: they are not
+    data). Without stored options, `base` as it is."""
     base = base if base is not None else RunOptions()
     stored = (state.policy or {}).get("options")
     if stored is None:
@@ -302,6 +302,7 @@ def options_from(state: RunState, base: RunOptions | None = None) -> RunOptions:
         capture_sink=base.capture_sink,
         checkpoint_bucket=base.checkpoint_bucket,
         review_policy=review,
+        before_call_recorded=base.before_call_recorded,
     )
 
 

@@ -448,6 +448,9 @@ class Dispatcher:
         record.malformed_arguments = execution.malformed_arguments
         batch.executed[call.id] = execution
         if self._durability is not None:
+            keep = run.options.before_call_recorded
+            if keep is not None:
+                await keep(call.id)  # every tool: a declared capability is not a file diff
             result = execution.result
             # Bounded: an MCP or custom tool may return any size; the store keeps what the
             # transcript could show at most.

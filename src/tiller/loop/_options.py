@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,12 @@ class RunOptions:
     #: only inside a suspended result). The CLI and the server use `tiller-run-checkpoints`.
     checkpoint_bucket: str | None = None
     review_policy: ReviewPolicy = field(default_factory=NeverReview)
+    #: A durable run awaits it with the call's id after a tool call ran and before its
+    #: completion is recorded, so the journal never says a call completed before what it
+    #: did is kept: a fleet worker keeps a snapshot run's files here (a killed worker then
+    #: loses no completed call's writes). If it raises, the completion is not recorded
+    #: and the run ends in that error (the call stays uncertain, law 5).
+    before_call_recorded: Callable[[str], Awaitable[None]] | None = None
     #: Durable mode: how long the run's lease lasts between renewals (seconds). A crashed
     #: process's run can be recovered without `--force` once this has passed.
     lease_ttl: float = 30.0
