@@ -111,6 +111,8 @@ async def test_a_rescore_scores_the_stored_outcomes_and_calls_no_model(bus: Bus)
 
         async def score(self, outcome: CaseOutcome) -> Score:
             assert outcome.stop_cause is StopCause.COMPLETED
+            # The stored outcome names its run, as it did when first scored.
+            assert outcome.run_id == f"ev1:{outcome.case.id}:e{outcome.epoch}"
             return Score.of(len(outcome.text) < 10, f"{len(outcome.text)} characters")
 
     report = await rescore(bus, "ev1", [ShortAnswer()])

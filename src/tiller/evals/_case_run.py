@@ -166,7 +166,7 @@ class CaseRunner:
                     else (f"case {case.id!r}: its fixture could not be copied: {exc}")
                 )
                 ran = _Ran(None, error, time.monotonic() - started)
-                outcome = _outcome(case, epoch, ran, None, budget)
+                outcome = _outcome(case, epoch, ran, None, budget, run_id=run_id)
                 return await self._write(
                     attempt=attempt,
                     status="scored",
@@ -179,7 +179,7 @@ class CaseRunner:
             if self.cancel.is_cancelled:
                 return None
             ran = await self._run_agent(case, run_id, workspace, budget)
-            outcome = _outcome(case, epoch, ran, workspace, budget)
+            outcome = _outcome(case, epoch, ran, workspace, budget, run_id=run_id)
             # Kept before scoring: a scorer's command may write there (a test run's
             # caches), and a rescore and the diff must see what the agent left.
             kept = await self.workspaces.keep(case, workspace)
@@ -290,7 +290,7 @@ class CaseRunner:
 
 
 def _outcome(
-    case: Case, epoch: int, ran: _Ran, workspace: Path | None, budget: Budget
+    case: Case, epoch: int, ran: _Ran, workspace: Path | None, budget: Budget, *, run_id: str
 ) -> CaseOutcome:
     """What the scorers see; `budget` is the run's ledger, which a scorer that spends (the
     judge) pays from before the run's share is settled."""
@@ -305,6 +305,7 @@ def _outcome(
             duration_s=ran.duration_s,
             error=ran.error,
             budget=budget,
+            run_id=run_id,
         )
     return CaseOutcome(
         case=case,
@@ -320,4 +321,5 @@ def _outcome(
         duration_s=ran.duration_s,
         error=result.error,
         budget=budget,
+        run_id=run_id,
     )

@@ -221,6 +221,7 @@ class CaseResultRecord(Record):
             cost_usd=self.cost_usd,
             duration_s=self.duration_s,
             error=self.error,
+            run_id=self.run_id,
         )
 
     def score_values(self) -> dict[str, Score]:
