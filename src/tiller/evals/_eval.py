@@ -86,7 +86,8 @@ class EvalProgress:
     """Where a running eval is, after each case run ends (`on_progress`). `done` counts
     the runs with a result, `skipped` of them were scored by an earlier run of the eval
     (resumed); `passed` of the scored runs passed every scorer; `cost_usd` is what the
-    runs with a result spent; `last` is the result that just came in."""
+    runs with a result spent, their scoring (an LLM judge) included; `last` is the result
+    that just came in."""
 
     total: int
     done: int
@@ -332,7 +333,7 @@ class _Progress:
             failed=sum(1 for r in results if r.status == "scored" and not r.passed),
             not_run=sum(1 for r in results if r.status == "not_run"),
             cancelled=sum(1 for r in results if r.status == "cancelled"),
-            cost_usd=sum(r.outcome.cost_usd for r in results),
+            cost_usd=sum(r.cost_usd for r in results),
             elapsed_s=time.monotonic() - self.started,
             last=result,
         )
