@@ -11,9 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from tiller.cancel import CancellationToken
 from tiller.errors import UsageError
-from tiller.evals import Case, CaseOutcome, Dataset, DatasetError, ExactMatch, Includes, Score
-from tiller.loop import Agent
+from tiller.evals import (
+    Case,
+    CaseOutcome,
+    Dataset,
+    DatasetError,
+    Eval,
+    ExactMatch,
+    Includes,
+    Score,
+)
+from tiller.loop import Agent, Budget
 from tiller.model import ScriptedModel
 from tiller.model.scripted import TurnInfo
 from tiller.testing import assert_case_passed, eval_cases, run_case
@@ -83,6 +93,34 @@ async def test_a_run_that_ended_in_error_says_so() -> None:
     message = str(failed.value)
     assert "the run ended in error (error):" in message
     assert "RuntimeError: no agent today" in message
+
+
+async def test_an_eval_s_runs_that_were_not_run_or_were_cancelled_say_so() -> None:
+    """`assert_case_passed` takes any case run's result, an `Eval` report's too."""
+    token = CancellationToken()
+
+    def turn(messages: Messages, info: TurnInfo) -> str:
+        if messages[0].text == "stop":
+            token.cancel()
+        return "2"
+
+    cases = [Case("two", "1+1?", expected="2"), Case("stops", "stop"), Case("late", "q")]
+    report = await Eval(
+        lambda: Agent(ScriptedModel(turn)), cases, [ExactMatch()], concurrency=1, cancel=token
+    ).run()
+    assert_case_passed(report.for_case("two")[0])
+    with pytest.raises(AssertionError, match="case 'stops' was cancelled before it was scored"):
+        assert_case_passed(report.for_case("stops")[0])
+
+    spent = await Eval(
+        lambda: Agent(ScriptedModel(turn)),
+        cases[:1] + cases[2:],
+        [ExactMatch()],
+        budget=Budget(max_steps=1),
+        concurrency=1,
+    ).run()
+    with pytest.raises(AssertionError, match=r"case 'late' was not run: .*budget"):
+        assert_case_passed(spent.for_case("late")[0])
 
 
 def test_eval_cases_refuses_what_is_not_cases() -> None:
