@@ -309,8 +309,9 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "One run of an eval case in one epoch (issue 17): status (`scored`, "
                 "`cancelled`, `not_run`), the case as data, the outcome (text, output, stop "
                 "cause, tool trace, transcript, usage, cost, steps, duration, error), the scores "
-                "by scorer, and references to the run's capture, its workspace as the run left "
-                "it (a snapshot manifest) and its diff. " + _WRITTEN_BY,
+                "by scorer, what scoring spent (`scoring_usage`, `scoring_cost_usd`: an LLM "
+                "judge's calls), and references to the run's capture, its workspace as the run "
+                "left it (a snapshot manifest) and its diff. " + _WRITTEN_BY,
             ),
         ),
         _kind(

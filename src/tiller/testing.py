@@ -9,6 +9,12 @@
   `Capture` or a `.json` / `.jsonl` file) through `ReplayModel`, raising `Divergence` if the
   agent no longer does what was recorded. Both check the stream by default.
 - `Sequencer` forces an order on what concurrent tasks do, so a race is a test, not luck.
+- `eval_cases(dataset)` makes an eval a pytest test: one test per case (`@eval_cases(
+  "cases.yaml") async def test_agent(case): ...`); in it, `run_case(agent, case, scorers)`
+  runs and scores that one case as the eval runner does, and `assert_case_passed(result)`
+  fails with the explanations of the scorers that failed it.
+
+Nothing here imports pytest, or `tiller.evals`, until it is used.
 
 The pytest plugin (`tiller.pytest_plugin`, registered as the `tiller` pytest11 entry point)
 wraps these as fixtures and adds record mode (`--tiller-record`).
@@ -19,29 +25,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Callable, Iterable
+import inspect
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import orjson
 
 from .capture import Capture
 from .errors import UsageError
 from .events import Event, encode_json
-from .loop import Agent, RunResult
+from .loop import Agent, RunOptions, RunResult
 from .model import Model, ModelRequest, ScriptedModel, StreamEvent
 from .model.replay import Divergence, ReplayModel
+from .state import StopCause
 
 if TYPE_CHECKING:
+    from .evals import Case, CaseResult, Dataset, Scorer
+    from .loop import Budget
     from .model.scripted import TurnFunction, TurnLike
+    from .policy import Approver
 
 __all__ = [
     "AgentOrFactory",
     "Sequencer",
+    "assert_case_passed",
     "assert_valid_events",
     "assert_valid_stream",
+    "eval_cases",
     "load_capture_file",
     "run_capture",
+    "run_case",
     "run_scripted",
     "wire_events",
 ]
@@ -255,3 +270,163 @@ class Sequencer:
             yield
         finally:
             self._point(position).set()
+
+
+# ── evals as pytest tests ────────────────────────────────────────────────────────────
+
+_Test = TypeVar("_Test", bound=Callable[..., Any])
+
+#: The eval id `run_case` runs under: its run ids are `test:{case_id}:e0`.
+_CASE_EVAL_ID = "test"
+#: How many of a scorer's traceback lines a failure message shows.
+_TRACEBACK_LINES = 8
+#: How much of the agent's answer a failure message quotes.
+_ANSWER_CHARS = 500
+
+
+def eval_cases(
+    cases: Dataset | Iterable[Case] | str | os.PathLike[str],
+    *,
+    argname: str = "case",
+    tags_as_marks: bool = True,
+    input_type: Any = None,
+    expected_type: Any = None,
+) -> Callable[[_Test], _Test]:
+    """Parametrize a pytest test by an eval's cases: one test per case, its id the case's
+    id (`test_agent[refund-late]`, so `-k` picks cases), the `Case` given as `argname`.
+
+    ```python
+    @eval_cases("cases.yaml")
+    async def test_agent(case: Case) -> None:
+        assert_case_passed(await run_case(make_agent, case, [ExactMatch()]))
+    ```
+
+    `cases` is a `tiller.evals.Dataset`, an iterable of `Case`s (their ids unique), or the
+    path of a dataset file (`Dataset.load`, with `input_type`/`expected_type`); a relative
+    path is relative to the test module's directory, not to wherever pytest was started.
+    The file is read when the module is collected: a malformed row fails the collection
+    with its file and line. With `tags_as_marks` (the default) each of a case's tags is a
+    pytest mark of that name, so `-m smoke` selects the cases tagged `smoke`; register the
+    tags as markers (the `markers` ini option) as for any mark, or pytest warns.
+    """
+    from .evals import Case, Dataset
+
+    if isinstance(cases, Case):
+        raise UsageError(
+            "eval_cases takes a dataset, cases or a dataset file: wrap one case in [...]"
+        )
+    if not isinstance(argname, str) or not argname.isidentifier():
+        raise UsageError(f"eval_cases(argname=) names the test's parameter, not {argname!r}")
+    path = Path(cases) if isinstance(cases, str | os.PathLike) else None
+    given: Dataset | None = None
+    if path is None:
+        if input_type is not None or expected_type is not None:
+            raise UsageError(
+                "eval_cases(input_type=, expected_type=) type the rows of a dataset file; "
+                "give typed cases directly, or use Dataset.from_cases(..., input_type=...)"
+            )
+        given = cases if isinstance(cases, Dataset) else Dataset(cases)  # type: ignore[arg-type]
+        if not given.cases:
+            raise UsageError("eval_cases was given no cases: a test of nothing passes vacuously")
+
+    def parametrize(test: _Test) -> _Test:
+        import pytest  # here: importing tiller.testing does not need pytest
+
+        dataset = given
+        if dataset is None:
+            assert path is not None
+            where = path if path.is_absolute() else Path(inspect.getfile(test)).parent / path
+            dataset = Dataset.load(where, input_type=input_type, expected_type=expected_type)
+        params = [
+            pytest.param(
+                case,
+                id=case.id,
+                marks=[getattr(pytest.mark, tag) for tag in case.tags] if tags_as_marks else (),
+            )
+            for case in dataset
+        ]
+        return pytest.mark.parametrize(argname, params)(test)  # type: ignore[no-any-return]
+
+    return parametrize
+
+
+async def run_case(
+    agent: Agent | Callable[[], Agent] | str,
+    case: Case,
+    scorers: Sequence[Scorer],
+    *,
+    budget: Budget | None = None,
+    approver: Approver | Callable[[Case], Approver | None] | None = None,
+    options: RunOptions | None = None,
+    workspace_root: str | os.PathLike[str] | None = None,
+) -> CaseResult:
+    """Run `case` once as an eval runs it, and score it: its `CaseResult`.
+
+    It is `tiller.evals.Eval` with this one case, one epoch and an in-memory store that
+    lives as long as the call, so the case runs as it does in an eval: jailed to a
+    private copy of its fixture, within its own budget (and `budget`, the eval's), with
+    `approver` (by default none: calls that need approval are blocked), its run id
+    `test:{case_id}:e0`. `agent` is what `Eval` takes: an `Agent` (offline: on a
+    `ScriptedModel` or a `tiller.model.replay.ReplayModel`), a function returning one (a
+    fresh agent, and model, per run), or a reference `"module:attr"`. Scorers see the
+    workspace the agent left; it is removed afterwards, and nothing is kept.
+    """
+    from .evals import Case, Eval
+
+    if not isinstance(case, Case):
+        raise UsageError(f"run_case runs one tiller.evals.Case, not a {type(case).__name__}")
+    if isinstance(scorers, str) or not isinstance(scorers, Sequence) or not scorers:
+        raise UsageError(
+            "run_case needs a list of scorers (at least one): a case with no score "
+            "neither passes nor fails"
+        )
+    report = await Eval(
+        agent,
+        [case],
+        scorers,
+        concurrency=1,
+        budget=budget,
+        eval_id=_CASE_EVAL_ID,
+        approver=approver,
+        options=options,
+        keep_workspaces=False,
+        workspace_root=workspace_root,
+    ).run()
+    (result,) = report.results  # one case, one epoch, no cancel: it has its result
+    return result
+
+
+def assert_case_passed(result: CaseResult) -> None:
+    """Fail (`AssertionError`) unless every scorer passed `result`'s run, saying why: each
+    failing scorer's value and explanation (an error score's traceback, cut), how the run
+    ended if not as it should, and the agent's answer."""
+    __tracebackhide__ = True  # pytest shows the test's line, not this one
+    if not result.passed:
+        raise AssertionError(_case_failure(result))
+
+
+def _case_failure(result: CaseResult) -> str:
+    """Why `result` did not pass, in the words `assert_case_passed` fails with."""
+    case, outcome = result.case, result.outcome
+    if result.status == "not_run":
+        return f"case {case.id!r} was not run: {outcome.error or 'the budget was spent'}"
+    if result.status == "cancelled":
+        return f"case {case.id!r} was cancelled before it was scored"
+    failing = {name: score for name, score in result.scores.items() if not score.passed}
+    lines = [f"case {case.id!r} failed {len(failing)} of {len(result.scores)} scorers:"]
+    for name, score in failing.items():
+        value = "error" if score.error is not None else f"{score.value:.2f}"
+        lines.append(f"  {name} ({value}): {score.explanation}")
+        if score.error is not None and score.error != score.explanation:
+            tail = score.error.rstrip().splitlines()[-_TRACEBACK_LINES:]
+            lines.extend(f"    {line}" for line in tail)
+    if outcome.error is not None:
+        tail = outcome.error.rstrip().splitlines()[-_TRACEBACK_LINES:]
+        lines.append(f"the run ended in error ({outcome.stop_cause.value}):")
+        lines.extend(f"    {line}" for line in tail)
+    elif outcome.stop_cause is not StopCause.COMPLETED:
+        lines.append(f"the run stopped: {outcome.stop_cause.value}")
+    answer = outcome.text if outcome.output is None else repr(outcome.output)
+    shown = repr(answer) if len(answer) <= _ANSWER_CHARS else f"{answer[:_ANSWER_CHARS]!r}..."
+    lines.append(f"the agent answered: {shown}")
+    return "\n".join(lines)

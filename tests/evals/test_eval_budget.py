@@ -14,7 +14,7 @@ from tiller.cancel import CancellationToken
 from tiller.evals import Case, CaseBudget, Eval, EvalResultStore, LlmJudge
 from tiller.evals._eval_budget import EvalPurse
 from tiller.fleet import BatchBudget, BatchLimitsDiffer
-from tiller.loop import Agent, Budget
+from tiller.loop import Agent, Budget, Pricing
 from tiller.model import ScriptedModel
 from tiller.model.scripted import TurnInfo, TurnLike
 from tiller.state import StopCause
@@ -200,3 +200,38 @@ async def test_the_llm_judge_is_paid_from_the_eval_budget_never_beyond_it(bus: B
     assert len(judge_model.requests) == 1
     status = await BatchBudget(bus, "ev1", bucket="tiller-eval-budgets").status()
     assert status.spent.steps == 2  # the agent's call and the judge's
+
+
+async def test_what_the_judge_spent_is_in_the_case_record_and_the_report_s_cost(bus: Bus) -> None:
+    """A case's record said only what its agent spent, so a judged eval's report cost less
+    than the eval did. What scoring spent is recorded beside it (`scoring_usage`,
+    `scoring_cost_usd`), and the report's cost and usage count both."""
+    prices = {"scripted": Pricing(input=1.0, output=2.0)}
+    judge_model = ScriptedModel([json.dumps({"score": 1.0, "passed": True})])
+    report = await Eval(
+        lambda: Agent(ScriptedModel(["the answer"])),
+        [Case("c1", "q", expected="q")],
+        [LlmJudge(judge_model, rubric="any answer")],
+        budget=Budget(pricing=prices),
+        store=bus,
+        eval_id="ev1",
+    ).run()
+
+    result = report.results[0]
+    judged = judge_model.requests[0]
+    assert judged.messages  # the judge was called, and its reply priced:
+    assert result.scoring_usage.requests == 1 and result.scoring_usage.output_tokens > 0
+    assert result.scoring_cost_usd == pytest.approx(prices["scripted"].cost(result.scoring_usage))
+    agent_cost = result.outcome.cost_usd
+    assert agent_cost > 0 and result.scoring_cost_usd > 0
+    assert result.cost_usd == pytest.approx(agent_cost + result.scoring_cost_usd)
+    assert report.cost_usd == pytest.approx(agent_cost + result.scoring_cost_usd)
+    assert report.scoring_cost_usd == pytest.approx(result.scoring_cost_usd)
+    assert report.usage == result.outcome.usage + result.scoring_usage
+    stored = await EvalResultStore(bus).get("ev1", "c1", 0)
+    assert stored is not None
+    assert (stored.scoring_usage, stored.scoring_cost_usd) == (
+        result.scoring_usage,
+        result.scoring_cost_usd,
+    )
+    assert stored.cost_usd == agent_cost  # the agent's own, as before

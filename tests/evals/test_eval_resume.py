@@ -111,6 +111,8 @@ async def test_a_rescore_scores_the_stored_outcomes_and_calls_no_model(bus: Bus)
 
         async def score(self, outcome: CaseOutcome) -> Score:
             assert outcome.stop_cause is StopCause.COMPLETED
+            # The stored outcome names its run, as it did when first scored.
+            assert outcome.run_id == f"ev1:{outcome.case.id}:e{outcome.epoch}"
             return Score.of(len(outcome.text) < 10, f"{len(outcome.text)} characters")
 
     report = await rescore(bus, "ev1", [ShortAnswer()])
@@ -268,3 +270,69 @@ async def test_a_rescore_given_the_dataset_scores_with_its_typed_cases(bus: Bus)
     assert not stored_only.results[0].scores["typed"].passed  # read back: a dict
     with_dataset = await rescore(bus, "ev1", [TypedExpected()], cases=cases)
     assert with_dataset.results[0].scores["typed"].passed
+
+
+@pytest.mark.parametrize(
+    ("changed", "field"),
+    [
+        (Case("c1", "q1 again", expected="q1"), "input"),
+        (Case("c1", "q1", expected="answer q1"), "expected"),
+        (Case("c1", "q1", expected="q1", metadata={"level": 2}), "metadata"),
+    ],
+)
+async def test_a_case_changed_since_its_runs_were_scored_is_run_again(
+    bus: Bus, changed: Case, field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A resumed eval skipped a case's scored runs even when the case had changed since:
+    its report showed answers to another question, or scores against another answer."""
+    cases = [Case("c1", "q1", expected="q1"), Case("c2", "q2", expected="q2")]
+    await Eval(Counting().agent, cases, [Includes()], epochs=2, store=bus, eval_id="ev1").run()
+
+    again = Counting()
+    with caplog.at_level("INFO", logger="tiller.evals"):
+        report = await Eval(
+            again.agent, [changed, cases[1]], [Includes()], epochs=2, store=bus, eval_id="ev1"
+        ).run()
+
+    assert again.calls == Counter({changed.prompt(): 2})  # both epochs of c1; c2 skipped
+    assert [r.attempt for r in report.for_case("c1")] == [1, 1]
+    assert [r.attempt for r in report.for_case("c2")] == [0, 0]
+    stored = await EvalResultStore(bus).get("ev1", "c1", 1)
+    assert stored is not None and stored.case.case() == changed
+    assert f"case c1 changed ({field})" in caplog.text
+
+
+async def test_a_case_whose_tags_alone_changed_is_not_run_again(bus: Bus) -> None:
+    await Eval(Counting().agent, [Case("c1", "q1")], [Includes()], store=bus, eval_id="ev1").run()
+    again = Counting()
+    tagged = Case("c1", "q1", tags=("smoke",))
+    report = await Eval(again.agent, [tagged], [Includes()], store=bus, eval_id="ev1").run()
+    assert not again.calls and report.results[0].case.tags == ("smoke",)
+
+
+async def test_a_resumed_eval_with_other_scorers_is_refused_saying_what_to_do(bus: Bus) -> None:
+    """Resumed with a scorer added, an eval skipped every stored run, which had no score
+    from it: the report mixed runs scored by two sets of scorers. It is refused before it
+    runs anything; a rescore adds the scorer to the stored runs, and then it resumes."""
+    cases = [Case("c1", "q1", expected="q1")]
+    await Eval(Counting().agent, cases, [Includes()], store=bus, eval_id="ev1").run()
+
+    again = Counting()
+    with pytest.raises(UsageError) as refused:
+        await Eval(again.agent, cases, [Includes(), Recording()], store=bus, eval_id="ev1").run()
+    message = str(refused.value)
+    assert "eval 'ev1' was scored with the scorers ['includes']" in message
+    assert "have no score from ['recording']" in message
+    assert "rescore(bus, 'ev1', [...])" in message and "new eval_id" in message
+    with pytest.raises(UsageError, match=r"keep the scores of \['includes'\]"):
+        await Eval(again.agent, cases, [Recording()], store=bus, eval_id="ev1").run()
+    assert not again.calls
+    described = await EvalResultStore(bus).get_eval("ev1")
+    assert described is not None and described.scorers == ("includes",)
+
+    await rescore(bus, "ev1", [Recording()])
+    report = await Eval(
+        again.agent, cases, [Includes(), Recording()], store=bus, eval_id="ev1"
+    ).run()
+    assert not again.calls  # nothing to run: every stored run has both scores
+    assert set(report.results[0].scores) == {"includes", "recording"}

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from tiller.capture import memory_capture
 from tiller.errors import UsageError
-from tiller.evals import Case, CaseOutcome, LlmJudge
-from tiller.loop import Budget, Pricing
+from tiller.evals import Case, CaseOutcome, Eval, LlmJudge
+from tiller.loop import Agent, Budget, Pricing
 from tiller.model import ScriptedModel
 from tiller.model.replay import ReplayModel
 from tiller.state import StopCause
+from tiller.store import MemoryBus
 
 RUBRIC = "The answer names the capital of France."
 
@@ -73,8 +75,8 @@ async def test_a_judging_is_captured_and_replays_offline_to_the_same_score() -> 
         run_id_prefix="ev1-",
     )
     first = await live.score(outcome())
-    assert list(captures) == ["ev1-capital-e2-llm_judge"]
-    replay = ReplayModel(captures["ev1-capital-e2-llm_judge"])
+    assert list(captures) == ["ev1-capital:e2:llm_judge"]
+    replay = ReplayModel(captures["ev1-capital:e2:llm_judge"])
     again = await LlmJudge(replay, Budget(), rubric=RUBRIC).score(outcome())
     assert again == first and replay.served == 1
 
@@ -126,3 +128,32 @@ async def test_a_judge_with_no_budget_to_pay_from_makes_no_call() -> None:
     score = await LlmJudge(model, rubric=RUBRIC).score(outcome())
     assert score.error is not None and "no budget to pay its call from" in score.explanation
     assert model.requests == []
+
+
+async def test_in_an_eval_a_judging_is_captured_under_its_case_run_s_id(tmp_path: Path) -> None:
+    """The capture id was `{prefix}{case}-e{epoch}-{name}`: two evals in one store (or a
+    forgotten prefix) judged case "c1" under one id, and the second judging replaced the
+    first's capture. It is now the case run's id (unique in a store) and the judge's name."""
+    captures = memory_capture()
+    judge = LlmJudge(
+        ScriptedModel(lambda messages, info: verdict(1.0, True, "fine")),
+        rubric=RUBRIC,
+        capture=captures,
+    )
+    agent = Agent(ScriptedModel(lambda messages, info: "Paris"))
+    async with MemoryBus() as bus:
+        for eval_id in ("first", "second"):
+            case = Case("c1", f"Capital of France? ({eval_id})", expected="Paris")
+            report = await Eval(agent, [case], [judge], store=bus, eval_id=eval_id).run()
+            result = report.results[0]
+            assert result.passed and result.outcome.run_id == result.run_id
+            assert judge.run_id_of(result.outcome) == f"{result.run_id}:llm_judge"
+    assert sorted(captures) == ["first:c1:e0:llm_judge", "second:c1:e0:llm_judge"]
+    for eval_id in ("first", "second"):
+        asked = captures[f"{eval_id}:c1:e0:llm_judge"].model_calls[0].new_messages
+        assert f"({eval_id})" in str(asked)  # each judging kept its own capture
+
+
+def test_an_outcome_built_by_hand_is_captured_under_the_prefix_case_and_epoch() -> None:
+    judge = LlmJudge(ScriptedModel([]), Budget(), rubric=RUBRIC, run_id_prefix="ev1-")
+    assert judge.run_id_of(outcome()) == "ev1-capital:e2:llm_judge"

@@ -56,6 +56,31 @@ async def test_a_symlink_out_of_the_workspace_fails_its_check(ws: Path, tmp_path
     assert score.explanation == "0 of 1 checks hold; failing: leak leads outside the workspace"
 
 
+async def test_absent_under_a_linked_directory_leading_outside_fails_its_check(
+    ws: Path, tmp_path: Path
+) -> None:
+    """`absent=` looked through a directory the agent had replaced by a link out of the
+    workspace: `build/out.o` was "absent" because the outside directory had none (and
+    "existed" when it had one), where every other check fails such a path."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("token=abc")
+    (ws / "build").symlink_to(outside)
+    score = await WorkspaceCheck(absent=["build/out.o", "build/secret"]).score(outcome(ws))
+    assert score.explanation == (
+        "0 of 2 checks hold; failing: build/out.o leads outside the workspace; "
+        "build/secret leads outside the workspace"
+    )
+    # A link inside the workspace is followed; the last component itself is not.
+    (ws / "inner").symlink_to(ws / "src")
+    (ws / "dangling").symlink_to(ws / "nowhere")
+    scorer = WorkspaceCheck(absent=["inner/invoice.py", "inner/gone.py", "dangling"])
+    score = await scorer.score(outcome(ws))
+    assert score.explanation == (
+        "1 of 3 checks hold; failing: inner/invoice.py exists; dangling exists"
+    )
+
+
 async def test_a_fifo_the_agent_left_fails_its_check_instead_of_hanging_the_eval(
     ws: Path,
 ) -> None:

@@ -6,7 +6,8 @@ one per run from a factory or a reference, so runs share no model state) and its
 `RunContext`, jailed to that directory with the case's approver and the share as its
 budget, under the eval's cancel token; run it with a capture sink writing to the store;
 keep what it left in its directory; score it (a scorer that spends, the judge, pays from
-the run's share); settle its share; write its record.
+the run's share, and what it spent is recorded apart from the agent's spending); settle
+its share; write its record.
 
 Failures belong to the case, not the eval: a missing fixture, an agent that cannot be
 built or that raises, all end as a scored outcome with an `error` (scorers see it; most
@@ -21,11 +22,12 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cancel import CancellationToken
 from ..capture import CAPTURE_BUCKET, BusCaptures
+from ..conversation import Usage
 from ..errors import Cancelled
 from ..fleet import WorkspaceError
 from ..loop import Agent, Budget, Pricing, RunContext, RunOptions, RunResult
@@ -75,6 +77,17 @@ async def score_outcome(
             )
         scores[scorer.name] = score
     return scores
+
+
+@dataclass(frozen=True, slots=True)
+class _Scoring:
+    """A run's scores, what scoring spent from the run's budget, and whether the eval's
+    token stopped it."""
+
+    scores: dict[str, Score]
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,30 +179,28 @@ class CaseRunner:
                     else (f"case {case.id!r}: its fixture could not be copied: {exc}")
                 )
                 ran = _Ran(None, error, time.monotonic() - started)
-                outcome = _outcome(case, epoch, ran, None, budget)
+                outcome = _outcome(case, epoch, ran, None, budget, run_id=run_id)
                 return await self._write(
                     attempt=attempt,
                     status="scored",
                     outcome=outcome,
                     ran=ran,
-                    scores=await self._score_quietly(outcome),
+                    scoring=await self._score(outcome),
                     kept=KeptWorkspace(),
                     capture=None,
                 )
             if self.cancel.is_cancelled:
                 return None
             ran = await self._run_agent(case, run_id, workspace, budget)
-            outcome = _outcome(case, epoch, ran, workspace, budget)
+            outcome = _outcome(case, epoch, ran, workspace, budget, run_id=run_id)
             # Kept before scoring: a scorer's command may write there (a test run's
             # caches), and a rescore and the diff must see what the agent left.
             kept = await self.workspaces.keep(case, workspace)
             cancelled = outcome.stop_cause is StopCause.CANCELLED
-            scores: dict[str, Score] = {}
+            scoring = _Scoring({})
             if not cancelled:
-                try:
-                    scores = await score_outcome(self.scorers, outcome, self.cancel)
-                except Cancelled:
-                    cancelled = True
+                scoring = await self._score(outcome)
+                cancelled = scoring.cancelled
         status: CaseStatus = "cancelled" if cancelled else "scored"
         # No reference to a capture that was not written (the write failed, and was logged).
         captured = ran.result is not None and run_id not in self.captures.failed
@@ -199,7 +210,7 @@ class CaseRunner:
             status=status,
             outcome=outcome,
             ran=ran,
-            scores=scores,
+            scoring=scoring,
             kept=kept,
             capture=capture,
         )
@@ -211,7 +222,7 @@ class CaseRunner:
         status: CaseStatus,
         outcome: CaseOutcome,
         ran: _Ran,
-        scores: dict[str, Score],
+        scoring: _Scoring,
         kept: KeptWorkspace,
         capture: str | None,
     ) -> CaseResultRecord:
@@ -230,10 +241,12 @@ class CaseRunner:
             messages=tuple(outcome.messages),
             usage=outcome.usage,
             cost_usd=outcome.cost_usd,
+            scoring_usage=scoring.usage,
+            scoring_cost_usd=scoring.cost_usd,
             steps=ran.result.steps if ran.result is not None else 0,
             duration_s=outcome.duration_s,
             error=outcome.error,
-            scores=scores_of(scores),
+            scores=scores_of(scoring.scores),
             capture=capture,
             workspace=kept.manifest,
             diff_ref=kept.diff_ref,
@@ -242,11 +255,23 @@ class CaseRunner:
         await self.results.put(record)
         return record
 
-    async def _score_quietly(self, outcome: CaseOutcome) -> dict[str, Score]:
+    async def _score(self, outcome: CaseOutcome) -> _Scoring:
+        """Score `outcome`; what scoring spent is what the run's ledger (its budget, which
+        a judge pays from) gained meanwhile. Stopped by the eval's token: the scores so
+        far are dropped, what was spent is still counted."""
+        budget = outcome.budget
+        usage, cost = (budget.usage, budget.cost_usd) if budget is not None else (Usage(), 0.0)
+        scores: dict[str, Score] = {}
+        cancelled = False
         try:
-            return await score_outcome(self.scorers, outcome, self.cancel)
+            scores = await score_outcome(self.scorers, outcome, self.cancel)
         except Cancelled:
-            return {}
+            cancelled = True
+        if budget is None:
+            return _Scoring(scores, cancelled=cancelled)
+        return _Scoring(
+            scores, _usage_since(usage, budget.usage), budget.cost_usd - cost, cancelled
+        )
 
     async def _run_agent(self, case: Case, run_id: str, workspace: Path, budget: Budget) -> _Ran:
         started = time.monotonic()
@@ -289,8 +314,19 @@ class CaseRunner:
         )
 
 
+def _usage_since(before: Usage, after: Usage) -> Usage:
+    """What `after` counts beyond `before` (a ledger only grows)."""
+    return Usage(
+        input_tokens=after.input_tokens - before.input_tokens,
+        output_tokens=after.output_tokens - before.output_tokens,
+        cached_input_tokens=after.cached_input_tokens - before.cached_input_tokens,
+        reasoning_tokens=after.reasoning_tokens - before.reasoning_tokens,
+        requests=after.requests - before.requests,
+    )
+
+
 def _outcome(
-    case: Case, epoch: int, ran: _Ran, workspace: Path | None, budget: Budget
+    case: Case, epoch: int, ran: _Ran, workspace: Path | None, budget: Budget, *, run_id: str
 ) -> CaseOutcome:
     """What the scorers see; `budget` is the run's ledger, which a scorer that spends (the
     judge) pays from before the run's share is settled."""
@@ -305,6 +341,7 @@ def _outcome(
             duration_s=ran.duration_s,
             error=ran.error,
             budget=budget,
+            run_id=run_id,
         )
     return CaseOutcome(
         case=case,
@@ -320,4 +357,5 @@ def _outcome(
         duration_s=ran.duration_s,
         error=result.error,
         budget=budget,
+        run_id=run_id,
     )

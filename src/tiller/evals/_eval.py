@@ -27,6 +27,10 @@ report = await Eval(
   as `run`, so nothing can be resumed or rescored later): see `_results`.
 - **Resumable**: `run` again with the same `eval_id` skips the case runs already scored
   and makes the others (cancelled, not run, or never recorded because the process died).
+  A case changed since its runs were scored (input, expected, metadata, fixture path,
+  budget; not tags) has them made again; a changed set of scorers is refused with a
+  `UsageError` before anything runs (`rescore` adds a scorer to stored runs for nothing;
+  otherwise give the changed eval a new id). See `_eval_resume`.
 
 `options` are the loop's options for every run, except the capture sink: each run's
 capture goes to the store (`tiller-captures`, under its run id), for replay. Each run's
@@ -56,6 +60,7 @@ from ._case import Case
 from ._case_run import AgentSource, ApproverFor, CaseRunner
 from ._case_workspace import CaseWorkspaces
 from ._eval_budget import EvalPurse
+from ._eval_resume import case_changes, refuse_changed_scorers
 from ._outcome import Scorer
 from ._report import CaseResult, EvalReport
 from ._results import EvalRecord, EvalResultStore
@@ -86,7 +91,8 @@ class EvalProgress:
     """Where a running eval is, after each case run ends (`on_progress`). `done` counts
     the runs with a result, `skipped` of them were scored by an earlier run of the eval
     (resumed); `passed` of the scored runs passed every scorer; `cost_usd` is what the
-    runs with a result spent; `last` is the result that just came in."""
+    runs with a result spent, their scoring (an LLM judge) included; `last` is the result
+    that just came in."""
 
     total: int
     done: int
@@ -234,6 +240,7 @@ class Eval:
         results = EvalResultStore(bus)
         now = time.time()
         existing = await results.get_eval(self.eval_id)
+        refuse_changed_scorers(existing, self.scorers)  # before anything is written
         budget = self.budget
         await results.put_eval(
             EvalRecord(
@@ -311,9 +318,18 @@ class _Progress:
                 return
             stored = await self.store.get(self.ev.eval_id, case.id, epoch)
             if stored is not None and stored.status == "scored":
-                self.skipped += 1
-                self._add(CaseResult.of(stored, case))
-                continue
+                changed = case_changes(stored.case, case)
+                if not changed:
+                    self.skipped += 1
+                    self._add(CaseResult.of(stored, case))
+                    continue
+                _logger.info(
+                    "eval %s: case %s changed (%s) since its run e%d was scored: run again",
+                    self.ev.eval_id,
+                    case.id,
+                    ", ".join(changed),
+                    epoch,
+                )
             attempt = 0 if stored is None else stored.attempt + 1
             record = await self.runner.run(case, epoch, attempt)
             if record is not None:
@@ -332,7 +348,7 @@ class _Progress:
             failed=sum(1 for r in results if r.status == "scored" and not r.passed),
             not_run=sum(1 for r in results if r.status == "not_run"),
             cancelled=sum(1 for r in results if r.status == "cancelled"),
-            cost_usd=sum(r.outcome.cost_usd for r in results),
+            cost_usd=sum(r.cost_usd for r in results),
             elapsed_s=time.monotonic() - self.started,
             last=result,
         )

@@ -105,16 +105,35 @@ def copy_fixture(fixture: Path, target: Path) -> None:
 def remove_copy(path: Path) -> None:
     """Remove a case's copy, giving its real directories their owner's permissions back
     first (a case may have made them read-only); links are never followed. Never raises:
-    what cannot be removed stays (as `remove_tree`)."""
+    what cannot be removed stays (as `remove_tree`).
+
+    `path` is the private directory the eval made (nothing the case can swap); inside it,
+    every directory is reached by descriptor (`os.fwalk`) and changed through a
+    descriptor of its own, opened without following a link: a process the case left
+    running that swaps a directory for a link finds the link refused, never its target
+    changed (a check by name, then a `chmod` by name, followed it)."""
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(os.lstat(path).st_mode):
             return
         os.chmod(path, 0o700)
-    for dirpath, dirnames, _ in os.walk(path):  # os.walk does not follow links
-        for name in dirnames:
-            child = os.path.join(dirpath, name)
-            with contextlib.suppress(OSError):
-                mode = os.lstat(child).st_mode
-                if stat.S_ISDIR(mode):
-                    os.chmod(child, stat.S_IMODE(mode) | 0o700)
+    with contextlib.suppress(OSError):
+        for _, dirnames, _, dirfd in os.fwalk(path, follow_symlinks=False):
+            for name in dirnames:  # before fwalk enters them: top-down
+                _give_owner_access(dirfd, name)
     remove_tree(path)
+
+
+def _give_owner_access(dirfd: int, name: str) -> None:
+    """`chmod u+rwx` the directory `name` of `dirfd`, and never what a link there points
+    to. Opened as a path (`O_PATH`: no permission on it needed), `O_NOFOLLOW` and
+    `O_DIRECTORY` (a link fails to open), then changed through `/proc/self/fd`, which
+    names the opened directory itself, as glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` does
+    (Linux has no `fchmod` on an `O_PATH` descriptor). Without /proc, it is left as it is."""
+    with contextlib.suppress(OSError):
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=dirfd)
+        try:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            if mode & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{fd}", mode | 0o700)
+        finally:
+            os.close(fd)

@@ -32,7 +32,11 @@ class CaseOutcome:
     `budget` is the run's own budget, in an eval its share of the eval's: a scorer that
     spends (the LLM judge) pays from it, so the eval's budget counts the scoring as it
     counts the agent's calls and is never overspent (law 7). None on a stored outcome (a
-    rescore spends nothing) or one built by hand."""
+    rescore spends nothing) or one built by hand.
+
+    `run_id` is the id of the case run that produced it (`{eval_id}:{case_id}:e{epoch}`,
+    unique in a store): what a scorer that records something of its own (the judge's
+    capture) keys it under. None on an outcome built by hand."""
 
     case: Case
     epoch: int
@@ -47,6 +51,7 @@ class CaseOutcome:
     duration_s: float = 0.0
     error: str | None = None
     budget: Budget | None = None
+    run_id: str | None = None
 
 
 @runtime_checkable

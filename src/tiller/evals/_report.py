@@ -41,6 +41,14 @@ class CaseResult:
     diff_ref: str | None = None
     workspace_note: str | None = None
     steps: int = 0
+    #: What scoring spent (an LLM judge's calls); `outcome.usage`/`cost_usd` are the agent's.
+    scoring_usage: Usage = field(default_factory=Usage)
+    scoring_cost_usd: float = 0.0
+
+    @property
+    def cost_usd(self) -> float:
+        """Everything the run cost: the agent's calls and its scoring's."""
+        return self.outcome.cost_usd + self.scoring_cost_usd
 
     @property
     def passed(self) -> bool:
@@ -67,6 +75,8 @@ class CaseResult:
             diff_ref=record.diff_ref,
             workspace_note=record.workspace_note,
             steps=record.steps,
+            scoring_usage=record.scoring_usage,
+            scoring_cost_usd=record.scoring_cost_usd,
         )
 
 
@@ -193,13 +203,29 @@ class EvalReport:
 
     @property
     def cost_usd(self) -> float:
-        return sum(result.outcome.cost_usd for result in self.results)
+        """What the eval's runs cost, their agents' calls and their scoring's (the LLM
+        judge's) alike: what the eval's budget was charged."""
+        return sum(result.cost_usd for result in self.results)
+
+    @property
+    def scoring_cost_usd(self) -> float:
+        """Of `cost_usd`, what scoring cost (the LLM judge's calls)."""
+        return sum(result.scoring_cost_usd for result in self.results)
 
     @property
     def usage(self) -> Usage:
+        """The tokens and requests of every model call the eval made, scoring's included."""
         total = Usage()
         for result in self.results:
-            total = total + result.outcome.usage
+            total = total + result.outcome.usage + result.scoring_usage
+        return total
+
+    @property
+    def scoring_usage(self) -> Usage:
+        """Of `usage`, what scoring used."""
+        total = Usage()
+        for result in self.results:
+            total = total + result.scoring_usage
         return total
 
     def for_case(self, case_id: str) -> tuple[CaseResult, ...]:

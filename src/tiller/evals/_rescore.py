@@ -7,7 +7,9 @@ scorers that look at files; removed afterwards), scores it, and writes the score
 a scorer's new score replaces the one of the same name, the others stay. No model is
 called: a scorer that declares it calls one (`calls_model`, the LLM judge) is refused
 with a `UsageError` before anything is read. Cancelled and not-run records have no
-outcome to score and are left as they are.
+outcome to score and are left as they are. A rescore that finished adds its scorers to
+the eval's description, so the eval resumed with them is not refused as changed (its
+unscored runs are then scored by all of them).
 
 What was stored as JSON reads back as JSON: a structured output is its JSON object, and so
 are a stored case's typed input and expected value unless `cases` gives the typed ones.
@@ -76,6 +78,11 @@ async def rescore(
             else:
                 await results.put(record)
         report.append(CaseResult.of(record, case))
+    if not token.is_cancelled:
+        # Every scored record now has these scores too: an eval resumed with them is the
+        # eval these records were scored by (`_eval_resume`).
+        added = tuple(s.name for s in checked if s.name not in described.scorers)
+        await results.put_eval(described.model_copy(update={"scorers": described.scorers + added}))
     total = described.cases * described.epochs
     return EvalReport.build(eval_id, described.epochs, total, report, cancelled=token.is_cancelled)
 

@@ -6,7 +6,9 @@ describes the eval, in the `tiller-eval-results` bucket.
 - `<eval_id>/cases/<case_id>/e<epoch>`: a `CaseResultRecord`, everything one run of the
   case produced, as data: its status, the case itself (so a rescore needs neither the
   dataset nor the agent), the outcome (text, structured output, stop cause, tool trace,
-  transcript, usage, cost, steps, duration, error), its scores by scorer name, and where
+  transcript, usage, cost, steps, duration, error), its scores by scorer name, what
+  scoring spent (an LLM judge's calls: `scoring_usage`, `scoring_cost_usd`, apart from
+  the agent's own `usage` and `cost_usd`, so that each says whose it is), and where
   the rest is: the run's capture (`tiller-captures`, keyed by the run id: replay it with
   `tiller.model.replay.ReplayModel`), the case's workspace as the run left it (a snapshot
   manifest in `tiller-workspaces`, materialized for a rescore), and its diff against the
@@ -191,6 +193,12 @@ class CaseResultRecord(Record):
     messages: tuple[Message, ...] = ()
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
+    #: What scoring the run spent (a scorer that calls a model, the LLM judge), paid from
+    #: the run's share of the eval's budget like the agent's calls; `usage` and
+    #: `cost_usd` are the agent's alone. A rescore calls no model: it leaves these as
+    #: they are.
+    scoring_usage: Usage = Field(default_factory=Usage)
+    scoring_cost_usd: float = 0.0
     steps: int = 0
     duration_s: float = 0.0
     error: str | None = None
@@ -221,6 +229,7 @@ class CaseResultRecord(Record):
             cost_usd=self.cost_usd,
             duration_s=self.duration_s,
             error=self.error,
+            run_id=self.run_id,
         )
 
     def score_values(self) -> dict[str, Score]:

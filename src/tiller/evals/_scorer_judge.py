@@ -60,10 +60,12 @@ class LlmJudge:
     that is spent, or no budget at all, gives an error score, not a call.
 
     Captured like any model call: with `capture` (a capture sink factory, the eval's),
-    each judging is a run of one `ModelCallRecord` under the run id
-    `{run_id_prefix}{case_id}-e{epoch}-{name}`, so `tiller.model.replay` can answer it
-    again offline. Give `run_id_prefix` the eval's id and a dash to keep the judge's
-    captures apart from other evals'.
+    each judging is a run of one `ModelCallRecord` under the id of the case run it judges
+    and the judge's name, `{eval_id}:{case_id}:e{epoch}:{name}` (`run_id_of`), so
+    `tiller.model.replay` can answer it again offline. A run id is unique in a store and
+    has no ':' past its epoch, so no two judgings share a capture, across evals and cases
+    alike. An outcome built by hand has no run id: its judging is captured under
+    `{run_id_prefix}{case_id}:e{epoch}:{name}`.
 
     The judge's reply is JSON `{"score", "passed", "explanation"}` (a ```json fence
     tolerated); `passed` missing means `score == 1`. A reply that is not that, or a
@@ -114,8 +116,11 @@ class LlmJudge:
         self.name = check_scorer_name(name)
 
     def run_id_of(self, outcome: CaseOutcome) -> str:
-        """The run id the judging of `outcome` is captured under."""
-        return f"{self.run_id_prefix}{outcome.case.id}-e{outcome.epoch}-{self.name}"
+        """The run id the judging of `outcome` is captured under (see the class)."""
+        run_id = outcome.run_id
+        if run_id is None:  # built by hand, outside an eval
+            run_id = f"{self.run_id_prefix}{outcome.case.id}:e{outcome.epoch}"
+        return f"{run_id}:{self.name}"
 
     async def score(self, outcome: CaseOutcome) -> Score:
         model = self.model

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import posixpath
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -163,7 +164,15 @@ class WorkspaceCheck:
                 found = path.exists()
                 checks.append(_Check(found, f"{rel} exists" if found else f"{rel} is missing"))
         for rel in self.absent:
-            there = os.path.lexists(root / rel)
+            # The directory it would be in, links resolved (one out of the workspace fails,
+            # as for every check); the entry itself is not followed: a link there, even
+            # dangling, is something the agent left.
+            parent, name = posixpath.split(rel)
+            directory = _inside(root, parent) if parent else root
+            if directory is None:
+                checks.append(_Check(False, f"{rel} leads outside the workspace"))
+                continue
+            there = os.path.lexists(directory / name)
             checks.append(_Check(not there, f"{rel} exists" if there else f"{rel} is absent"))
         for rel, text in self.contains.items():
             checks.append(self._read_check(root, rel, text, None))
