@@ -332,3 +332,28 @@ def test_html_without_the_html_report_is_refused_before_anything_runs(spec_dir: 
     assert done.exit_code == 2
     assert "the HTML report needs tiller.evals.write_html_report" in done.stderr
     assert not (spec_dir / "evals.db").exists() and not (spec_dir / "report.html").exists()
+
+
+def test_a_plain_path_is_a_sqlite_store_and_max_cost_without_prices_says_so(
+    spec_dir: Path,
+) -> None:
+    path = spec_dir / "plain.db"
+    done = invoke(
+        "eval", "run", str(spec_dir / "evals.py"), "--store", str(path), "--max-cost", "1"
+    )
+    assert done.exit_code == 0, done.output
+    assert "show it:    tiller eval show " in done.stdout
+    assert f"--store sqlite:///{path}" in done.stdout
+    assert "note: --max-cost counts only priced models" in done.stderr
+    listed = invoke("eval", "list", "--store", str(path))
+    assert listed.exit_code == 0 and listed.stdout.splitlines()[1].startswith("cli-")
+
+
+def test_the_store_defaults_to_tiller_store(spec_dir: Path) -> None:
+    store = store_of(spec_dir)
+    runner = CliRunner(env={"TILLER_STORE": store})
+    done = runner.invoke(app, ["eval", "run", str(spec_dir / "evals.py"), "--id", "from-env"])
+    assert done.exit_code == 0, done.output
+    assert [record.eval_id for record in stored_evals(store)] == ["from-env"]
+    shown = runner.invoke(app, ["eval", "show", "from-env"])
+    assert shown.exit_code == 0 and shown.stdout.startswith("eval from-env: 2 run(s)")

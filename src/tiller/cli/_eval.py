@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -68,7 +69,17 @@ _HTML_HELP = "Write the HTML report to PATH."
 
 
 def _store_option() -> Any:
-    return typer.Option(DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP)
+    return typer.Option(
+        DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP, callback=_store_url
+    )
+
+
+def _store_url(store: str) -> str:
+    """A store URL as given, or a plain path as the URL of that SQLite file (absolute, so
+    the commands printed for later work from any directory), as `Eval` reads one."""
+    if "://" in store:
+        return store
+    return f"sqlite:///{os.path.abspath(os.path.expanduser(store))}"
 
 
 # ── run ──────────────────────────────────────────────────────────────────────────────
@@ -123,6 +134,12 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
             _html_writer()  # refused now, before the eval runs, if it cannot be written
         allow_cwd_imports()
         loaded = load_eval_spec(spec)
+        if max_cost is not None and not (loaded.budget is not None and loaded.budget.pricing):
+            typer.echo(
+                "note: --max-cost counts only priced models, and this spec's budget prices "
+                "none (give the spec a Budget with pricing)",
+                err=True,
+            )
         cancel = CancellationToken()
         ev = loaded.build(
             store=store,
@@ -149,7 +166,15 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
         print_next_steps(ev.eval_id, store)
         return _threshold_code(report, fail_under)
 
-    finish(work)
+    try:
+        finish(work)
+    except KeyboardInterrupt:  # a second Ctrl+C: Python's own, the runs stopped at once
+        typer.echo(
+            "tiller: interrupted again: stopped at once; the runs recorded are kept, "
+            f"`tiller eval run {_quoted(spec)} --id ID` resumes",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CANCELLED) from None
 
 
 async def _run_cancellable(ev: Eval, cancel: CancellationToken) -> EvalReport:
