@@ -72,7 +72,7 @@ def test_ctrl_c_cancels_the_eval_and_run_with_its_id_resumes_it(tmp_path: Path) 
     (tmp_path / "evals.py").write_text(textwrap.dedent(SPEC))
     store = f"sqlite:///{tmp_path / 'evals.db'}"
     command = [sys.executable, "-m", "tiller", "eval", "run", str(tmp_path / "evals.py")]
-    command += ["--id", "interrupted", "--store", store]
+    command += ["--id", "interrupted", "--epochs", "1", "--store", store]
     env = {**os.environ, "TILLER_STORE": "memory://"}  # --store wins over the variable
     proc = subprocess.Popen(
         command,
@@ -90,7 +90,7 @@ def test_ctrl_c_cancels_the_eval_and_run_with_its_id_resumes_it(tmp_path: Path) 
     assert "cancelling: the running cases stop, what ran is kept" in err
     assert (
         f"cancelled: what ran is kept; resume with: tiller eval run {tmp_path / 'evals.py'} "
-        f"--id interrupted --store {store}"
+        f"--id interrupted --epochs 1 --store {store}"
     ) in out
     assert "runs 5  scored 2  passed 2 (100.0%)  errors 0  not run 0  cancelled 1" in out
     cut = stored(store, "interrupted")

@@ -43,6 +43,7 @@ from ._runs import DEFAULT_STORE, _with_store
 if TYPE_CHECKING:
     from ..cancel import CancellationToken
     from ..evals import Eval, EvalReport
+    from ..loop import Budget
     from ..store import Bus
 
 __all__ = ["EXIT_BELOW_THRESHOLD", "EXIT_CANCELLED", "eval_app"]
@@ -158,9 +159,18 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
         _write_reports(report, json_path, junit_path, html_path)
         typer.echo(f"eval id: {ev.eval_id}")
         if report.cancelled:
+            same = "".join(
+                f" {option} {value:g}"
+                for option, value in (
+                    ("--epochs", epochs),
+                    ("--concurrency", concurrency),
+                    ("--max-cost", max_cost),
+                )
+                if value is not None
+            )  # a resumed eval is the same eval: the options that changed it, again
             typer.echo(
                 f"cancelled: what ran is kept; resume with: tiller eval run {_quoted(spec)} "
-                f"--id {ev.eval_id} --store {_quoted(store)}"
+                f"--id {ev.eval_id}{same} --store {_quoted(store)}"
             )
             return EXIT_CANCELLED
         print_next_steps(ev.eval_id, store)
@@ -221,7 +231,7 @@ def _threshold_code(report: EvalReport, fail_under: float | None) -> int:
     return EXIT_BELOW_THRESHOLD
 
 
-def _budget(budget: Any, max_cost: float | None) -> Any:
+def _budget(budget: Budget | None, max_cost: float | None) -> Budget | None:
     """The spec's budget with `--max-cost` as its cost ceiling (its pricing kept)."""
     if max_cost is None:
         return None  # the spec's own
