@@ -103,6 +103,7 @@ ALLOWED_PRIVATE = frozenset(
         "evals/test_fixture_copy.py -> tiller.evals._fixture_copy",
         # The cli package exports only its app: unit tests of its parts (line router,
         # terminal approver and questions, views, release check, serve's token rule).
+        "cli/test_eval_progress_bar.py -> tiller.cli._eval_progress",
         "cli/test_line_router.py -> tiller.cli._run",
         "cli/test_outbox_release.py -> tiller.cli._release",
         "cli/test_serve_cli.py -> tiller.cli._serve",

@@ -120,9 +120,10 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
 
 def _register_durable_commands() -> None:
     """`tiller runs …`, `tiller replay`, `tiller rewind`, `tiller approvals list`,
-    `tiller approve | deny` and `tiller outbox …` (the commands open the store, and import
-    the loop, only when run)."""
+    `tiller approve | deny`, `tiller outbox …` and `tiller eval …` (the commands open the
+    store, and import the loop, only when run)."""
     from ._approvals import approvals_app, approve_command, deny_command
+    from ._eval import eval_app
     from ._fleet import fleet_app
     from ._mail import mail_app
     from ._outbox import outbox_app
@@ -146,6 +147,7 @@ def _register_durable_commands() -> None:
     app.command("worker")(worker_command)
     app.command("submit")(submit_command)
     app.add_typer(fleet_app, name="fleet")
+    app.add_typer(eval_app, name="eval")
 
 
 _register_durable_commands()

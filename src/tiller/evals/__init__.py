@@ -17,6 +17,8 @@ from ._eval import MAX_EVAL_ID, Eval, EvalProgress, check_eval_id
 from ._outcome import CaseOutcome, Scorer
 from ._pass_at_k import PassRates, pass_at_k, pass_hat_k, pass_rates
 from ._report import CaseResult, EvalReport, ScorerSummary
+from ._report_json import REPORT_JSON_FORMAT, report_to_json, write_json_report
+from ._report_junit import report_to_junit, write_junit_report
 from ._rescore import rescore
 from ._results import (
     EVAL_RESULTS_BUCKET,
@@ -84,4 +86,9 @@ __all__ = [
     "pass_rates",
     "check_eval_id",
     "rescore",
+    "REPORT_JSON_FORMAT",
+    "report_to_json",
+    "report_to_junit",
+    "write_json_report",
+    "write_junit_report",
 ]

@@ -1,0 +1,177 @@
+"""An eval's report as files: the JSON document (`report_to_json`) and JUnit XML
+(`report_to_junit`), over every kind of case run: passed, failed, ended in error, a
+scorer that could not judge, not run (budget) and cancelled. Both are parsed back."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from tiller.conversation import Usage
+from tiller.evals import (
+    REPORT_JSON_FORMAT,
+    Case,
+    CaseOutcome,
+    CaseResult,
+    CaseStatus,
+    EvalReport,
+    Score,
+    report_to_json,
+    write_json_report,
+    write_junit_report,
+)
+from tiller.state import StopCause
+
+
+class Invoice(BaseModel):
+    total: float
+
+
+def result(
+    case_id: str,
+    status: CaseStatus,
+    scores: dict[str, Score],
+    *,
+    epoch: int = 0,
+    text: str = "",
+    error: str | None = None,
+    output: object = None,
+) -> CaseResult:
+    case = Case(case_id, f"prompt {case_id}", expected=Invoice(total=1.5), tags=("smoke",))
+    outcome = CaseOutcome(
+        case=case,
+        epoch=epoch,
+        text=text,
+        stop_cause=StopCause.CANCELLED if status == "cancelled" else StopCause.COMPLETED,
+        output=output,
+        usage=Usage(input_tokens=10, output_tokens=3, requests=1),
+        cost_usd=0.25,
+        duration_s=1.5,
+        error=error,
+    )
+    run_id = f"ev:{case_id}:e{epoch}"
+    return CaseResult(
+        case=case, epoch=epoch, run_id=run_id, status=status, outcome=outcome, scores=scores
+    )
+
+
+def report() -> EvalReport:
+    passed = Score.of(True, "right")
+    return EvalReport.build(
+        "ev",
+        2,
+        14,
+        [
+            result("good", "scored", {"exact": passed}, text="ok", output=Invoice(total=1.5)),
+            result("good", "scored", {"exact": passed}, epoch=1, text="ok"),
+            result("wrong", "scored", {"exact": Score.of(False, "expected 'ok'")}, text="ko"),
+            result("crashed", "scored", {"exact": Score.of(False, "no text")}, error="Boom\nboom"),
+            result(
+                "unjudged",
+                "scored",
+                {"exact": passed, "judge": Score.failed_with("Traceback...\nValueError: x")},
+                text="ok",
+            ),
+            result("poor", "not_run", {}),
+            result("stopped", "cancelled", {}, text="half \x1b[31mred\x1b[0m \x00 done"),
+        ],
+    )
+
+
+def test_the_json_document_has_totals_scorers_and_every_run(tmp_path: Path) -> None:
+    path = write_json_report(report(), tmp_path / "deep" / "report.json")
+    document = json.loads(path.read_text())
+    assert document == report_to_json(report())
+    assert (document["format"], document["version"]) == (REPORT_JSON_FORMAT, 1)
+    assert (document["eval_id"], document["epochs"], document["cancelled"]) == ("ev", 2, False)
+    assert document["totals"] == {
+        "runs": 14,
+        "results": 7,
+        "scored": 5,
+        "passed": 2,
+        "failed": 3,
+        "errors": 1,
+        "not_run": 1,
+        "cancelled": 1,
+        "not_started": 7,
+        "pass_rate": 0.4,
+        "cost_usd": 1.75,
+        "usage": {
+            "input_tokens": 70,
+            "output_tokens": 21,
+            "cached_input_tokens": 0,
+            "reasoning_tokens": 0,
+            "requests": 7,
+        },
+    }
+    exact = document["scorers"]["exact"]
+    assert (exact["scored"], exact["passed"], exact["errors"]) == (5, 3, 0)
+    assert exact["pass_at_k"] == {
+        "1": 0.5,
+        "2": 1.0,
+    }  # by case: 1, 0, 0, 1 and exact["pass_hat_k"]["2"] == 1.0
+    assert document["scorers"]["judge"]["errors"] == 1
+    runs = {(run["case_id"], run["epoch"]): run for run in document["results"]}
+    good = runs["good", 0]
+    assert good["output"] == {"total": 1.5} and good["case"]["expected"] == {"total": 1.5}
+    assert good["case"] == {
+        "input": "prompt good",
+        "expected": {"total": 1.5},
+        "tags": ["smoke"],
+        "metadata": {},
+    }
+    assert good["scores"]["exact"] == {
+        "value": 1.0,
+        "passed": True,
+        "explanation": "right",
+        "error": None,
+    }
+    assert (good["run_id"], good["status"], good["passed"]) == ("ev:good:e0", "scored", True)
+    assert (good["usage"]["requests"], good["cost_usd"], good["duration_s"]) == (1, 0.25, 1.5)
+    assert runs["crashed", 0]["error"] == "Boom\nboom"
+    assert runs["poor", 0]["status"] == "not_run" and runs["poor", 0]["scores"] == {}
+    assert runs["stopped", 0]["stop_cause"] == "cancelled"
+
+
+def test_junit_has_one_testcase_per_run_and_counts_that_match(tmp_path: Path) -> None:
+    path = write_junit_report(report(), tmp_path / "junit.xml")
+    root = ET.parse(path).getroot()  # parses: the escape codes and NUL were replaced
+    assert root.tag == "testsuites"
+    (suite,) = root.findall("testsuite")
+    cases = suite.findall("testcase")
+    outcomes = {
+        case.get("name"): [child.tag for child in case if child.tag != "system-out"]
+        for case in cases
+    }
+    assert outcomes == {
+        "crashed[e0]": ["error"],
+        "good[e0]": [],
+        "good[e1]": [],
+        "poor[e0]": ["skipped"],
+        "stopped[e0]": ["skipped"],
+        "unjudged[e0]": ["error"],
+        "wrong[e0]": ["failure"],
+    }
+    assert {case.get("classname") for case in cases} == {"ev"}
+    for element in (root, suite):
+        counts = {key: element.get(key) for key in ("tests", "failures", "errors", "skipped")}
+        assert counts == {"tests": "7", "failures": "1", "errors": "2", "skipped": "2"}
+        assert element.get("time") == "10.500"
+    by_name = {case.get("name"): case for case in cases}
+    failure = by_name["wrong[e0]"].find("failure")
+    assert failure is not None and failure.get("message") == "failed: exact"
+    assert failure.text == "exact: 0 FAIL: expected 'ok'"
+    error = by_name["crashed[e0]"].find("error")
+    assert error is not None and error.get("message") == "Boom" and error.text == "Boom\nboom"
+    judged = by_name["unjudged[e0]"].find("error")
+    assert judged is not None and judged.get("message") == "could not score: judge"
+    assert "ValueError: x" in (judged.text or "")
+    skipped = by_name["poor[e0]"].find("skipped")
+    assert skipped is not None and "budget" in (skipped.get("message") or "")
+    out = by_name["stopped[e0]"].find("system-out")
+    assert out is not None and out.text == "half \ufffd[31mred\ufffd[0m \ufffd done"
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["not_started"] == "7" and properties["epochs"] == "2"
