@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tiller.evals import EvalReport, load_eval_spec
+from tiller.errors import UsageError
+from tiller.evals import Case, CaseOutcome, Eval, EvalReport, load_eval_spec
 from tiller.examples.invoice_eval import (
     DEMO_REPAIR,
     PROJECT,
@@ -21,8 +23,10 @@ from tiller.examples.invoice_eval import (
     SeededBugError,
     build_fixtures,
     invoice_cases,
+    invoice_eval_spec,
 )
 from tiller.fleet import load_diff
+from tiller.state import StopCause
 from tiller.store import open_bus
 from tiller.tools import DEFAULT_SANDBOX
 
@@ -232,3 +236,62 @@ async def _check_diffs(store: str, report: EvalReport) -> None:
     assert "-    amount = amount * (1 - tax_percent / 100)" in tax
     assert "+    amount = amount * (1 + tax_percent / 100)" in tax
     assert "+    return issued + timedelta(days=terms_days)" in due
+
+
+def test_the_fixture_cache_refuses_a_directory_others_can_write(private_tmp: Path) -> None:
+    shared = private_tmp / f"tiller-{os.getuid()}"
+    shared.mkdir()
+    shared.chmod(0o777)  # another user could plant fixtures here
+    with pytest.raises(UsageError, match="only you can write to"):
+        invoice_cases()
+    shared.chmod(0o700)
+    assert len(invoice_cases()) == 20
+
+
+@sandboxed
+async def test_the_score_is_the_pristine_tests_even_if_the_copy_s_tests_were_changed(
+    tmp_path: Path,
+) -> None:
+    """An agent that made the copy's tests pass by rewriting them is still failed."""
+    spec = invoice_eval_spec(cache_root=tmp_path / "cache")
+    case = next(case for case in spec.cases if case.id == "tax-subtracted")
+    assert case.fixture is not None
+    workspace = tmp_path / "ws"
+    shutil.copytree(case.fixture, workspace)
+    (workspace / "test_invoice.py").write_text(
+        "import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n"
+    )
+    assert _unittest(workspace).returncode == 0  # the rewritten tests pass
+    tests = next(s for s in spec.scorers if s.name == "tests")
+    outcome = CaseOutcome(case, 0, "fixed", StopCause.COMPLETED, workspace=workspace)
+    score = await tests.score(outcome)
+    assert not score.passed and "FAILED (failures=" in score.explanation
+
+
+@sandboxed
+async def test_without_the_cases_approver_every_edit_and_command_is_blocked(
+    tmp_path: Path,
+) -> None:
+    """The eval runs in ask mode: the approver is what lets a case edit its copy."""
+    spec = invoice_eval_spec(cache_root=tmp_path / "cache")
+    case = next(case for case in spec.cases if case.id == "tax-subtracted")
+    report = await Eval(spec.agent, [case], spec.scorers, workspace_root=tmp_path).run()
+    (result,) = report.results
+    assert not result.passed
+    refused = [e.name for e in result.outcome.tool_trace if e.denied]
+    assert refused == ["execute_command", "edit_file"], result.outcome.text
+    assert result.outcome.text.startswith("My edit of invoice.py was refused (Blocked by policy")
+
+
+@sandboxed
+async def test_on_the_pristine_project_the_agent_finds_nothing_to_fix(tmp_path: Path) -> None:
+    fixtures = build_fixtures([], cache_root=tmp_path / "cache")
+    case = Case("pristine", "Fix the invoice tests.", fixture=fixtures.pristine)
+    spec = invoice_eval_spec(cache_root=tmp_path / "cache")
+    report = await Eval(
+        spec.agent, [case], spec.scorers, approver=spec.approver, workspace_root=tmp_path
+    ).run()
+    (result,) = report.results
+    assert result.outcome.text == "The tests already pass; I found nothing to fix."
+    assert result.scores["tests"].passed and not result.scores["verified"].passed
+    assert [e.name for e in result.outcome.tool_trace] == ["execute_command"]
