@@ -19,8 +19,9 @@ model, it has limits, and the eval's scorecard shows them honestly:
   still fails and it says so (case `bulk-both-tiers-off-by-one`).
 - **Its edit quotes only the changed line.** Where that line occurs twice in the file,
   `edit_file` refuses the ambiguous edit, and it stops (case `bulk-tier-rate-duplicated`).
-- **It needs four steps.** A case whose budget allows fewer stops it before the edit
-  (case `page-count-floor`, held to 2 steps).
+- **It needs its steps.** Running the tests, reading, editing and re-running are a step
+  each, then it answers; a case whose budget allows fewer is stopped part way (case
+  `page-count-floor`, held to 2 steps: stopped after reading, before any edit).
 """
 
 from __future__ import annotations
