@@ -112,3 +112,31 @@ def test_ctrl_c_cancels_the_eval_and_run_with_its_id_resumes_it(tmp_path: Path) 
     whole = stored(store, "interrupted")
     assert all(result.status == "scored" and result.passed for result in whole.results)
     assert whole.for_case("blocks")[0].attempt == 1
+
+
+def test_a_killed_eval_resumed_makes_only_the_runs_not_scored(tmp_path: Path) -> None:
+    """SIGKILL, not Ctrl+C: nothing gets to record the run in flight. Run again under its
+    id, the eval makes that run and the ones never started, and not the scored ones."""
+    (tmp_path / "evals.py").write_text(textwrap.dedent(SPEC))
+    store = f"sqlite:///{tmp_path / 'evals.db'}"
+    command = [sys.executable, "-m", "tiller", "eval", "run", str(tmp_path / "evals.py")]
+    command += ["--id", "killed", "--store", store]
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for(tmp_path / "blocking", proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    cut = stored(store, "killed")
+    assert [(r.case.id, r.status) for r in cut.results] == [("one", "scored"), ("two", "scored")]
+
+    (tmp_path / "release").write_text("")
+    (tmp_path / "prompts.log").unlink()
+    resumed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert resumed.returncode == 0, (resumed.stdout, resumed.stderr)
+    assert (tmp_path / "prompts.log").read_text().split() == ["blocks", "four", "five"]
+    whole = stored(store, "killed")
+    assert [(r.case.id, r.status, r.passed) for r in whole.results] == [
+        (name, "scored", True) for name in ("blocks", "five", "four", "one", "two")
+    ]
