@@ -238,6 +238,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "pass_rates",
         "check_eval_id",
         "rescore",
+        "render_html_report",
+        "write_html_report",
     ],
     "tiller.fleet": [
         "BATCHES_BUCKET",
