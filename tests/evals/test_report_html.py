@@ -133,6 +133,14 @@ def test_the_file_needs_no_network_and_carries_plotly_once(page: str, compared: 
         assert all(href.startswith("#") for href in parsed.hrefs())
 
 
+def test_beside_plotly_js_the_page_is_small(page: str, compared: str) -> None:
+    # 15 runs with their transcripts, scorecard, plots' data and styles: well under
+    # 200 kB; plotly.js (about 4.8 MB) is the bulk, once.
+    plotly_js = len(get_plotlyjs())
+    assert len(page.encode()) - plotly_js < 200_000
+    assert len(compared.encode()) - plotly_js < 250_000
+
+
 def test_the_plots_points_carry_the_anchors_of_their_runs(reports: Reports, page: str) -> None:
     parsed = Page(page)
     figures = {figure["id"]: figure["figure"] for figure in json.loads(parsed.scripts[0])}

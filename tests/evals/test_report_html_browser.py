@@ -176,6 +176,15 @@ def test_the_report_opens_offline_draws_its_plots_and_links_every_case(
     hash_ = page.evaluate("location.hash")
     expect(page.locator(hash_)).to_have_attribute("open", "")
 
+    # A histogram's bar is many runs: a click opens the bin's first one.
+    page.evaluate("window.scrollTo(0, 0)")
+    page.evaluate("history.replaceState(null, '', location.pathname)")
+    bar = page.locator("#plot-scores .bars .point path").first
+    bar.scroll_into_view_if_needed()
+    bar.click(force=True)
+    expect(page).to_have_url(re.compile(r"#case-[a-z]+-e[0-2]$"))
+    expect(page.locator(page.evaluate("location.hash"))).to_have_attribute("open", "")
+
     # The filter shows only the failed runs.
     page.locator('.filters button[data-filter="fail"]').click()
     shown = page.locator("table.runs tbody tr:visible")

@@ -148,6 +148,8 @@ def cost_and_latency(report: EvalReport) -> Plot:
     import plotly.graph_objects as go
 
     figure = go.Figure()
+    # Smaller, see-through points once there are many, so a crowd still shows its shape.
+    size, opacity = (11, 1.0) if len(report.results) <= 100 else (7, 0.75)
     styles = {
         "passed": (PASS_COLOUR, "circle"),
         "failed": (FAIL_COLOUR, "x"),
@@ -165,7 +167,13 @@ def cost_and_latency(report: EvalReport) -> Plot:
                 y=[run.outcome.cost_usd for run in runs],
                 text=[_label(run) for run in runs],
                 customdata=[case_anchor(run.case.id, run.epoch) for run in runs],
-                marker={"color": colour, "symbol": symbol, "size": 11, "line": {"width": 1}},
+                marker={
+                    "color": colour,
+                    "symbol": symbol,
+                    "size": size,
+                    "opacity": opacity,
+                    "line": {"width": 1},
+                },
                 hovertemplate=(
                     "<b>%{text}</b><br>%{x:.2f} s<br>$%{y:.4f}<extra>" + standing + "</extra>"
                 ),
