@@ -6,7 +6,12 @@
   // A run's section is a closed <details>: open the one the address names and bring it
   // into view (on load, and whenever a link or a plot's point changes the hash).
   function openTarget() {
-    var id = decodeURIComponent(window.location.hash.slice(1));
+    var id;
+    try {
+      id = decodeURIComponent(window.location.hash.slice(1));
+    } catch (error) {
+      return; // an address typed by hand with a stray "%": nothing on the page to open
+    }
     if (!id) return;
     var target = document.getElementById(id);
     if (!target) return;

@@ -47,6 +47,15 @@ def _baseline_anchor(case: CaseComparison, epoch: int) -> str:
     return case_anchor(case.case_id, epoch, prefix=BASELINE_PREFIX)
 
 
+def _case_link(case: CaseComparison) -> str:
+    """The case's id, linking to its first run here (or, removed, in the baseline)."""
+    if case.after:
+        anchor = case_anchor(case.case_id, case.after[0].epoch)
+    else:
+        anchor = _baseline_anchor(case, case.before[0].epoch)
+    return f'<a class="case-link" href="#{anchor}">{esc(case.case_id)}</a>'
+
+
 def _links(case: CaseComparison) -> str:
     links = [
         f'<a class="case-link" href="#{case_anchor(case.case_id, run.epoch)}">e{run.epoch}</a>'
@@ -70,7 +79,7 @@ def _changed_table(comparison: EvalComparison) -> str:
     for case in changed:
         means = "".join(_means(*case.scorers.get(name, (None, None))) for name in names)
         rows.append(
-            f'<tr data-change="{case.change}"><td><code>{esc(case.case_id)}</code></td>'
+            f'<tr data-change="{case.change}"><td>{_case_link(case)}</td>'
             f"<td>{badge(case.change)}</td>"
             f'<td class="num">{percent(case.before_rate)} → {percent(case.after_rate)}</td>'
             f"{means}<td>{_links(case)}</td></tr>"

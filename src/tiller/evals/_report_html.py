@@ -164,7 +164,8 @@ def _k_cell(summary: ScorerSummary, k: int) -> str:
 def _plots_html(plots: list[Plot]) -> str:
     return "".join(
         f'<figure class="plot-card"><h3>{esc(plot.title)}</h3>'
-        f'<div class="plot" id="{esc(plot.id)}" data-plot="{esc(plot.id)}"></div>'
+        f'<div class="plot" id="{esc(plot.id)}" role="img" aria-label="{esc(plot.title)}">'
+        "</div>"
         f"<figcaption>{esc(plot.caption)}</figcaption></figure>"
         for plot in plots
     )
