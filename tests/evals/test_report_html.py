@@ -170,7 +170,12 @@ def test_the_scorecard_and_totals_say_what_the_report_says(reports: Reports, pag
     )
     # The scorer that raised on `odd`: its errors counted, each traceback in the run.
     assert report.scorers["brevity"].errors == 3
-    assert page.count('<details class="traceback" open><summary>the scorer raised') == 3
+    assert page.count('<details class="traceback" open><summary>traceback') == 3
+    odd = page[page.index('id="case-odd-e0"') : page.index('id="case-odd-e1"')]
+    assert (
+        '<code>brevity</code></td><td class="num">0.00</td><td><span class="badge badge-error">'
+        in odd
+    )
 
 
 def test_a_run_shows_its_transcript_tool_calls_and_results(page: str) -> None:

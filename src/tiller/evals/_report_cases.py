@@ -26,6 +26,7 @@ from ._report_format import (
     tokens,
 )
 from ._report_plots import case_anchor
+from ._score import Score
 
 __all__ = ["run_sections", "run_table"]
 
@@ -48,6 +49,13 @@ def _score_cell(result: CaseResult, name: str) -> str:
     kind = "pass" if score.passed else "fail"
     title = esc(score.explanation or "")
     return f'<td class="num score-{kind}" title="{title}">{mark} {score.value:.2f}</td>'
+
+
+def _score_standing(score: Score) -> str:
+    """A scorer that raised could not judge: an error, not the agent's fail."""
+    if score.error:
+        return "error"
+    return "pass" if score.passed else "fail"
 
 
 def run_table(results: Sequence[CaseResult], scorers: Iterable[str], *, prefix: str = "") -> str:
@@ -164,7 +172,7 @@ def _scores(result: CaseResult) -> str:
     rows = []
     for name, score in sorted(result.scores.items()):
         error = (
-            f'<details class="traceback" open><summary>the scorer raised</summary>'
+            f'<details class="traceback" open><summary>traceback</summary>'
             f"<pre>{esc(score.error)}</pre></details>"
             if score.error
             else ""
@@ -172,7 +180,7 @@ def _scores(result: CaseResult) -> str:
         rows.append(
             f"<tr><td><code>{esc(name)}</code></td>"
             f'<td class="num">{score.value:.2f}</td>'
-            f"<td>{badge('pass' if score.passed else 'fail')}</td>"
+            f"<td>{badge(_score_standing(score))}</td>"
             f'<td class="explanation">{esc(score.explanation)}{error}</td></tr>'
         )
     return (
