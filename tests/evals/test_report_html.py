@@ -279,3 +279,17 @@ def test_importing_the_evals_package_does_not_import_plotly() -> None:
         check=True,
     )
     assert loaded.stdout.strip() == "[]"
+
+
+def test_unfinished_runs_are_badged_and_counted_not_failed(reports: Reports) -> None:
+    first, second, *rest = reports.after.results
+    cancelled = dataclasses.replace(first, status="cancelled", scores={})
+    not_run = dataclasses.replace(second, status="not_run", scores={})
+    # 15 runs planned, one never started: the eval was cancelled first.
+    report = EvalReport.build("unfinished", 3, 16, [cancelled, not_run, *rest], cancelled=True)
+    text = render_html_report(report)
+    assert "1 cancelled, 1 not run (budget), 1 not started" in text
+    assert "cancelled before it finished" in text
+    assert '<tr data-standing="cancelled">' in text and '<tr data-standing="not-run">' in text
+    assert f'id="case-{first.case.id}-e{first.epoch}"' in text
+    assert "Not scored." in text
