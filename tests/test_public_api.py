@@ -252,6 +252,9 @@ PUBLIC_API: dict[str, list[str]] = {
         "report_to_junit",
         "write_json_report",
         "write_junit_report",
+        "check_html_report",
+        "render_html_report",
+        "write_html_report",
     ],
     "tiller.fleet": [
         "BATCHES_BUCKET",

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-import tiller.evals
 from tiller.cli import app
 from tiller.evals import EvalRecord, EvalReport, list_evals, load_report
 from tiller.store import open_bus
@@ -324,13 +323,34 @@ def test_a_judge_is_refused_by_rescore(spec_dir: Path) -> None:
     assert done.exit_code == 2 and "a rescore calls no model" in done.stderr
 
 
-@pytest.mark.skipif(
-    hasattr(tiller.evals, "write_html_report"), reason="the HTML report is built in this tiller"
-)
-def test_html_without_the_html_report_is_refused_before_anything_runs(spec_dir: Path) -> None:
+def test_html_reports_for_run_show_and_compare(spec_dir: Path) -> None:
+    for eval_id in ("before", "after"):
+        path = spec_dir / f"{eval_id}.html"
+        assert run_eval(spec_dir, "--id", eval_id, "--html", str(path)).exit_code == 0
+    shown = invoke(
+        "eval", "show", "after", "--store", store_of(spec_dir), "--html", str(spec_dir / "s.html")
+    )
+    assert shown.exit_code == 0, shown.output
+    compared = invoke(
+        "eval", "compare", "before", "after", "--store", store_of(spec_dir),
+        "--html", str(spec_dir / "c.html"),
+    )  # fmt: skip
+    assert compared.exit_code == 0, compared.output
+    for name in ("before", "after", "s", "c"):
+        page = (spec_dir / f"{name}.html").read_text()
+        assert "Plotly.newPlot" in page or "plotly" in page.lower()
+        assert 'id="case-' in page
+    assert "compare" in (spec_dir / "c.html").read_text().lower()
+
+
+def test_html_without_plotly_is_refused_before_anything_runs(
+    spec_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)
     done = run_eval(spec_dir, "--html", str(spec_dir / "report.html"))
     assert done.exit_code == 2
-    assert "the HTML report needs tiller.evals.write_html_report" in done.stderr
+    assert "pip install 'tiller[report]'" in done.stderr
     assert not (spec_dir / "evals.db").exists() and not (spec_dir / "report.html").exists()
 
 

@@ -257,18 +257,13 @@ def _quoted(text: str) -> str:
 # ── reports ──────────────────────────────────────────────────────────────────────────
 
 
-def _html_writer() -> Callable[..., Any]:
-    """`tiller.evals.write_html_report`, looked up when asked for (it is a separate part
-    of tiller, and may not be in this one)."""
-    import tiller.evals
+def _html_writer() -> Callable[..., Path]:
+    """`tiller.evals.write_html_report`; `UsageError` saying what to install when the
+    report cannot be drawn here (asked before an eval runs, not after)."""
+    from ..evals import check_html_report, write_html_report
 
-    writer = getattr(tiller.evals, "write_html_report", None)
-    if writer is None:
-        raise UsageError(
-            "the HTML report needs tiller.evals.write_html_report, which this tiller does "
-            "not have yet: use --json or --junit for now"
-        )
-    return writer  # type: ignore[no-any-return]
+    check_html_report()
+    return write_html_report
 
 
 def _write_reports(

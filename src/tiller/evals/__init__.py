@@ -6,7 +6,8 @@ is asked and what a right answer looks like; a `Scorer` turns a run's `CaseOutco
 `Score`. `Eval` runs an agent on every case (`epochs` times, `concurrency` at once, within
 one budget and under one cancel token) and stores each run's result in the run store
 (`CaseResultRecord`, in `EVAL_RESULTS_BUCKET`); `rescore` scores stored outcomes again
-without running the agent.
+without running the agent. `write_html_report` draws a report (and, given a baseline, a
+comparison) as one self-contained HTML file, with the optional `report` extra's Plotly.
 """
 
 from ._case import MAX_CASE_ID, Case, CaseBudget, check_case_id
@@ -17,6 +18,7 @@ from ._eval import MAX_EVAL_ID, Eval, EvalProgress, check_eval_id
 from ._outcome import CaseOutcome, Scorer
 from ._pass_at_k import PassRates, pass_at_k, pass_hat_k, pass_rates
 from ._report import CaseResult, EvalReport, ScorerSummary
+from ._report_html import check_html_report, render_html_report, write_html_report
 from ._report_json import REPORT_JSON_FORMAT, report_to_json, write_json_report
 from ._report_junit import report_to_junit, write_junit_report
 from ._rescore import rescore
@@ -91,4 +93,7 @@ __all__ = [
     "report_to_junit",
     "write_json_report",
     "write_junit_report",
+    "check_html_report",
+    "render_html_report",
+    "write_html_report",
 ]
