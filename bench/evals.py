@@ -8,22 +8,22 @@ round, medians over the rounds, every ratio from this run:
 - `tiller`: `tiller.evals.Eval` over 1,000 `Case`s (`"Say the word w{n}"`, expected
   `w{n}`), one agent whose `ScriptedModel` answers each prompt at once, in one turn, with
   `"The answer is w{n}"`; scorer `Includes()`; results stored in a SQLite file
-  (`store=path`, the project's default durability: WAL, one commit per write); every case
+  (`store=path`, the store's default durability: WAL, a synced commit per write); every case
   in its own private directory and jail, its capture and its record written to the store,
   as any eval's.
 - `tiller, in-memory store`, `tiller, workspaces on tmpfs` (`workspace_root=/dev/shm/...`)
-  and both: not targets, they show where tiller's time goes: the SQLite writes (three
-  commits per case, each synced: a capture delete, the capture, the record) and the
-  case directories (each run's private directory, its jail's `.tiller/` and scratchpad,
-  made and removed: on this VM's ext4 an `rmdir` takes 0.3-0.9 ms).
+  and both: not targets, they show where tiller's time goes: the SQLite writes (two
+  synced commits per case: the capture and the record) and the case directories (each
+  run's private directory, its jail's `.tiller/` and scratchpad, made and removed: on
+  this VM's ext4 an `rmdir` takes 0.3-0.9 ms).
 - `inspect`: Inspect AI 0.3.x in its own environment (`--inspect-python`, by default
   `bench/.venv-inspect/bin/python`; kept out of git): a `Task` of the same 1,000
   `Sample`s (input, target `w{n}`), solver `generate()`, scorer `includes()`, model
-  `mockllm/model` with a `custom_outputs` function giving the same answer (an
+  `mockllm/model` with a `custom_outputs` function giving the same answer (a
   `ModelOutput.from_content`, at once), run with `inspect_ai.eval(task, display="none",
   log_dir=tmp, max_connections=C, max_samples=C)`: its normal log writing (one `.eval`
   file), the comparable of tiller's SQLite results.
-- `tiller, 200 fixture cases`: 200 cases, each with its own fixture directory (a small
+- `tiller, fixture cases`: 200 cases, each with its own fixture directory (a small
   Python project of six files, made by the script before the clock starts, one file
   naming the case), copied privately for its run; the agent writes `NOTES.md` with
   `write_file` (approved by `AllowAll`) and answers; scorer `WorkspaceCheck` with
@@ -308,7 +308,7 @@ def _stub_inspect_token_estimate() -> None:
     def no_download(*args: Any, **kwargs: Any) -> bytes:
         raise RuntimeError(f"the bench forbids a tiktoken download: {args}")
 
-    tiktoken.load.read_file = no_download  # type: ignore[assignment]
+    tiktoken.load.read_file = no_download
     import inspect_ai.model._model as model_module
     import inspect_ai.model._tokens as tokens_module
 
@@ -466,7 +466,7 @@ def report(args: argparse.Namespace) -> None:
                 results[variant].append(figures)
 
     def median(variant: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[variant])
+        return float(statistics.median(r[key] for r in results[variant]))
 
     print(
         "\n| variant | cases | wall (median) | walls | CPU time | per case | peak RSS "
