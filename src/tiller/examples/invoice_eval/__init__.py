@@ -13,6 +13,9 @@ tiller eval run examples/invoice_eval/eval.py
   fix: four of the twenty cases fail, on purpose and for stated reasons).
 - `InvoiceCaseApprover`: what a case's run may do without a person: edit its copy's code,
   run sandboxed commands; not edit the tests.
+- `PristineTestsScorer`: the `tests` score: the pristine tests, run against the copy's
+  `invoice.py` by a runner outside the copy; files the agent leaves in its copy cannot
+  pass it, though a cheating `invoice.py` itself still could (see its docstring).
 - `invoice_eval_spec()`: the `EvalSpec` that `examples/invoice_eval/eval.py` names.
 """
 
@@ -27,6 +30,7 @@ from ._fixer import (
     test_command,
 )
 from ._fixtures import DEMO_REPAIR, PROJECT, InvoiceFixtures, build_fixtures, pristine_file
+from ._scorer import PristineTestsScorer
 from ._seeded_bug import SeededBug, SeededBugError
 from ._spec import (
     AGENT_REFERENCE,
@@ -46,6 +50,7 @@ __all__ = [
     "TARGET_FILE",
     "InvoiceCaseApprover",
     "InvoiceFixtures",
+    "PristineTestsScorer",
     "SeededBug",
     "SeededBugError",
     "build_fixtures",

@@ -10,8 +10,13 @@ is written down:
   and stay below the workspace (the file tools resolve them inside the jail anyway; this
   also refuses what they would refuse, so the refusal says who refused);
 - **edits of the tests are blocked**: the case is scored by running them, and an agent
-  that rewrote them would grade itself (the scorer also runs the pristine tests, so a
-  test changed another way, through the shell, changes nothing);
+  that rewrote them would grade itself. This is a courtesy, not the guard: the shell
+  below can write any file of the copy, tests included. What keeps the score honest is
+  the scorer (`PristineTestsScorer`): it runs the pristine tests from outside the copy
+  and imports nothing of the copy but `invoice.py`, so a test rewritten through the
+  shell, a planted `unittest.py` or `test_zz.py`, changes nothing. `invoice.py` is the
+  code under test and is trusted: a cheating one could still fake a pass (an early
+  `os._exit(0)` does not; see the scorer);
 - **commands in the bubblewrap sandbox are allowed**: a sandboxed tool (the shell) sees
   only the case's copy, read-write, and no network; what the policy engine calls
   destructive is denied before it gets here, in every mode;

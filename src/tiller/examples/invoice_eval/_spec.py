@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shlex
-import sys
 from pathlib import Path
 from typing import Final
 
-from ...evals import Case, Dataset, EvalSpec, ExpectedCall, ToolTraceMatch, WorkspaceCheck
-from ...tools import Sandbox
+from ...evals import Case, Dataset, EvalSpec, ExpectedCall, ToolTraceMatch
 from ._approver import InvoiceCaseApprover
 from ._fixer import SHELL_TOOL
 from ._fixtures import build_fixtures
+from ._scorer import PristineTestsScorer
 from ._seeded_bug import SeededBug
 
 __all__ = [
@@ -29,7 +27,6 @@ __all__ = [
 CASES_FILE: Final = Path(__file__).with_name("cases.jsonl")
 #: The agent, as a reference a spec (and a fleet worker) loads.
 AGENT_REFERENCE: Final = "tiller.examples.invoice_eval:invoice_fixer_agent"
-_TESTS: Final = "test_invoice.py"
 
 
 def invoice_cases(*, cache_root: str | os.PathLike[str] | None = None) -> tuple[Case, ...]:
@@ -38,18 +35,12 @@ def invoice_cases(*, cache_root: str | os.PathLike[str] | None = None) -> tuple[
     return _cases_and_pristine(cache_root)[0]
 
 
-def tests_pass_scorer(pristine: Path) -> WorkspaceCheck:
-    """Scores a case by its project's tests, run in the case's copy inside the sandbox:
-    the pristine tests (copied in from `pristine`, bound read-only), so an agent that
-    changed the copy's tests is still judged by the real ones."""
-    tests = shlex.quote(str(pristine / _TESTS))
-    python = shlex.quote(sys.executable)
-    return WorkspaceCheck(
-        command=f"cp {tests} {_TESTS} && {python} -B -m unittest -q",
-        timeout=120,
-        sandbox=Sandbox(ro_binds=(*Sandbox.python_paths(), pristine)),
-        name="tests",
-    )
+def tests_pass_scorer(pristine: Path) -> PristineTestsScorer:
+    """Scores a case by the pristine tests (in `pristine`, outside the copy), run
+    against the copy's `invoice.py` inside the sandbox: an agent that changed the copy's
+    tests, or left files there to end the run early, is still judged by the real ones
+    (see `PristineTestsScorer` for what it guards against and what it cannot)."""
+    return PristineTestsScorer(pristine, timeout=120, name="tests")
 
 
 def invoice_eval_spec(
