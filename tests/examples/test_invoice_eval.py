@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tiller.errors import UsageError
 from tiller.evals import Case, CaseOutcome, Eval, EvalReport, load_eval_spec
 from tiller.examples.invoice_eval import (
     DEMO_REPAIR,
@@ -238,16 +237,6 @@ async def _check_diffs(store: str, report: EvalReport) -> None:
     assert "+    return issued + timedelta(days=terms_days)" in due
 
 
-def test_the_fixture_cache_refuses_a_directory_others_can_write(private_tmp: Path) -> None:
-    shared = private_tmp / f"tiller-{os.getuid()}"
-    shared.mkdir()
-    shared.chmod(0o777)  # another user could plant fixtures here
-    with pytest.raises(UsageError, match="only you can write to"):
-        invoice_cases()
-    shared.chmod(0o700)
-    assert len(invoice_cases()) == 20
-
-
 @sandboxed
 async def test_the_score_is_the_pristine_tests_even_if_the_copy_s_tests_were_changed(
     tmp_path: Path,
@@ -295,3 +284,91 @@ async def test_on_the_pristine_project_the_agent_finds_nothing_to_fix(tmp_path: 
     assert result.outcome.text == "The tests already pass; I found nothing to fix."
     assert result.scores["tests"].passed and not result.scores["verified"].passed
     assert [e.name for e in result.outcome.tool_trace] == ["execute_command"]
+
+
+@pytest.fixture
+def user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This user's cache directory (`$XDG_CACHE_HOME`), for this test only."""
+    cache = tmp_path / "xdg-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache
+
+
+def test_a_shared_directory_someone_else_made_first_does_not_block_the_eval(
+    private_tmp: Path, user_cache: Path
+) -> None:
+    """Another local user who makes `tiller-UID` first cannot stop the eval: the
+    fixtures go to this user's own cache directory instead."""
+    squatted = private_tmp / f"tiller-{os.getuid()}"
+    squatted.mkdir(mode=0o755)
+    os.chown(squatted, 65534, 65534)  # nobody's: tests run as root
+    cases = invoice_cases()
+    assert len(cases) == 20
+    for case in cases:
+        assert case.fixture is not None and case.fixture.is_relative_to(user_cache / "tiller")
+    assert list(squatted.iterdir()) == []
+
+
+def test_a_shared_directory_others_can_write_is_not_used(
+    private_tmp: Path, user_cache: Path
+) -> None:
+    shared = private_tmp / f"tiller-{os.getuid()}"
+    shared.mkdir()
+    shared.chmod(0o777)  # another user could plant fixtures here
+    (case, *_) = invoice_cases()
+    assert case.fixture is not None and case.fixture.is_relative_to(user_cache / "tiller")
+    shared.chmod(0o700)
+    (case, *_) = invoice_cases()
+    assert case.fixture is not None and case.fixture.is_relative_to(shared)
+
+
+def test_a_link_in_place_of_the_shared_directory_is_not_followed(
+    private_tmp: Path, user_cache: Path
+) -> None:
+    elsewhere = private_tmp / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (private_tmp / f"tiller-{os.getuid()}").symlink_to(elsewhere)
+    (case, *_) = invoice_cases()
+    assert case.fixture is not None and case.fixture.is_relative_to(user_cache / "tiller")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_temporary_directory_anyone_may_rename_in_is_not_used(
+    tmp_path: Path, user_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """World-writable without the sticky bit, anyone could swap `tiller-UID` for their
+    own after it was checked: the fixtures are not kept there."""
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    (case, *_) = invoice_cases()
+    assert case.fixture is not None and case.fixture.is_relative_to(user_cache / "tiller")
+    shared.chmod(0o1777)  # sticky: only the owner renames what it made
+    (case, *_) = invoice_cases()
+    assert case.fixture is not None and case.fixture.is_relative_to(shared)
+
+
+def test_a_build_left_by_a_killed_process_is_cleaned_up(tmp_path: Path) -> None:
+    bug = SeededBug("c1", "invoice.py", "return today > due", "return today >= due")
+    stale = tmp_path / ".building-killed"
+    (stale / "pristine").mkdir(parents=True)
+    an_hour_ago = stale.stat().st_mtime - 3600
+    os.utime(stale, (an_hour_ago, an_hour_ago))
+    recent = tmp_path / ".building-still-running"
+    recent.mkdir()
+    fixtures = build_fixtures([bug], cache_root=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([fixtures.root.name, recent.name])
+
+
+def test_with_no_safe_cache_the_fixtures_are_built_in_a_private_directory(
+    private_tmp: Path, user_cache: Path
+) -> None:
+    for squatted in (private_tmp / f"tiller-{os.getuid()}", user_cache / "tiller"):
+        squatted.mkdir(parents=True, mode=0o755)
+        os.chown(squatted, 65534, 65534)
+    (case, *_) = invoice_cases()
+    assert case.fixture is not None
+    private = case.fixture.parents[2]
+    assert private.parent == private_tmp and private.name.startswith(f"tiller-{os.getuid()}-")
+    assert private.stat().st_uid == os.getuid() and private.stat().st_mode & 0o077 == 0

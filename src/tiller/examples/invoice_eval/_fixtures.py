@@ -6,13 +6,24 @@ amount; the demo's agent fixes it). The eval's pristine project is the bundled o
 that bug repaired (`DEMO_REPAIR`): its tests pass, and each case seeds one bug of its own
 into a copy of it (the demo's bug is one of them).
 
-Fixtures are built once and cached under the system's temporary directory, in a directory
-of this user's (`tiller-{uid}`, mode 0700, refused if someone else owns it), named by a
-hash of everything they are made of: the bundled project's files, the repair and every
-case's bug. A change to any of them makes a new directory; an unchanged project reuses
-the old one. A directory is built beside its final name and renamed into place, so a
-process never sees a half-built one, and two processes building at once both end with
-the same complete directory.
+Fixtures are built once and cached, named by a hash of everything they are made of: the
+bundled project's files, the repair and every case's bug. A change to any of them makes a
+new directory; an unchanged project reuses the old one. A directory is built beside its
+final name (`.building-*`) and renamed into place, so a process never sees a half-built
+one, and two processes building at once both end with the same complete directory; a
+`.building-*` left by a process killed part way is removed by a later build once it is
+a quarter of an hour old.
+
+The cache is the first of these that is safe to use, so another local user can neither
+plant fixtures nor stop the eval by making a directory first:
+
+1. `tiller-{uid}` in the system's temporary directory, if it is (or is now made as) a
+   real directory of this user's, mode 0700, in a temporary directory where no one else
+   can swap it after the check (private to this user, or sticky like `/tmp`);
+2. else `$XDG_CACHE_HOME/tiller` (`~/.cache/tiller`), checked the same way;
+3. else a fresh private directory for this process (`mkdtemp`): nothing is reused.
+
+`build_fixtures(cache_root=)` names the directory instead (a test's own, say).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +60,10 @@ DEMO_REPAIR: Final = SeededBug(
 _LAYOUT: Final = b"invoice-eval fixtures v1"
 _PRISTINE: Final = "pristine"
 _CASES: Final = "cases"
+#: The prefix of a directory being built, renamed to its final name when complete.
+_BUILDING: Final = ".building-"
+#: How old a `.building-*` directory must be to be taken for a killed build's leftover.
+_STALE_BUILD_SECONDS: Final = 15 * 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +94,8 @@ def build_fixtures(
     cache = _cache_directory(cache_root)
     final = cache / f"invoice-eval-{_digest(bugs)[:20]}"
     if not final.is_dir():
-        building = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+        _remove_stale_builds(cache)
+        building = Path(tempfile.mkdtemp(prefix=_BUILDING, dir=cache))
         try:
             _build(building, bugs)
             with contextlib.suppress(FileExistsError, OSError):
@@ -126,23 +143,74 @@ def _digest(bugs: Sequence[SeededBug]) -> str:
 
 
 def _cache_directory(cache_root: str | os.PathLike[str] | None) -> Path:
-    """The cache directory, made if missing; refused if it is not a real directory of
-    this user's that only they can write (another user could plant fixtures there)."""
+    """`cache_root` (made if missing), else the first of the default places that is
+    safe (see the module docstring)."""
     if cache_root is not None:
         root = Path(cache_root)
         root.mkdir(parents=True, exist_ok=True)
         return root
-    root = Path(tempfile.gettempdir()) / f"tiller-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
+    shared = Path(tempfile.gettempdir()) / f"tiller-{os.getuid()}"
+    for candidate in (shared, _user_cache() / "tiller"):
+        if _private_directory(candidate):
+            return candidate
+    # Neither is ours: a private directory for this process (the fixtures are rebuilt
+    # next time, which costs a second, rather than the eval refusing to run).
+    return Path(tempfile.mkdtemp(prefix=f"tiller-{os.getuid()}-fixtures-"))
+
+
+def _user_cache() -> Path:
+    """This user's cache directory: `$XDG_CACHE_HOME`, else `~/.cache`."""
+    configured = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG spec: a relative value is invalid and ignored.
+    return Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
+
+
+def _private_directory(root: Path) -> bool:
+    """Whether `root` is (made if missing, mode 0700) a real directory of this user's
+    that only they can write, in a parent where no one else can swap it for another
+    after this check: one only its owner can write, or a sticky one (as `/tmp`), where
+    only an entry's owner may rename it. Checked on a descriptor opened without
+    following a link, so what is checked is the directory itself, not what a link
+    planted there points to."""
+    try:
+        parent = os.stat(root.parent)
+    except OSError:
+        parent = None
+    if parent is None:
+        with contextlib.suppress(OSError):
+            root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            parent = os.stat(root.parent)
+    if parent is None or not _others_cannot_swap_entries(parent):
+        return False
+    with contextlib.suppress(FileExistsError, OSError):
         root.mkdir(mode=0o700)
-    info = os.lstat(root)
-    if (
-        not stat.S_ISDIR(info.st_mode)
-        or info.st_uid != os.getuid()
-        or stat.S_IMODE(info.st_mode) & 0o022
-    ):
-        raise UsageError(
-            f"{root} is not a directory of yours that only you can write to, so the invoice "
-            "eval will not cache its fixtures there; remove it, or pass cache_root="
-        )
-    return root
+    try:
+        descriptor = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:  # a link, a file, or gone: not ours to use
+        return False
+    try:
+        info = os.fstat(descriptor)
+    finally:
+        os.close(descriptor)
+    return info.st_uid == os.getuid() and not stat.S_IMODE(info.st_mode) & 0o022
+
+
+def _others_cannot_swap_entries(parent: os.stat_result) -> bool:
+    mode = stat.S_IMODE(parent.st_mode)
+    owned = parent.st_uid in (os.getuid(), 0)
+    return owned and (not mode & 0o022 or bool(mode & stat.S_ISVTX))
+
+
+def _remove_stale_builds(cache: Path) -> None:
+    """Remove `.building-*` directories older than `_STALE_BUILD_SECONDS`: a build
+    takes about a second, so these were left by a process killed while building (a
+    build still under way is younger, and kept)."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(cache):
+            if not entry.name.startswith(_BUILDING):
+                continue
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode) and now - info.st_mtime > _STALE_BUILD_SECONDS:
+                    shutil.rmtree(entry.path, ignore_errors=True)
