@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from tiller.conversation import ToolCall
 from tiller.examples.invoice_eval import InvoiceCaseApprover, invoice_fixer_tools
 from tiller.policy import Decision
+from tiller.tools import Capability, RiskClass, tool
 
 TOOLS = {tool.name: tool for tool in invoice_fixer_tools()}
 
@@ -47,3 +49,47 @@ async def test_a_tool_that_is_neither_sandboxed_nor_an_edit_is_blocked() -> None
     assert decision.blocked_by_policy and "neither a sandboxed command" in (decision.reason or "")
     bad = ToolCall(id="c2", name="edit_file", arguments="not json")
     assert (await InvoiceCaseApprover().approve(bad, TOOLS["edit_file"])).blocked_by_policy
+
+
+@tool(risk=RiskClass.FILE_MUTATION, capabilities=Capability.EXTERNAL_SEND)
+def upload_file(path: str) -> str:
+    """Uploads a file of the workspace somewhere."""
+    return path
+
+
+@tool(risk="external_access")
+def open_in_browser(path: str) -> str:
+    """Opens a file of the workspace in whatever the host has."""
+    return path
+
+
+@tool(risk=RiskClass.NETWORK)
+def post_file(path: str) -> str:
+    """Posts a file of the workspace to a server."""
+    return path
+
+
+@tool
+def undeclared(path: str) -> str:
+    """Declares no risk: the policy engine treats it as external access."""
+    return path
+
+
+@tool(risk=RiskClass.FILE_MUTATION, command_of=lambda arguments: str(arguments.get("path")))
+def run_file(path: str) -> str:
+    """Runs a file of the workspace as a command on the host (not sandboxed)."""
+    return path
+
+
+@pytest.mark.parametrize(
+    "risky", [upload_file, open_in_browser, post_file, undeclared, run_file], ids=lambda t: t.name
+)
+async def test_a_tool_declaring_more_than_file_access_is_blocked_whatever_its_paths(
+    risky: Any,
+) -> None:
+    """Relative paths are not enough: what the tool declares it may do decides."""
+    call = ToolCall(id="c1", name=risky.name, arguments='{"path": "invoice.py"}')
+    assert tuple(risky.paths_of({"path": "invoice.py"})) == ("invoice.py",)
+    decision = await InvoiceCaseApprover().approve(call, risky)
+    assert decision.blocked_by_policy, risky.name
+    assert "an invoice case may only" in (decision.reason or ""), decision.reason
