@@ -16,12 +16,12 @@ from tiller.capture import load_capture
 from tiller.errors import UsageError
 from tiller.evals import Case, CaseOutcome, Eval, EvalProgress, EvalResultStore, Score
 from tiller.fleet import load_diff
-from tiller.loop import Agent
+from tiller.loop import Agent, RunOptions
 from tiller.model import ScriptedModel
 from tiller.model.scripted import TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import StopCause
-from tiller.store import Bus, MemoryBus, StoreUnavailable
+from tiller.store import Bus, MemoryBus, SqliteBus, StoreUnavailable, open_bus
 from tiller.testing import run_capture
 
 from ._runner_support import Includes, Messages, Recording, answering, writing
@@ -405,3 +405,36 @@ async def test_two_evals_whose_ids_and_case_ids_run_together_keep_their_own_runs
         assert record.capture is not None
         capture = await load_capture(bus, record.capture)  # each eval's own, still there
         assert capture.model_calls and prompt in str(capture.model_calls[0])
+
+
+@pytest.mark.parametrize(
+    ("options", "synced"),
+    [(None, False), (RunOptions(checkpoint_bucket="tiller-run-checkpoints"), True)],
+)
+async def test_an_eval_opens_its_sqlite_store_unsynced_unless_its_runs_are_durable(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    options: RunOptions | None,
+    synced: bool,
+) -> None:
+    """An eval's records can be made again (a lost one's case reruns on resume): no fsync
+    per write. Durable runs' call records must be synced (law 5)."""
+    opened: list[Bus] = []
+    real_open = open_bus
+
+    async def recording_open(url: str, **kwargs: Any) -> Bus:
+        bus = await real_open(url, **kwargs)
+        opened.append(bus)
+        return bus
+
+    monkeypatch.setattr("tiller.evals._eval.open_bus", recording_open)
+    report = await Eval(
+        answering(lambda prompt: prompt),
+        [Case("one", "hello", expected="hello")],
+        [Includes()],
+        store=tmp_path / "evals.db",
+        options=options,
+    ).run()
+    assert report.passed == 1
+    (bus,) = opened
+    assert isinstance(bus, SqliteBus) and bus.synced is synced

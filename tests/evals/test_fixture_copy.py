@@ -5,7 +5,9 @@ the copy is removed."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,34 @@ def test_a_directory_swapped_for_a_link_as_it_is_looked_at_never_changes_the_tar
     monkeypatch.undo()
     assert stat.S_IMODE(outside.stat().st_mode) == 0o500
     assert not copy.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to an ordinary user needs root")
+def test_as_an_ordinary_user_a_tree_with_read_only_directories_is_removed() -> None:
+    """As root, a read-only directory never stops a removal, so the tests above cannot
+    see the permission pass work: here a forked child drops to `nobody` (65534), which
+    owns the copy, and removes it. A first walk leaves the locked directory's contents;
+    the permission pass and a second walk take them."""
+    top = Path(tempfile.mkdtemp(prefix="tiller-copy-test-", dir="/tmp"))
+    try:
+        os.chown(top, 65534, 65534)  # its parent too: removing the copy writes there
+        copy = _copy(top)
+        for root, dirs, files in os.walk(copy):
+            for name in [*dirs, *files]:
+                os.chown(os.path.join(root, name), 65534, 65534)
+        os.chown(copy, 65534, 65534)
+        pid = os.fork()
+        if pid == 0:  # the child: nothing but the removal, then exit
+            code = 2
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                remove_copy(copy)
+                code = 1 if os.path.lexists(copy) else 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert not copy.exists()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

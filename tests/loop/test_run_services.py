@@ -210,3 +210,14 @@ async def test_the_checklist_is_in_the_state_document_and_survives_resume(
         )
     assert document["tiller"]["tasks"][0]["status"] == "completed"
     assert done.state.tasks[0]["status"] == "completed"
+
+
+async def test_a_run_that_calls_no_tool_makes_no_directory(tmp_path: Path) -> None:
+    """The scratchpad is made for the first tool call, not for every run: a one-turn
+    run (an eval's case, a chat answer) leaves its workspace as it found it."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ctx = RunContext.sandboxed(workspace, AllowAll())
+    result = await Agent(ScriptedModel(["just an answer"])).run_in(ctx, "hi")
+    assert result.text == "just an answer"
+    assert list(workspace.iterdir()) == []

@@ -95,6 +95,20 @@ async def test_options_from_the_query(tmp_path: Path) -> None:
         assert (bus.poll_interval, bus.busy_timeout, bus.retention) == (0.01, 2.0, 30.0)
 
 
+@pytest.mark.parametrize(("synced", "level"), [(True, 2), (False, 1)])  # FULL, NORMAL
+async def test_commits_are_synced_unless_asked_not_to(
+    tmp_path: Path, synced: bool, level: int
+) -> None:
+    async with await open_bus(url_of(tmp_path / "x.db"), synced=synced) as bus:
+        assert isinstance(bus, SqliteBus) and bus.synced is synced
+
+        def synchronous(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+        # The store's own connection (the setting is per connection).
+        assert await bus._run(synchronous) == level
+
+
 async def test_schema_is_versioned_and_in_wal_mode(tmp_path: Path) -> None:
     path = tmp_path / "x.db"
     async with await open_bus(url_of(path)):

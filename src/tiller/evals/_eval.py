@@ -24,7 +24,11 @@ report = await Eval(
   report so far.
 - **Results are records in the store** (`store`: a `Bus`, a `sqlite:///`/`memory://`/
   `nats://` URL, or a path to a SQLite file; None: an in-memory store that lives as long
-  as `run`, so nothing can be resumed or rescored later): see `_results`.
+  as `run`, so nothing can be resumed or rescored later): see `_results`. A SQLite
+  store the eval opens itself commits without syncing each write to disk
+  (`open_bus(synced=False)`): a record lost to a power loss only means its case runs
+  again on resume (not so when `options` name a checkpoint bucket: durable runs' call
+  records are synced).
 - **Resumable**: `run` again with the same `eval_id` skips the case runs already scored
   and makes the others (cancelled, not run, or never recorded because the process died).
   A case changed since its runs were scored (input, expected, metadata, fixture path,
@@ -231,7 +235,12 @@ class Eval:
                 yield bus
             return
         if isinstance(store, str):
-            async with await open_bus(store) as bus:
+            # An eval's results can be made again (a lost record's case runs again on
+            # resume), so a SQLite store it opens commits without a sync per write, unless
+            # its runs are durable ones (a checkpoint bucket: their call records must be
+            # synced, law 5). The caller's own Bus is used as it is.
+            synced = self.options.checkpoint_bucket is not None
+            async with await open_bus(store, synced=synced) as bus:
                 yield bus
             return
         yield store

@@ -7,9 +7,9 @@ run's services, which live here: the notify channel detached work reports throug
 background jobs, the task checklist, the file snapshots, the scratchpad, the user's goal,
 and the taint flow (what the interlock watches beyond one call).
 
-Opening creates the session's scratchpad; closing kills whatever background work is left
-(a run never leaves a process behind, whether it finished, failed, suspended or was
-cancelled).
+The run's first tool call creates the session's scratchpad (a run that calls no tool
+makes no directory); closing kills whatever background work is left (a run never leaves a
+process behind, whether it finished, failed, suspended or was cancelled).
 """
 
 from __future__ import annotations
@@ -151,10 +151,9 @@ class RunServices:
             event_loop.call_soon_threadsafe(self._agui.set_runtime_state, "tasks", snapshot)
 
     async def open(self) -> None:
-        """Create the session's scratchpad inside the jail; show a resumed run's
-        checklist."""
+        """Show a resumed run's checklist. (The session's scratchpad is made when the
+        run's first tool call runs: a run that calls no tool makes no directory.)"""
         self._event_loop = asyncio.get_running_loop()
-        self.scratchpad = self._make_scratchpad()
         if self._state.tasks:
             self._agui.set_runtime_state("tasks", self._state.tasks)
 
@@ -205,6 +204,8 @@ class RunServices:
         cached = self._cached_services
         if cached is not None and cached.goal is goal:
             return cached
+        if cached is None:  # the run's first call: now it may need its scratchpad
+            self.scratchpad = self._make_scratchpad()
         run_ctx = self._run_ctx
         cached = self._cached_services = ToolServices(
             emit=self._agui.emit,

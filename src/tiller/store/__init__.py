@@ -215,11 +215,15 @@ __all__ = [
 _SQLITE_OPTIONS = ("poll_interval", "busy_timeout", "retention")
 
 
-async def open_bus(url: str, *, clock: Clock = wall_clock, namespace: str = "") -> Bus:
+async def open_bus(
+    url: str, *, clock: Clock = wall_clock, namespace: str = "", synced: bool = True
+) -> Bus:
     """Open the Bus that `url` names (see the module docstring for the forms).
 
     `clock` gives lease and job-lease time (inject a fake one in tests); `namespace`
     prefixes every bucket, subject and queue, so users of one file or server stay apart.
+    `synced=False` lets a SQLite store commit without syncing to disk (`SqliteBus`: only
+    for writes that can be made again; the other stores ignore it).
     """
     check_namespace(namespace)
     parts = urlsplit(url)
@@ -248,6 +252,7 @@ async def open_bus(url: str, *, clock: Clock = wall_clock, namespace: str = "") 
             clock=clock,
             namespace=namespace,
             url=url,
+            synced=synced,
             **options,
         )
     if parts.scheme == "nats":

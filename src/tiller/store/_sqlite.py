@@ -11,6 +11,12 @@ Design, and why:
   transaction takes the write lock up front, so a read-then-write compare-and-set cannot
   be overtaken by another process between its read and its write. A lock held past
   `busy_timeout` (5 s by default) surfaces as `StoreUnavailable`.
+- **Synced commits** by default (SQLite's `synchronous=FULL`): a committed checkpoint or
+  call record survives a power loss, as law 5 needs (a lost "started" record would let a
+  call run twice). `synced=False` (`synchronous=NORMAL`, safe in WAL mode) commits without
+  an fsync: still atomic, in order, and durable when the process is killed, but the last
+  commits may roll back after a power loss or an OS crash. Only for stores whose writes
+  can be made again: an eval's results (a lost record's case runs again on resume).
 - **Revisions** come from one counter row in `meta`, bumped inside each write transaction:
   writes are serialized by SQLite, so revisions increase across processes too.
 - **Pub/sub** messages are rows of `messages` (AUTOINCREMENT ids, never reused). One poller
@@ -509,8 +515,11 @@ class SqliteBus:
         poll_interval: float,
         busy_timeout: float,
         retention: float,
+        synced: bool = True,
     ) -> None:
         self.url = url
+        #: Whether each commit is synced to disk (see the module docstring).
+        self.synced = synced
         self.path = path
         self.poll_interval = poll_interval
         self.busy_timeout = busy_timeout
@@ -537,9 +546,11 @@ class SqliteBus:
         poll_interval: float = 0.05,
         busy_timeout: float = 5.0,
         retention: float = 60.0,
+        synced: bool = True,
     ) -> SqliteBus:
         """Open (creating the file, its parent directories and the schema if needed; `~`
-        is expanded, in the worker thread like every other file-system call)."""
+        is expanded, in the worker thread like every other file-system call). `synced`:
+        see the module docstring (this connection's commits only)."""
         path = Path(path)
         bus = cls(
             path,
@@ -549,6 +560,7 @@ class SqliteBus:
             poll_interval=poll_interval,
             busy_timeout=busy_timeout,
             retention=retention,
+            synced=synced,
         )
         try:
             await bus._in_thread(bus._connect)
@@ -651,6 +663,8 @@ class SqliteBus:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             self._enter_wal(conn)
+            if not self.synced:
+                conn.execute("PRAGMA synchronous = NORMAL")
             self._conn = conn
             self._transaction(self._migrate)
         except BaseException:
