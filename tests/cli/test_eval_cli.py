@@ -178,7 +178,7 @@ def test_epochs_add_pass_at_k_and_fail_under_sets_the_exit_code(spec_dir: Path) 
 
     strict = run_eval(spec_dir, "--id", "twice", "--fail-under", "0.9")
     assert strict.exit_code == 1
-    assert "pass rate 50.0% is below --fail-under 90.0%" in strict.stderr
+    assert "pass rate 50.0% of all 2 runs is below --fail-under 90.0%" in strict.stderr
 
 
 def test_show_prints_the_cases_and_one_case_in_full(spec_dir: Path) -> None:

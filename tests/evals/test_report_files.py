@@ -150,7 +150,7 @@ def test_junit_has_one_testcase_per_run_and_counts_that_match(tmp_path: Path) ->
         "crashed[e0]": ["error"],
         "good[e0]": [],
         "good[e1]": [],
-        "poor[e0]": ["skipped"],
+        "poor[e0]": ["error"],  # not run: the eval did not show it passes
         "stopped[e0]": ["skipped"],
         "unjudged[e0]": ["error"],
         "wrong[e0]": ["failure"],
@@ -158,7 +158,7 @@ def test_junit_has_one_testcase_per_run_and_counts_that_match(tmp_path: Path) ->
     assert {case.get("classname") for case in cases} == {"ev"}
     for element in (root, suite):
         counts = {key: element.get(key) for key in ("tests", "failures", "errors", "skipped")}
-        assert counts == {"tests": "7", "failures": "1", "errors": "2", "skipped": "2"}
+        assert counts == {"tests": "7", "failures": "1", "errors": "3", "skipped": "1"}
         assert element.get("time") == "10.500"
     by_name = {case.get("name"): case for case in cases}
     failure = by_name["wrong[e0]"].find("failure")
@@ -169,8 +169,9 @@ def test_junit_has_one_testcase_per_run_and_counts_that_match(tmp_path: Path) ->
     judged = by_name["unjudged[e0]"].find("error")
     assert judged is not None and judged.get("message") == "could not score: judge"
     assert "ValueError: x" in (judged.text or "")
-    skipped = by_name["poor[e0]"].find("skipped")
-    assert skipped is not None and "budget" in (skipped.get("message") or "")
+    not_run = by_name["poor[e0]"].find("error")
+    assert not_run is not None and not_run.get("type") == "not run"
+    assert not_run.get("message") == "not run: the eval's budget was spent"
     out = by_name["stopped[e0]"].find("system-out")
     assert out is not None and out.text == "half \ufffd[31mred\ufffd[0m \ufffd done"
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}

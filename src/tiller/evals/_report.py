@@ -198,8 +198,16 @@ class EvalReport:
 
     @property
     def pass_rate(self) -> float:
-        """Of the scored runs, the share every scorer passed."""
+        """Of the scored runs, the share that passed (`CaseResult.passed`)."""
         return self.passed / self.scored if self.scored else 0.0
+
+    @property
+    def pass_rate_of_all_runs(self) -> float:
+        """Of every run the eval has (`total`: cases x epochs), the share that passed: a
+        run that was not scored (not run, cancelled, not started) counts against it. What
+        a gate compares (`tiller eval run --fail-under`): an eval whose budget let one
+        case of five run did not show that the other four pass."""
+        return self.passed / self.total if self.total else 0.0
 
     @property
     def cost_usd(self) -> float:

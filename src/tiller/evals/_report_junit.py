@@ -9,10 +9,12 @@ that passed every scorer has no child but its output; otherwise exactly one of:
 - `<failure>`: scored, and some scorer failed it; `message` names the failing scorers,
   the text lists every scorer's value and explanation;
 - `<error>`: the run ended in an error (`message` is the error), or a scorer could not
-  judge it (a score with an error: the text is that scorer's traceback or reason);
-- `<skipped>`: no score to report: `not_run` (the eval's budget was spent before the run
-  could start) or `cancelled` (the eval was cancelled while it ran; a resumed eval runs
-  it again).
+  judge it (a score with an error: the text is that scorer's traceback or reason), or it
+  is `not_run` (type `not run`: the eval's budget was spent before the run could start,
+  so the eval did not show what it was asked to; an error, not a skip, so that a CI
+  system that passes a suite with skips does not pass this one);
+- `<skipped>`: `cancelled` (the eval was cancelled while it ran, on purpose; a resumed
+  eval runs it again).
 
 `<system-out>` carries the run's final text. The suite's and the root's `tests`,
 `failures`, `errors` and `skipped` count those elements; `time` sums the runs'. Runs that
@@ -94,8 +96,11 @@ def _add_case(suite: ET.Element, eval_id: str, result: CaseResult) -> str | None
     )
     kind: str | None = None
     if result.status == "not_run":
-        ET.SubElement(case, "skipped", message="not run: the eval's budget was spent first")
-        kind = "skipped"
+        error = ET.SubElement(
+            case, "error", message="not run: the eval's budget was spent", type="not run"
+        )
+        error.text = _xml(outcome.error or "the eval's budget was spent before it started")
+        kind = "errors"
     elif result.status == "cancelled":
         ET.SubElement(case, "skipped", message="cancelled: the eval was cancelled during it")
         kind = "skipped"

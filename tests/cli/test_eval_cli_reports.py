@@ -1,0 +1,100 @@
+"""`tiller eval run`'s gate and report files when the eval did not run every case: a
+spec whose eval budget lets one step run (so the other cases are `not_run`), and report
+paths that cannot be written. Real SQLite store, typer's runner, a `ScriptedModel`."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from tiller.cli import app
+
+SPEC = """
+from tiller.evals import Case, EvalSpec, Includes
+from tiller.loop import Agent, Budget
+from tiller.model import ScriptedModel
+
+CASES = [Case(f"c{n}", "say yes", expected="yes") for n in range(5)]
+
+spec = EvalSpec(
+    agent=lambda: Agent(ScriptedModel(lambda messages, info: "yes")),
+    cases=CASES,
+    scorers=[Includes()],
+    name="tight",
+    concurrency=1,
+    budget=Budget(max_steps=1),
+)
+
+roomy = EvalSpec(
+    agent=lambda: Agent(ScriptedModel(lambda messages, info: "yes")),
+    cases=CASES[:2],
+    scorers=[Includes()],
+    name="roomy",
+)
+"""
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "evals.py").write_text(textwrap.dedent(SPEC))
+    yield tmp_path
+    while str(tmp_path) in sys.path:
+        sys.path.remove(str(tmp_path))
+
+
+def run_eval(spec_dir: Path, *args: str, spec: str = "evals.py") -> Result:
+    store = f"sqlite:///{spec_dir / 'evals.db'}"
+    return CliRunner().invoke(app, ["eval", "run", str(spec_dir / spec), "--store", store, *args])
+
+
+def test_fail_under_counts_the_runs_the_budget_did_not_let_start(spec_dir: Path) -> None:
+    done = run_eval(spec_dir, "--id", "tight", "--fail-under", "0.9")
+    assert "not run 4" in done.stdout, done.output
+    assert done.exit_code == 1, done.output
+    assert "pass rate 20.0% of all 5 runs" in done.stderr
+
+
+def test_fail_under_help_says_unscored_runs_count_against_it() -> None:
+    shown = CliRunner().invoke(app, ["eval", "run", "--help"], env={"COLUMNS": "200"})
+    words = " ".join(shown.stdout.replace("│", " ").split())
+    assert "not run, cancelled or not started count against it" in words, words
+
+
+def test_junit_reports_a_run_the_budget_did_not_let_start_as_an_error(spec_dir: Path) -> None:
+    xml = spec_dir / "report.xml"
+    done = run_eval(spec_dir, "--id", "tight", "--junit", str(xml))
+    assert done.exit_code == 0, done.output
+    suite = ET.parse(xml).getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("errors"), suite.get("skipped")) == ("5", "4", "0")
+    errors = [case.find("error") for case in suite.iter("testcase")]
+    messages = {error.get("message") for error in errors if error is not None}
+    assert messages == {"not run: the eval's budget was spent"}
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit", "--html"])
+def test_an_unwritable_report_path_is_refused_before_the_eval_runs(
+    spec_dir: Path, option: str
+) -> None:
+    (spec_dir / "taken").mkdir()
+    (spec_dir / "a-file").write_text("not a folder")
+    for target in (spec_dir / "taken", spec_dir / "a-file" / "report.out"):
+        done = run_eval(spec_dir, "--id", "early", option, str(target), spec="evals.py:roomy")
+        assert done.exit_code == 2, done.output
+        assert "cannot write" in done.stderr and str(target) in done.stderr
+        assert "eval early" not in done.stdout  # nothing ran
+    assert not (spec_dir / "evals.db").exists()
+
+
+def test_the_eval_id_is_printed_before_the_reports_are_written(spec_dir: Path) -> None:
+    out = spec_dir / "out.json"
+    done = run_eval(spec_dir, "--id", "said", "--json", str(out), spec="evals.py:roomy")
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    assert lines.index("eval id: said") < lines.index(f"wrote {out}")
