@@ -397,7 +397,8 @@ async def run_case(
 
 
 def assert_case_passed(result: CaseResult) -> None:
-    """Fail (`AssertionError`) unless every scorer passed `result`'s run, saying why: each
+    """Fail (`AssertionError`) unless `result`'s run passed (`CaseResult.passed`: it ended
+    without an error and every scorer passed it), saying why: each
     failing scorer's value and explanation (an error score's traceback, cut), how the run
     ended if not as it should, and the agent's answer."""
     __tracebackhide__ = True  # pytest shows the test's line, not this one

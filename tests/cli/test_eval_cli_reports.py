@@ -98,3 +98,19 @@ def test_the_eval_id_is_printed_before_the_reports_are_written(spec_dir: Path) -
     assert done.exit_code == 0, done.output
     lines = done.stdout.splitlines()
     assert lines.index("eval id: said") < lines.index(f"wrote {out}")
+
+
+def test_the_case_table_shows_a_run_that_errored_as_an_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tiller.cli._eval_render import print_cases
+    from tiller.evals import Case, CaseOutcome, CaseResult, EvalReport, Score
+    from tiller.state import StopCause
+
+    case = Case("flaky", "say ok")
+    outcome = CaseOutcome(case, 0, "ok", StopCause.COMPLETED, error="Boom\n  at line 2")
+    errored = CaseResult(case, 0, "ev:flaky:e0", "scored", outcome, {"exact": Score(1.0)})
+    print_cases(EvalReport.build("ev", 1, 1, [errored]))
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("flaky"))
+    assert row.split()[2] == "error", row
+    assert row.rstrip().endswith("Boom"), row  # the message's first line, not its last

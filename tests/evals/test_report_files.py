@@ -20,6 +20,7 @@ from tiller.evals import (
     EvalReport,
     Score,
     report_to_json,
+    report_to_junit,
     write_json_report,
     write_junit_report,
 )
@@ -176,3 +177,40 @@ def test_junit_has_one_testcase_per_run_and_counts_that_match(tmp_path: Path) ->
     assert out is not None and out.text == "half \ufffd[31mred\ufffd[0m \ufffd done"
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert properties["not_started"] == "7" and properties["epochs"] == "2"
+
+
+def test_a_run_that_errored_never_passes_in_any_report(tmp_path: Path) -> None:
+    """One rule (`CaseResult.passed`): an outcome with an error is not a pass, even when
+    every scorer passed it; the JSON, JUnit and HTML all say so (the
+    scorecard: tests/cli/test_eval_cli_reports.py)."""
+    from tiller.evals import render_html_report
+
+    errored = result("flaky", "scored", {"exact": Score(1.0)}, error="Boom\nboom", text="ok")
+    report = EvalReport.build("ev", 1, 1, [errored])
+    assert not errored.passed
+    assert (report.passed, report.errors, report.pass_rate) == (0, 1, 0.0)
+
+    document = report_to_json(report)
+    assert document["results"][0]["passed"] is False
+    totals = document["totals"]
+    assert (totals["passed"], totals["failed"], totals["errors"]) == (0, 1, 1)
+    assert totals["pass_rate"] == 0.0
+
+    suite = report_to_junit(report).find("testsuite")
+    assert suite is not None
+    assert (suite.get("errors"), suite.get("failures")) == ("1", "0")
+
+    html = render_html_report(report)
+    assert 'data-standing="error"' in html and 'data-standing="pass"' not in html
+
+
+def test_error_line_is_a_tracebacks_last_line_or_a_messages_first() -> None:
+    from tiller.evals import error_line
+
+    traceback = 'Traceback (most recent call last):\n  File "x.py"\nValueError: bad\n\n'
+    assert error_line(traceback, 90) == "ValueError: bad"
+    assert error_line("the fixture is missing\n  looked in /tmp/x", 90) == (
+        "the fixture is missing"
+    )
+    assert error_line("\n\n", 90) == ""
+    assert error_line("a" * 20, 10) == "a" * 9 + "…"

@@ -52,9 +52,13 @@ class CaseResult:
 
     @property
     def passed(self) -> bool:
-        """Scored, and every scorer passed it."""
+        """Scored, ended without an error, and every scorer passed it: the one rule every
+        report follows (the JSON's `passed`, JUnit, the scorecard, the HTML badges). A
+        run that errored (an agent that raised, a missing fixture) is never a pass, even
+        when its scorers passed what it left."""
         return (
             self.status == "scored"
+            and self.outcome.error is None
             and bool(self.scores)
             and all(score.passed for score in self.scores.values())
         )
@@ -175,7 +179,7 @@ class EvalReport:
 
     @property
     def passed(self) -> int:
-        """Scored runs that every scorer passed."""
+        """Runs that passed (`CaseResult.passed`)."""
         return sum(1 for result in self.results if result.passed)
 
     @property

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from ..conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
 from ..loop import ToolTraceEntry
+from ._error_line import error_line
 from ._report import CaseResult
 from ._report_format import (
     NOTHING,
@@ -32,13 +33,6 @@ __all__ = ["run_sections", "run_table"]
 
 #: An error column shows the first line of the error, at most this many characters.
 ERROR_PREVIEW = 90
-
-
-def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    # A traceback's last line says what went wrong; a message's first line does.
-    line = lines[-1] if text.startswith("Traceback") and lines else (lines or [""])[0]
-    return line if len(line) <= ERROR_PREVIEW else line[: ERROR_PREVIEW - 1] + "…"
 
 
 def _score_cell(result: CaseResult, name: str) -> str:
@@ -80,7 +74,7 @@ def run_table(results: Sequence[CaseResult], scorers: Iterable[str], *, prefix: 
             + f'<td class="num">{money(outcome.cost_usd)}</td>'
             f'<td class="num">{seconds(outcome.duration_s)}</td>'
             f'<td class="num">{tokens(usage.input_tokens + usage.output_tokens)}</td>'
-            f'<td class="error-cell">{esc(_first_line(error)) if error else ""}</td>'
+            f'<td class="error-cell">{esc(error_line(error, ERROR_PREVIEW)) if error else ""}</td>'
             "</tr>"
         )
     return (

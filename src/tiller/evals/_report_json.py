@@ -28,8 +28,11 @@ null); `write_json_report(report, path)` writes it, indented. The document:
 ```
 
 `totals` counts as `EvalReport` does: `runs` is cases x epochs, `results` the runs with a
-record, `not_started` the rest; `failed` the scored runs some scorer failed; `errors` the
-scored runs that ended in an error. `pass_at_k` is keyed by k as a string (JSON keys are
+record, `not_started` the rest; `passed` the runs that passed (`CaseResult.passed`:
+scored, no error, every scorer passed), `failed` the other scored runs (`passed + failed
+== scored`), `errors` the scored runs that ended in an error (counted in `failed`: a run
+that errored never passes, whatever its scorers said). A result's `passed` is the same
+rule. `pass_at_k` is keyed by k as a string (JSON keys are
 strings). `results` are by case, then epoch (0-based, as in the run id). A typed case
 value or structured output is its JSON (what JSON cannot carry is its `repr`).
 """

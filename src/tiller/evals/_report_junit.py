@@ -4,7 +4,8 @@ system that shows test results (GitLab, Jenkins, GitHub's test reporters) shows 
 One `<testsuite>` per eval (in a `<testsuites>` root), one `<testcase>` per case run with a
 record: `classname` is the eval id, `name` is `case[e<epoch>]` (the epoch 0-based, as in
 the run id `{eval_id}:{case}:e{epoch}`), `time` the run's duration in seconds. A run
-that passed every scorer has no child but its output; otherwise exactly one of:
+that passed (`CaseResult.passed`: scored, no error, every scorer passed) has no child but
+its output; otherwise exactly one of:
 
 - `<failure>`: scored, and some scorer failed it; `message` names the failing scorers,
   the text lists every scorer's value and explanation;
