@@ -140,7 +140,7 @@ def test_run_prints_the_scorecard_stores_the_runs_and_writes_json_and_junit(
     document = json.loads((spec_dir / "out" / "report.json").read_text())
     assert (document["format"], document["version"], document["eval_id"]) == (
         "tiller-eval-report",
-        1,
+        2,
         "first",
     )
     assert document["totals"]["runs"] == 2 and document["totals"]["passed"] == 1

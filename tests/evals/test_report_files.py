@@ -86,8 +86,15 @@ def test_the_json_document_has_totals_scorers_and_every_run(tmp_path: Path) -> N
     path = write_json_report(report(), tmp_path / "deep" / "report.json")
     document = json.loads(path.read_text())
     assert document == report_to_json(report())
-    assert (document["format"], document["version"]) == (REPORT_JSON_FORMAT, 1)
+    assert (document["format"], document["version"]) == (REPORT_JSON_FORMAT, 2)
     assert (document["eval_id"], document["epochs"], document["cancelled"]) == ("ev", 2, False)
+    agent_usage = {
+        "input_tokens": 70,
+        "output_tokens": 21,
+        "cached_input_tokens": 0,
+        "reasoning_tokens": 0,
+        "requests": 7,
+    }
     assert document["totals"] == {
         "runs": 14,
         "results": 7,
@@ -100,13 +107,11 @@ def test_the_json_document_has_totals_scorers_and_every_run(tmp_path: Path) -> N
         "not_started": 7,
         "pass_rate": 0.4,
         "cost_usd": 1.75,
-        "usage": {
-            "input_tokens": 70,
-            "output_tokens": 21,
-            "cached_input_tokens": 0,
-            "reasoning_tokens": 0,
-            "requests": 7,
-        },
+        "agent_cost_usd": 1.75,
+        "scoring_cost_usd": 0.0,
+        "usage": agent_usage,
+        "agent_usage": agent_usage,
+        "scoring_usage": {name: 0 for name in agent_usage},
     }
     exact = document["scorers"]["exact"]
     assert (exact["scored"], exact["passed"], exact["errors"]) == (5, 3, 0)
@@ -214,3 +219,28 @@ def test_error_line_is_a_tracebacks_last_line_or_a_messages_first() -> None:
     )
     assert error_line("\n\n", 90) == ""
     assert error_line("a" * 20, 10) == "a" * 9 + "…"
+
+
+def test_the_json_counts_the_judges_spend_per_run_and_in_the_totals() -> None:
+    """A run's `cost_usd`/`usage` are the agent's and its scoring's; `agent_*` and
+    `scoring_*` say whose, and add up to them, per run and in the totals."""
+    from dataclasses import replace
+
+    judged = replace(
+        result("judged", "scored", {"judge": Score.of(True, "fine")}, text="ok"),
+        scoring_usage=Usage(input_tokens=5, output_tokens=2, requests=1),
+        scoring_cost_usd=0.5,
+    )
+    plain = result("plain", "scored", {"judge": Score.of(True, "fine")}, text="ok")
+    document = report_to_json(EvalReport.build("ev", 1, 2, [judged, plain]))
+    run = next(run for run in document["results"] if run["case_id"] == "judged")
+    assert (run["agent_cost_usd"], run["scoring_cost_usd"], run["cost_usd"]) == (0.25, 0.5, 0.75)
+    assert run["agent_usage"]["input_tokens"] == 10
+    assert run["scoring_usage"]["input_tokens"] == 5
+    assert run["usage"]["input_tokens"] == 15 and run["usage"]["requests"] == 2
+    totals = document["totals"]
+    assert (totals["agent_cost_usd"], totals["scoring_cost_usd"]) == (0.5, 0.5)
+    assert totals["cost_usd"] == 1.0
+    assert totals["scoring_usage"]["requests"] == 1 and totals["agent_usage"]["requests"] == 2
+    assert totals["usage"]["requests"] == 3
+    assert sum(run["cost_usd"] for run in document["results"]) == totals["cost_usd"]

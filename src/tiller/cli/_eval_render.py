@@ -122,7 +122,7 @@ def print_cases(report: EvalReport) -> None:
                 str(result.epoch),
                 status,
                 _scores_cell(result),
-                _money(outcome.cost_usd),
+                _money(result.cost_usd),  # the agent's and its scoring's
                 _seconds(outcome.duration_s),
                 error_line(outcome.error, _ERROR_CHARS) if outcome.error else "",
             )
@@ -141,7 +141,9 @@ def print_case(report: EvalReport, case_id: str) -> None:
             typer.echo(f"expected: {short_json(outcome.case.expected, 200)}")
         typer.echo(
             f"stop {outcome.stop_cause.value}, {result.steps} step(s), "
-            f"{outcome.usage.total_tokens} tokens, {_money(outcome.cost_usd)}, "
+            f"{result.usage.total_tokens} tokens, {_money(result.cost_usd)}"
+            + (f" (scoring {_money(result.scoring_cost_usd)})" if result.scoring_cost_usd else "")
+            + ", "
             f"{_seconds(outcome.duration_s)}"
         )
         for name, score in sorted(result.scores.items()):

@@ -51,6 +51,11 @@ class CaseResult:
         return self.outcome.cost_usd + self.scoring_cost_usd
 
     @property
+    def usage(self) -> Usage:
+        """Every model call of the run: the agent's (`outcome.usage`) and its scoring's."""
+        return self.outcome.usage + self.scoring_usage
+
+    @property
     def passed(self) -> bool:
         """Scored, ended without an error, and every scorer passed it: the one rule every
         report follows (the JSON's `passed`, JUnit, the scorecard, the HTML badges). A
@@ -220,6 +225,11 @@ class EvalReport:
         return sum(result.cost_usd for result in self.results)
 
     @property
+    def agent_cost_usd(self) -> float:
+        """Of `cost_usd`, what the agents' calls cost (`cost_usd - scoring_cost_usd`)."""
+        return sum(result.outcome.cost_usd for result in self.results)
+
+    @property
     def scoring_cost_usd(self) -> float:
         """Of `cost_usd`, what scoring cost (the LLM judge's calls)."""
         return sum(result.scoring_cost_usd for result in self.results)
@@ -229,7 +239,15 @@ class EvalReport:
         """The tokens and requests of every model call the eval made, scoring's included."""
         total = Usage()
         for result in self.results:
-            total = total + result.outcome.usage + result.scoring_usage
+            total = total + result.usage
+        return total
+
+    @property
+    def agent_usage(self) -> Usage:
+        """Of `usage`, what the agents used."""
+        total = Usage()
+        for result in self.results:
+            total = total + result.outcome.usage
         return total
 
     @property
