@@ -100,17 +100,52 @@ def test_the_eval_id_is_printed_before_the_reports_are_written(spec_dir: Path) -
     assert lines.index("eval id: said") < lines.index(f"wrote {out}")
 
 
-def test_the_case_table_shows_a_run_that_errored_as_an_error(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from tiller.cli._eval_render import print_cases
-    from tiller.evals import Case, CaseOutcome, CaseResult, EvalReport, Score
-    from tiller.state import StopCause
+def test_the_case_table_shows_a_run_that_errored_as_an_error(tmp_path: Path) -> None:
+    """A run whose scorers passed what it left, but that ended in an error: `show` says
+    error (as JUnit and the HTML do), with the error's first line."""
+    import asyncio
+    import time
 
-    case = Case("flaky", "say ok")
-    outcome = CaseOutcome(case, 0, "ok", StopCause.COMPLETED, error="Boom\n  at line 2")
-    errored = CaseResult(case, 0, "ev:flaky:e0", "scored", outcome, {"exact": Score(1.0)})
-    print_cases(EvalReport.build("ev", 1, 1, [errored]))
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("flaky"))
+    from tiller.evals import CaseResultRecord, EvalRecord, EvalResultStore
+    from tiller.store import open_bus
+
+    store = f"sqlite:///{tmp_path / 'evals.db'}"
+
+    async def seed() -> None:
+        async with await open_bus(store) as bus:
+            results = EvalResultStore(bus)
+            now = time.time()
+            await results.put_eval(
+                EvalRecord(
+                    eval_id="ev",
+                    agent="x:y",
+                    epochs=1,
+                    scorers=("exact",),
+                    cases=1,
+                    started_at=now,
+                    last_run_at=now,
+                )
+            )
+            await results.put(
+                CaseResultRecord.model_validate(
+                    {
+                        "eval_id": "ev",
+                        "case_id": "flaky",
+                        "epoch": 0,
+                        "run_id": "ev:flaky:e0",
+                        "status": "scored",
+                        "case": {"id": "flaky", "input": "say ok"},
+                        "text": "ok",
+                        "stop_cause": "error",
+                        "error": "Boom\n  at line 2",
+                        "scores": {"exact": {"value": 1.0, "passed": True}},
+                    }
+                )
+            )
+
+    asyncio.run(seed())
+    shown = CliRunner().invoke(app, ["eval", "show", "ev", "--store", store])
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("flaky"))
     assert row.split()[2] == "error", row
     assert row.rstrip().endswith("Boom"), row  # the message's first line, not its last
