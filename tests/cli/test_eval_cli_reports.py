@@ -149,3 +149,24 @@ def test_the_case_table_shows_a_run_that_errored_as_an_error(tmp_path: Path) -> 
     row = next(line for line in shown.stdout.splitlines() if line.startswith("flaky"))
     assert row.split()[2] == "error", row
     assert row.rstrip().endswith("Boom"), row  # the message's first line, not its last
+
+
+def test_max_cost_keeps_the_spec_s_other_limits(spec_dir: Path) -> None:
+    """`--max-cost` replaces only the cost ceiling: the spec's one step still holds."""
+    import asyncio
+
+    from tiller.evals import EvalResultStore
+    from tiller.store import open_bus
+
+    done = run_eval(spec_dir, "--id", "capped", "--max-cost", "5")
+    assert done.exit_code == 0, done.output
+    assert "not run 4" in done.stdout
+
+    async def described() -> dict[str, int | float | None] | None:
+        async with await open_bus(f"sqlite:///{spec_dir / 'evals.db'}") as bus:
+            record = await EvalResultStore(bus).get_eval("capped")
+            assert record is not None
+            return record.budget
+
+    budget = asyncio.run(described())
+    assert budget is not None and (budget["max_steps"], budget["max_cost_usd"]) == (1, 5.0)

@@ -253,13 +253,9 @@ def _budget(budget: Budget | None, max_cost: float | None) -> Budget | None:
 
     if budget is None:
         return Budget(max_cost_usd=max_cost)
-    return Budget(
-        max_steps=budget.max_steps,
-        max_output_tokens=budget.max_output_tokens,
-        max_cost_usd=max_cost,
-        final_answer_reserve=budget.final_answer_reserve,
-        pricing=budget.pricing,
-    )
+    limits = budget.unspent()  # the spec's ceilings, reserve and pricing, nothing spent
+    limits.max_cost_usd = max_cost
+    return limits
 
 
 def _quoted(text: str) -> str:
