@@ -96,3 +96,15 @@ def test_illegal_transcripts_say_why(
 ) -> None:
     with pytest.raises(TranscriptError, match=message):
         check_transcript(messages)
+
+
+def test_usage_subtracts_an_earlier_reading_of_the_same_ledger() -> None:
+    from tiller.conversation import Usage
+    from tiller.errors import UsageError
+
+    before = Usage(input_tokens=10, output_tokens=4, cached_input_tokens=2, requests=1)
+    after = before + Usage(input_tokens=5, output_tokens=3, reasoning_tokens=1, requests=2)
+    assert after - before == Usage(input_tokens=5, output_tokens=3, reasoning_tokens=1, requests=2)
+    assert after - after == Usage()
+    with pytest.raises(UsageError, match="never negative"):
+        before - after

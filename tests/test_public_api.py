@@ -246,6 +246,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "pass_hat_k",
         "pass_rates",
         "check_eval_id",
+        "error_line",
         "rescore",
         "REPORT_JSON_FORMAT",
         "report_to_json",

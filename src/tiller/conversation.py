@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import TillerError
+from .errors import TillerError, UsageError
 
 __all__ = [
     "AssistantMessage",
@@ -144,6 +144,18 @@ class Usage(_Frozen):
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             requests=self.requests + other.requests,
         )
+
+    def __sub__(self, other: Usage) -> Usage:
+        """What `self` counts beyond `other`, an earlier reading of the same ledger (a
+        ledger only grows): `UsageError` if `other` counts more of anything, since a
+        usage is never negative."""
+        spent = {name: getattr(self, name) - getattr(other, name) for name in Usage.model_fields}
+        if any(count < 0 for count in spent.values()):
+            raise UsageError(
+                f"cannot subtract {other!r} from {self!r}: it counts more, and a usage is "
+                "never negative (subtract an earlier reading of the same ledger)"
+            )
+        return Usage(**spent)
 
     @property
     def total_tokens(self) -> int:

@@ -307,7 +307,10 @@ def eval_cases(
     The file is read when the module is collected: a malformed row fails the collection
     with its file and line. With `tags_as_marks` (the default) each of a case's tags is a
     pytest mark of that name, so `-m smoke` selects the cases tagged `smoke`; register the
-    tags as markers (the `markers` ini option) as for any mark, or pytest warns.
+    tags as markers (the `markers` ini option) as for any mark, or pytest warns. A tag
+    named as one of pytest's own marks (`skip`, `xfail`, `skipif`,
+    `parametrize`, `usefixtures`, `filterwarnings`) is refused with a `UsageError` when
+    the module is collected: as a mark it would silently turn its test off or change it.
     """
     from .evals import Case, Dataset
 
@@ -341,13 +344,35 @@ def eval_cases(
             pytest.param(
                 case,
                 id=case.id,
-                marks=[getattr(pytest.mark, tag) for tag in case.tags] if tags_as_marks else (),
+                marks=[getattr(pytest.mark, tag) for tag in _mark_tags(case)]
+                if tags_as_marks
+                else (),
             )
             for case in dataset
         ]
         return pytest.mark.parametrize(argname, params)(test)  # type: ignore[no-any-return]
 
     return parametrize
+
+
+#: pytest's own marks, which change whether or how a test runs: a case tag of one of
+#: these names, as a mark, would turn its test off (`skip`) or change it silently.
+_PYTEST_OWN_MARKS = frozenset(
+    {"skip", "skipif", "xfail", "parametrize", "usefixtures", "filterwarnings"}
+)
+
+
+def _mark_tags(case: Case) -> tuple[str, ...]:
+    """`case`'s tags, to become marks; `UsageError` for one that is pytest's own mark."""
+    for tag in case.tags:
+        if tag in _PYTEST_OWN_MARKS:
+            raise UsageError(
+                f"case {case.id!r} has the tag {tag!r}, which is pytest's own mark: as a "
+                f"mark it would change how its test runs ({tag!r} does not select cases). "
+                "Rename the tag, or pass eval_cases(tags_as_marks=False) to keep tags "
+                f"out of marks. pytest's own: {', '.join(sorted(_PYTEST_OWN_MARKS))}"
+            )
+    return case.tags
 
 
 async def run_case(
@@ -397,7 +422,8 @@ async def run_case(
 
 
 def assert_case_passed(result: CaseResult) -> None:
-    """Fail (`AssertionError`) unless every scorer passed `result`'s run, saying why: each
+    """Fail (`AssertionError`) unless `result`'s run passed (`CaseResult.passed`: it ended
+    without an error and every scorer passed it), saying why: each
     failing scorer's value and explanation (an error score's traceback, cut), how the run
     ended if not as it should, and the agent's answer."""
     __tracebackhide__ = True  # pytest shows the test's line, not this one

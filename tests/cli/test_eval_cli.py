@@ -140,7 +140,7 @@ def test_run_prints_the_scorecard_stores_the_runs_and_writes_json_and_junit(
     document = json.loads((spec_dir / "out" / "report.json").read_text())
     assert (document["format"], document["version"], document["eval_id"]) == (
         "tiller-eval-report",
-        1,
+        2,
         "first",
     )
     assert document["totals"]["runs"] == 2 and document["totals"]["passed"] == 1
@@ -178,7 +178,7 @@ def test_epochs_add_pass_at_k_and_fail_under_sets_the_exit_code(spec_dir: Path) 
 
     strict = run_eval(spec_dir, "--id", "twice", "--fail-under", "0.9")
     assert strict.exit_code == 1
-    assert "pass rate 50.0% is below --fail-under 90.0%" in strict.stderr
+    assert "pass rate 50.0% of all 2 runs is below --fail-under 90.0%" in strict.stderr
 
 
 def test_show_prints_the_cases_and_one_case_in_full(spec_dir: Path) -> None:

@@ -140,3 +140,31 @@ def test_a_killed_eval_resumed_makes_only_the_runs_not_scored(tmp_path: Path) ->
     assert [(r.case.id, r.status, r.passed) for r in whole.results] == [
         (name, "scored", True) for name in ("blocks", "five", "four", "one", "two")
     ]
+
+
+def test_a_cancelled_eval_whose_report_cannot_be_written_still_says_how_to_resume(
+    tmp_path: Path,
+) -> None:
+    """The report path was fine when checked, then became a folder while the eval ran:
+    the cancelled eval still exits 130 with its id and resume command; the write's
+    failure is one line on stderr."""
+    (tmp_path / "evals.py").write_text(
+        textwrap.dedent(SPEC).replace(
+            '(HERE / "blocking").write_text("started")',
+            '(HERE / "report.json").mkdir(); (HERE / "blocking").write_text("started")',
+        )
+    )
+    store = f"sqlite:///{tmp_path / 'evals.db'}"
+    command = [sys.executable, "-m", "tiller", "eval", "run", str(tmp_path / "evals.py")]
+    command += ["--id", "lost", "--store", store, "--json", str(tmp_path / "report.json")]
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    wait_for(tmp_path / "blocking", proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "eval id: lost" in out
+    assert f"resume with: tiller eval run {tmp_path / 'evals.py'} --id lost" in out
+    assert f"cannot write {str(tmp_path / 'report.json')!r}" in err
+    assert "Traceback" not in err

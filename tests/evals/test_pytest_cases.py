@@ -231,3 +231,41 @@ def test_an_eval_file_is_a_pytest_test_per_case_and_a_failure_says_why(
     smoke.assert_outcomes(passed=1, failed=1, deselected=1)  # the tags are marks
     picked = pytester.runpytest("-p", "no:cacheprovider", "-k", "four")
     picked.assert_outcomes(passed=1, deselected=2)  # the ids are the cases'
+
+
+@pytest.mark.parametrize(
+    "tag",
+    ["skip", "xfail", "skipif", "usefixtures", "parametrize", "filterwarnings"],
+    ids=lambda tag: f"tag-{tag}",  # a bare `xfail` id would be a keyword plugins read
+)
+def test_a_tag_that_is_a_pytest_mark_is_refused_when_collected(tag: str) -> None:
+    """A case tagged `skip` would have turned off its own test, silently."""
+    decorate = eval_cases([Case("two", "1+1?", expected="2", tags=("smoke", tag))])
+
+    def test_sums(case: Case) -> None: ...
+
+    with pytest.raises(UsageError, match=rf"case 'two' has the tag {tag!r}.*pytest's own"):
+        decorate(test_sums)
+
+
+def test_with_tags_as_marks_off_a_pytest_mark_s_name_is_only_a_tag() -> None:
+    decorate = eval_cases([Case("two", "1+1?", tags=("skip",))], tags_as_marks=False)
+
+    def test_sums(case: Case) -> None: ...
+
+    (marker,) = decorate(test_sums).pytestmark  # type: ignore[attr-defined]
+    assert [param.marks for param in marker.args[1]] == [()]
+
+
+def test_a_skip_tag_in_a_dataset_file_fails_the_collection_saying_why(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(INI)
+    evals = pytester.mkdir("evals")
+    (evals / "cases.jsonl").write_text(
+        '{"id": "two", "input": "1+1?", "expected": "2", "tags": ["skip"]}\n'
+    )
+    (evals / "test_sums.py").write_text(TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*UsageError: case 'two' has the tag 'skip'*"])

@@ -14,12 +14,16 @@
 `--json PATH` and `--junit PATH` (run, show) write the report as JSON
 (`tiller.evals.write_json_report`) and JUnit XML (`tiller.evals.write_junit_report`);
 `--html PATH` (run, show, compare) writes the HTML report
-(`tiller.evals.write_html_report`).
+(`tiller.evals.write_html_report`). Their paths are checked before the eval runs (not a
+folder, not under a file); the eval id and the resume command are printed before they are
+written, so a file that still cannot be written never hides them.
 
 Exit codes: 0 the eval ran (failing cases included) or the command did what it was asked;
-1 `--fail-under RATE` was given and the pass rate is below it; 2 a usage error (a spec that
-does not load, an unknown eval, a bad option), said in one line, with nothing run or
-stored; 130 the eval was cancelled (Ctrl+C).
+1 `--fail-under RATE` was given and the pass rate of all the eval's runs is below it (a run
+not run, cancelled or not started counts as not passed:
+`EvalReport.pass_rate_of_all_runs`); 2 a usage error (a spec that does not load, an
+unknown eval, a bad option, a report path that cannot be written), said in one line; 130
+the eval was cancelled (Ctrl+C), even if a report could not be written then.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
     fail_under: float | None = typer.Option(
         None,
         "--fail-under",
-        help="Exit 1 when the pass rate (of the scored runs, 0 to 1) is below RATE: for CI.",
+        help="Exit 1 when the pass rate (0 to 1) is below RATE: for CI. The rate is of all "
+        "the eval's runs: runs not run, cancelled or not started count against it.",
     ),
     json_path: Path | None = typer.Option(None, "--json", help=_JSON_HELP),
     junit_path: Path | None = typer.Option(None, "--junit", help=_JUNIT_HELP),
@@ -131,8 +136,7 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
         _check_rate(fail_under)
         if eval_id is not None:
             check_eval_id(eval_id)
-        if html_path is not None:
-            _html_writer()  # refused now, before the eval runs, if it cannot be written
+        _check_report_targets(json_path, junit_path, html_path)  # refused before it runs
         allow_cwd_imports()
         loaded = load_eval_spec(spec)
         if max_cost is not None and not (loaded.budget is not None and loaded.budget.pricing):
@@ -156,8 +160,7 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
         from ._eval_render import print_next_steps, print_scorecard
 
         print_scorecard(report, wall_s=wall_s)
-        _write_reports(report, json_path, junit_path, html_path)
-        typer.echo(f"eval id: {ev.eval_id}")
+        typer.echo(f"eval id: {ev.eval_id}")  # before the files: a failed write keeps it
         if report.cancelled:
             same = "".join(
                 f" {option} {value:g}"
@@ -172,8 +175,13 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
                 f"cancelled: what ran is kept; resume with: tiller eval run {_quoted(spec)} "
                 f"--id {ev.eval_id}{same} --store {_quoted(store)}"
             )
+            try:
+                _write_reports(report, json_path, junit_path, html_path)
+            except UsageError as exc:  # still a cancelled eval: its exit code says so
+                typer.echo(f"tiller: {exc}", err=True)
             return EXIT_CANCELLED
         print_next_steps(ev.eval_id, store)
+        _write_reports(report, json_path, junit_path, html_path)
         return _threshold_code(report, fail_under)
 
     try:
@@ -222,10 +230,16 @@ def _check_rate(rate: float | None) -> None:
 
 
 def _threshold_code(report: EvalReport, fail_under: float | None) -> int:
-    if fail_under is None or report.pass_rate >= fail_under:
+    """The gate: the pass rate of all the eval's runs (`pass_rate_of_all_runs`), so runs
+    the budget did not let start, or a cancel stopped, count against it."""
+    rate = report.pass_rate_of_all_runs
+    if fail_under is None or rate >= fail_under:
         return EXIT_OK
+    unscored = report.total - report.scored
     typer.echo(
-        f"pass rate {report.pass_rate * 100:.1f}% is below --fail-under {fail_under * 100:.1f}%",
+        f"pass rate {rate * 100:.1f}% of all {report.total} runs is below --fail-under "
+        f"{fail_under * 100:.1f}%"
+        + (f" ({unscored} not scored count as not passed)" if unscored else ""),
         err=True,
     )
     return EXIT_BELOW_THRESHOLD
@@ -239,13 +253,9 @@ def _budget(budget: Budget | None, max_cost: float | None) -> Budget | None:
 
     if budget is None:
         return Budget(max_cost_usd=max_cost)
-    return Budget(
-        max_steps=budget.max_steps,
-        max_output_tokens=budget.max_output_tokens,
-        max_cost_usd=max_cost,
-        final_answer_reserve=budget.final_answer_reserve,
-        pricing=budget.pricing,
-    )
+    limits = budget.unspent()  # the spec's ceilings, reserve and pricing, nothing spent
+    limits.max_cost_usd = max_cost
+    return limits
 
 
 def _quoted(text: str) -> str:
@@ -264,6 +274,31 @@ def _html_writer() -> Callable[..., Path]:
 
     check_html_report()
     return write_html_report
+
+
+def _check_report_targets(*paths: Path | None) -> None:
+    """`UsageError` for a report path that cannot be written (a folder, or under a file
+    or an unwritable folder), and for `--html` without what draws it: asked before an
+    eval runs, so a finished eval's results are never lost to a typo in a path."""
+    for path in paths:
+        if path is not None:
+            _check_writable(path)
+    if paths[-1] is not None:
+        _html_writer()
+
+
+def _check_writable(path: Path) -> None:
+    if path.is_dir():
+        raise UsageError(f"cannot write {str(path)!r}: it is a folder; give a file name")
+    ancestor = path.absolute().parent
+    while not ancestor.exists():  # the writers make the missing folders
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"cannot write {str(path)!r}: {str(ancestor)!r} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        raise UsageError(f"cannot write {str(path)!r}: permission denied")
 
 
 def _write_reports(
@@ -334,8 +369,7 @@ def show_command(
         from ..evals import load_report
         from ._eval_render import print_case, print_cases, print_scorecard
 
-        if html_path is not None:
-            _html_writer()
+        _check_report_targets(json_path, junit_path, html_path)
         report = await load_report(bus, eval_id)
         if case is not None:
             if not report.for_case(case):
@@ -420,8 +454,7 @@ def compare_command(
         from ..evals import compare_reports, load_report
         from ._eval_render import print_comparison
 
-        if html_path is not None:
-            _html_writer()
+        _check_report_targets(html_path)
         baseline = await load_report(bus, before)
         report = await load_report(bus, after)
         print_comparison(compare_reports(baseline, report))

@@ -43,12 +43,6 @@ def _seconds(seconds: float) -> str:
     return f"{seconds:.1f}s" if seconds < 600 else f"{seconds / 60:.1f}m"
 
 
-def _first_line(text: str, limit: int = _ERROR_CHARS) -> str:
-    lines = text.strip().splitlines()
-    first = lines[-1] if lines else ""  # a traceback's last line says what went wrong
-    return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
 def print_scorecard(report: EvalReport, *, wall_s: float | None = None) -> None:
     """Per scorer: scored, passed, pass rate, mean, errors (and pass@k, pass^k for k =
     epochs when there are several); then the eval's totals."""
@@ -110,6 +104,8 @@ def _scores_cell(result: CaseResult) -> str:
 
 def print_cases(report: EvalReport) -> None:
     """One row per case run: case, epoch, status, scores, cost, duration, error."""
+    from ..evals import error_line
+
     if not report.results:
         typer.echo("no case has run yet")
         return
@@ -117,7 +113,7 @@ def print_cases(report: EvalReport) -> None:
     for result in report.results:
         outcome = result.outcome
         if result.status == "scored":
-            status = "passed" if result.passed else "failed"
+            status = "passed" if result.passed else ("error" if outcome.error else "failed")
         else:
             status = result.status.replace("_", " ")
         rows.append(
@@ -126,9 +122,9 @@ def print_cases(report: EvalReport) -> None:
                 str(result.epoch),
                 status,
                 _scores_cell(result),
-                _money(outcome.cost_usd),
+                _money(result.cost_usd),  # the agent's and its scoring's
                 _seconds(outcome.duration_s),
-                _first_line(outcome.error) if outcome.error else "",
+                error_line(outcome.error, _ERROR_CHARS) if outcome.error else "",
             )
         )
     print_table(("CASE", "EPOCH", "STATUS", "SCORES", "COST", "DURATION", "ERROR"), rows)
@@ -145,7 +141,9 @@ def print_case(report: EvalReport, case_id: str) -> None:
             typer.echo(f"expected: {short_json(outcome.case.expected, 200)}")
         typer.echo(
             f"stop {outcome.stop_cause.value}, {result.steps} step(s), "
-            f"{outcome.usage.total_tokens} tokens, {_money(outcome.cost_usd)}, "
+            f"{result.usage.total_tokens} tokens, {_money(result.cost_usd)}"
+            + (f" (scoring {_money(result.scoring_cost_usd)})" if result.scoring_cost_usd else "")
+            + ", "
             f"{_seconds(outcome.duration_s)}"
         )
         for name, score in sorted(result.scores.items()):

@@ -14,6 +14,7 @@ from ._case import MAX_CASE_ID, Case, CaseBudget, check_case_id
 from ._compare import CaseChange, CaseComparison, EvalComparison, compare_reports
 from ._dataset import DATASET_SUFFIXES, Dataset
 from ._dataset_error import DatasetError
+from ._error_line import error_line
 from ._eval import MAX_EVAL_ID, Eval, EvalProgress, check_eval_id
 from ._outcome import CaseOutcome, Scorer
 from ._pass_at_k import PassRates, pass_at_k, pass_hat_k, pass_rates
@@ -87,6 +88,7 @@ __all__ = [
     "pass_hat_k",
     "pass_rates",
     "check_eval_id",
+    "error_line",
     "rescore",
     "REPORT_JSON_FORMAT",
     "report_to_json",

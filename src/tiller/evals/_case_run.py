@@ -269,9 +269,7 @@ class CaseRunner:
             cancelled = True
         if budget is None:
             return _Scoring(scores, cancelled=cancelled)
-        return _Scoring(
-            scores, _usage_since(usage, budget.usage), budget.cost_usd - cost, cancelled
-        )
+        return _Scoring(scores, budget.usage - usage, budget.cost_usd - cost, cancelled)
 
     async def _run_agent(self, case: Case, run_id: str, workspace: Path, budget: Budget) -> _Ran:
         started = time.monotonic()
@@ -312,17 +310,6 @@ class CaseRunner:
             stop_cause=(cause or StopCause.STEP_BUDGET).value,
             error=reason,
         )
-
-
-def _usage_since(before: Usage, after: Usage) -> Usage:
-    """What `after` counts beyond `before` (a ledger only grows)."""
-    return Usage(
-        input_tokens=after.input_tokens - before.input_tokens,
-        output_tokens=after.output_tokens - before.output_tokens,
-        cached_input_tokens=after.cached_input_tokens - before.cached_input_tokens,
-        reasoning_tokens=after.reasoning_tokens - before.reasoning_tokens,
-        requests=after.requests - before.requests,
-    )
 
 
 def _outcome(

@@ -303,6 +303,7 @@ class _Progress:
         self.results: list[CaseResult] = []
         self.skipped = 0
         self.started = time.monotonic()
+        self._warned_opaque = False
 
     async def run(self) -> list[CaseResult]:
         work = self._work()
@@ -327,7 +328,7 @@ class _Progress:
                 return
             stored = await self.store.get(self.ev.eval_id, case.id, epoch)
             if stored is not None and stored.status == "scored":
-                changed = case_changes(stored.case, case)
+                changed = case_changes(stored.case, case, on_opaque=self._warn_opaque)
                 if not changed:
                     self.skipped += 1
                     self._add(CaseResult.of(stored, case))
@@ -343,6 +344,18 @@ class _Progress:
             record = await self.runner.run(case, epoch, attempt)
             if record is not None:
                 self._add(CaseResult.of(record, case))
+
+    def _warn_opaque(self) -> None:
+        """Once per eval: a case value kept only as its `repr` was taken as unchanged."""
+        if self._warned_opaque:
+            return
+        self._warned_opaque = True
+        _logger.warning(
+            "eval %s: a case holds a value JSON cannot carry, stored only as its repr; it "
+            "cannot be compared, so it is taken as unchanged on resume (give cases JSON "
+            "values, or a new eval id when such a value changes)",
+            self.ev.eval_id,
+        )
 
     def _add(self, result: CaseResult) -> None:
         self.results.append(result)

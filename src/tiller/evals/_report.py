@@ -51,10 +51,19 @@ class CaseResult:
         return self.outcome.cost_usd + self.scoring_cost_usd
 
     @property
+    def usage(self) -> Usage:
+        """Every model call of the run: the agent's (`outcome.usage`) and its scoring's."""
+        return self.outcome.usage + self.scoring_usage
+
+    @property
     def passed(self) -> bool:
-        """Scored, and every scorer passed it."""
+        """Scored, ended without an error, and every scorer passed it: the one rule every
+        report follows (the JSON's `passed`, JUnit, the scorecard, the HTML badges). A
+        run that errored (an agent that raised, a missing fixture) is never a pass, even
+        when its scorers passed what it left."""
         return (
             self.status == "scored"
+            and self.outcome.error is None
             and bool(self.scores)
             and all(score.passed for score in self.scores.values())
         )
@@ -175,7 +184,7 @@ class EvalReport:
 
     @property
     def passed(self) -> int:
-        """Scored runs that every scorer passed."""
+        """Runs that passed (`CaseResult.passed`)."""
         return sum(1 for result in self.results if result.passed)
 
     @property
@@ -198,14 +207,27 @@ class EvalReport:
 
     @property
     def pass_rate(self) -> float:
-        """Of the scored runs, the share every scorer passed."""
+        """Of the scored runs, the share that passed (`CaseResult.passed`)."""
         return self.passed / self.scored if self.scored else 0.0
+
+    @property
+    def pass_rate_of_all_runs(self) -> float:
+        """Of every run the eval has (`total`: cases x epochs), the share that passed: a
+        run that was not scored (not run, cancelled, not started) counts against it. What
+        a gate compares (`tiller eval run --fail-under`): an eval whose budget let one
+        case of five run did not show that the other four pass."""
+        return self.passed / self.total if self.total else 0.0
 
     @property
     def cost_usd(self) -> float:
         """What the eval's runs cost, their agents' calls and their scoring's (the LLM
         judge's) alike: what the eval's budget was charged."""
         return sum(result.cost_usd for result in self.results)
+
+    @property
+    def agent_cost_usd(self) -> float:
+        """Of `cost_usd`, what the agents' calls cost (`cost_usd - scoring_cost_usd`)."""
+        return sum(result.outcome.cost_usd for result in self.results)
 
     @property
     def scoring_cost_usd(self) -> float:
@@ -217,7 +239,15 @@ class EvalReport:
         """The tokens and requests of every model call the eval made, scoring's included."""
         total = Usage()
         for result in self.results:
-            total = total + result.outcome.usage + result.scoring_usage
+            total = total + result.usage
+        return total
+
+    @property
+    def agent_usage(self) -> Usage:
+        """Of `usage`, what the agents used."""
+        total = Usage()
+        for result in self.results:
+            total = total + result.outcome.usage
         return total
 
     @property

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from ..conversation import AssistantMessage, ToolCall, ToolResult, UserMessage
 from ..loop import ToolTraceEntry
+from ._error_line import error_line
 from ._report import CaseResult
 from ._report_format import (
     NOTHING,
@@ -32,13 +33,6 @@ __all__ = ["run_sections", "run_table"]
 
 #: An error column shows the first line of the error, at most this many characters.
 ERROR_PREVIEW = 90
-
-
-def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    # A traceback's last line says what went wrong; a message's first line does.
-    line = lines[-1] if text.startswith("Traceback") and lines else (lines or [""])[0]
-    return line if len(line) <= ERROR_PREVIEW else line[: ERROR_PREVIEW - 1] + "…"
 
 
 def _score_cell(result: CaseResult, name: str) -> str:
@@ -67,7 +61,7 @@ def run_table(results: Sequence[CaseResult], scorers: Iterable[str], *, prefix: 
     for result in results:
         anchor = case_anchor(result.case.id, result.epoch, prefix=prefix)
         outcome = result.outcome
-        usage = outcome.usage
+        usage = result.usage
         error = outcome.error or next(
             (score.error for score in result.scores.values() if score.error), None
         )
@@ -77,10 +71,10 @@ def run_table(results: Sequence[CaseResult], scorers: Iterable[str], *, prefix: 
             f'<td class="num">{result.epoch}</td>'
             f"<td>{badge(standing(result))}</td>"
             + "".join(_score_cell(result, name) for name in names)
-            + f'<td class="num">{money(outcome.cost_usd)}</td>'
+            + f'<td class="num">{money(result.cost_usd)}</td>'
             f'<td class="num">{seconds(outcome.duration_s)}</td>'
             f'<td class="num">{tokens(usage.input_tokens + usage.output_tokens)}</td>'
-            f'<td class="error-cell">{esc(_first_line(error)) if error else ""}</td>'
+            f'<td class="error-cell">{esc(error_line(error, ERROR_PREVIEW)) if error else ""}</td>'
             "</tr>"
         )
     return (
@@ -191,14 +185,15 @@ def _scores(result: CaseResult) -> str:
 
 def _facts(result: CaseResult) -> str:
     outcome = result.outcome
-    usage = outcome.usage
+    usage = result.usage
     facts = [
         ("run id", result.run_id),
         ("status", result.status.replace("_", " ")),
         ("stopped because", getattr(outcome.stop_cause, "value", outcome.stop_cause)),
         ("steps", result.steps),
         ("tokens", f"{tokens(usage.input_tokens)} in · {tokens(usage.output_tokens)} out"),
-        ("cost", money(outcome.cost_usd)),
+        ("cost", money(result.cost_usd)),
+        ("of it, scoring", money(result.scoring_cost_usd) if result.scoring_cost_usd else None),
         ("duration", seconds(outcome.duration_s)),
         ("attempt", result.attempt),
         ("capture", result.capture),
@@ -235,7 +230,7 @@ def run_section(result: CaseResult, *, prefix: str = "", label: str = "") -> str
         f'<details class="run run-{kind}" id="{anchor}">'
         f'<summary>{heading}<span class="run-title">{esc(case.id)}</span>'
         f'<span class="muted">epoch {result.epoch}</span>{badge(kind)}'
-        f'<span class="run-meta">{money(outcome.cost_usd)} · {seconds(outcome.duration_s)}'
+        f'<span class="run-meta">{money(result.cost_usd)} · {seconds(outcome.duration_s)}'
         f" · {result.steps} step{'' if result.steps == 1 else 's'}</span></summary>"
         '<div class="run-body">'
         '<div class="io">'

@@ -6,12 +6,14 @@ null); `write_json_report(report, path)` writes it, indented. The document:
 
 ```
 {
-  "format": "tiller-eval-report",  "version": 1,
+  "format": "tiller-eval-report",  "version": 2,
   "eval_id": "coder-3f2a", "epochs": 3, "cancelled": false,
   "totals": {"runs": 30, "results": 30, "scored": 29, "passed": 25, "failed": 4,
              "errors": 1, "not_run": 1, "cancelled": 0, "not_started": 0,
-             "pass_rate": 0.862, "cost_usd": 0.41,
-             "usage": {"input_tokens": ..., "output_tokens": ..., ...}},
+             "pass_rate": 0.862,
+             "cost_usd": 0.41, "agent_cost_usd": 0.38, "scoring_cost_usd": 0.03,
+             "usage": {"input_tokens": ..., "output_tokens": ..., ...},
+             "agent_usage": {...}, "scoring_usage": {...}},
   "scorers": {"includes": {"scored": 29, "passed": 26, "errors": 0, "pass_rate": 0.897,
                            "mean": 0.93, "pass_at_k": {"1": 0.9, "2": 1.0, "3": 1.0},
                            "pass_hat_k": {"1": 0.9, "2": 0.8, "3": 0.7}}},
@@ -20,7 +22,9 @@ null); `write_json_report(report, path)` writes it, indented. The document:
                "scores": {"includes": {"value": 1.0, "passed": true,
                                        "explanation": "...", "error": null}},
                "text": "...", "output": null, "stop_cause": "completed", "steps": 2,
-               "usage": {...}, "cost_usd": 0.01, "duration_s": 1.2, "error": null,
+               "usage": {...}, "agent_usage": {...}, "scoring_usage": {...},
+               "cost_usd": 0.012, "agent_cost_usd": 0.01, "scoring_cost_usd": 0.002,
+               "duration_s": 1.2, "error": null,
                "capture": "...", "workspace": "...", "diff_ref": "...",
                "workspace_note": null,
                "case": {"input": "...", "expected": "...", "tags": [], "metadata": {}}}]
@@ -28,10 +32,22 @@ null); `write_json_report(report, path)` writes it, indented. The document:
 ```
 
 `totals` counts as `EvalReport` does: `runs` is cases x epochs, `results` the runs with a
-record, `not_started` the rest; `failed` the scored runs some scorer failed; `errors` the
-scored runs that ended in an error. `pass_at_k` is keyed by k as a string (JSON keys are
-strings). `results` are by case, then epoch (0-based, as in the run id). A typed case
-value or structured output is its JSON (what JSON cannot carry is its `repr`).
+record, `not_started` the rest; `passed` the runs that passed (`CaseResult.passed`:
+scored, no error, every scorer passed), `failed` the other scored runs (`passed + failed
+== scored`), `errors` the scored runs that ended in an error (counted in `failed`: a run
+that errored never passes, whatever its scorers said). A result's `passed` is the same
+rule. `pass_at_k` is keyed by k as a string (JSON keys are strings).
+
+Money and tokens say whose they are, per result and in the totals alike: `cost_usd` and
+`usage` are everything the run (the eval) spent, its agent's calls and its scoring's (an
+LLM judge's), what the eval's budget was charged; `agent_cost_usd` and `agent_usage` are
+the agent's part, `scoring_cost_usd` and `scoring_usage` the scoring's, so agent +
+scoring == total (up to float rounding), and the results' `cost_usd` add up to the
+totals'. Version 2: a result's `cost_usd` and `usage` include its scoring (version 1 left
+the judge's spend out) and the `agent_*` and `scoring_*` fields are new.
+
+`results` are by case, then epoch (0-based, as in the run id). A typed case value or
+structured output is its JSON (what JSON cannot carry is its `repr`).
 """
 
 from __future__ import annotations
@@ -50,7 +66,7 @@ __all__ = ["REPORT_JSON_FORMAT", "report_to_json", "write_json_report"]
 
 #: The `format` of the document `report_to_json` builds (its `version` says which one).
 REPORT_JSON_FORMAT = "tiller-eval-report"
-_VERSION = 1
+_VERSION = 2
 
 
 def report_to_json(report: EvalReport) -> dict[str, Any]:
@@ -98,7 +114,11 @@ def _totals(report: EvalReport) -> dict[str, Any]:
         "not_started": report.not_started,
         "pass_rate": report.pass_rate,
         "cost_usd": report.cost_usd,
+        "agent_cost_usd": report.agent_cost_usd,
+        "scoring_cost_usd": report.scoring_cost_usd,
         "usage": _usage(report.usage),
+        "agent_usage": _usage(report.agent_usage),
+        "scoring_usage": _usage(report.scoring_usage),
     }
 
 
@@ -136,8 +156,12 @@ def _result(result: CaseResult) -> dict[str, Any]:
         "output": as_json_data(outcome.output),
         "stop_cause": outcome.stop_cause.value,
         "steps": result.steps,
-        "usage": _usage(outcome.usage),
-        "cost_usd": outcome.cost_usd,
+        "usage": _usage(result.usage),
+        "agent_usage": _usage(outcome.usage),
+        "scoring_usage": _usage(result.scoring_usage),
+        "cost_usd": result.cost_usd,
+        "agent_cost_usd": outcome.cost_usd,
+        "scoring_cost_usd": result.scoring_cost_usd,
         "duration_s": outcome.duration_s,
         "error": outcome.error,
         "capture": result.capture,

@@ -4,15 +4,18 @@ system that shows test results (GitLab, Jenkins, GitHub's test reporters) shows 
 One `<testsuite>` per eval (in a `<testsuites>` root), one `<testcase>` per case run with a
 record: `classname` is the eval id, `name` is `case[e<epoch>]` (the epoch 0-based, as in
 the run id `{eval_id}:{case}:e{epoch}`), `time` the run's duration in seconds. A run
-that passed every scorer has no child but its output; otherwise exactly one of:
+that passed (`CaseResult.passed`: scored, no error, every scorer passed) has no child but
+its output; otherwise exactly one of:
 
 - `<failure>`: scored, and some scorer failed it; `message` names the failing scorers,
   the text lists every scorer's value and explanation;
 - `<error>`: the run ended in an error (`message` is the error), or a scorer could not
-  judge it (a score with an error: the text is that scorer's traceback or reason);
-- `<skipped>`: no score to report: `not_run` (the eval's budget was spent before the run
-  could start) or `cancelled` (the eval was cancelled while it ran; a resumed eval runs
-  it again).
+  judge it (a score with an error: the text is that scorer's traceback or reason), or it
+  is `not_run` (type `not run`: the eval's budget was spent before the run could start,
+  so the eval did not show what it was asked to; an error, not a skip, so that a CI
+  system that passes a suite with skips does not pass this one);
+- `<skipped>`: `cancelled` (the eval was cancelled while it ran, on purpose; a resumed
+  eval runs it again).
 
 `<system-out>` carries the run's final text. The suite's and the root's `tests`,
 `failures`, `errors` and `skipped` count those elements; `time` sums the runs'. Runs that
@@ -94,8 +97,11 @@ def _add_case(suite: ET.Element, eval_id: str, result: CaseResult) -> str | None
     )
     kind: str | None = None
     if result.status == "not_run":
-        ET.SubElement(case, "skipped", message="not run: the eval's budget was spent first")
-        kind = "skipped"
+        error = ET.SubElement(
+            case, "error", message="not run: the eval's budget was spent", type="not run"
+        )
+        error.text = _xml(outcome.error or "the eval's budget was spent before it started")
+        kind = "errors"
     elif result.status == "cancelled":
         ET.SubElement(case, "skipped", message="cancelled: the eval was cancelled during it")
         kind = "skipped"
