@@ -48,6 +48,7 @@ AGENTS = '''
 """Agents for the eval-on-a-fleet tests, importable by reference here and in workers."""
 
 import asyncio
+import os
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -67,6 +68,10 @@ async def edit(path: str, text: str, ctx: ExecContext) -> str:
     without asking: these tests are about where the run runs, not approval.)"""
     if text in ENTERED:
         ENTERED[text].set()
+    slow = os.environ.get("EVAL_SLOW_MARK")
+    if slow and Path(slow).exists():
+        Path(slow + ".entered").touch()
+        await asyncio.sleep(60)  # a worker killed meanwhile dies mid-call
     if text in GATES:
         await GATES[text].wait()
     target = ctx.workdir / path
@@ -196,9 +201,10 @@ async def in_process_workers(url: str, namespace: str, count: int = 2) -> AsyncI
                     await task
 
 
-def worker_process(url: str, agents: ModuleType, name: str) -> subprocess.Popen[str]:
+def worker_process(url: str, agents: ModuleType, name: str, **env: str) -> subprocess.Popen[str]:
     folder = Path(agents.__file__ or "").parent
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(folder)])}
+    path = os.pathsep.join([str(SRC), str(folder)])
+    environment = {**os.environ, "PYTHONPATH": path, **env}
     command = [sys.executable, "-m", "tiller", "worker", "--store", url, "--name", name]
     return subprocess.Popen(
         [*command, "--concurrency", "2"],
@@ -413,3 +419,37 @@ def test_a_fleet_eval_needs_an_agent_reference_and_no_approver_or_options(
     with pytest.raises(UsageError, match=r"tiller\.fleet\.Fleet"):
         Eval(ref(agents, "coder"), cases, [], fleet="nats://x")  # type: ignore[arg-type]
     assert isinstance(agents.coder(), Agent)
+
+
+async def test_a_job_whose_worker_was_killed_on_its_last_delivery_is_that_cases_error(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """`tiller worker` is killed (SIGKILL) mid-run and the job has no delivery left: the
+    next worker to claim dead-letters it with a `failed` result, which is the case's
+    error; the other case runs."""
+    mark = tmp_path / "slow"
+    mark.touch()
+    cases = [Case(id="lost", input="lost")]
+    url = f"sqlite:///{tmp_path / 'fleet.db'}?poll_interval=0.02"
+    async with asyncio.timeout(120), await open_bus(url) as bus:
+        fleet = Fleet(bus, lease=1.0, max_deliver=1)
+        ev = Eval(ref(agents, "coder"), cases, [Recording()], eval_id="lost", fleet=fleet)
+        running = asyncio.create_task(ev.run())
+        process = worker_process(url, agents, "doomed", EVAL_SLOW_MARK=str(mark))
+        try:
+            while True:  # until the worker is in the slow call (a hang guard bounds it)
+                if await asyncio.to_thread((tmp_path / "slow.entered").exists):
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            process.kill()
+            await asyncio.to_thread(process.communicate, timeout=60)
+        mark.unlink()
+        async with in_process_workers(url, "", 1):
+            report = await running
+        records = {r.case_id: r for r in await EvalResultStore(bus).results("lost")}
+    lost = records["lost"]
+    assert (lost.status, lost.stop_cause) == ("scored", "error")
+    assert "the fleet run failed" not in (lost.error or "")  # it had begun: its checkpoint
+    assert lost.error and "deliver" in lost.error
+    assert len(report.results) == 1
