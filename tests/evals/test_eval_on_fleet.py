@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -29,12 +30,14 @@ from tiller.evals import (
     EvalResultStore,
     ExactMatch,
     JsonMatch,
+    LlmJudge,
     ToolTraceMatch,
     WorkspaceCheck,
     rescore,
 )
 from tiller.fleet import Fleet, Worker
 from tiller.loop import Agent, Budget
+from tiller.model import ScriptedModel
 from tiller.store import Bus, MemoryBus, open_bus
 
 from ._runner_support import Recording
@@ -82,8 +85,8 @@ async def edit(path: str, text: str, ctx: ExecContext) -> str:
 
 
 def coder():
-    """Edits the fixture's main.py, adds docs/notes.md and removes old.txt (via `edit` and
-    a second call), then answers with what it did."""
+    """Rewrites main.py and adds docs/notes.md (two calls in one step), calls a tool it
+    does not have (refused as unknown), then answers."""
 
     def answer(messages, info):
         made = sum(1 for m in messages if getattr(m, "tool_calls", ()))
@@ -453,3 +456,22 @@ async def test_a_job_whose_worker_was_killed_on_its_last_delivery_is_that_cases_
     assert "the fleet run failed" not in (lost.error or "")  # it had begun: its checkpoint
     assert lost.error and "deliver" in lost.error
     assert len(report.results) == 1
+
+
+async def test_the_judge_on_a_fleet_eval_pays_from_the_batch_budget(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    said = json.dumps({"score": 1.0, "passed": True, "explanation": "fine"})
+    judge = LlmJudge(ScriptedModel([said]), rubric="Is it fixed?")
+    cases = [Case(id="a", input="a", budget=CaseBudget(max_steps=5))]
+    async with sqlite_fleet(tmp_path) as bus:
+        fleet = Fleet(bus)
+        budget = Budget(max_steps=20)
+        await Eval(
+            ref(agents, "coder"), cases, [judge], budget=budget, eval_id="j", fleet=fleet
+        ).run()
+        record = (await EvalResultStore(bus).results("j"))[0]
+        status = await (await fleet.create_batch("j", max_steps=20)).status()
+    assert record.scores["llm_judge"].passed, record.scores["llm_judge"]
+    # The run's three steps (settled on its worker) and the judge's one, here.
+    assert status.spent.steps == record.steps + 1 == 4

@@ -119,8 +119,8 @@ def fleet_agent_ref(agent: object) -> str:
             return f"{module}:{name}"
     what = (
         "an Agent object"
-        if type(agent).__name__ == "Agent"
-        else f"{getattr(agent, '__qualname__', None) or type(agent).__name__!r}"
+        if isinstance(agent, Agent)
+        else repr(getattr(agent, "__qualname__", None) or type(agent).__name__)
     )
     raise UsageError(
         f"an eval on a fleet needs its agent as a 'module:attr' reference that every worker "
