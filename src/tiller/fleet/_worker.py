@@ -27,9 +27,10 @@ continuation is another job). An agent reference that does not load, or a worksp
 worker cannot provide, fails the run with a `failed` result and terms the job. A delivery
 that lost its job (`JobLeaseLost`: another worker may have it) writes no result and
 settles nothing. A job out of deliveries gets a `failed` result when it is a start job:
-written by the worker whose last attempt failed, or, when that worker died on it (its
-lease lapsed), by the worker whose claim dead-letters it (`JobQueue.claim`'s
-`on_dead_letter`, told before the dead letter is written).
+written by the worker whose last attempt failed or handed the job back (drained, stopped,
+deferred: that nak dead-letters it), or, when that worker died on it (its lease lapsed),
+by the worker whose claim dead-letters it (`JobQueue.claim`'s `on_dead_letter`, told
+before the dead letter is written).
 
 Each run works in the workspace its job names (`workspaces=`, by default
 `LocalWorkspaces(bus)`: a private temporary directory, a shared path, or a fixture
@@ -251,7 +252,9 @@ class Worker:
                         # straight back rather than start a run that would stop at once.
                         slots.release()
                         with contextlib.suppress(StoreError):
-                            await queue.nak(job, delay=0.0, error="the worker is draining")
+                            await self._hand_back(
+                                queue, job, delay=0.0, error="the worker is draining"
+                            )
                         break
                     jobs.create_task(self._take(queue, job, slots), name=f"tiller-job {job.id}")
         finally:
@@ -300,7 +303,7 @@ class Worker:
         if run_job.kind != "start":
             return  # a continuation's run keeps its held record, for a person
         try:
-            await self._close_dead_run(run_job, dead)
+            await self._close_dead_run(run_job, dead.attempt, dead.reason)
         except StoreUnavailable:
             raise  # the store is away: the job stays, the next claim tries again
         except StoreError as exc:
@@ -311,7 +314,7 @@ class Worker:
         except Exception:  # one job's failure never stops the worker (as in `_take`)
             _logger.exception("worker %s: run %s: no result", self.name, run_job.run_id)
 
-    async def _close_dead_run(self, run_job: RunJob, dead: DeadLetter) -> None:
+    async def _close_dead_run(self, run_job: RunJob, attempt: int, reason: str) -> None:
         """The result of a run whose job is being dead-lettered: from its checkpoint if
         that says it ended (its worker died before writing the result, as a delivery
         would have written it, its batch share settled), else `failed` with the dead
@@ -327,18 +330,35 @@ class Worker:
             if status == "finished":
                 await settle_from_state(self.bus, run_job, checkpoint.state)
         else:
-            error = f"its job was dead-lettered after {dead.attempt} deliveries: {dead.reason}"
+            error = f"its job was dead-lettered after {attempt} deliveries: {reason}"
             record = outcome(run_job, "failed", error=error)
             await reclaim_share(self.bus, run_job, None if checkpoint is None else checkpoint.state)
         record = record.model_copy(
             update={
                 "worker": self.name,
                 "queue": self.queue_name,
-                "attempt": dead.attempt,
+                "attempt": attempt,
                 "finished_at": self.bus.clock(),
             }
         )
         await self.results.record(record, replace_held=False)
+
+    async def _hand_back(self, queue: JobQueue, job: Job, *, delay: float, error: str) -> None:
+        """Give the job back for another delivery (`nak`). On its last delivery the nak
+        dead-letters it, and no claim will ever see it again to close its run
+        (`_dead_lettered`), so a start job's run gets its result here first, as a dead
+        letter's: else `RunHandle.result()` would wait for ever. A result that cannot be
+        written is logged; the job is handed back all the same."""
+        if job.attempt >= queue.max_deliver:
+            try:
+                run_job = RunJob.decode(job.id, job.payload)
+                if run_job.kind == "start":
+                    await self._close_dead_run(run_job, job.attempt, error or "handed back")
+            except MalformedJob:
+                pass  # no run to tell
+            except StoreError as exc:
+                _logger.error("worker %s: run %s: no result: %s", self.name, job.id, exc)
+        await queue.nak(job, delay=delay, error=error)
 
     async def _checkpoint_of(self, run_id: str) -> Checkpoint | None:
         try:
@@ -495,7 +515,9 @@ class Worker:
         self._tell(job.id, "started")
         if how == "recover" and not await self._await_lapse(run_id):
             # Drained before the recovery began: the job goes back as a drain's does.
-            await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
+            await self._hand_back(
+                queue, await keeper.check(), delay=0.0, error="the worker is draining"
+            )
             return "released"
         return await self._run(queue, keeper, run_job, how, share)
 
@@ -587,18 +609,20 @@ class Worker:
                 drained = boundary.drained and result.stop_cause is StopCause.CANCELLED
                 diff_ref = await self._files_after(run_job, workspace, result, drained=drained)
         except Deferred as exc:
-            await queue.nak(await keeper.check(), delay=exc.delay, error=str(exc))
+            await self._hand_back(queue, await keeper.check(), delay=exc.delay, error=str(exc))
             return "released"
         except Cancelled:
             # Drained (or stopped) while waiting for a run slot: it never started.
-            await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
+            await self._hand_back(
+                queue, await keeper.check(), delay=0.0, error="the worker is draining"
+            )
             return "released"
         except RunStillRunning as exc:
             # Its previous worker may still be alive: ask again once its lease would lapse,
             # and not sooner than half a lease: a lease about to lapse is often renewed
             # (its holder is alive after all), and each delivery spends an attempt.
             delay = max(exc.seconds_left, self._lease / 2)
-            await queue.nak(await keeper.check(), delay=delay, error=str(exc))
+            await self._hand_back(queue, await keeper.check(), delay=delay, error=str(exc))
             return "released"
         except ResumeReplayBlocked as exc:
             calls = [f"{c.name} ({c.id})" for c in exc.calls]
@@ -641,7 +665,7 @@ class Worker:
         if drained:
             # Stopped at a step boundary by the drain: checkpoint `running`, lease
             # released; another worker continues it now.
-            await queue.nak(await keeper.check(), delay=0.0, error="drained")
+            await self._hand_back(queue, await keeper.check(), delay=0.0, error="drained")
             return "released"
         if result.store_failed:
             # A durable write was refused (another process took the run over) or failed
@@ -649,7 +673,9 @@ class Worker:
             # stand for good); the job goes back, for whoever holds the run, or for a
             # recovery from its checkpoint once the store is back. Not before a lease would
             # lapse: at once, it would only meet the live lease again (and burn attempts).
-            await queue.nak(await keeper.check(), delay=self._lease, error=result.error or "")
+            await self._hand_back(
+                queue, await keeper.check(), delay=self._lease, error=result.error or ""
+            )
             return "released"
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)
