@@ -36,7 +36,7 @@ from tiller.evals import (
     rescore,
 )
 from tiller.fleet import Fleet, Worker
-from tiller.loop import Agent, Budget
+from tiller.loop import Agent, Budget, Pricing
 from tiller.model import ScriptedModel
 from tiller.store import Bus, MemoryBus, open_bus
 
@@ -157,6 +157,12 @@ def scorers() -> list[Any]:
     ]
 
 
+def priced() -> Budget:
+    """No ceiling (so no purse in process), but prices: each run's cost is counted, on
+    the fleet by the worker from the prices its job carries."""
+    return Budget(pricing={"scripted": Pricing(input=1.0, output=2.0)})
+
+
 #: What may (and must) differ between the record of a run made here and on a fleet.
 TIMINGS = {"duration_s", "finished_at"}
 
@@ -221,7 +227,13 @@ def worker_process(url: str, agents: ModuleType, name: str, **env: str) -> subpr
 async def in_process(agents: ModuleType, cases: list[Case], eval_id: str) -> list[CaseResultRecord]:
     async with MemoryBus() as bus:
         report = await Eval(
-            ref(agents, "coder"), cases, scorers(), epochs=2, store=bus, eval_id=eval_id
+            ref(agents, "coder"),
+            cases,
+            scorers(),
+            epochs=2,
+            budget=priced(),
+            store=bus,
+            eval_id=eval_id,
         ).run()
         assert report.total == 6
         return await EvalResultStore(bus).results(eval_id)
@@ -237,6 +249,7 @@ async def test_an_eval_on_a_fleet_records_what_it_records_in_process(
     assert all(r.status == "scored" for r in expected)
     assert all(r.scores["exact"].passed for r in expected)
     assert all(r.scores["workspace"].passed for r in expected)
+    assert all(r.cost_usd > 0 for r in expected)
 
     url = f"sqlite:///{tmp_path / 'fleet.db'}?poll_interval=0.02" if where == "sqlite" else NATS_URL
     namespace = f"t{uuid.uuid4().hex[:12]}" if where == "nats" else ""
@@ -248,6 +261,7 @@ async def test_an_eval_on_a_fleet_records_what_it_records_in_process(
                     cases,
                     scorers(),
                     epochs=2,
+                    budget=priced(),
                     eval_id=eval_id,
                     fleet=Fleet(bus),
                 ).run()
@@ -278,6 +292,7 @@ async def test_worker_processes_on_sqlite_give_the_same_records(
                     cases,
                     scorers(),
                     epochs=2,
+                    budget=priced(),
                     eval_id=eval_id,
                     fleet=Fleet(bus),
                 ).run()
@@ -475,3 +490,23 @@ async def test_the_judge_on_a_fleet_eval_pays_from_the_batch_budget(
     assert record.scores["llm_judge"].passed, record.scores["llm_judge"]
     # The run's three steps (settled on its worker) and the judge's one, here.
     assert status.spent.steps == record.steps + 1 == 4
+
+
+async def test_a_dollar_budget_stops_fleet_runs_with_the_prices_their_jobs_carry(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    cases = [Case(id=f"c{n}", input=f"c{n}") for n in range(3)]
+    prices = {"scripted": Pricing(input=1.0, output=2.0)}
+    async with sqlite_fleet(tmp_path) as bus:
+        await Eval(
+            ref(agents, "coder"),
+            cases,
+            [Recording()],
+            budget=Budget(max_cost_usd=0.0002, pricing=prices),
+            eval_id="dollars",
+            fleet=Fleet(bus),
+        ).run()
+        records = await EvalResultStore(bus).results("dollars")
+    # Each run's share is a tenth of what is left: its first call spends it all.
+    assert {r.stop_cause for r in records} == {"cost_budget"}
+    assert all(r.cost_usd > 0 for r in records)

@@ -34,8 +34,8 @@ records (`CaseResultRecord`, in the eval's store), resume and rescore are the sa
   (`Fleet.create_batch`): every worker reserves a run's share before it starts and
   settles it when it ends; a run the spent budget never started is recorded as not run.
   A scorer that calls a model (the judge) pays from its own reservation from the batch.
-  Note: a worker prices a run with what its budget carries, and a job carries no prices,
-  so a dollar ceiling (`max_cost_usd`) does not stop a fleet run: give steps or tokens.
+  A job carries the eval budget's prices (`JobBudget.pricing`): a worker knows none of its
+  own, and counts a run's dollars with these.
 - **One token stops it** (`cancel`): the batch is cancelled (`Fleet.cancel_batch`): the
   runs not started never start, the running ones stop and are recorded as cancelled with
   what they produced. An eval cancelled on the fleet cannot be resumed on it (a batch stays
@@ -212,7 +212,7 @@ class FleetCaseRunner(CaseRunner):
                 self.agent_ref,
                 case.prompt(),
                 workspace=spec,
-                budget=_job_budget(case),
+                budget=_job_budget(self._want(case)),
                 run_id=job.run_id,
                 batch=self.eval_id,
             )
@@ -433,15 +433,13 @@ class FleetCaseRunner(CaseRunner):
                     await watcher
 
 
-def _job_budget(case: Case) -> JobBudget | None:
-    budget = case.budget
-    if budget is None:
+def _job_budget(want: Budget) -> JobBudget | None:
+    """The run's own budget as its job carries it: its case's ceilings and the eval's
+    prices (None when it has neither: nothing to carry)."""
+    ceilings = (want.max_steps, want.max_output_tokens, want.max_cost_usd)
+    if all(ceiling is None for ceiling in ceilings) and not want.pricing:
         return None
-    return JobBudget(
-        max_steps=budget.max_steps,
-        max_output_tokens=budget.max_output_tokens,
-        max_cost_usd=budget.max_cost_usd,
-    )
+    return JobBudget.of(want)
 
 
 def _no_local_agent() -> Agent:

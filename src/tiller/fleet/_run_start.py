@@ -19,6 +19,7 @@ from ..loop import (
     Agent,
     Budget,
     FromCheckpoint,
+    Pricing,
     RunContext,
     RunOptions,
     RunResult,
@@ -164,4 +165,8 @@ def budget_of(spec: JobBudget | None) -> Budget:
         max_steps=spec.max_steps,
         max_output_tokens=spec.max_output_tokens,
         max_cost_usd=spec.max_cost_usd,
+        pricing={
+            model: Pricing(input=p.input, output=p.output, cached_input=p.cached_input)
+            for model, p in spec.pricing.items()
+        },
     )
