@@ -393,7 +393,7 @@ async def test_the_eval_budget_is_the_batch_budget_and_runs_it_never_started_are
     assert report.total == 4
 
 
-async def test_the_eval_token_cancels_the_batch_and_running_cases_are_recorded_cancelled(
+async def test_the_eval_token_cancels_the_batch_and_a_resume_makes_the_cancelled_runs_again(
     agents: ModuleType, fixture_dir: Path, tmp_path: Path
 ) -> None:
     release = agents.GATES["print('one')\n"] = asyncio.Event()
@@ -416,10 +416,16 @@ async def test_the_eval_token_cancels_the_batch_and_running_cases_are_recorded_c
         assert records["one"].stop_cause == "cancelled"
         assert records["one"].scores == {}
         assert report.cancelled
-        with pytest.raises(UsageError, match="new eval id"):
-            await Eval(
-                ref(agents, "coder"), cases, [Recording()], eval_id="stop", fleet=fleet
-            ).run()
+        # Resumed: the batch is reopened and the cancelled run made again, as its next
+        # attempt (its first run id has its cancelled result for good).
+        again = Eval(ref(agents, "coder"), cases, [Recording()], eval_id="stop", fleet=fleet)
+        resumed = await again.run()
+        assert await fleet.batches.cancelled("stop") is None
+        records = {r.case_id: r for r in await EvalResultStore(bus).results("stop")}
+    assert {r.status for r in records.values()} == {"scored"}
+    assert (records["one"].attempt, records["one"].run_id) == (1, "stop:one:e0:a1")
+    assert records["one"].text == "fixed one"
+    assert not resumed.cancelled and len(resumed.results) == 2
 
 
 def test_a_fleet_eval_needs_an_agent_reference_and_no_approver_or_options(

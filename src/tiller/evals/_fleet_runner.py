@@ -17,8 +17,8 @@ records (`CaseResultRecord`, in the eval's store), resume and rescore are the sa
 
 - **One batch**: every case run not yet scored is submitted up front (`Fleet.submit`) in
   the batch named by the eval id, its run id the case run's (`{eval_id}:{case_id}:e{epoch}`;
-  a run made again after it was refused by the budget, attempt `n`, gets `:a{n}` after it,
-  since a fleet run id names one run for good). The agent must be a `"module:attr"`
+  a run made again after a cancel or a refusal by the budget, attempt `n`, gets `:a{n}`
+  after it, since a fleet run id names one run for good). The agent must be a `"module:attr"`
   reference (a worker loads it), or a module-level factory function, which is named by
   its module and name: an `Agent` object, a lambda or a nested function is a
   `UsageError` saying so. An approver or loop options cannot travel to a worker either
@@ -38,8 +38,10 @@ records (`CaseResultRecord`, in the eval's store), resume and rescore are the sa
   own, and counts a run's dollars with these.
 - **One token stops it** (`cancel`): the batch is cancelled (`Fleet.cancel_batch`): the
   runs not started never start, the running ones stop and are recorded as cancelled with
-  what they produced. An eval cancelled on the fleet cannot be resumed on it (a batch stays
-  cancelled): run it again under a new eval id.
+  what they produced; a run the cancel kept from starting is recorded as cancelled too
+  (its run id has its result for good). Resumed, the eval reopens its batch
+  (`Fleet.reopen_batch`) and makes its cancelled runs again, each under its next
+  attempt's run id.
 - **Failures are the case's**: a missing fixture fails that case before anything is
   submitted; a job that fails on its worker (the agent does not load there, the job ran out
   of deliveries because its workers were killed) is recorded as that case's error.
@@ -188,16 +190,16 @@ class FleetCaseRunner(CaseRunner):
     async def submit(self, work: Iterable[tuple[Case, int]]) -> None:
         """Submit every case run of `work` not yet scored, as one batch."""
         await self._open_batch()
-        checked = False
+        reopened = False
         for case, epoch in work:
             if self.cancel.is_cancelled:
                 return
             stored = await self.results.get(self.eval_id, case.id, epoch)
             if stored is not None and stored.status == "scored":
                 continue  # `_Progress` skips it too
-            if not checked:
-                await self._refuse_a_cancelled_batch()
-                checked = True
+            if not reopened:
+                await self._reopen_a_cancelled_batch()
+                reopened = True
             attempt = 0 if stored is None else stored.attempt + 1
             base = super().run_id(case, epoch)
             job = _Job(base if attempt == 0 else f"{base}:a{attempt}")
@@ -240,14 +242,12 @@ class FleetCaseRunner(CaseRunner):
                 "resume it with the budget it was started with, or give it a new eval id"
             ) from None
 
-    async def _refuse_a_cancelled_batch(self) -> None:
-        cancelled = await self.fleet.batches.cancelled(self.eval_id)
-        if cancelled is not None:
-            raise UsageError(
-                f"eval {self.eval_id!r} was cancelled on the fleet ({cancelled.reason}), and a "
-                "cancelled batch never starts a run again: run the eval under a new eval id "
-                "(its scored runs stay in the store under the old one)"
-            )
+    async def _reopen_a_cancelled_batch(self) -> None:
+        """A resumed eval goes on with its batch: a cancel of an earlier run of it is
+        lifted, so its runs start again (those the cancel reached are made again under
+        their next attempt's run id)."""
+        if await self.fleet.batches.cancelled(self.eval_id) is not None:
+            await self.fleet.reopen_batch(self.eval_id)
 
     async def _spec(self, case: Case) -> SnapshotWorkspace | str:
         """The case's workspace as a job names it, or why it has none (its error)."""
@@ -268,7 +268,8 @@ class FleetCaseRunner(CaseRunner):
 
     async def run(self, case: Case, epoch: int, attempt: int) -> CaseResultRecord | None:
         """The run's record (written to the store), or None when it was never submitted
-        or the eval's token stopped it before it began (nothing recorded)."""
+        (the token fired first) or its result did not come within `CANCEL_GRACE_S` of
+        the token firing (nothing recorded: it is still to be made)."""
         job = self._jobs.get((case.id, epoch))
         if job is None:
             return None
@@ -291,7 +292,12 @@ class FleetCaseRunner(CaseRunner):
         state = await self._state_of(job.run_id)
         if state is None:  # the run never started
             if ended.status == "cancelled":
-                return None
+                # Recorded (unlike a run the token stopped in process before it began):
+                # its run id has a result for good, so a resume makes it again under
+                # the next attempt's.
+                record = self._cancelled_before_it_began(case, epoch, attempt, ended)
+                await self.results.put(record)
+                return record
             if ended.status == "stopped" and ended.stop_cause in _NEVER_STARTED_BY_BUDGET:
                 record = self._not_run(
                     case, epoch, attempt, StopCause(ended.stop_cause), ended.error
@@ -350,6 +356,13 @@ class FleetCaseRunner(CaseRunner):
             scores=scores,
             kept=kept,
             capture=None,
+        )
+
+    def _cancelled_before_it_began(
+        self, case: Case, epoch: int, attempt: int, ended: RunOutcomeRecord
+    ) -> CaseResultRecord:
+        return self._not_run(case, epoch, attempt, StopCause.CANCELLED, ended.error).model_copy(
+            update={"status": "cancelled"}
         )
 
     async def _result_of(self, handle: RunHandle) -> RunOutcomeRecord | None:
