@@ -113,6 +113,19 @@ def structured():
 
 def broken():
     raise RuntimeError("this factory always fails")
+
+
+def asking():
+    """Writes a file with `write_file`, which needs approval, then answers."""
+    from tiller.tools.builtin import write_file
+
+    def answer(messages, info):
+        if info.turn == 1:
+            call = {"name": "write_file", "arguments": {"path": "out.txt", "content": "x"}}
+            return {"tool_calls": [call]}
+        return "asked"
+
+    return Agent(ScriptedModel(answer), [write_file], name="asking")
 '''
 
 
@@ -516,3 +529,21 @@ async def test_a_dollar_budget_stops_fleet_runs_with_the_prices_their_jobs_carry
     # Each run's share is a tenth of what is left: its first call spends it all.
     assert {r.stop_cause for r in records} == {"cost_budget"}
     assert all(r.cost_usd > 0 for r in records)
+
+
+async def test_a_call_that_needs_approval_is_refused_in_process_and_held_on_a_fleet(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """The one difference in kind: in process a run without an approver is refused the
+    call and goes on; a fleet run is durable, so it is held for a person, and an eval
+    cannot wait for one: the case's error says so."""
+    cases = [Case(id="w", input="w")]
+    async with MemoryBus() as memory:
+        await Eval(ref(agents, "asking"), cases, [Recording()], store=memory, eval_id="w").run()
+        here = (await EvalResultStore(memory).results("w"))[0]
+    async with sqlite_fleet(tmp_path) as bus:
+        await Eval(ref(agents, "asking"), cases, [Recording()], eval_id="w", fleet=Fleet(bus)).run()
+        there = (await EvalResultStore(bus).results("w"))[0]
+    assert (here.text, here.tool_trace[0].refused_by, here.error) == ("asked", "policy", None)
+    assert there.status == "scored" and there.stop_cause == "suspended"
+    assert there.error is not None and "held on the fleet (suspended)" in there.error
