@@ -36,7 +36,7 @@ from ._drain import StepBoundary
 from ._guard import Configure
 from ._job import JobBudget, RunJob
 
-__all__ = ["How", "RunStarter", "budget_of"]
+__all__ = ["How", "RunStarter", "budget_of", "load_run_agent"]
 
 #: How a job's run starts: from its prompt, from a checkpoint left running, or after a
 #: person decided its held calls.
@@ -123,7 +123,7 @@ class RunStarter:
         ref = self.agent or run_job.agent
         if ref is None:
             raise UsageError(f"run {run_job.run_id}: the job names no agent")
-        agent = _load(ref, run_job.model)
+        agent = load_run_agent(ref, run_job.model)
         budget = reserved if reserved is not None else budget_of(run_job.budget)
         run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
         run_ctx = configure(with_store_protected(run_ctx))
@@ -147,7 +147,7 @@ class RunStarter:
                 await agent.model.aclose()
 
 
-def _load(ref: str, model: str | None) -> Agent:
+def load_run_agent(ref: str, model: str | None) -> Agent:
     """The job's agent; a factory that raises fails the run like a reference that does
     not resolve (`UsageError`), saying so: it would fail on every worker."""
     try:

@@ -70,6 +70,8 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Literal
 
+import pydantic
+
 from .._task_stop import stop_task
 from ..cancel import CancellationToken
 from ..errors import Cancelled, UsageError
@@ -85,7 +87,7 @@ from ..ops import (
     decided_records,
     folded_steers,
 )
-from ..state import StopCause
+from ..state import RunState, StopCause
 from ..store import (
     DEFAULT_BUCKET,
     DEFAULT_LEASE,
@@ -114,7 +116,7 @@ from ._limits import FleetLimits
 from ._outcomes import outcome, outcome_of_result, outcome_of_state
 from ._queue import RUN_QUEUE
 from ._results import ResultStore, RunOutcomeRecord
-from ._run_start import How, RunStarter, budget_of
+from ._run_start import How, RunStarter, budget_of, load_run_agent
 from ._worker_registry import WorkerInfo, WorkerRegistry
 from ._workspace import WorkspaceError
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
@@ -326,7 +328,8 @@ class Worker:
         if status == "continued":
             return  # it goes on under another run id
         if checkpoint is not None and status in ("finished", "suspended"):
-            record = outcome_of_state(run_job, checkpoint.state)
+            output = await self._output_of(run_job, checkpoint.state)
+            record = outcome_of_state(run_job, checkpoint.state, output=output)
             if status == "finished":
                 await settle_from_state(self.bus, run_job, checkpoint.state)
         else:
@@ -359,6 +362,28 @@ class Worker:
             except StoreError as exc:
                 _logger.error("worker %s: run %s: no result: %s", self.name, job.id, exc)
         await queue.nak(job, delay=delay, error=error)
+
+    async def _output_of(self, run_job: RunJob, state: RunState) -> object:
+        """The structured output of a run that finished before its worker wrote its
+        result: its last answer parsed again with its agent's output type. None when it
+        did not complete, its agent has no output type, or cannot be loaded here (said in
+        the log: the result matters more than its output)."""
+        last = state.last_assistant()
+        ref = self.agent or run_job.agent or state.agent_ref
+        if state.stop_cause is not StopCause.COMPLETED or last is None or ref is None:
+            return None
+        try:
+            agent = load_run_agent(ref, run_job.model)
+        except UsageError as exc:
+            _logger.warning("worker %s: run %s: no output: %s", self.name, run_job.run_id, exc)
+            return None
+        try:
+            return agent.parse_output(last.text)
+        except pydantic.ValidationError:
+            return None  # the run completed all the same: its answer was taken as text
+        finally:
+            with contextlib.suppress(Exception):
+                await agent.model.aclose()
 
     async def _checkpoint_of(self, run_id: str) -> Checkpoint | None:
         try:
@@ -478,7 +503,9 @@ class Worker:
         if checkpoint is not None and checkpoint.status == "finished":
             # A previous worker finished it and died before writing its result.
             await settle_from_state(self.bus, run_job, checkpoint.state)
-            await self._settle(queue, keeper, run_job, outcome_of_state(run_job, checkpoint.state))
+            output = await self._output_of(run_job, checkpoint.state)
+            record = outcome_of_state(run_job, checkpoint.state, output=output)
+            await self._settle(queue, keeper, run_job, record)
             return "finished"
         if checkpoint is not None and checkpoint.status == "suspended" and run_job.kind == "start":
             await self._settle(queue, keeper, run_job, outcome_of_state(run_job, checkpoint.state))
