@@ -21,8 +21,8 @@ records (`CaseResultRecord`, in the eval's store), resume and rescore are the sa
   after it, since a fleet run id names one run for good). The agent must be a `"module:attr"`
   reference (a worker loads it), or a module-level factory function, which is named by
   its module and name: an `Agent` object, a lambda or a nested function is a
-  `UsageError` saying so. An approver or loop options cannot travel to a worker either
-  (a worker runs without an approver: calls that need one are held or refused there).
+  `UsageError` saying so. An approver or loop options cannot travel to a worker either:
+  `approver=` and `options=` are refused.
 - **Its workspace**: the case's fixture snapshotted into the fleet's store
   (`SnapshotWorkspace`; a case with no fixture, an empty directory's snapshot), which the
   worker materializes privately. Its result comes back with the diff of what the run
@@ -47,11 +47,25 @@ records (`CaseResultRecord`, in the eval's store), resume and rescore are the sa
   of deliveries because its workers were killed) is recorded as that case's error.
 
 What is rebuilt from the fleet's records (`_fleet_outcome`) is what the in-process runner
-records, with three differences: the structured output reaches the scorers as its JSON
-(the record holds the same JSON either way), a run has no capture (`capture` is None:
-workers write none), and the duration is from submission to the result (queueing
-included). `concurrency` is how many results are scored here at once; how many runs run
-at once is the workers' concern.
+records: the same dataset and scorers give the same `CaseResultRecord`s field by field
+(tests/evals/test_eval_on_fleet.py), but for
+
+- the timings: `duration_s` is from submission to the result (queueing included), and
+  `finished_at`;
+- `capture`: None (a worker writes no capture of its run);
+- a call that needs approval: in process it is refused (no approver) and the run goes
+  on; a fleet run is durable, so it is held for a person, and the eval records the
+  case's error (`stop_cause` suspended), leaving the held run to its approvals;
+- a budget that runs out: the batch splits it as a fleet does (a run without ceilings
+  of its own reserves a tenth of what is left, not what is left over `concurrency`), so
+  other runs may be the ones not run, and the not-run reason names the batch;
+- a fixture past a snapshot's caps (`FixtureTooLarge`) fails that case on a fleet
+  (in process it is copied, with no cap);
+- what the scorers are given, not what is recorded: the structured output is its JSON,
+  not the output type's value.
+
+`concurrency` is how many results are scored here at once; how many runs run at once is
+the workers' concern. An eval on a fleet with no worker waits for one.
 """
 
 from __future__ import annotations
