@@ -547,3 +547,21 @@ async def test_a_call_that_needs_approval_is_refused_in_process_and_held_on_a_fl
     assert (here.text, here.tool_trace[0].refused_by, here.error) == ("asked", "policy", None)
     assert there.status == "scored" and there.stop_cause == "suspended"
     assert there.error is not None and "held on the fleet (suspended)" in there.error
+
+
+async def test_a_resume_makes_again_a_run_its_cancelled_batch_kept_from_starting(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """The eval's process died after its token cancelled the batch, before it recorded a
+    run the cancel kept from starting: that run id has its `cancelled` result for good,
+    so the resumed eval makes the run under its next attempt's id."""
+    cases = [Case(id="a", input="a")]
+    async with sqlite_fleet(tmp_path) as bus:
+        fleet = Fleet(bus)
+        await fleet.cancel_batch("died", "the eval was cancelled")
+        first = await fleet.submit(ref(agents, "coder"), "a", run_id="died:a:e0", batch="died")
+        assert (await first.result(30)).status == "cancelled"
+        await Eval(ref(agents, "coder"), cases, [Recording()], eval_id="died", fleet=fleet).run()
+        (record,) = await EvalResultStore(bus).results("died")
+    assert (record.status, record.attempt, record.run_id) == ("scored", 1, "died:a:e0:a1")
+    assert record.text == "fixed a"

@@ -150,6 +150,7 @@ class _Job:
     """One case run submitted to the fleet (or refused before it could be: `error`)."""
 
     run_id: str
+    attempt: int
     handle: RunHandle | None = None
     spec: SnapshotWorkspace | None = None
     error: str | None = None
@@ -216,7 +217,9 @@ class FleetCaseRunner(CaseRunner):
                 reopened = True
             attempt = 0 if stored is None else stored.attempt + 1
             base = super().run_id(case, epoch)
-            job = _Job(base if attempt == 0 else f"{base}:a{attempt}")
+            while await self._cancelled_for_good(_attempt_id(base, attempt)):
+                attempt += 1  # its cancel was never recorded (the eval's process died)
+            job = _Job(_attempt_id(base, attempt), attempt)
             self._jobs[(case.id, epoch)] = job
             spec = await self._spec(case)
             if isinstance(spec, str):
@@ -287,6 +290,7 @@ class FleetCaseRunner(CaseRunner):
         job = self._jobs.get((case.id, epoch))
         if job is None:
             return None
+        attempt = job.attempt  # the attempt submitted, past any whose cancel went unrecorded
         if job.handle is None or job.spec is None:
             ran = _Ran(None, job.error, 0.0)
             outcome = _outcome(case, epoch, ran, None, self._want(case))
@@ -392,6 +396,16 @@ class FleetCaseRunner(CaseRunner):
         except TimeoutError:
             return None
 
+    async def _cancelled_for_good(self, run_id: str) -> bool:
+        """`run_id` has a `cancelled` result of a run that never began (its batch was
+        cancelled first): a job under it would only get that result back."""
+        ended = await self.fleet.handle(run_id).peek()
+        return (
+            ended is not None
+            and ended.status == "cancelled"
+            and await self._state_of(run_id) is None
+        )
+
     async def _state_of(self, run_id: str) -> RunState | None:
         try:
             return (await self._checkpoints.load(run_id)).state
@@ -458,6 +472,11 @@ class FleetCaseRunner(CaseRunner):
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
+
+
+def _attempt_id(base: str, attempt: int) -> str:
+    """The fleet run id of a case run's `attempt` (see the module docstring)."""
+    return base if attempt == 0 else f"{base}:a{attempt}"
 
 
 def _job_budget(want: Budget) -> JobBudget | None:
