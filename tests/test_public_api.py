@@ -283,6 +283,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "FleetLimits",
         "FleetStatus",
         "JobBudget",
+        "JobPrice",
         "LimitedModel",
         "LocalWorkspaces",
         "MalformedBatchBudget",

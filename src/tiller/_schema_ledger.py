@@ -163,6 +163,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "`{kind, run_id, agent, model, prompt, thread_id, workspace, budget, batch, "
                 "submitted_at}`: a run for a worker to start or continue.",
             ),
+            SchemaVersion(
+                2,
+                "0.1.0",
+                "`budget.pricing`: the prices the run's budget carries (`{model: {input, "
+                "output, cached_input}}`, USD per million tokens), so a worker counts its "
+                "dollars and a dollar ceiling stops it. Version 1 is read as version 2 "
+                "without prices.",
+            ),
         ),
         _kind(
             "run_result",

@@ -191,3 +191,24 @@ async def test_a_ten_megabyte_prompt_runs(store: Store, bus: Bus, agents: Module
 async def test_continuing_a_run_whose_id_a_fleet_cannot_take_says_so(bus: Bus) -> None:
     with pytest.raises(UsageError, match="no '/'"):
         await Fleet(bus).continue_run("made/elsewhere")
+
+
+async def test_a_reopened_batch_runs_its_queued_and_new_runs_and_keeps_its_cancelled_ones(
+    store: Store, bus: Bus, agents: ModuleType
+) -> None:
+    fleet = Fleet(bus)
+    first = await fleet.submit(ref(agents, "three"), "go", batch="again")
+    await fleet.cancel_batch("again", "not now")
+    async with running_worker(store):
+        assert (await first.result(30)).status == "cancelled"
+    queued = await fleet.submit(ref(agents, "three"), "go", batch="again")
+    await fleet.reopen_batch("again")
+    await fleet.reopen_batch("again")  # not cancelled: nothing changes
+    assert await fleet.batches.cancelled("again") is None
+    later = await fleet.submit(ref(agents, "three"), "go", batch="again")
+    async with running_worker(store):
+        records = [await queued.result(30), await later.result(30)]
+    assert [r.status for r in records] == ["completed", "completed"]
+    assert (await first.result(30)).status == "cancelled"  # its result stands
+    await fleet.cancel_batch("again", "now for good")
+    assert (await fleet.batches.cancelled("again")).reason == "now for good"  # type: ignore[union-attr]

@@ -234,3 +234,29 @@ async def test_an_unreadable_checkpoint_of_a_dead_run_does_not_block_the_queue(
         handle = await fleet.submit(ref(agents, "three"), "go", run_id="next")
         record = await handle.result(20)
     assert record.status == "completed"
+
+
+@pytest.mark.parametrize("deliveries", [1, 2])
+async def test_a_structured_run_finished_before_its_worker_died_keeps_its_output(
+    store: Store, bus: Bus, agents: ModuleType, deliveries: int
+) -> None:
+    """Read from its checkpoint (by the dead letter's claim, or by the next delivery),
+    the result's structured output is its last answer parsed again with its agent's
+    output type, as the worker that finished it would have written it."""
+    run_id = f"answered-{deliveries}"
+    fleet = Fleet(bus, lease=LEASE, max_deliver=deliveries)
+    handle = await fleet.submit(ref(agents, "structured"), "go", run_id=run_id)
+    await claim_fresh(await bus.queue(RUN_QUEUE, lease=LEASE, max_deliver=deliveries), "killed")
+    state = RunState(run_id=run_id, thread_id=run_id, messages=[UserMessage(text="go")])
+    state.messages.append(AssistantMessage(text='{"value": 42}'))
+    state.stop_cause = StopCause.COMPLETED
+    run_ctx = RunContext.sandboxed(Path("."), AllowAll()).with_store(bus)
+    record_policy(state, run_ctx, agent_ref=ref(agents, "structured"))
+    await CheckpointStore(bus).save(state, "finished")
+    async with running_worker(store, name="B", lease=LEASE, max_deliver=deliveries):
+        record = await handle.result(20)
+    assert (record.status, record.text, record.output) == (
+        "completed",
+        '{"value": 42}',
+        {"value": 42},
+    )

@@ -3,6 +3,8 @@ error goes back to the model a bounded number of times, then the run fails with 
 
 from __future__ import annotations
 
+import pydantic
+import pytest
 from pydantic import BaseModel
 
 from tiller.conversation import UserMessage
@@ -92,3 +94,14 @@ async def test_no_retries_at_all(ctx: RunContext) -> None:
     run = await drive(Agent(model, output_type=Answer), "?", ctx, RunOptions(output_retries=0))
     assert run.result.stop_cause is StopCause.ERROR
     assert len(model.requests) == 1
+
+
+async def test_parse_output_reads_a_final_answer_as_a_run_s_result_holds_it(
+    ctx: RunContext,
+) -> None:
+    agent = Agent(ScriptedModel([f"```json\n{VALID}\n```"]), [], output_type=Answer)
+    result = await agent.run("q", context=ctx)
+    assert agent.parse_output(result.text) == result.output
+    assert Agent(ScriptedModel(["x"]), []).parse_output('{"city": "Paris"}') is None
+    with pytest.raises(pydantic.ValidationError):
+        agent.parse_output("not json")

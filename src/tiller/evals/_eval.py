@@ -36,6 +36,9 @@ report = await Eval(
   `UsageError` before anything runs (`rescore` adds a scorer to stored runs for nothing;
   otherwise give the changed eval a new id). See `_eval_resume`.
 
+`fleet` (a `tiller.fleet.Fleet`) runs the same spec on a fleet's workers instead of in this
+process, with the same records, report, resume and rescore: see `_fleet_runner`.
+
 `options` are the loop's options for every run, except the capture sink: each run's
 capture goes to the store (`tiller-captures`, under its run id), for replay. Each run's
 directory is made under `workspace_root` (default: the system's temporary directory) and
@@ -57,6 +60,7 @@ from pathlib import Path
 
 from ..cancel import CancellationToken
 from ..errors import UsageError
+from ..fleet import Fleet
 from ..loop import Agent, Budget, RunOptions, load_agent
 from ..policy import Approver
 from ..store import Bus, MemoryBus, open_bus
@@ -65,6 +69,7 @@ from ._case_run import AgentSource, ApproverFor, CaseRunner
 from ._case_workspace import CaseWorkspaces
 from ._eval_budget import EvalPurse
 from ._eval_resume import case_changes, refuse_changed_scorers
+from ._fleet_runner import FleetCaseRunner, fleet_agent_ref
 from ._outcome import Scorer
 from ._report import CaseResult, EvalReport
 from ._results import EvalRecord, EvalResultStore
@@ -129,6 +134,7 @@ class Eval:
         options: RunOptions | None = None,
         keep_workspaces: bool = True,
         workspace_root: str | os.PathLike[str] | None = None,
+        fleet: Fleet | None = None,
     ) -> None:
         self.agent = agent
         self.cases = _checked_cases(cases)
@@ -167,6 +173,9 @@ class Eval:
         self.options = options if options is not None else RunOptions()
         self.keep_workspaces = keep_workspaces
         self.workspace_root = None if workspace_root is None else Path(workspace_root)
+        self.fleet = fleet
+        if fleet is not None:
+            self._check_for_fleet(fleet, approver, options)
 
     @property
     def total(self) -> int:
@@ -177,6 +186,8 @@ class Eval:
         """Run every case run not yet scored; the report of the whole eval (the runs
         scored earlier included). `on_progress` is called after each case run ends (an
         exception it raises is logged; the eval goes on)."""
+        if self.fleet is not None:
+            return await self._run_on_fleet(self.fleet, on_progress)
         source = self._agent_source()
         async with self._opened_store() as bus:
             await self._describe(bus)
@@ -198,7 +209,46 @@ class Eval:
             self.eval_id, self.epochs, self.total, results, cancelled=self.cancel.is_cancelled
         )
 
+    async def _run_on_fleet(
+        self, fleet: Fleet, on_progress: Callable[[EvalProgress], None] | None
+    ) -> EvalReport:
+        async with self._opened_store(fleet.bus) as bus:
+            await self._describe(bus)
+            runner = FleetCaseRunner(
+                fleet=fleet,
+                agent_ref=fleet_agent_ref(self.agent),
+                eval_id=self.eval_id,
+                bus=bus,
+                scorers=self.scorers,
+                cancel=self.cancel,
+                workspaces=CaseWorkspaces(bus, root=self.workspace_root, keep=self.keep_workspaces),
+                budget=self.budget,
+                pricing=dict(self.budget.pricing) if self.budget is not None else {},
+                workspace_root=self.workspace_root,
+            )
+            progress = _Progress(self, runner, on_progress)
+            async with runner.cancelling_the_batch():
+                await runner.submit(progress.work())
+                results = await progress.run()
+        return EvalReport.build(
+            self.eval_id, self.epochs, self.total, results, cancelled=self.cancel.is_cancelled
+        )
+
     # ── setup ────────────────────────────────────────────────────────────────────
+
+    def _check_for_fleet(self, fleet: object, approver: object, options: object) -> None:
+        """What an eval on a fleet cannot do, refused before it writes anything."""
+        if not isinstance(fleet, Fleet):
+            raise UsageError(
+                f"an eval's fleet is a tiller.fleet.Fleet, not a {type(fleet).__name__}"
+            )
+        fleet_agent_ref(self.agent)
+        if approver is not None or options is not None:
+            raise UsageError(
+                "an eval on a fleet runs on its workers, which get neither an approver nor "
+                "loop options from this process: drop approver= and options= (a worker "
+                "holds or refuses calls that need approval)"
+            )
 
     def _agent_source(self) -> AgentSource:
         agent = self.agent
@@ -228,8 +278,10 @@ class Eval:
         )
 
     @contextlib.asynccontextmanager
-    async def _opened_store(self) -> AsyncIterator[Bus]:
-        store = self.store
+    async def _opened_store(self, default: Bus | None = None) -> AsyncIterator[Bus]:
+        """The eval's store, for the length of the block; None: `default` (an eval on a
+        fleet keeps its results in the fleet's store), else an in-memory one."""
+        store = self.store if self.store is not None else default
         if store is None:
             async with MemoryBus() as bus:
                 yield bus
@@ -306,7 +358,7 @@ class _Progress:
         self._warned_opaque = False
 
     async def run(self) -> list[CaseResult]:
-        work = self._work()
+        work = self.work()
         try:
             async with asyncio.TaskGroup() as group:
                 for _ in range(min(self.ev.concurrency, max(self.ev.total, 1))):
@@ -315,7 +367,7 @@ class _Progress:
             _reraise_single(group_error)
         return self.results
 
-    def _work(self) -> Iterator[tuple[Case, int]]:
+    def work(self) -> Iterator[tuple[Case, int]]:
         # Epoch by epoch: every case's first run comes in before any case's second.
         for epoch in range(self.ev.epochs):
             for case in self.ev.cases:

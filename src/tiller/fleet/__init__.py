@@ -32,7 +32,7 @@ from ._drain import StepBoundary
 from ._fleet import Fleet, FleetStatus
 from ._guard import Deferred, RunGuard
 from ._handle import WORKER_LOST, RunHandle
-from ._job import JobBudget, MalformedJob, RunJob
+from ._job import JobBudget, JobPrice, MalformedJob, RunJob
 from ._limit_records import MalformedLimitRecord
 from ._limited_model import LimitedModel, limited_models
 
@@ -96,6 +96,7 @@ __all__ = [
     "FleetLimits",
     "FleetStatus",
     "JobBudget",
+    "JobPrice",
     "LimitedModel",
     "LocalWorkspaces",
     "MalformedBatchBudget",

@@ -3,7 +3,8 @@
 
 - `<batch>/runs/<run_id>`: `{batch, run_id, added_at}`, written when the run is
   submitted (before its job is enqueued, so a member is never missing from the list);
-- `<batch>/cancelled`: `{batch, reason, requested_at}`, the first request stands.
+- `<batch>/cancelled`: `{batch, reason, requested_at}`, the first request stands until
+  the batch is reopened (`reopen`: the record is removed).
 
 A batch's runs are listed by the prefix `<batch>/runs/`: the bucket holds batch records
 only, never a run's own, so listing a batch reads that batch and no run's checkpoint.
@@ -79,6 +80,10 @@ class BatchStore:
         if existing is None:
             return record
         return decode_record(BatchCancelled, self.bucket, key, existing)
+
+    async def reopen(self, batch: str) -> None:
+        """Lift the batch's cancellation (nothing to lift: nothing happens)."""
+        await (await self._bucket()).delete(f"{check_batch(batch)}/cancelled")
 
     async def cancelled(self, batch: str) -> BatchCancelled | None:
         """The batch's cancellation request, or None."""

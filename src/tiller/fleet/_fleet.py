@@ -6,6 +6,7 @@ await fleet.create_batch("nightly", max_steps=5_000)     # optional: a shared bu
 handle = await fleet.submit("myapp.agents:coder", "fix the failing test", batch="nightly")
 record = await handle.result()
 await fleet.cancel_batch("nightly")
+await fleet.reopen_batch("nightly")                       # to go on with it after all
 print(await fleet.status())
 ```
 
@@ -211,6 +212,14 @@ class Fleet:
         for run_id in runs:
             await self._control.request_cancel(run_id, reason)
         return runs
+
+    async def reopen_batch(self, batch: str) -> None:
+        """Lift `batch`'s cancellation, for a submitter that goes on with it (an eval
+        resumed after a cancel): its runs submitted from now on start, and so do those
+        still queued from before (a worker that claims one runs it, within the batch's
+        budget). A run the cancel reached keeps its `cancelled` result: submit it again
+        under a new run id. Reopening a batch that is not cancelled changes nothing."""
+        await self.batches.reopen(batch)
 
     async def status(self) -> FleetStatus:
         queue = await self._queue()

@@ -28,10 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .._schema_ledger import LEDGER
 from ..errors import TillerError, UsageError
+from ..loop import Budget
 from ._workspace import NoWorkspace, SharedWorkspace, SnapshotWorkspace, WorkspaceSpec
 
 __all__ = [
     "JobBudget",
+    "JobPrice",
     "MalformedJob",
     "NoWorkspace",
     "RunJob",
@@ -41,6 +43,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = LEDGER["run_job"].current
+#: The versions read: version 1 is version 2 without `budget.pricing`.
+_READABLE = LEDGER["run_job"].readable
 #: The longest run id a fleet takes.
 MAX_RUN_ID = 200
 #: What a fleet run id is made of (see the module docstring).
@@ -86,12 +90,38 @@ class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
+class JobPrice(_Strict):
+    """One model's prices (`tiller.loop.Pricing`): USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+
+
 class JobBudget(_Strict):
-    """The run's budget (`tiller.loop.Budget`); None fields are unlimited."""
+    """The run's budget (`tiller.loop.Budget`); None fields are unlimited. `pricing`
+    prices its models (`"provider:model"` or `"model"`, as `Budget.pricing`): a worker
+    knows no prices of its own, so without them a run's dollars count as nothing and
+    `max_cost_usd` cannot stop it."""
 
     max_steps: int | None = Field(default=None, ge=1)
     max_output_tokens: int | None = Field(default=None, ge=1)
     max_cost_usd: float | None = Field(default=None, ge=0)
+    pricing: dict[str, JobPrice] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, budget: Budget) -> JobBudget:
+        """A `Budget`'s ceilings and prices, as a job carries them (what it has spent
+        stays behind: a job starts a run)."""
+        return cls(
+            max_steps=budget.max_steps,
+            max_output_tokens=budget.max_output_tokens,
+            max_cost_usd=budget.max_cost_usd,
+            pricing={
+                model: JobPrice(input=p.input, output=p.output, cached_input=p.cached_input)
+                for model, p in budget.pricing.items()
+            },
+        )
 
 
 class RunJob(_Strict):
@@ -139,13 +169,16 @@ class RunJob(_Strict):
         if not isinstance(raw, dict):
             raise MalformedJob(job_id, "not a JSON object")
         version = raw.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in _READABLE or isinstance(version, bool):
             newer = isinstance(version, int) and version > SCHEMA_VERSION
             raise MalformedJob(
                 job_id,
-                f"schema version {version!r}; this tiller reads {SCHEMA_VERSION}"
+                f"schema version {version!r}; this tiller reads "
+                + " and ".join(str(number) for number in _READABLE)
                 + (" (a newer tiller wrote it: upgrade the workers)" if newer else ""),
             )
+        if version != SCHEMA_VERSION:
+            data = orjson.dumps({**raw, "schema_version": SCHEMA_VERSION})  # 1: no prices
         try:
             return cls.model_validate_json(data, strict=True)
         except ValidationError as exc:

@@ -32,8 +32,12 @@ def outcome_of_result(run_job: RunJob, result: RunResult, job: Job) -> RunOutcom
     )
 
 
-def outcome_of_state(run_job: RunJob, state: RunState) -> RunOutcomeRecord:
-    """The record of a run from its checkpoint alone (its worker died before writing one)."""
+def outcome_of_state(
+    run_job: RunJob, state: RunState, *, output: object = None
+) -> RunOutcomeRecord:
+    """The record of a run from its checkpoint alone (its worker died before writing one);
+    `output` is its structured output, parsed again from its last answer (the checkpoint
+    keeps the answer's text, not the value)."""
     cause = state.stop_cause or StopCause.ERROR
     texts = [m.text for m in state.messages if isinstance(m, AssistantMessage) and m.text]
     return RunOutcomeRecord(
@@ -41,6 +45,7 @@ def outcome_of_state(run_job: RunJob, state: RunState) -> RunOutcomeRecord:
         status=_status(cause),
         stop_cause=cause.value,
         text=texts[-1] if texts else "",
+        output=_jsonable(output),
         usage=state.usage.model_dump(),
         cost_usd=state.cost_usd,
         steps=state.step,

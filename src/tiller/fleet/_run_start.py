@@ -19,6 +19,7 @@ from ..loop import (
     Agent,
     Budget,
     FromCheckpoint,
+    Pricing,
     RunContext,
     RunOptions,
     RunResult,
@@ -35,7 +36,7 @@ from ._drain import StepBoundary
 from ._guard import Configure
 from ._job import JobBudget, RunJob
 
-__all__ = ["How", "RunStarter", "budget_of"]
+__all__ = ["How", "RunStarter", "budget_of", "load_run_agent"]
 
 #: How a job's run starts: from its prompt, from a checkpoint left running, or after a
 #: person decided its held calls.
@@ -138,7 +139,7 @@ class RunStarter:
         ref = self.agent or run_job.agent
         if ref is None:
             raise UsageError(f"run {run_job.run_id}: the job names no agent")
-        agent = _load(ref, run_job.model)
+        agent = load_run_agent(ref, run_job.model)
         budget = reserved if reserved is not None else budget_of(run_job.budget)
         run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
         run_ctx = configure(with_store_protected(run_ctx))
@@ -163,7 +164,7 @@ class RunStarter:
                 await agent.model.aclose()
 
 
-def _load(ref: str, model: str | None) -> Agent:
+def load_run_agent(ref: str, model: str | None) -> Agent:
     """The job's agent; a factory that raises fails the run like a reference that does
     not resolve (`UsageError`), saying so: it would fail on every worker."""
     try:
@@ -181,4 +182,8 @@ def budget_of(spec: JobBudget | None) -> Budget:
         max_steps=spec.max_steps,
         max_output_tokens=spec.max_output_tokens,
         max_cost_usd=spec.max_cost_usd,
+        pricing={
+            model: Pricing(input=p.input, output=p.output, cached_input=p.cached_input)
+            for model, p in spec.pricing.items()
+        },
     )

@@ -27,9 +27,10 @@ continuation is another job). An agent reference that does not load, or a worksp
 worker cannot provide, fails the run with a `failed` result and terms the job. A delivery
 that lost its job (`JobLeaseLost`: another worker may have it) writes no result and
 settles nothing. A job out of deliveries gets a `failed` result when it is a start job:
-written by the worker whose last attempt failed, or, when that worker died on it (its
-lease lapsed), by the worker whose claim dead-letters it (`JobQueue.claim`'s
-`on_dead_letter`, told before the dead letter is written).
+written by the worker whose last attempt failed or handed the job back (drained, stopped,
+deferred: that nak dead-letters it), or, when that worker died on it (its lease lapsed),
+by the worker whose claim dead-letters it (`JobQueue.claim`'s `on_dead_letter`, told
+before the dead letter is written).
 
 Each run works in the workspace its job names (`workspaces=`, by default
 `LocalWorkspaces(bus)`: a private temporary directory, a shared path, or a fixture
@@ -69,6 +70,8 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Literal
 
+import pydantic
+
 from .._task_stop import stop_task
 from ..cancel import CancellationToken
 from ..errors import Cancelled, UsageError
@@ -84,7 +87,7 @@ from ..ops import (
     decided_records,
     folded_steers,
 )
-from ..state import StopCause
+from ..state import RunState, StopCause
 from ..store import (
     DEFAULT_BUCKET,
     DEFAULT_LEASE,
@@ -113,7 +116,7 @@ from ._limits import FleetLimits
 from ._outcomes import outcome, outcome_of_result, outcome_of_state
 from ._queue import RUN_QUEUE
 from ._results import ResultStore, RunOutcomeRecord
-from ._run_start import How, RunStarter, budget_of
+from ._run_start import How, RunStarter, budget_of, load_run_agent
 from ._worker_registry import WorkerInfo, WorkerRegistry
 from ._workspace import WorkspaceError
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
@@ -251,7 +254,9 @@ class Worker:
                         # straight back rather than start a run that would stop at once.
                         slots.release()
                         with contextlib.suppress(StoreError):
-                            await queue.nak(job, delay=0.0, error="the worker is draining")
+                            await self._hand_back(
+                                queue, job, delay=0.0, error="the worker is draining"
+                            )
                         break
                     jobs.create_task(self._take(queue, job, slots), name=f"tiller-job {job.id}")
         finally:
@@ -300,7 +305,7 @@ class Worker:
         if run_job.kind != "start":
             return  # a continuation's run keeps its held record, for a person
         try:
-            await self._close_dead_run(run_job, dead)
+            await self._close_dead_run(run_job, dead.attempt, dead.reason)
         except StoreUnavailable:
             raise  # the store is away: the job stays, the next claim tries again
         except StoreError as exc:
@@ -311,7 +316,7 @@ class Worker:
         except Exception:  # one job's failure never stops the worker (as in `_take`)
             _logger.exception("worker %s: run %s: no result", self.name, run_job.run_id)
 
-    async def _close_dead_run(self, run_job: RunJob, dead: DeadLetter) -> None:
+    async def _close_dead_run(self, run_job: RunJob, attempt: int, reason: str) -> None:
         """The result of a run whose job is being dead-lettered: from its checkpoint if
         that says it ended (its worker died before writing the result, as a delivery
         would have written it, its batch share settled), else `failed` with the dead
@@ -323,22 +328,62 @@ class Worker:
         if status == "continued":
             return  # it goes on under another run id
         if checkpoint is not None and status in ("finished", "suspended"):
-            record = outcome_of_state(run_job, checkpoint.state)
+            output = await self._output_of(run_job, checkpoint.state)
+            record = outcome_of_state(run_job, checkpoint.state, output=output)
             if status == "finished":
                 await settle_from_state(self.bus, run_job, checkpoint.state)
         else:
-            error = f"its job was dead-lettered after {dead.attempt} deliveries: {dead.reason}"
+            error = f"its job was dead-lettered after {attempt} deliveries: {reason}"
             record = outcome(run_job, "failed", error=error)
             await reclaim_share(self.bus, run_job, None if checkpoint is None else checkpoint.state)
         record = record.model_copy(
             update={
                 "worker": self.name,
                 "queue": self.queue_name,
-                "attempt": dead.attempt,
+                "attempt": attempt,
                 "finished_at": self.bus.clock(),
             }
         )
         await self.results.record(record, replace_held=False)
+
+    async def _hand_back(self, queue: JobQueue, job: Job, *, delay: float, error: str) -> None:
+        """Give the job back for another delivery (`nak`). On its last delivery the nak
+        dead-letters it, and no claim will ever see it again to close its run
+        (`_dead_lettered`), so a start job's run gets its result here first, as a dead
+        letter's: else `RunHandle.result()` would wait for ever. A result that cannot be
+        written is logged; the job is handed back all the same."""
+        if job.attempt >= queue.max_deliver:
+            try:
+                run_job = RunJob.decode(job.id, job.payload)
+                if run_job.kind == "start":
+                    await self._close_dead_run(run_job, job.attempt, error or "handed back")
+            except MalformedJob:
+                pass  # no run to tell
+            except StoreError as exc:
+                _logger.error("worker %s: run %s: no result: %s", self.name, job.id, exc)
+        await queue.nak(job, delay=delay, error=error)
+
+    async def _output_of(self, run_job: RunJob, state: RunState) -> object:
+        """The structured output of a run that finished before its worker wrote its
+        result: its last answer parsed again with its agent's output type. None when it
+        did not complete, its agent has no output type, or cannot be loaded here (said in
+        the log: the result matters more than its output)."""
+        last = state.last_assistant()
+        ref = self.agent or run_job.agent or state.agent_ref
+        if state.stop_cause is not StopCause.COMPLETED or last is None or ref is None:
+            return None
+        try:
+            agent = load_run_agent(ref, run_job.model)
+        except UsageError as exc:
+            _logger.warning("worker %s: run %s: no output: %s", self.name, run_job.run_id, exc)
+            return None
+        try:
+            return agent.parse_output(last.text)
+        except pydantic.ValidationError:
+            return None  # the run completed all the same: its answer was taken as text
+        finally:
+            with contextlib.suppress(Exception):
+                await agent.model.aclose()
 
     async def _checkpoint_of(self, run_id: str) -> Checkpoint | None:
         try:
@@ -458,7 +503,9 @@ class Worker:
         if checkpoint is not None and checkpoint.status == "finished":
             # A previous worker finished it and died before writing its result.
             await settle_from_state(self.bus, run_job, checkpoint.state)
-            await self._settle(queue, keeper, run_job, outcome_of_state(run_job, checkpoint.state))
+            output = await self._output_of(run_job, checkpoint.state)
+            record = outcome_of_state(run_job, checkpoint.state, output=output)
+            await self._settle(queue, keeper, run_job, record)
             return "finished"
         if checkpoint is not None and checkpoint.status == "suspended" and run_job.kind == "start":
             await self._settle(queue, keeper, run_job, outcome_of_state(run_job, checkpoint.state))
@@ -495,7 +542,9 @@ class Worker:
         self._tell(job.id, "started")
         if how == "recover" and not await self._await_lapse(run_id):
             # Drained before the recovery began: the job goes back as a drain's does.
-            await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
+            await self._hand_back(
+                queue, await keeper.check(), delay=0.0, error="the worker is draining"
+            )
             return "released"
         return await self._run(queue, keeper, run_job, how, share)
 
@@ -593,18 +642,20 @@ class Worker:
                 drained = boundary.drained and result.stop_cause is StopCause.CANCELLED
                 diff_ref = await self._files_after(run_job, workspace, result, drained=drained)
         except Deferred as exc:
-            await queue.nak(await keeper.check(), delay=exc.delay, error=str(exc))
+            await self._hand_back(queue, await keeper.check(), delay=exc.delay, error=str(exc))
             return "released"
         except Cancelled:
             # Drained (or stopped) while waiting for a run slot: it never started.
-            await queue.nak(await keeper.check(), delay=0.0, error="the worker is draining")
+            await self._hand_back(
+                queue, await keeper.check(), delay=0.0, error="the worker is draining"
+            )
             return "released"
         except RunStillRunning as exc:
             # Its previous worker may still be alive: ask again once its lease would lapse,
             # and not sooner than half a lease: a lease about to lapse is often renewed
             # (its holder is alive after all), and each delivery spends an attempt.
             delay = max(exc.seconds_left, self._lease / 2)
-            await queue.nak(await keeper.check(), delay=delay, error=str(exc))
+            await self._hand_back(queue, await keeper.check(), delay=delay, error=str(exc))
             return "released"
         except ResumeReplayBlocked as exc:
             calls = [f"{c.name} ({c.id})" for c in exc.calls]
@@ -647,7 +698,7 @@ class Worker:
         if drained:
             # Stopped at a step boundary by the drain: checkpoint `running`, lease
             # released; another worker continues it now.
-            await queue.nak(await keeper.check(), delay=0.0, error="drained")
+            await self._hand_back(queue, await keeper.check(), delay=0.0, error="drained")
             return "released"
         if result.store_failed:
             # A durable write was refused (another process took the run over) or failed
@@ -655,7 +706,9 @@ class Worker:
             # stand for good); the job goes back, for whoever holds the run, or for a
             # recovery from its checkpoint once the store is back. Not before a lease would
             # lapse: at once, it would only meet the live lease again (and burn attempts).
-            await queue.nak(await keeper.check(), delay=self._lease, error=result.error or "")
+            await self._hand_back(
+                queue, await keeper.check(), delay=self._lease, error=result.error or ""
+            )
             return "released"
         if result.stop_cause is StopCause.CANCELLED:
             await close_cancelled(self.checkpoints, result.state)

@@ -50,6 +50,7 @@ from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._iter import AgentRun
 from ._log_first import LogBeforeCheckpoint
+from ._model_turn import validate_output
 from ._options import RunOptions
 from ._result import RunResult
 from ._run import Loop, LoopFailed, ResponseTooLarge, StepWatcher
@@ -96,6 +97,15 @@ class Agent:
         #: "module:attr" naming this agent (or a factory of it), written into checkpoints so
         #: another process can load the agent to resume the run (`tiller runs resume`).
         self.ref = ref
+
+    def parse_output(self, text: str) -> BaseModel | None:
+        """The final answer `text` as this agent's `output_type`, as a run's result holds
+        it (`RunResult.output`); None when the agent has none. `pydantic.ValidationError`
+        when `text` is not one. For a reader that has only a run's transcript (a fleet
+        run's result read from its checkpoint)."""
+        if self.output_type is None:
+            return None
+        return validate_output(self.output_type, text)
 
     def system_prompt_for_run(self) -> str | None:
         """The system prompt, plus the output schema when a structured answer is required."""

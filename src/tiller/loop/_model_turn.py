@@ -52,6 +52,7 @@ __all__ = [
     "ModelTurns",
     "ResponseTooLarge",
     "next_step",
+    "validate_output",
 ]
 
 EMPTY_TURN_NUDGE = "Your last reply was empty. Continue with the task, or give your final answer."
@@ -171,7 +172,7 @@ class ModelTurns:
             state.stop_cause = StopCause.COMPLETED
             return
         try:
-            self.final_output = _validate_output(output_type, message.text)
+            self.final_output = validate_output(output_type, message.text)
         except ValidationError as exc:
             if state.output_retries >= self._run.options.output_retries:
                 state.stop_cause = StopCause.ERROR
@@ -380,7 +381,7 @@ def _too_large(limit: int) -> ResponseTooLarge:
     )
 
 
-def _validate_output(output_type: type[BaseModel], text: str) -> BaseModel:
+def validate_output(output_type: type[BaseModel], text: str) -> BaseModel:
     """Validate the final answer as JSON of `output_type`, tolerating a code fence."""
     body = text.strip()
     if body.startswith("```"):
