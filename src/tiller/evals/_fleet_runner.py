@@ -99,7 +99,7 @@ from ..loop import Agent, Budget, Pricing, RunOptions
 from ..state import RunState, StopCause
 from ..store import Bus, CheckpointStore, NotFound
 from ._case import Case
-from ._case_run import CaseRunner, _outcome, _Ran, score_outcome
+from ._case_run import CaseRunner, _outcome, _Ran, _Scoring
 from ._case_workspace import CaseWorkspaces, KeptWorkspace, _fixture_of
 from ._diff_apply import apply_diff
 from ._fleet_outcome import result_of_fleet_run
@@ -293,13 +293,13 @@ class FleetCaseRunner(CaseRunner):
         attempt = job.attempt  # the attempt submitted, past any whose cancel went unrecorded
         if job.handle is None or job.spec is None:
             ran = _Ran(None, job.error, 0.0)
-            outcome = _outcome(case, epoch, ran, None, self._want(case))
+            outcome = _outcome(case, epoch, ran, None, self._want(case), run_id=job.run_id)
             return await self._write(
                 attempt=attempt,
                 status="scored",
                 outcome=outcome,
                 ran=ran,
-                scores=await self._score_quietly(outcome),
+                scoring=await self._score(outcome),
                 kept=KeptWorkspace(),
                 capture=None,
             )
@@ -353,25 +353,22 @@ class FleetCaseRunner(CaseRunner):
             self._rebuilt(job.run_id, job.spec, ended.diff_ref) as (workspace, notes),
             self._scoring_budget(case, job.run_id) as budget,
         ):
-            outcome = _outcome(case, epoch, ran, workspace, budget)
+            outcome = _outcome(case, epoch, ran, workspace, budget, run_id=job.run_id)
             kept = await self.workspaces.keep(case, workspace)
             if notes:
                 note = "; ".join(n for n in (kept.note, *notes) if n)
                 kept = dataclasses.replace(kept, note=note)
-            cancelled = outcome.stop_cause is StopCause.CANCELLED
-            scores = {}
-            if not cancelled:
-                try:
-                    scores = await score_outcome(self.scorers, outcome, self.cancel)
-                except Cancelled:
-                    cancelled = True
-        status: CaseStatus = "cancelled" if cancelled else "scored"
+            if outcome.stop_cause is StopCause.CANCELLED:
+                scoring = _Scoring({}, cancelled=True)
+            else:  # as in process: what a judge spends is counted apart (scoring_*)
+                scoring = await self._score(outcome)
+        status: CaseStatus = "cancelled" if scoring.cancelled else "scored"
         return await self._write(
             attempt=attempt,
             status=status,
             outcome=outcome,
             ran=ran,
-            scores=scores,
+            scoring=scoring,
             kept=kept,
             capture=None,
         )
