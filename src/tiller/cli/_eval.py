@@ -118,6 +118,13 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
     json_path: Path | None = typer.Option(None, "--json", help=_JSON_HELP),
     junit_path: Path | None = typer.Option(None, "--junit", help=_JUNIT_HELP),
     html_path: Path | None = typer.Option(None, "--html", help=_HTML_HELP),
+    fleet_url: str | None = typer.Option(
+        None,
+        "--fleet",
+        help="Run the cases on the fleet whose store is URL (nats://HOST:PORT or "
+        "sqlite:///PATH): workers started with `tiller worker --store URL` run them. "
+        "Results still go to --store. The spec's agent must be a module:attr reference.",
+    ),
 ) -> None:
     """Run an eval spec, with a progress bar, and print its scorecard.
 
@@ -146,17 +153,25 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
                 err=True,
             )
         cancel = CancellationToken()
-        ev = loaded.build(
-            store=store,
-            eval_id=eval_id,
-            cancel=cancel,
-            epochs=epochs,
-            concurrency=concurrency,
-            budget=_budget(loaded.budget, max_cost),
-        )
-        started = time.monotonic()
-        report = await _run_cancellable(ev, cancel)
-        wall_s = time.monotonic() - started
+        async with contextlib.AsyncExitStack() as stack:
+            fleet = None
+            if fleet_url is not None:
+                from ..fleet import Fleet
+                from ..store import open_bus
+
+                fleet = Fleet(await stack.enter_async_context(await open_bus(fleet_url)))
+            ev = loaded.build(
+                store=store,
+                eval_id=eval_id,
+                cancel=cancel,
+                epochs=epochs,
+                concurrency=concurrency,
+                budget=_budget(loaded.budget, max_cost),
+                fleet=fleet,
+            )
+            started = time.monotonic()
+            report = await _run_cancellable(ev, cancel)
+            wall_s = time.monotonic() - started
         from ._eval_render import print_next_steps, print_scorecard
 
         print_scorecard(report, wall_s=wall_s)
@@ -171,6 +186,8 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
                 )
                 if value is not None
             )  # a resumed eval is the same eval: the options that changed it, again
+            if fleet_url is not None:
+                same += f" --fleet {_quoted(fleet_url)}"
             typer.echo(
                 f"cancelled: what ran is kept; resume with: tiller eval run {_quoted(spec)} "
                 f"--id {ev.eval_id}{same} --store {_quoted(store)}"

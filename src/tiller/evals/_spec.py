@@ -39,6 +39,7 @@ from typing import Any
 
 from ..cancel import CancellationToken
 from ..errors import UsageError
+from ..fleet import Fleet
 from ..loop import Agent, Budget, RunOptions
 from ..policy import Approver
 from ..store import Bus
@@ -78,7 +79,7 @@ class EvalSpec:
         object.__setattr__(self, "cases", tuple(self.cases))
         object.__setattr__(self, "scorers", tuple(self.scorers))
 
-    def build(
+    def build(  # noqa: PLR0913 (each keyword is one choice of the caller)
         self,
         *,
         store: Bus | str | os.PathLike[str] | None = None,
@@ -89,9 +90,12 @@ class EvalSpec:
         budget: Budget | None = None,
         workspace_root: str | os.PathLike[str] | None = None,
         keep_workspaces: bool = True,
+        fleet: Fleet | None = None,
     ) -> Eval:
         """The `Eval` this spec describes, with the caller's store and id; `epochs`,
-        `concurrency` and `budget` replace the spec's own when given."""
+        `concurrency` and `budget` replace the spec's own when given. With `fleet`, its
+        cases run on the fleet's workers (`Eval`'s `fleet`: the spec's agent must be a
+        reference, and it can have no approver or options)."""
         return Eval(
             self.agent,
             self.cases,
@@ -106,6 +110,7 @@ class EvalSpec:
             options=self.options,
             keep_workspaces=keep_workspaces,
             workspace_root=workspace_root,
+            fleet=fleet,
         )
 
     def new_eval_id(self) -> str:
