@@ -101,6 +101,10 @@ ALLOWED_PRIVATE = frozenset(
         # Removing a case's fixture copy: a link swapped in mid-removal is injected at the
         # moment it would race, which the runner gives no handle on (not API).
         "evals/test_fixture_copy.py -> tiller.evals._fixture_copy",
+        # Rebuilding a fleet run's workspace from its diff: property tests of the patch
+        # itself (every text, mode and link the diff carries), far below what a fleet
+        # eval's test can reach case by case (not API).
+        "evals/test_fleet_diff_apply.py -> tiller.evals._diff_apply",
         # The cli package exports only its app: unit tests of its parts (line router,
         # terminal approver and questions, views, release check, serve's token rule).
         "cli/test_eval_progress_bar.py -> tiller.cli._eval_progress",
