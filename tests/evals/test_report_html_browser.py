@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -212,3 +214,34 @@ def test_the_comparison_view_draws_before_and_after(
     comparison.locator('a[href="#before-case-capital-e0"]').click()
     expect(page.locator("#before-case-capital-e0")).to_have_attribute("open", "")
     expect(page.locator("#before-case-capital-e0 .msg-assistant .text")).to_have_text("Paris.")
+
+
+def test_the_bundled_invoice_eval_runs_from_the_cli_and_its_report_opens(
+    open_report: Callable[[Path, str], Opened], tmp_path: Path
+) -> None:
+    """The issue's "done when": `tiller eval run examples/invoice_eval/eval.py` from the
+    repository's root, offline, and its HTML report opens in Chromium."""
+    root = Path(__file__).resolve().parents[2]
+    report = tmp_path / "invoice.html"
+    command = [sys.executable, "-m", "tiller", "eval", "run", "examples/invoice_eval/eval.py"]
+    command += ["--store", f"sqlite:///{tmp_path / 'evals.db'}", "--html", str(report)]
+    done = subprocess.run(
+        command,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root / "src")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "runs 20  scored 20  passed 16 (80.0%)" in done.stdout
+    page = open_report(report, "invoice-eval.png").page
+    _assert_plots_drawn(page, REPORT_PLOTS)
+    first = page.locator('table.runs a[href^="#case-"]').first
+    anchor = first.get_attribute("href")
+    assert anchor is not None
+    first.click()
+    expect(page.locator(anchor)).to_have_attribute("open", "")
+    assert page.evaluate("location.hash") == anchor
