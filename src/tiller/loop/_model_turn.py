@@ -10,21 +10,28 @@ JSON; bytes capped) → post-model guardrails → the next step: the calls' `Dis
 `ModelTurn` (an empty answer is nudged, an answer that does not validate is asked again,
 steering that arrived meanwhile is read).
 
+Structured output (`tiller.loop._output`): in `tool` mode a call of the output tool is the
+answer, not a tool call. It is never announced as one: when it is the reply's only call,
+its arguments are streamed as the assistant message's text (after any text the model
+wrote) and validated as the answer; beside other calls it is set aside (the others run,
+and the model is told to call it on its own). Either way no call is left without a result.
+
 Law 8: on a cancel or an error mid-stream, the half-written text and its usage stay in
 the state; calls whose arguments never completed are dropped (law 1).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ..conversation import AssistantMessage, ToolCall, TranscriptChecker, Usage
 from ..errors import TillerError
 from ..events import MessageHandle, ReasoningHandle, ToolCallHandle
 from ..model import (
+    OUTPUT_TOOL_NAME,
     AccumulatedResponse,
     ModelError,
     ModelRequest,
@@ -40,6 +47,7 @@ from ._call_capture import CallCapture
 from ._compaction import Compaction
 from ._guardrails import run_post, run_pre
 from ._model_wrapper import model_to_call
+from ._output import OUTPUT_SET_ASIDE
 from ._response_cap import fit_response_cap
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
@@ -77,6 +85,12 @@ class ModelAnswer:
     events: list[StreamEvent] | None = None
     #: Calls whose finished arguments were not JSON: call id -> the text the model wrote.
     malformed: dict[str, str] = field(default_factory=dict)
+    #: The output tool's arguments, when the reply was a call of it alone (tool mode).
+    output_arguments: str | None = None
+    #: `output_arguments` as streamed into the text (after a separator, if needed).
+    output_text: str = ""
+    #: The output tool was called beside other tools: the call was set aside.
+    output_set_aside: bool = False
 
 
 def next_step(run: RunParts) -> Step:
@@ -101,12 +115,17 @@ class ModelTurns:
         self.final_output: Any = None
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
+        #: Said to the model with the next request (an output call set aside).
+        self._note: str | None = None
 
     async def take(self, turn: ModelTurn) -> Step:
         """One model turn; returns the step it leads to."""
         if turn.final_answer is not None:
             return await self._final_answer(turn.final_answer)
         run, state = self._run, self._run.state
+        if self._note is not None:  # folded into the tool results the last step added
+            state.append_user_text(self._note)
+            self._note = None
         try:
             # Compaction (and the loop guard it arms) before the request is built; False:
             # no call this step (the guard stopped the run, or a summary spent the budget).
@@ -132,6 +151,8 @@ class ModelTurns:
             state.messages.append(message)
             self._capture.model_call(answer, appended=True)
             calls = tuple(message.tool_calls)
+            if answer.output_set_aside:
+                self._note = OUTPUT_SET_ASIDE
             reason = run.options.review_policy.should_pause(state.step, message, run.agent.registry)
             if reason is not None:
                 return Suspend(calls, reason, malformed=answer.malformed)
@@ -149,7 +170,7 @@ class ModelTurns:
         self._capture.model_call(answer, appended=True)
         if not run.run_ctx.queued_input:
             # (Steering that arrived during the final answer is read by another step.)
-            self._finish_with(message)
+            self._finish_with(message, answer.output_arguments)
         return next_step(run)
 
     def release_unspent(self) -> None:
@@ -164,23 +185,26 @@ class ModelTurns:
         self._transcript = TranscriptChecker()
         self._capture.history_rewritten(removed=removed)
 
-    def _finish_with(self, message: AssistantMessage) -> None:
+    def _finish_with(self, message: AssistantMessage, output_arguments: str | None) -> None:
+        """The reply is final: done, or (with an output type) validated first; an answer
+        that does not fit goes back with the error, `output_retries` times at most."""
         state = self._run.state
-        output_type = self._run.agent.output_type
-        if output_type is None:
+        structured = self._run.agent.structured_output()
+        if structured is None:
             state.stop_cause = StopCause.COMPLETED
             return
         try:
-            self.final_output = _validate_output(output_type, message.text)
+            self.final_output = structured.validate(message.text, output_arguments)
         except ValidationError as exc:
             if state.output_retries >= self._run.options.output_retries:
                 state.stop_cause = StopCause.ERROR
-                state.error = f"the final answer did not validate as {output_type.__name__}: {exc}"
+                state.error = (
+                    f"the final answer did not validate as {structured.output_type.__name__}: {exc}"
+                )
                 return
             state.output_retries += 1
             state.append_user_text(
-                f"Your answer did not validate against the required schema:\n{exc}\n"
-                "Reply again with only the JSON object."
+                structured.retry_text(exc, from_tool=output_arguments is not None)
             )
             return
         state.stop_cause = StopCause.COMPLETED
@@ -241,13 +265,19 @@ class ModelTurns:
         self._held = budget.reserve_call(max_tokens)
         window = history_window(state.messages, run.options.max_history_tokens)
         self._capture.sent(window)
-        return ModelRequest(
+        request = ModelRequest(
             system=run.agent.system_prompt_for_run(),
             messages=window,
             tools=specs,
             max_tokens=max_tokens,
             temperature=run.options.temperature,
         )
+        structured = run.agent.structured_output()
+        if structured is not None:
+            request.tools, request.tool_choice, request.output = structured.request_parts(
+                specs, final_answer=final_answer
+            )
+        return request
 
     async def _stream(self, request: ModelRequest) -> ModelAnswer:
         """Stream one response: text and reasoning go out live, each tool call once its
@@ -265,6 +295,7 @@ class ModelTurns:
         answer.events = recorded
         # Inside the retry: a wrapper (the fleet's limits) sees every attempt.
         model = model_to_call(run.run_ctx, run.agent.model, run.state.model_spec)
+        output_tool = _output_tool(request)
         try:
             async for received in stream_with_retry(model, request, run.agent.retry):
                 # Cut before keeping or streaming, so the kept text is what the client saw.
@@ -285,10 +316,11 @@ class ModelTurns:
                     reasoning = _stream_reasoning(run, reasoning, event)
                 elif isinstance(event, ToolCallEnd):
                     call = accumulator.completed_call(event.index)
-                    if call is not None:
+                    if call is not None and call.name != output_tool:
                         answer.handles[call.id] = self._announce_call(call, message_id)
                 if capped:
                     raise _too_large(limit)
+            text = self._show_output_call(output_tool, accumulator, answer, message_id, text)
         except BaseException as exc:
             accumulator.interrupt()
             self._keep_partial(accumulator, message_id, exc)
@@ -303,8 +335,44 @@ class ModelTurns:
         answer.message = response.message
         answer.usage = response.usage
         answer.finish_reason = response.finish_reason
+        response = _without_output_calls(output_tool, response, answer)
+        answer.message = response.message
         self._keep_malformed(answer, response, message_id)
         return answer
+
+    def _show_output_call(
+        self,
+        output_tool: str | None,
+        accumulator: ResponseAccumulator,
+        answer: ModelAnswer,
+        message_id: str,
+        text: MessageHandle | None,
+    ) -> MessageHandle | None:
+        """A complete reply that called the output tool: alone, its arguments are the
+        answer, streamed as the message's text (returned: the open text handle); beside
+        other calls, it is set aside. Either way it is never announced as a tool call."""
+        if output_tool is None:
+            return text
+        response = accumulator.get(id=message_id)
+        calls = [c for c in response.message.tool_calls if c.name == OUTPUT_TOOL_NAME]
+        broken = [d for d in response.dropped if d.name == OUTPUT_TOOL_NAME]
+        if not calls and not broken:
+            return text
+        others = [c for c in response.message.tool_calls if c.name != OUTPUT_TOOL_NAME]
+        if others or any(d.name != OUTPUT_TOOL_NAME for d in response.dropped):
+            answer.output_set_aside = True
+            return text
+        # Not JSON at all: the text goes on as the answer, and fails validation with a
+        # message the model can act on (the first call counts; a second one is ignored).
+        arguments = calls[0].arguments if calls else broken[0].arguments
+        written = response.message.text
+        shown = f"\n\n{arguments}" if written and not written[-1].isspace() else arguments
+        if text is None:
+            text = self._run.agui.message_with_id(message_id, "assistant")
+        text.delta(shown)
+        answer.output_arguments = arguments
+        answer.output_text = shown
+        return text
 
     def _keep_malformed(
         self, answer: ModelAnswer, response: AccumulatedResponse, message_id: str
@@ -380,10 +448,29 @@ def _too_large(limit: int) -> ResponseTooLarge:
     )
 
 
-def _validate_output(output_type: type[BaseModel], text: str) -> BaseModel:
-    """Validate the final answer as JSON of `output_type`, tolerating a code fence."""
-    body = text.strip()
-    if body.startswith("```"):
-        body = body.split("\n", 1)[1] if "\n" in body else ""
-        body = body.rsplit("```", 1)[0]
-    return output_type.model_validate_json(body)
+def _output_tool(request: ModelRequest) -> str | None:
+    """The output tool's name when `request` offers it (tool mode), else None."""
+    output = request.output
+    if output is None or output.mode != "tool":
+        return None
+    return OUTPUT_TOOL_NAME if any(t.name == OUTPUT_TOOL_NAME for t in request.tools) else None
+
+
+def _without_output_calls(
+    output_tool: str | None, response: AccumulatedResponse, answer: ModelAnswer
+) -> AccumulatedResponse:
+    """`response` without its output tool calls: their arguments, when they were the
+    answer, are the message's text, as streamed; set aside, they are gone (the model is
+    told). Dropped ones are left out too, so none is kept as a malformed call."""
+    if output_tool is None:
+        return response
+    message = response.message
+    kept = tuple(c for c in message.tool_calls if c.name != OUTPUT_TOOL_NAME)
+    update: dict[str, object] = {"tool_calls": kept}
+    if answer.output_arguments is not None:
+        update["text"] = message.text + answer.output_text
+    return replace(
+        response,
+        message=message.model_copy(update=update),
+        dropped=tuple(d for d in response.dropped if d.name != OUTPUT_TOOL_NAME),
+    )
