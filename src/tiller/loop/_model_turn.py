@@ -10,11 +10,8 @@ JSON; bytes capped) → post-model guardrails → the next step: the calls' `Dis
 `ModelTurn` (an empty answer is nudged, an answer that does not validate is asked again,
 steering that arrived meanwhile is read).
 
-Structured output (`tiller.loop._output`): in `tool` mode a call of the output tool is the
-answer, not a tool call. It is never announced as one: when it is the reply's only call,
-its arguments are streamed as the assistant message's text (after any text the model
-wrote) and validated as the answer; beside other calls it is set aside (the others run,
-and the model is told to call it on its own). Either way no call is left without a result.
+Structured output: in `tool` mode a call of the output tool is the answer, never a tool
+call (`tiller.loop._output_call`).
 
 Law 8: on a cancel or an error mid-stream, the half-written text and its usage stay in
 the state; calls whose arguments never completed are dropped (law 1).
@@ -22,7 +19,7 @@ the state; calls whose arguments never completed are dropped (law 1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,7 +28,6 @@ from ..conversation import AssistantMessage, ToolCall, TranscriptChecker, Usage
 from ..errors import TillerError
 from ..events import MessageHandle, ReasoningHandle, ToolCallHandle
 from ..model import (
-    OUTPUT_TOOL_NAME,
     AccumulatedResponse,
     ModelError,
     ModelRequest,
@@ -48,6 +44,7 @@ from ._compaction import Compaction
 from ._guardrails import run_post, run_pre
 from ._model_wrapper import model_to_call
 from ._output import OUTPUT_SET_ASIDE
+from ._output_call import OutputCall, output_tool_of, read_output_call, without_output_calls
 from ._response_cap import fit_response_cap
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
@@ -85,12 +82,8 @@ class ModelAnswer:
     events: list[StreamEvent] | None = None
     #: Calls whose finished arguments were not JSON: call id -> the text the model wrote.
     malformed: dict[str, str] = field(default_factory=dict)
-    #: The output tool's arguments, when the reply was a call of it alone (tool mode).
-    output_arguments: str | None = None
-    #: `output_arguments` as streamed into the text (after a separator, if needed).
-    output_text: str = ""
-    #: The output tool was called beside other tools: the call was set aside.
-    output_set_aside: bool = False
+    #: The reply's call of the output tool (tool mode), if it made one.
+    output: OutputCall | None = None
 
 
 def next_step(run: RunParts) -> Step:
@@ -151,7 +144,7 @@ class ModelTurns:
             state.messages.append(message)
             self._capture.model_call(answer, appended=True)
             calls = tuple(message.tool_calls)
-            if answer.output_set_aside:
+            if answer.output is not None and answer.output.set_aside:
                 self._note = OUTPUT_SET_ASIDE
             reason = run.options.review_policy.should_pause(state.step, message, run.agent.registry)
             if reason is not None:
@@ -170,7 +163,8 @@ class ModelTurns:
         self._capture.model_call(answer, appended=True)
         if not run.run_ctx.queued_input:
             # (Steering that arrived during the final answer is read by another step.)
-            self._finish_with(message, answer.output_arguments)
+            output = answer.output
+            self._finish_with(message, output.arguments if output is not None else None)
         return next_step(run)
 
     def release_unspent(self) -> None:
@@ -295,7 +289,7 @@ class ModelTurns:
         answer.events = recorded
         # Inside the retry: a wrapper (the fleet's limits) sees every attempt.
         model = model_to_call(run.run_ctx, run.agent.model, run.state.model_spec)
-        output_tool = _output_tool(request)
+        output_tool = output_tool_of(request)
         try:
             async for received in stream_with_retry(model, request, run.agent.retry):
                 # Cut before keeping or streaming, so the kept text is what the client saw.
@@ -335,7 +329,7 @@ class ModelTurns:
         answer.message = response.message
         answer.usage = response.usage
         answer.finish_reason = response.finish_reason
-        response = _without_output_calls(output_tool, response, answer)
+        response = without_output_calls(response, answer.output)
         answer.message = response.message
         self._keep_malformed(answer, response, message_id)
         return answer
@@ -348,30 +342,15 @@ class ModelTurns:
         message_id: str,
         text: MessageHandle | None,
     ) -> MessageHandle | None:
-        """A complete reply that called the output tool: alone, its arguments are the
-        answer, streamed as the message's text (returned: the open text handle); beside
-        other calls, it is set aside. Either way it is never announced as a tool call."""
+        """A complete reply's output call, alone, is the answer: its arguments are
+        streamed as the message's text (the open text handle is returned)."""
         if output_tool is None:
             return text
-        response = accumulator.get(id=message_id)
-        calls = [c for c in response.message.tool_calls if c.name == OUTPUT_TOOL_NAME]
-        broken = [d for d in response.dropped if d.name == OUTPUT_TOOL_NAME]
-        if not calls and not broken:
-            return text
-        others = [c for c in response.message.tool_calls if c.name != OUTPUT_TOOL_NAME]
-        if others or any(d.name != OUTPUT_TOOL_NAME for d in response.dropped):
-            answer.output_set_aside = True
-            return text
-        # Not JSON at all: the text goes on as the answer, and fails validation with a
-        # message the model can act on (the first call counts; a second one is ignored).
-        arguments = calls[0].arguments if calls else broken[0].arguments
-        written = response.message.text
-        shown = f"\n\n{arguments}" if written and not written[-1].isspace() else arguments
-        if text is None:
-            text = self._run.agui.message_with_id(message_id, "assistant")
-        text.delta(shown)
-        answer.output_arguments = arguments
-        answer.output_text = shown
+        answer.output = output = read_output_call(accumulator.get(id=message_id))
+        if output is not None and output.arguments is not None:
+            if text is None:
+                text = self._run.agui.message_with_id(message_id, "assistant")
+            text.delta(output.shown)
         return text
 
     def _keep_malformed(
@@ -445,32 +424,4 @@ def _too_large(limit: int) -> ResponseTooLarge:
     return ResponseTooLarge(
         f"the model's response passed {limit} bytes "
         "(RunOptions.max_response_bytes); the run was stopped"
-    )
-
-
-def _output_tool(request: ModelRequest) -> str | None:
-    """The output tool's name when `request` offers it (tool mode), else None."""
-    output = request.output
-    if output is None or output.mode != "tool":
-        return None
-    return OUTPUT_TOOL_NAME if any(t.name == OUTPUT_TOOL_NAME for t in request.tools) else None
-
-
-def _without_output_calls(
-    output_tool: str | None, response: AccumulatedResponse, answer: ModelAnswer
-) -> AccumulatedResponse:
-    """`response` without its output tool calls: their arguments, when they were the
-    answer, are the message's text, as streamed; set aside, they are gone (the model is
-    told). Dropped ones are left out too, so none is kept as a malformed call."""
-    if output_tool is None:
-        return response
-    message = response.message
-    kept = tuple(c for c in message.tool_calls if c.name != OUTPUT_TOOL_NAME)
-    update: dict[str, object] = {"tool_calls": kept}
-    if answer.output_arguments is not None:
-        update["text"] = message.text + answer.output_text
-    return replace(
-        response,
-        message=message.model_copy(update=update),
-        dropped=tuple(d for d in response.dropped if d.name != OUTPUT_TOOL_NAME),
     )

@@ -20,7 +20,7 @@ Whatever the mode, the answer is validated, and one that does not fit goes back 
 model with the error (`RunOptions.output_retries` times). In `tool` mode an answer given
 as text is still read (a model under extended thinking may not be forced to call the
 tool); a call of `final_result` is the answer, never a tool call: it becomes the text of
-the assistant's message (see `tiller.loop._model_turn`), so the transcript and the stream
+the assistant's message (see `tiller.loop._output_call`), so the transcript and the stream
 hold no call without a result (laws 1 and 2).
 """
 
