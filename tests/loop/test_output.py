@@ -196,3 +196,11 @@ async def test_a_copy_on_another_model_keeps_the_mode_and_replays_identically(
     assert again.wire == original.wire
     assert again.result.output == original.result.output == Answer(city="Oslo", celsius=20)
     assert replay.mismatches == [] and replay.remaining == 0
+
+
+async def test_reasoning_then_the_output_call_streams_valid_events(ctx: RunContext) -> None:
+    model = ScriptedModel([{"reasoning": "Oslo is mild.", "tool_calls": [output_call(VALID)]}])
+    run = await drive(Agent(model, output_type=Answer, output_mode="tool"), "Weather?", ctx)
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    kinds = [k for k in run.kinds if k.startswith(("REASONING", "TEXT_MESSAGE"))]
+    assert kinds.index("REASONING_END") < kinds.index("TEXT_MESSAGE_START")

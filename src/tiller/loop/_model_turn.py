@@ -314,7 +314,10 @@ class ModelTurns:
                         answer.handles[call.id] = self._announce_call(call, message_id)
                 if capped:
                     raise _too_large(limit)
-            text = self._show_output_call(output_tool, accumulator, answer, message_id, text)
+            if output_tool is not None:
+                text, reasoning = self._show_output_call(
+                    accumulator, answer, message_id, text, reasoning
+                )
         except BaseException as exc:
             accumulator.interrupt()
             self._keep_partial(accumulator, message_id, exc)
@@ -336,22 +339,25 @@ class ModelTurns:
 
     def _show_output_call(
         self,
-        output_tool: str | None,
         accumulator: ResponseAccumulator,
         answer: ModelAnswer,
         message_id: str,
         text: MessageHandle | None,
-    ) -> MessageHandle | None:
+        reasoning: ReasoningHandle | None,
+    ) -> tuple[MessageHandle | None, ReasoningHandle | None]:
         """A complete reply's output call, alone, is the answer: its arguments are
-        streamed as the message's text (the open text handle is returned)."""
-        if output_tool is None:
-            return text
+        streamed as the message's text, as a text delta would be (the reasoning ends
+        first); the open handles are returned."""
         answer.output = output = read_output_call(accumulator.get(id=message_id))
-        if output is not None and output.arguments is not None:
-            if text is None:
-                text = self._run.agui.message_with_id(message_id, "assistant")
-            text.delta(output.shown)
-        return text
+        if output is None or output.arguments is None:
+            return text, reasoning
+        if reasoning is not None:
+            reasoning.end()
+            reasoning = None
+        if text is None:
+            text = self._run.agui.message_with_id(message_id, "assistant")
+        text.delta(output.shown)
+        return text, reasoning
 
     def _keep_malformed(
         self, answer: ModelAnswer, response: AccumulatedResponse, message_id: str
