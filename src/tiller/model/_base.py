@@ -54,13 +54,13 @@ class ModelRequest:
     tools: Sequence[ToolSpec] = ()
     max_tokens: int | None = None
     temperature: float | None = None
+    #: Provider-specific extras passed through untouched (e.g. `{"top_p": 0.9}`).
+    extra: dict[str, Any] = field(default_factory=dict)
     #: The structured final answer asked for (None: free text). In `native` mode the
     #: adapter sends the schema; in `tool` mode the output tool is among `tools`.
     output: OutputSchema | None = None
     #: Whether (and which) tool the model must call; None is the provider's default.
     tool_choice: ToolChoice | None = None
-    #: Provider-specific extras passed through untouched (e.g. `{"top_p": 0.9}`).
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)
