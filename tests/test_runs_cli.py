@@ -46,6 +46,8 @@ from tiller.store import DEFAULT_BUCKET, Bus, CheckpointStore, open_bus
 T = TypeVar("T")
 
 AGENT_MODULE = '''
+from pydantic import BaseModel
+
 from tiller.loop import Agent
 from tiller.model import ScriptedModel
 from tiller.tools import ExecContext, tool
@@ -67,6 +69,16 @@ def _answer(messages, info):
 
 def build():
     return Agent(ScriptedModel(_answer), [append], name="appender")
+
+
+class Count(BaseModel):
+    n: int
+
+
+def build_structured():
+    # Asked the way an Anthropic agent is: by a forced output tool.
+    model = ScriptedModel([{"tool_calls": [{"name": "final_result", "arguments": {"n": 3}}]}])
+    return Agent(model, output_type=Count, output_mode="tool", name="counter")
 
 
 agent = build()
@@ -373,6 +385,29 @@ def test_replay_a_captured_run_offline(url: str, tmp_path: Path, agent_module: s
     assert with_agent.exit_code == 0, with_agent.stdout + with_agent.stderr
     missing = tiller("replay", "nope", "--store", url)
     assert missing.exit_code == 2 and "no capture of run 'nope'" in missing.stderr
+
+
+def test_replay_a_run_whose_answer_came_by_the_output_tool(
+    url: str, tmp_path: Path, agent_module: str
+) -> None:
+    async def capture(bus: Bus) -> None:
+        captures = bus_capture(bus)
+        agent = load_agent(f"{agent_module}:build_structured")
+        ctx = RunContext.sandboxed(tmp_path / "ws", AllowAll())
+        options = RunOptions(capture_sink=captures)
+        result = await agent.run_in(ctx, "count", options, run_id="r-structured")
+        assert result.completed and result.output is not None
+        await captures.wait()
+
+    on_store(url, capture)
+    ref = f"{agent_module}:build_structured"
+    replayed = tiller("replay", "r-structured", "--agent", ref, "--store", url)
+    assert replayed.exit_code == 0, replayed.stdout + replayed.stderr
+    assert "diverged" not in replayed.stdout + replayed.stderr
+    # Without the agent, the stand-in answers by the output tool as the run did.
+    alone = tiller("replay", "r-structured", "--store", url)
+    assert alone.exit_code == 0, alone.stdout + alone.stderr
+    assert "diverged" not in alone.stdout + alone.stderr
 
 
 # ── load_agent and the stored policy ─────────────────────────────────────────────────

@@ -7,10 +7,14 @@ import pydantic
 import pytest
 from pydantic import BaseModel
 
-from tiller.conversation import UserMessage
+from tiller.capture import memory_capture
+from tiller.conversation import AssistantMessage, UserMessage
+from tiller.errors import UsageError
 from tiller.loop import Agent, RunContext, RunOptions
-from tiller.model import ScriptedModel
+from tiller.model import OUTPUT_TOOL_NAME, ForceTool, ScriptedModel
+from tiller.model.replay import ReplayModel
 from tiller.state import StopCause
+from tiller.testing import agent_with_model
 from tiller.tools import tool
 
 from ._support import drive, texts
@@ -22,6 +26,11 @@ class Answer(BaseModel):
 
 
 VALID = '{"city": "Oslo", "celsius": 20}'
+VALID_JSON = {"city": "Oslo", "celsius": 20}
+OUTPUT_SET_ASIDE_TEXT = (
+    "Your final_result call was set aside because you called other tools in the same "
+    "reply. Read their results, then call final_result on its own."
+)
 
 
 async def test_a_valid_answer_the_first_time(ctx: RunContext) -> None:
@@ -105,3 +114,115 @@ async def test_parse_output_reads_a_final_answer_as_a_run_s_result_holds_it(
     assert Agent(ScriptedModel(["x"]), []).parse_output('{"city": "Paris"}') is None
     with pytest.raises(pydantic.ValidationError):
         agent.parse_output("not json")
+
+
+# ── the output tool (tool mode), with a scripted model ───────────────────────────────
+
+
+@tool(read_only=True)
+def weather() -> str:
+    """The weather."""
+    return "20C"
+
+
+def output_call(arguments: str | dict[str, object]) -> dict[str, object]:
+    return {"name": OUTPUT_TOOL_NAME, "arguments": arguments}
+
+
+async def test_in_tool_mode_the_output_call_is_the_answer_not_a_tool_call(
+    ctx: RunContext,
+) -> None:
+    model = ScriptedModel([{"text": "Here it is.", "tool_calls": [output_call(VALID)]}])
+    agent = Agent(model, output_type=Answer, output_mode="tool")
+    run = await drive(agent, "Weather?", ctx)
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    [request] = model.requests
+    assert [t.name for t in request.tools] == [OUTPUT_TOOL_NAME]
+    assert request.tool_choice == ForceTool(OUTPUT_TOOL_NAME)
+    # The text the model wrote, then the answer, as one message: streamed as it is kept.
+    assert texts(run.messages)[-1] == ("assistant", f"Here it is.\n\n{VALID}")
+    streamed = "".join(e["delta"] for e in run.wire if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert streamed == f"Here it is.\n\n{VALID}"
+    assert "TOOL_CALL_START" not in run.kinds
+    assert run.terminal["result"] == {"stopCause": "completed", "output": VALID_JSON}
+
+
+async def test_output_arguments_that_are_not_json_are_asked_for_again(ctx: RunContext) -> None:
+    model = ScriptedModel([{"tool_calls": [output_call('{"city": ')]}, VALID])
+    run = await drive(Agent(model, output_type=Answer, output_mode="tool"), "Weather?", ctx)
+    # A text answer is read in tool mode too (a model may not be forced to call the tool).
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    retry = model.requests[1].messages[-1]
+    assert isinstance(retry, UserMessage)
+    assert retry.text.startswith(f"Your {OUTPUT_TOOL_NAME} call did not validate")
+    assert "Invalid JSON" in retry.text
+    assert run.result.tool_trace == ()  # the output call never ran as a tool
+
+
+async def test_an_output_call_beside_other_calls_is_set_aside(ctx: RunContext) -> None:
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "weather"}, output_call(VALID)]},
+            {"tool_calls": [output_call(VALID)]},
+        ]
+    )
+    agent = Agent(model, [weather], output_type=Answer, output_mode="tool")
+    run = await drive(agent, "Weather?", ctx)
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    assert model.requests[0].tool_choice == "required"
+    # The weather call ran and has its result; the output call is gone from the transcript,
+    # and the model was told why, beside the result.
+    first = run.messages[1]
+    assert isinstance(first, AssistantMessage)
+    assert [c.name for c in first.tool_calls] == ["weather"]
+    told = model.requests[1].messages[-1]
+    assert isinstance(told, UserMessage)
+    assert [r.content for r in told.tool_results] == ["20C"]
+    assert told.text == OUTPUT_SET_ASIDE_TEXT
+    assert [e["toolCallName"] for e in run.wire if e["type"] == "TOOL_CALL_START"] == ["weather"]
+
+
+def test_a_tool_named_like_the_output_tool_is_refused_in_tool_mode() -> None:
+    @tool(name=OUTPUT_TOOL_NAME)
+    def clash() -> str:
+        """Clashes."""
+        return ""
+
+    with pytest.raises(UsageError, match="rename the tool or pick another output_mode"):
+        Agent(ScriptedModel([]), [clash], output_type=Answer, output_mode="tool")
+    Agent(ScriptedModel([]), [clash], output_type=Answer)  # prompted: no output tool
+
+
+async def test_a_copy_on_another_model_keeps_the_mode_and_replays_identically(
+    ctx: RunContext,
+) -> None:
+    captures = memory_capture()
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "weather"}]}, {"tool_calls": [output_call(VALID)]}]
+    )
+    agent = Agent(model, [weather], output_type=Answer, output_mode="tool")
+    options = RunOptions(capture_sink=captures)
+    original = await drive(agent, "Weather?", ctx, options)
+    replay = ReplayModel(captures["r1"])
+    again = await drive(agent_with_model(agent, replay), "Weather?", ctx)
+    assert again.wire == original.wire
+    assert again.result.output == original.result.output == Answer(city="Oslo", celsius=20)
+    assert replay.mismatches == [] and replay.remaining == 0
+
+
+async def test_reasoning_then_the_output_call_streams_valid_events(ctx: RunContext) -> None:
+    model = ScriptedModel([{"reasoning": "Oslo is mild.", "tool_calls": [output_call(VALID)]}])
+    run = await drive(Agent(model, output_type=Answer, output_mode="tool"), "Weather?", ctx)
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    kinds = [k for k in run.kinds if k.startswith(("REASONING", "TEXT_MESSAGE"))]
+    assert kinds.index("REASONING_END") < kinds.index("TEXT_MESSAGE_START")
+
+
+async def test_parse_output_reads_a_tool_mode_answer_from_the_transcript(ctx: RunContext) -> None:
+    """In tool mode the transcript's answer is the model's words, a blank line, then the
+    output tool's arguments: a reader of the transcript (a fleet result read from a
+    checkpoint) gets the same output the run had."""
+    model = ScriptedModel([{"text": "Here it is.", "tool_calls": [output_call(VALID)]}])
+    agent = Agent(model, output_type=Answer, output_mode="tool")
+    result = await agent.run("Weather?", context=ctx)
+    assert agent.parse_output(result.text) == result.output == Answer(city="Oslo", celsius=20)

@@ -495,6 +495,17 @@ def _replay_agent(capture: Capture, base: Agent | None, *, live: bool) -> Agent:
     names = sorted({r.name for r in capture.tool_results} | _called_tools(capture))
     tools = [RecordedTool(n, base.registry.get(n) if base is not None else None) for n in names]
     if base is None:
+        if _answered_by_output_tool(capture):
+            # The run answered by the output tool (tool mode): the stand-in asks the same
+            # way, taking any JSON object as the answer (the run's type is not known here).
+            from pydantic import RootModel
+
+            class RecordedAnswer(RootModel[dict[str, Any]]):
+                """The recorded run's structured answer."""
+
+            return Agent(
+                model, tools, name="replay", output_type=RecordedAnswer, output_mode="tool"
+            )
         return Agent(model, tools, name="replay")
     return Agent(
         model,
@@ -503,8 +514,19 @@ def _replay_agent(capture: Capture, base: Agent | None, *, live: bool) -> Agent:
         name=base.name,
         state_type=base.state_type,
         output_type=base.output_type,
+        output_mode=base.output_mode,  # asked as the recorded run was (a tool, say)
         retry=base.retry,
         config=base.config,
+    )
+
+
+def _answered_by_output_tool(capture: Capture) -> bool:
+    from ..model import OUTPUT_TOOL_NAME
+
+    return any(
+        event.get("kind") == "call_start" and event.get("name") == OUTPUT_TOOL_NAME
+        for record in capture.model_calls
+        for event in record.stream
     )
 
 

@@ -11,7 +11,9 @@ produce the same event stream; `on_event` sees it live.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import re
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -19,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, UserMessage
@@ -34,7 +35,7 @@ from ..events import (
     run_agent,
     transformers_of,
 )
-from ..model import Model, ModelError, RetryPolicy, resolve_model
+from ..model import OUTPUT_TOOL_NAME, Model, ModelError, RetryPolicy, resolve_model
 from ..policy import Approver
 from ..state import RunState, StopCause
 from ..store import (
@@ -50,8 +51,8 @@ from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._iter import AgentRun
 from ._log_first import LogBeforeCheckpoint
-from ._model_turn import validate_output
 from ._options import RunOptions
+from ._output import AgentOutputMode, StructuredOutput, choose_output_mode
 from ._result import RunResult
 from ._run import Loop, LoopFailed, ResponseTooLarge, StepWatcher
 from ._subagents import nested_messages
@@ -78,6 +79,7 @@ class Agent:
         name: str = "agent",
         state_type: type[BaseModel] | None = None,
         output_type: type[BaseModel] | None = None,
+        output_mode: AgentOutputMode = "auto",
         retry: RetryPolicy | None = None,
         config: dict[str, Any] | None = None,
         ref: str | None = None,
@@ -92,31 +94,61 @@ class Agent:
         self.name = name
         self.state_type = state_type
         self.output_type = output_type
+        #: How the structured answer is asked for (`native`, `tool` or `prompted`; see
+        #: `tiller.loop._output`): `output_mode`, or for `"auto"` the best the model
+        #: declares, chosen now, so a copy on another model asks the same way.
+        self.output_mode = choose_output_mode(output_mode, self.model)
+        if (
+            output_type is not None
+            and self.output_mode == "tool"
+            and self.registry.get(OUTPUT_TOOL_NAME) is not None
+        ):
+            raise UsageError(
+                f"the agent has a tool named {OUTPUT_TOOL_NAME!r}, the name of the output "
+                "tool in output_mode='tool'; rename the tool or pick another output_mode"
+            )
+        self._structured: StructuredOutput | None = None
         self.retry = retry if retry is not None else RetryPolicy()
         self.config = dict(config or {})
         #: "module:attr" naming this agent (or a factory of it), written into checkpoints so
         #: another process can load the agent to resume the run (`tiller runs resume`).
         self.ref = ref
 
+    def structured_output(self) -> StructuredOutput | None:
+        """The output type in the agent's mode (None without an output type); built once
+        per type and mode, since the schema is the same for every request."""
+        output_type = self.output_type
+        if output_type is None:
+            return None
+        built = self._structured
+        if built is None or built.output_type is not output_type or built.mode != self.output_mode:
+            built = self._structured = StructuredOutput(output_type, self.output_mode)
+        return built
+
     def parse_output(self, text: str) -> BaseModel | None:
         """The final answer `text` as this agent's `output_type`, as a run's result holds
         it (`RunResult.output`); None when the agent has none. `pydantic.ValidationError`
         when `text` is not one. For a reader that has only a run's transcript (a fleet
-        run's result read from its checkpoint)."""
-        if self.output_type is None:
+        run's result read from its checkpoint). In tool mode the transcript's answer is
+        what the model wrote, a blank line, then the output tool's arguments: those are
+        the output."""
+        structured = self.structured_output()
+        if structured is None:
             return None
-        return validate_output(self.output_type, text)
+        try:
+            return structured.validate(text, None)
+        except ValidationError:
+            for found in re.finditer("\n\n", text):
+                with contextlib.suppress(ValidationError):
+                    return structured.validate(text[found.end() :], None)
+            raise
 
     def system_prompt_for_run(self) -> str | None:
-        """The system prompt, plus the output schema when a structured answer is required."""
-        if self.output_type is None:
+        """The system prompt, plus what the output mode adds (the schema, when prompted)."""
+        structured = self.structured_output()
+        if structured is None:
             return self.system_prompt
-        schema = orjson.dumps(self.output_type.model_json_schema()).decode()
-        instruction = (
-            "When you give your final answer, reply with only a JSON object that validates "
-            f"against this JSON Schema, with no other text:\n{schema}"
-        )
-        return f"{self.system_prompt}\n\n{instruction}" if self.system_prompt else instruction
+        return structured.system_prompt(self.system_prompt)
 
     # ── entry points ─────────────────────────────────────────────────────────────
 
@@ -492,7 +524,7 @@ class _LoopRun:
             # The token fired before the run ended (after its last step, say): the stream
             # will end cancelled, and the result must tell the same story.
             state.stop_cause = StopCause.CANCELLED
-        ctx.run_result = {"stopCause": state.stop_cause.value if state.stop_cause else None}
+        ctx.run_result = self._run_result(loop)
         if state.stop_cause is StopCause.ERROR:
             raise LoopFailed(state.error or "the run failed", "RUN_FAILED")
         if state.stop_cause is StopCause.SUSPENDED:
@@ -501,6 +533,18 @@ class _LoopRun:
             ctx.interrupt_messages = self._closing_messages(loop)
             return RunOutcome.interrupt([Interrupt.from_wire(i) for i in state.interrupts])
         return RunOutcome.success(state.client_calls)
+
+    def _run_result(self, loop: Loop) -> dict[str, Any]:
+        """`RUN_FINISHED.result`: the stop cause, and the validated structured answer
+        (as JSON) when the run completed with one."""
+        state = self.state
+        result: dict[str, Any] = {"stopCause": state.stop_cause.value if state.stop_cause else None}
+        structured = self.agent.structured_output()
+        output = loop.turns.final_output
+        completed = state.stop_cause is StopCause.COMPLETED
+        if structured is not None and output is not None and completed:
+            result["output"] = structured.dump(output)
+        return result
 
     def _closing_messages(self, loop: Loop) -> list[dict[str, Any]]:
         """The conversation as the stream's last `MESSAGES_SNAPSHOT`. A run that opened

@@ -10,6 +10,9 @@ JSON; bytes capped) → post-model guardrails → the next step: the calls' `Dis
 `ModelTurn` (an empty answer is nudged, an answer that does not validate is asked again,
 steering that arrived meanwhile is read).
 
+Structured output: in `tool` mode a call of the output tool is the answer, never a tool
+call (`tiller.loop._output_call`).
+
 Law 8: on a cancel or an error mid-stream, the half-written text and its usage stay in
 the state; calls whose arguments never completed are dropped (law 1).
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ..conversation import AssistantMessage, ToolCall, TranscriptChecker, Usage
 from ..errors import TillerError
@@ -40,6 +43,8 @@ from ._call_capture import CallCapture
 from ._compaction import Compaction
 from ._guardrails import run_post, run_pre
 from ._model_wrapper import model_to_call
+from ._output import OUTPUT_SET_ASIDE
+from ._output_call import OutputCall, output_tool_of, read_output_call, without_output_calls
 from ._response_cap import fit_response_cap
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
@@ -52,7 +57,6 @@ __all__ = [
     "ModelTurns",
     "ResponseTooLarge",
     "next_step",
-    "validate_output",
 ]
 
 EMPTY_TURN_NUDGE = "Your last reply was empty. Continue with the task, or give your final answer."
@@ -78,6 +82,8 @@ class ModelAnswer:
     events: list[StreamEvent] | None = None
     #: Calls whose finished arguments were not JSON: call id -> the text the model wrote.
     malformed: dict[str, str] = field(default_factory=dict)
+    #: The reply's call of the output tool (tool mode), if it made one.
+    output: OutputCall | None = None
 
 
 def next_step(run: RunParts) -> Step:
@@ -102,12 +108,17 @@ class ModelTurns:
         self.final_output: Any = None
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
+        #: Said to the model with the next request (an output call set aside).
+        self._note: str | None = None
 
     async def take(self, turn: ModelTurn) -> Step:
         """One model turn; returns the step it leads to."""
         if turn.final_answer is not None:
             return await self._final_answer(turn.final_answer)
         run, state = self._run, self._run.state
+        if self._note is not None:  # folded into the tool results the last step added
+            state.append_user_text(self._note)
+            self._note = None
         try:
             # Compaction (and the loop guard it arms) before the request is built; False:
             # no call this step (the guard stopped the run, or a summary spent the budget).
@@ -133,6 +144,8 @@ class ModelTurns:
             state.messages.append(message)
             self._capture.model_call(answer, appended=True)
             calls = tuple(message.tool_calls)
+            if answer.output is not None and answer.output.set_aside:
+                self._note = OUTPUT_SET_ASIDE
             reason = run.options.review_policy.should_pause(state.step, message, run.agent.registry)
             if reason is not None:
                 return Suspend(calls, reason, malformed=answer.malformed)
@@ -150,7 +163,8 @@ class ModelTurns:
         self._capture.model_call(answer, appended=True)
         if not run.run_ctx.queued_input:
             # (Steering that arrived during the final answer is read by another step.)
-            self._finish_with(message)
+            output = answer.output
+            self._finish_with(message, output.arguments if output is not None else None)
         return next_step(run)
 
     def release_unspent(self) -> None:
@@ -165,23 +179,26 @@ class ModelTurns:
         self._transcript = TranscriptChecker()
         self._capture.history_rewritten(removed=removed)
 
-    def _finish_with(self, message: AssistantMessage) -> None:
+    def _finish_with(self, message: AssistantMessage, output_arguments: str | None) -> None:
+        """The reply is final: done, or (with an output type) validated first; an answer
+        that does not fit goes back with the error, `output_retries` times at most."""
         state = self._run.state
-        output_type = self._run.agent.output_type
-        if output_type is None:
+        structured = self._run.agent.structured_output()
+        if structured is None:
             state.stop_cause = StopCause.COMPLETED
             return
         try:
-            self.final_output = validate_output(output_type, message.text)
+            self.final_output = structured.validate(message.text, output_arguments)
         except ValidationError as exc:
             if state.output_retries >= self._run.options.output_retries:
                 state.stop_cause = StopCause.ERROR
-                state.error = f"the final answer did not validate as {output_type.__name__}: {exc}"
+                state.error = (
+                    f"the final answer did not validate as {structured.output_type.__name__}: {exc}"
+                )
                 return
             state.output_retries += 1
             state.append_user_text(
-                f"Your answer did not validate against the required schema:\n{exc}\n"
-                "Reply again with only the JSON object."
+                structured.retry_text(exc, from_tool=output_arguments is not None)
             )
             return
         state.stop_cause = StopCause.COMPLETED
@@ -242,13 +259,19 @@ class ModelTurns:
         self._held = budget.reserve_call(max_tokens)
         window = history_window(state.messages, run.options.max_history_tokens)
         self._capture.sent(window)
-        return ModelRequest(
+        request = ModelRequest(
             system=run.agent.system_prompt_for_run(),
             messages=window,
             tools=specs,
             max_tokens=max_tokens,
             temperature=run.options.temperature,
         )
+        structured = run.agent.structured_output()
+        if structured is not None:
+            request.tools, request.tool_choice, request.output = structured.request_parts(
+                specs, final_answer=final_answer
+            )
+        return request
 
     async def _stream(self, request: ModelRequest) -> ModelAnswer:
         """Stream one response: text and reasoning go out live, each tool call once its
@@ -266,6 +289,7 @@ class ModelTurns:
         answer.events = recorded
         # Inside the retry: a wrapper (the fleet's limits) sees every attempt.
         model = model_to_call(run.run_ctx, run.agent.model, run.state.model_spec)
+        output_tool = output_tool_of(request)
         try:
             async for received in stream_with_retry(model, request, run.agent.retry):
                 # Cut before keeping or streaming, so the kept text is what the client saw.
@@ -286,10 +310,14 @@ class ModelTurns:
                     reasoning = _stream_reasoning(run, reasoning, event)
                 elif isinstance(event, ToolCallEnd):
                     call = accumulator.completed_call(event.index)
-                    if call is not None:
+                    if call is not None and call.name != output_tool:
                         answer.handles[call.id] = self._announce_call(call, message_id)
                 if capped:
                     raise _too_large(limit)
+            if output_tool is not None:
+                text, reasoning = self._show_output_call(
+                    accumulator, answer, message_id, text, reasoning
+                )
         except BaseException as exc:
             accumulator.interrupt()
             self._keep_partial(accumulator, message_id, exc)
@@ -304,8 +332,32 @@ class ModelTurns:
         answer.message = response.message
         answer.usage = response.usage
         answer.finish_reason = response.finish_reason
+        response = without_output_calls(response, answer.output)
+        answer.message = response.message
         self._keep_malformed(answer, response, message_id)
         return answer
+
+    def _show_output_call(
+        self,
+        accumulator: ResponseAccumulator,
+        answer: ModelAnswer,
+        message_id: str,
+        text: MessageHandle | None,
+        reasoning: ReasoningHandle | None,
+    ) -> tuple[MessageHandle | None, ReasoningHandle | None]:
+        """A complete reply's output call, alone, is the answer: its arguments are
+        streamed as the message's text, as a text delta would be (the reasoning ends
+        first); the open handles are returned."""
+        answer.output = output = read_output_call(accumulator.get(id=message_id))
+        if output is None or output.arguments is None:
+            return text, reasoning
+        if reasoning is not None:
+            reasoning.end()
+            reasoning = None
+        if text is None:
+            text = self._run.agui.message_with_id(message_id, "assistant")
+        text.delta(output.shown)
+        return text, reasoning
 
     def _keep_malformed(
         self, answer: ModelAnswer, response: AccumulatedResponse, message_id: str
@@ -379,12 +431,3 @@ def _too_large(limit: int) -> ResponseTooLarge:
         f"the model's response passed {limit} bytes "
         "(RunOptions.max_response_bytes); the run was stopped"
     )
-
-
-def validate_output(output_type: type[BaseModel], text: str) -> BaseModel:
-    """Validate the final answer as JSON of `output_type`, tolerating a code fence."""
-    body = text.strip()
-    if body.startswith("```"):
-        body = body.split("\n", 1)[1] if "\n" in body else ""
-        body = body.rsplit("```", 1)[0]
-    return output_type.model_validate_json(body)

@@ -41,6 +41,18 @@ from ._errors import (
     ModelProtocolError,
     ModelTimeout,
 )
+from ._output import (
+    OUTPUT_MODES,
+    OUTPUT_TOOL_NAME,
+    ForceTool,
+    OutputMode,
+    OutputSchema,
+    ToolChoice,
+    strict_json_schema,
+)
+
+# For tiller's own packages (not API; not in __all__).
+from ._output import schema_name as schema_name
 from ._resolve import resolve_model
 from ._retry import RetryPolicy
 
@@ -57,6 +69,7 @@ __all__ = [
     "ContextOverflow",
     "Finish",
     "FinishReason",
+    "ForceTool",
     "Model",
     "ModelConnectionError",
     "ModelError",
@@ -64,7 +77,11 @@ __all__ = [
     "ModelProtocolError",
     "ModelRequest",
     "ModelTimeout",
+    "OUTPUT_MODES",
+    "OUTPUT_TOOL_NAME",
     "OpenAICompatModel",
+    "OutputMode",
+    "OutputSchema",
     "ReasoningDelta",
     "RetryPolicy",
     "ScriptedModel",
@@ -73,6 +90,7 @@ __all__ = [
     "ToolCallArgsDelta",
     "ToolCallEnd",
     "ToolCallStart",
+    "ToolChoice",
     "ToolSpec",
     "Turn",
     "TurnCall",
@@ -80,6 +98,7 @@ __all__ = [
     "TurnInfo",
     "UsageReport",
     "resolve_model",
+    "strict_json_schema",
 ]
 
 _LAZY = {"AnthropicModel": ".anthropic", "OpenAICompatModel": ".openai_compat"}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..conversation import AssistantMessage, Usage, UserMessage
+from ._output import OutputSchema, ToolChoice
 
 __all__ = [
     "Finish",
@@ -55,6 +56,11 @@ class ModelRequest:
     temperature: float | None = None
     #: Provider-specific extras passed through untouched (e.g. `{"top_p": 0.9}`).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The structured final answer asked for (None: free text). In `native` mode the
+    #: adapter sends the schema; in `tool` mode the output tool is among `tools`.
+    output: OutputSchema | None = None
+    #: Whether (and which) tool the model must call; None is the provider's default.
+    tool_choice: ToolChoice | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -121,7 +127,9 @@ class Model(Protocol):
     """A chat model that streams.
 
     `provider` and `name` label usage and pricing; `context_window` (tokens) is None when
-    unknown.
+    unknown. A model may also declare `output_modes` (a tuple of `OutputMode`, best
+    first): the structured-output modes it supports (none declared: `prompted` only by
+    default, any mode on request).
     """
 
     provider: str

@@ -13,6 +13,12 @@ step's tool results, then any text), so the request mapping is direct. What need
   calls from 0, so each `tool_use` block gets the next call index;
 - a `tool_use` block without input deltas has arguments `"{}"` (sent as a delta).
 
+Structured output: by default as a forced output tool (`tool_choice` `{type: tool}` or
+`{type: any}`), which every Claude model with tools supports; `native` sends the schema as
+`output_config.format` (newer models only). With extended thinking on, the API refuses a
+forced tool choice, so the choice is sent as `auto` and the system prompt's instruction to
+call the output tool (and the loop's retry) does the forcing.
+
 The adapter does not retry; a retry wrapper reads `ModelError.retryable`/`retry_after`.
 """
 
@@ -43,6 +49,7 @@ from ._base import (
 )
 from ._errors import ModelConnectionError, ModelProtocolError
 from ._http import HttpModel, ServerSentEvent, error_from_payload
+from ._output import ForceTool, OutputMode, ToolChoice
 from ._wire_ids import WireIds
 
 __all__ = ["AnthropicModel"]
@@ -72,8 +79,12 @@ class AnthropicModel(HttpModel):
     less than the API's minimum (1024) goes without thinking rather than failing. With
     thinking on, `temperature` is not sent: the API accepts none but the default.
     `timeout` (seconds) bounds connecting and each wait for bytes, also on a `client` you
-    pass; that client stays yours to close.
+    pass; that client stays yours to close. Structured output goes by a forced output tool
+    by default (`output_modes`: tool, native, prompted).
     """
+
+    #: The structured-output modes the Messages API supports, best first.
+    output_modes: tuple[OutputMode, ...] = ("tool", "native", "prompted")
 
     def __init__(  # noqa: PLR0913  # a public typed constructor: its keywords are the API
         self,
@@ -155,6 +166,11 @@ class AnthropicModel(HttpModel):
                 for tool in request.tools
             ]
         budget = self._thinking_budget(max_tokens)
+        if request.tool_choice is not None:
+            body["tool_choice"] = _tool_choice(request.tool_choice, thinking=budget is not None)
+        output = request.output
+        if output is not None and output.mode == "native":
+            body["output_config"] = {"format": {"type": "json_schema", "schema": output.schema}}
         if budget is not None:
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         elif request.temperature is not None:
@@ -167,6 +183,16 @@ class AnthropicModel(HttpModel):
             return None
         budget = min(self.thinking_budget, max_tokens - 1)
         return budget if budget >= MIN_THINKING_BUDGET else None
+
+
+def _tool_choice(choice: ToolChoice, *, thinking: bool) -> dict[str, Any]:
+    """The API's `tool_choice`; a forced one is `auto` under extended thinking, which the
+    API does not combine with forcing."""
+    if choice == "auto" or thinking:
+        return {"type": "auto"}
+    if isinstance(choice, ForceTool):
+        return {"type": "tool", "name": choice.name}
+    return {"type": "any"}
 
 
 #: What a `tool_use` id may not contain.

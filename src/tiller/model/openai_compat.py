@@ -13,6 +13,12 @@ with small differences, and the adapter absorbs the ones that matter:
 - some servers finish a tool-calling turn with `stop`; when calls were made, the finish is
   reported as `tool_calls` (the raw word is kept in `Finish.raw`).
 
+Structured output: a `native` request sends `response_format: {type: json_schema}` (with
+`strict` when the schema has a strict form), which OpenAI, vLLM, llama.cpp, Ollama and LM
+Studio enforce; a server that does not (DeepSeek takes only `json_object`) is made with
+`output_modes=("tool", "prompted")`. `tool_choice` maps to the API's `"auto"`,
+`"required"` and `{type: function, function: {name}}`.
+
 The adapter does not retry; a retry wrapper reads `ModelError.retryable`/`retry_after`.
 """
 
@@ -42,6 +48,7 @@ from ._base import (
 )
 from ._errors import ModelConnectionError, ModelProtocolError
 from ._http import HttpModel, error_from_payload
+from ._output import ForceTool, OutputMode, ToolChoice
 from ._wire_ids import WireIds
 
 __all__ = ["OpenAICompatModel"]
@@ -73,10 +80,15 @@ class OpenAICompatModel(HttpModel):
     usage and pricing, and picks the max-tokens field: OpenAI wants
     `max_completion_tokens` (reasoning models reject `max_tokens`), everyone else
     `max_tokens`. `timeout` (seconds) bounds connecting and each wait for bytes, also on
-    a `client` you pass; that client stays yours to close.
+    a `client` you pass; that client stays yours to close. `output_modes` declares the
+    structured-output modes the server supports, best first (an agent's `"auto"` takes
+    the first): by default native JSON Schema, then a forced output tool, then prompted.
     """
 
-    def __init__(
+    #: The structured-output modes this server supports, best first.
+    output_modes: tuple[OutputMode, ...]
+
+    def __init__(  # noqa: PLR0913  # a public typed constructor: its keywords are the API
         self,
         model: str,
         *,
@@ -87,8 +99,10 @@ class OpenAICompatModel(HttpModel):
         context_window: int | None = None,
         timeout: float = 120.0,
         extra_headers: Mapping[str, str] | None = None,
+        output_modes: tuple[OutputMode, ...] = ("native", "tool", "prompted"),
     ) -> None:
         self.name = model
+        self.output_modes = tuple(output_modes)
         self.provider = provider
         self.context_window = context_window
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
@@ -145,6 +159,15 @@ class OpenAICompatModel(HttpModel):
                 }
                 for tool in request.tools
             ]
+        if request.tool_choice is not None:
+            body["tool_choice"] = _tool_choice(request.tool_choice)
+        output = request.output
+        if output is not None and output.mode == "native":
+            json_schema: dict[str, Any] = {"name": output.name, "schema": output.schema}
+            if output.description:
+                json_schema["description"] = output.description
+            json_schema["strict"] = output.strict
+            body["response_format"] = {"type": "json_schema", "json_schema": json_schema}
         if request.max_tokens is not None:
             field_name = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
             body[field_name] = request.max_tokens
@@ -152,6 +175,12 @@ class OpenAICompatModel(HttpModel):
             body["temperature"] = request.temperature
         body.update(request.extra)
         return body
+
+
+def _tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    if isinstance(choice, ForceTool):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice
 
 
 def _messages(request: ModelRequest) -> list[dict[str, Any]]:

@@ -1,0 +1,177 @@
+"""An agent's structured output: its `output_type`, asked for in the mode its model suits.
+
+`Agent(output_type=Answer, output_mode="auto")` chooses the mode once, when the agent is
+made, from what its model declares (`output_modes`, best first): native JSON Schema for
+OpenAI-compatible servers, a forced output tool for Anthropic, the system prompt for a
+model that declares nothing (`ScriptedModel`, `ReplayModel`, your own). A copy of the
+agent on another model (`tiller.testing.agent_with_model`, a replay) keeps the mode, so it
+asks the way the original did.
+
+What each mode puts in the request (`ModelRequest.output`, `tools`, `tool_choice`):
+
+- `native`: the agent's own system prompt; `output` carries the schema (its strict form
+  when there is one), which the adapter sends;
+- `tool`: the system prompt says to call `final_result` with the answer; the request
+  offers the `final_result` tool, and `tool_choice` forces it (when it is the only tool)
+  or `required` (beside the agent's own tools, which the model may still call first);
+- `prompted`: the system prompt carries the schema and says to reply with only JSON.
+
+Whatever the mode, the answer is validated, and one that does not fit goes back to the
+model with the error (`RunOptions.output_retries` times). In `tool` mode an answer given
+as text is still read (a model under extended thinking may not be forced to call the
+tool); a call of `final_result` is the answer, never a tool call: it becomes the text of
+the assistant's message (see `tiller.loop._output_call`), so the transcript and the stream
+hold no call without a result (laws 1 and 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from ..errors import UsageError
+from ..model import (
+    OUTPUT_MODES,
+    OUTPUT_TOOL_NAME,
+    ForceTool,
+    Model,
+    OutputMode,
+    OutputSchema,
+    ToolChoice,
+    ToolSpec,
+    schema_name,
+    strict_json_schema,
+)
+
+__all__ = [
+    "OUTPUT_SET_ASIDE",
+    "AgentOutputMode",
+    "StructuredOutput",
+    "choose_output_mode",
+]
+
+#: What `Agent(output_mode=...)` accepts: a mode, or `auto` (the model's best).
+AgentOutputMode = Literal["auto", "native", "tool", "prompted"]
+
+#: Folded into the next user message when the model called `final_result` beside other
+#: tools: the answer is set aside (it was written before the results were in).
+OUTPUT_SET_ASIDE = (
+    f"Your {OUTPUT_TOOL_NAME} call was set aside because you called other tools in the "
+    f"same reply. Read their results, then call {OUTPUT_TOOL_NAME} on its own."
+)
+
+
+def choose_output_mode(requested: str, model: Model) -> OutputMode:
+    """The mode `requested` (`auto`: the first `model` declares; `prompted` if it declares
+    none). `UsageError` for an unknown mode or one the model says it does not support."""
+    declared = _declared_modes(model)
+    if requested == "auto":
+        return declared[0] if declared else "prompted"
+    if requested not in OUTPUT_MODES:
+        raise UsageError(
+            f"output_mode={requested!r} is not a mode; use 'auto', 'native', 'tool' or 'prompted'"
+        )
+    mode: OutputMode = requested
+    if declared and mode not in declared:
+        raise UsageError(
+            f"{model!r} does not support output_mode={mode!r} (it supports "
+            f"{', '.join(declared)}); pick one of those, or 'auto'"
+        )
+    return mode
+
+
+def _declared_modes(model: Model) -> tuple[OutputMode, ...]:
+    declared = getattr(model, "output_modes", None)
+    if not isinstance(declared, tuple | list):
+        return ()
+    return tuple(mode for mode in declared if mode in OUTPUT_MODES)
+
+
+class StructuredOutput:
+    """`output_type` in `mode`: what goes in the request, and how answers are validated."""
+
+    __slots__ = ("mode", "output_type", "spec", "tool")
+
+    def __init__(self, output_type: type[BaseModel], mode: OutputMode) -> None:
+        self.output_type = output_type
+        self.mode = mode
+        schema = output_type.model_json_schema()
+        strict = strict_json_schema(schema)
+        description = schema.get("description")
+        self.spec = OutputSchema(
+            mode=mode,
+            name=schema_name(str(schema.get("title") or output_type.__name__)),
+            schema=strict if strict is not None else schema,
+            strict=strict is not None,
+            description=description if isinstance(description, str) else None,
+        )
+        self.tool = ToolSpec(
+            name=OUTPUT_TOOL_NAME,
+            description=(
+                "Give your final answer: call this once you have it, with the answer as "
+                "the arguments." + (f" The answer: {description}" if description else "")
+            ),
+            parameters=schema,
+        )
+
+    def system_prompt(self, own: str | None) -> str | None:
+        """The agent's system prompt with what this mode adds to it."""
+        if self.mode == "native":
+            return own
+        if self.mode == "tool":
+            instruction = (
+                f"When you give your final answer, call the {OUTPUT_TOOL_NAME} tool with it "
+                "as the arguments, on its own, instead of answering in text."
+            )
+        else:
+            schema = orjson.dumps(self.output_type.model_json_schema()).decode()
+            instruction = (
+                "When you give your final answer, reply with only a JSON object that "
+                f"validates against this JSON Schema, with no other text:\n{schema}"
+            )
+        return f"{own}\n\n{instruction}" if own else instruction
+
+    def request_parts(
+        self, tools: Sequence[ToolSpec], *, final_answer: bool
+    ) -> tuple[list[ToolSpec], ToolChoice | None, OutputSchema | None]:
+        """The request's tools, tool choice and output for one call offering `tools`.
+        The tool-less final answer (the budget is spent) gets no output tool: its calls
+        would not be kept."""
+        if self.mode == "tool":
+            if final_answer:
+                return list(tools), None, None
+            choice: ToolChoice = ForceTool(OUTPUT_TOOL_NAME) if not tools else "required"
+            return [*tools, self.tool], choice, self.spec
+        return list(tools), None, self.spec
+
+    def validate(self, text: str, arguments: str | None) -> BaseModel:
+        """The answer: the output tool's `arguments` when it was called, else the text
+        (as JSON, a code fence tolerated). Raises `ValidationError`."""
+        if arguments is not None:
+            return self.output_type.model_validate_json(arguments)
+        body = text.strip()
+        if body.startswith("```"):
+            body = body.split("\n", 1)[1] if "\n" in body else ""
+            body = body.rsplit("```", 1)[0]
+        return self.output_type.model_validate_json(body)
+
+    def retry_text(self, exc: ValidationError, *, from_tool: bool) -> str:
+        """What the model is told when its answer did not validate."""
+        if from_tool:
+            return (
+                f"Your {OUTPUT_TOOL_NAME} call did not validate against the required "
+                f"schema:\n{exc}\nCall {OUTPUT_TOOL_NAME} again with arguments that validate."
+            )
+        again = (
+            f"Give your final answer by calling the {OUTPUT_TOOL_NAME} tool."
+            if self.mode == "tool"
+            else "Reply again with only the JSON object."
+        )
+        return f"Your answer did not validate against the required schema:\n{exc}\n{again}"
+
+    def dump(self, output: Any) -> Any:
+        """`output` as JSON-ready data (for `RUN_FINISHED.result`)."""
+        return output.model_dump(mode="json") if isinstance(output, BaseModel) else output

@@ -1,0 +1,458 @@
+"""Structured output on the wire: an agent with an `output_type`, run against a local
+server speaking each provider's API, asks for the answer the way that provider supports
+best (OpenAI-compatible: `response_format` json_schema, strict where the schema allows;
+Anthropic: a forced `final_result` tool), validates it, asks again when it does not fit,
+and puts it in `RUN_FINISHED.result`. Request bodies are asserted whole."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import BaseModel, Field
+
+from tiller.conversation import AssistantMessage, UserMessage
+from tiller.errors import UsageError
+from tiller.events import Event
+from tiller.loop import Agent, RunContext, RunOptions, RunResult
+from tiller.model import (
+    ForceTool,
+    ModelRequest,
+    OutputSchema,
+    ScriptedModel,
+    strict_json_schema,
+)
+from tiller.model.anthropic import AnthropicModel
+from tiller.model.openai_compat import OpenAICompatModel
+from tiller.policy import AllowAll
+from tiller.state import StopCause
+from tiller.testing import assert_valid_stream
+from tiller.tools import tool
+
+from ._servers import LocalServer, anthropic_sse, clean_env, openai_sse
+
+
+class Answer(BaseModel):
+    """The weather in a city."""
+
+    city: str
+    celsius: int
+
+
+class Loose(BaseModel):
+    city: str
+    unit: str = "C"
+
+
+VALID = '{"city": "Oslo", "celsius": 20}'
+STRICT_SCHEMA = {
+    "description": "The weather in a city.",
+    "properties": {
+        "city": {"title": "City", "type": "string"},
+        "celsius": {"title": "Celsius", "type": "integer"},
+    },
+    "required": ["city", "celsius"],
+    "title": "Answer",
+    "type": "object",
+    "additionalProperties": False,
+}
+
+
+@tool(read_only=True)
+def weather(city: str) -> str:
+    """The weather in `city`."""
+    return f"{city}: 20C"
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[LocalServer]:
+    async with LocalServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> RunContext:
+    return RunContext.sandboxed(tmp_path, AllowAll())
+
+
+async def drive(
+    agent: Agent, ctx: RunContext, options: RunOptions | None = None
+) -> tuple[RunResult, list[dict[str, Any]]]:
+    events: list[Event] = []
+    async with asyncio.timeout(20):
+        result = await agent.run_in(ctx, "Weather in Oslo?", options, on_event=events.append)
+    return result, assert_valid_stream(events)
+
+
+def finished(wire: list[dict[str, Any]]) -> dict[str, Any]:
+    [event] = [e for e in wire if e["type"] == "RUN_FINISHED"]
+    return event
+
+
+# ── strict schemas ───────────────────────────────────────────────────────────────────
+
+
+class Place(BaseModel):
+    name: str
+    tags: list[str]
+
+
+class Trip(BaseModel):
+    places: list[Place]
+    pattern: str  # a property named like a keyword is a property, not the keyword
+
+
+def test_a_schema_with_every_field_required_has_a_strict_form() -> None:
+    schema = Trip.model_json_schema()
+    strict = strict_json_schema(schema)
+    assert strict is not None
+    assert strict["additionalProperties"] is False
+    assert strict["$defs"]["Place"]["additionalProperties"] is False
+    assert "additionalProperties" not in schema  # the schema given is left as it was
+
+
+class Limited(BaseModel):
+    name: str = Field(max_length=10)
+
+
+class Free(BaseModel):
+    extra: dict[str, int]
+
+
+@pytest.mark.parametrize("output_type", [Loose, Limited, Free])
+def test_defaults_length_limits_and_free_maps_have_no_strict_form(
+    output_type: type[BaseModel],
+) -> None:
+    assert strict_json_schema(output_type.model_json_schema()) is None
+
+
+# ── OpenAI-compatible: native json_schema ────────────────────────────────────────────
+
+
+def openai_text(*parts: str) -> Any:
+    chunks: list[dict[str, Any] | str] = [
+        {"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in parts
+    ]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append("[DONE]")
+    return openai_sse(*chunks)
+
+
+async def test_openai_gets_a_strict_json_schema_response_format(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(openai_text('{"city": "Oslo", ', '"celsius": 20}'))
+    async with OpenAICompatModel("gpt-4o", base_url=f"{server.url}/v1", api_key="k") as model:
+        agent = Agent(model, system_prompt="You are a weather bot.", output_type=Answer)
+        assert agent.output_mode == "native"
+        result, wire = await drive(agent, ctx)
+    assert result.stop_cause is StopCause.COMPLETED
+    assert result.output == Answer(city="Oslo", celsius=20)
+    assert server.requests[0].json() == {
+        "model": "gpt-4o",
+        "messages": [
+            {"role": "system", "content": "You are a weather bot."},
+            {"role": "user", "content": "Weather in Oslo?"},
+        ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "Answer",
+                "schema": STRICT_SCHEMA,
+                "description": "The weather in a city.",
+                "strict": True,
+            },
+        },
+    }
+    assert finished(wire)["result"] == {
+        "stopCause": "completed",
+        "output": {"city": "Oslo", "celsius": 20},
+    }
+
+
+async def test_a_schema_without_a_strict_form_goes_as_non_strict_json_schema(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(openai_text('{"city": "Oslo"}'))
+    async with OpenAICompatModel(
+        "qwen2.5", base_url=f"{server.url}/v1", api_key="", provider="vllm"
+    ) as model:
+        result, _ = await drive(Agent(model, output_type=Loose), ctx)
+    assert result.output == Loose(city="Oslo", unit="C")
+    assert server.requests[0].json()["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "Loose", "schema": Loose.model_json_schema(), "strict": False},
+    }
+
+
+async def test_openai_native_output_that_does_not_validate_is_asked_for_again(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(openai_text('{"city": "Oslo", "celsius": "warm"}'), openai_text(VALID))
+    async with OpenAICompatModel("gpt-4o", base_url=f"{server.url}/v1", api_key="k") as model:
+        result, wire = await drive(Agent(model, output_type=Answer), ctx)
+    assert result.output == Answer(city="Oslo", celsius=20)
+    assert result.state.output_retries == 1
+    first, second = (r.json() for r in server.requests)
+    assert second["response_format"] == first["response_format"]
+    assert second["messages"][-2] == {
+        "role": "assistant",
+        "content": '{"city": "Oslo", "celsius": "warm"}',
+    }
+    retry = second["messages"][-1]
+    assert retry["role"] == "user"
+    assert retry["content"].startswith("Your answer did not validate against the required schema:")
+    assert "celsius" in retry["content"]
+    assert finished(wire)["result"]["output"] == {"city": "Oslo", "celsius": 20}
+
+
+async def test_a_server_declared_without_json_schema_gets_the_output_tool(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    call = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "final_result", "arguments": VALID},
+    }
+    server.reply(
+        openai_sse(
+            {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            "[DONE]",
+        )
+    )
+    async with OpenAICompatModel(
+        "deepseek-chat",
+        base_url=f"{server.url}/v1",
+        api_key="k",
+        provider="deepseek",
+        output_modes=("tool", "prompted"),
+    ) as model:
+        agent = Agent(model, [weather], output_type=Answer)
+        assert agent.output_mode == "tool"
+        result, wire = await drive(agent, ctx)
+    assert result.output == Answer(city="Oslo", celsius=20)
+    body = server.requests[0].json()
+    assert body["tool_choice"] == "required"  # the agent's own tool may come first
+    assert [t["function"]["name"] for t in body["tools"]] == ["weather", "final_result"]
+    assert body["tools"][1]["function"]["parameters"] == Answer.model_json_schema()
+    assert "response_format" not in body
+    assert not [e for e in wire if e["type"].startswith("TOOL_CALL")]
+
+
+def test_an_explicit_mode_the_server_does_not_support_is_refused() -> None:
+    model = OpenAICompatModel("m", base_url="http://127.0.0.1:9/v1", output_modes=("prompted",))
+    with pytest.raises(UsageError, match=r"does not support output_mode='native'"):
+        Agent(model, output_type=Answer, output_mode="native")
+    with pytest.raises(UsageError, match=r"'fast' is not a mode"):
+        Agent(model, output_type=Answer, output_mode="fast")  # type: ignore[arg-type]
+
+
+# ── Anthropic: a forced output tool ──────────────────────────────────────────────────
+
+
+def anthropic_tool_use(name: str, arguments: str, *, call_id: str = "toolu_01") -> Any:
+    half = len(arguments) // 2
+    return anthropic_sse(
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_01",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": "claude-sonnet-4-5",
+                "stop_reason": None,
+                "usage": {"input_tokens": 30, "output_tokens": 1},
+            },
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": arguments[:half]},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": arguments[half:]},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 12},
+        },
+        {"type": "message_stop"},
+    )
+
+
+INSTRUCTION = (
+    "When you give your final answer, call the final_result tool with it as the "
+    "arguments, on its own, instead of answering in text."
+)
+OUTPUT_TOOL = {
+    "name": "final_result",
+    "description": (
+        "Give your final answer: call this once you have it, with the answer as the "
+        "arguments. The answer: The weather in a city."
+    ),
+    "input_schema": Answer.model_json_schema(),
+}
+
+
+async def test_anthropic_is_made_to_call_the_output_tool(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(anthropic_tool_use("final_result", VALID))
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        agent = Agent(model, system_prompt="You are a weather bot.", output_type=Answer)
+        assert agent.output_mode == "tool"
+        result, wire = await drive(agent, ctx)
+    assert result.stop_cause is StopCause.COMPLETED
+    assert result.output == Answer(city="Oslo", celsius=20)
+    assert server.requests[0].json() == {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 4096,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Weather in Oslo?"}]}],
+        "stream": True,
+        "system": f"You are a weather bot.\n\n{INSTRUCTION}",
+        "tools": [OUTPUT_TOOL],
+        "tool_choice": {"type": "tool", "name": "final_result"},
+    }
+    # The answer is the message's text, in the transcript and in the stream: no tool call
+    # is left without a result (law 1), none is announced (law 2).
+    last = result.state.messages[-1]
+    assert isinstance(last, AssistantMessage)
+    assert (last.text, last.tool_calls) == (VALID, ())
+    assert result.text == VALID
+    assert not [e for e in wire if e["type"].startswith("TOOL_CALL")]
+    content = [e["delta"] for e in wire if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert content == [VALID]
+    assert finished(wire)["result"] == {
+        "stopCause": "completed",
+        "output": {"city": "Oslo", "celsius": 20},
+    }
+
+
+async def test_anthropic_with_tools_must_call_one_and_may_use_its_own_first(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(
+        anthropic_tool_use("weather", '{"city": "Oslo"}'),
+        anthropic_tool_use("final_result", VALID, call_id="toolu_02"),
+    )
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        result, wire = await drive(Agent(model, [weather], output_type=Answer), ctx)
+    assert result.output == Answer(city="Oslo", celsius=20)
+    first, second = (r.json() for r in server.requests)
+    assert first["tool_choice"] == {"type": "any"}
+    assert [t["name"] for t in first["tools"]] == ["weather", "final_result"]
+    result_block = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_01",
+        "content": "Oslo: 20C",
+        "is_error": False,
+    }
+    assert second["messages"][-1] == {"role": "user", "content": [result_block]}
+    # The agent's own call is a tool call in the stream; the output call is the answer.
+    starts = [e["toolCallName"] for e in wire if e["type"] == "TOOL_CALL_START"]
+    assert starts == ["weather"]
+
+
+async def test_anthropic_output_that_does_not_validate_is_asked_for_again(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    bad = '{"city": "Oslo", "celsius": "warm"}'
+    server.reply(
+        anthropic_tool_use("final_result", bad),
+        anthropic_tool_use("final_result", VALID, call_id="toolu_02"),
+    )
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        result, wire = await drive(Agent(model, output_type=Answer), ctx)
+    assert result.output == Answer(city="Oslo", celsius=20)
+    assert result.state.output_retries == 1
+    second = server.requests[1].json()
+    assert second["tool_choice"] == {"type": "tool", "name": "final_result"}
+    assistant, retry = second["messages"][-2:]
+    assert assistant == {"role": "assistant", "content": [{"type": "text", "text": bad}]}
+    [block] = retry["content"]
+    assert block["text"].startswith(
+        "Your final_result call did not validate against the required schema:"
+    )
+    assert block["text"].endswith("Call final_result again with arguments that validate.")
+    assert finished(wire)["result"]["output"] == {"city": "Oslo", "celsius": 20}
+
+
+async def test_output_that_never_validates_fails_the_run_with_the_error(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(anthropic_tool_use("final_result", '{"city": 1}'))
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        agent = Agent(model, output_type=Answer)
+        result, wire = await drive(agent, ctx, RunOptions(output_retries=0))
+    assert result.stop_cause is StopCause.ERROR
+    assert result.output is None
+    assert result.error is not None
+    assert result.error.startswith("the final answer did not validate as Answer:")
+    assert wire[-1]["type"] == "RUN_ERROR"
+
+
+def test_anthropic_under_extended_thinking_is_not_forced() -> None:
+    model = AnthropicModel("claude-sonnet-4-5", api_key="k", thinking_budget=2048)
+    request = ModelRequest(
+        system=None,
+        messages=[UserMessage(text="Hi")],
+        max_tokens=8000,
+        tool_choice=ForceTool("final_result"),
+    )
+    assert model.request_body(request)["tool_choice"] == {"type": "auto"}
+
+
+def test_anthropic_native_sends_the_schema_as_output_config() -> None:
+    model = AnthropicModel("claude-sonnet-4-5", api_key="k")
+    output = OutputSchema("native", "Answer", STRICT_SCHEMA, strict=True)
+    request = ModelRequest(system=None, messages=[UserMessage(text="Hi")], output=output)
+    body = model.request_body(request)
+    assert body["output_config"] == {"format": {"type": "json_schema", "schema": STRICT_SCHEMA}}
+    assert "tool_choice" not in body
+
+
+# ── models that declare nothing ──────────────────────────────────────────────────────
+
+
+async def test_a_scripted_model_is_asked_in_prompted_mode(ctx: RunContext) -> None:
+    model = ScriptedModel([VALID])
+    agent = Agent(model, output_type=Answer)
+    assert agent.output_mode == "prompted"
+    _, wire = await drive(agent, ctx)
+    [request] = model.requests
+    assert request.output is not None and request.output.mode == "prompted"
+    assert request.tools == [] and request.tool_choice is None
+    assert request.system is not None and orjson.dumps(Answer.model_json_schema()).decode() in (
+        request.system
+    )
+    assert finished(wire)["result"]["output"] == {"city": "Oslo", "celsius": 20}
+
+
+async def test_without_an_output_type_the_result_carries_only_the_stop_cause(
+    ctx: RunContext,
+) -> None:
+    _, wire = await drive(Agent(ScriptedModel(["Sunny."])), ctx)
+    assert finished(wire)["result"] == {"stopCause": "completed"}
