@@ -101,6 +101,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "its run claimed but never checkpointed. A version 3 state reads with no "
                 "steers folded and `folded_mail` unknown (null: nothing is re-delivered).",
             ),
+            SchemaVersion(
+                5,
+                "0.1.0",
+                "`model_calls` (issue 18): the calls the run made to its model, every "
+                "attempt counted, so a resumed run's `ModelRequest.run_call` goes on where "
+                "it stopped and a scripted model continues the run's script. A version 4 "
+                "state reads with `model_calls` equal to its `step`.",
+            ),
         ),
         _kind(
             "run_checkpoint",

@@ -41,6 +41,7 @@ from ._compaction import Compaction
 from ._guardrails import run_post, run_pre
 from ._model_wrapper import model_to_call
 from ._response_cap import fit_response_cap
+from ._run_calls import RunCalls
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
 from ._window import history_window
@@ -264,7 +265,9 @@ class ModelTurns:
         recorded: list[StreamEvent] | None = [] if self._capture.on else None
         answer.events = recorded
         # Inside the retry: a wrapper (the fleet's limits) sees every attempt.
-        model = model_to_call(run.run_ctx, run.agent.model, run.state.model_spec)
+        model = model_to_call(
+            run.run_ctx, RunCalls(run.agent.model, run.state), run.state.model_spec
+        )
         try:
             async for received in stream_with_retry(model, request, run.agent.retry):
                 # Cut before keeping or streaming, so the kept text is what the client saw.

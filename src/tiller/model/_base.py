@@ -55,6 +55,12 @@ class ModelRequest:
     temperature: float | None = None
     #: Provider-specific extras passed through untouched (e.g. `{"top_p": 0.9}`).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The run this call is part of, and the call's number in that run (from 1; each
+    #: attempt counts, a retry included; a resumed run goes on counting). Set by the loop
+    #: for the agent's own model; None outside a run. Never sent to a provider: offline
+    #: models (`ScriptedModel`) keep their place in a script by it, run by run.
+    run_id: str | None = None
+    run_call: int | None = None
 
 
 @dataclass(slots=True, frozen=True)
