@@ -81,11 +81,12 @@ async def test_a_capture_replays_to_the_same_stream_and_a_changed_agent_diverges
         assert wire_events(replay_events) == wire_events(events)  # ids included
         assert replayed.state.messages == recorded.state.messages
 
-    # The agent now has a different tool: its result differs at the second model call.
+    # The agent now has a different tool: the model is shown another tool set at once.
     changed = Agent(_placeholder(), [other])
     with pytest.raises(Divergence) as caught:
         await run_capture(changed, path, "find")
-    assert caught.value.step == 2
+    assert caught.value.step == 1
+    assert "the tools differ (added other; removed lookup)" in caught.value.reason
 
 
 async def test_assert_valid_events_is_the_stream_check() -> None:

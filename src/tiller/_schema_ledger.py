@@ -235,6 +235,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "A header `{run_id}` and per model call the new messages and the response; "
                 "tool results. " + _WRITTEN_BY,
             ),
+            SchemaVersion(
+                2,
+                "0.1.0",
+                "A model call record's `agent` (issue 18): the request's system prompt, tools "
+                "and output schema (`request_shape`), when they changed since the run's "
+                "previous record, so a replay diverges on a changed agent. A version 1 "
+                "capture reads with no `agent`: it replays unchecked for them.",
+            ),
         ),
         _kind(
             "fleet_limit",

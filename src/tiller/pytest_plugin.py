@@ -18,7 +18,9 @@ Fixtures:
     `captures/<module>.<test>.json` (a second run in the same test: `...<test>.2.json`);
   - without it, the run replays that file through `ReplayModel` (strict), with no network,
     and fails with a message saying how to record it if the file is missing. A changed
-    agent raises `Divergence` naming the step.
+    agent raises `Divergence` naming the step: other results from its tools, or another
+    system prompt, tool set or output schema (`run(..., allow_prompt_edits=True)` lets
+    the prompt alone differ).
 """
 
 from __future__ import annotations
@@ -154,9 +156,15 @@ class ModelRecorder:
         return self._stem.with_name(self._stem.name + suffix)
 
     async def run(
-        self, agent_or_factory: AgentOrFactory, prompt: str, **run_kwargs: Any
+        self,
+        agent_or_factory: AgentOrFactory,
+        prompt: str,
+        *,
+        allow_prompt_edits: bool = False,
+        **run_kwargs: Any,
     ) -> tuple[RunResult, list[Event]]:
-        """Record this run from the live model (`--tiller-record`), or replay its capture."""
+        """Record this run from the live model (`--tiller-record`), or replay its capture
+        (`allow_prompt_edits`: a changed system prompt is no divergence)."""
         from .testing import run_capture
 
         path = self.path(len(self.paths) + 1)
@@ -171,7 +179,9 @@ class ModelRecorder:
                 f"{_RECORD_OPTION} (it calls the live model) to record it",
                 pytrace=False,
             )
-        return await run_capture(agent_or_factory, path, prompt, **run_kwargs)
+        return await run_capture(
+            agent_or_factory, path, prompt, allow_prompt_edits=allow_prompt_edits, **run_kwargs
+        )
 
     async def _record(
         self,

@@ -154,6 +154,7 @@ async def run_capture(
     prompt: str,
     *,
     strict: bool = True,
+    allow_prompt_edits: bool = False,
     check: bool = True,
     on_event: Callable[[Event], None] | None = None,
     **run_kwargs: Any,
@@ -161,15 +162,17 @@ async def run_capture(
     """Replay `capture` offline: the agent runs on a `ReplayModel` under the capture's run
     id, so an unchanged agent emits the recorded stream, ids included.
 
-    A divergence (the agent now sends the model something else, or asks for more calls
-    than were recorded) ends the run with an error, as in production; here it is raised
-    as the `Divergence` itself, naming the step, since that is what a test wants to see.
-    `strict=False` only collects mismatched messages (`result` is returned; see
-    `ReplayModel.mismatches`). `prompt` must be the recorded run's prompt.
+    A divergence (the agent now sends the model something else — other tool results,
+    another system prompt, tool set or output schema — or asks for more calls than were
+    recorded) ends the run with an error, as in production; here it is raised as the
+    `Divergence` itself, naming the step, since that is what a test wants to see.
+    `strict=False` only collects the mismatches (`result` is returned; see
+    `ReplayModel.mismatches`); `allow_prompt_edits=True` lets the system prompt differ.
+    `prompt` must be the recorded run's prompt.
     """
     if not isinstance(capture, Capture):
         capture = load_capture_file(capture)
-    model = _WatchedReplay(capture, strict=strict)
+    model = _WatchedReplay(capture, strict=strict, allow_prompt_edits=allow_prompt_edits)
     run_kwargs.setdefault("run_id", capture.run_id)
     agent = agent_with_model(agent_or_factory, model)
     result, events = await _run(agent, prompt, False, on_event, run_kwargs)

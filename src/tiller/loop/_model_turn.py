@@ -241,14 +241,17 @@ class ModelTurns:
         # Held from here until the call is settled: no `await` since the ceiling check.
         self._held = budget.reserve_call(max_tokens)
         window = history_window(state.messages, run.options.max_history_tokens)
-        self._capture.sent(window)
-        return ModelRequest(
+        output_type = run.agent.output_type
+        request = ModelRequest(
             system=run.agent.system_prompt_for_run(),
             messages=window,
             tools=specs,
             max_tokens=max_tokens,
             temperature=run.options.temperature,
+            output_schema=None if output_type is None else output_type.model_json_schema(),
         )
+        self._capture.sent(request)
+        return request
 
     async def _stream(self, request: ModelRequest) -> ModelAnswer:
         """Stream one response: text and reasoning go out live, each tool call once its

@@ -41,10 +41,11 @@ from ._errors import (
     ModelProtocolError,
     ModelTimeout,
 )
-from ._resolve import resolve_model
-from ._retry import RetryPolicy
 
 # For tiller's own packages (not API; not in __all__).
+from ._request_shape import request_shape as request_shape
+from ._resolve import resolve_model
+from ._retry import RetryPolicy
 from ._retry import stream_with_retry as stream_with_retry
 from .scripted import ScriptedModel, Turn, TurnCall, TurnError, TurnInfo
 

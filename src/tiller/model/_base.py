@@ -61,6 +61,9 @@ class ModelRequest:
     #: models (`ScriptedModel`) keep their place in a script by it, run by run.
     run_id: str | None = None
     run_call: int | None = None
+    #: The JSON Schema the final answer must fit, when the agent has an output type (the
+    #: loop also asks for it in the system prompt); None: free text. Replay compares it.
+    output_schema: dict[str, Any] | None = None
 
 
 @dataclass(slots=True, frozen=True)
