@@ -4,10 +4,12 @@ Registered as the `tiller` pytest11 entry point, so installing tiller makes it a
 without the entry point, enable it with `-p tiller.pytest_plugin` (or `pytest_plugins`).
 Loading it costs nothing until a fixture is used: tiller is imported inside the fixtures.
 
-Fixtures:
+Fixtures (they need pytest-asyncio, which tiller's `dev` extra has; an async test that
+asks for one of them is made an asyncio test, so no `asyncio_mode = "auto"` and no
+`@pytest.mark.asyncio` is needed, in pytest-asyncio's default strict mode too):
 
-- `tiller_store`: a fresh SQLite `Bus` in the test's `tmp_path` (closed afterwards). An
-  async fixture, so it needs pytest-asyncio (tiller's `dev` extra has it).
+- `tiller_store`: a fresh SQLite `Bus` in the test's `tmp_path` (closed afterwards), an
+  async fixture.
 - `scripted`: `await scripted(agent, turns, prompt, **run_kwargs) -> (result, events)`,
   `tiller.testing.run_scripted` with the run jailed to a directory of `tmp_path`.
 - `tiller_model`: record once, replay offline ever after. `await tiller_model.run(agent,
@@ -26,6 +28,7 @@ Fixtures:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -74,6 +77,31 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{_MARKER}(model): the live model (a model string such as "
         "'anthropic:claude-sonnet-4-5', or a Model) this test records with --tiller-record",
     )
+
+
+#: The fixtures an async test uses with this plugin; such a test is made an asyncio test.
+_ASYNC_FIXTURES = frozenset({"tiller_store", "scripted", "tiller_model"})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Any:
+    """Mark an async test that asks for a tiller fixture `asyncio`, before pytest-asyncio
+    looks at it: in its strict mode (the default) an unmarked coroutine test would not be
+    run at all, and the README's examples would need `asyncio_mode = "auto"`."""
+    if (
+        inspect.iscoroutinefunction(obj)
+        and _ASYNC_FIXTURES & _parameters(obj)
+        and not any(mark.name == "asyncio" for mark in getattr(obj, "pytestmark", ()))
+    ):
+        pytest.mark.asyncio(obj)
+    yield
+
+
+def _parameters(function: Any) -> set[str]:
+    try:
+        return set(inspect.signature(function).parameters)
+    except (TypeError, ValueError):  # pragma: no cover - a callable with no signature
+        return set()
 
 
 # ── tiller_store ─────────────────────────────────────────────────────────────────────

@@ -3,7 +3,8 @@
 - `assert_valid_stream(events)` (alias `assert_valid_events`) checks a stream two ways:
   every event, encoded, validates against the `ag-ui-protocol` 1.0 models with no unknown
   fields, and the whole stream passes `ag-ui-validate` with zero warnings. Both checkers
-  come with tiller's `dev` extra.
+  come with tiller's `dev` extra. `assert_valid_agui(events, max_warnings=...)` is
+  `ag-ui-validate`'s own check alone, taking tiller events too.
 - `run_scripted(agent, turns, prompt)` runs an agent on a `ScriptedModel` and returns its
   result and every event; `run_capture(agent, capture, prompt)` replays a capture (a
   `Capture` or a `.json` / `.jsonl` file) through `ReplayModel`, raising `Divergence` if the
@@ -51,6 +52,7 @@ __all__ = [
     "AgentOrFactory",
     "Sequencer",
     "assert_case_passed",
+    "assert_valid_agui",
     "assert_valid_events",
     "assert_valid_stream",
     "eval_cases",
@@ -103,6 +105,34 @@ def assert_valid_stream(
 
 #: The name the issue and the docs use; the same check.
 assert_valid_events = assert_valid_stream
+
+
+def assert_valid_agui(
+    events: str | Iterable[Event | dict[str, Any]],
+    *,
+    features: list[str] | None = None,
+    severity_overrides: dict[str, str] | None = None,
+    max_warnings: int | None = None,
+) -> None:
+    """`ag-ui-validate`'s check of a stream (`ag_ui_validate.pytest_plugin`), which fails
+    with one line per rule broken: `events` are tiller `Event`s, wire dicts, or an SSE
+    body as text. `max_warnings=0` fails on warnings too (`assert_valid_stream` does, and
+    checks each event against the protocol's models besides)."""
+    try:
+        from ag_ui_validate.pytest_plugin import assert_valid_agui as validate
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise UsageError(
+            "assert_valid_agui needs ag-ui-validate (tiller's dev extra): pip install 'tiller[dev]'"
+        ) from exc
+    received: str | list[dict[str, Any]] = (
+        events if isinstance(events, str) else wire_events(events)
+    )
+    validate(
+        received,
+        features=features,
+        severity_overrides=severity_overrides,
+        max_warnings=max_warnings,
+    )
 
 
 # ── running agents offline ───────────────────────────────────────────────────────────
