@@ -16,7 +16,7 @@ from tiller.loop import Agent, PauseOnWrites, ResumeDecision, RunContext, RunOpt
 from tiller.model import ScriptedModel, TurnInfo
 from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
-from tiller.tools import ExecContext, tool
+from tiller.tools import ExecContext, builtin, tool
 
 SCRIPT = [
     {"tool_calls": [{"name": "note", "arguments": {"text": "one"}}]},
@@ -116,3 +116,22 @@ async def test_a_resumed_run_continues_its_script_on_a_fresh_model(
 def test_per_run_must_be_a_bool(value: object) -> None:
     with pytest.raises(UsageError, match="per_run must be true or false"):
         ScriptedModel(["x"], per_run=value)  # type: ignore[arg-type]
+
+
+async def test_a_subagent_on_the_parents_model_counts_its_own_turns(ctx: RunContext) -> None:
+    seen: list[tuple[str | None, int]] = []
+
+    def play(messages: Sequence[UserMessage | AssistantMessage], info: TurnInfo) -> object:
+        seen.append((info.run_id, info.turn))
+        if info.run_id == "p":
+            if info.turn == 1:
+                arguments = {"description": "look", "prompt": "look", "subagent_type": "explore"}
+                return {"tool_calls": [{"name": "agent", "arguments": arguments}]}
+            return "parent done"
+        return "child done"
+
+    result = await Agent(ScriptedModel(play), [builtin.agent]).run_in(ctx, "go", run_id="p")
+    assert result.text == "parent done"
+    # The child's first call is its turn 1 (it was the parent's turn 2 when they shared
+    # one position), and the parent's next call is its own turn 2.
+    assert seen == [("p", 1), ("p-sub-1", 1), ("p", 2)]
