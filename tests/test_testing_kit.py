@@ -89,6 +89,13 @@ async def test_a_capture_replays_to_the_same_stream_and_a_changed_agent_diverges
     assert caught.value.step == 1
     assert "the tools differ (added other; removed lookup)" in caught.value.reason
 
+    # A reworded system prompt diverges too, unless prompt edits are allowed.
+    reworded = Agent(_placeholder(), [lookup], system_prompt="Look things up.")
+    with pytest.raises(Divergence, match="the system prompt differs"):
+        await run_capture(reworded, path, "find")
+    replayed, _ = await run_capture(reworded, path, "find", allow_prompt_edits=True)
+    assert replayed.state.messages == recorded.state.messages
+
 
 async def test_assert_valid_events_is_the_stream_check() -> None:
     assert assert_valid_events is assert_valid_stream

@@ -104,6 +104,7 @@ class ReplayModel:
         *,
         strict: bool = True,
         allow_prompt_edits: bool = False,
+        check_agent: bool = True,
         provider: str | None = None,
         name: str | None = None,
     ) -> None:
@@ -111,6 +112,10 @@ class ReplayModel:
         self.strict = strict
         #: A changed system prompt is no divergence (tools and the output schema still are).
         self.allow_prompt_edits = allow_prompt_edits
+        #: False: only the messages are compared, not the request's shape (the agent
+        #: replaying is a stand-in for the recorded one, e.g. `tiller runs replay` without
+        #: `--agent`, whose tools answer from the recording).
+        self.check_agent = check_agent
         #: The shape the recording's calls had, as of the call answered last (records
         #: carry it only when it changed; None: not recorded, an older capture).
         self._recorded_shape: dict[str, Any] | None = None
@@ -153,7 +158,7 @@ class ReplayModel:
             self._recorded_shape = record.agent
         step = record.step or number
         divergences: list[Divergence] = []
-        if self._recorded_shape is not None:
+        if self.check_agent and self._recorded_shape is not None:
             divergences.extend(self._shape_divergences(step, request))
         if (
             new is not None
