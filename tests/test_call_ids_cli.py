@@ -1,6 +1,7 @@
 """Law 10 through the real command: `tiller run` holds a call, `tiller approve` runs it in
-a new process, and the model there — its script started over — asks for the same call
-under the same provider id. That second ask is a new call: it must be held for a person,
+a new process, and the model there — its script started over (`per_run: false`: one
+position per model, and the new process's model is new) — asks for the same call under
+the same provider id. That second ask is a new call: it must be held for a person,
 not run on the first call's approval."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tiller.state import RunState
 from .cli_support import tiller
 
 SCRIPT = """
+per_run: false
 turns:
   - tool_calls:
       - {name: execute_command, arguments: {command: "echo A >> ledger.txt"}}

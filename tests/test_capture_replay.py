@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from tiller.capture import (
     Capture,
@@ -80,11 +81,13 @@ async def drive(
     opts: RunOptions,
     tools: tuple[Tool, ...] = (lookup,),
     prompt: str = "Look everything up.",
+    **agent: Any,
 ) -> Run:
-    """Run to the end (with a hang guard) and check the stream is valid AG-UI."""
+    """Run to the end (with a hang guard) and check the stream is valid AG-UI. `agent`:
+    the `Agent`'s keyword arguments (a system prompt, an output type)."""
     events: list[Event] = []
     async with asyncio.timeout(30):
-        result = await Agent(model, tools).run_in(
+        result = await Agent(model, tools, **agent).run_in(
             ctx, prompt, opts, on_event=events.append, run_id=RUN_ID
         )
     return Run(result, assert_valid_stream(events))
@@ -123,7 +126,7 @@ async def test_a_capture_round_trips_through_json_and_jsonl(ctx: RunContext) -> 
     original, capture = await captured(5, ctx)
     assert Capture.from_json(capture.to_json()) == capture
     assert Capture.from_jsonl(capture.to_jsonl()) == capture
-    assert capture.to_dict()["schema_version"] == 1
+    assert capture.to_dict()["schema_version"] == 2
     again = await drive(ReplayModel(Capture.from_json(capture.to_json())), ctx, options(5))
     assert again.wire == original.wire
 
@@ -222,7 +225,7 @@ async def test_a_tool_that_returns_something_else_diverges_at_the_next_step(
 
     @tool(read_only=True, name="lookup")
     def changed(n: int) -> str:
-        """Look a number up, differently for 7."""
+        """Look a number up."""  # as recorded: only what it returns changed
         return "entry 7: MOVED" if n == 7 else f"entry {n}: ok"
 
     replay = ReplayModel(capture)
@@ -251,12 +254,110 @@ async def test_a_changed_agent_with_another_tool_diverges_naming_the_step(
         return query
 
     run = await drive(ReplayModel(capture), ctx, options(10), tools=(search,))
-    # The recorded model calls `lookup` at step 1; this agent has no such tool, so the
-    # result the model reads at step 2 is a refusal instead of the recorded entry.
-    assert_failed_with(run, 2)
+    # The model was shown `lookup`, not `search`: the very first request differs.
+    assert_failed_with(run, 1)
     assert run.result.error is not None
-    assert "run-capture-call-1 (lookup)" in run.result.error
-    assert "Unknown tool 'lookup'" in run.result.error
+    assert "the tools differ (added search; removed lookup)" in run.result.error
+    # Leniently, the replay goes on: the recorded model calls `lookup` at step 1, which
+    # this agent has not, so the result read at step 2 is a refusal, not the entry.
+    lenient = ReplayModel(capture, strict=False)
+    await drive(lenient, ctx, options(10), tools=(search,))
+    first, second = lenient.mismatches[:2]
+    assert first.step == 1 and "the tools differ" in first.reason
+    assert second.step == 2 and "run-capture-call-1 (lookup)" in second.reason
+    assert "Unknown tool 'lookup'" in second.reason
+
+
+# ── a changed agent (issue 18) ──────────────────────────────────────────────────────
+
+
+async def captured_with(ctx: RunContext, steps: int = 3, **agent: Any) -> Capture:
+    captures = memory_capture()
+    run = await drive(ScriptedModel(script(steps)), ctx, options(steps, captures), **agent)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    return captures[RUN_ID]
+
+
+async def test_a_changed_system_prompt_diverges_unless_prompt_edits_are_allowed(
+    ctx: RunContext,
+) -> None:
+    capture = await captured_with(ctx, system_prompt="Be brief.\nLook things up.")
+    assert capture.model_calls[0].agent is not None
+    assert capture.model_calls[1].agent is None  # unchanged since the first: not repeated
+    run = await drive(
+        ReplayModel(capture), ctx, options(3), system_prompt="Be thorough.\nLook things up."
+    )
+    assert_failed_with(run, 1)
+    assert run.result.error is not None
+    assert "the system prompt differs from the recording" in run.result.error
+    assert "-Be brief." in run.result.error and "+Be thorough." in run.result.error
+    # Only the prompt was reworded: with the switch, the replay goes on to the end.
+    allowing = ReplayModel(capture, allow_prompt_edits=True)
+    again = await drive(allowing, ctx, options(3), system_prompt="Be thorough.")
+    assert again.result.stop_cause is StopCause.COMPLETED
+    assert allowing.mismatches == [] and allowing.remaining == 0
+
+
+async def test_a_changed_tool_diverges_even_when_prompt_edits_are_allowed(
+    ctx: RunContext,
+) -> None:
+    capture = await captured_with(ctx)
+
+    @tool(read_only=True, name="lookup")
+    def wider(n: int, verbose: bool = False) -> str:
+        """Look a number up."""
+        return f"entry {n}: ok"
+
+    replay = ReplayModel(capture, allow_prompt_edits=True)
+    run = await drive(replay, ctx, options(3), tools=(wider,))
+    assert_failed_with(run, 1)
+    assert run.result.error is not None
+    assert "the tools differ (changed lookup)" in run.result.error
+    assert '"verbose"' in run.result.error  # the diff shows the new parameter
+
+
+class Answer(BaseModel):
+    value: int
+
+
+class Renamed(BaseModel):
+    amount: int
+
+
+async def test_a_changed_output_schema_diverges_even_when_prompt_edits_are_allowed(
+    ctx: RunContext,
+) -> None:
+    captures = memory_capture()
+    recorded = await drive(
+        ScriptedModel(['{"value": 3}']), ctx, options(1, captures), output_type=Answer
+    )
+    assert recorded.result.stop_cause is StopCause.COMPLETED
+    capture = captures[RUN_ID]
+    shape = capture.model_calls[0].agent
+    assert shape is not None and shape["output_schema"] == Answer.model_json_schema()
+    same = await drive(ReplayModel(capture), ctx, options(1), output_type=Answer)
+    assert same.result.stop_cause is StopCause.COMPLETED
+    replay = ReplayModel(capture, allow_prompt_edits=True)
+    run = await drive(replay, ctx, options(1), output_type=Renamed)
+    assert_failed_with(run, 1)
+    assert run.result.error is not None
+    assert "the output schema differs from the recording" in run.result.error
+
+
+async def test_a_capture_from_before_shapes_were_recorded_replays_unchecked_for_them(
+    ctx: RunContext,
+) -> None:
+    capture = await captured_with(ctx, system_prompt="Be brief.")
+    old = capture.to_dict()
+    old["schema_version"] = 1
+    for record in old["records"]:
+        record.pop("agent", None)
+    legacy = Capture.from_dict(old)
+    assert all(record.agent is None for record in legacy.model_calls)
+    replay = ReplayModel(legacy)
+    run = await drive(replay, ctx, options(3), system_prompt="Be thorough.")
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert replay.mismatches == []
 
 
 async def test_the_divergence_is_a_non_retryable_model_error() -> None:
@@ -295,7 +396,7 @@ async def test_a_lenient_replay_collects_mismatches_and_goes_on(ctx: RunContext)
 
     @tool(read_only=True, name="lookup")
     def changed(n: int) -> str:
-        """Different for 2 and 4."""
+        """Look a number up."""  # as recorded: only what it returns changed (for 2 and 4)
         return "different" if n in (2, 4) else f"entry {n}: ok"
 
     replay = ReplayModel(capture, strict=False)

@@ -130,7 +130,7 @@ async def test_a_resumed_run_appends_to_its_log(tmp_path: Path) -> None:
         assert first.stop_cause is StopCause.SUSPENDED
         (call,) = first.state.unanswered_calls()
         resumed_events: list[Event] = []
-        done = await Agent(ScriptedModel(["done"]), [note]).resume(
+        done = await Agent(ScriptedModel(["done"], per_run=False), [note]).resume(
             "res-1",
             {call.id: ResumeDecision.approved()},
             ctx=RunContext.sandboxed(tmp_path / "ws", AllowAll()).with_store(bus),

@@ -433,7 +433,7 @@ def test_a_rewound_run_resumes_with_the_checklist_of_the_cut(
         "from tiller.tools.builtin import task_create\n"
         "def build():\n"
         "    return Agent(ScriptedModel([{'tool_calls': [{'name': 'task_create', "
-        "'arguments': {'subject': 'Redo'}}]}, 'ok']), [task_create])\n"
+        "'arguments': {'subject': 'Redo'}}]}, 'ok'], per_run=False), [task_create])\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     checklist_run(url, ws)

@@ -32,6 +32,7 @@ from tiller.store import ApprovalStore as ApprovalStore
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "tiller"
 NEWER = 10**6  # a schema version no tiller writes yet
+RUN_STATE_VERSION = LEDGER["run_state"].current
 
 
 def test_the_doc_is_generated_from_the_ledger() -> None:
@@ -102,7 +103,7 @@ def test_a_state_written_before_written_by_still_loads() -> None:
     del raw["written_by"]
     raw["schema_version"] = 1
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.run_id) == (4, "r1")  # migrated as read
+    assert (loaded.schema_version, loaded.run_id) == (RUN_STATE_VERSION, "r1")  # migrated
 
 
 def test_a_state_says_its_writer_truly_as_the_stored_records_do() -> None:
@@ -213,7 +214,7 @@ async def test_a_state_inside_a_checkpoint_is_read_by_the_ledger_as_from_json_re
     await kv.put("r1", orjson.dumps({"schema_version": 1, "status": "suspended", "state": older}))
     loaded = (await CheckpointStore(bus).load("r1")).state
     # Migrated as read, and saved again as the current version: not a v2 body labelled v1.
-    assert (loaded.schema_version, loaded.written_by) == (4, None)
+    assert (loaded.schema_version, loaded.written_by) == (RUN_STATE_VERSION, None)
     # A version the ledger never had is refused, as `RunState.from_json` refuses it.
     older["schema_version"] = 0
     await kv.put("r1", orjson.dumps({"schema_version": 1, "status": "suspended", "state": older}))

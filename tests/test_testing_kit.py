@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from tiller.capture import memory_capture
-from tiller.events import RunStartedEvent, TextMessageContentEvent
+from tiller.events import RunFinishedEvent, RunStartedEvent, TextMessageContentEvent
 from tiller.loop import Agent, RunOptions
 from tiller.model import Model
 from tiller.model.replay import Divergence
 from tiller.testing import (
     Sequencer,
+    assert_valid_agui,
     assert_valid_events,
     assert_valid_stream,
     run_capture,
@@ -81,11 +82,19 @@ async def test_a_capture_replays_to_the_same_stream_and_a_changed_agent_diverges
         assert wire_events(replay_events) == wire_events(events)  # ids included
         assert replayed.state.messages == recorded.state.messages
 
-    # The agent now has a different tool: its result differs at the second model call.
+    # The agent now has a different tool: the model is shown another tool set at once.
     changed = Agent(_placeholder(), [other])
     with pytest.raises(Divergence) as caught:
         await run_capture(changed, path, "find")
-    assert caught.value.step == 2
+    assert caught.value.step == 1
+    assert "the tools differ (added other; removed lookup)" in caught.value.reason
+
+    # A reworded system prompt diverges too, unless prompt edits are allowed.
+    reworded = Agent(_placeholder(), [lookup], system_prompt="Look things up.")
+    with pytest.raises(Divergence, match="the system prompt differs"):
+        await run_capture(reworded, path, "find")
+    replayed, _ = await run_capture(reworded, path, "find", allow_prompt_edits=True)
+    assert replayed.state.messages == recorded.state.messages
 
 
 async def test_assert_valid_events_is_the_stream_check() -> None:
@@ -296,3 +305,38 @@ class _Placeholder:
 
 def _placeholder() -> Model:
     return _Placeholder()  # type: ignore[return-value]
+
+
+NO_ASYNCIO_MODE_TESTS = """
+from tiller.loop import Agent
+from tiller.model import ScriptedModel
+from tiller.store import Bus
+
+
+async def test_store(tiller_store):  # no asyncio mark, no asyncio_mode
+    assert isinstance(tiller_store, Bus)
+    await (await tiller_store.kv("b")).put("k", b"v")
+
+
+async def test_scripted(scripted):
+    result, events = await scripted(Agent(ScriptedModel([]), []), ["hello"], "hi")
+    assert result.text == "hello"
+"""
+
+
+def test_the_fixtures_work_without_asyncio_mode_auto(pytester: pytest.Pytester) -> None:
+    """pytest-asyncio's default is strict mode, where an unmarked async test is not run:
+    a test that asks for a tiller fixture is made an asyncio test by the plugin."""
+    pytester.makeini(INI)  # asyncio_mode unset: strict
+    pytester.makepyfile(test_plain=NO_ASYNCIO_MODE_TESTS)
+    result = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
+def test_assert_valid_agui_is_in_tiller_testing_and_takes_tiller_events() -> None:
+    started = RunStartedEvent(thread_id="t", run_id="r")
+    finished = RunFinishedEvent(thread_id="t", run_id="r")
+    assert_valid_agui([started, finished], max_warnings=0)
+    assert_valid_agui([started.to_wire(), finished.to_wire()], max_warnings=0)
+    with pytest.raises(AssertionError):
+        assert_valid_agui([started], max_warnings=0)  # never finished

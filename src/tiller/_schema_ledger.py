@@ -101,6 +101,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "its run claimed but never checkpointed. A version 3 state reads with no "
                 "steers folded and `folded_mail` unknown (null: nothing is re-delivered).",
             ),
+            SchemaVersion(
+                5,
+                "0.1.0",
+                "`model_calls` (issue 18): the calls the run made to its model, every "
+                "attempt counted, so a resumed run's `ModelRequest.run_call` goes on where "
+                "it stopped and a scripted model continues the run's script. A version 4 "
+                "state reads with `model_calls` equal to its `step`.",
+            ),
         ),
         _kind(
             "run_checkpoint",
@@ -234,6 +242,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "0.1.0",
                 "A header `{run_id}` and per model call the new messages and the response; "
                 "tool results. " + _WRITTEN_BY,
+            ),
+            SchemaVersion(
+                2,
+                "0.1.0",
+                "A model call record's `agent` (issue 18): the request's system prompt, tools "
+                "and output schema (`request_shape`), when they changed since the run's "
+                "previous record, so a replay diverges on a changed agent. A version 1 "
+                "capture reads with no `agent`: it replays unchecked for them.",
             ),
         ),
         _kind(

@@ -81,6 +81,11 @@ class ModelCallRecord:
     #: The model's stream events as JSON (`tiller.model._codec`), so a replay streams the
     #: very same deltas and the run's AG-UI stream comes out identical.
     stream: list[dict[str, Any]] = field(default_factory=list)
+    #: The agent's side of the request (`tiller.model.replay.request_shape`: `system`,
+    #: `tools`, `output_schema`), when it changed since the run's previous record (a run's
+    #: first record always has it); None: as before, or, in a version 1 capture, never
+    #: recorded. A replay diverges when the agent's differs.
+    agent: dict[str, Any] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -119,6 +124,8 @@ CAPTURE_BUCKET = "tiller-captures"
 #: Bumped whenever the JSON shape changes; `Capture.from_json` refuses other versions
 #: rather than replaying a capture it would misread.
 SCHEMA_VERSION = LEDGER["capture"].current
+#: The versions `Capture.from_json` reads: version 1 is version 2 without `agent`.
+READABLE_VERSIONS = LEDGER["capture"].readable
 
 CaptureRecord: TypeAlias = ModelCallRecord | ToolResultRecord
 #: `(record) -> record`: scrubs a record before it is buffered (secrets, personal data).
@@ -233,10 +240,10 @@ class Capture:
 
 def _header(data: Mapping[str, Any]) -> str:
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         problem = (
             f"capture schema version {version!r} is not supported "
-            f"(this tiller reads version {SCHEMA_VERSION})"
+            f"(this tiller reads versions {', '.join(map(str, READABLE_VERSIONS))})"
         )
         if isinstance(version, int) and version > SCHEMA_VERSION:
             writer = written_by_of(data)

@@ -4,10 +4,12 @@ Registered as the `tiller` pytest11 entry point, so installing tiller makes it a
 without the entry point, enable it with `-p tiller.pytest_plugin` (or `pytest_plugins`).
 Loading it costs nothing until a fixture is used: tiller is imported inside the fixtures.
 
-Fixtures:
+Fixtures (they need pytest-asyncio, which tiller's `dev` extra has; an async test that
+asks for one of them is made an asyncio test, so no `asyncio_mode = "auto"` and no
+`@pytest.mark.asyncio` is needed, in pytest-asyncio's default strict mode too):
 
-- `tiller_store`: a fresh SQLite `Bus` in the test's `tmp_path` (closed afterwards). An
-  async fixture, so it needs pytest-asyncio (tiller's `dev` extra has it).
+- `tiller_store`: a fresh SQLite `Bus` in the test's `tmp_path` (closed afterwards), an
+  async fixture.
 - `scripted`: `await scripted(agent, turns, prompt, **run_kwargs) -> (result, events)`,
   `tiller.testing.run_scripted` with the run jailed to a directory of `tmp_path`.
 - `tiller_model`: record once, replay offline ever after. `await tiller_model.run(agent,
@@ -18,12 +20,15 @@ Fixtures:
     `captures/<module>.<test>.json` (a second run in the same test: `...<test>.2.json`);
   - without it, the run replays that file through `ReplayModel` (strict), with no network,
     and fails with a message saying how to record it if the file is missing. A changed
-    agent raises `Divergence` naming the step.
+    agent raises `Divergence` naming the step: other results from its tools, or another
+    system prompt, tool set or output schema (`run(..., allow_prompt_edits=True)` lets
+    the prompt alone differ).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -72,6 +77,31 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{_MARKER}(model): the live model (a model string such as "
         "'anthropic:claude-sonnet-4-5', or a Model) this test records with --tiller-record",
     )
+
+
+#: The fixtures an async test uses with this plugin; such a test is made an asyncio test.
+_ASYNC_FIXTURES = frozenset({"tiller_store", "scripted", "tiller_model"})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Any:
+    """Mark an async test that asks for a tiller fixture `asyncio`, before pytest-asyncio
+    looks at it: in its strict mode (the default) an unmarked coroutine test would not be
+    run at all, and the README's examples would need `asyncio_mode = "auto"`."""
+    if (
+        inspect.iscoroutinefunction(obj)
+        and _ASYNC_FIXTURES & _parameters(obj)
+        and not any(mark.name == "asyncio" for mark in getattr(obj, "pytestmark", ()))
+    ):
+        pytest.mark.asyncio(obj)
+    yield
+
+
+def _parameters(function: Any) -> set[str]:
+    try:
+        return set(inspect.signature(function).parameters)
+    except (TypeError, ValueError):  # pragma: no cover - a callable with no signature
+        return set()
 
 
 # ── tiller_store ─────────────────────────────────────────────────────────────────────
@@ -154,9 +184,15 @@ class ModelRecorder:
         return self._stem.with_name(self._stem.name + suffix)
 
     async def run(
-        self, agent_or_factory: AgentOrFactory, prompt: str, **run_kwargs: Any
+        self,
+        agent_or_factory: AgentOrFactory,
+        prompt: str,
+        *,
+        allow_prompt_edits: bool = False,
+        **run_kwargs: Any,
     ) -> tuple[RunResult, list[Event]]:
-        """Record this run from the live model (`--tiller-record`), or replay its capture."""
+        """Record this run from the live model (`--tiller-record`), or replay its capture
+        (`allow_prompt_edits`: a changed system prompt is no divergence)."""
         from .testing import run_capture
 
         path = self.path(len(self.paths) + 1)
@@ -171,7 +207,9 @@ class ModelRecorder:
                 f"{_RECORD_OPTION} (it calls the live model) to record it",
                 pytrace=False,
             )
-        return await run_capture(agent_or_factory, path, prompt, **run_kwargs)
+        return await run_capture(
+            agent_or_factory, path, prompt, allow_prompt_edits=allow_prompt_edits, **run_kwargs
+        )
 
     async def _record(
         self,

@@ -205,6 +205,11 @@ class RunState(BaseModel):
     messages: list[Message] = Field(default_factory=list)
     #: Steps taken so far (each is one model call in this run).
     step: int = 0
+    #: Calls this run made to its agent's model, every attempt counted (retries, the
+    #: compaction summary's, the classifier's when it is the run's own model): the
+    #: `ModelRequest.run_call` of the next is one more, so an offline model keeps its
+    #: place in its script across a suspension and a resume, in any process.
+    model_calls: int = 0
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
     #: Whether `usage` counts every model call (false after a cancel mid-stream).
@@ -389,10 +394,13 @@ class RunState(BaseModel):
 _AGENT_STATE_VERSION = 3
 #: The version that records the ids of the steers and the mail folded (issue 16).
 _FOLDED_IDS_VERSION = 4
+#: The version that counts the run's model calls (issue 18).
+_MODEL_CALLS_VERSION = 5
 
 
 def _renamed_keys(data: Any) -> Any:
-    """A state of a version before 4 (as decoded JSON) with `folded_mail` unknown (None)
+    """A state of a version before 5 (as decoded JSON) with `model_calls` as its steps;
+    before 4, with `folded_mail` unknown (None)
     and, before 3, the keys version 3 renamed: `state` → `agent_state`, each call
     record's `turn` → `step`. Anything else (a
     current state, a `RunState` value, not a dict) is returned as it is; `data` itself
@@ -402,9 +410,13 @@ def _renamed_keys(data: Any) -> Any:
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
         return data
-    if version >= _FOLDED_IDS_VERSION:
+    if version >= _MODEL_CALLS_VERSION:
         return data
     migrated = dict(data)
+    # Before 5, a run counted steps only: each step made one call, retries aside.
+    migrated.setdefault("model_calls", migrated.get("step", 0))
+    if version >= _FOLDED_IDS_VERSION:
+        return migrated
     migrated.setdefault("folded_mail", None)  # unknown: its mail may be folded already
     if version >= _AGENT_STATE_VERSION:
         return migrated

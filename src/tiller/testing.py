@@ -3,7 +3,8 @@
 - `assert_valid_stream(events)` (alias `assert_valid_events`) checks a stream two ways:
   every event, encoded, validates against the `ag-ui-protocol` 1.0 models with no unknown
   fields, and the whole stream passes `ag-ui-validate` with zero warnings. Both checkers
-  come with tiller's `dev` extra.
+  come with tiller's `dev` extra. `assert_valid_agui(events, max_warnings=...)` is
+  `ag-ui-validate`'s own check alone, taking tiller events too.
 - `run_scripted(agent, turns, prompt)` runs an agent on a `ScriptedModel` and returns its
   result and every event; `run_capture(agent, capture, prompt)` replays a capture (a
   `Capture` or a `.json` / `.jsonl` file) through `ReplayModel`, raising `Divergence` if the
@@ -51,6 +52,7 @@ __all__ = [
     "AgentOrFactory",
     "Sequencer",
     "assert_case_passed",
+    "assert_valid_agui",
     "assert_valid_events",
     "assert_valid_stream",
     "eval_cases",
@@ -105,6 +107,34 @@ def assert_valid_stream(
 assert_valid_events = assert_valid_stream
 
 
+def assert_valid_agui(
+    events: str | Iterable[Event | dict[str, Any]],
+    *,
+    features: list[str] | None = None,
+    severity_overrides: dict[str, str] | None = None,
+    max_warnings: int | None = None,
+) -> None:
+    """`ag-ui-validate`'s check of a stream (`ag_ui_validate.pytest_plugin`), which fails
+    with one line per rule broken: `events` are tiller `Event`s, wire dicts, or an SSE
+    body as text. `max_warnings=0` fails on warnings too (`assert_valid_stream` does, and
+    checks each event against the protocol's models besides)."""
+    try:
+        from ag_ui_validate.pytest_plugin import assert_valid_agui as validate
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise UsageError(
+            "assert_valid_agui needs ag-ui-validate (tiller's dev extra): pip install 'tiller[dev]'"
+        ) from exc
+    received: str | list[dict[str, Any]] = (
+        events if isinstance(events, str) else wire_events(events)
+    )
+    validate(
+        received,
+        features=features,
+        severity_overrides=severity_overrides,
+        max_warnings=max_warnings,
+    )
+
+
 # ── running agents offline ───────────────────────────────────────────────────────────
 
 
@@ -154,6 +184,7 @@ async def run_capture(
     prompt: str,
     *,
     strict: bool = True,
+    allow_prompt_edits: bool = False,
     check: bool = True,
     on_event: Callable[[Event], None] | None = None,
     **run_kwargs: Any,
@@ -161,15 +192,17 @@ async def run_capture(
     """Replay `capture` offline: the agent runs on a `ReplayModel` under the capture's run
     id, so an unchanged agent emits the recorded stream, ids included.
 
-    A divergence (the agent now sends the model something else, or asks for more calls
-    than were recorded) ends the run with an error, as in production; here it is raised
-    as the `Divergence` itself, naming the step, since that is what a test wants to see.
-    `strict=False` only collects mismatched messages (`result` is returned; see
-    `ReplayModel.mismatches`). `prompt` must be the recorded run's prompt.
+    A divergence (the agent now sends the model something else — other tool results,
+    another system prompt, tool set or output schema — or asks for more calls than were
+    recorded) ends the run with an error, as in production; here it is raised as the
+    `Divergence` itself, naming the step, since that is what a test wants to see.
+    `strict=False` only collects the mismatches (`result` is returned; see
+    `ReplayModel.mismatches`); `allow_prompt_edits=True` lets the system prompt differ.
+    `prompt` must be the recorded run's prompt.
     """
     if not isinstance(capture, Capture):
         capture = load_capture_file(capture)
-    model = _WatchedReplay(capture, strict=strict)
+    model = _WatchedReplay(capture, strict=strict, allow_prompt_edits=allow_prompt_edits)
     run_kwargs.setdefault("run_id", capture.run_id)
     agent = agent_with_model(agent_or_factory, model)
     result, events = await _run(agent, prompt, False, on_event, run_kwargs)

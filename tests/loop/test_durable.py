@@ -106,7 +106,7 @@ async def test_edited_arguments_replace_the_models(tmp_path: Path) -> None:
     bad = await again.run_in(ctx, "go", RunOptions(review_policy=PauseOnWrites()), run_id="r2")
     assert bad.checkpoint is not None
     (call,) = bad.checkpoint.unanswered_calls()
-    result = await Agent(ScriptedModel(["done"]), [append]).resume(
+    result = await Agent(ScriptedModel(["done"], per_run=False), [append]).resume(
         bad.checkpoint, {call.id: ResumeDecision.approved({"text": 3})}, ctx=ctx
     )
     assert result.tool_trace[0].malformed_arguments
@@ -157,7 +157,7 @@ async def test_two_racing_resumes_one_proceeds(tmp_path: Path, backend: str) -> 
         buses = [await open_bus(url, namespace=namespace) for _ in range(2)]
         try:
             attempts = [
-                Agent(ScriptedModel(["done"]), [append]).resume(
+                Agent(ScriptedModel(["done"], per_run=False), [append]).resume(
                     "race-1",
                     {call.id: ResumeDecision.approved()},
                     ctx=RunContext.sandboxed(workspace).with_store(b),
@@ -190,7 +190,7 @@ async def test_an_uncertain_call_blocks_until_reconciled(tmp_path: Path) -> None
         await store.call_completed("crash-1", a.id, "appended a", is_error=False)
         await store.call_started("crash-1", b.id)
         decisions = {x.id: ResumeDecision.approved() for x in (a, b, c)}
-        later = Agent(ScriptedModel(["done"]), [append])
+        later = Agent(ScriptedModel(["done"], per_run=False), [append])
         with pytest.raises(ResumeReplayBlocked, match=b.id):
             await later.resume("crash-1", decisions, ctx=ctx, bucket="cp")
         await store.mark_call("crash-1", b.id, content="appended b", is_error=False)
@@ -234,12 +234,12 @@ async def main(mode, url, namespace, workspace):
         ctx = RunContext.sandboxed(workspace).with_store(bus)
         if mode == "start":
             options = RunOptions(review_policy=PauseOnWrites(), checkpoint_bucket=BUCKET)
-            result = await build([FIRST]).run_in(ctx, "go", options, run_id="xproc-1")
+            result = await build([FIRST, "all done"]).run_in(ctx, "go", options, run_id="xproc-1")
             calls = [c.id for c in result.state.unanswered_calls()]
             print(json.dumps({"stop": result.stop_cause.value, "calls": calls}))
         else:
             decisions = {sys.argv[6]: ResumeDecision.approved()}
-            result = await build(["all done"]).resume("xproc-1", decisions, ctx=ctx)
+            result = await build([FIRST, "all done"]).resume("xproc-1", decisions, ctx=ctx)
             print(json.dumps({"stop": result.stop_cause.value, "text": result.text}))
 
 asyncio.run(main(*sys.argv[2:6]))
@@ -314,7 +314,7 @@ async def test_headless_durable_asks_hold_the_call_after_the_allowed_ones_ran(
         assert [r["toolCallId"] for r in results] == [peek_call.id]  # the read ran
         assert [i["toolCallId"] for i in wire[-1]["outcome"]["interrupts"]] == [append_call.id]
         assert lines(workspace) == []
-        done = await Agent(ScriptedModel(["done"]), [append, peek]).resume(
+        done = await Agent(ScriptedModel(["done"], per_run=False), [append, peek]).resume(
             "held-1",
             {append_call.id: ResumeDecision.approved()},
             ctx=ctx.with_approver(None),
@@ -397,7 +397,7 @@ async def test_a_live_run_holds_its_lease_so_recovery_waits_or_is_forced(tmp_pat
         store = CheckpointStore(bus, "cp")
         holder = await store.holder("live")
         assert holder is not None and holder[1] == 30
-        recovering = Agent(ScriptedModel(["done"]), [slow])
+        recovering = Agent(ScriptedModel(["done"], per_run=False), [slow])
         with pytest.raises(RunStillRunning, match="--force"):
             await recover("live", bus, agent=recovering, ctx=ctx, bucket="cp")
         clock.now += 31  # the lease lapsed: as if the process had died 31 s ago

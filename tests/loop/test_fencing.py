@@ -105,7 +105,9 @@ async def test_a_run_taken_over_stops_its_stale_worker_before_its_next_call(
         clock.now += TTL + 1  # A's lease lapsed: as if its process had died
     # The stuck call is uncertain (started, never completed): a person says it was done.
     await checkpoints.mark_call("R", stuck_call, content="done, said a person", is_error=False)
-    worker_b = Agent(ScriptedModel([_call("append", text="by b"), "b done"]), [stuck, append])
+    worker_b = Agent(
+        ScriptedModel([_call("append", text="by b"), "b done"], per_run=False), [stuck, append]
+    )
     recovered = await recover("R", bus, agent=worker_b, ctx=ctx, bucket="cp", force=how == "forced")
     assert recovered.completed
     after_b = await checkpoints.load("R")
@@ -167,7 +169,7 @@ async def test_the_stale_workers_lease_keeper_stops_renewing(
         assert holder is not None
         (stuck_call,) = (await checkpoints.calls("R")).keys()
         await checkpoints.mark_call("R", stuck_call, content="done", is_error=False)
-        worker_b = Agent(ScriptedModel(["b done"]), [stuck])
+        worker_b = Agent(ScriptedModel(["b done"], per_run=False), [stuck])
         with caplog.at_level("WARNING", logger="tiller.loop._lease_keeper"):
             assert (
                 await recover("R", bus, agent=worker_b, ctx=ctx, bucket="cp", force=True)
@@ -203,7 +205,7 @@ async def test_a_call_started_just_before_the_recovery_claimed_blocks_it(
 
         monkeypatch.setattr(CheckpointStore, "claim", started_just_before)
         options = RunOptions(checkpoint_bucket="cp")
-        recovering = Agent(ScriptedModel(["done"]), [append])
+        recovering = Agent(ScriptedModel(["done"], per_run=False), [append])
         with pytest.raises(ResumeReplayBlocked, match=call.id):
             await recover("R", bus, agent=recovering, ctx=ctx, options=options, bucket="cp")
         assert _lines(workspace) == []

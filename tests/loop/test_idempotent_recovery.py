@@ -331,7 +331,7 @@ def book(entry: str, ctx: ExecContext) -> str:
 async def main(url, workspace, mode):
     async with await open_bus(url) as bus:
         if mode == "recover":  # a recovering worker, killed in the re-run too
-            agent = Agent(ScriptedModel(["Recovered."]), [book])
+            agent = Agent(ScriptedModel(["Recovered."], per_run=False), [book])
             ctx = FromCheckpoint(approver=AllowAll())
             await recover("killed", bus, agent=agent, ctx=ctx, bucket="cp", force=True)
             return
@@ -376,7 +376,7 @@ async def test_a_recovery_killed_in_the_rerun_is_recovered_again(tmp_path: Path)
     async with await open_bus(url) as bus:
         log = (await CheckpointStore(bus, BUCKET).calls("killed"))[call_id]
         assert (log.status, log.idempotent) == ("started", True)  # the re-run's own start
-        agent = Agent(ScriptedModel(["Recovered."]), [book])
+        agent = Agent(ScriptedModel(["Recovered."], per_run=False), [book])
         done = await recover("killed", bus, agent=agent, ctx=allowed(), bucket=BUCKET, force=True)
     assert done.completed and done.text == "Recovered."
     assert attempts(workspace) == [call_id] * 3
@@ -395,7 +395,7 @@ async def test_a_worker_killed_mid_call_is_recovered(tmp_path: Path, kind: str) 
         log = (await CheckpointStore(bus, BUCKET).calls("killed"))[call_id]
         assert (log.status, log.idempotent) == ("started", kind == "idempotent")
         tools = [book if kind == "idempotent" else book_not_idempotent]
-        agent = Agent(ScriptedModel(["Recovered."]), tools)
+        agent = Agent(ScriptedModel(["Recovered."], per_run=False), tools)
         if kind == "plain":
             with pytest.raises(ResumeReplayBlocked, match=call_id):
                 await recover("killed", bus, agent=agent, ctx=allowed(), bucket=BUCKET, force=True)

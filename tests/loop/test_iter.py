@@ -164,7 +164,7 @@ async def test_a_checkpoint_continues_at_its_step(tmp_path: Path) -> None:
     assert paused.checkpoint is not None
 
     steps: list[Step] = []
-    model = ScriptedModel(["done after the review"])
+    model = ScriptedModel(["done after the review"], per_run=False)
     approving = RunContext.sandboxed(tmp_path, AllowAll())
     async with Agent(model, [append]).iter(paused.checkpoint, context=approving) as run:
         async for step in run:

@@ -94,7 +94,7 @@ async def test_mail_claimed_by_a_process_that_died_before_its_checkpoint_is_deli
         assert _times_folded((await checkpoints.load("R")).state) == 0
 
         clock.now += TTL + 1  # A's lease lapses: as if its process had died
-        worker_b = Agent(ScriptedModel(["b done"]), [], name="bob")
+        worker_b = Agent(ScriptedModel(["b done"], per_run=False), [], name="bob")
         recovered = await recover("R", store, agent=worker_b, ctx=ctx, bucket="cp")
         assert recovered.completed
         assert _times_folded(recovered.state) == 1
@@ -138,7 +138,7 @@ async def test_mail_a_checkpoint_holds_is_not_delivered_again_by_the_recovery(
         clock.now += TTL + 1
         (stuck_call,) = (await checkpoints.calls("R")).keys()
         await checkpoints.mark_call("R", stuck_call, content="done", is_error=False)
-        worker_b = Agent(ScriptedModel(["b done"]), [stuck], name="bob")
+        worker_b = Agent(ScriptedModel(["b done"], per_run=False), [stuck], name="bob")
         recovered = await recover("R", store, agent=worker_b, ctx=ctx, bucket="cp")
         assert recovered.completed
         assert _times_folded(recovered.state) == 1

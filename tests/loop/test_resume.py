@@ -116,7 +116,7 @@ async def test_continuing_from_every_step_boundary(tmp_path: Path) -> None:
         saved = first.result.state.to_json()
         loaded = RunState.from_json(saved)
         assert loaded == first.result.state
-        rest = await drive(world.agent(SCRIPT[k:]), loaded, world.ctx)
+        rest = await drive(world.agent(SCRIPT), loaded, world.ctx)
         assert rest.result.stop_cause is StopCause.COMPLETED, k
         assert comparable(rest.result.state) == expected, k
         assert rest.result.text == whole.result.text
@@ -153,7 +153,7 @@ async def test_continuing_after_a_cancel(workspace: Path) -> None:
     loaded = RunState.from_json(first.result.state.to_json())
     loaded.append_user_text("Never mind, just say hi.")  # folded: law 1
 
-    resumed = ScriptedModel(["Hi."])
+    resumed = ScriptedModel(["Hi."], per_run=False)
     rest = await drive(Agent(resumed, [slow]), loaded, ctx, run_id="r2")
     assert rest.result.stop_cause is StopCause.COMPLETED
     assert rest.result.text == "Hi."
@@ -177,7 +177,7 @@ async def test_continuing_a_finished_run_with_a_new_question(ctx: RunContext) ->
     first = await drive(Agent(ScriptedModel(["Paris."])), "Capital of France?", ctx)
     state = first.result.state
     state.messages.append(UserMessage(text="And of Italy?"))
-    model = ScriptedModel(["Rome."])
+    model = ScriptedModel(["Rome."], per_run=False)
     rest = await drive(Agent(model), state, ctx, run_id="r2")
     assert transcript_of(model.requests[0].messages) == snapshot(
         ["user: Capital of France?", "assistant r1-msg-1: Paris.", "user: And of Italy?"]
@@ -200,7 +200,7 @@ async def test_a_continued_run_never_reuses_a_message_id(ctx: RunContext) -> Non
     first = await drive(
         Agent(ScriptedModel(world_script), [look]), "go", ctx, RunOptions(max_steps=1)
     )
-    rest = await drive(Agent(ScriptedModel(world_script[1:]), [look]), first.result.state, ctx)
+    rest = await drive(Agent(ScriptedModel(world_script), [look]), first.result.state, ctx)
     ids = [m.id for m in rest.result.state.messages if isinstance(m, AssistantMessage)]
     assert len(set(ids)) == len(ids), ids
     # The continued stream starts with the conversation so far, so the client knows the
@@ -232,5 +232,5 @@ async def test_a_plan_continued_under_execute_records_the_new_phase(ctx: RunCont
     assert planned.result.state.phase is Phase.PLAN
     state = planned.result.state
     state.append_user_text("Go ahead.")
-    done = await drive(Agent(ScriptedModel(["Done."])), state, ctx, run_id="r2")
+    done = await drive(Agent(ScriptedModel(["Done."], per_run=False)), state, ctx, run_id="r2")
     assert done.result.state.phase is Phase.EXECUTE

@@ -80,10 +80,10 @@ async def test_a_second_resume_is_told_the_run_was_already_resumed(tmp_path: Pat
     async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
         ctx, call = await paused(bus, tmp_path)
         decisions = {call.id: ResumeDecision.approved()}
-        later = Agent(ScriptedModel(["Noted."]), [append])
+        later = Agent(ScriptedModel(["Noted."], per_run=False), [append])
         done = await later.resume("r1", decisions, ctx=ctx, bucket="cp")
         assert done.completed
-        again = Agent(ScriptedModel(["Noted twice."]), [append])
+        again = Agent(ScriptedModel(["Noted twice."], per_run=False), [append])
         with pytest.raises(AlreadyResumed, match="not suspended: another process resumed it"):
             await again.resume("r1", decisions, ctx=ctx, bucket="cp")
     assert lines(tmp_path) == ["hi"]  # once
@@ -92,7 +92,7 @@ async def test_a_second_resume_is_told_the_run_was_already_resumed(tmp_path: Pat
 async def test_resume_by_id_rebuilds_the_context_from_the_checkpoint(tmp_path: Path) -> None:
     async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
         _, call = await paused(bus, tmp_path)
-        later = Agent(ScriptedModel(["Noted."]), [append])
+        later = Agent(ScriptedModel(["Noted."], per_run=False), [append])
         done = await later.resume(
             "r1", {call.id: ResumeDecision.approved()}, ctx=FromCheckpoint(store=bus), bucket="cp"
         )
@@ -165,7 +165,7 @@ async def test_recover_takes_the_store_once(tmp_path: Path) -> None:
 async def test_the_old_resume_warns_and_names_the_replacement(tmp_path: Path) -> None:
     async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
         ctx, call = await paused(bus, tmp_path)
-        later = Agent(ScriptedModel(["Noted."]), [append])
+        later = Agent(ScriptedModel(["Noted."], per_run=False), [append])
         with pytest.warns(DeprecationWarning, match=r"use agent\.resume\(\.\.\.\)"):
             done = await resume(
                 later, "r1", {call.id: ResumeDecision.approved()}, run_ctx=ctx, bucket="cp"

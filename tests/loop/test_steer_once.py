@@ -119,7 +119,7 @@ async def test_a_steer_folded_before_a_crash_is_folded_once_and_a_pushed_one_is_
             watcher_b = control.watch(
                 "R", cancel=CancellationToken(), steering=queue_b, poll_interval=0.05, skip=skip
             )
-            worker_b = Agent(ScriptedModel(["b done"]), [note, stuck])
+            worker_b = Agent(ScriptedModel(["b done"], per_run=False), [note, stuck])
             async with watcher_b:
                 recovered = await recover(
                     "R",

@@ -298,7 +298,7 @@ async def test_steering_taken_just_before_a_cancel_is_kept_in_the_state(
     assert run.result.state.pending_input == ["one", "two"]
     assert not queue
 
-    resumed = ScriptedModel(["It is 20C."])
+    resumed = ScriptedModel(["It is 20C."], per_run=False)
     rest = await drive(Agent(resumed, [steering_tool(queue)]), run.result.state, ctx, run_id="r2")
     assert rest.result.stop_cause is StopCause.COMPLETED
     assert transcript_of(resumed.requests[0].messages) == snapshot(

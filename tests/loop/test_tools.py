@@ -350,7 +350,9 @@ async def test_tools_update_the_typed_state(ctx: RunContext) -> None:
     )
 
     # A continued run starts from the state the first one left.
-    again = ScriptedModel([{"tool_calls": [{"name": "bump", "id": "call-3-0"}]}, "3"])
+    again = ScriptedModel(
+        [{"tool_calls": [{"name": "bump", "id": "call-3-0"}]}, "3"], per_run=False
+    )
     state = run.result.state.model_copy(deep=True)
     state.messages.append(UserMessage(text="once more"))
     agent = Agent(again, [bump], state_type=Counter)

@@ -12,6 +12,7 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 from tiller.examples.console_agent import make_agent
 from tiller.loop import Agent
 from tiller.model.scripted import ScriptedModel
+from tiller.tools import tool
 
 from .conftest import AUTH, SSE, parse_sse, post_run, run_input, types, wait_for
 
@@ -332,3 +333,34 @@ def test_head_and_get_on_the_root_only_ever_give_the_page(serve: Callable[..., s
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/html")
     assert httpx.get(f"{url}/runs", headers=AUTH).json()["runs"] == []  # nothing ran
+
+
+@tool(read_only=True)
+def clock() -> str:
+    """The time, as a fixed string."""
+    return "noon"
+
+
+# Module level, as an app defines its agent: every request the server takes runs on it.
+CLOCK_AGENT = Agent(
+    ScriptedModel(
+        [
+            {"tool_calls": [{"name": "clock"}]},
+            {"tool_calls": [{"name": "clock"}]},
+            "It is noon.",
+        ]
+    ),
+    [clock],
+)
+
+
+def test_a_module_level_scripted_agent_answers_every_request_from_its_first_turn(
+    serve: Callable[..., str],
+) -> None:
+    url = serve(CLOCK_AGENT)
+    for run_id in ("r1", "r2"):  # the second was "the script has no turn 4"
+        events = post_run(url, run_input(f"t-{run_id}", run_id, HELLO))
+        assert_valid_agui(events, max_warnings=0)
+        assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+        text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+        assert text == "It is noon."

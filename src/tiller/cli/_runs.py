@@ -485,7 +485,9 @@ def _replay_agent(capture: Capture, base: Agent | None, *, live: bool) -> Agent:
                 return ToolOutput(f"call {ctx.call_id} is not in the recording", is_error=True)
             return ToolOutput(recorded[0], is_error=recorded[1])
 
-    model = ReplayModel(capture)
+    # Recorded tools are stand-ins, not the agent's: compare the messages only, unless
+    # the agent's own tools run (`--tools live`), when its shape is checked too.
+    model = ReplayModel(capture, check_agent=live)
     if live:
         if base is None:
             raise UsageError("--tools live needs the agent: pass --agent module:attr")

@@ -11,11 +11,10 @@ A sink that fails is logged and ignored: a capture never stops a run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..conversation import AssistantMessage, Message, UserMessage
-from ..model import stream_event_to_json
+from ..model import ModelRequest, request_shape, stream_event_to_json
 from ..state import RunState
 from ._capture import CaptureSink, ModelCallRecord, ToolResultRecord, call_quietly
 
@@ -41,6 +40,10 @@ class CallCapture:
         # The newest message as the last request sent it, shortened by the history
         # window, with its index: a capture records what the model was sent.
         self._sent_shortened: tuple[int, UserMessage | AssistantMessage] | None = None
+        # The agent's side of the request about to go out (system prompt, tools, output
+        # schema), and of the last one recorded: a record carries it when it changed.
+        self._shape: dict[str, Any] | None = None
+        self._recorded_shape: dict[str, Any] | None = None
 
     @classmethod
     def open(cls, options: RunOptions, state: RunState, model: str) -> CallCapture:
@@ -59,10 +62,13 @@ class CallCapture:
     def on(self) -> bool:
         return self.sink is not None
 
-    def sent(self, window: Sequence[UserMessage | AssistantMessage]) -> None:
-        """The request about to go out carries `window` (the history, maybe shortened)."""
+    def sent(self, request: ModelRequest) -> None:
+        """`request` is about to go out: its messages are the history window (maybe
+        shortened), and its system prompt, tools and output schema are the agent's."""
         if self.sink is None:
             return  # nothing records what was sent: no need to know
+        self._shape = request_shape(request)
+        window = request.messages
         messages = self._state.messages
         shortened = bool(window) and window[-1] is not messages[-1]
         self._sent_shortened = (len(messages) - 1, window[-1]) if shortened else None
@@ -82,6 +88,9 @@ class CallCapture:
             if self._from <= index < end:
                 sent[index - self._from] = message
         self._from = len(messages)
+        shape = self._shape if self._shape != self._recorded_shape else None
+        if shape is not None:
+            self._recorded_shape = shape
         record = ModelCallRecord(
             run_id=state.run_id,
             step=state.step,
@@ -91,6 +100,7 @@ class CallCapture:
             finish_reason=answer.finish_reason,
             model=self._model,
             stream=[stream_event_to_json(e) for e in answer.events or ()],
+            agent=shape,
         )
         call_quietly(lambda: sink.model_call(record))
 

@@ -77,6 +77,7 @@ from ..state import RewrittenHistory
 from ..store import StoreError
 from ._loop_guard import LoopGuard, canonical_arguments
 from ._model_wrapper import model_to_call
+from ._run_calls import RunCalls
 from ._summary import (
     SummaryFailed,
     SummaryWriter,
@@ -510,7 +511,7 @@ class Compaction:
         """The history with `messages[:cut]` summarised, or None and why not; and whether
         a model call was made."""
         run, state = self._run, self.state
-        model = model_to_call(run.run_ctx, run.agent.model, state.model_spec)
+        model = model_to_call(run.run_ctx, RunCalls(run.agent.model, state), state.model_spec)
         window = model.context_window or (self.threshold * 3 // 2 if self.threshold else None)
         if window is None:
             window = max(self._size(messages) // 2, 1000)

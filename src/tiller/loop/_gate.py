@@ -47,6 +47,7 @@ from ._gate_answer import ForClient, GateAnswer, Hold, Refuse, Run, Stage
 from ._model_wrapper import model_to_call
 from ._protected_writes import protected_write_refusal
 from ._refusals import warn_unapprovable
+from ._run_calls import RunCalls
 
 if TYPE_CHECKING:
     from ._context import RunContext
@@ -118,7 +119,9 @@ class Gate:
     def classifier(self) -> AutoClassifier:
         """The run's classifier: the one given, else the run's own model (built once)."""
         if self._classifier is None:
-            model = model_to_call(self._run_ctx, self._model, self._state.model_spec)
+            model = model_to_call(
+                self._run_ctx, RunCalls(self._model, self._state), self._state.model_spec
+            )
             self._classifier = AutoClassifier(model, budget=self._run_ctx.budget, retry=self._retry)
         return self._classifier
 

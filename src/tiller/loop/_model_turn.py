@@ -46,6 +46,7 @@ from ._model_wrapper import model_to_call
 from ._output import OUTPUT_SET_ASIDE
 from ._output_call import OutputCall, output_tool_of, read_output_call, without_output_calls
 from ._response_cap import fit_response_cap
+from ._run_calls import RunCalls
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
 from ._window import history_window
@@ -258,19 +259,20 @@ class ModelTurns:
         # Held from here until the call is settled: no `await` since the ceiling check.
         self._held = budget.reserve_call(max_tokens)
         window = history_window(state.messages, run.options.max_history_tokens)
-        self._capture.sent(window)
+        structured = run.agent.structured_output()
         request = ModelRequest(
             system=run.agent.system_prompt_for_run(),
             messages=window,
             tools=specs,
             max_tokens=max_tokens,
             temperature=run.options.temperature,
+            output_schema=None if structured is None else structured.schema,
         )
-        structured = run.agent.structured_output()
         if structured is not None:
             request.tools, request.tool_choice, request.output = structured.request_parts(
                 specs, final_answer=final_answer
             )
+        self._capture.sent(request)
         return request
 
     async def _stream(self, request: ModelRequest) -> ModelAnswer:
@@ -288,7 +290,9 @@ class ModelTurns:
         recorded: list[StreamEvent] | None = [] if self._capture.on else None
         answer.events = recorded
         # Inside the retry: a wrapper (the fleet's limits) sees every attempt.
-        model = model_to_call(run.run_ctx, run.agent.model, run.state.model_spec)
+        model = model_to_call(
+            run.run_ctx, RunCalls(run.agent.model, run.state), run.state.model_spec
+        )
         output_tool = output_tool_of(request)
         try:
             async for received in stream_with_retry(model, request, run.agent.retry):

@@ -93,12 +93,13 @@ def _declared_modes(model: Model) -> tuple[OutputMode, ...]:
 class StructuredOutput:
     """`output_type` in `mode`: what goes in the request, and how answers are validated."""
 
-    __slots__ = ("mode", "output_type", "spec", "tool")
+    __slots__ = ("mode", "output_type", "schema", "spec", "tool")
 
     def __init__(self, output_type: type[BaseModel], mode: OutputMode) -> None:
         self.output_type = output_type
         self.mode = mode
-        schema = output_type.model_json_schema()
+        #: The output type's JSON Schema, as pydantic gives it (made once per agent).
+        self.schema = schema = output_type.model_json_schema()
         strict = strict_json_schema(schema)
         description = schema.get("description")
         self.spec = OutputSchema(

@@ -53,10 +53,9 @@ from ._output import (
 
 # For tiller's own packages (not API; not in __all__).
 from ._output import schema_name as schema_name
+from ._request_shape import request_shape as request_shape
 from ._resolve import resolve_model
 from ._retry import RetryPolicy
-
-# For tiller's own packages (not API; not in __all__).
 from ._retry import stream_with_retry as stream_with_retry
 from .scripted import ScriptedModel, Turn, TurnCall, TurnError, TurnInfo
 

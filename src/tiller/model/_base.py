@@ -61,6 +61,16 @@ class ModelRequest:
     output: OutputSchema | None = None
     #: Whether (and which) tool the model must call; None is the provider's default.
     tool_choice: ToolChoice | None = None
+    #: The run this call is part of, and the call's number in that run (from 1; each
+    #: attempt counts, a retry included; a resumed run goes on counting). Set by the loop
+    #: for the agent's own model; None outside a run. Never sent to a provider: offline
+    #: models (`ScriptedModel`) keep their place in a script by it, run by run.
+    run_id: str | None = None
+    run_call: int | None = None
+    #: The JSON Schema the final answer must fit, whatever the output mode (`output` is
+    #: how this request asks for it, which depends on the mode); None: free text. Replay
+    #: compares it, so a changed schema diverges even where prompt edits are allowed.
+    output_schema: dict[str, Any] | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -3,15 +3,20 @@
 The Nth call is answered with the Nth recorded response, streamed as the very stream events
 the real model sent, so a replayed run emits the same AG-UI stream — ids included, when it
 runs under the capture's run id. Order-keyed, like klieo's replay client: a capture holds
-the messages each call *added*, not the system prompt or the tool definitions, so there is
-no fingerprint to key on.
+the messages each call *added*, not the whole history, so there is no fingerprint to key on.
 
 What a replay checks is the *agent*, since the model's side is recorded: each request's new
 messages (what the loop added since the previous call — the previous response, the tool
 results, steering, nudges) must equal the recorded ones. A tool that now returns something
 else, or a tool that is gone (its refusal differs from the recorded result), shows up as
 different new messages at the next call, and the replay raises `Divergence` naming that
-step and the tool result that changed. Asking for more calls than were recorded is a
+step and the tool result that changed. So does a changed agent: a capture records, per
+call, what the request carried besides the messages (`request_shape`: the system prompt,
+the tools the model was shown and the output schema), and a request whose system prompt,
+tools or output schema differ from the recorded ones diverges, naming which (a capture
+written before issue 18 has no shapes: it is not checked for them). `allow_prompt_edits=True`
+lets the system prompt differ (a reworded prompt replayed against old captures) while a
+changed tool set or schema still diverges. Asking for more calls than were recorded is a
 divergence too. `Divergence` is a non-retryable `ModelError`, so the run stops with stop
 cause `error` and the stream ends with `RUN_ERROR` (code `MODEL_ERROR`).
 
@@ -42,11 +47,12 @@ from ._base import (
 )
 from ._codec import stream_event_from_json
 from ._errors import ModelError
+from ._request_shape import request_shape
 
 if TYPE_CHECKING:
     from ..capture import Capture, ModelCallRecord
 
-__all__ = ["Divergence", "ReplayModel"]
+__all__ = ["Divergence", "ReplayModel", "request_shape"]
 
 _PROVIDER = "replay"
 _DIFF_LINES = 40
@@ -97,11 +103,25 @@ class ReplayModel:
         capture: Capture,
         *,
         strict: bool = True,
+        allow_prompt_edits: bool = False,
+        check_agent: bool = True,
         provider: str | None = None,
         name: str | None = None,
     ) -> None:
         self.capture = capture
         self.strict = strict
+        #: A changed system prompt is no divergence (tools and the output schema still are).
+        self.allow_prompt_edits = allow_prompt_edits
+        #: False: only the messages are compared, not the request's shape (the agent
+        #: replaying is a stand-in for the recorded one, e.g. `tiller runs replay` without
+        #: `--agent`, whose tools answer from the recording).
+        self.check_agent = check_agent
+        #: The shape the recording's calls had, as of the call answered last (records
+        #: carry it only when it changed; None: not recorded, an older capture).
+        self._recorded_shape: dict[str, Any] | None = None
+        #: The last shape difference reported, so a lenient replay lists each change once
+        #: rather than at every call after it.
+        self._reported_shapes: tuple[Any, ...] | None = None
         self._calls: list[ModelCallRecord] = capture.model_calls
         recorded_provider, _, recorded_name = capture.model.partition(":")
         # The recorded labels, so usage and pricing in the replayed stream come out the same.
@@ -134,12 +154,19 @@ class ReplayModel:
         record = self._calls[number - 1]
         new = self._new_messages(request.messages, first=number == 1, expected=record)
         self.served = number
+        if record.agent is not None:
+            self._recorded_shape = record.agent
+        step = record.step or number
+        divergences: list[Divergence] = []
+        if self.check_agent and self._recorded_shape is not None:
+            divergences.extend(self._shape_divergences(step, request))
         if (
             new is not None
             and new != record.new_messages
             and _legacy(request.messages, new) != record.new_messages
         ):
-            divergence = _diverged(record.step or number, record.new_messages, new)
+            divergences.append(_diverged(step, record.new_messages, new))
+        for divergence in divergences:
             if self.strict:
                 raise divergence
             self.mismatches.append(divergence)
@@ -148,6 +175,31 @@ class ReplayModel:
         self._previous_length = len(request.messages)
         for event in _events(record):
             yield event
+
+    def _shape_divergences(self, step: int, request: ModelRequest) -> list[Divergence]:
+        """How the agent's side of `request` differs from the recording's, if it does."""
+        recorded = self._recorded_shape or {}
+        live = request_shape(request)
+        if self.allow_prompt_edits:
+            live["system"] = recorded.get("system")
+        if (recorded, live) == self._reported_shapes:
+            return []  # the same difference as at the previous call: reported there
+        found: list[Divergence] = []
+        for key, what in _SHAPE_PARTS:
+            want, have = recorded.get(key), live[key]
+            if want == have:
+                continue
+            reason = _tools_changed(want, have) if key == "tools" else f"{what} differs"
+            found.append(
+                Divergence(
+                    step,
+                    f"{reason} from the recording (the agent changed since it was recorded; "
+                    "record it again)",
+                    diff=_diff_values(want, have),
+                )
+            )
+        self._reported_shapes = (recorded, live) if found else None
+        return found
 
     def _new_messages(
         self, messages: Sequence[Message], *, first: bool, expected: ModelCallRecord
@@ -185,6 +237,31 @@ class ReplayModel:
             f"ReplayModel(run {self.capture.run_id!r}, {len(self._calls)} calls, "
             f"served={self.served}, strict={self.strict})"
         )
+
+
+#: The parts of a shape, and how a divergence names each.
+_SHAPE_PARTS = (
+    ("system", "the system prompt"),
+    ("tools", "the tools"),
+    ("output_schema", "the output schema"),
+)
+
+
+def _tools_changed(want: Any, have: Any) -> str:
+    """Which tools were added, removed or changed (their description or parameters)."""
+    wanted = {tool["name"]: tool for tool in want or ()}
+    had = {tool["name"]: tool for tool in have or ()}
+    parts = []
+    added = sorted(set(had) - set(wanted))
+    removed = sorted(set(wanted) - set(had))
+    changed = sorted(name for name in set(wanted) & set(had) if wanted[name] != had[name])
+    if added:
+        parts.append(f"added {', '.join(added)}")
+    if removed:
+        parts.append(f"removed {', '.join(removed)}")
+    if changed:
+        parts.append(f"changed {', '.join(changed)}")
+    return f"the tools differ ({'; '.join(parts) or 'their order'})"
 
 
 def _dump(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -293,7 +370,13 @@ def _short(value: Any) -> str:
 
 
 def _diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> str:
-    def lines(value: list[dict[str, Any]]) -> list[str]:
+    return _diff_values(expected, got)
+
+
+def _diff_values(expected: Any, got: Any) -> str:
+    def lines(value: Any) -> list[str]:
+        if isinstance(value, str):  # a prompt: its own lines, not one escaped string
+            return value.splitlines()
         return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode().splitlines()
 
     diff = list(

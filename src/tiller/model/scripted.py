@@ -4,7 +4,7 @@ A script is a list of turns, one per model call, or a function that writes each 
 asked. A turn is plain data, so scripts live happily in YAML next to the tests:
 
 ```yaml
-name: weather-bot            # optional: the model's name, context_window, when_exhausted
+name: weather-bot            # optional: name, context_window, when_exhausted, per_run
 turns:
   - tool_calls:
       - {name: get_weather, arguments: {city: Paris}}
@@ -20,6 +20,14 @@ few fragments, usage is reported, and every stream ends with `Finish`. Nothing d
 time or chance: the call ids it streams are `call-{turn}-{index}` (turns count from 1,
 indexes from 0, as in the stream; they are the "provider's" ids: the loop gives each call
 the run's own), and usage defaults to an estimate from the text lengths.
+
+A script is replayed per run: the turn a call gets is its number in its run
+(`ModelRequest.run_call`, which the loop sets and checkpoints), so one module-level
+scripted agent serves request after request, concurrent runs each from turn 1, and a
+resumed run goes on where it stopped. `per_run=False` keeps one position on the model
+across every run (the behaviour before issue 18), for a script written as one sequence
+over several runs. A request made outside a run (no `run_call`) takes the model's own
+next turn either way.
 """
 
 from __future__ import annotations
@@ -215,6 +223,7 @@ class Turn:
         )
 
 
+_FILE_SETTINGS = frozenset({"name", "context_window", "when_exhausted", "per_run"})
 _TURN_KEYS = frozenset(
     {"text", "chunks", "reasoning", "tool_calls", "usage", "finish", "error", "delay"}
 )
@@ -225,11 +234,16 @@ TurnLike: TypeAlias = str | Mapping[str, Any] | Turn
 
 @dataclass(slots=True, frozen=True)
 class TurnInfo:
-    """What a turn function learns besides the messages: the turn number (from 1) and the
-    whole request."""
+    """What a turn function learns besides the messages: the turn number (from 1, counted
+    in the request's run unless the model has `per_run=False`) and the whole request."""
 
     turn: int
     request: ModelRequest
+
+    @property
+    def run_id(self) -> str | None:
+        """The run the call is part of (None outside a run)."""
+        return self.request.run_id
 
     @property
     def system(self) -> str | None:
@@ -264,11 +278,12 @@ class ScriptedModel:
     model = ScriptedModel(lambda messages, info: f"turn {info.turn}")
     ```
 
-    Every request is recorded (`requests`, `last_request`) for assertions. When the script
-    runs out, the next call raises a `ModelError` by default; `when_exhausted="repeat"`
-    repeats the last turn and `"done"` answers "done". Errors raised by a turn function
-    propagate untouched, so a test sees its own bug (`stream_with_retry` wraps them in a
-    `ModelError` like any adapter's).
+    Each run plays the script from its first turn (`per_run=False`: one position across
+    all runs). Every request is recorded (`requests`, `last_request`) for assertions, from
+    every run. When the script runs out, the next call raises a `ModelError` by default;
+    `when_exhausted="repeat"` repeats the last turn and `"done"` answers "done". Errors
+    raised by a turn function propagate untouched, so a test sees its own bug
+    (`stream_with_retry` wraps them in a `ModelError` like any adapter's).
     """
 
     __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
@@ -280,17 +295,25 @@ class ScriptedModel:
         name: str = "scripted",
         context_window: int | None = None,
         when_exhausted: WhenExhausted = "error",
+        per_run: bool = True,
     ) -> None:
         if when_exhausted not in get_args(WhenExhausted):
             raise UsageError(
                 f"when_exhausted must be one of {list(get_args(WhenExhausted))}, "
                 f"not {when_exhausted!r}"
             )
+        if not isinstance(per_run, bool):
+            raise UsageError(f"per_run must be true or false, not {per_run!r}")
         self.provider = _PROVIDER
         self.name = name
         self.context_window = context_window
         self.when_exhausted: WhenExhausted = when_exhausted
+        #: Whether each run plays the script from its turn 1 (see the module docstring).
+        self.per_run = per_run
         self.requests: list[ModelRequest] = []
+        #: Calls answered by the model's own position: all of them with `per_run=False`,
+        #: else those made outside a run.
+        self._shared_calls = 0
         self._function: TurnFunction | None = None
         self._turns: tuple[Turn, ...] = ()
         if isinstance(turns, str | Mapping | Turn):
@@ -312,7 +335,8 @@ class ScriptedModel:
         read as YAML, which JSON is nearly a subset of).
 
         The file holds a list of turns, or a mapping with `turns` and optionally `name`,
-        `context_window` and `when_exhausted`; keyword `options` override the file's.
+        `context_window`, `when_exhausted` and `per_run`; keyword `options` override the
+        file's.
         The name defaults to the file's stem.
         """
         path = Path(path)
@@ -334,11 +358,11 @@ class ScriptedModel:
             raise UsageError(f"{path}: not valid JSON: {exc}") from exc
         settings: dict[str, Any] = {"name": path.stem}
         if isinstance(data, Mapping):
-            unknown = sorted(set(data) - {"turns", "name", "context_window", "when_exhausted"})
+            unknown = sorted(set(data) - _FILE_SETTINGS - {"turns"})
             if unknown or "turns" not in data:
                 raise UsageError(
                     f"{path}: a script is a list of turns, or a mapping with `turns` and "
-                    f"optionally `name`, `context_window`, `when_exhausted` (got keys "
+                    f"optionally `name`, `context_window`, `when_exhausted`, `per_run` (got keys "
                     f"{sorted(data)})"
                 )
             settings.update({k: v for k, v in data.items() if k != "turns"})
@@ -376,7 +400,7 @@ class ScriptedModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Answer `request` with the next turn of the script."""
         self.requests.append(request)
-        number = len(self.requests)
+        number = self._turn_number(request)
         if self._function is None:
             turn = self._next_turn(number)
         else:
@@ -395,6 +419,13 @@ class ScriptedModel:
             turn = Turn.parse(result)  # type: ignore[arg-type]  # checked at runtime
         async for event in _stream_turn(turn, number, request):
             yield event
+
+    def _turn_number(self, request: ModelRequest) -> int:
+        """The turn this request gets: its number in its run, or the model's next."""
+        if self.per_run and request.run_call is not None:
+            return request.run_call
+        self._shared_calls += 1
+        return self._shared_calls
 
     def _next_turn(self, number: int) -> Turn:
         if number <= len(self._turns):

@@ -1,0 +1,58 @@
+"""`RunCalls`: the run's own model, with each call numbered in the run.
+
+Every call a run makes to its agent's model (a model turn, the compaction summary, the
+classifier when it is the run's own model), every attempt counted, a retry included, is
+numbered from 1 in `RunState.model_calls` and stamped on the request as
+`ModelRequest.run_id` and `run_call`. The count lives in the state, so it is checkpointed
+with the run: a run resumed in another process goes on counting where it stopped.
+
+What reads it is an offline model: `ScriptedModel` keeps its place in a script by the
+run's count, not its own, so one module-level scripted agent serves any number of runs,
+concurrent ones included, each from turn 1 (issue 18). Providers never see it.
+
+It wraps the model innermost, inside the context's `model_wrapper` (the fleet's limits),
+so a call that a wrapper refuses before it reaches the model is not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+from ..model import Model, ModelRequest, StreamEvent
+from ..state import RunState
+
+__all__ = ["RunCalls"]
+
+
+class RunCalls:
+    """`model`, with each request numbered in the run `state` is (see the module)."""
+
+    __slots__ = ("_state", "context_window", "model", "name", "provider")
+
+    def __init__(self, model: Model, state: RunState) -> None:
+        #: The model called.
+        self.model = model
+        self.provider = model.provider
+        self.name = model.name
+        self.context_window = model.context_window
+        self._state = state
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        state = self._state
+        state.model_calls += 1
+        numbered = dataclasses.replace(request, run_id=state.run_id, run_call=state.model_calls)
+        events = self.model.stream(numbered)
+        try:
+            async for event in events:
+                yield event
+        finally:  # closed as the caller closes this one (a retry, a cancel, a break)
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def aclose(self) -> None:
+        """The run does not own its agent's model: closing it is the agent's business."""
+
+    def __repr__(self) -> str:
+        return f"RunCalls({self.model!r}, run {self._state.run_id!r})"

@@ -1,0 +1,29 @@
+"""`request_shape`: the agent's side of a model request, as a capture records it.
+
+A request carries the conversation and, besides it, what the agent is: its system prompt,
+the tools the model is shown and the schema its final answer must fit. A capture records
+that shape with each call and a replay compares it (`tiller.model.replay`), so a changed
+agent diverges instead of replaying a run it would no longer make.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import ModelRequest
+
+__all__ = ["request_shape"]
+
+
+def request_shape(request: ModelRequest) -> dict[str, Any]:
+    """The agent's side of a request, as JSON: what it carries besides the conversation —
+    the system prompt, the tools the model is shown (name, description, parameters) and
+    the output schema. A capture records it per call; a replay compares it."""
+    return {
+        "system": request.system,
+        "tools": [
+            {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+            for spec in request.tools
+        ],
+        "output_schema": request.output_schema,
+    }
