@@ -187,7 +187,12 @@ test("a streamed answer with reasoning and a tool call", () => {
   });
   assert.equal(findToolResult(thread, "c1").content, "text");
   assert.equal(findToolCall(thread, "c2").message.id, "c2");
-  assert.deepEqual(thread.progress.c1, [{ kind: "status", text: "reading", fraction: undefined }]);
+  assert.deepEqual(thread.progress.c1, {
+    lines: [{ kind: "status", text: "reading", fraction: undefined }],
+    output: "",
+    status: "reading",
+    fraction: null,
+  });
   // What goes back to the server is plain AG-UI messages.
   const sent = messagesForInput(thread);
   assert.deepEqual(sent[2], {
@@ -302,4 +307,71 @@ test("notices from the runtime, and unknown events are ignored", () => {
   assert.equal(thread.step, "step 1");
   run([{ type: "STEP_FINISHED", stepName: "step 1" }], thread);
   assert.equal(thread.step, null);
+});
+
+test("subagent segments, compactions, and a command's live output", () => {
+  const thread = run([
+    START,
+    {
+      type: "SUBAGENT_STARTED",
+      subagentRunId: "r1-sub-1",
+      name: "explore",
+      description: "Look around",
+      parentToolCallId: "c1",
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.progress",
+      value: { toolCallId: "c2", kind: "output", text: "line 1\n", stream: "stdout" },
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.progress",
+      value: { toolCallId: "c2", kind: "status", message: "stage 1 of 2", fraction: 0.5 },
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.progress",
+      value: { toolCallId: "c2", kind: "output", text: "line 2\n", stream: "stdout" },
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.compacted",
+      value: { reason: "threshold", tokensBefore: 10, tokensAfter: 5 },
+    },
+  ]);
+  assert.equal(thread.subagents["r1-sub-1"].status, "running");
+  assert.equal(thread.subagents["r1-sub-1"].parentToolCallId, "c1");
+  assert.equal(thread.progress.c2.output, "line 1\nline 2\n");
+  assert.equal(thread.progress.c2.status, "stage 1 of 2");
+  assert.equal(thread.progress.c2.fraction, 0.5);
+  assert.deepEqual(thread.compactions, [
+    { reason: "threshold", tokensBefore: 10, tokensAfter: 5 },
+  ]);
+  run(
+    [{ type: "SUBAGENT_FINISHED", subagentRunId: "r1-sub-1", result: { text: "found it" } }],
+    thread,
+  );
+  assert.equal(thread.subagents["r1-sub-1"].status, "finished");
+  assert.equal(thread.subagents["r1-sub-1"].text, "found it");
+  run(
+    [
+      { type: "SUBAGENT_STARTED", subagentRunId: "r1-sub-2", name: "general" },
+      { type: "SUBAGENT_ERROR", subagentRunId: "r1-sub-2", message: "timed out" },
+      {
+        type: "SUBAGENT_STARTED",
+        subagentRunId: "r1-sub-3",
+        name: "general",
+      },
+      {
+        type: "SUBAGENT_FINISHED",
+        subagentRunId: "r1-sub-3",
+        outcome: { type: "suspended", interruptIds: ["i1"] },
+      },
+    ],
+    thread,
+  );
+  assert.equal(thread.subagents["r1-sub-2"].status, "failed");
+  assert.equal(thread.subagents["r1-sub-2"].error, "timed out");
+  assert.equal(thread.subagents["r1-sub-3"].status, "suspended");
 });
