@@ -73,8 +73,11 @@ def make_agent(*, step_delay: float = 1.0, first_delay: float = 0.0) -> Agent:
         _build_tool(step_delay),
     ]
 
+    # The page's own tools are the ones offered beyond these (`client` calls the first).
+    own = frozenset(each.name for each in tools)
+
     def turn(messages: Conversation, info: TurnInfo) -> Any:
-        return _turn(messages, info, step_delay=step_delay, first_delay=first_delay)
+        return _turn(messages, info, step_delay=step_delay, first_delay=first_delay, own=own)
 
     return Agent(
         ScriptedModel(turn, name="console-script"),
@@ -111,7 +114,14 @@ def _build_tool(pace: float) -> Tool:
     return build
 
 
-def _turn(messages: Conversation, info: TurnInfo, *, step_delay: float, first_delay: float) -> Any:
+def _turn(
+    messages: Conversation,
+    info: TurnInfo,
+    *,
+    step_delay: float,
+    first_delay: float,
+    own: frozenset[str],
+) -> Any:
     request, since = _request(messages)
     prefix = f"c{len(messages)}"
     delay = first_delay if since == 0 else 0.0
@@ -135,7 +145,7 @@ def _turn(messages: Conversation, info: TurnInfo, *, step_delay: float, first_de
     if lowered == "ask":
         return _ask_steps(messages, since, prefix, delay)
     if lowered == "client":
-        return _client_steps(messages, info, since, prefix, delay)
+        return _client_steps(messages, info, since, prefix, delay, own=own)
     if lowered == "think":
         return {
             "reasoning": [{"text": "The person wants to see me think. I will, briefly."}],
@@ -295,10 +305,15 @@ def _ask_steps(messages: Conversation, since: int, prefix: str, delay: float) ->
 
 
 def _client_steps(
-    messages: Conversation, info: TurnInfo, since: int, prefix: str, delay: float
+    messages: Conversation,
+    info: TurnInfo,
+    since: int,
+    prefix: str,
+    delay: float,
+    *,
+    own: frozenset[str],
 ) -> Any:
     if since == 0:
-        own = {"read_file", "list_dir", "task_create", "task_update", "ask_user", "write_file"}
         offered = [spec.name for spec in info.tools if spec.name not in own]
         if not offered:
             return {"text": "The page offered no tool of its own.", "delay": delay}
