@@ -341,6 +341,37 @@ test("subagent segments, compactions, and a command's live output", () => {
     },
   ]);
   assert.equal(thread.subagents["r1-sub-1"].status, "running");
+  // The subagent's own messages, its tool result too, say whose they are: the server
+  // leaves them out of the parent's conversation when the thread is sent back.
+  run(
+    [
+      {
+        type: "TOOL_CALL_START",
+        toolCallId: "s1",
+        toolCallName: "ls",
+        subagentRunId: "r1-sub-1",
+      },
+      { type: "TOOL_CALL_END", toolCallId: "s1", subagentRunId: "r1-sub-1" },
+      {
+        type: "TOOL_CALL_RESULT",
+        messageId: "sr1",
+        toolCallId: "s1",
+        content: "a.txt",
+        role: "tool",
+        subagentRunId: "r1-sub-1",
+      },
+    ],
+    thread,
+  );
+  assert.deepEqual(
+    messagesForInput(thread)
+      .filter((m) => m.id === "s1" || m.id === "sr1")
+      .map((m) => [m.id, m.subagentRunId]),
+    [
+      ["s1", "r1-sub-1"],
+      ["sr1", "r1-sub-1"],
+    ],
+  );
   assert.equal(thread.subagents["r1-sub-1"].parentToolCallId, "c1");
   assert.equal(thread.progress.c2.output, "line 1\nline 2\n");
   assert.equal(thread.progress.c2.status, "stage 1 of 2");

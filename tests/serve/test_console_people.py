@@ -209,8 +209,9 @@ def test_runs_are_grouped_by_thread_and_named_by_its_first_message(page: Page) -
     expect(garden.get_by_test_id("thread-title")).to_have_text("plan the garden")
     expect(garden.get_by_test_id("run-item")).to_have_count(2)
     expect(groups.first.get_by_test_id("thread-title")).to_have_text("write the report")
-    # No raw ids in what a person reads.
+    # No raw ids in what a person reads; the top bar names the thread the same way.
     assert "thread-" not in by(page, "runs-list").inner_text()
+    expect(by(page, "thread-name")).to_have_text("write the report")
 
 
 # ── What the stream carries ─────────────────────────────────────────────────────────────

@@ -105,6 +105,7 @@ const ui = {
   banner: $("banner"),
   notices: $("notices"),
   threadId: $("thread-id"),
+  threadName: $("thread-name"),
   tasks: $("tasks"),
   usage: $("usage"),
   budget: $("budget"),
@@ -161,6 +162,10 @@ function draw() {
   ui.runState.textContent = status;
   ui.runState.dataset.status = thread.status;
   ui.threadId.textContent = thread.threadId;
+  // The thread as a person calls it: its first message (the id stays beside it, small).
+  const first = thread.messages.find((m) => m.role === "user" && typeof m.content === "string");
+  const name = first ? first.content.replace(/\s+/g, " ").trim() : "";
+  ui.threadName.textContent = name.length > 60 ? `${name.slice(0, 59)}…` : name || "New thread";
   ui.threadId.title = thread.runId ? `run ${thread.runId}` : "no run yet";
 
   conversation.render(thread);
