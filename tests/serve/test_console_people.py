@@ -321,7 +321,10 @@ def test_the_page_passes_axe_with_no_serious_violations(page: Page) -> None:
     assert axe_violations(page) == []  # the empty page
     send(page, "delegate")
     expect(last_answer(page)).to_contain_text("The helper has looked around")
+    send(page, "compact")
+    expect(last_answer(page)).to_contain_text("Carried on after compacting.")
     send(page, "write a11y.txt: checked")
     expect(by(page, "approve")).to_be_visible()
     by(page, "interrupt-why").locator("summary").click()
-    assert axe_violations(page) == []  # a conversation, a subagent and an approval card
+    # A conversation, a subagent, commands' output, a compaction notice, an approval card.
+    assert axe_violations(page) == []

@@ -251,7 +251,14 @@ function toolCallItem() {
   // far along, and its output as it comes.
   const liveStatus = h("span", { class: "tool-live-status", testid: "tool-progress" });
   const bar = h("progress", { max: 1, testid: "tool-progress-bar", hidden: true });
-  const output = h("pre", { class: "tool-output", testid: "tool-output", hidden: true });
+  // Focusable: it scrolls, and a keyboard must be able to scroll it too.
+  const output = h("pre", {
+    class: "tool-output",
+    testid: "tool-output",
+    tabindex: "0",
+    role: "log",
+    hidden: true,
+  });
   const live = h(
     "div",
     { class: "tool-live", testid: "tool-live", hidden: true },
@@ -275,6 +282,7 @@ function toolCallItem() {
       const toolName = call.function?.name ?? "";
       const argsText = call.function?.arguments ?? "";
       setText(name, toolName);
+      output.setAttribute("aria-label", `Output of ${toolName}`);
       setText(args, prettyJson(argsText));
       const [kind, label] = callStatus(call, thread);
       el.dataset.status = kind;
