@@ -192,6 +192,13 @@ def test_the_composer_stays_pinned_to_the_bottom(page: Page) -> None:
         box = by(page, "composer").bounding_box()
         assert box is not None
         assert height - 60 <= box["y"] + box["height"] <= height, (scroll, box)
+    # A request for the person is brought into view, clear of the docked composer.
+    page.evaluate("window.scrollTo(0, 0)")
+    send(page, "write pinned.txt: seen")
+    expect(by(page, "approve")).to_be_visible()
+    approve, composer = by(page, "approve").bounding_box(), by(page, "composer").bounding_box()
+    assert approve is not None and composer is not None
+    assert approve["y"] >= 0 and approve["y"] + approve["height"] <= composer["y"], approve
 
 
 def test_runs_are_grouped_by_thread_and_named_by_its_first_message(page: Page) -> None:

@@ -52,6 +52,8 @@ export class InterruptsView {
       this.status,
     );
     this.open = open;
+    // Bring the request into view (its CSS keeps it clear of the docked composer).
+    this.section.scrollIntoView?.({ block: "nearest" });
   }
 
   /** Record one answer; send the resume when every interrupt has one. */
