@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -29,3 +31,23 @@ def test_without_a_token_one_is_made() -> None:
     assert made is not None
     assert len(made) >= 24
     assert _token("0.0.0.0", "given", False) == "given"
+
+
+def test_a_console_script_that_is_not_a_js_file_is_refused_before_serving(
+    tmp_path: Path,
+) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "serve",
+            "--no-auth",
+            "--store",
+            "memory://",
+            "--workspace",
+            str(tmp_path),
+            "--console-script",
+            str(tmp_path / "missing.js"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "is not a JavaScript file" in result.output

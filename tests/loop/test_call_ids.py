@@ -152,6 +152,7 @@ async def test_a_decision_shown_for_another_call_is_not_applied(tmp_path: Path) 
         assert paused.state.interrupts[0]["metadata"] == {
             "tool": "append",
             "arguments": '{"text":"a"}',
+            "risk": "external_access",
         }
         shown_other = ResumeDecision.approved().bound_to("append", {"text": "other"})
         held = await agent.resume("bound-1", {pending.id: shown_other}, ctx=ctx, bucket="cp")

@@ -187,7 +187,12 @@ test("a streamed answer with reasoning and a tool call", () => {
   });
   assert.equal(findToolResult(thread, "c1").content, "text");
   assert.equal(findToolCall(thread, "c2").message.id, "c2");
-  assert.deepEqual(thread.progress.c1, [{ kind: "status", text: "reading", fraction: undefined }]);
+  assert.deepEqual(thread.progress.c1, {
+    lines: [{ kind: "status", text: "reading", fraction: undefined }],
+    output: "",
+    status: "reading",
+    fraction: null,
+  });
   // What goes back to the server is plain AG-UI messages.
   const sent = messagesForInput(thread);
   assert.deepEqual(sent[2], {
@@ -302,4 +307,102 @@ test("notices from the runtime, and unknown events are ignored", () => {
   assert.equal(thread.step, "step 1");
   run([{ type: "STEP_FINISHED", stepName: "step 1" }], thread);
   assert.equal(thread.step, null);
+});
+
+test("subagent segments, compactions, and a command's live output", () => {
+  const thread = run([
+    START,
+    {
+      type: "SUBAGENT_STARTED",
+      subagentRunId: "r1-sub-1",
+      name: "explore",
+      description: "Look around",
+      parentToolCallId: "c1",
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.progress",
+      value: { toolCallId: "c2", kind: "output", text: "line 1\n", stream: "stdout" },
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.progress",
+      value: { toolCallId: "c2", kind: "status", message: "stage 1 of 2", fraction: 0.5 },
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.progress",
+      value: { toolCallId: "c2", kind: "output", text: "line 2\n", stream: "stdout" },
+    },
+    {
+      type: "CUSTOM",
+      name: "tiller.compacted",
+      value: { reason: "threshold", tokensBefore: 10, tokensAfter: 5 },
+    },
+  ]);
+  assert.equal(thread.subagents["r1-sub-1"].status, "running");
+  // The subagent's own messages, its tool result too, say whose they are: the server
+  // leaves them out of the parent's conversation when the thread is sent back.
+  run(
+    [
+      {
+        type: "TOOL_CALL_START",
+        toolCallId: "s1",
+        toolCallName: "ls",
+        subagentRunId: "r1-sub-1",
+      },
+      { type: "TOOL_CALL_END", toolCallId: "s1", subagentRunId: "r1-sub-1" },
+      {
+        type: "TOOL_CALL_RESULT",
+        messageId: "sr1",
+        toolCallId: "s1",
+        content: "a.txt",
+        role: "tool",
+        subagentRunId: "r1-sub-1",
+      },
+    ],
+    thread,
+  );
+  assert.deepEqual(
+    messagesForInput(thread)
+      .filter((m) => m.id === "s1" || m.id === "sr1")
+      .map((m) => [m.id, m.subagentRunId]),
+    [
+      ["s1", "r1-sub-1"],
+      ["sr1", "r1-sub-1"],
+    ],
+  );
+  assert.equal(thread.subagents["r1-sub-1"].parentToolCallId, "c1");
+  assert.equal(thread.progress.c2.output, "line 1\nline 2\n");
+  assert.equal(thread.progress.c2.status, "stage 1 of 2");
+  assert.equal(thread.progress.c2.fraction, 0.5);
+  assert.deepEqual(thread.compactions, [
+    { reason: "threshold", tokensBefore: 10, tokensAfter: 5 },
+  ]);
+  run(
+    [{ type: "SUBAGENT_FINISHED", subagentRunId: "r1-sub-1", result: { text: "found it" } }],
+    thread,
+  );
+  assert.equal(thread.subagents["r1-sub-1"].status, "finished");
+  assert.equal(thread.subagents["r1-sub-1"].text, "found it");
+  run(
+    [
+      { type: "SUBAGENT_STARTED", subagentRunId: "r1-sub-2", name: "general" },
+      { type: "SUBAGENT_ERROR", subagentRunId: "r1-sub-2", message: "timed out" },
+      {
+        type: "SUBAGENT_STARTED",
+        subagentRunId: "r1-sub-3",
+        name: "general",
+      },
+      {
+        type: "SUBAGENT_FINISHED",
+        subagentRunId: "r1-sub-3",
+        outcome: { type: "suspended", interruptIds: ["i1"] },
+      },
+    ],
+    thread,
+  );
+  assert.equal(thread.subagents["r1-sub-2"].status, "failed");
+  assert.equal(thread.subagents["r1-sub-2"].error, "timed out");
+  assert.equal(thread.subagents["r1-sub-3"].status, "suspended");
 });

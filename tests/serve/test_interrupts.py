@@ -103,6 +103,7 @@ def test_an_approved_write_runs_once_and_a_second_resume_runs_nothing(
             "metadata": {
                 "tool": "write_file",
                 "arguments": '{"content":"hello","path":"notes.txt"}',
+                "risk": "file_mutation",
             },
         }
     )
@@ -546,6 +547,7 @@ def test_a_repeated_provider_id_after_a_served_resume_asks_again(
     assert interrupt["metadata"] == {
         "tool": "write_file",
         "arguments": '{"content":"first","path":"a.txt"}',
+        "risk": "file_mutation",
     }
     target = tmp_path / "workspace" / "a.txt"
 

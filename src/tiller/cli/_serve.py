@@ -72,6 +72,12 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         "store) instead of running it here; the response streams its events from the store.",
     ),
     queue: str = typer.Option("tiller-runs", "--queue", help="(--fleet) The run queue."),
+    console_script: list[Path] = typer.Option(
+        [],
+        "--console-script",
+        help="A JavaScript module the web console imports when it starts (repeatable): the "
+        "app's own tool renderers (window.tillerConsole.registerToolRenderer).",
+    ),
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
     console at /."""
@@ -101,6 +107,7 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
             fleet_queue=queue if fleet else None,
             fleet_agent=fleet_agent,
             fleet_model=model if fleet else None,
+            console_scripts=console_script,
         )
         app = create_app(agent, settings)
     except UsageError as exc:

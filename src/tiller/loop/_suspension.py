@@ -80,8 +80,10 @@ class Suspension:
             elif call.id in self._questions:
                 state.interrupts.append(_question_interrupt(call))
             else:
-                why = self._reasons.get(call.id, (None,))[0] or step.reason
-                state.interrupts.append(_approval_interrupt(call, why))
+                why, risk = self._reasons.get(call.id, (None, None))
+                state.interrupts.append(
+                    _approval_interrupt(call, why or step.reason, risk.value if risk else None)
+                )
         ttl = run.options.interrupt_ttl
         if ttl is not None:
             expires = datetime.now(UTC) + timedelta(seconds=ttl)
@@ -111,15 +113,19 @@ def _remember_malformed(
             )
 
 
-def _approval_interrupt(call: ToolCall, why: str) -> dict[str, Any]:
+def _approval_interrupt(call: ToolCall, why: str, risk: str | None) -> dict[str, Any]:
+    # What the person decides on: the answer is bound to it (law 10). The risk class lets
+    # a client say in plain words what the call would do (the console does).
+    metadata: dict[str, Any] = {"tool": call.name, "arguments": call.canonical_arguments()}
+    if risk is not None:
+        metadata["risk"] = risk
     return {
         "id": approval_interrupt_id(call.id),
         "reason": "tool_call",
         "toolCallId": call.id,
         "message": f"Review: {why}. Allow {call.name}({call.arguments})?",
         "responseSchema": APPROVAL_SCHEMA,
-        # What the person decides on: the answer is bound to it (law 10).
-        "metadata": {"tool": call.name, "arguments": call.canonical_arguments()},
+        "metadata": metadata,
     }
 
 

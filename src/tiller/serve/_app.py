@@ -5,7 +5,8 @@
   methods; a run that fails still answers 200 and ends its stream with `RUN_ERROR`.
 - `/runs…`: run control and reattach (`_run_routes`), from the store, so they reach a run
   on any process that shares it.
-- `GET /`: the web console (static files, no build step).
+- `GET /`: the web console (static files, no build step); `GET /console/settings.json`
+  tells it whether a token is needed and which of the app's scripts to import (`_console`).
 
 Every endpoint but the console needs `Authorization: Bearer <token>` unless the app was
 made with `token=None`, and then it answers loopback `Host` names only (`_guard`).
@@ -35,6 +36,7 @@ from ..loop import Agent, RunOptions
 from ..pinned_policy import PinnedPolicy
 from ..store import open_bus
 from ..tools.mcp import open_mcp_tools
+from ._console import ConsoleRoutes
 from ._fleet_runs import FleetRuns
 from ._guard import Guard
 from ._http import RunStreamResponse, accepts_sse, error, is_json, issues, read_body
@@ -79,6 +81,7 @@ def create_app(
         Route("/", server.root, methods=["GET", "POST"]),
         Route("/agui", server.agui, methods=["POST"]),
         *runs.routes(),
+        *ConsoleRoutes(auth=settings.token is not None, scripts=settings.console_scripts).routes(),
         Mount("/console", StaticFiles(directory=_CONSOLE, check_dir=False), name="console"),
     ]
     middleware = [Middleware(Guard, token=settings.token)]

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..conversation import UserMessage
 from ..store import Checkpoint
 
 __all__ = ["run_summary"]
+
+#: How much of a thread's first message names it in a list.
+TITLE_CHARS = 80
 
 
 def run_summary(checkpoint: Checkpoint, *, live: bool, brief: bool = False) -> dict[str, Any]:
@@ -20,6 +24,8 @@ def run_summary(checkpoint: Checkpoint, *, live: bool, brief: bool = False) -> d
         "step": state.step,
         "agent": state.agent_name,
         "live": live,
+        # What a person calls the thread: its first message (the console names it so).
+        "title": _title(checkpoint),
         # A resumed or finished run's old interrupts are answered: not open any more.
         "interrupts": state.interrupts if checkpoint.status == "suspended" else [],
     }
@@ -39,3 +45,13 @@ def run_summary(checkpoint: Checkpoint, *, live: bool, brief: bool = False) -> d
     view["tasks"] = state.tasks
     view["clientCalls"] = state.client_calls
     return view
+
+
+def _title(checkpoint: Checkpoint) -> str:
+    """The first thing the person asked in the run's thread, on one line, cut to
+    `TITLE_CHARS`; empty when the thread has no such message."""
+    for message in checkpoint.state.messages:
+        if isinstance(message, UserMessage) and message.text and not message.tool_results:
+            line = " ".join(message.text.split())
+            return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+    return ""

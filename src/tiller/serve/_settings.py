@@ -63,6 +63,9 @@ class AppSettings:
     fleet_agent: str | None = None
     #: The model string a fleet worker calls the agent's factory with.
     fleet_model: str | None = None
+    #: JavaScript modules the web console imports when it starts, in order: an app's own
+    #: tool renderers (`window.tillerConsole.registerToolRenderer`, see the README).
+    console_scripts: Sequence[str | Path] = ()
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():
@@ -70,6 +73,13 @@ class AppSettings:
         if self.interrupt_ttl is not None and not self.interrupt_ttl > 0:
             raise UsageError(f"interrupt_ttl must be positive seconds, not {self.interrupt_ttl!r}")
         check_transformer_factory(self.transformers)
+        for script in self.console_scripts:
+            path = Path(script)
+            if path.suffix not in (".js", ".mjs") or not path.is_file():
+                raise UsageError(
+                    f"console script {str(script)!r} is not a JavaScript file (.js or .mjs) "
+                    "that exists; pass the path of the module the console should import"
+                )
         if self.fleet_queue is not None and not self.fleet_agent:
             raise UsageError(
                 "a fleet server needs the agent its workers load: fleet_agent='module:attr' "
@@ -93,3 +103,4 @@ class LegacyAppArgs(TypedDict, total=False):
     configure: Callable[[RunContext], RunContext] | None
     policy: PinnedPolicy | None
     transformers: TransformerFactory | None
+    console_scripts: Sequence[str | Path]

@@ -25,8 +25,15 @@ export function newThread(threadId) {
     error: null,
     // Things the runtime said outside the conversation (tiller.notice, steering folded in).
     notices: [],
-    // toolCallId -> progress lines reported by the running tool (tiller.progress).
+    // toolCallId -> progress reported by the running tool (tiller.progress): `lines`, the
+    // status and output reports as they came; `output`, the command's output so far;
+    // `status` and `fraction`, its latest status line.
     progress: {},
+    // subagentRunId -> a subagent's segment: {id, name, description, parentToolCallId,
+    // status (running | finished | failed | suspended), text, error}.
+    subagents: {},
+    // Each compaction of the history (tiller.compacted), oldest first.
+    compactions: [],
     // Set when a STATE_DELTA did not apply: the state shown may be behind until a snapshot.
     stateStale: false,
     // The id of the last `id:` frame seen on an events stream, to resume a dropped stream.
@@ -101,12 +108,38 @@ function note(thread, kind, text) {
   if (thread.notices.length > 200) thread.notices.splice(0, thread.notices.length - 200);
 }
 
+/** The most output of one call kept (characters): the tail, as a terminal scrolls. */
+const OUTPUT_KEPT = 64 * 1024;
+
+function applyProgress(thread, value) {
+  const progress = (thread.progress[value.toolCallId] ??= {
+    lines: [],
+    output: "",
+    status: null,
+    fraction: null,
+  });
+  const kind = value.kind ?? "status";
+  if (kind === "output") {
+    progress.output += String(value.text ?? "");
+    if (progress.output.length > OUTPUT_KEPT) {
+      progress.output = progress.output.slice(progress.output.length - OUTPUT_KEPT);
+    }
+    return;
+  }
+  const text = value.message ?? value.text ?? kind;
+  progress.lines.push({ kind, text: String(text), fraction: value.fraction });
+  if (progress.lines.length > 500) progress.lines.splice(0, progress.lines.length - 500);
+  if (kind === "status" || kind === "subagent_activity") {
+    progress.status = String(text);
+    if (typeof value.fraction === "number") progress.fraction = value.fraction;
+  }
+}
+
 function applyCustom(thread, name, value) {
   if (name === "tiller.progress" && value && typeof value.toolCallId === "string") {
-    const lines = (thread.progress[value.toolCallId] ??= []);
-    const text = value.message ?? value.text ?? value.kind ?? "";
-    lines.push({ kind: value.kind ?? "status", text: String(text), fraction: value.fraction });
-    if (lines.length > 500) lines.splice(0, lines.length - 500);
+    applyProgress(thread, value);
+  } else if (name === "tiller.compacted" && value && typeof value === "object") {
+    thread.compactions.push(value);
   } else if (name === "tiller.notice" && value) {
     note(thread, value.source ?? "notice", String(value.text ?? ""));
   } else if (name === "tiller.queued_input" && value) {
@@ -165,7 +198,11 @@ export function applyEvent(thread, event) {
       });
       break;
     case "TEXT_MESSAGE_CONTENT":
-      appendText(thread, event.messageId, event.delta, { role: "assistant", content: "" });
+      appendText(thread, event.messageId, event.delta, {
+        role: "assistant",
+        content: "",
+        subagentRunId: event.subagentRunId,
+      });
       break;
     case "TEXT_MESSAGE_CHUNK": {
       const id = event.messageId ?? thread.chunkMessageId;
@@ -193,6 +230,9 @@ export function applyEvent(thread, event) {
       const message = ensureMessage(thread, event.messageId, {
         role: "tool",
         toolCallId: event.toolCallId,
+        // A subagent's result is its own, like its calls: the server leaves it out of the
+        // parent's conversation when the thread is sent back.
+        subagentRunId: event.subagentRunId,
       });
       message.content = event.content;
       break;
@@ -230,6 +270,34 @@ export function applyEvent(thread, event) {
     case "CUSTOM":
       applyCustom(thread, event.name, event.value);
       break;
+
+    case "SUBAGENT_STARTED":
+      thread.subagents[event.subagentRunId] = {
+        id: event.subagentRunId,
+        name: event.name ?? "subagent",
+        description: event.description ?? "",
+        parentToolCallId: event.parentToolCallId ?? null,
+        parentSubagentRunId: event.parentSubagentRunId ?? null,
+        status: "running",
+        text: "",
+        error: null,
+      };
+      break;
+    case "SUBAGENT_FINISHED": {
+      const segment = thread.subagents[event.subagentRunId];
+      if (segment === undefined) break;
+      const outcome = event.outcome?.type ?? event.outcome?.status;
+      segment.status = outcome === "suspended" ? "suspended" : "finished";
+      segment.text = typeof event.result?.text === "string" ? event.result.text : "";
+      break;
+    }
+    case "SUBAGENT_ERROR": {
+      const segment = thread.subagents[event.subagentRunId];
+      if (segment === undefined) break;
+      segment.status = "failed";
+      segment.error = String(event.message ?? "");
+      break;
+    }
     default:
       break;
   }

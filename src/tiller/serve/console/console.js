@@ -12,8 +12,13 @@ import {
   newThread,
   readEventStream,
 } from "./agui.js";
+import { h } from "./dom.js";
 import { InterruptsView } from "./interrupts.js";
+import { onToolRendererRegistered, registerToolRenderer } from "./tools.js";
 import { ConversationView, renderRuns, renderState, renderTasks, renderUsage } from "./view.js";
+
+// What an app's own scripts use (`AppSettings.console_scripts`): set before they load.
+window.tillerConsole = Object.freeze({ registerToolRenderer, h });
 
 const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
 
@@ -100,12 +105,14 @@ const ui = {
   banner: $("banner"),
   notices: $("notices"),
   threadId: $("thread-id"),
+  threadName: $("thread-name"),
   tasks: $("tasks"),
   usage: $("usage"),
   budget: $("budget"),
   stateJson: $("state-json"),
   runsList: $("runs-list"),
   token: $("token"),
+  tokenField: $("token-field"),
   detach: $("detach"),
 };
 
@@ -155,6 +162,10 @@ function draw() {
   ui.runState.textContent = status;
   ui.runState.dataset.status = thread.status;
   ui.threadId.textContent = thread.threadId;
+  // The thread as a person calls it: its first message (the id stays beside it, small).
+  const first = thread.messages.find((m) => m.role === "user" && typeof m.content === "string");
+  const name = first ? first.content.replace(/\s+/g, " ").trim() : "";
+  ui.threadName.textContent = name.length > 60 ? `${name.slice(0, 59)}…` : name || "New thread";
   ui.threadId.title = thread.runId ? `run ${thread.runId}` : "no run yet";
 
   conversation.render(thread);
@@ -173,16 +184,42 @@ function draw() {
       : "";
 
   ui.notices.replaceChildren(
-    ...thread.notices.slice(-5).map((n) => {
-      const li = document.createElement("li");
-      li.textContent = n.text;
-      li.dataset.kind = n.kind;
-      return li;
-    }),
+    ...thread.compactions.slice(-3).map(compactionNotice),
+    ...thread.notices.slice(-5).map((n) =>
+      h("li", { class: "notice", dataset: { kind: n.kind } }, n.text),
+    ),
   );
   renderTasks(ui.tasks, thread.state);
   renderUsage(ui.usage, ui.budget, thread.state);
   renderState(ui.stateJson, thread.state, thread.stateStale);
+}
+
+const COMPACTION_PASSES = {
+  supersede: (n) => `${n} old result${n === 1 ? " was" : "s were"} replaced by a newer one`,
+  collapse_failures: (n) => `${n} repeated failure${n === 1 ? " was" : "s were"} folded`,
+  thin: (n) => `${n} old result${n === 1 ? " was" : "s were"} shortened`,
+  summary: (n) => `the ${n} oldest message${n === 1 ? " was" : "s were"} summarised`,
+};
+
+/** A compaction, as a person reads it: that it happened, how much it saved, and what. */
+function compactionNotice(compaction) {
+  const n = (value) => (typeof value === "number" ? value.toLocaleString("en-US") : "?");
+  const passes = (Array.isArray(compaction.passes) ? compaction.passes : [])
+    .map((pass) => COMPACTION_PASSES[pass.name]?.(pass.results ?? pass.messages ?? 0) ?? pass.name)
+    .join("; ");
+  const why =
+    compaction.reason === "overflow"
+      ? "The model said the conversation was too long, so it was compacted"
+      : "The conversation was compacted to stay within the model's context";
+  const text =
+    `${why}: about ${n(compaction.tokensBefore)} → ${n(compaction.tokensAfter)} tokens` +
+    (passes ? ` (${passes}).` : ".") +
+    (compaction.summaryFailed ? ` A summary could not be made: ${compaction.summaryFailed}.` : "");
+  return h(
+    "li",
+    { class: "notice notice-compaction", testid: "compaction-notice", dataset: { kind: "compaction" } },
+    text,
+  );
 }
 
 // ── Following a run ─────────────────────────────────────────────────────────────────────
@@ -397,10 +434,10 @@ async function refreshRuns() {
     runs.unshift({ runId: thread.runId, threadId: thread.threadId, status: "running" });
   }
   // Redraw only on a change, so a click never lands on a list being replaced.
-  const seen = JSON.stringify([runs, thread.runId]);
+  const seen = JSON.stringify([runs, thread.runId, thread.threadId]);
   if (seen === runsSeen) return;
   runsSeen = seen;
-  renderRuns(ui.runsList, runs, thread.runId, openRun);
+  renderRuns(ui.runsList, runs, thread.runId, openRun, thread.threadId);
 }
 
 // ── Start ───────────────────────────────────────────────────────────────────────────────
@@ -444,10 +481,37 @@ function wire() {
   });
 }
 
+/** What this server tells its console (`GET console/settings.json`): whether it wants a
+ * token (with `--no-auth` it does not, and the token field goes away), and the app's own
+ * scripts to import (tool renderers). A server too old to say keeps the field. */
+async function loadSettings() {
+  let settings;
+  try {
+    const response = await fetch("console/settings.json", { cache: "no-store" });
+    if (!response.ok) return;
+    settings = await response.json();
+  } catch {
+    return;
+  }
+  ui.tokenField.hidden = settings.auth === "none";
+  for (const script of Array.isArray(settings.scripts) ? settings.scripts : []) {
+    try {
+      await import(new URL(script, document.baseURI).href);
+    } catch (error) {
+      showBanner(`The app's console script ${script} failed to load: ${error.message}`);
+    }
+  }
+}
+
+onToolRendererRegistered(() => {
+  conversation.clear(); // drawn again with the new renderer
+  scheduleDraw();
+});
 tokenFromFragment();
 wire();
 draw();
 refreshRuns();
+loadSettings();
 setInterval(() => {
   if (!document.hidden) refreshRuns();
 }, 3000);

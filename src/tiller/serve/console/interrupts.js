@@ -6,7 +6,15 @@
 
 import { findToolCall } from "./agui.js";
 import { h } from "./dom.js";
+import { describeCall, parseArgs } from "./tools.js";
 import { prettyJson } from "./view.js";
+
+/** One argument's value, shown as a person reads it: text as it is, the rest as JSON, and
+ * long values cut (the whole call is under "Why am I asked?"). */
+function plainValue(value) {
+  const text = typeof value === "string" ? value : JSON.stringify(value);
+  return text.length > 300 ? `${text.slice(0, 299)}…` : text;
+}
 
 export class InterruptsView {
   /** `onResume(entries)` sends `resume: entries`; it returns a promise. */
@@ -44,6 +52,8 @@ export class InterruptsView {
       this.status,
     );
     this.open = open;
+    // Bring the request into view (its CSS keeps it clear of the docked composer).
+    this.section.scrollIntoView?.({ block: "nearest" });
   }
 
   /** Record one answer; send the resume when every interrupt has one. */
@@ -67,8 +77,20 @@ export class InterruptsView {
 
   approvalCard(interrupt, thread) {
     const found = findToolCall(thread, interrupt.toolCallId);
-    const name = found?.call.function.name ?? interrupt.toolCallId ?? "a tool";
-    const argsText = found?.call.function.arguments ?? "";
+    const name =
+      found?.call.function.name ?? interrupt.metadata?.tool ?? interrupt.toolCallId ?? "a tool";
+    const argsText = found?.call.function.arguments ?? interrupt.metadata?.arguments ?? "";
+    const args = parseArgs(argsText);
+    const risk = interrupt.metadata?.risk;
+    const summary = describeCall(name, args, risk, {
+      name,
+      args,
+      argsText,
+      status: "held",
+      result: null,
+      progress: null,
+      h,
+    });
     const id = interrupt.id;
     const reason = h("input", {
       type: "text",
@@ -113,26 +135,72 @@ export class InterruptsView {
       if (decision === "deny" && reason.value.trim()) payload.reason = reason.value.trim();
       this.answer(interrupt, card, { interruptId: id, status: "resolved", payload });
     };
+    const original = editor.value;
+    const setEditing = (editing) => {
+      editor.hidden = !editing;
+      editButton.setAttribute("aria-expanded", String(editing));
+      editButton.textContent = editing ? "Keep the original" : "Edit";
+      if (editing) editor.focus();
+      else {
+        editError.hidden = true;
+        editor.value = original; // a cancelled edit leaves nothing behind
+      }
+    };
     const editButton = h(
       "button",
       {
         type: "button",
         testid: "edit",
         "aria-expanded": "false",
-        onclick: () => {
-          editor.hidden = !editor.hidden;
-          editButton.setAttribute("aria-expanded", String(!editor.hidden));
-          editButton.textContent = editor.hidden ? "Edit" : "Keep the original";
-          if (!editor.hidden) editor.focus();
-          else editError.hidden = true;
-        },
+        onclick: () => setEditing(editor.hidden),
       },
       "Edit",
     );
+    editor.addEventListener("keydown", (event) => {
+      // Escape cancels the edit, and the keyboard is back where it was.
+      if (event.key === "Escape") {
+        event.preventDefault();
+        setEditing(false);
+        editButton.focus();
+      }
+    });
+    const headingId = `interrupt-title-${id}`;
+    card.setAttribute("aria-labelledby", headingId);
+    // What the call would do, in plain words; its arguments as a list, not JSON; and the
+    // policy's own words (why a person is asked) behind a disclosure, for who wants them.
+    const details =
+      args === null
+        ? h("pre", { class: "tool-args", testid: "interrupt-args" }, prettyJson(argsText))
+        : h(
+            "dl",
+            { class: "interrupt-args", testid: "interrupt-args" },
+            ...Object.entries(args).flatMap(([key, value]) => [
+              h("dt", {}, key),
+              h("dd", {}, plainValue(value)),
+            ]),
+          );
     card.append(
-      h("h3", {}, "Allow ", h("code", { testid: "interrupt-tool-name" }, name), "?"),
-      interrupt.message ? h("p", { class: "interrupt-message" }, interrupt.message) : null,
-      h("pre", { class: "tool-args", testid: "interrupt-args" }, prettyJson(argsText)),
+      h(
+        "h3",
+        { id: headingId, testid: "interrupt-summary" },
+        `The agent wants to ${summary.charAt(0).toLowerCase()}${summary.slice(1)}.`,
+      ),
+      details,
+      h(
+        "details",
+        { class: "interrupt-why", testid: "interrupt-why" },
+        h("summary", {}, "Why am I asked?"),
+        interrupt.message ? h("p", { testid: "interrupt-reason" }, interrupt.message) : null,
+        h(
+          "p",
+          {},
+          "Tool ",
+          h("code", { testid: "interrupt-tool-name" }, name),
+          risk ? [", risk class ", h("code", { testid: "interrupt-risk" }, risk)] : null,
+          ":",
+        ),
+        h("pre", { class: "tool-args" }, prettyJson(argsText)),
+      ),
       editor,
       editError,
       h(
