@@ -34,7 +34,7 @@ from tiller.model.replay import Divergence, ReplayModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
 from tiller.store import open_bus
-from tiller.testing import assert_valid_stream
+from tiller.testing import assert_valid_stream, run_capture, run_scripted
 from tiller.tools import Tool, tool
 
 RUN_ID = "run-capture"
@@ -635,3 +635,61 @@ async def test_a_capture_from_before_runtime_call_ids_still_replays(ctx: RunCont
     assert replay.mismatches == [] and replay.remaining == 0
     assert again.result.state.messages == original.result.state.messages
     assert again.wire == original.wire
+
+
+# ── a factory-built agent keeps the recorded output mode ─────────────────────────────
+
+
+class NativeScripted(ScriptedModel):
+    """A scripted model declaring native structured output, as OpenAI-compatible ones do."""
+
+    output_modes = ("native",)
+
+
+async def test_a_factory_built_agent_replays_in_the_recorded_output_mode(
+    ctx: RunContext,
+) -> None:
+    """The factory is called on the replay model, so the agent chooses its output mode
+    from it: the replay model declares the recorded one, so the run asks as it did."""
+
+    def factory(model: Any) -> Agent:
+        return Agent(model, (lookup,), system_prompt="Be brief.", output_type=Answer)
+
+    captures = memory_capture()
+    recorded, _ = await run_scripted(
+        factory,
+        NativeScripted(['{"value": 3}']),
+        "Answer.",
+        context=ctx,
+        options=options(1, captures),
+        run_id=RUN_ID,
+    )
+    assert recorded.output == Answer(value=3)
+    capture = captures[RUN_ID]
+    again, _ = await run_capture(factory, capture, "Answer.", context=ctx)
+    assert again.stop_cause is StopCause.COMPLETED
+    assert again.output == recorded.output
+    assert capture.model_calls[0].agent is not None
+    assert capture.model_calls[0].agent["output_mode"] == "native"
+    assert ReplayModel(capture).output_modes == ("native",)
+
+
+async def test_a_capture_without_a_recorded_output_mode_replays_as_before(
+    ctx: RunContext,
+) -> None:
+    """A capture written before the mode was recorded: the replay model declares no mode
+    (so a factory-built agent asks in prompted mode, as it did), and the missing key is
+    not a divergence for an agent that keeps its mode."""
+    captures = memory_capture()
+    agent = Agent(NativeScripted(['{"value": 3}']), (lookup,), output_type=Answer)
+    await agent.run("Answer.", context=ctx, options=options(1, captures), run_id=RUN_ID)
+    capture = captures[RUN_ID]
+    for record in capture.model_calls:
+        if record.agent is not None:
+            record.agent.pop("output_mode", None)
+    replay = ReplayModel(capture)
+    assert replay.output_modes == ()
+    again, _ = await run_capture(agent, capture, "Answer.", context=ctx)
+    assert again.output == Answer(value=3)
+    _, plain = await captured(2, ctx)  # no output type: no mode to declare
+    assert ReplayModel(plain).output_modes == ()

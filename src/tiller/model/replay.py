@@ -16,7 +16,10 @@ the tools the model was shown and the output schema), and a request whose system
 tools or output schema differ from the recorded ones diverges, naming which (a capture
 written before issue 18 has no shapes: it is not checked for them). `allow_prompt_edits=True`
 lets the system prompt differ (a reworded prompt replayed against old captures) while a
-changed tool set or schema still diverges. Asking for more calls than were recorded is a
+changed tool set or schema still diverges. The replay model declares the recorded output
+mode as its `output_modes`, so an agent a factory builds on it chooses the mode the
+recorded run asked in (a capture that did not record the mode declares none, as before).
+Asking for more calls than were recorded is a
 divergence too. `Divergence` is a non-retryable `ModelError`, so the run stops with stop
 cause `error` and the stream ends with `RUN_ERROR` (code `MODEL_ERROR`).
 
@@ -47,6 +50,7 @@ from ._base import (
 )
 from ._codec import stream_event_from_json
 from ._errors import ModelError
+from ._output import OUTPUT_MODES, OutputMode
 from ._request_shape import request_shape
 
 if TYPE_CHECKING:
@@ -128,6 +132,9 @@ class ReplayModel:
         self.provider = provider or recorded_provider or _PROVIDER
         self.name = name or recorded_name or capture.model or _PROVIDER
         self.context_window: int | None = None
+        #: The output mode the recording asked in, so an agent built on this model (by a
+        #: factory) chooses it too; empty when none was recorded (`prompted`, as before).
+        self.output_modes: tuple[OutputMode, ...] = _recorded_output_modes(self._calls)
         #: Calls answered so far.
         self.served = 0
         #: Divergences seen by a non-strict replay (a strict one raises the first).
@@ -186,6 +193,8 @@ class ReplayModel:
             return []  # the same difference as at the previous call: reported there
         found: list[Divergence] = []
         for key, what in _SHAPE_PARTS:
+            if key not in recorded and key in _LATER_SHAPE_PARTS:
+                continue  # recorded before this part was: not checked for it
             want, have = recorded.get(key), live[key]
             if want == have:
                 continue
@@ -244,7 +253,19 @@ _SHAPE_PARTS = (
     ("system", "the system prompt"),
     ("tools", "the tools"),
     ("output_schema", "the output schema"),
+    ("output_mode", "the output mode"),
 )
+#: Parts added to the shape after it was first recorded: an older capture lacks them.
+_LATER_SHAPE_PARTS = frozenset({"output_mode"})
+
+
+def _recorded_output_modes(calls: Sequence[ModelCallRecord]) -> tuple[OutputMode, ...]:
+    """The output mode of the first recorded shape that names one, as `output_modes`."""
+    for record in calls:
+        mode = (record.agent or {}).get("output_mode")
+        if mode in OUTPUT_MODES:
+            return (mode,)
+    return ()
 
 
 def _tools_changed(want: Any, have: Any) -> str:
