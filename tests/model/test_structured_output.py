@@ -456,3 +456,69 @@ async def test_without_an_output_type_the_result_carries_only_the_stop_cause(
 ) -> None:
     _, wire = await drive(Agent(ScriptedModel(["Sunny."])), ctx)
     assert finished(wire)["result"] == {"stopCause": "completed"}
+
+
+# ── a self-referencing output type ───────────────────────────────────────────────────
+
+
+class Node(BaseModel):
+    """A tree of names."""
+
+    name: str
+    children: list[Node]
+
+
+def _node_schema(*, strict: bool) -> dict[str, Any]:
+    """Node's schema with its definition inlined at the root (providers reject a root
+    that is only a `$ref`), `$defs` kept for the recursion."""
+    closed = {"additionalProperties": False} if strict else {}
+    definition = {
+        "description": "A tree of names.",
+        "properties": {
+            "name": {"title": "Name", "type": "string"},
+            "children": {"items": {"$ref": "#/$defs/Node"}, "title": "Children", "type": "array"},
+        },
+        "required": ["name", "children"],
+        "title": "Node",
+        "type": "object",
+        **closed,
+    }
+    return {"$defs": {"Node": definition}, **definition}
+
+
+TREE = '{"name": "root", "children": [{"name": "leaf", "children": []}]}'
+
+
+async def test_a_self_referencing_type_goes_to_openai_with_an_object_root(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    assert "$ref" in Node.model_json_schema()  # pydantic's root is a reference
+    server.reply(openai_text(TREE))
+    async with OpenAICompatModel("gpt-4o", base_url=f"{server.url}/v1", api_key="k") as model:
+        result, _ = await drive(Agent(model, output_type=Node), ctx)
+    assert result.output == Node.model_validate_json(TREE)
+    assert server.requests[0].json()["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "Node",
+            "schema": _node_schema(strict=True),
+            "description": "A tree of names.",
+            "strict": True,
+        },
+    }
+
+
+async def test_a_self_referencing_type_goes_to_anthropic_as_an_object_tool_input(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(anthropic_tool_use("final_result", TREE))
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        result, _ = await drive(Agent(model, output_type=Node), ctx)
+    assert result.output == Node.model_validate_json(TREE)
+    [output_tool] = server.requests[0].json()["tools"]
+    assert output_tool["input_schema"] == _node_schema(strict=False)
+
+
+def test_a_strict_form_always_has_an_object_root() -> None:
+    strict = strict_json_schema(Node.model_json_schema())
+    assert strict == _node_schema(strict=True)

@@ -42,6 +42,7 @@ from ..model import (
     OutputSchema,
     ToolChoice,
     ToolSpec,
+    object_root_schema,
     schema_name,
     strict_json_schema,
 )
@@ -99,7 +100,9 @@ class StructuredOutput:
         self.output_type = output_type
         self.mode = mode
         #: The output type's JSON Schema, as pydantic gives it (made once per agent).
-        self.schema = schema = output_type.model_json_schema()
+        self.schema = output_type.model_json_schema()
+        # What the model is shown: its root an object, which providers require.
+        schema = object_root_schema(self.schema)
         strict = strict_json_schema(schema)
         description = schema.get("description")
         self.spec = OutputSchema(

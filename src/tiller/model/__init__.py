@@ -52,6 +52,7 @@ from ._output import (
 )
 
 # For tiller's own packages (not API; not in __all__).
+from ._output import object_root_schema as object_root_schema
 from ._output import schema_name as schema_name
 from ._request_shape import request_shape as request_shape
 from ._resolve import resolve_model

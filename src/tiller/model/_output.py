@@ -16,6 +16,11 @@ OpenAI's strict mode (`strict: true`) accepts a subset of JSON Schema: every obj
 (`additionalProperties: false`) with every property required, and a few keywords left out.
 `strict_json_schema` makes that form of a schema when it means the same thing, and says
 None when it cannot (a field with a default, a free-form dict, a length limit).
+
+Both OpenAI (`response_format`) and Anthropic (a tool's `input_schema`) want the root to
+be an object schema. Pydantic gives a self-referencing type (`children: list["Node"]`) a
+root that is only `{"$ref": "#/$defs/Node"}`; `object_root_schema` inlines that definition
+at the root (keeping `$defs`, which the recursion still refers to).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ __all__ = [
     "OUTPUT_MODES",
     "OUTPUT_TOOL_NAME",
     "ForceTool",
+    "object_root_schema",
     "OutputMode",
     "OutputSchema",
     "ToolChoice",
@@ -107,10 +113,29 @@ def schema_name(title: str) -> str:
     return (_NOT_IN_NAME.sub("_", title) or "output")[:_MAX_NAME]
 
 
+def object_root_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with a root that is only a reference to one of its `$defs` replaced by
+    that definition (`$defs` kept, for references inside it); any other schema as it is.
+    The schema given is not changed."""
+    reference = schema.get("$ref")
+    definitions = schema.get("$defs")
+    if not isinstance(reference, str) or not isinstance(definitions, dict):
+        return schema
+    name = reference.removeprefix("#/$defs/")
+    definition = definitions.get(name)
+    if name == reference or not isinstance(definition, dict):
+        return schema  # a reference elsewhere: not ours to resolve
+    root = {key: value for key, value in schema.items() if key != "$ref"}
+    return {**root, **copy.deepcopy(definition)}
+
+
 def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any] | None:
-    """`schema` in OpenAI's strict form, or None when the strict form would mean
-    something else (see the module docstring). The schema given is not changed."""
-    strict = copy.deepcopy(schema)
+    """`schema` in OpenAI's strict form, its root an object (`object_root_schema`), or
+    None when the strict form would mean something else (see the module docstring) or
+    the root is no object. The schema given is not changed."""
+    strict = copy.deepcopy(object_root_schema(schema))
+    if strict.get("type") != "object":
+        return None  # strict mode takes only an object at the root
     return strict if _make_strict(strict) else None
 
 
