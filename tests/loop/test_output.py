@@ -3,6 +3,8 @@ error goes back to the model a bounded number of times, then the run fails with 
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import pydantic
 import pytest
 from pydantic import BaseModel
@@ -226,3 +228,31 @@ async def test_parse_output_reads_a_tool_mode_answer_from_the_transcript(ctx: Ru
     agent = Agent(model, output_type=Answer, output_mode="tool")
     result = await agent.run("Weather?", context=ctx)
     assert agent.parse_output(result.text) == result.output == Answer(city="Oslo", celsius=20)
+
+
+class Counted(Answer):
+    """`Answer`, counting how often its JSON Schema is built."""
+
+    schema_builds: ClassVar[int] = 0
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        Counted.schema_builds += 1
+        return super().model_json_schema(*args, **kwargs)
+
+
+async def test_prompted_mode_builds_the_schema_once_not_per_request(ctx: RunContext) -> None:
+    """The prompted instruction carries the schema: it is made with the agent, not at
+    every request (building a schema costs more than a whole step)."""
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "weather"}]}, {"tool_calls": [{"name": "weather"}]}, VALID]
+    )
+    agent = Agent(model, [weather], output_type=Counted)
+    assert agent.output_mode == "prompted"
+    Counted.schema_builds = 0
+    run = await drive(agent, "Weather?", ctx)
+    assert run.result.output == Counted(city="Oslo", celsius=20)
+    assert len(model.requests) == 3
+    assert Counted.schema_builds <= 1
+    # Every request carried the schema in its system prompt all the same.
+    assert all(r.system and '"celsius"' in r.system for r in model.requests)

@@ -94,7 +94,7 @@ def _declared_modes(model: Model) -> tuple[OutputMode, ...]:
 class StructuredOutput:
     """`output_type` in `mode`: what goes in the request, and how answers are validated."""
 
-    __slots__ = ("mode", "output_type", "schema", "spec", "tool")
+    __slots__ = ("_instruction", "mode", "output_type", "schema", "spec", "tool")
 
     def __init__(self, output_type: type[BaseModel], mode: OutputMode) -> None:
         self.output_type = output_type
@@ -120,22 +120,29 @@ class StructuredOutput:
             ),
             parameters=schema,
         )
+        #: What this mode adds to the system prompt, made once: in prompted mode it holds
+        #: the schema, which costs more to dump than a whole step to run.
+        self._instruction = self._make_instruction()
 
-    def system_prompt(self, own: str | None) -> str | None:
-        """The agent's system prompt with what this mode adds to it."""
+    def _make_instruction(self) -> str | None:
         if self.mode == "native":
-            return own
+            return None
         if self.mode == "tool":
-            instruction = (
+            return (
                 f"When you give your final answer, call the {OUTPUT_TOOL_NAME} tool with it "
                 "as the arguments, on its own, instead of answering in text."
             )
-        else:
-            schema = orjson.dumps(self.output_type.model_json_schema()).decode()
-            instruction = (
-                "When you give your final answer, reply with only a JSON object that "
-                f"validates against this JSON Schema, with no other text:\n{schema}"
-            )
+        schema = orjson.dumps(self.schema).decode()
+        return (
+            "When you give your final answer, reply with only a JSON object that "
+            f"validates against this JSON Schema, with no other text:\n{schema}"
+        )
+
+    def system_prompt(self, own: str | None) -> str | None:
+        """The agent's system prompt with what this mode adds to it."""
+        instruction = self._instruction
+        if instruction is None:
+            return own
         return f"{own}\n\n{instruction}" if own else instruction
 
     def request_parts(
