@@ -3,6 +3,7 @@ error goes back to the model a bounded number of times, then the run fails with 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import pydantic
@@ -13,7 +14,17 @@ from tiller.capture import memory_capture
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.errors import UsageError
 from tiller.loop import Agent, RunContext, RunOptions
-from tiller.model import OUTPUT_TOOL_NAME, ForceTool, ScriptedModel
+from tiller.model import (
+    OUTPUT_TOOL_NAME,
+    Finish,
+    ForceTool,
+    ModelRequest,
+    ScriptedModel,
+    StreamEvent,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from tiller.model.replay import ReplayModel
 from tiller.state import StopCause
 from tiller.testing import agent_with_model
@@ -256,3 +267,60 @@ async def test_prompted_mode_builds_the_schema_once_not_per_request(ctx: RunCont
     assert Counted.schema_builds <= 1
     # Every request carried the schema in its system prompt all the same.
     assert all(r.system and '"celsius"' in r.system for r in model.requests)
+
+
+class CutOffBesideTheAnswer:
+    """A model whose one reply calls the output tool in full, then starts a `weather`
+    call that the length limit cuts off (finish `length`): the second call never ends."""
+
+    provider = "cutoff"
+    name = "cutoff"
+    context_window: int | None = None
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.requests.append(request)
+        yield ToolCallStart(0, "call-0", OUTPUT_TOOL_NAME)
+        yield ToolCallArgsDelta(0, VALID)
+        yield ToolCallEnd(0)
+        yield ToolCallStart(1, "call-1", "weather")
+        yield ToolCallArgsDelta(1, '{"ci')
+        yield Finish("length")
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_an_output_call_beside_a_call_cut_off_mid_stream_is_the_answer(
+    ctx: RunContext,
+) -> None:
+    """A call cut off mid-stream never runs, so there is nothing to read first: the
+    complete output call beside it is the answer, not set aside."""
+    model = CutOffBesideTheAnswer()
+    agent = Agent(model, [weather], output_type=Answer, output_mode="tool")
+    run = await drive(agent, "Weather?", ctx)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    assert len(model.requests) == 1
+    assert run.result.tool_trace == ()
+
+
+async def test_an_output_call_beside_a_call_with_invalid_arguments_is_set_aside(
+    ctx: RunContext,
+) -> None:
+    """A complete call whose arguments are not JSON is answered (with its error), so
+    the model should read that before answering: the output call is set aside."""
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "weather", "arguments": '{"ci'}, output_call(VALID)]},
+            {"tool_calls": [output_call(VALID)]},
+        ]
+    )
+    agent = Agent(model, [weather], output_type=Answer, output_mode="tool")
+    run = await drive(agent, "Weather?", ctx)
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    told = model.requests[1].messages[-1]
+    assert isinstance(told, UserMessage)
+    assert OUTPUT_SET_ASIDE_TEXT in told.text

@@ -4,7 +4,8 @@ The model turn (`tiller.loop._model_turn`) asks `output_tool_of(request)` whethe
 request offered the output tool; if so, it never announces a call of it, and once the
 reply is complete asks `read_output_call(response)` what the call was: alone, its
 arguments are the answer (the turn streams them as the message's text, after a separator
-when the model wrote text first); beside other calls, it is set aside (they run, and the
+when the model wrote text first), as they are beside calls cut off mid-stream (which never
+run); beside other calls, it is set aside (they run, and the
 model is told to call it on its own). `without_output_calls` then gives the response as
 the transcript keeps it, so no call is left without a result (laws 1 and 2).
 """
@@ -45,8 +46,12 @@ def read_output_call(response: AccumulatedResponse) -> OutputCall | None:
     broken = [d for d in response.dropped if d.name == OUTPUT_TOOL_NAME]
     if not calls and not broken:
         return None
+    # Another call the model will hear back about (one that runs, or a complete one whose
+    # arguments are not JSON, answered with its error) must be read before answering; one
+    # cut off mid-stream (`incomplete`, e.g. at the length limit) never runs and gets no
+    # result, so it is no reason to throw a valid answer away.
     if any(c.name != OUTPUT_TOOL_NAME for c in response.message.tool_calls) or any(
-        d.name != OUTPUT_TOOL_NAME for d in response.dropped
+        d.name != OUTPUT_TOOL_NAME and d.reason != "incomplete" for d in response.dropped
     ):
         return OutputCall(set_aside=True)
     arguments = calls[0].arguments if calls else broken[0].arguments
