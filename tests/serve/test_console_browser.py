@@ -317,3 +317,44 @@ def test_a_wrong_token_is_reported(page: Page) -> None:
     # Not sent: the text is back in the box, and not in the thread.
     expect(by(page, "chat-input")).to_have_value("hello?")
     expect(by(page, "message-user")).to_have_count(0)
+
+
+def test_the_dom_helper_refuses_handler_strings_and_script_urls(page: Page) -> None:
+    """Renderers (the tools.js registry) build nodes with `h` from a model's arguments,
+    which are untrusted: a string `on*` prop is not made an attribute (it would run as
+    code), and an `href`/`src` is kept only when it is http(s), mailto or relative."""
+    expect(by(page, "send")).to_be_visible()  # the console has loaded
+    built = page.evaluate(
+        """async () => {
+            const { h } = await import(new URL("console/dom.js", document.baseURI).href);
+            // A detached <a> loads nothing, whatever its src (an <img> would fetch it).
+            const html = (props) => h("a", props).outerHTML;
+            let clicked = false;
+            const button = h("button", { onclick: () => { clicked = true; } });
+            button.click();
+            return {
+                handlerString: html({ onclick: "alert(1)", onmouseover: "alert(2)" }),
+                handler: clicked,
+                script: html({ href: "javascript:alert(1)" }),
+                scriptCase: html({ href: " JaVaScRiPt:alert(1)" }),
+                scriptTab: html({ href: "java\\tscript:alert(1)" }),
+                data: html({ src: "data:text/html,<script>alert(1)</script>" }),
+                https: html({ href: "https://example.com/a?b=1" }),
+                http: html({ href: "http://example.com/" }),
+                mailto: html({ href: "mailto:a@example.com" }),
+                relative: html({ href: "runs/r1" }),
+                rooted: html({ src: "/console/x.png" }),
+                fragment: html({ href: "#top" }),
+            };
+        }"""
+    )
+    assert built["handlerString"] == "<a></a>"
+    assert built["handler"] is True  # a function is still a listener
+    assert built["script"] == built["scriptCase"] == built["scriptTab"] == "<a></a>"
+    assert built["data"] == "<a></a>"
+    assert built["https"] == '<a href="https://example.com/a?b=1"></a>'
+    assert built["http"] == '<a href="http://example.com/"></a>'
+    assert built["mailto"] == '<a href="mailto:a@example.com"></a>'
+    assert built["relative"] == '<a href="runs/r1"></a>'
+    assert built["rooted"] == '<a src="/console/x.png"></a>'
+    assert built["fragment"] == '<a href="#top"></a>'
