@@ -30,6 +30,7 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     workspace = tmp_path / "ws"
+    workspace.mkdir()  # -w names an existing directory
     store = f"sqlite:///{tmp_path / 'store.db'}"
     target = workspace / "notes" / "hello.txt"
     held = tiller(
@@ -67,6 +68,7 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
     assert again.returncode == 2
     assert target.read_text() == "hi there\n"  # once
 
+    (tmp_path / "ws2").mkdir()
     allowed = tiller(
         "run", "write hello", "-m", f"scripted:{script}", "-w", str(tmp_path / "ws2"), "--yes"
     )

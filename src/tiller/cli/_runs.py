@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_STORE", "replay_command", "runs_app"]
 
-DEFAULT_STORE = "sqlite:///~/.tiller/tiller.db"
+from ._options import DEFAULT_STORE, agent_help, store_option, workspace_option
+
 #: `tiller.store._checkpoints.DEFAULT_BUCKET` and `tiller.capture.CAPTURE_BUCKET`, written
 #: out so that loading the CLI does not import the store (a test checks they agree).
 CHECKPOINTS_BUCKET = "tiller-run-checkpoints"
@@ -63,13 +64,9 @@ runs_app = typer.Typer(
     add_completion=False,
 )
 
-_STORE_HELP = "The store: sqlite:///path.db, nats://host:4222 or memory://."
 _BUCKET_HELP = "The checkpoints bucket."
 _NAMESPACE_HELP = "The store namespace (buckets are prefixed with it)."
-_AGENT_HELP = (
-    "The agent as module:attr (an Agent, or a zero-argument function returning one); "
-    "by default the one the checkpoint records."
-)
+_AGENT_HELP = agent_help("Default: the one the checkpoint records.")
 
 
 def _finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
@@ -111,7 +108,7 @@ def _allow_cwd_imports() -> None:
 
 @runs_app.command("list")
 def list_runs(
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -195,7 +192,7 @@ def _call_status(call: ToolCall, logs: dict[str, CallLog]) -> str:
 @runs_app.command("show")
 def show_run(
     run_id: str = typer.Argument(..., help="The run id."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
     events: bool = typer.Option(
@@ -291,7 +288,7 @@ def reconcile_run(
     result: str | None = typer.Option(
         None, "--result", help="The result the model reads for --done / --failed calls."
     ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -352,10 +349,8 @@ def resume_run(
     run_id: str = typer.Argument(..., help="The run id."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
-    workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="The jail, if not where the checkpoint says."
-    ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    workspace: Path | None = workspace_option(None, "The jail, if not where the checkpoint says."),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
     force: bool = typer.Option(
@@ -523,11 +518,11 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
     tools: str = typer.Option(
         "recorded", "--tools", help="recorded: tools answer from the capture; live: they run."
     ),
-    workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="(--tools live) The jail; a temporary one by default."
+    workspace: Path | None = workspace_option(
+        None, "(--tools live) The jail; a temporary one by default."
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="(--tools live) Allow every call."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     captures_bucket: str = typer.Option(
         CAPTURES_BUCKET, "--captures-bucket", help="The captures bucket."
     ),

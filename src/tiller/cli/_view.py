@@ -53,6 +53,8 @@ class RunView:
         # The checklist received but not printed yet, and the one printed last.
         self._tasks: list[dict[str, Any]] | None = None
         self._tasks_shown: list[tuple[str, str, str]] = []
+        #: The message of the `RUN_ERROR` printed, if one was (a summary need not repeat it).
+        self.error_shown: str | None = None
 
     def on_event(self, event: Event) -> None:
         wire = event.to_wire()
@@ -223,6 +225,7 @@ class RunView:
 
     def _on_run_error(self, wire: dict[str, Any]) -> None:
         self._stop_live()
+        self.error_shown = str(wire["message"])
         self.console.print(
             Text(f"error [{wire.get('code', '?')}]: {wire['message']}", style="bold red")
         )

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..events import TransformerFactory, check_transformer_factory
 from ..loop import RunContext, RunOptions
 from ..pinned_policy import PinnedPolicy
-from ..store import Bus
+from ..store import Bus, check_mail_name
 
 __all__ = ["DEFAULT_MAX_BODY", "AppSettings"]
 
@@ -63,6 +63,10 @@ class AppSettings:
     fleet_agent: str | None = None
     #: The model string a fleet worker calls the agent's factory with.
     fleet_model: str | None = None
+    #: Attach the store's mailbox to every run under this agent name (`tiller serve
+    #: --mailbox NAME`): each receives what is sent to NAME at its steps. None: no mailbox
+    #: (or the one `configure` attaches).
+    mailbox: str | None = None
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():
@@ -70,6 +74,8 @@ class AppSettings:
         if self.interrupt_ttl is not None and not self.interrupt_ttl > 0:
             raise UsageError(f"interrupt_ttl must be positive seconds, not {self.interrupt_ttl!r}")
         check_transformer_factory(self.transformers)
+        if self.mailbox is not None:
+            check_mail_name(self.mailbox)
         if self.fleet_queue is not None and not self.fleet_agent:
             raise UsageError(
                 "a fleet server needs the agent its workers load: fleet_agent='module:attr' "
