@@ -41,6 +41,7 @@ from ._compaction import Compaction
 from ._guardrails import run_post, run_pre
 from ._model_wrapper import model_to_call
 from ._response_cap import fit_response_cap
+from ._retry_event import retry_reporter
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
 from ._window import history_window
@@ -266,7 +267,10 @@ class ModelTurns:
         # Inside the retry: a wrapper (the fleet's limits) sees every attempt.
         model = model_to_call(run.run_ctx, run.agent.model, run.state.model_spec)
         try:
-            async for received in stream_with_retry(model, request, run.agent.retry):
+            retries = retry_reporter(agui, model)  # each retry shown, not a silent pause
+            async for received in stream_with_retry(
+                model, request, run.agent.retry, on_retry=retries
+            ):
                 # Cut before keeping or streaming, so the kept text is what the client saw.
                 event, capped = fit_response_cap(received, limit - accumulator.bytes)
                 if event is None:

@@ -42,7 +42,7 @@ from ._errors import (
     ModelTimeout,
 )
 from ._resolve import resolve_model
-from ._retry import RetryPolicy
+from ._retry import RetryNotice, RetryPolicy
 
 # For tiller's own packages (not API; not in __all__).
 from ._retry import stream_with_retry as stream_with_retry
@@ -66,6 +66,7 @@ __all__ = [
     "ModelTimeout",
     "OpenAICompatModel",
     "ReasoningDelta",
+    "RetryNotice",
     "RetryPolicy",
     "ScriptedModel",
     "StreamEvent",
