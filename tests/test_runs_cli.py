@@ -389,7 +389,7 @@ def test_load_agent_takes_an_agent_or_a_factory(agent_module: str) -> None:
     [
         ("missing", "has no attribute 'missing'"),
         ("not_an_agent", "is a int, not an Agent"),
-        ("needs_arguments", "with no arguments failed"),
+        ("needs_arguments", "an agent factory takes no arguments, or only `model`"),
         ("returns_a_string", "returned a str, not an Agent"),
     ],
 )
