@@ -93,6 +93,8 @@ def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
+    # There, empty: the reading commands refuse a SQLite store that is not there.
+    (tmp_path / "store.db").touch()
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
@@ -238,7 +240,7 @@ def test_an_unknown_run_id_is_a_clear_error(url: str) -> None:
 def test_a_bad_store_url_is_a_clear_error() -> None:
     done = tiller("runs", "list", "--store", "postgres://x")
     assert done.exit_code == 2
-    assert "unknown store" in done.stderr
+    assert "'postgres://x' is not a store URL" in done.stderr
 
 
 # ── reconcile ────────────────────────────────────────────────────────────────────────

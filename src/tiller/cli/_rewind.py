@@ -60,7 +60,6 @@ def rewind_command(
     to: int = typer.Option(
         ...,
         "--to",
-        min=0,
         help="Keep the first INDEX messages (the last kept must be a user message); the "
         "files go back to how they were then.",
     ),

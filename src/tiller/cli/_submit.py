@@ -22,7 +22,7 @@ import typer
 
 from ..errors import UsageError
 from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish
-from ._options import AGENT_FACTORY_HELP, positive_amount, store_option
+from ._options import AGENT_FACTORY_HELP, store_option
 from ._runs import _with_store
 
 if TYPE_CHECKING:
@@ -65,15 +65,12 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         help="Store the --workspace directory in the store: each run gets its own copy, "
         "on whichever worker takes it.",
     ),
-    max_steps: int | None = typer.Option(
-        None, "--max-steps", min=1, help="Stop after N steps (N ≥ 1)."
-    ),
+    # Checked by `_budget`, with the fleet's own wording, before anything is enqueued.
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after N steps (N ≥ 1)."),
     max_tokens: int | None = typer.Option(
-        None, "--max-tokens", min=1, help="Stop after N output tokens (N ≥ 1)."
+        None, "--max-tokens", help="Stop after N output tokens (N ≥ 1)."
     ),
-    max_cost: float | None = typer.Option(
-        None, "--max-cost", callback=positive_amount, help="Stop after spending USD (more than 0)."
-    ),
+    max_cost: float | None = typer.Option(None, "--max-cost", help="Stop after spending USD."),
     model: str | None = typer.Option(
         None, "--model", "-m", help="The model string an agent factory is called with."
     ),
