@@ -260,15 +260,14 @@ async def _resume(
     bus: Bus, records: dict[str, HeldApproval], agent: str | None, checkpoints_bucket: str
 ) -> int:
     """Resume the run with every decision, showing its stream; then say how it ended."""
-    from rich.console import Console
-
     from ..ops import resume_decided
     from ..state import StopCause
     from ..store import AlreadyResumed, ApprovalStore
+    from ._render import terminal_console
     from ._run import _print_held
 
     run_id = next(iter(records.values())).run_id
-    console = Console(highlight=False)
+    console = terminal_console()
     typer.echo(f"resuming run {run_id}")
     view = _resume_view(console)
     try:

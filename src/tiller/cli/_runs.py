@@ -258,17 +258,16 @@ def show_run(
 
 async def _show_events(bus: Bus, run_id: str) -> int:
     """Render the stored event log with the terminal view `tiller run` uses."""
-    from rich.console import Console
-
     from ..events import event_from_wire
     from ..store import EventLog
+    from ._render import terminal_console
     from ._view import RunView
 
     wire = await EventLog(bus).read(run_id)
     if not wire:
         typer.echo(f"tiller: no event log for run {run_id!r} (was it durable?)", err=True)
         return EXIT_USAGE
-    view = RunView(Console(highlight=False))
+    view = RunView(terminal_console())
     for event in wire:
         view.on_event(event_from_wire(event))
     typer.echo(f"({len(wire)} events)")
@@ -363,12 +362,11 @@ def resume_run(
     completed is uncertain: the resume refuses (exit 3) until it is reconciled
     (tiller runs reconcile). Calls that need approval are asked at a terminal, allowed
     with --yes, and blocked otherwise."""
-    from rich.console import Console
-
     from ..loop import ResumeReplayBlocked
     from ..ops import recover_run
     from ..policy import AllowAll, NoOneToAsk
     from ..store import CheckpointStore
+    from ._render import terminal_console
 
     if agent is not None:
         _allow_cwd_imports()
@@ -376,7 +374,7 @@ def resume_run(
     root = workspace.resolve() if workspace is not None else None
 
     async def work(bus: Bus) -> int:
-        console = Console(highlight=False)
+        console = terminal_console()
         checkpoint = await CheckpointStore(bus, bucket).load(run_id)
         if checkpoint.status == "suspended" and not (yes or interactive):
             # Blocking every call would answer the review with refusals nobody gave.
@@ -538,13 +536,12 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
     with a divergence naming the step (exit 1)."""
     import tempfile
 
-    from rich.console import Console
-
     from ..capture import load_capture
     from ..loop import RunContext, RunOptions
     from ..policy import AllowAll, NoOneToAsk
     from ..store import CheckpointStore, NotFound
     from ..tools import remove_tree
+    from ._render import terminal_console
     from ._view import RunView
 
     if tools not in ("recorded", "live"):
@@ -584,7 +581,7 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             if tools == "recorded" or yes
             else NoOneToAsk("resume with --yes to allow it")
         )
-        console = Console(highlight=False)
+        console = terminal_console()
         view = RunView(console)
         try:
             result = await replayer.run_in(
