@@ -26,6 +26,18 @@ def _root() -> None:
     """tiller: a runtime for LLM agents in which every run carries its own world."""
 
 
+#: The cities the AG-UI tour's scripted forecast knows (`tiller.examples.agui_tour`).
+_TOUR_CITIES = ("Oslo", "Lisbon", "Tokyo")
+
+
+def _tour_city(value: str) -> str:
+    """A city the tour has a forecast for (another one would silently become Oslo)."""
+    for city in _TOUR_CITIES:
+        if value.casefold() == city.casefold():
+            return city
+    raise typer.BadParameter(f"is Oslo, Lisbon or Tokyo, not {value!r}")
+
+
 @app.command()
 def demo(
     *,
@@ -36,7 +48,9 @@ def demo(
     keep: bool = typer.Option(False, "--keep", help="Keep the workspace copy afterwards."),
     deny: bool = typer.Option(False, "--deny", help="(--agui) Answer the approval with deny."),
     raw: bool = typer.Option(False, "--raw", help="(--agui) Print the SSE frames a client gets."),
-    city: str = typer.Option("Oslo", help="(--agui) Oslo, Lisbon or Tokyo."),
+    city: str = typer.Option(
+        "Oslo", "--city", callback=_tour_city, help="(--agui) Oslo, Lisbon or Tokyo."
+    ),
 ) -> None:
     """Run offline: a coding agent fixes a bug in a bundled project (scripted model)."""
     if agui:

@@ -28,6 +28,8 @@ _USAGE = 2
 
 #: "Invalid value for '--max-steps' / '--max-turns': " → "--max-steps / --max-turns: ".
 _INVALID = re.compile(r"^Invalid value for ((?:'[^']*'(?: / )?)+): (?:Value error, )?")
+#: A check that named no option says "Invalid value: " first; the rest says it all.
+_INVALID_BARE = re.compile(r"^Invalid value: ")
 
 
 def one_line(error: typer.TyperException) -> str:
@@ -37,6 +39,7 @@ def one_line(error: typer.TyperException) -> str:
     command = ctx.command_path if ctx is not None else "tiller"
     message = str(error.format_message()).strip()
     message = _INVALID.sub(lambda m: m.group(1).replace("'", "") + ": ", message)
+    message = _INVALID_BARE.sub("", message)
     flat = "; ".join(part.strip() for part in message.splitlines() if part.strip())
     return f"{command}: {flat.rstrip('.')} (see {command} --help)"
 
