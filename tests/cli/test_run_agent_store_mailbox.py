@@ -189,3 +189,33 @@ async def test_serve_with_a_mailbox_attaches_it_to_every_run(tmp_path: Path) -> 
 def test_serve_refuses_a_bad_mailbox_name() -> None:
     with pytest.raises(UsageError, match="no spaces!"):
         AppSettings(store="memory://", token=None, mailbox="no spaces!")
+
+
+FAILS_AFTER_APPROVAL = """
+from tiller.loop import Agent
+from tiller.model import ScriptedModel
+from tiller.tools import builtin
+
+
+def _next(messages, info):
+    if getattr(messages[-1], "tool_results", ()):
+        return {"error": {"status": 400, "message": "the provider refused the request"}}
+    return {"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}]}
+
+
+def make(model=None):
+    return Agent(ScriptedModel(_next), [builtin.write_file], name="fails")
+"""
+
+
+def test_a_resumed_runs_error_is_printed_once(tmp_path: Path) -> None:
+    """`tiller approve` showed the run's error in the view and again in its summary."""
+    (tmp_path / "fails_agent.py").write_text(FAILS_AFTER_APPROVAL)
+    (tmp_path / "ws").mkdir()
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    held = tiller("run", "go", "--agent", "fails_agent:make", "-w", "ws", "--store", store,
+                  cwd=tmp_path)  # fmt: skip
+    (approval_id,) = re.findall(r"tiller approve (ap-[0-9a-f]+)", held.stdout)
+    approved = tiller("approve", approval_id, "--store", store, cwd=tmp_path)
+    assert approved.returncode == 1, approved.stdout + approved.stderr
+    assert approved.stdout.count("the provider refused the request") == 1, approved.stdout

@@ -287,7 +287,7 @@ async def _resume(
         raise
     finally:
         view.close()
-    code = _summary(console, result)
+    code = _summary(console, result, shown_error=view.error_shown)
     if result.stop_cause is StopCause.SUSPENDED:
         # The calls it holds now are new calls, with records of their own: name them.
         held = await ApprovalStore(bus).for_run(result.state.run_id)
@@ -295,7 +295,8 @@ async def _resume(
     return code
 
 
-def _summary(console: Console, result: RunResult) -> int:
+def _summary(console: Console, result: RunResult, *, shown_error: str | None = None) -> int:
+    """How the resumed run ended; the error only if the view did not print it already."""
     from rich.text import Text
 
     from ..state import StopCause
@@ -304,7 +305,7 @@ def _summary(console: Console, result: RunResult) -> int:
     console.print(f"stop cause  {result.stop_cause.value}")
     if result.text:
         console.print(Text(f"final text  {result.text}"))
-    if result.error:
+    if result.error and result.error != shown_error:
         console.print(Text(f"error: {result.error}", style="red"))
     if result.stop_cause is StopCause.SUSPENDED:
         waiting = len(result.state.interrupts)

@@ -428,12 +428,14 @@ def resume_run(
             return EXIT_UNCERTAIN
         finally:
             view.close()
-        return _summary(console, result)
+        return _summary(console, result, shown_error=view.error_shown)
 
     _finish(lambda: _with_store(store, namespace, work))
 
 
-def _summary(console: Console, result: RunResult) -> int:
+def _summary(console: Console, result: RunResult, *, shown_error: str | None = None) -> int:
+    """How the run ended, and its exit code; the error only if the view did not print it
+    already (each line once)."""
     from rich.text import Text
 
     console.rule("[bold]summary")
@@ -441,7 +443,7 @@ def _summary(console: Console, result: RunResult) -> int:
     console.print(f"steps       {result.steps}")
     if result.pause_reason:
         console.print(f"paused      {result.pause_reason}")
-    if result.error:
+    if result.error and result.error != shown_error:
         console.print(Text(f"error: {result.error}", style="red"))
     return EXIT_OK if result.completed else EXIT_NOT_COMPLETED
 
@@ -595,7 +597,7 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             view.close()
             if scratch is not None:
                 remove_tree(scratch)  # iterative: the model may have nested it deep
-        return _summary(console, result)
+        return _summary(console, result, shown_error=view.error_shown)
 
     _finish(lambda: _with_store(store, namespace, work))
 
