@@ -3,13 +3,24 @@ person gets: a fresh interpreter, no terminal, the package's own entry point."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 
-def tiller(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m tiller ARGS` with no standard input, its output captured as text."""
+def tiller(
+    *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m tiller ARGS` with no standard input, its output captured as text;
+    `env` is added to (or, with an empty value, removed from) this process's environment."""
+    environ = dict(os.environ)
+    for name, value in (env or {}).items():
+        if value:
+            environ[name] = value
+        else:
+            environ.pop(name, None)
     return subprocess.run(
         [sys.executable, "-m", "tiller", *args],
         capture_output=True,
@@ -18,4 +29,5 @@ def tiller(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[s
         check=False,
         stdin=subprocess.DEVNULL,
         cwd=cwd,
+        env=environ,
     )

@@ -86,6 +86,8 @@ def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
+    # There, empty: the reading commands refuse a SQLite store that is not there.
+    (tmp_path / "store.db").touch()
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
@@ -286,7 +288,7 @@ def test_unknown_ids_and_bad_stores(url: str) -> None:
         assert "no held approval 'ap-nope'" in done.stderr
     assert "no pending approvals" in tiller("approvals", "list", "--store", url).stdout
     bad = tiller("approvals", "list", "--store", "postgres://x")
-    assert bad.exit_code == 2 and "unknown store" in bad.stderr
+    assert bad.exit_code == 2 and "is not a store URL" in bad.stderr
 
 
 def test_a_run_that_went_on_without_the_decision(

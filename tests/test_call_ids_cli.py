@@ -43,6 +43,7 @@ def test_an_approved_call_asked_again_after_the_resume_is_held(tmp_path: Path) -
     script = tmp_path / "s.yaml"
     script.write_text(SCRIPT)
     workspace = tmp_path / "ws"
+    workspace.mkdir()  # -w names an existing directory
     store = tmp_path / "store.db"
     url = f"sqlite:///{store}"
     ledger = workspace / "ledger.txt"

@@ -30,6 +30,7 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     workspace = tmp_path / "ws"
+    workspace.mkdir()  # -w names an existing directory
     store = f"sqlite:///{tmp_path / 'store.db'}"
     target = workspace / "notes" / "hello.txt"
     held = tiller(
@@ -67,6 +68,7 @@ def test_run_without_a_terminal_holds_writes_for_tiller_approve(tmp_path: Path) 
     assert again.returncode == 2
     assert target.read_text() == "hi there\n"  # once
 
+    (tmp_path / "ws2").mkdir()
     allowed = tiller(
         "run", "write hello", "-m", f"scripted:{script}", "-w", str(tmp_path / "ws2"), "--yes"
     )
@@ -108,21 +110,18 @@ def test_run_stops_at_max_steps(tmp_path: Path, flag: str) -> None:
         [
             "policy: no tiller.toml: built-in defaults",
             "→ list_dir()",
-            "← list_dir: .tiller/",
-            "   loop.yaml",
+            "← list_dir: loop.yaml",
             "  ─ steps 1/3 · tokens 66 in / 3 out · $0.0000",
             "→ list_dir()",
-            "← list_dir: .tiller/",
-            "   loop.yaml",
-            "  ─ steps 2/3 · tokens 137 in / 6 out · $0.0000",
+            "← list_dir: loop.yaml",
+            "  ─ steps 2/3 · tokens 135 in / 6 out · $0.0000",
             "→ list_dir()",
-            "← list_dir: .tiller/",
-            "   loop.yaml",
-            "  ─ steps 3/3 · tokens 213 in / 9 out · $0.0000",
+            "← list_dir: loop.yaml",
+            "  ─ steps 3/3 · tokens 207 in / 9 out · $0.0000",
             RULE,
             "stop cause  step_budget (exhausted)",
             "steps       3",
-            "steps 3/3 · tokens 213 in / 9 out · $0.0000",
+            "steps 3/3 · tokens 207 in / 9 out · $0.0000",
             "no price known for scripted:loop",
         ]
     )

@@ -85,6 +85,7 @@ def test_approve_deny_with_a_reason_and_steer(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     workspace = tmp_path / "ws"
+    workspace.mkdir()  # -w names an existing directory
     term = Terminal("run", "write files", "-m", f"scripted:{script}", "-w", str(workspace))
     term.read_until("type a line at any time to steer")
     term.type("please keep it short")  # typed while the first step is still streaming
@@ -110,6 +111,7 @@ def test_the_prompt_says_why_it_asks_and_the_risk(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     workspace = tmp_path / "ws"
+    workspace.mkdir()  # -w names an existing directory
     term = Terminal("run", "write files", "-m", f"scripted:{script}", "-w", str(workspace))
     term.read_until("allow write_file(path='a.txt'")
     out = term.read_until("(risk: file_mutation)")
@@ -129,6 +131,7 @@ def test_always_remembers_the_tool(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text(SCRIPT)
     workspace = tmp_path / "ws"
+    workspace.mkdir()  # -w names an existing directory
     term = Terminal("run", "write files", "-m", f"scripted:{script}", "-w", str(workspace))
     term.read_until("allow write_file(path='a.txt'")
     term.type("a")

@@ -325,6 +325,7 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "tiller.loop": [
         "CALL_RERUN_EVENT",
+        "MODEL_RETRY_EVENT",
         "Agent",
         "AgentRun",
         "Budget",
@@ -389,6 +390,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "OutputMode",
         "OutputSchema",
         "ReasoningDelta",
+        "RetryNotice",
         "RetryPolicy",
         "ScriptedModel",
         "StreamEvent",
@@ -673,6 +675,7 @@ DOCUMENTED_VALUES: dict[str, str] = {
     "tiller.fleet.MAX_TEXT_DIFF_BYTES": "the largest file a workspace diff shows as text",
     "tiller.fleet.WORKSPACES_BUCKET": "the bucket of workspace snapshot manifests and diffs",
     "tiller.loop.CALL_RERUN_EVENT": "the CUSTOM event of a call run again after a crash",
+    "tiller.loop.MODEL_RETRY_EVENT": "the CUSTOM event of a model call retried before streaming",
     "tiller.fleet.BATCHES_BUCKET": "the bucket of batch members and cancellations",
     "tiller.fleet.HELD": "the result statuses that wait for a person",
     "tiller.fleet.RESULTS_BUCKET": "the bucket of fleet runs' results",

@@ -60,6 +60,8 @@ def agent_ref(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
+    # There, empty: the reading commands refuse a SQLite store that is not there.
+    (tmp_path / "store.db").touch()
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 

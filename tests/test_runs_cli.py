@@ -105,6 +105,8 @@ def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
+    # There, empty: the reading commands refuse a SQLite store that is not there.
+    (tmp_path / "store.db").touch()
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
@@ -250,7 +252,7 @@ def test_an_unknown_run_id_is_a_clear_error(url: str) -> None:
 def test_a_bad_store_url_is_a_clear_error() -> None:
     done = tiller("runs", "list", "--store", "postgres://x")
     assert done.exit_code == 2
-    assert "unknown store" in done.stderr
+    assert "'postgres://x' is not a store URL" in done.stderr
 
 
 # ── reconcile ────────────────────────────────────────────────────────────────────────
@@ -424,7 +426,7 @@ def test_load_agent_takes_an_agent_or_a_factory(agent_module: str) -> None:
     [
         ("missing", "has no attribute 'missing'"),
         ("not_an_agent", "is a int, not an Agent"),
-        ("needs_arguments", "with no arguments failed"),
+        ("needs_arguments", "an agent factory takes no arguments, or only `model`"),
         ("returns_a_string", "returned a str, not an Agent"),
     ],
 )

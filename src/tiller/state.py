@@ -262,8 +262,9 @@ class RunState(BaseModel):
     output_retries: int = 0
     stop_cause: StopCause | None = None
     error: str | None = None
-    #: Where the agent is defined, as `"module:attr"` (an `Agent`, or a zero-argument
-    #: factory returning one): a process that never saw the run's code can load it again
+    #: Where the agent is defined, as `"module:attr"` (an `Agent`, or a factory returning
+    #: one, given `model=` when it takes it): a process that never saw the run's code can
+    #: load it again
     #: (`tiller.loop.load_agent`, `tiller runs resume`). None when unknown.
     agent_ref: str | None = None
     #: The model string the agent was built from (`"ollama:qwen2.5-coder"`), so a resume

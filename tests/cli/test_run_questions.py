@@ -31,6 +31,7 @@ turns:
 
 def command(script: Path, workspace: Path) -> list[str]:
     tiller = [sys.executable, "-m", "tiller"]
+    workspace.mkdir(exist_ok=True)  # -w names an existing directory
     store = f"sqlite:///{workspace.parent / 'store.db'}"
     return [
         *tiller,

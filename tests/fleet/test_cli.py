@@ -167,6 +167,7 @@ async def test_the_prompt_comes_from_stdin_or_a_file(agents: ModuleType, tmp_pat
         (["--max-steps", "0"], "--max-steps must be at least 1"),
         (["--max-tokens", "-5"], "--max-tokens must be at least 1"),
         (["--max-cost", "-1"], "--max-cost must be a non-negative"),
+        (["--store", "store.db"], "--store: 'store.db' is not a store URL"),
         (["--workspace", "/no/such/dir"], "is not a directory"),
         (["--workspace", "/no/such/dir", "--snapshot"], "does not exist"),
         (["--snapshot"], "--snapshot needs --workspace"),

@@ -17,6 +17,7 @@ from tiller.model import (
     ModelError,
     ModelHTTPError,
     ModelRequest,
+    RetryNotice,
     RetryPolicy,
     ScriptedModel,
     StreamEvent,
@@ -265,3 +266,28 @@ def test_policy_is_frozen() -> None:
     policy = RetryPolicy()
     with pytest.raises(AttributeError):
         policy.max_attempts = 9  # type: ignore[misc]
+
+
+async def test_each_retry_is_told_to_on_retry_before_its_wait() -> None:
+    """Issue 18: retries were invisible; the caller now hears of each one (the loop turns
+    it into a `tiller.model_retry` event), in order, with the delay slept after it."""
+    model = ScriptedModel([*errors(500, 503), "ok"])
+    sleeps = Sleeps()
+    heard: list[tuple[int, int, float, int, int]] = []
+
+    def on_retry(notice: RetryNotice) -> None:
+        assert isinstance(notice.error, ModelHTTPError)
+        # Told before the wait: the sleeps so far are the earlier retries'.
+        status, slept = notice.error.status, len(sleeps.delays)
+        heard.append((notice.attempt, notice.max_attempts, notice.delay, status, slept))
+
+    async with asyncio.timeout(5):  # a hang guard
+        events = [
+            e
+            async for e in stream_with_retry(
+                model, REQUEST, sleep=sleeps, random=Fixed(0.0), on_retry=on_retry
+            )
+        ]
+    assert TextDelta("ok") in events
+    assert heard == [(1, 4, 0.5, 500, 0), (2, 4, 1.0, 503, 1)]
+    assert sleeps.delays == [0.5, 1.0]

@@ -7,10 +7,14 @@ from pathlib import Path
 
 import typer
 
+from ._one_line import OneLineErrors
+from ._options import ModeChoice, agent_help, positive_amount, store_option, workspace_option
+
 __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="tiller",
+    cls=OneLineErrors,
     help="tiller: a runtime for LLM agents in which every run carries its own world.",
     no_args_is_help=True,
     add_completion=False,
@@ -20,6 +24,18 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """tiller: a runtime for LLM agents in which every run carries its own world."""
+
+
+#: The cities the AG-UI tour's scripted forecast knows (`tiller.examples.agui_tour`).
+_TOUR_CITIES = ("Oslo", "Lisbon", "Tokyo")
+
+
+def _tour_city(value: str) -> str:
+    """A city the tour has a forecast for (another one would silently become Oslo)."""
+    for city in _TOUR_CITIES:
+        if value.casefold() == city.casefold():
+            return city
+    raise typer.BadParameter(f"is Oslo, Lisbon or Tokyo, not {value!r}")
 
 
 @app.command()
@@ -32,7 +48,9 @@ def demo(
     keep: bool = typer.Option(False, "--keep", help="Keep the workspace copy afterwards."),
     deny: bool = typer.Option(False, "--deny", help="(--agui) Answer the approval with deny."),
     raw: bool = typer.Option(False, "--raw", help="(--agui) Print the SSE frames a client gets."),
-    city: str = typer.Option("Oslo", help="(--agui) Oslo, Lisbon or Tokyo."),
+    city: str = typer.Option(
+        "Oslo", "--city", callback=_tour_city, help="(--agui) Oslo, Lisbon or Tokyo."
+    ),
 ) -> None:
     """Run offline: a coding agent fixes a bug in a bundled project (scripted model)."""
     if agui:
@@ -48,24 +66,33 @@ def demo(
 def run(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
     task: str = typer.Argument(..., help="What the agent should do."),
-    model: str = typer.Option(
-        ...,
+    model: str | None = typer.Option(
+        None,
         "--model",
         "-m",
         help="openai:<model>, anthropic:<model>, ollama:<model>, "
-        "openai-compat:<base_url>#<model> or scripted:<path>.",
+        "openai-compat:<base_url>#<model> or scripted:<path>. Needed for the built-in "
+        "coding agent; with --agent, passed to its factory.",
     ),
-    workspace: Path = typer.Option(
-        Path("."), "--workspace", "-w", help="The directory the agent may touch (its jail)."
+    agent: str | None = typer.Option(
+        None, "--agent", help=agent_help("Default: the built-in coding agent on --model.")
     ),
+    workspace: Path = workspace_option(Path("."), "The directory the agent may touch (its jail)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
     max_steps: int | None = typer.Option(
         None,
         "--max-steps",
         "--max-turns",
-        help="Stop after N steps (model calls). --max-turns is its old name, for one release.",
+        min=1,
+        help="Stop after N steps (model calls), N ≥ 1. --max-turns is its old name, for one "
+        "release.",
     ),
-    max_cost: float | None = typer.Option(None, "--max-cost", help="Stop after spending USD."),
+    max_cost: float | None = typer.Option(
+        None,
+        "--max-cost",
+        callback=positive_amount,
+        help="Stop after spending USD (more than 0).",
+    ),
     network: bool = typer.Option(
         False, "--network", help="Let shell commands use the network (off in the sandbox)."
     ),
@@ -74,32 +101,40 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
         "--unsandboxed-shell",
         help="Where bwrap cannot run, run shell commands without the sandbox anyway.",
     ),
-    web: bool = typer.Option(False, "--web", help="Give the agent web_fetch."),
-    mode: str | None = typer.Option(
-        None, "--mode", help="Safety mode: read_only, ask (default), auto or full_access."
+    web: bool = typer.Option(False, "--web", help="Give the built-in agent web_fetch."),
+    mode: ModeChoice | None = typer.Option(
+        None,
+        "--mode",
+        help="Safety mode: read_only, ask (default), auto or full_access.",
     ),
     config: Path | None = typer.Option(
-        None, "--config", help="A tiller.toml (default: the workspace's, if it has one)."
+        None,
+        "--config",
+        exists=True,
+        dir_okay=False,
+        help="A tiller.toml (default: the workspace's, if it has one).",
     ),
-    store: str = typer.Option(
-        "sqlite:///~/.tiller/tiller.db",
-        "--store",
-        envvar="TILLER_STORE",
-        help="Where the run is checkpointed and approvals are held (sqlite:///PATH, "
-        "nats://HOST:PORT or memory://).",
+    store: str = store_option("Where the run is checkpointed and approvals are held"),
+    mailbox: str | None = typer.Option(
+        None,
+        "--mailbox",
+        metavar="NAME",
+        help="Attach the store's mailbox: the run receives mail sent to NAME (tiller mail "
+        "send --to NAME) at each step, and may send with message_send.",
     ),
 ) -> None:
-    """Run the built-in coding agent on TASK in a workspace, with a live view. Type a line
-    to steer it, /bg to send a running command to the background, Ctrl+C to cancel.
-    Without a terminal (and without --yes), calls that need a person are held and the run
-    suspends: answer them with `tiller approve` / `tiller deny` from any process."""
+    """Run an agent (the built-in coding agent, or yours with --agent) on TASK in a
+    workspace, with a live view. Type a line to steer it, /bg to send a running command to
+    the background, Ctrl+C to cancel. Without a terminal (and without --yes), calls that
+    need a person are held and the run suspends: answer them with `tiller approve` /
+    `tiller deny` from any process."""
     from ..errors import TillerError
     from ._run import RunTaskSettings, run_task
 
     try:
-        workspace.mkdir(parents=True, exist_ok=True)
         settings = RunTaskSettings(
             model=model,
+            agent=agent,
             workspace=workspace.resolve(),
             yes=yes,
             max_steps=max_steps,
@@ -107,9 +142,10 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
             network=network,
             unsandboxed_shell=unsandboxed_shell,
             web=web,
-            mode=mode,
+            mode=mode.value if mode is not None else None,
             config_path=config,
             store=store,
+            mailbox=mailbox,
         )
         code = asyncio.run(run_task(task, settings))
     except TillerError as exc:
@@ -155,4 +191,4 @@ _register_durable_commands()
 
 def main() -> None:
     """The `tiller` command's entry point (`python -m tiller` and the console script)."""
-    app()
+    app(prog_name="tiller")

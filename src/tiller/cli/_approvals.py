@@ -39,7 +39,8 @@ from ._held import (
     print_table,
     short_json,
 )
-from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE, _resume_view, _with_store
+from ._options import agent_help, store_option
+from ._runs import CHECKPOINTS_BUCKET, _resume_view, _with_store
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,14 +61,10 @@ approvals_app = typer.Typer(
     add_completion=False,
 )
 
-_STORE_HELP = "The store: sqlite:///path.db, nats://host:4222 or memory://."
 _BUCKET_HELP = "The held-approvals bucket."
 _CHECKPOINTS_HELP = "The run checkpoints bucket."
 _NAMESPACE_HELP = "The store namespace (buckets are prefixed with it)."
-_AGENT_HELP = (
-    "The agent as module:attr (an Agent, or a zero-argument function returning one); "
-    "by default the one the run's checkpoint records."
-)
+_AGENT_HELP = agent_help("Default: the one the run's checkpoint records.")
 
 
 # ── list ─────────────────────────────────────────────────────────────────────────────
@@ -76,7 +73,7 @@ _AGENT_HELP = (
 @approvals_app.command("list")
 def list_approvals(
     all_records: bool = typer.Option(False, "--all", help="Decided ones too, not only pending."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -111,7 +108,7 @@ def approve_command(
         None, "--args", help="Run it with these arguments instead (a JSON object)."
     ),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
     checkpoints_bucket: str = typer.Option(
         CHECKPOINTS_BUCKET, "--checkpoints-bucket", help=_CHECKPOINTS_HELP
@@ -148,7 +145,7 @@ def deny_command(
     approval_id: str = typer.Argument(..., help="The held approval's id (ap-...)."),
     reason: str = typer.Option(..., "--reason", help="Why not (the model reads it)."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
     checkpoints_bucket: str = typer.Option(
         CHECKPOINTS_BUCKET, "--checkpoints-bucket", help=_CHECKPOINTS_HELP
@@ -215,7 +212,7 @@ def resume_decided(
     *,
     run_id: str = typer.Argument(..., help="The run id."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(APPROVALS_BUCKET, "--bucket", help=_BUCKET_HELP),
     checkpoints_bucket: str = typer.Option(
         CHECKPOINTS_BUCKET, "--checkpoints-bucket", help=_CHECKPOINTS_HELP
@@ -263,15 +260,14 @@ async def _resume(
     bus: Bus, records: dict[str, HeldApproval], agent: str | None, checkpoints_bucket: str
 ) -> int:
     """Resume the run with every decision, showing its stream; then say how it ended."""
-    from rich.console import Console
-
     from ..ops import resume_decided
     from ..state import StopCause
     from ..store import AlreadyResumed, ApprovalStore
+    from ._render import terminal_console
     from ._run import _print_held
 
     run_id = next(iter(records.values())).run_id
-    console = Console(highlight=False)
+    console = terminal_console()
     typer.echo(f"resuming run {run_id}")
     view = _resume_view(console)
     try:
@@ -291,7 +287,7 @@ async def _resume(
         raise
     finally:
         view.close()
-    code = _summary(console, result)
+    code = _summary(console, result, shown_error=view.error_shown)
     if result.stop_cause is StopCause.SUSPENDED:
         # The calls it holds now are new calls, with records of their own: name them.
         held = await ApprovalStore(bus).for_run(result.state.run_id)
@@ -299,7 +295,8 @@ async def _resume(
     return code
 
 
-def _summary(console: Console, result: RunResult) -> int:
+def _summary(console: Console, result: RunResult, *, shown_error: str | None = None) -> int:
+    """How the resumed run ended; the error only if the view did not print it already."""
     from rich.text import Text
 
     from ..state import StopCause
@@ -308,7 +305,7 @@ def _summary(console: Console, result: RunResult) -> int:
     console.print(f"stop cause  {result.stop_cause.value}")
     if result.text:
         console.print(Text(f"final text  {result.text}"))
-    if result.error:
+    if result.error and result.error != shown_error:
         console.print(Text(f"error: {result.error}", style="red"))
     if result.stop_cause is StopCause.SUSPENDED:
         waiting = len(result.state.interrupts)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ._held import EXIT_OK, age, finish, print_table, timestamp
-from ._runs import DEFAULT_STORE, _with_store
+from ._options import store_option
+from ._runs import _with_store
 
 if TYPE_CHECKING:
     from ..fleet import FleetStatus
@@ -31,13 +32,11 @@ fleet_app = typer.Typer(
     add_completion=False,
 )
 
-_STORE_HELP = "The store the fleet shares (nats://HOST:PORT, or sqlite:///PATH on one host)."
-
 
 @fleet_app.command("status")
 def status_command(
     *,
-    store: str = typer.Option(DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -71,7 +70,7 @@ def cancel_command(
     *,
     batch: str = typer.Argument(..., help="The batch (tiller submit --batch)."),
     reason: str = typer.Option("its batch was cancelled", "--reason", help="Why (recorded)."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", envvar="TILLER_STORE", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
 ) -> None:

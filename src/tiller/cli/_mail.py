@@ -17,7 +17,8 @@ import typer
 
 from ..errors import UsageError
 from ._held import EXIT_OK, age, finish, print_table
-from ._runs import DEFAULT_STORE, _with_store
+from ._options import store_option
+from ._runs import _with_store
 
 if TYPE_CHECKING:
     from ..store import Bus, MailMessage
@@ -35,7 +36,6 @@ mail_app = typer.Typer(
     add_completion=False,
 )
 
-_STORE_HELP = "The store: sqlite:///path.db, nats://host:4222 or memory://."
 _BUCKET_HELP = "The mailbox bucket."
 _NAMESPACE_HELP = "The store namespace (buckets are prefixed with it)."
 
@@ -61,7 +61,7 @@ def list_mail(
     all_messages: bool = typer.Option(
         False, "--all", help="Every message, not only those waiting to be read."
     ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store"),
     bucket: str = typer.Option(MAILBOX_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -118,7 +118,7 @@ def send_mail(
         "--trusted",
         help="The text holds nothing untrusted (by default it is stamped untrusted).",
     ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store"),
     bucket: str = typer.Option(MAILBOX_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:

@@ -37,7 +37,8 @@ from ._held import (
     short_json,
     timestamp,
 )
-from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE, _with_store
+from ._options import agent_help, store_option, workspace_option
+from ._runs import CHECKPOINTS_BUCKET, _with_store
 
 if TYPE_CHECKING:
     from ..store import Bus, OutboxItem
@@ -61,7 +62,6 @@ outbox_app = typer.Typer(
     add_completion=False,
 )
 
-_STORE_HELP = "The store: sqlite:///path.db, nats://host:4222 or memory://."
 _BUCKET_HELP = "The outbox bucket."
 _NAMESPACE_HELP = "The store namespace (buckets are prefixed with it)."
 
@@ -211,7 +211,7 @@ def list_items(
     all_items: bool = typer.Option(
         False, "--all", help="Every item, not only those waiting (staged or being sent)."
     ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(OUTBOX_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -239,7 +239,7 @@ def list_items(
 @outbox_app.command("show")
 def show_item(
     item_id: str = typer.Argument(..., help="The item id (ob-...)."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(OUTBOX_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -290,7 +290,7 @@ def show_item(
 def edit_item(
     item_id: str = typer.Argument(..., help="The item id (ob-...)."),
     args: str = typer.Option(..., "--args", help="The new arguments, a JSON object."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(OUTBOX_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -316,13 +316,11 @@ def send_item(
     *,
     item_id: str = typer.Argument(..., help="The item id (ob-...)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Send without asking."),
-    agent: str | None = typer.Option(
-        None, "--agent", help="The agent as module:attr; by default the run's."
+    agent: str | None = typer.Option(None, "--agent", help=agent_help("Default: the run's.")),
+    workspace: Path | None = workspace_option(
+        None, "Where the tool runs, if not the run's workspace."
     ),
-    workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="Where the tool runs, if not the run's workspace."
-    ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(OUTBOX_BUCKET, "--bucket", help=_BUCKET_HELP),
     checkpoints_bucket: str = typer.Option(
         CHECKPOINTS_BUCKET, "--checkpoints-bucket", help="The run checkpoints bucket."
@@ -380,7 +378,7 @@ def send_item(
 def reject_item(
     item_id: str = typer.Argument(..., help="The item id (ob-...)."),
     reason: str = typer.Option(..., "--reason", help="Why it is not sent."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(OUTBOX_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:

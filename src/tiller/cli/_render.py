@@ -1,15 +1,16 @@
-"""One readable line per AG-UI event, for the terminal."""
+"""One readable line per AG-UI event, for the terminal; and the console commands print on."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
+from rich.console import Console
 from rich.text import Text
 
 from ..events import Event
 
-__all__ = ["describe"]
+__all__ = ["describe", "terminal_console"]
 
 _STYLE = {
     "RUN": "bold cyan",
@@ -45,3 +46,14 @@ def describe(event: Event) -> Text:
         parts.append(f"{key}={shown}")
     line.append(" ".join(parts))
     return line
+
+
+def terminal_console() -> Console:
+    """The console a command prints a run on. Without a terminal (a pipe, a CI log) lines
+    are never wrapped: rich would break them at 80 columns, mid-word, splitting the
+    commands and ids printed for a person to copy (`tiller approve ap-…`); a log viewer
+    wraps for itself. On a terminal, text wraps at its width, and the lines meant to be
+    copied are printed with `soft_wrap=True` where they are made."""
+    console = Console(highlight=False)
+    console.soft_wrap = not console.is_terminal
+    return console

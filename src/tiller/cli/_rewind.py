@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import TillerError, UsageError
-from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE
+from ._options import store_option, workspace_option
+from ._runs import CHECKPOINTS_BUCKET
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -62,16 +63,12 @@ def rewind_command(
         help="Keep the first INDEX messages (the last kept must be a user message); the "
         "files go back to how they were then.",
     ),
-    store: str = typer.Option(
-        DEFAULT_STORE, "--store", help="The store: sqlite:///path.db, nats://host:4222."
-    ),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help="The checkpoints bucket."),
     namespace: str = typer.Option(
         "", "--namespace", help="The store namespace (buckets are prefixed with it)."
     ),
-    workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="The jail, if not where the checkpoint says."
-    ),
+    workspace: Path | None = workspace_option(None, "The jail, if not where the checkpoint says."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do it without asking."),
 ) -> None:
     """Rewind a run: restore its workspace files and cut its conversation to INDEX messages.

@@ -29,21 +29,23 @@ from rich.text import Text
 
 from ..cancel import CancellationToken
 from ..conversation import ToolCall
-from ..errors import Cancelled
+from ..errors import Cancelled, UsageError
 from ..loop import (
     Agent,
     Budget,
     DetachSwitch,
+    MailboxRoute,
     RunContext,
     RunControls,
     RunOptions,
     RunResult,
     SteeringQueue,
+    load_agent,
 )
 from ..pinned_policy import PinnedPolicy, with_store_protected
 from ..policy import AllowAll, Approver, AskReason, Decision, NoOneToAsk, approval_key
 from ..state import StopCause
-from ..store import ApprovalStore, HeldApproval, open_bus
+from ..store import ApprovalStore, HeldApproval, check_mail_name, open_bus
 from ..tools import (
     CANCELLED_REASON,
     Answer,
@@ -57,8 +59,10 @@ from ..tools import (
     SafetyMode,
     Tool,
 )
+from ..tools.builtin import message_send
 from ..tools.mcp import open_mcp_tools
 from ._coder import CODING_PROMPT, coding_agent, coding_agent_web
+from ._render import terminal_console
 from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE
 from ._view import RunView, budget_line
 
@@ -296,9 +300,11 @@ def with_tools(base: Iterable[Tool], extra: Iterable[Tool]) -> list[Tool]:
 
 @dataclass(frozen=True, slots=True)
 class RunTaskSettings:
-    """How `tiller run` runs the coding agent (its command-line options)."""
+    """How `tiller run` runs an agent (its command-line options)."""
 
-    model: str
+    #: The model string: the built-in coding agent's model, or what `agent`'s factory is
+    #: called with.
+    model: str | None
     #: The directory the agent may touch (its jail).
     workspace: Path
     #: Allow every call that asks.
@@ -320,6 +326,46 @@ class RunTaskSettings:
     #: A store URL: the run is durable (checkpointed, file changes snapshotted, calls
     #: held for `tiller approve` when headless).
     store: str | None = None
+    #: The agent as "module:attr" (`tiller.loop.load_agent`); None: the coding agent.
+    agent: str | None = None
+    #: Attach the store's mailbox under this name (needs `store`).
+    mailbox: str | None = None
+
+
+def build_agent(settings: RunTaskSettings) -> Agent:
+    """The agent `settings` name: the caller's (`--agent`, its factory given the model
+    string) or the built-in coding agent on `--model`; with a mailbox, able to send too.
+    A `UsageError` says what is missing, before anything is opened or created."""
+    if settings.agent is not None:
+        if settings.web:
+            raise UsageError(
+                "--web gives the built-in coding agent web_fetch; with --agent, give your "
+                "agent the tool (tiller.tools.builtin.web_fetch) itself"
+            )
+        _allow_cwd_imports()
+        agent = load_agent(settings.agent, model=settings.model)
+    elif settings.model is None:
+        raise UsageError(
+            "give --model MODEL for the built-in coding agent (e.g. -m ollama:qwen2.5-coder), "
+            "or --agent MODULE:ATTR for your own"
+        )
+    else:
+        agent = coding_agent_web(settings.model) if settings.web else coding_agent(settings.model)
+    if settings.mailbox is not None:
+        if settings.store is None:
+            raise UsageError("--mailbox needs a store (--store): the mailbox lives there")
+        check_mail_name(settings.mailbox)
+        if agent.registry.get(message_send.name) is None:
+            agent.registry.add(message_send)
+    return agent
+
+
+def _allow_cwd_imports() -> None:
+    """`--agent mymodule:agent` finds modules in the current directory, as `python -m`
+    would."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 async def run_task(task: str, settings: RunTaskSettings, *, console: Console | None = None) -> int:
@@ -332,7 +378,8 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
     durable: checkpointed, its file changes snapshotted (`tiller rewind`) and, headless
     without `--yes`, the calls that need a person are held and the run suspends until
     `tiller approve` / `tiller deny` in any later process."""
-    console = console or Console(highlight=False)
+    agent = build_agent(settings)
+    console = console or terminal_console()
     interactive = sys.stdin.isatty() if settings.interactive is None else settings.interactive
     # Read once, here, by the person starting the run; pinned in its checkpoint, so
     # nothing the model writes later changes it (law 11).
@@ -363,7 +410,6 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
     if settings.mode is not None:
         # `--mode` wins over the file's: a new switch of this run's own, at that mode.
         run_ctx = run_ctx.with_safety_mode(SafetyMode.parse(settings.mode))
-    agent = coding_agent_web(settings.model) if settings.web else coding_agent(settings.model)
     view = RunView(console, budget=budget)
     on_sigint = _sigint_handler(console, cancel)
     with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -379,14 +425,20 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
         )
     try:
         result, held = await _run(
-            agent, run_ctx, task, pinned=pinned, store=settings.store, view=view
+            agent,
+            run_ctx,
+            task,
+            pinned=pinned,
+            store=settings.store,
+            mailbox=settings.mailbox,
+            view=view,
         )
     finally:
         view.close()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             event_loop.remove_signal_handler(signal.SIGINT)
         await agent.model.aclose()
-    return _summary(console, result, budget, held, settings.store)
+    return _summary(console, result, budget, held, settings.store, shown_error=view.error_shown)
 
 
 def _askers(
@@ -434,6 +486,7 @@ async def _run(
     *,
     pinned: PinnedPolicy,
     store: str | None,
+    mailbox: str | None,
     view: RunView,
 ) -> tuple[RunResult, list[HeldApproval]]:
     """The run, with the store and the pinned policy's MCP servers open for as long as it
@@ -445,6 +498,8 @@ async def _run(
             bus = await stack.enter_async_context(await open_bus(store))
             run_ctx = with_store_protected(run_ctx.with_store(bus))
             options = RunOptions(checkpoint_bucket=CHECKPOINTS_BUCKET)
+            if mailbox is not None:
+                run_ctx = run_ctx.with_mailbox(MailboxRoute(bus, name=mailbox))
         if pinned.config.mcp:
             pinned.check_mcp_files()
             for each in await stack.enter_async_context(open_mcp_tools(pinned.config.mcp)):
@@ -461,8 +516,11 @@ def _summary(
     budget: Budget,
     held: Sequence[HeldApproval],
     store: str | None,
+    *,
+    shown_error: str | None = None,
 ) -> int:
-    """How the run ended, and its exit code."""
+    """How the run ended, and its exit code. The error is printed unless the view printed
+    it already (`shown_error`): each line once."""
     console.rule("[bold]summary")
     console.print(
         f"stop cause  {result.stop_cause.value}" + (" (exhausted)" if result.exhausted else "")
@@ -475,7 +533,7 @@ def _summary(
         console.print(
             Text(f"no price known for {', '.join(sorted(budget.unpriced_models))}", style="dim")
         )
-    if result.error:
+    if result.error and result.error != shown_error:
         console.print(Text(f"error: {result.error}", style="red"))
     if result.stop_cause is StopCause.SUSPENDED:
         _print_held(console, held, result.state.run_id, store)
@@ -488,17 +546,24 @@ def _print_held(
 ) -> None:
     """Say which calls wait for a person, and how to answer them from any process."""
     where = f" --store {store}" if store is not None and store != DEFAULT_STORE else ""
-    console.print(Text(f"run {run_id} is waiting for a person:", style="bold yellow"))
+    console.print(
+        Text(f"run {run_id} is waiting for a person:", style="bold yellow"), soft_wrap=True
+    )
     for approval in held:
         if approval.status != "pending":
             continue
-        console.print(f"  {approval.id}  {approval.tool}({_short(approval.arguments)})")
+        # Never wrapped, on a terminal too: an id or a command split in two cannot be
+        # copied.
+        console.print(
+            f"  {approval.id}  {approval.tool}({_short(approval.arguments)})", soft_wrap=True
+        )
         console.print(
             Text(
                 f"    tiller approve {approval.id}{where}   |   "
                 f"tiller deny {approval.id} --reason TEXT{where}",
                 style="dim",
-            )
+            ),
+            soft_wrap=True,
         )
 
 

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_STORE", "replay_command", "runs_app"]
 
-DEFAULT_STORE = "sqlite:///~/.tiller/tiller.db"
+from ._options import DEFAULT_STORE, agent_help, store_option, workspace_option
+
 #: `tiller.store._checkpoints.DEFAULT_BUCKET` and `tiller.capture.CAPTURE_BUCKET`, written
 #: out so that loading the CLI does not import the store (a test checks they agree).
 CHECKPOINTS_BUCKET = "tiller-run-checkpoints"
@@ -63,13 +64,9 @@ runs_app = typer.Typer(
     add_completion=False,
 )
 
-_STORE_HELP = "The store: sqlite:///path.db, nats://host:4222 or memory://."
 _BUCKET_HELP = "The checkpoints bucket."
 _NAMESPACE_HELP = "The store namespace (buckets are prefixed with it)."
-_AGENT_HELP = (
-    "The agent as module:attr (an Agent, or a zero-argument function returning one); "
-    "by default the one the checkpoint records."
-)
+_AGENT_HELP = agent_help("Default: the one the checkpoint records.")
 
 
 def _finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
@@ -111,7 +108,7 @@ def _allow_cwd_imports() -> None:
 
 @runs_app.command("list")
 def list_runs(
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -195,7 +192,7 @@ def _call_status(call: ToolCall, logs: dict[str, CallLog]) -> str:
 @runs_app.command("show")
 def show_run(
     run_id: str = typer.Argument(..., help="The run id."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
     events: bool = typer.Option(
@@ -261,17 +258,16 @@ def show_run(
 
 async def _show_events(bus: Bus, run_id: str) -> int:
     """Render the stored event log with the terminal view `tiller run` uses."""
-    from rich.console import Console
-
     from ..events import event_from_wire
     from ..store import EventLog
+    from ._render import terminal_console
     from ._view import RunView
 
     wire = await EventLog(bus).read(run_id)
     if not wire:
         typer.echo(f"tiller: no event log for run {run_id!r} (was it durable?)", err=True)
         return EXIT_USAGE
-    view = RunView(Console(highlight=False))
+    view = RunView(terminal_console())
     for event in wire:
         view.on_event(event_from_wire(event))
     typer.echo(f"({len(wire)} events)")
@@ -291,7 +287,7 @@ def reconcile_run(
     result: str | None = typer.Option(
         None, "--result", help="The result the model reads for --done / --failed calls."
     ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
 ) -> None:
@@ -352,10 +348,8 @@ def resume_run(
     run_id: str = typer.Argument(..., help="The run id."),
     agent: str | None = typer.Option(None, "--agent", help=_AGENT_HELP),
     yes: bool = typer.Option(False, "--yes", "-y", help="Allow every call that asks."),
-    workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="The jail, if not where the checkpoint says."
-    ),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    workspace: Path | None = workspace_option(None, "The jail, if not where the checkpoint says."),
+    store: str = store_option("The store", existing=True),
     bucket: str = typer.Option(CHECKPOINTS_BUCKET, "--bucket", help=_BUCKET_HELP),
     namespace: str = typer.Option("", "--namespace", help=_NAMESPACE_HELP),
     force: bool = typer.Option(
@@ -368,12 +362,11 @@ def resume_run(
     completed is uncertain: the resume refuses (exit 3) until it is reconciled
     (tiller runs reconcile). Calls that need approval are asked at a terminal, allowed
     with --yes, and blocked otherwise."""
-    from rich.console import Console
-
     from ..loop import ResumeReplayBlocked
     from ..ops import recover_run
     from ..policy import AllowAll, NoOneToAsk
     from ..store import CheckpointStore
+    from ._render import terminal_console
 
     if agent is not None:
         _allow_cwd_imports()
@@ -381,7 +374,7 @@ def resume_run(
     root = workspace.resolve() if workspace is not None else None
 
     async def work(bus: Bus) -> int:
-        console = Console(highlight=False)
+        console = terminal_console()
         checkpoint = await CheckpointStore(bus, bucket).load(run_id)
         if checkpoint.status == "suspended" and not (yes or interactive):
             # Blocking every call would answer the review with refusals nobody gave.
@@ -435,12 +428,14 @@ def resume_run(
             return EXIT_UNCERTAIN
         finally:
             view.close()
-        return _summary(console, result)
+        return _summary(console, result, shown_error=view.error_shown)
 
     _finish(lambda: _with_store(store, namespace, work))
 
 
-def _summary(console: Console, result: RunResult) -> int:
+def _summary(console: Console, result: RunResult, *, shown_error: str | None = None) -> int:
+    """How the run ended, and its exit code; the error only if the view did not print it
+    already (each line once)."""
     from rich.text import Text
 
     console.rule("[bold]summary")
@@ -448,7 +443,7 @@ def _summary(console: Console, result: RunResult) -> int:
     console.print(f"steps       {result.steps}")
     if result.pause_reason:
         console.print(f"paused      {result.pause_reason}")
-    if result.error:
+    if result.error and result.error != shown_error:
         console.print(Text(f"error: {result.error}", style="red"))
     return EXIT_OK if result.completed else EXIT_NOT_COMPLETED
 
@@ -547,11 +542,11 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
     tools: str = typer.Option(
         "recorded", "--tools", help="recorded: tools answer from the capture; live: they run."
     ),
-    workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="(--tools live) The jail; a temporary one by default."
+    workspace: Path | None = workspace_option(
+        None, "(--tools live) The jail; a temporary one by default."
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="(--tools live) Allow every call."),
-    store: str = typer.Option(DEFAULT_STORE, "--store", help=_STORE_HELP),
+    store: str = store_option("The store", existing=True),
     captures_bucket: str = typer.Option(
         CAPTURES_BUCKET, "--captures-bucket", help="The captures bucket."
     ),
@@ -567,13 +562,12 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
     with a divergence naming the step (exit 1)."""
     import tempfile
 
-    from rich.console import Console
-
     from ..capture import load_capture
     from ..loop import RunContext, RunOptions
     from ..policy import AllowAll, NoOneToAsk
     from ..store import CheckpointStore, NotFound
     from ..tools import remove_tree
+    from ._render import terminal_console
     from ._view import RunView
 
     if tools not in ("recorded", "live"):
@@ -613,7 +607,7 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             if tools == "recorded" or yes
             else NoOneToAsk("resume with --yes to allow it")
         )
-        console = Console(highlight=False)
+        console = terminal_console()
         view = RunView(console)
         try:
             result = await replayer.run_in(
@@ -627,7 +621,7 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             view.close()
             if scratch is not None:
                 remove_tree(scratch)  # iterative: the model may have nested it deep
-        return _summary(console, result)
+        return _summary(console, result, shown_error=view.error_shown)
 
     _finish(lambda: _with_store(store, namespace, work))
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import UsageError
+from ._options import AGENT_FACTORY_HELP, positive_seconds, store_option, workspace_option
 
 if TYPE_CHECKING:
     from ..loop import Agent
@@ -23,17 +24,13 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
     agent_ref: str | None = typer.Argument(
         None,
         metavar="[MODULE:AGENT]",
-        help="The agent to serve, as module:attr (an Agent or a factory). Default: the "
-        "built-in coding agent on --model, or with no model the offline console demo.",
+        help=f"The agent to serve: {AGENT_FACTORY_HELP}. Default: the built-in coding agent "
+        "on --model, or with no model the offline console demo.",
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8000, "--port", help="Port to listen on."),
-    store: str = typer.Option(
-        "sqlite:///~/.tiller/tiller.db",
-        "--store",
-        envvar="TILLER_STORE",
-        help="Where runs live (sqlite:///PATH, nats://HOST:PORT): every server sharing it "
-        "can resume, steer, cancel and replay every run.",
+    port: int = typer.Option(8000, "--port", min=1, max=65535, help="Port to listen on."),
+    store: str = store_option(
+        "Where runs live: every server sharing it can resume, steer, cancel and replay every run"
     ),
     namespace: str = typer.Option(
         "", "--namespace", help="Keep this server's runs apart from others in the same store."
@@ -47,9 +44,7 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
     model: str | None = typer.Option(
         None, "--model", "-m", envvar="TILLER_MODEL", help="The model of the built-in agent."
     ),
-    workspace: Path = typer.Option(
-        Path("."), "--workspace", "-w", help="The directory every run may touch (its jail)."
-    ),
+    workspace: Path = workspace_option(Path("."), "The directory every run may touch (its jail)."),
     cors: list[str] = typer.Option(
         [], "--cors", help="An origin allowed to call the API from a browser (repeatable)."
     ),
@@ -57,11 +52,16 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         False, "--detach", help="Runs keep going when their client disconnects."
     ),
     interrupt_ttl: float | None = typer.Option(
-        None, "--interrupt-ttl", help="Seconds an approval or question stays answerable."
+        None,
+        "--interrupt-ttl",
+        callback=positive_seconds,
+        help="Seconds an approval or question stays answerable (more than 0).",
     ),
     config: Path | None = typer.Option(
         None,
         "--config",
+        exists=True,
+        dir_okay=False,
         help="The policy file new runs start with, read once now (default: tiller.toml in "
         "the directory serve is started from; never re-read per request).",
     ),
@@ -78,6 +78,13 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         help="A JavaScript module the web console imports when it starts (repeatable): the "
         "app's own tool renderers (window.tillerConsole.registerToolRenderer).",
     ),
+    mailbox: str | None = typer.Option(
+        None,
+        "--mailbox",
+        metavar="NAME",
+        help="Attach the store's mailbox to every run: each receives mail sent to NAME at "
+        "its steps, and may send with message_send.",
+    ),
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
     console at /."""
@@ -88,8 +95,14 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
     try:
         app_token = _token(host, token, no_auth)
         fleet_agent = _fleet_agent(agent_ref, model) if fleet else None
+        if mailbox is not None and fleet:
+            raise UsageError(
+                "--mailbox attaches the mailbox to runs served here; with --fleet the "
+                "workers run them (give the agent its MailboxRoute in its own code)"
+            )
         agent = _agent(agent_ref, model)
-        workspace.mkdir(parents=True, exist_ok=True)
+        if mailbox is not None:
+            _can_send_mail(agent, mailbox)
         here = Path.cwd() / CONFIG_FILE
         source = config if config is not None else (here if here.is_file() else None)
         # Read once, by the person starting the server (law 11).
@@ -108,6 +121,7 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
             fleet_agent=fleet_agent,
             fleet_model=model if fleet else None,
             console_scripts=console_script,
+            mailbox=mailbox,
         )
         app = create_app(agent, settings)
     except UsageError as exc:
@@ -171,6 +185,16 @@ def _fleet_agent(ref: str | None, model: str | None) -> str:
             "coding agent on --model is served in this process only"
         )
     return _DEMO_REF
+
+
+def _can_send_mail(agent: Agent, name: str) -> None:
+    """Check the mailbox name; give the served agent `message_send` if it lacks it."""
+    from ..store import check_mail_name
+    from ..tools.builtin import message_send
+
+    check_mail_name(name)
+    if agent.registry.get(message_send.name) is None:
+        agent.registry.add(message_send)
 
 
 def _agent(ref: str | None, model: str | None) -> Agent:

@@ -22,7 +22,8 @@ import typer
 
 from ..errors import UsageError
 from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish
-from ._runs import DEFAULT_STORE, _with_store
+from ._options import AGENT_FACTORY_HELP, store_option
+from ._runs import _with_store
 
 if TYPE_CHECKING:
     from ..fleet import JobBudget, RunOutcomeRecord, WorkspaceSpec
@@ -33,19 +34,14 @@ __all__ = ["exit_code_of", "print_result", "submit_command"]
 
 def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
-    agent: str = typer.Argument(..., help="The agent, module:attr (an Agent or a factory)."),
+    agent: str = typer.Argument(..., help=f"The agent: {AGENT_FACTORY_HELP}."),
     prompt: str | None = typer.Argument(
         None, help="What the agent should do; '-' reads it from standard input."
     ),
     prompt_file: Path | None = typer.Option(
         None, "--prompt-file", help="Read the prompt from this file instead."
     ),
-    store: str = typer.Option(
-        DEFAULT_STORE,
-        "--store",
-        envvar="TILLER_STORE",
-        help="The store the fleet shares (nats://HOST:PORT, or sqlite:///PATH on one host).",
-    ),
+    store: str = store_option("The store the fleet shares (sqlite:///PATH on one host)"),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue."),
     lease: float | None = typer.Option(
@@ -69,8 +65,11 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         help="Store the --workspace directory in the store: each run gets its own copy, "
         "on whichever worker takes it.",
     ),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after N steps."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", help="Stop after N output tokens."),
+    # Checked by `_budget`, with the fleet's own wording, before anything is enqueued.
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after N steps (N ≥ 1)."),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Stop after N output tokens (N ≥ 1)."
+    ),
     max_cost: float | None = typer.Option(None, "--max-cost", help="Stop after spending USD."),
     model: str | None = typer.Option(
         None, "--model", "-m", help="The model string an agent factory is called with."

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ._held import print_table
+from ._options import workspace_option
 
 if TYPE_CHECKING:
     from ..tools import TaintIndex
@@ -40,7 +41,7 @@ def _index(workspace: Path) -> TaintIndex:
 
 @taint_app.command("show")
 def show_taint(
-    workspace: Path = typer.Option(Path("."), "--workspace", "-w", help=_WORKSPACE_HELP),
+    workspace: Path = workspace_option(Path("."), _WORKSPACE_HELP),
 ) -> None:
     """List the files that carry taint from an earlier run.
 
@@ -76,7 +77,7 @@ def show_taint(
 def clear_taint(
     paths: list[str] = typer.Argument(None, help="Workspace-relative paths to clear."),
     all_entries: bool = typer.Option(False, "--all", help="Clear every entry."),
-    workspace: Path = typer.Option(Path("."), "--workspace", "-w", help=_WORKSPACE_HELP),
+    workspace: Path = workspace_option(Path("."), _WORKSPACE_HELP),
 ) -> None:
     """Say that files are clean: later runs that read them no longer inherit a taint."""
     if not paths and not all_entries:

@@ -23,7 +23,7 @@ from rich.status import Status
 from rich.text import Text
 
 from ..events import Event
-from ..loop import Budget
+from ..loop import MODEL_RETRY_EVENT, Budget
 from ..tools import PROGRESS_EVENT, TASKS_EVENT
 from ._progress_view import ProgressBoard, checklist_lines
 
@@ -53,6 +53,8 @@ class RunView:
         # The checklist received but not printed yet, and the one printed last.
         self._tasks: list[dict[str, Any]] | None = None
         self._tasks_shown: list[tuple[str, str, str]] = []
+        #: The message of the `RUN_ERROR` printed, if one was (a summary need not repeat it).
+        self.error_shown: str | None = None
 
     def on_event(self, event: Event) -> None:
         wire = event.to_wire()
@@ -164,10 +166,27 @@ class RunView:
             call_name, _ = self._calls.get(str(value.get("toolCallId")), ("?", []))
             self._print_lines(self._progress.report(call_name, value))
             self._refresh_live()
+        elif name == MODEL_RETRY_EVENT and isinstance(value, dict):
+            self._print_retry(value)
         elif name == TASKS_EVENT and isinstance(value, dict):
             tasks = value.get("tasks")
             if isinstance(tasks, list):
                 self._tasks = [task for task in tasks if isinstance(task, dict)]
+
+    def _print_retry(self, value: dict[str, Any]) -> None:
+        """`retrying in 2 s (attempt 2 of 4): openai: HTTP 500 …`: a pause explained."""
+        if self._waiting is not None:
+            self._waiting.stop()
+            self._waiting = None
+        delay = float(value.get("delaySeconds") or 0)
+        shown = f"{delay:.0f} s" if delay >= 1 else f"{delay:.1f} s"
+        attempt, most = value.get("attempt"), value.get("maxAttempts")
+        self.console.print(
+            Text(
+                f"retrying in {shown} (attempt {int(attempt or 0) + 1} of {most}): ", style="yellow"
+            )
+            + Text(str(value.get("error", "")), style="dim")
+        )
 
     # ── progress and the checklist ───────────────────────────────────────────────
 
@@ -223,6 +242,7 @@ class RunView:
 
     def _on_run_error(self, wire: dict[str, Any]) -> None:
         self._stop_live()
+        self.error_shown = str(wire["message"])
         self.console.print(
             Text(f"error [{wire.get('code', '?')}]: {wire['message']}", style="bold red")
         )

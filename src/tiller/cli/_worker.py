@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ._options import agent_help, store_option
+
 if TYPE_CHECKING:
     from ..fleet import ModelLimit
 
@@ -28,16 +30,11 @@ __all__ = ["worker_command"]
 
 def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
-    store: str = typer.Option(
-        "sqlite:///~/.tiller/tiller.db",
-        "--store",
-        envvar="TILLER_STORE",
-        help="The store the fleet shares (nats://HOST:PORT, or sqlite:///PATH on one host).",
-    ),
+    store: str = store_option("The store the fleet shares (sqlite:///PATH on one host)"),
     queue: str = typer.Option("tiller-runs", "--queue", help="The run queue to claim from."),
     concurrency: int = typer.Option(4, "--concurrency", "-c", min=1, help="Runs at once."),
     agent: str | None = typer.Option(
-        None, "--agent", help="Run every job with this agent (module:attr), not the job's."
+        None, "--agent", help=agent_help("Run every job with it; default: the job's.")
     ),
     name: str | None = typer.Option(None, "--name", help="This worker's name (host:pid:…)."),
     namespace: str = typer.Option("", "--namespace", help="The store namespace."),

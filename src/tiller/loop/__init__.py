@@ -35,6 +35,7 @@ from ._resume import (
     recover,
     resume,
 )
+from ._retry_event import MODEL_RETRY_EVENT
 from ._review import (
     NeverReview,
     PauseEveryStep,
@@ -54,6 +55,7 @@ from ._window import history_window as history_window
 
 __all__ = [
     "CALL_RERUN_EVENT",
+    "MODEL_RETRY_EVENT",
     "Agent",
     "AgentRun",
     "Budget",

@@ -4,8 +4,11 @@ An `Agent` holds live objects (a model client, tool functions) and a `RunContext
 some too (the approver, the cancel token, the store), so neither can be stored. The
 checkpoint carries instead:
 
-- `RunState.agent_ref`: where the agent is defined, `"module:attr"` — an `Agent`, or a
-  zero-argument factory returning one; `load_agent(ref)` imports it again;
+- `RunState.agent_ref`: where the agent is defined, `"module:attr"` — an `Agent`, or an
+  *agent factory*: a function returning one, called with the run's model string when it
+  takes a `model` parameter (and with no arguments otherwise); `load_agent(ref, model=)`
+  imports it again. That is what "agent factory" means everywhere (the CLI's `--agent`,
+  `tiller serve MODULE:AGENT`, `tiller submit`, workers, evals);
 - `RunState.policy`: the run's policy *as data* (`policy_of`): the jail and its limits,
   the phase, the withheld tools, the budget's limits and what the run tree has spent, and
   the loop's serializable options (caps and the built-in review policies), and the
@@ -102,15 +105,15 @@ def load_agent(ref: str, *, model: str | None = None) -> Agent:
         return target
     if not callable(target):
         raise UsageError(
-            f"{ref!r} is a {type(target).__name__}, not an Agent or a zero-argument "
-            "function returning one"
+            f"{ref!r} is a {type(target).__name__}, not an Agent or a function returning "
+            "one (an agent factory: called with model= when it takes a model parameter)"
         )
     try:
         built = target(model=model) if model is not None and _takes_model(target) else target()
     except TypeError as exc:
         raise UsageError(
-            f"calling {ref!r} with no arguments failed ({exc}); point the reference at an "
-            "Agent or at a zero-argument function returning one"
+            f"calling {ref!r} failed ({exc}); an agent factory takes no arguments, or "
+            "only `model` (the model string, e.g. def make(model: str | None = None))"
         ) from exc
     if not isinstance(built, Agent):
         raise UsageError(f"{ref!r}() returned a {type(built).__name__}, not an Agent")

@@ -46,6 +46,7 @@ from ._model_wrapper import model_to_call
 from ._output import OUTPUT_SET_ASIDE
 from ._output_call import OutputCall, output_tool_of, read_output_call, without_output_calls
 from ._response_cap import fit_response_cap
+from ._retry_event import retry_reporter
 from ._run_calls import RunCalls
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
@@ -295,7 +296,10 @@ class ModelTurns:
         )
         output_tool = output_tool_of(request)
         try:
-            async for received in stream_with_retry(model, request, run.agent.retry):
+            retries = retry_reporter(agui, model)  # each retry shown, not a silent pause
+            async for received in stream_with_retry(
+                model, request, run.agent.retry, on_retry=retries
+            ):
                 # Cut before keeping or streaming, so the kept text is what the client saw.
                 event, capped = fit_response_cap(received, limit - accumulator.bytes)
                 if event is None:

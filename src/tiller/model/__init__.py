@@ -56,7 +56,7 @@ from ._output import object_root_schema as object_root_schema
 from ._output import schema_name as schema_name
 from ._request_shape import request_shape as request_shape
 from ._resolve import resolve_model
-from ._retry import RetryPolicy
+from ._retry import RetryNotice, RetryPolicy
 from ._retry import stream_with_retry as stream_with_retry
 from .scripted import ScriptedModel, Turn, TurnCall, TurnError, TurnInfo
 
@@ -83,6 +83,7 @@ __all__ = [
     "OutputMode",
     "OutputSchema",
     "ReasoningDelta",
+    "RetryNotice",
     "RetryPolicy",
     "ScriptedModel",
     "StreamEvent",

@@ -42,6 +42,7 @@ from ._errors import (
 
 __all__ = [
     "HttpModel",
+    "missing_key_message",
     "ServerSentEvent",
     "error_from_payload",
     "error_from_response",
@@ -352,6 +353,15 @@ async def open_event_stream(
                     response.status_code, response.headers, raw, provider=provider
                 )
             content_type = response.headers.get("content-type", "")
+            if "html" in content_type:
+                # A web page, not an API: a base_url that points at a site, a proxy's
+                # login page, a dashboard. Read as a stream it would end "dropped".
+                raise ModelProtocolError(
+                    f"{provider}: {url} answered with an HTML page ({content_type}), not an "
+                    "event stream: is the base URL right? (an OpenAI-compatible one usually "
+                    "ends in /v1)",
+                    provider=provider,
+                )
             if "json" in content_type:
                 # A proxy or server that ignored `stream: true`, or reported an error with
                 # a success status: neither is an event stream we can read.
@@ -425,6 +435,15 @@ async def iter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEve
             last_id = value
 
 
+def missing_key_message(
+    provider: str, variable: str, *, needed: bool, local_hint: str
+) -> str | None:
+    """What to say when a provider that needs a key has none (`needed`), else None."""
+    if not needed:
+        return None
+    return f"{provider}: no API key: set {variable} (or pass api_key=); {local_hint}"
+
+
 class HttpModel:
     """What both HTTP adapters share: their client, timeout, headers, and closed state.
 
@@ -445,8 +464,13 @@ class HttpModel:
         client: httpx.AsyncClient | None,
         timeout: float,
         extra_headers: Mapping[str, str] | None,
+        missing_key: str | None = None,
     ) -> None:
         self._url = url
+        #: Why no request can succeed: the provider needs a key and none was found (the
+        #: adapter says which variable to set). Raised at the first call, not here, so
+        #: an agent can be defined, listed and tested before the key is set.
+        self._missing_key = missing_key
         self._timeout = httpx.Timeout(timeout)
         self._owns_client = client is None
         self._client = client if client is not None else httpx.AsyncClient(timeout=self._timeout)
@@ -479,6 +503,10 @@ class HttpModel:
         """Open the response to `body` as server-sent events (see `open_event_stream`)."""
         if self._closed:
             raise UsageError(f"{self!r} is closed; make a new model to send more requests")
+        if self._missing_key is not None:
+            # Before connecting: without a key the provider can only refuse, and offline
+            # the failure would read as a DNS error ("Name or service not known").
+            raise ModelError(self._missing_key, retryable=False, provider=self.provider)
         return open_event_stream(
             self._client,
             self._url,

@@ -17,6 +17,11 @@ do not retry together). A provider's `retry_after` is a floor: the wait is never
 than it says. `max_delay` is the longest this policy ever waits at once, so when a
 provider asks for more than `max_delay` the call is not retried at all — sleeping less
 would be refused again, and sleeping longer is a decision for the caller, not a hidden one.
+
+**Seen, not hidden.** Each retry is logged, and handed to the caller's `on_retry` (a
+`RetryNotice`: which attempt failed, why, and how long until the next) before the wait, so
+a person watching sees "retrying in 2 s: HTTP 500 …" instead of a pause. The model layer
+prints nothing itself: the loop turns the notice into a `tiller.model_retry` event.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ..errors import Cancelled, UsageError
 from ._base import Model, ModelRequest, StreamEvent
 from ._errors import ModelError
 
-__all__ = ["RetryPolicy", "stream_with_retry"]
+__all__ = ["RetryNotice", "RetryPolicy", "stream_with_retry"]
 
 _logger: Final = logging.getLogger(__name__)
 
@@ -74,6 +79,17 @@ class RetryPolicy:
         return max(backoff, floor)
 
 
+@dataclass(slots=True, frozen=True)
+class RetryNotice:
+    """A failed attempt that will be retried: attempt `attempt` (1-based) of at most
+    `max_attempts` failed with `error`; the next starts after `delay` seconds."""
+
+    attempt: int
+    max_attempts: int
+    delay: float
+    error: ModelError
+
+
 async def stream_with_retry(
     model: Model,
     request: ModelRequest,
@@ -81,6 +97,7 @@ async def stream_with_retry(
     *,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     random: Random | None = None,
+    on_retry: Callable[[RetryNotice], None] | None = None,
 ) -> AsyncGenerator[StreamEvent, None]:
     """Stream `model`'s response to `request`, retrying failures that happen before the
     first event (see the module docstring for when, and how long it waits).
@@ -88,7 +105,8 @@ async def stream_with_retry(
     The error that ends the stream is the last attempt's, with a note saying how many
     attempts were made and why no more were. `sleep` and `random` are seams for tests
     (record delays, fix the jitter); by default a fresh `Random` is made when a retry
-    first needs one (seeding costs microseconds, and most calls never retry).
+    first needs one (seeding costs microseconds, and most calls never retry). `on_retry`
+    hears of each retry before its wait (it must not block: it is called synchronously).
 
     It is an async generator: `aclose()` it (or leave `async for` with `break`) to close
     the adapter's stream, and with it the connection, at once.
@@ -141,6 +159,8 @@ async def stream_with_retry(
             error,
             delay,
         )
+        if on_retry is not None:
+            on_retry(RetryNotice(attempt, policy.max_attempts, delay, error))
         await sleep(delay)
 
 

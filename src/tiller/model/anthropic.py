@@ -48,7 +48,7 @@ from ._base import (
     UsageReport,
 )
 from ._errors import ModelConnectionError, ModelProtocolError
-from ._http import HttpModel, ServerSentEvent, error_from_payload
+from ._http import HttpModel, ServerSentEvent, error_from_payload, missing_key_message
 from ._output import ForceTool, OutputMode, ToolChoice
 from ._wire_ids import WireIds
 
@@ -126,6 +126,16 @@ class AnthropicModel(HttpModel):
             client=client,
             timeout=timeout,
             extra_headers=extra_headers,
+            missing_key=missing_key_message(
+                self.provider,
+                "ANTHROPIC_API_KEY",
+                needed=not key
+                and api_key is None
+                and self.base_url == DEFAULT_BASE_URL
+                and client is None
+                and not {"x-api-key", "authorization"} & {h.lower() for h in extra_headers or {}},
+                local_hint="a proxy that adds its own key: set ANTHROPIC_BASE_URL",
+            ),
         )
 
     def __repr__(self) -> str:  # never shows the key

@@ -47,7 +47,7 @@ from ._base import (
     UsageReport,
 )
 from ._errors import ModelConnectionError, ModelProtocolError
-from ._http import HttpModel, error_from_payload
+from ._http import HttpModel, error_from_payload, missing_key_message
 from ._output import ForceTool, OutputMode, ToolChoice
 from ._wire_ids import WireIds
 
@@ -117,6 +117,17 @@ class OpenAICompatModel(HttpModel):
             client=client,
             timeout=timeout,
             extra_headers=extra_headers,
+            missing_key=missing_key_message(
+                provider,
+                "OPENAI_API_KEY",
+                needed=not key
+                and api_key is None  # api_key="" means "send none", on purpose
+                and self.base_url == DEFAULT_BASE_URL
+                and client is None  # a lent client may carry its own auth
+                and "authorization" not in {h.lower() for h in extra_headers or {}},
+                local_hint="for a local server use ollama:<model> or "
+                "openai-compat:<base_url>#<model>",
+            ),
         )
 
     def __repr__(self) -> str:  # never shows the key

@@ -118,6 +118,7 @@ class _Server:
             configure=app.configure,
             policy=app.policy if app.policy is not None else PinnedPolicy.read(root),
             transformers=app.transformers,
+            mailbox=app.mailbox,
         )
         self.keep_alive = app.keep_alive
         self.max_body = app.max_body

@@ -43,6 +43,7 @@ from ..loop import (
     Agent,
     Budget,
     ContinueAs,
+    MailboxRoute,
     ResumeReplayBlocked,
     RunContext,
     RunOptions,
@@ -120,6 +121,8 @@ class ServeSettings:
     control_poll: float = 2.0
     #: Builds each run's stream transformers (one chain per run, new or resumed).
     transformers: TransformerFactory | None = None
+    #: Every run's mailbox name (`AppSettings.mailbox`); None: no mailbox attached here.
+    mailbox: str | None = None
 
 
 @dataclass(slots=True)
@@ -381,6 +384,8 @@ class Runner:
             .with_store(self.bus)
             .with_questions(InterruptQuestions(answers))
         )
+        if self.settings.mailbox is not None:
+            run_ctx = run_ctx.with_mailbox(MailboxRoute(self.bus, name=self.settings.mailbox))
         if self.settings.configure is not None:
             run_ctx = self.settings.configure(run_ctx)
         # The run's own cancel token and steering queue, whatever `configure` did.

@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..events import TransformerFactory, check_transformer_factory
 from ..loop import RunContext, RunOptions
 from ..pinned_policy import PinnedPolicy
-from ..store import Bus
+from ..store import Bus, check_mail_name
 
 __all__ = ["DEFAULT_MAX_BODY", "AppSettings"]
 
@@ -66,6 +66,10 @@ class AppSettings:
     #: JavaScript modules the web console imports when it starts, in order: an app's own
     #: tool renderers (`window.tillerConsole.registerToolRenderer`, see the README).
     console_scripts: Sequence[str | Path] = ()
+    #: Attach the store's mailbox to every run under this agent name (`tiller serve
+    #: --mailbox NAME`): each receives what is sent to NAME at its steps. None: no mailbox
+    #: (or the one `configure` attaches).
+    mailbox: str | None = None
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():
@@ -80,6 +84,8 @@ class AppSettings:
                     f"console script {str(script)!r} is not a JavaScript file (.js or .mjs) "
                     "that exists; pass the path of the module the console should import"
                 )
+        if self.mailbox is not None:
+            check_mail_name(self.mailbox)
         if self.fleet_queue is not None and not self.fleet_agent:
             raise UsageError(
                 "a fleet server needs the agent its workers load: fleet_agent='module:attr' "

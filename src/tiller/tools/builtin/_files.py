@@ -26,6 +26,7 @@ from .._exec import ExecContext
 from .._fs import display_name
 from .._risk_class import RiskClass
 from .._tool import Capability, ToolError, tool
+from ._hidden import hidden_entry
 from ._text import (
     SNIFF_BYTES,
     bounded_lines,
@@ -291,6 +292,9 @@ def list_dir(path: str = ".", *, ctx: ExecContext) -> str:
         if not stat.S_ISDIR(st.st_mode):
             raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
         entries = ctx.jail.fs.listdir(target)
+    # tiller's own files are not the project's (see `_hidden`).
+    parent = () if shown == "." else tuple(shown.split("/"))
+    entries = [entry for entry in entries if not hidden_entry(parent, entry.name)]
     lines: list[str] = []
     for entry in entries[:MAX_DIR_ENTRIES]:
         name = display_name(entry.name)

@@ -27,12 +27,14 @@ from .._exec import ExecContext
 from .._jail import Jail
 from .._tool import Capability, ToolError, tool
 from .._walk import WalkReport
+from ._hidden import hidden_entry
 from ._text import os_errors
 
 __all__ = [
     "MAX_GLOB_RESULTS",
     "SKIPPED_DIRS",
     "GlobPattern",
+    "below_root",
     "compile_pattern",
     "glob",
     "linked_file",
@@ -186,6 +188,12 @@ def linked_file(jail: Jail, link: Path) -> Path | None:
     return target
 
 
+def below_root(jail: Jail, path: Path) -> tuple[str, ...]:
+    """`path` (a directory in the jail) as parts below the root: `()` for the root."""
+    shown = jail.relative(path)
+    return () if shown == "." else tuple(shown.split("/"))
+
+
 def compile_pattern(pattern: str, jail: Jail, what: str) -> GlobPattern:
     """`pattern` compiled, or the jail's refusal (it would leave the search's directory)
     or a `ToolError` (it cannot be compiled)."""
@@ -210,11 +218,19 @@ def _walk_matches(
 ) -> list[str]:
     jail = ctx.jail
     found: list[str] = []
+    base = below_root(jail, top)
     with closing(jail.fs.walk(top, skip=SKIPPED_DIRS, report=report)) as steps:
         for step in steps:
             ctx.token.check()  # a sync tool cannot be interrupted; it checks per directory
-            step.dirs[:] = [d for d in step.dirs if pattern.may_match_under((*step.parts, d))]
+            here = (*base, *step.parts)
+            step.dirs[:] = [
+                d
+                for d in step.dirs
+                if pattern.may_match_under((*step.parts, d)) and not hidden_entry(here, d)
+            ]
             for entry in step.entries:
+                if hidden_entry(here, entry.name):
+                    continue
                 parts = (*step.parts, entry.name)
                 if not pattern.matches(parts):
                     continue

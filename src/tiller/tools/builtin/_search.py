@@ -33,7 +33,8 @@ from .._errors import PathOutsideJail
 from .._exec import ExecContext
 from .._tool import Capability, ToolError, tool
 from .._walk import WalkReport
-from ._glob import SKIPPED_DIRS, GlobPattern, compile_pattern, linked_file
+from ._glob import SKIPPED_DIRS, GlobPattern, below_root, compile_pattern, linked_file
+from ._hidden import hidden_entry
 from ._text import MAX_LINE_BYTES, SNIFF_BYTES, bounded_lines, looks_binary, os_errors
 
 __all__ = ["MAX_FILE_BYTES", "MAX_MATCHES", "MAX_OUTPUT_BYTES", "REGEX_SECONDS", "grep"]
@@ -153,10 +154,15 @@ def _files(
     depth first in sorted order, each as its path relative to the root and an open file
     (`None` when it cannot be searched safely)."""
     fs = ctx.jail.fs
+    base = below_root(ctx.jail, top)
     with closing(fs.walk(top, skip=SKIPPED_DIRS, report=report)) as steps:
         for step in steps:
             ctx.token.check()  # a sync tool cannot be interrupted; it checks per directory
+            here = (*base, *step.parts)
+            step.dirs[:] = [d for d in step.dirs if not hidden_entry(here, d)]
             for entry in step.entries:
+                if hidden_entry(here, entry.name):
+                    continue
                 path = top.joinpath(*step.parts, entry.name)
                 shown = ctx.jail.relative(path)
                 if entry.kind not in ("file", "symlink"):

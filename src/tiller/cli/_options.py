@@ -1,0 +1,131 @@
+"""Options several commands share, declared once so they mean one thing everywhere.
+
+- `--store`: every command that takes one reads `TILLER_STORE` when it is not given, and
+  refuses a URL of no known kind while the command line is parsed, before anything is
+  opened or created;
+- `--workspace`: an existing directory (a file, or a path that is not there, is refused:
+  the commands never make a jail at a mistyped path);
+- `--agent`: an agent reference, in the words `tiller.loop.load_agent` uses: an `Agent`,
+  or a function returning one, called with the model string when it takes `model`.
+
+The CLI loads this module for every command (and for `--help`): nothing heavy is imported
+here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import typer
+
+__all__ = [
+    "AGENT_FACTORY_HELP",
+    "DEFAULT_STORE",
+    "STORE_ENV",
+    "ModeChoice",
+    "agent_help",
+    "check_store_url",
+    "existing_store_url",
+    "positive_amount",
+    "positive_seconds",
+    "store_option",
+    "workspace_option",
+]
+
+DEFAULT_STORE: Final = "sqlite:///~/.tiller/tiller.db"
+#: The environment variable every `--store` falls back to.
+STORE_ENV: Final = "TILLER_STORE"
+
+
+class ModeChoice(StrEnum):
+    """`tiller.tools.SafetyMode`'s values, written out so that parsing a command line does
+    not import the tools (a test checks they agree)."""
+
+    READ_ONLY = "read_only"
+    ASK = "ask"
+    AUTO = "auto"
+    FULL_ACCESS = "full_access"
+
+
+_STORE_SCHEMES: Final = ("sqlite", "nats", "memory")
+_STORE_FORMS: Final = "sqlite:///PATH, nats://HOST:PORT or memory://"
+
+#: What an agent reference may name, as `load_agent` reads it.
+AGENT_FACTORY_HELP: Final = (
+    "module:attr naming an Agent, or a function returning one (called with the model "
+    "string when it takes a `model` parameter)"
+)
+
+
+def agent_help(default: str) -> str:
+    """The help of an `--agent` option: what it names, then what is used without it."""
+    return f"The agent: {AGENT_FACTORY_HELP}. {default}"
+
+
+def check_store_url(value: str) -> str:
+    """`value` if it is a store URL of a known kind; otherwise a usage error saying which
+    kinds there are (so a typo is caught before a run starts or a file is made)."""
+    scheme = urlsplit(value).scheme if "://" in value else ""
+    if scheme not in _STORE_SCHEMES:
+        raise typer.BadParameter(f"{value!r} is not a store URL; use {_STORE_FORMS}")
+    return value
+
+
+def positive_amount(value: float | None) -> float | None:
+    """A budget in money, which must be more than 0 (None: no limit)."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"must be more than 0 (USD), not {value:g}")
+    return value
+
+
+def existing_store_url(value: str) -> str:
+    """`check_store_url`, and a SQLite store must be a file that is there: the commands
+    that read a store (approve, runs, outbox, ...) would otherwise make an empty one at a
+    mistyped path and report "not found" about the wrong store."""
+    check_store_url(value)
+    parts = urlsplit(value)
+    if parts.scheme == "sqlite" and len(parts.path) >= 2 and not parts.netloc:
+        path = Path(parts.path[1:]).expanduser()
+        if not path.exists():
+            raise typer.BadParameter(
+                f"there is no store at {value} ({path} does not exist); give the store the "
+                f"run used, or set ${STORE_ENV}"
+            )
+    return value
+
+
+def positive_seconds(value: float | None) -> float | None:
+    """A duration, which must be more than 0 (None: none)."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"must be more than 0 seconds, not {value:g}")
+    return value
+
+
+def store_option(what: str, *, existing: bool = False) -> Any:
+    """A `--store` option: `what` the store is for, then the forms and the fallback.
+    `existing`: the command reads the store, so a SQLite file must be there already."""
+    callback = existing_store_url if existing else check_store_url
+    return typer.Option(
+        DEFAULT_STORE,
+        "--store",
+        envvar=STORE_ENV,
+        show_envvar=False,  # said in the help text, once
+        callback=callback,
+        help=f"{what} ({_STORE_FORMS}). Default: ${STORE_ENV} if set, else {DEFAULT_STORE}.",
+    )
+
+
+def workspace_option(default: Path | None, help_text: str, *, short: bool = True) -> Any:
+    """A `--workspace` option that must name an existing directory."""
+    names = ("--workspace", "-w") if short else ("--workspace",)
+    return typer.Option(
+        default,
+        *names,
+        exists=True,
+        file_okay=False,
+        dir_okay=True,
+        help=f"{help_text} An existing directory.",
+    )
