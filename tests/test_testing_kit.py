@@ -340,3 +340,27 @@ def test_assert_valid_agui_is_in_tiller_testing_and_takes_tiller_events() -> Non
     assert_valid_agui([started.to_wire(), finished.to_wire()], max_warnings=0)
     with pytest.raises(AssertionError):
         assert_valid_agui([started], max_warnings=0)  # never finished
+
+
+def test_an_anyio_test_using_the_fixtures_runs(pytester: pytest.Pytester) -> None:
+    """The plugin marks an async test that uses its fixtures `asyncio` (for pytest-asyncio's
+    strict mode); a test marked `anyio` too still runs once and passes (a review feared the
+    two plugins would clash: a guard, it passed before any change)."""
+    pytester.makepyfile(
+        test_anyio_user="""
+        import pytest
+        from tiller.loop import Agent
+
+
+        @pytest.fixture
+        def anyio_backend():
+            return "asyncio"
+
+
+        @pytest.mark.anyio
+        async def test_scripted_under_anyio(scripted):
+            result, _ = await scripted(lambda model: Agent(model), ["hi"])
+            assert result.text == "hi"
+        """
+    )
+    pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider").assert_outcomes(passed=1)
