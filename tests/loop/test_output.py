@@ -4,6 +4,7 @@ error goes back to the model a bounded number of times, then the run fails with 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pydantic
@@ -13,7 +14,7 @@ from pydantic import BaseModel
 from tiller.capture import memory_capture
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.errors import UsageError
-from tiller.loop import Agent, RunContext, RunOptions
+from tiller.loop import Agent, PauseOnWrites, ResumeDecision, RunContext, RunOptions
 from tiller.model import (
     OUTPUT_TOOL_NAME,
     Finish,
@@ -324,3 +325,32 @@ async def test_an_output_call_beside_a_call_with_invalid_arguments_is_set_aside(
     told = model.requests[1].messages[-1]
     assert isinstance(told, UserMessage)
     assert OUTPUT_SET_ASIDE_TEXT in told.text
+
+
+@tool
+def scribble() -> str:
+    """Write something (it declares no capability: a review pause holds it)."""
+    return "scribbled"
+
+
+async def test_the_set_aside_note_survives_a_suspension(tmp_path: Path) -> None:
+    """An output call beside a call that waits for a person: the note telling the model
+    to call the output tool alone reaches it after the resume (it was kept in memory only,
+    and a resumed run never said it)."""
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "scribble", "arguments": {}}, output_call(VALID)]},
+            {"tool_calls": [output_call(VALID)]},
+        ]
+    )
+    agent = Agent(model, [scribble], output_type=Answer, output_mode="tool")
+    ctx = RunContext.sandboxed(tmp_path)
+    paused = await agent.run_in(ctx, "Weather?", RunOptions(review_policy=PauseOnWrites()))
+    assert paused.stop_cause is StopCause.SUSPENDED and paused.checkpoint is not None
+    (call,) = paused.checkpoint.unanswered_calls()
+    done = await agent.resume(paused.checkpoint, {call.id: ResumeDecision.approved()}, ctx=ctx)
+    assert done.output == Answer(city="Oslo", celsius=20)
+    told = model.requests[1].messages[-1]
+    assert isinstance(told, UserMessage)
+    assert [r.content for r in told.tool_results] == ["scribbled"]
+    assert told.text == OUTPUT_SET_ASIDE_TEXT

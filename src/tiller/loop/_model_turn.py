@@ -110,17 +110,12 @@ class ModelTurns:
         self.final_output: Any = None
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
-        #: Said to the model with the next request (an output call set aside).
-        self._note: str | None = None
 
     async def take(self, turn: ModelTurn) -> Step:
         """One model turn; returns the step it leads to."""
         if turn.final_answer is not None:
             return await self._final_answer(turn.final_answer)
         run, state = self._run, self._run.state
-        if self._note is not None:  # folded into the tool results the last step added
-            state.append_user_text(self._note)
-            self._note = None
         try:
             # Compaction (and the loop guard it arms) before the request is built; False:
             # no call this step (the guard stopped the run, or a summary spent the budget).
@@ -147,7 +142,10 @@ class ModelTurns:
             self._capture.model_call(answer, appended=True)
             calls = tuple(message.tool_calls)
             if answer.output is not None and answer.output.set_aside:
-                self._note = OUTPUT_SET_ASIDE
+                # Told with the next request, folded into the tool results at the top of
+                # the next step (`take_steering`); in the state, so a suspension between
+                # here and there keeps it for whichever process resumes the run.
+                state.pending_input.append(OUTPUT_SET_ASIDE)
             reason = run.options.review_policy.should_pause(state.step, message, run.agent.registry)
             if reason is not None:
                 return Suspend(calls, reason, malformed=answer.malformed)
