@@ -343,7 +343,8 @@ def build_agent(settings: RunTaskSettings) -> Agent:
                 "agent the tool (tiller.tools.builtin.web_fetch) itself"
             )
         _allow_cwd_imports()
-        agent = load_agent(settings.agent, model=settings.model)
+        # Its code must not be where the model writes (law 11: see load_agent).
+        agent = load_agent(settings.agent, model=settings.model, outside=settings.workspace)
     elif settings.model is None:
         raise UsageError(
             "give --model MODEL for the built-in coding agent (e.g. -m ollama:qwen2.5-coder), "

@@ -100,7 +100,7 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
                 "--mailbox attaches the mailbox to runs served here; with --fleet the "
                 "workers run them (give the agent its MailboxRoute in its own code)"
             )
-        agent = _agent(agent_ref, model)
+        agent = _agent(agent_ref, model, workspace)
         if mailbox is not None:
             _can_send_mail(agent, mailbox)
         here = Path.cwd() / CONFIG_FILE
@@ -197,13 +197,14 @@ def _can_send_mail(agent: Agent, name: str) -> None:
         agent.registry.add(message_send)
 
 
-def _agent(ref: str | None, model: str | None) -> Agent:
+def _agent(ref: str | None, model: str | None, workspace: Path) -> Agent:
     from ..loop import load_agent
 
     if ref is not None:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m` would
-        return load_agent(ref, model=model)
+        # Not from the workspace the served runs write (law 11: see load_agent).
+        return load_agent(ref, model=model, outside=workspace)
     if model is not None:
         from ._coder import coding_agent
 

@@ -139,7 +139,7 @@ class RunStarter:
         ref = self.agent or run_job.agent
         if ref is None:
             raise UsageError(f"run {run_job.run_id}: the job names no agent")
-        agent = load_run_agent(ref, run_job.model)
+        agent = load_run_agent(ref, run_job.model, outside=workspace)
         budget = reserved if reserved is not None else budget_of(run_job.budget)
         run_ctx = RunContext(jail=Jail(workspace)).with_budget(budget).with_store(self.bus)
         run_ctx = configure(with_store_protected(run_ctx))
@@ -164,11 +164,12 @@ class RunStarter:
                 await agent.model.aclose()
 
 
-def load_run_agent(ref: str, model: str | None) -> Agent:
+def load_run_agent(ref: str, model: str | None, *, outside: Path | None = None) -> Agent:
     """The job's agent; a factory that raises fails the run like a reference that does
-    not resolve (`UsageError`), saying so: it would fail on every worker."""
+    not resolve (`UsageError`), saying so: it would fail on every worker. `outside`: the
+    run's workspace, where its code must not be (law 11: see `load_agent`)."""
     try:
-        return load_agent(ref, model=model)
+        return load_agent(ref, model=model, outside=outside)
     except UsageError:
         raise
     except Exception as exc:

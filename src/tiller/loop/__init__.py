@@ -8,6 +8,7 @@ from .. import _public
 from ._agent import Agent
 
 # For tiller's own packages (not API; not in __all__).
+from ._agent_ref import jail_root_of as jail_root_of
 from ._agent_ref import load_agent as load_agent
 from ._agent_ref import options_from as options_from
 from ._agent_ref import record_policy as record_policy

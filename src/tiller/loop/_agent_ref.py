@@ -25,7 +25,9 @@ refuses it (law 3: policy fails closed) and the caller passes its own `RunOption
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +56,12 @@ if TYPE_CHECKING:  # `_agent` imports the loop, which may import this module
 
 __all__ = [
     "POLICY_VERSION",
+    "jail_root_of",
     "load_agent",
     "options_from",
     "policy_of",
     "record_policy",
+    "refuse_code_inside",
     "run_context_from",
 ]
 
@@ -68,15 +72,20 @@ POLICY_VERSION = 1
 # ── the agent ────────────────────────────────────────────────────────────────────────
 
 
-def load_agent(ref: str, *, model: str | None = None) -> Agent:
+def load_agent(ref: str, *, model: str | None = None, outside: Path | None = None) -> Agent:
     """The `Agent` that `ref` (`"package.module:attr"`, `attr` may be dotted) names: the
     object itself if it is an `Agent`, else what calling it returns — with `model=` when
     a model string is given and the factory takes a `model` parameter (so one factory
     serves runs on different models: the run records its `model_spec`), else with no
     arguments.
 
+    `outside`: the jail of the run the agent is for. Its model can write there, so an
+    agent whose code lives there is refused before it is imported (law 11: a resume, an
+    approval or a denial in another process would otherwise run what the model wrote, on
+    the host).
+
     Every failure is a `UsageError` saying what to fix (the module cannot be imported, the
-    attribute is missing, the object is not an agent)."""
+    attribute is missing, the object is not an agent, its code is in the jail)."""
     from ._agent import Agent  # here: `_agent` imports the loop, which may import this
 
     module_name, sep, attr_path = ref.partition(":")
@@ -84,6 +93,8 @@ def load_agent(ref: str, *, model: str | None = None) -> Agent:
         raise UsageError(
             f"agent reference {ref!r} is not 'module:attr' (for example 'myapp.agents:coder')"
         )
+    if outside is not None:
+        refuse_code_inside(module_name, outside, ref=ref)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -120,6 +131,40 @@ def load_agent(ref: str, *, model: str | None = None) -> Agent:
     if built.ref is None:
         built.ref = ref
     return built
+
+
+def refuse_code_inside(module_name: str, jail_root: Path, *, ref: str) -> None:
+    """`UsageError` when the top-level package of `module_name` (what importing it runs
+    first) is found inside `jail_root`. Looked up without being imported: a top-level
+    name's spec is found, not executed."""
+    top = module_name.split(".", 1)[0]
+    loaded = sys.modules.get(top)
+    try:
+        spec = loaded.__spec__ if loaded is not None else importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return  # the import itself says what is wrong
+    if spec is None:
+        return
+    places = list(spec.submodule_search_locations or ())
+    if spec.origin is not None and spec.has_location:
+        places.append(spec.origin)
+    root = jail_root.resolve()
+    for place in places:
+        if Path(place).resolve().is_relative_to(root):
+            raise UsageError(
+                f"the agent {ref!r} is defined in {place}, inside the run's workspace "
+                f"{root}, which the run's model can write: loading it (now, or to resume, "
+                "approve or deny the run) would run what the model wrote, on this machine. "
+                "Keep the agent's code outside the workspace: install it, or give the run "
+                "a workspace that does not contain it (-w DIR)"
+            )
+
+
+def jail_root_of(state: RunState) -> Path | None:
+    """The jail root the run's policy records (None: a state without one)."""
+    policy = state.policy or {}
+    root = policy.get("jail_root")
+    return Path(root) if isinstance(root, str) else None
 
 
 def _takes_model(factory: Any) -> bool:

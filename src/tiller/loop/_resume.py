@@ -57,7 +57,7 @@ from ..store import (
     RunStillRunning,
 )
 from ._agent import Agent
-from ._agent_ref import load_agent, options_from, run_context_from
+from ._agent_ref import jail_root_of, load_agent, options_from, run_context_from
 from ._context import RunContext
 from ._options import RunOptions
 from ._result import RunResult
@@ -520,9 +520,10 @@ def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, s
                 f"run {state.run_id!r} does not record its agent (RunState.agent_ref); "
                 "pass the agent, or its 'module:attr' reference"
             )
-        return load_agent(state.agent_ref, model=state.model_spec), state.agent_ref
+        loaded = load_agent(state.agent_ref, model=state.model_spec, outside=jail_root_of(state))
+        return loaded, state.agent_ref
     if isinstance(agent, str):
-        return load_agent(agent, model=state.model_spec), agent
+        return load_agent(agent, model=state.model_spec, outside=jail_root_of(state)), agent
     return agent, None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..conversation import ToolCall
 from ..errors import UsageError
-from ..loop import Agent, ResumeDecision, load_agent
+from ..loop import Agent, ResumeDecision, jail_root_of, load_agent
 from ..store import (
     AlreadyDecided,
     ApprovalStore,
@@ -155,7 +155,8 @@ async def _decide(
             f"run {record.run_id} does not record its agent (it is needed to resume the run); "
             "pass --agent module:attr"
         )
-    loaded = load_agent(ref, model=checkpoint.state.model_spec)
+    state = checkpoint.state
+    loaded = load_agent(ref, model=state.model_spec, outside=jail_root_of(state))
     if arguments is not None:
         await _check_edited(store, record, ref, loaded, arguments, bucket=buckets.checkpoints)
     pending = await _pending_calls(store, checkpoint, buckets.checkpoints)

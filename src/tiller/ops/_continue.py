@@ -24,6 +24,7 @@ from ..loop import (
     RunOptions,
     RunResult,
     SteeringQueue,
+    jail_root_of,
     load_agent,
     recover,
 )
@@ -188,4 +189,4 @@ async def _agent_for(store: Bus, run_id: str, agent: Agent | str | None, bucket:
             f"run {run_id!r} does not record its agent (RunState.agent_ref); "
             "pass the agent, or its 'module:attr' reference"
         )
-    return load_agent(ref, model=state.model_spec)
+    return load_agent(ref, model=state.model_spec, outside=jail_root_of(state))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from ..loop import Agent, load_agent
+from ..loop import Agent, jail_root_of, load_agent
 from ..pinned_policy import PinnedPolicy
 from ..state import RunState
 from ..store import DEFAULT_BUCKET, Bus, CheckpointStore
@@ -40,7 +40,7 @@ async def pinned_agent(
     if not pinned.config.mcp or ref is None:
         yield agent  # the resume says what is missing, if anything
         return
-    loaded = load_agent(ref, model=state.model_spec)
+    loaded = load_agent(ref, model=state.model_spec, outside=jail_root_of(state))
     pinned.check_mcp_files()
     async with open_mcp_tools(pinned.config.mcp) as tools:
         for each in tools:
