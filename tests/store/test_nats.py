@@ -688,3 +688,39 @@ async def test_listing_one_runs_keys_among_many_leaves_out_the_deleted_and_the_o
     assert await kv.keys("run-70/") == ["run-70/0000"]
     assert await kv.keys("nobody/") == []
     assert len(await kv.keys()) == 30 * 3 - 1 + 1
+
+
+async def test_a_queue_opened_by_two_connections_at_once_is_made_once(
+    open_nats: Callable[..., Awaitable[NatsBus]],
+) -> None:
+    """A submitter and a worker open the queue together; the server may answer the
+    create that loses with "subjects overlap with an existing stream" (a fleet test met
+    it in CI), and that connection must check the stream the other made instead of
+    failing. Forced here: the second connection's first look finds no stream, and its
+    create gets the server's answer to a lost race."""
+    first = await open_nats()
+    second = await open_nats(namespace=first._namespace)
+    await first.queue("runs", lease=30.0)
+    js = second._js_context()
+    real_info, real_add = js.stream_info, js.add_stream
+    looks: list[str] = []
+
+    async def not_there_yet(name: str, *args: Any, **kwargs: Any) -> Any:
+        looks.append(name)
+        if len(looks) == 1:
+            raise nats.js.errors.NotFoundError
+        return await real_info(name, *args, **kwargs)
+
+    async def lost_the_race(*args: Any, **kwargs: Any) -> Any:
+        raise nats.js.errors.BadRequestError(
+            code=400, err_code=10065, description="subjects overlap with an existing stream"
+        )
+
+    js.stream_info = not_there_yet  # type: ignore[method-assign]
+    js.add_stream = lost_the_race  # type: ignore[method-assign]
+    try:
+        queue = await second.queue("runs", lease=30.0)
+    finally:
+        js.stream_info, js.add_stream = real_info, real_add  # type: ignore[method-assign]
+    await queue.enqueue(b"x", job_id="j1")
+    assert (await (await first.queue("runs")).claim("w")) is not None

@@ -1166,25 +1166,32 @@ class NatsBus:
         self, js: JetStreamContext, name: str, stream_name: str, subject: str, *, work_queue: bool
     ) -> None:
         """Create (or check) a queue's stream of one message per job id (`subject.<id>`),
-        refusing a second: the work queue (WorkQueue retention) or its dead letters."""
+        refusing a second: the work queue (WorkQueue retention) or its dead letters.
+
+        Two connections may open the queue at once (a submitter and a worker): the one
+        whose create loses finds the stream made meanwhile (the server answers "subjects
+        overlap" or "name already in use") and checks it as if it had been there."""
         try:
             info = await js.stream_info(stream_name)
         except nats.js.errors.NotFoundError:
-            await js.add_stream(
-                js_api.StreamConfig(
-                    name=stream_name,
-                    subjects=[f"{subject}.>"],
-                    retention=(
-                        js_api.RetentionPolicy.WORK_QUEUE
-                        if work_queue
-                        else js_api.RetentionPolicy.LIMITS
-                    ),
-                    max_msgs_per_subject=1,
-                    discard=js_api.DiscardPolicy.NEW,
-                    discard_new_per_subject=True,
+            try:
+                await js.add_stream(
+                    js_api.StreamConfig(
+                        name=stream_name,
+                        subjects=[f"{subject}.>"],
+                        retention=(
+                            js_api.RetentionPolicy.WORK_QUEUE
+                            if work_queue
+                            else js_api.RetentionPolicy.LIMITS
+                        ),
+                        max_msgs_per_subject=1,
+                        discard=js_api.DiscardPolicy.NEW,
+                        discard_new_per_subject=True,
+                    )
                 )
-            )
-            return
+                return
+            except nats.js.errors.BadRequestError:
+                info = await js.stream_info(stream_name)  # made meanwhile: check it below
         config = info.config
         if work_queue and config.retention != js_api.RetentionPolicy.WORK_QUEUE:
             raise StoreError(
