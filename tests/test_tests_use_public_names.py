@@ -107,6 +107,7 @@ ALLOWED_PRIVATE = frozenset(
         "evals/test_fleet_diff_apply.py -> tiller.evals._diff_apply",
         # The cli package exports only its app: unit tests of its parts (line router,
         # terminal approver and questions, views, release check, serve's token rule).
+        "cli/test_bad_arguments.py -> tiller.cli._options",
         "cli/test_eval_progress_bar.py -> tiller.cli._eval_progress",
         "cli/test_line_router.py -> tiller.cli._run",
         "cli/test_outbox_release.py -> tiller.cli._release",
