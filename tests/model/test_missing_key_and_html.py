@@ -86,3 +86,28 @@ async def test_an_html_answer_is_called_an_html_page(server: LocalServer) -> Non
     assert "answered with an HTML page (text/html), not an event stream" in str(info.value)
     assert "base URL" in str(info.value)
     assert "dropped" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_an_error_page_that_echoes_the_key_never_shows_it(
+    server: LocalServer, kind: str
+) -> None:
+    """A proxy's 502 page that prints the request's headers: the error (which goes to the
+    log, every retry notice, the event stream and served clients) carries no key."""
+    key = "sk-test-SECRETSECRET123456"
+    page = (
+        f"upstream failed; request was: authorization: Bearer {key}\\n"
+        f"x-api-key: {key}\\nanother token: sk-other0123456789"
+    )
+    server.reply(
+        Reply(status=502, headers=[("content-type", "text/plain")], chunks=[page.encode()])
+    )
+    model: OpenAICompatModel | AnthropicModel = (
+        OpenAICompatModel("gpt-4o", base_url=f"{server.url}/v1", api_key=key)
+        if kind == "openai"
+        else AnthropicModel("claude-x", base_url=server.url, api_key=key)
+    )
+    error = await _first_error(model)
+    shown = f"{error} {getattr(error, 'body', '')}"
+    assert "SECRET" not in shown and "sk-other" not in shown
+    assert "[redacted]" in shown and "upstream failed" in shown

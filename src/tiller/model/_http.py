@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -212,18 +219,53 @@ def is_context_overflow(message: str, *, code: object = None, kind: object = Non
     return _OVERFLOW_MESSAGE.search(message) is not None
 
 
+#: Credentials as they appear in text a server may echo back (a proxy's error page that
+#: prints the request's headers): a bearer token, an OpenAI- or Anthropic-style key.
+_CREDENTIAL = re.compile(r"(?i)(bearer\s+)\S+|\bsk-[A-Za-z0-9_-]{8,}")
+
+
+def without_credentials(text: str, secrets: Sequence[str] = ()) -> str:
+    """`text` with the request's own `secrets` and anything shaped like a credential
+    replaced: an error message travels to logs, retry notices, the event stream and
+    served clients, and must never carry the key the request was sent with."""
+    for secret in secrets:
+        if len(secret) >= 8:  # a short value would blank out ordinary words
+            text = text.replace(secret, "[redacted]")
+    return _CREDENTIAL.sub(lambda m: f"{m.group(1) or ''}[redacted]", text)
+
+
+def credentials_of(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secret values among a request's headers (its key, with or without `Bearer`)."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if name.lower() in ("authorization", "x-api-key", "api-key"):
+            found.append(value)
+            scheme, _, token = value.partition(" ")
+            if token and scheme.lower() == "bearer":
+                found.append(token)
+    return tuple(found)
+
+
 def error_from_response(
-    status: int, headers: Mapping[str, str], body: bytes, *, provider: str
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    provider: str,
+    secrets: Sequence[str] = (),
 ) -> ModelHTTPError:
-    """The error for an HTTP error response, with the provider's message when it sent one.
+    """The error for an HTTP error response, with the provider's message when it sent one;
+    the request's `secrets` (and anything shaped like a key) are never in it.
 
     A 400-class answer whose message says the prompt is too long becomes `ContextOverflow`,
     so the loop can compact and try again instead of failing the run.
     """
-    text = body[:_MAX_ERROR_BODY].decode("utf-8", "replace")
+    text = without_credentials(body[:_MAX_ERROR_BODY].decode("utf-8", "replace"), secrets)
     message, code, kind = _error_fields(body)
     if message is None:
         message = " ".join(text.split())[:_MAX_ERROR_MESSAGE] or _reason(status)
+    else:
+        message = without_credentials(message, secrets)
     return _make_error(
         status,
         message,
@@ -350,7 +392,11 @@ async def open_event_stream(
             if not response.is_success:
                 raw = await response.aread()
                 raise error_from_response(
-                    response.status_code, response.headers, raw, provider=provider
+                    response.status_code,
+                    response.headers,
+                    raw,
+                    provider=provider,
+                    secrets=credentials_of(headers),
                 )
             content_type = response.headers.get("content-type", "")
             if "html" in content_type:
