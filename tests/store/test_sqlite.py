@@ -459,3 +459,12 @@ async def test_aclose_cancelled_while_the_poller_ends_ends_cancelled_and_disconn
     await slow.entered.wait()
     await cancel_the_stopper(slow, asyncio.create_task(bus.aclose()))
     assert bus._conn is None
+
+
+@pytest.mark.parametrize("shape", ["under a file", "is a directory"])
+async def test_a_path_that_cannot_be_a_store_is_one_clear_error(tmp_path: Path, shape: str) -> None:
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    path = tmp_path / ("afile/x.db" if shape == "under a file" else "adir")
+    with pytest.raises(StoreUnavailable, match=r"cannot open the SQLite store .*: "):
+        await open_bus(url_of(path))

@@ -658,8 +658,16 @@ class SqliteBus:
 
     def _connect(self) -> None:
         self.path = self.path.expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        except (OSError, sqlite3.Error) as exc:
+            # A path under a file, a directory not writable, a file that is a directory:
+            # the caller's store URL is wrong, said in one line (never a traceback).
+            raise StoreUnavailable(
+                f"cannot open the SQLite store {self.path}: {_why_not(exc)}; give a "
+                "sqlite:/// path whose directory exists or can be made, and is writable"
+            ) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             self._enter_wal(conn)
@@ -828,3 +836,12 @@ class SqliteBus:
 def _is_bus(bus: SqliteBus) -> Bus:
     """Type-level proof that SqliteBus satisfies the Bus protocol (checked by mypy)."""
     return bus
+
+
+def _why_not(exc: BaseException) -> str:
+    if isinstance(exc, FileExistsError | NotADirectoryError) and exc.filename:
+        return f"{exc.filename} is in the way: it is a file, not a directory"
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return str(exc)
