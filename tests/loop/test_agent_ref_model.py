@@ -51,3 +51,23 @@ async def test_a_run_records_the_model_string_its_agent_was_built_from(tmp_path:
 def test_the_state_round_trips_the_model_spec() -> None:
     state = RunState(run_id="r", thread_id="t", model_spec="openai:gpt-4.1")
     assert RunState.from_json(state.to_json()).model_spec == "openai:gpt-4.1"
+
+
+def test_a_factory_given_a_model_string_records_it_for_resumes(tmp_path: Path) -> None:
+    """A factory that builds its own Model object from `model`: the agent still records
+    the string, so the run's checkpoint has it and a resume (approve, deny) calls the
+    factory with it again, not with None (found by review: the resumed run failed)."""
+    (tmp_path / "own_model_agent.py").write_text(
+        "from tiller.loop import Agent\n"
+        "from tiller.model import ScriptedModel\n\n\n"
+        "def make(model=None):\n"
+        "    assert model is not None, 'called without its model'\n"
+        "    return Agent(ScriptedModel(['hi'], name=model))\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        agent = load_agent("own_model_agent:make", model="scripted-special")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("own_model_agent", None)
+    assert agent.model_spec == "scripted-special"

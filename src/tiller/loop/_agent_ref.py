@@ -119,8 +119,9 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
             f"{ref!r} is a {type(target).__name__}, not an Agent or a function returning "
             "one (an agent factory: called with model= when it takes a model parameter)"
         )
+    given_model = model is not None and _takes_model(target)
     try:
-        built = target(model=model) if model is not None and _takes_model(target) else target()
+        built = target(model=model) if given_model else target()
     except TypeError as exc:
         raise UsageError(
             f"calling {ref!r} failed ({exc}); an agent factory takes no arguments, or "
@@ -130,6 +131,10 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
         raise UsageError(f"{ref!r}() returned a {type(built).__name__}, not an Agent")
     if built.ref is None:
         built.ref = ref
+    if given_model and built.model_spec is None:
+        # The run records it, so a resume calls the factory with the same model again
+        # (a factory that builds its own Model object left none to record).
+        built.model_spec = model
     return built
 
 
