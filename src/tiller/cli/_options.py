@@ -14,6 +14,7 @@ here.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -75,9 +76,9 @@ def check_store_url(value: str) -> str:
 
 
 def positive_amount(value: float | None) -> float | None:
-    """A budget in money, which must be more than 0 (None: no limit)."""
-    if value is not None and not value > 0:
-        raise typer.BadParameter(f"must be more than 0 (USD), not {value:g}")
+    """A budget in money, which must be more than 0 and finite (None: no limit)."""
+    if value is not None and not 0 < value < math.inf:
+        raise typer.BadParameter(f"must be a number of USD more than 0, not {value:g}")
     return value
 
 
@@ -98,9 +99,9 @@ def existing_store_url(value: str) -> str:
 
 
 def positive_seconds(value: float | None) -> float | None:
-    """A duration, which must be more than 0 (None: none)."""
-    if value is not None and not value > 0:
-        raise typer.BadParameter(f"must be more than 0 seconds, not {value:g}")
+    """A duration, which must be more than 0 and finite (None: none)."""
+    if value is not None and not 0 < value < math.inf:
+        raise typer.BadParameter(f"must be a number of seconds more than 0, not {value:g}")
     return value
 
 
