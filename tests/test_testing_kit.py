@@ -346,6 +346,7 @@ def test_an_anyio_test_using_the_fixtures_runs(pytester: pytest.Pytester) -> Non
     """The plugin marks an async test that uses its fixtures `asyncio` (for pytest-asyncio's
     strict mode); a test marked `anyio` too still runs once and passes (a review feared the
     two plugins would clash: a guard, it passed before any change)."""
+    pytester.makeini(INI)
     pytester.makepyfile(
         test_anyio_user="""
         import pytest
