@@ -178,16 +178,13 @@ class CaseRunner:
                     if isinstance(exc, WorkspaceError)
                     else (f"case {case.id!r}: its fixture could not be copied: {exc}")
                 )
-                ran = _Ran(None, error, time.monotonic() - started)
-                outcome = _outcome(case, epoch, ran, None, budget, run_id=run_id)
-                return await self._write(
-                    attempt=attempt,
-                    status="scored",
-                    outcome=outcome,
-                    ran=ran,
-                    scoring=await self._score(outcome),
-                    kept=KeptWorkspace(),
-                    capture=None,
+                return await self._write_failed(
+                    case,
+                    epoch,
+                    attempt,
+                    _Ran(None, error, time.monotonic() - started),
+                    budget,
+                    run_id=run_id,
                 )
             if self.cancel.is_cancelled:
                 return None
@@ -213,6 +210,22 @@ class CaseRunner:
             scoring=scoring,
             kept=kept,
             capture=capture,
+        )
+
+    async def _write_failed(
+        self, case: Case, epoch: int, attempt: int, ran: _Ran, budget: Budget, *, run_id: str
+    ) -> CaseResultRecord:
+        """The record of a run that never ran (its fixture, its job): scored as the error
+        `ran` holds, with no workspace and no capture (scorers still see it)."""
+        outcome = _outcome(case, epoch, ran, None, budget, run_id=run_id)
+        return await self._write(
+            attempt=attempt,
+            status="scored",
+            outcome=outcome,
+            ran=ran,
+            scoring=await self._score(outcome),
+            kept=KeptWorkspace(),
+            capture=None,
         )
 
     async def _write(

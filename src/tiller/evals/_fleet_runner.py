@@ -100,7 +100,7 @@ from ..state import RunState, StopCause
 from ..store import Bus, CheckpointStore, NotFound
 from ._case import Case
 from ._case_run import CaseRunner, _outcome, _Ran, _Scoring
-from ._case_workspace import CaseWorkspaces, KeptWorkspace, _fixture_of
+from ._case_workspace import CaseWorkspaces, _fixture_of
 from ._diff_apply import apply_diff
 from ._fleet_outcome import result_of_fleet_run
 from ._outcome import Scorer, scorer_calls_model
@@ -293,15 +293,8 @@ class FleetCaseRunner(CaseRunner):
         attempt = job.attempt  # the attempt submitted, past any whose cancel went unrecorded
         if job.handle is None or job.spec is None:
             ran = _Ran(None, job.error, 0.0)
-            outcome = _outcome(case, epoch, ran, None, self._want(case), run_id=job.run_id)
-            return await self._write(
-                attempt=attempt,
-                status="scored",
-                outcome=outcome,
-                ran=ran,
-                scoring=await self._score(outcome),
-                kept=KeptWorkspace(),
-                capture=None,
+            return await self._write_failed(
+                case, epoch, attempt, ran, self._want(case), run_id=job.run_id
             )
         ended = await self._result_of(job.handle)
         if ended is None:
