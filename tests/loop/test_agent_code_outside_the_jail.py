@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from tiller.errors import UsageError
-from tiller.loop import Agent, PauseOnWrites, RunContext, RunOptions, load_agent
+from tiller.loop import (
+    Agent,
+    FromCheckpoint,
+    PauseOnWrites,
+    ResumeDecision,
+    RunContext,
+    RunOptions,
+    load_agent,
+)
 from tiller.model import ScriptedModel
 from tiller.ops import resume_run
 from tiller.store import open_bus
@@ -89,4 +97,32 @@ async def test_a_resume_refuses_an_agent_whose_code_is_in_the_runs_workspace(
         assert paused.checkpoint is not None
         with pytest.raises(UsageError, match="inside the run's workspace"):
             await resume_run(bus, "r1", {}, agent="inside_agent:make")
+    assert not marker.exists()
+
+
+async def test_a_resume_in_another_workspace_refuses_an_agent_whose_code_is_there(
+    places: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The run continues in another workspace (`--workspace`): the model writes that one
+    now, so the agent's code must not be in it either."""
+    workspace, marker = places
+    first = tmp_path / "first"
+    first.mkdir()
+    turns = [{"tool_calls": [{"name": "write", "arguments": {"text": "x"}}]}, "done"]
+    agent = Agent(ScriptedModel(turns), [write])
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+        ctx = RunContext.sandboxed(first).with_store(bus)
+        options = RunOptions(
+            checkpoint_bucket="tiller-run-checkpoints", review_policy=PauseOnWrites()
+        )
+        paused = await agent.run_in(ctx, "go", options, run_id="r2")
+        assert paused.checkpoint is not None
+        with pytest.raises(UsageError, match="inside the run's workspace"):
+            await resume_run(
+                bus,
+                "r2",
+                {"r2-call-1": ResumeDecision.approved()},
+                agent="inside_agent:make",
+                ctx=FromCheckpoint(workspace=workspace),
+            )
     assert not marker.exists()

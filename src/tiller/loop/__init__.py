@@ -12,6 +12,7 @@ from ._agent_ref import jail_root_of as jail_root_of
 from ._agent_ref import load_agent as load_agent
 from ._agent_ref import options_from as options_from
 from ._agent_ref import record_policy as record_policy
+from ._agent_ref import refuse_code_inside as refuse_code_inside
 from ._agent_ref import run_context_from as run_context_from
 from ._budget import Budget, Pricing
 from ._capture import CaptureSink, CaptureSinkFactory, ModelCallRecord, ToolResultRecord

@@ -57,7 +57,13 @@ from ..store import (
     RunStillRunning,
 )
 from ._agent import Agent
-from ._agent_ref import jail_root_of, load_agent, options_from, run_context_from
+from ._agent_ref import (
+    jail_root_of,
+    load_agent,
+    options_from,
+    refuse_code_inside,
+    run_context_from,
+)
 from ._context import RunContext
 from ._options import RunOptions
 from ._result import RunResult
@@ -331,10 +337,12 @@ async def _continue(
     bus = how.store
     checkpoints = CheckpointStore(bus, how.bucket) if bus is not None else None
     loaded, state = await _load(checkpoints, checkpoint)
-    continuing, ref = _resolve_agent(agent, state)
+    run_ctx = _context_for(state, how.ctx)
+    # Neither the jail the run had nor the one it continues in (another workspace) may
+    # hold the agent's code: the model writes both (law 11).
+    continuing, ref = _resolve_agent(agent, state, run_ctx.jail.root)
     if ref is not None and state.agent_ref is None:
         state.agent_ref = ref  # later checkpoints can be resumed without naming it again
-    run_ctx = _context_for(state, how.ctx)
     options = how.options if how.options is not None else options_from(state)
     if loaded is not None:
         options = options.with_checkpoint_bucket(options.checkpoint_bucket or how.bucket)
@@ -512,8 +520,14 @@ async def _claim(
         )
 
 
-def _resolve_agent(agent: Agent | str | None, state: RunState) -> tuple[Agent, str | None]:
-    """The agent to continue with, and the reference it was loaded by (if it was)."""
+def _resolve_agent(
+    agent: Agent | str | None, state: RunState, jail_root: Path
+) -> tuple[Agent, str | None]:
+    """The agent to continue with, and the reference it was loaded by (if it was); a
+    reference whose code is in `jail_root` (where the run continues) is refused too."""
+    ref = agent if isinstance(agent, str) else state.agent_ref if agent is None else None
+    if ref is not None:
+        refuse_code_inside(ref.partition(":")[0], jail_root, ref=ref)
     if agent is None:
         if state.agent_ref is None:
             raise UsageError(

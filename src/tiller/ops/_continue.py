@@ -27,6 +27,7 @@ from ..loop import (
     jail_root_of,
     load_agent,
     recover,
+    refuse_code_inside,
 )
 from ..pinned_policy import restore_pinned_policy
 from ..policy import Approver
@@ -64,7 +65,8 @@ async def resume_run(  # noqa: PLR0913 (the resume's options, keyword-only: each
             run_id, decisions, ctx=rebuild, options=options, bucket=bucket, on_event=on_event
         )
     async with pinned_agent(store, run_id, agent, bucket=bucket) as named:
-        continuing = await _agent_for(store, run_id, named, bucket)
+        moved_to = ctx.workspace if ctx is not None else None
+        continuing = await _agent_for(store, run_id, named, bucket, moved_to)
         if prepare is not None:
             continuing = prepare(continuing)
         return await continuing.resume(
@@ -123,7 +125,7 @@ async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: e
     async with pinned_agent(store, run_id, agent, bucket=bucket) as named:
         continuing: Agent | str | None = named
         if prepare is not None:
-            continuing = prepare(await _agent_for(store, run_id, named, bucket))
+            continuing = prepare(await _agent_for(store, run_id, named, bucket, workspace))
         rebuild = _pinned(
             FromCheckpoint(
                 approver=approver,
@@ -177,9 +179,16 @@ def _pinned(rebuild: FromCheckpoint) -> FromCheckpoint:
     return replace(rebuild, configure=configure)
 
 
-async def _agent_for(store: Bus, run_id: str, agent: Agent | str | None, bucket: str) -> Agent:
+async def _agent_for(
+    store: Bus,
+    run_id: str,
+    agent: Agent | str | None,
+    bucket: str,
+    workspace: str | Path | None = None,
+) -> Agent:
     """The agent itself: as given, loaded by its reference, or the one the checkpoint
-    names."""
+    names. A reference's code may be neither in the run's jail nor in the `workspace` it
+    continues in (law 11: the model writes both)."""
     if isinstance(agent, Agent):
         return agent
     state = (await CheckpointStore(store, bucket).load(run_id)).state
@@ -189,4 +198,6 @@ async def _agent_for(store: Bus, run_id: str, agent: Agent | str | None, bucket:
             f"run {run_id!r} does not record its agent (RunState.agent_ref); "
             "pass the agent, or its 'module:attr' reference"
         )
+    if workspace is not None:
+        refuse_code_inside(ref.partition(":")[0], Path(workspace), ref=ref)
     return load_agent(ref, model=state.model_spec, outside=jail_root_of(state))
