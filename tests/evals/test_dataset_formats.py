@@ -145,3 +145,28 @@ def test_a_suffix_in_capitals_is_read_by_its_format(tmp_path: Path) -> None:
 def test_the_name_given_to_load_wins_over_the_files(tmp_path: Path) -> None:
     path = _write(tmp_path / "d.yaml", "name: inner\ncases: [{id: a, input: x}]\n")
     assert Dataset.load(path, name="outer").name == "outer"
+
+
+def test_a_yaml_dataset_loads_after_yaml_was_imported_again(tmp_path: Path) -> None:
+    """PyYAML's C loader keeps the node classes of the first `import yaml`; a process that
+    imports yaml afresh (pytester does, a plugin reloading modules may) must still read a
+    dataset. Run in a subprocess so this test's own modules stay as they are."""
+    import subprocess
+    import sys
+
+    dataset = tmp_path / "cases.yaml"
+    dataset.write_text("cases:\n  - id: a\n    input: hi\n  - id: b\n    input: ho\n")
+    program = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tiller.evals import Dataset\n"
+        f"path = Path({str(dataset)!r})\n"
+        "assert len(Dataset.load(path).cases) == 2\n"
+        "for name in [m for m in sys.modules if m == 'yaml' or m.startswith('yaml.')]:\n"
+        "    del sys.modules[name]\n"
+        "import yaml\n"
+        "print(len(Dataset.load(path).cases))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2"

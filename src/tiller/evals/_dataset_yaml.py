@@ -18,6 +18,7 @@ The file is composed to nodes first, so an error names the line its case starts 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,7 @@ def _line(node: Any) -> int:
 def read_yaml(path: Path, text: str, input_type: Any, expected_type: Any) -> YamlDataset:
     import yaml  # lazily: only YAML datasets need it
 
-    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    loader = loader_class(text)
+    loader = _loader_class(yaml)(text)
     try:
         return _read(path, loader, input_type, expected_type)
     except yaml.MarkedYAMLError as exc:
@@ -67,6 +67,18 @@ def read_yaml(path: Path, text: str, input_type: Any, expected_type: Any) -> Yam
         raise RowPlace(str(path)).error(f"not valid YAML: {exc}") from None
     finally:
         loader.dispose()
+
+
+def _loader_class(yaml: Any) -> Any:
+    """PyYAML's C loader when it is usable, else the pure-Python one. The C extension
+    keeps the node classes of the first `import yaml`: once yaml is imported again in the
+    process (pytester does; so may a plugin that reloads modules) its nodes are no longer
+    the classes the new module resolves and constructs, and every document fails."""
+    fast = getattr(yaml, "CSafeLoader", None)
+    c_module = sys.modules.get("yaml._yaml")
+    if fast is None or getattr(c_module, "ScalarNode", None) is not yaml.ScalarNode:
+        return yaml.SafeLoader
+    return fast
 
 
 def _read(path: Path, loader: Any, input_type: Any, expected_type: Any) -> YamlDataset:
