@@ -209,6 +209,18 @@ def test_a_run_that_errored_never_passes_in_any_report(tmp_path: Path) -> None:
     assert 'data-standing="error"' in html and 'data-standing="pass"' not in html
 
 
+def test_a_scorer_summary_counts_no_pass_on_a_run_that_errored() -> None:
+    """The scorecard's per-scorer rows follow the run's rule too: a scorer that passed
+    what an errored run left is not a pass in its summary, nor in pass@k / pass^k, though
+    its value still counts in the mean (the score was given)."""
+    errored = result("flaky", "scored", {"exact": Score(1.0)}, error="Boom", text="ok")
+    clean = result("fine", "scored", {"exact": Score(1.0)}, text="ok")
+    summary = EvalReport.build("ev", 1, 2, [errored, clean]).scorers["exact"]
+    assert (summary.scored, summary.passed, summary.pass_rate) == (2, 1, 0.5)
+    assert summary.pass_at_k[1] == 0.5 and summary.pass_hat_k[1] == 0.5
+    assert summary.mean == 1.0
+
+
 def test_error_line_is_a_tracebacks_last_line_or_a_messages_first() -> None:
     from tiller.evals import error_line
 

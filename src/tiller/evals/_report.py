@@ -118,7 +118,9 @@ def _summaries(results: Sequence[CaseResult], epochs: int) -> dict[str, ScorerSu
             score = result.scores.get(name)
             if result.status != "scored" or score is None:
                 continue
-            by_case.setdefault(result.case.id, []).append(bool(score.passed))
+            # A run that errored is no pass for any scorer (`CaseResult.passed`'s rule).
+            passed = bool(score.passed) and result.outcome.error is None
+            by_case.setdefault(result.case.id, []).append(passed)
             values.append(score.value)
             errors += score.error is not None
         at_k: dict[int, float] = {}
