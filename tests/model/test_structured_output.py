@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.errors import UsageError
@@ -522,3 +522,120 @@ async def test_a_self_referencing_type_goes_to_anthropic_as_an_object_tool_input
 def test_a_strict_form_always_has_an_object_root() -> None:
     strict = strict_json_schema(Node.model_json_schema())
     assert strict == _node_schema(strict=True)
+
+
+# ── an output type whose root is not an object ───────────────────────────────────────
+
+
+class Item(BaseModel):
+    name: str
+
+
+class Items(RootModel[list[Item]]):
+    """The items found."""
+
+
+#: What the providers are shown for `list[int]`: an object around it (their roots must be
+#: objects), its one property the answer.
+WRAPPED_INTS = {
+    "properties": {"result": {"items": {"type": "integer"}, "type": "array"}},
+    "required": ["result"],
+    "type": "object",
+    "additionalProperties": False,
+}
+
+
+async def test_a_list_answer_goes_to_anthropic_wrapped_in_an_object_tool_input(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(anthropic_tool_use("final_result", '{"result": [1, 2, 3]}'))
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        agent = Agent(model, output_type=list[int], output_mode="tool")
+        result, wire = await drive(agent, ctx)
+    assert result.stop_cause is StopCause.COMPLETED
+    assert result.output == [1, 2, 3]
+    [output_tool] = server.requests[0].json()["tools"]
+    wrapped = {k: v for k, v in WRAPPED_INTS.items() if k != "additionalProperties"}
+    assert output_tool["input_schema"] == wrapped
+    assert finished(wire)["result"] == {"stopCause": "completed", "output": [1, 2, 3]}
+
+
+async def test_a_root_model_goes_to_openai_as_a_strict_object_and_comes_back_unwrapped(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(openai_text('{"result": [{"name": "a"}, {"name": "b"}]}'))
+    async with OpenAICompatModel("gpt-4o", base_url=f"{server.url}/v1", api_key="k") as model:
+        agent = Agent(model, output_type=Items)
+        assert agent.output_mode == "native"
+        result, wire = await drive(agent, ctx)
+    assert result.output == Items([Item(name="a"), Item(name="b")])
+    item = {
+        "properties": {"name": {"title": "Name", "type": "string"}},
+        "required": ["name"],
+        "title": "Item",
+        "type": "object",
+        "additionalProperties": False,
+    }
+    assert server.requests[0].json()["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "Items",
+            "schema": {
+                "$defs": {"Item": item},
+                "description": "The items found.",
+                "properties": {
+                    "result": {"items": {"$ref": "#/$defs/Item"}, "type": "array"},
+                },
+                "required": ["result"],
+                "title": "Items",
+                "type": "object",
+                "additionalProperties": False,
+            },
+            "description": "The items found.",
+            "strict": True,
+        },
+    }
+    assert finished(wire)["result"]["output"] == [{"name": "a"}, {"name": "b"}]
+
+
+async def test_an_int_answer_by_the_output_tool_is_unwrapped_and_a_bare_one_asked_again(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    def call(arguments: str) -> Any:
+        chunk = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "final_result", "arguments": arguments},
+        }
+        return openai_sse(
+            {"choices": [{"index": 0, "delta": {"tool_calls": [chunk]}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            "[DONE]",
+        )
+
+    server.reply(call('{"answer": 42}'), call('{"result": 42}'))
+    async with OpenAICompatModel(
+        "m", base_url=f"{server.url}/v1", api_key="k", output_modes=("tool", "prompted")
+    ) as model:
+        result, _ = await drive(Agent(model, output_type=int), ctx)
+    assert result.output == 42
+    assert result.state.output_retries == 1
+    first, second = (r.json() for r in server.requests)
+    assert first["tools"][0]["function"]["parameters"] == {
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+        "type": "object",
+    }
+    assert "result" in second["messages"][-1]["content"]
+
+
+async def test_a_list_answer_in_prompted_mode_is_plain_json(ctx: RunContext) -> None:
+    model = ScriptedModel(["[1, 2]"])
+    result, wire = await drive(Agent(model, output_type=list[int]), ctx)
+    assert result.output == [1, 2]
+    [request] = model.requests
+    assert request.system is not None and '{"items":{"type":"integer"},"type":"array"}' in (
+        request.system
+    )
+    assert finished(wire)["result"]["output"] == [1, 2]

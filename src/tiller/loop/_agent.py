@@ -78,7 +78,7 @@ class Agent:
         system_prompt: str | None = None,
         name: str = "agent",
         state_type: type[BaseModel] | None = None,
-        output_type: type[BaseModel] | None = None,
+        output_type: Any = None,
         output_mode: AgentOutputMode = "auto",
         retry: RetryPolicy | None = None,
         config: dict[str, Any] | None = None,
@@ -125,7 +125,7 @@ class Agent:
             built = self._structured = StructuredOutput(output_type, self.output_mode)
         return built
 
-    def parse_output(self, text: str) -> BaseModel | None:
+    def parse_output(self, text: str) -> Any:
         """The final answer `text` as this agent's `output_type`, as a run's result holds
         it (`RunResult.output`); None when the agent has none. `pydantic.ValidationError`
         when `text` is not one. For a reader that has only a run's transcript (a fleet

@@ -192,9 +192,7 @@ class ModelTurns:
         except ValidationError as exc:
             if state.output_retries >= self._run.options.output_retries:
                 state.stop_cause = StopCause.ERROR
-                state.error = (
-                    f"the final answer did not validate as {structured.output_type.__name__}: {exc}"
-                )
+                state.error = f"the final answer did not validate as {structured.type_name}: {exc}"
                 return
             state.output_retries += 1
             state.append_user_text(

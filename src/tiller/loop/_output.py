@@ -16,6 +16,11 @@ What each mode puts in the request (`ModelRequest.output`, `tools`, `tool_choice
   or `required` (beside the agent's own tools, which the model may still call first);
 - `prompted`: the system prompt carries the schema and says to reply with only JSON.
 
+The output type is anything pydantic validates: a model, `list[Item]`, `int`, a
+`RootModel`, a union. The providers want an object at the root, so in `native` and `tool`
+mode a type whose root is no object is asked for inside one, `{"result": ...}`, and the
+answer is read out of it (`prompted` mode asks for the value itself).
+
 Whatever the mode, the answer is validated, and one that does not fit goes back to the
 model with the error (`RunOptions.output_retries` times). In `tool` mode an answer given
 as text is still read (a model under extended thinking may not be forced to call the
@@ -30,12 +35,13 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from ..errors import UsageError
 from ..model import (
     OUTPUT_MODES,
     OUTPUT_TOOL_NAME,
+    OUTPUT_WRAPPER_KEY,
     ForceTool,
     Model,
     OutputMode,
@@ -45,6 +51,7 @@ from ..model import (
     object_root_schema,
     schema_name,
     strict_json_schema,
+    wrap_in_object,
 )
 
 __all__ = [
@@ -94,20 +101,40 @@ def _declared_modes(model: Model) -> tuple[OutputMode, ...]:
 class StructuredOutput:
     """`output_type` in `mode`: what goes in the request, and how answers are validated."""
 
-    __slots__ = ("_instruction", "mode", "output_type", "schema", "spec", "tool")
+    __slots__ = (
+        "_adapter",
+        "_instruction",
+        "_wrapper",
+        "mode",
+        "output_type",
+        "schema",
+        "spec",
+        "tool",
+        "type_name",
+    )
 
-    def __init__(self, output_type: type[BaseModel], mode: OutputMode) -> None:
+    def __init__(self, output_type: Any, mode: OutputMode) -> None:
         self.output_type = output_type
         self.mode = mode
+        self._adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+        #: The output type's name, for messages (`list[int]` for a generic alias).
+        self.type_name = _type_name(output_type)
         #: The output type's JSON Schema, as pydantic gives it (made once per agent).
-        self.schema = output_type.model_json_schema()
-        # What the model is shown: its root an object, which providers require.
+        self.schema = self._adapter.json_schema()
+        # What the model is shown: its root an object, which providers require; a type
+        # whose root is none is asked for inside one (`{"result": ...}`), except when
+        # prompted, where the answer is the value itself.
         schema = object_root_schema(self.schema)
+        self._wrapper: type[BaseModel] | None = None
+        if schema.get("type") != "object" and mode != "prompted":
+            schema = wrap_in_object(schema)
+            field: dict[str, Any] = {OUTPUT_WRAPPER_KEY: (output_type, ...)}
+            self._wrapper = create_model("Wrapped", __config__=ConfigDict(extra="forbid"), **field)
         strict = strict_json_schema(schema)
         description = schema.get("description")
         self.spec = OutputSchema(
             mode=mode,
-            name=schema_name(str(schema.get("title") or output_type.__name__)),
+            name=schema_name(str(schema.get("title") or self.type_name)),
             schema=strict if strict is not None else schema,
             strict=strict is not None,
             description=description if isinstance(description, str) else None,
@@ -124,6 +151,11 @@ class StructuredOutput:
         #: the schema, which costs more to dump than a whole step to run.
         self._instruction = self._make_instruction()
 
+    @property
+    def wrapped(self) -> bool:
+        """The answer is asked for inside an object, `{"result": ...}`."""
+        return self._wrapper is not None
+
     def _make_instruction(self) -> str | None:
         if self.mode == "native":
             return None
@@ -134,8 +166,8 @@ class StructuredOutput:
             )
         schema = orjson.dumps(self.schema).decode()
         return (
-            "When you give your final answer, reply with only a JSON object that "
-            f"validates against this JSON Schema, with no other text:\n{schema}"
+            "When you give your final answer, reply with only JSON that validates "
+            f"against this JSON Schema, with no other text:\n{schema}"
         )
 
     def system_prompt(self, own: str | None) -> str | None:
@@ -158,16 +190,20 @@ class StructuredOutput:
             return [*tools, self.tool], choice, self.spec
         return list(tools), None, self.spec
 
-    def validate(self, text: str, arguments: str | None) -> BaseModel:
+    def validate(self, text: str, arguments: str | None) -> Any:
         """The answer: the output tool's `arguments` when it was called, else the text
-        (as JSON, a code fence tolerated). Raises `ValidationError`."""
+        (as JSON, a code fence tolerated), read out of its wrapper when it has one.
+        Raises `ValidationError`."""
         if arguments is not None:
-            return self.output_type.model_validate_json(arguments)
-        body = text.strip()
-        if body.startswith("```"):
-            body = body.split("\n", 1)[1] if "\n" in body else ""
-            body = body.rsplit("```", 1)[0]
-        return self.output_type.model_validate_json(body)
+            body = arguments
+        else:
+            body = text.strip()
+            if body.startswith("```"):
+                body = body.split("\n", 1)[1] if "\n" in body else ""
+                body = body.rsplit("```", 1)[0]
+        if self._wrapper is not None:
+            return getattr(self._wrapper.model_validate_json(body), OUTPUT_WRAPPER_KEY)
+        return self._adapter.validate_json(body)
 
     def retry_text(self, exc: ValidationError, *, from_tool: bool) -> str:
         """What the model is told when its answer did not validate."""
@@ -179,10 +215,17 @@ class StructuredOutput:
         again = (
             f"Give your final answer by calling the {OUTPUT_TOOL_NAME} tool."
             if self.mode == "tool"
-            else "Reply again with only the JSON object."
+            else "Reply again with only the JSON."
         )
         return f"Your answer did not validate against the required schema:\n{exc}\n{again}"
 
     def dump(self, output: Any) -> Any:
         """`output` as JSON-ready data (for `RUN_FINISHED.result`)."""
-        return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+        return self._adapter.dump_python(output, mode="json")
+
+
+def _type_name(output_type: Any) -> str:
+    """`output_type` as a person would write it: `Answer`, `list[int]`, `int | None`."""
+    if isinstance(output_type, type) and not getattr(output_type, "__args__", None):
+        return output_type.__name__
+    return repr(output_type).replace("typing.", "")
