@@ -536,14 +536,17 @@ class _LoopRun:
 
     def _run_result(self, loop: Loop) -> dict[str, Any]:
         """`RUN_FINISHED.result`: the stop cause, and the validated structured answer
-        (as JSON) when the run completed with one."""
+        (as JSON) when the run ended with one (completed, or a budget stop's final
+        answer), or why a budget stop's final answer is none (`outputError`)."""
         state = self.state
         result: dict[str, Any] = {"stopCause": state.stop_cause.value if state.stop_cause else None}
         structured = self.agent.structured_output()
         output = loop.turns.final_output
-        completed = state.stop_cause is StopCause.COMPLETED
-        if structured is not None and output is not None and completed:
+        ended = state.stop_cause is StopCause.COMPLETED or state.stop_cause in _EXHAUSTING
+        if structured is not None and output is not None and ended:
             result["output"] = structured.dump(output)
+        if loop.turns.output_error is not None:
+            result["outputError"] = loop.turns.output_error
         return result
 
     def _closing_messages(self, loop: Loop) -> list[dict[str, Any]]:

@@ -12,8 +12,9 @@ What each mode puts in the request (`ModelRequest.output`, `tools`, `tool_choice
 - `native`: the agent's own system prompt; `output` carries the schema (its strict form
   when there is one), which the adapter sends;
 - `tool`: the system prompt says to call `final_result` with the answer; the request
-  offers the `final_result` tool, and `tool_choice` forces it (when it is the only tool)
-  or `required` (beside the agent's own tools, which the model may still call first);
+  offers the `final_result` tool, and `tool_choice` forces it (when it is the only tool,
+  as in the tool-less final answer at a budget stop) or `required` (beside the agent's
+  own tools, which the model may still call first);
 - `prompted`: the system prompt carries the schema and says to reply with only JSON.
 
 The output type is anything pydantic validates: a model, `list[Item]`, `int`, a
@@ -22,7 +23,10 @@ mode a type whose root is no object is asked for inside one, `{"result": ...}`, 
 answer is read out of it (`prompted` mode asks for the value itself).
 
 Whatever the mode, the answer is validated, and one that does not fit goes back to the
-model with the error (`RunOptions.output_retries` times). In `tool` mode an answer given
+model with the error (`RunOptions.output_retries` times). The final answer a budget stop
+pays from its reserve is validated too, but cannot be asked for again (the reserve pays
+for one answer): one that does not fit leaves the run's stop cause the budget's, no
+output, the text kept, and the validation error as the run's `error`. In `tool` mode an answer given
 as text is still read (a model under extended thinking may not be forced to call the
 tool); a call of `final_result` is the answer, never a tool call: it becomes the text of
 the assistant's message (see `tiller.loop._output_call`), so the transcript and the stream
@@ -181,11 +185,12 @@ class StructuredOutput:
         self, tools: Sequence[ToolSpec], *, final_answer: bool
     ) -> tuple[list[ToolSpec], ToolChoice | None, OutputSchema | None]:
         """The request's tools, tool choice and output for one call offering `tools`.
-        The tool-less final answer (the budget is spent) gets no output tool: its calls
-        would not be kept."""
+        The tool-less final answer (the budget is spent) offers none of the agent's
+        tools; in tool mode it offers the output tool alone, forced: a call of it is the
+        answer, not a call to run."""
         if self.mode == "tool":
             if final_answer:
-                return list(tools), None, None
+                return [self.tool], ForceTool(OUTPUT_TOOL_NAME), self.spec
             choice: ToolChoice = ForceTool(OUTPUT_TOOL_NAME) if not tools else "required"
             return [*tools, self.tool], choice, self.spec
         return list(tools), None, self.spec
