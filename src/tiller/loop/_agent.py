@@ -97,7 +97,7 @@ class Agent:
         #: How the structured answer is asked for (`native`, `tool` or `prompted`; see
         #: `tiller.loop._output`): `output_mode`, or for `"auto"` the best the model
         #: declares, chosen now, so a copy on another model asks the same way.
-        self.output_mode = choose_output_mode(output_mode, self.model)
+        self.output_mode = choose_output_mode(output_mode, self.model, output_type)
         if (
             output_type is not None
             and self.output_mode == "tool"

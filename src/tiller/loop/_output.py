@@ -2,8 +2,10 @@
 
 `Agent(output_type=Answer, output_mode="auto")` chooses the mode once, when the agent is
 made, from what its model declares (`output_modes`, best first): native JSON Schema for
-OpenAI-compatible servers, a forced output tool for Anthropic, the system prompt for a
-model that declares nothing (`ScriptedModel`, `ReplayModel`, your own). A copy of the
+OpenAI-compatible servers and Claude 4.5 and later, a forced output tool for older Claude
+models, the system prompt for a model that declares nothing (`ScriptedModel`,
+`ReplayModel`, your own). A model that cannot take the output type's schema natively says
+why (`native_schema_problem`): `auto` then takes its next mode, `native` is refused. A copy of the
 agent on another model (`tiller.testing.agent_with_model`, a replay) keeps the mode, so it
 asks the way the original did.
 
@@ -76,12 +78,18 @@ OUTPUT_SET_ASIDE = (
 )
 
 
-def choose_output_mode(requested: str, model: Model) -> OutputMode:
+def choose_output_mode(requested: str, model: Model, output_type: Any = None) -> OutputMode:
     """The mode `requested` (`auto`: the first `model` declares; `prompted` if it declares
-    none). `UsageError` for an unknown mode or one the model says it does not support."""
+    none). `UsageError` for an unknown mode or one the model says it does not support.
+    With an `output_type`, a model that says it cannot take that schema natively
+    (`native_schema_problem`) is not asked natively: `auto` takes its next mode, and an
+    explicit `native` is refused, saying why."""
     declared = _declared_modes(model)
     if requested == "auto":
-        return declared[0] if declared else "prompted"
+        usable = (
+            m for m in declared if m != "native" or _native_problem(model, output_type) is None
+        )
+        return next(usable, "prompted")
     if requested not in OUTPUT_MODES:
         raise UsageError(
             f"output_mode={requested!r} is not a mode; use 'auto', 'native', 'tool' or 'prompted'"
@@ -92,7 +100,22 @@ def choose_output_mode(requested: str, model: Model) -> OutputMode:
             f"{model!r} does not support output_mode={mode!r} (it supports "
             f"{', '.join(declared)}); pick one of those, or 'auto'"
         )
+    problem = _native_problem(model, output_type) if mode == "native" else None
+    if problem is not None:
+        raise UsageError(
+            f"{model!r} cannot take the schema of {_type_name(output_type)} natively: "
+            f"{problem}; use output_mode='tool' (or 'auto', which falls back to it)"
+        )
     return mode
+
+
+def _native_problem(model: Model, output_type: Any) -> str | None:
+    """Why `model` cannot take `output_type`'s schema natively, if it says so."""
+    check = getattr(model, "native_schema_problem", None)
+    if output_type is None or not callable(check):
+        return None
+    problem = check(StructuredOutput(output_type, "native").spec.schema)
+    return problem if isinstance(problem, str) else None
 
 
 def _declared_modes(model: Model) -> tuple[OutputMode, ...]:
