@@ -15,7 +15,7 @@ from tiller.capture import memory_capture
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.errors import UsageError
 from tiller.loop import Agent, Budget, PauseOnWrites, ResumeDecision, RunContext, RunOptions
-from tiller.loop._model_turn import FINAL_ANSWER_NUDGE_BY_OUTPUT_TOOL
+from tiller.loop._model_turn import FINAL_ANSWER_NUDGE
 from tiller.model import (
     OUTPUT_TOOL_NAME,
     Finish,
@@ -407,5 +407,7 @@ async def test_in_tool_mode_the_final_answer_at_a_budget_stop_offers_only_the_ou
     assert final.tool_choice == ForceTool(OUTPUT_TOOL_NAME)
     assert run.result.output == Answer(city="Oslo", celsius=20)
     assert texts(run.messages)[-1] == ("assistant", VALID)
-    assert final.messages[-1].text == FINAL_ANSWER_NUDGE_BY_OUTPUT_TOOL
-    assert "Call no tool but final_result" in FINAL_ANSWER_NUDGE_BY_OUTPUT_TOOL
+    nudge = final.messages[-1].text
+    assert nudge == FINAL_ANSWER_NUDGE.replace(
+        "Do not call any tools.", "Call no tool but final_result, with your answer."
+    )

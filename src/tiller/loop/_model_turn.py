@@ -28,7 +28,6 @@ from ..conversation import AssistantMessage, ToolCall, TranscriptChecker, Usage
 from ..errors import TillerError
 from ..events import MessageHandle, ReasoningHandle, ToolCallHandle
 from ..model import (
-    OUTPUT_TOOL_NAME,
     AccumulatedResponse,
     ModelError,
     ModelRequest,
@@ -56,7 +55,6 @@ from ._window import history_window
 __all__ = [
     "EMPTY_TURN_NUDGE",
     "FINAL_ANSWER_NUDGE",
-    "FINAL_ANSWER_NUDGE_BY_OUTPUT_TOOL",
     "ModelAnswer",
     "ModelTurns",
     "ResponseTooLarge",
@@ -67,10 +65,6 @@ EMPTY_TURN_NUDGE = "Your last reply was empty. Continue with the task, or give y
 FINAL_ANSWER_NUDGE = (
     "The run has reached its budget. Do not call any tools. Give your best final answer now "
     "from what you already know; an honest 'I could not finish X' is a correct answer."
-)
-#: The nudge in tool mode, where the answer is a call of the output tool.
-FINAL_ANSWER_NUDGE_BY_OUTPUT_TOOL = FINAL_ANSWER_NUDGE.replace(
-    "Do not call any tools.", f"Call no tool but {OUTPUT_TOOL_NAME}, with your answer."
 )
 
 
@@ -223,11 +217,8 @@ class ModelTurns:
         run, state = self._run, self._run.state
         state.stop_cause = ceiling
         structured = run.agent.structured_output()
-        if structured is not None and structured.mode == "tool":
-            # The output tool is offered (forced): its call is the answer, not a tool call.
-            state.append_user_text(FINAL_ANSWER_NUDGE_BY_OUTPUT_TOOL)
-        else:
-            state.append_user_text(FINAL_ANSWER_NUDGE)
+        nudge = FINAL_ANSWER_NUDGE
+        state.append_user_text(structured.final_nudge(nudge) if structured is not None else nudge)
         request = self._request(tools=False, final_answer=True)
         try:
             # The guardrails judge this call like any step's: a refusal or a handoff
@@ -250,26 +241,12 @@ class ModelTurns:
             state.messages.append(message)
         self._capture.model_call(answer, appended=not message.is_empty)
         state.stop_cause = ceiling
-        output = answer.output
-        self._validate_final_answer(message, output.arguments if output is not None else None)
+        if structured is not None:  # validated; the reserve paid for one call: no retry
+            output = answer.output
+            arguments = output.arguments if output is not None else None
+            self.final_output, self.output_error = structured.read_final(message.text, arguments)
+            state.error = self.output_error
         return next_step(run)
-
-    def _validate_final_answer(self, message: AssistantMessage, arguments: str | None) -> None:
-        """The budget stop's answer, with an output type, is validated like any final
-        answer; the reserve paid for this one call, so one that does not fit is not asked
-        for again: the stop cause stays the budget's, the text is kept, and the error
-        says why there is no output (law 7: the run says honestly what it has)."""
-        structured = self._run.agent.structured_output()
-        if structured is None:
-            return
-        try:
-            self.final_output = structured.validate(message.text, arguments)
-        except ValidationError as exc:
-            state = self._run.state
-            state.error = self.output_error = (
-                f"the final answer at the budget stop did not validate as "
-                f"{structured.type_name}, and the budget leaves no retry: {exc}"
-            )
 
     def _request(self, *, tools: bool, final_answer: bool = False) -> ModelRequest:
         run, state = self._run, self._run.state

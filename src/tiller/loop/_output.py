@@ -233,6 +233,27 @@ class StructuredOutput:
             return getattr(self._wrapper.model_validate_json(body), OUTPUT_WRAPPER_KEY)
         return self._adapter.validate_json(body)
 
+    def final_nudge(self, nudge: str) -> str:
+        """The budget stop's `nudge` ("do not call any tools"), in tool mode saying to call
+        the output tool, which that answer offers alone (its call is no tool call)."""
+        if self.mode != "tool":
+            return nudge
+        return nudge.replace(
+            "Do not call any tools.", f"Call no tool but {OUTPUT_TOOL_NAME}, with your answer."
+        )
+
+    def read_final(self, text: str, arguments: str | None) -> tuple[Any, str | None]:
+        """The budget stop's answer as `(output, None)`, or `(None, why)` when it does not
+        validate: the reserve paid for that one call, so it is not asked for again, and
+        the run says why it has no output (law 7)."""
+        try:
+            return self.validate(text, arguments), None
+        except ValidationError as exc:
+            return None, (
+                f"the final answer at the budget stop did not validate as {self.type_name}, "
+                f"and the budget leaves no retry: {exc}"
+            )
+
     def retry_text(self, exc: ValidationError, *, from_tool: bool) -> str:
         """What the model is told when its answer did not validate."""
         if from_tool:
