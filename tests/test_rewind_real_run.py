@@ -11,7 +11,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from tiller.cli import app
-from tiller.loop import Agent, RunContext, RunOptions
+from tiller.loop import Agent, FromCheckpoint, RunContext, RunOptions, recover
 from tiller.model import ScriptedModel
 from tiller.policy import AllowAll
 from tiller.state import StopCause
@@ -88,3 +88,58 @@ def test_rewind_undoes_what_the_agents_file_tools_did(tmp_path: Path) -> None:
             return len((await CheckpointStore(bus).load("r1")).state.messages)
 
     assert asyncio.run(conversation_length()) == 1
+
+
+def test_a_rewound_run_replays_its_script_from_the_rewound_point(tmp_path: Path) -> None:
+    """A scripted model plays its script by the run's count of model calls: a rewind puts
+    that count back to where it stood at the cut, so the resumed run is answered by the
+    turns that answered it there (not by turns past the script's end)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    model = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "a.txt", "content": "a"}}
+                ]
+            },
+            {
+                "tool_calls": [
+                    {"name": "write_file", "arguments": {"path": "b.txt", "content": "b"}}
+                ]
+            },
+            "done",
+        ]
+    )
+    agent = Agent(model, [write_file])
+
+    async def run() -> None:
+        async with await open_bus(url) as bus:
+            ctx = RunContext.sandboxed(ws, AllowAll()).with_store(bus)
+            options = RunOptions(checkpoint_bucket=DEFAULT_BUCKET)
+            result = await agent.run_in(ctx, "write two files", options, run_id="r1")
+            assert result.stop_cause is StopCause.COMPLETED, result.error
+
+    asyncio.run(run())
+    assert [r.run_call for r in model.requests] == [1, 2, 3]
+
+    # Index 3: the prompt, the first write and its result; the second write is undone.
+    cut = CliRunner().invoke(app, ["rewind", "r1", "--to", "3", "--yes", "--store", url])
+    assert cut.exit_code == 0, cut.stdout + cut.stderr
+    assert tree(ws) == {"a.txt": b"a"}
+
+    async def resume() -> tuple[int, StopCause | None, str]:
+        async with await open_bus(url) as bus:
+            rewound = (await CheckpointStore(bus).load("r1")).state
+            # What `tiller runs resume` does for a rewound run (nothing waits for a decision).
+            done = await recover("r1", bus, agent=agent, ctx=FromCheckpoint(approver=AllowAll()))
+            return rewound.model_calls, done.stop_cause, done.text
+
+    calls_at_cut, stop_cause, text = asyncio.run(resume())
+    assert calls_at_cut == 1  # one call had answered the conversation up to the cut
+    assert stop_cause is StopCause.COMPLETED
+    assert text == "done"
+    # The resumed run's calls are the script's second and third turns again.
+    assert [r.run_call for r in model.requests] == [1, 2, 3, 2, 3]
+    assert tree(ws) == {"a.txt": b"a", "b.txt": b"b"}

@@ -76,7 +76,7 @@ class Count(BaseModel):
 
 
 def build_structured():
-    # Asked the way an Anthropic agent is: by a forced output tool.
+    # Asked the way an older Claude is: by a forced output tool.
     model = ScriptedModel([{"tool_calls": [{"name": "final_result", "arguments": {"n": 3}}]}])
     return Agent(model, output_type=Count, output_mode="tool", name="counter")
 

@@ -109,6 +109,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "it stopped and a scripted model continues the run's script. A version 4 "
                 "state reads with `model_calls` equal to its `step`.",
             ),
+            SchemaVersion(
+                6,
+                "0.1.0",
+                "`model_calls_history` (issue 18): the count of model calls at which each "
+                "conversation length was first answered, so `tiller rewind` puts "
+                "`model_calls` back with the conversation. A version 5 state reads with "
+                "none; a rewind of it keeps its count.",
+            ),
         ),
         _kind(
             "run_checkpoint",

@@ -26,6 +26,7 @@ from .phase import Phase
 
 __all__ = [
     "CallRecord",
+    "CallsAt",
     "ChecklistAt",
     "CallStatus",
     "CompactionState",
@@ -50,6 +51,9 @@ __all__ = [
 #: 3 → 4: `folded_steers` and `folded_mail` (issue 16). A version 3 state has no steer
 #:        ids (it reads with none), and its mail is not known: `folded_mail` reads as
 #:        None, so a continued run re-delivers nothing it may already have folded.
+#: 4 → 5: `model_calls` (issue 18); a version 4 state reads with it equal to `step`.
+#: 5 → 6: `model_calls_history` (issue 18), for a rewind; an older state reads with none
+#:        (a rewind of it keeps the count: nothing earlier is known).
 SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable
@@ -190,6 +194,17 @@ class ChecklistAt(BaseModel):
     tasks: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class CallsAt(BaseModel):
+    """The run had made `model_calls` calls to its model when it first called it with a
+    conversation of `messages` messages, so `tiller rewind` can put the count back: the
+    rewound run's next call is numbered as the one that answered there."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: int
+    model_calls: int
+
+
 class RunState(BaseModel):
     """The whole of a run, at a step boundary."""
 
@@ -210,6 +225,9 @@ class RunState(BaseModel):
     #: `ModelRequest.run_call` of the next is one more, so an offline model keeps its
     #: place in its script across a suspension and a resume, in any process.
     model_calls: int = 0
+    #: Where each conversation length was first answered (`CallsAt`, oldest first), so a
+    #: rewind puts `model_calls` back with the conversation (`model_calls_at`).
+    model_calls_history: list[CallsAt] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float = 0.0
     #: Whether `usage` counts every model call (false after a cancel mid-stream).
@@ -352,6 +370,31 @@ class RunState(BaseModel):
         history = [entry for entry in self.tasks_history if entry.messages < at]
         history.append(ChecklistAt(messages=at, tasks=tasks))
         self.tasks_history = history
+
+    def count_model_call(self) -> int:
+        """One more call to the run's model, made now; returns its number. The first call
+        at the conversation's current length is kept in the history (any recorded at a
+        length the conversation no longer reaches, a future compaction or a rewind cut
+        off, is forgotten first)."""
+        at = len(self.messages)
+        history = self.model_calls_history
+        while history and history[-1].messages > at:
+            history.pop()
+        if not history or history[-1].messages != at:
+            history.append(CallsAt(messages=at, model_calls=self.model_calls))
+        self.model_calls += 1
+        return self.model_calls
+
+    def model_calls_at(self, messages: int) -> int:
+        """`model_calls` as it stood when the conversation's first `messages` messages were
+        first answered: what a rewind to that length puts back, so the rewound run's next
+        call is numbered (and a scripted model answers it) as that answer was. Past the
+        last call, or for a state without history (written before it was kept), the
+        current count: nothing earlier is known."""
+        for entry in self.model_calls_history:
+            if entry.messages >= messages:
+                return entry.model_calls
+        return self.model_calls
 
     def checklist_at(self, messages: int) -> list[dict[str, Any]]:
         """The checklist as it stood when the conversation had its first `messages`

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from tiller.capture import memory_capture
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.errors import UsageError
-from tiller.loop import Agent, PauseOnWrites, ResumeDecision, RunContext, RunOptions
+from tiller.loop import Agent, Budget, PauseOnWrites, ResumeDecision, RunContext, RunOptions
 from tiller.model import (
     OUTPUT_TOOL_NAME,
     Finish,
@@ -354,3 +354,58 @@ async def test_the_set_aside_note_survives_a_suspension(tmp_path: Path) -> None:
     assert isinstance(told, UserMessage)
     assert [r.content for r in told.tool_results] == ["scribbled"]
     assert told.text == OUTPUT_SET_ASIDE_TEXT
+
+
+# ── the final answer at a budget stop ────────────────────────────────────────────────
+
+
+def looked_turn() -> dict[str, object]:
+    return {"tool_calls": [{"name": "weather"}]}
+
+
+async def test_the_final_answer_at_a_budget_stop_is_validated(ctx: RunContext) -> None:
+    model = ScriptedModel([looked_turn(), VALID])
+    agent = Agent(model, [weather], output_type=Answer)
+    budget = Budget(max_steps=1, final_answer_reserve=64)
+    run = await drive(agent, "Weather?", ctx.with_budget(budget))
+    assert run.result.stop_cause is StopCause.STEP_BUDGET  # it did stop on the budget
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    assert run.result.error is None
+    assert run.terminal["result"] == {"stopCause": "step_budget", "output": VALID_JSON}
+
+
+async def test_a_final_answer_at_a_budget_stop_that_does_not_validate_says_so(
+    ctx: RunContext,
+) -> None:
+    model = ScriptedModel([looked_turn(), "It is warm in Oslo."])
+    agent = Agent(model, [weather], output_type=Answer)
+    budget = Budget(max_steps=1, final_answer_reserve=64)
+    run = await drive(agent, "Weather?", ctx.with_budget(budget))
+    assert len(model.requests) == 2  # no retry: the reserve paid for one answer
+    assert run.result.stop_cause is StopCause.STEP_BUDGET
+    assert run.result.output is None
+    assert run.result.text == "It is warm in Oslo."  # the text is kept
+    assert run.result.error is not None
+    assert run.result.error.startswith(
+        "the final answer at the budget stop did not validate as Answer, and the budget "
+        "leaves no retry:"
+    )
+    assert run.terminal["type"] == "RUN_FINISHED"
+    assert run.terminal["result"] == {"stopCause": "step_budget", "outputError": run.result.error}
+
+
+async def test_in_tool_mode_the_final_answer_at_a_budget_stop_offers_only_the_output_tool(
+    ctx: RunContext,
+) -> None:
+    model = ScriptedModel([looked_turn(), {"tool_calls": [output_call(VALID)]}])
+    agent = Agent(model, [weather], output_type=Answer, output_mode="tool")
+    budget = Budget(max_steps=1, final_answer_reserve=64)
+    run = await drive(agent, "Weather?", ctx.with_budget(budget))
+    final = model.requests[1]
+    assert [t.name for t in final.tools] == [OUTPUT_TOOL_NAME]  # none of the agent's own
+    assert final.tool_choice == ForceTool(OUTPUT_TOOL_NAME)
+    assert run.result.output == Answer(city="Oslo", celsius=20)
+    assert texts(run.messages)[-1] == ("assistant", VALID)
+    assert final.messages[-1].text.startswith(
+        "The run has reached its budget. Call no tool but final_result, with your answer. "
+    )

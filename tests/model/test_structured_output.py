@@ -1,7 +1,8 @@
 """Structured output on the wire: an agent with an `output_type`, run against a local
 server speaking each provider's API, asks for the answer the way that provider supports
 best (OpenAI-compatible: `response_format` json_schema, strict where the schema allows;
-Anthropic: a forced `final_result` tool), validates it, asks again when it does not fit,
+Anthropic: `output_config.format` on the models that have it, a forced `final_result` tool
+on the others and for schemas it cannot take), validates it, asks again when it does not fit,
 and puts it in `RUN_FINISHED.result`. Request bodies are asserted whole."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, RootModel
 
 from tiller.conversation import AssistantMessage, UserMessage
 from tiller.errors import UsageError
@@ -262,6 +263,9 @@ def test_an_explicit_mode_the_server_does_not_support_is_refused() -> None:
 
 # ── Anthropic: a forced output tool ──────────────────────────────────────────────────
 
+#: A Claude without native structured output (`output_config.format` came with 4.5).
+OLDER_CLAUDE = "claude-sonnet-4-20250514"
+
 
 def anthropic_tool_use(name: str, arguments: str, *, call_id: str = "toolu_01") -> Any:
     half = len(arguments) // 2
@@ -321,14 +325,14 @@ async def test_anthropic_is_made_to_call_the_output_tool(
     server: LocalServer, ctx: RunContext
 ) -> None:
     server.reply(anthropic_tool_use("final_result", VALID))
-    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+    async with AnthropicModel(OLDER_CLAUDE, base_url=server.url, api_key="k") as model:
         agent = Agent(model, system_prompt="You are a weather bot.", output_type=Answer)
         assert agent.output_mode == "tool"
         result, wire = await drive(agent, ctx)
     assert result.stop_cause is StopCause.COMPLETED
     assert result.output == Answer(city="Oslo", celsius=20)
     assert server.requests[0].json() == {
-        "model": "claude-sonnet-4-5",
+        "model": OLDER_CLAUDE,
         "max_tokens": 4096,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Weather in Oslo?"}]}],
         "stream": True,
@@ -358,7 +362,7 @@ async def test_anthropic_with_tools_must_call_one_and_may_use_its_own_first(
         anthropic_tool_use("weather", '{"city": "Oslo"}'),
         anthropic_tool_use("final_result", VALID, call_id="toolu_02"),
     )
-    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+    async with AnthropicModel(OLDER_CLAUDE, base_url=server.url, api_key="k") as model:
         result, wire = await drive(Agent(model, [weather], output_type=Answer), ctx)
     assert result.output == Answer(city="Oslo", celsius=20)
     first, second = (r.json() for r in server.requests)
@@ -384,7 +388,7 @@ async def test_anthropic_output_that_does_not_validate_is_asked_for_again(
         anthropic_tool_use("final_result", bad),
         anthropic_tool_use("final_result", VALID, call_id="toolu_02"),
     )
-    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+    async with AnthropicModel(OLDER_CLAUDE, base_url=server.url, api_key="k") as model:
         result, wire = await drive(Agent(model, output_type=Answer), ctx)
     assert result.output == Answer(city="Oslo", celsius=20)
     assert result.state.output_retries == 1
@@ -404,7 +408,7 @@ async def test_output_that_never_validates_fails_the_run_with_the_error(
     server: LocalServer, ctx: RunContext
 ) -> None:
     server.reply(anthropic_tool_use("final_result", '{"city": 1}'))
-    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+    async with AnthropicModel(OLDER_CLAUDE, base_url=server.url, api_key="k") as model:
         agent = Agent(model, output_type=Answer)
         result, wire = await drive(agent, ctx, RunOptions(output_retries=0))
     assert result.stop_cause is StopCause.ERROR
@@ -522,3 +526,271 @@ async def test_a_self_referencing_type_goes_to_anthropic_as_an_object_tool_input
 def test_a_strict_form_always_has_an_object_root() -> None:
     strict = strict_json_schema(Node.model_json_schema())
     assert strict == _node_schema(strict=True)
+
+
+# ── an output type whose root is not an object ───────────────────────────────────────
+
+
+class Item(BaseModel):
+    name: str
+
+
+class Items(RootModel[list[Item]]):
+    """The items found."""
+
+
+#: What the providers are shown for `list[int]`: an object around it (their roots must be
+#: objects), its one property the answer.
+WRAPPED_INTS = {
+    "properties": {"result": {"items": {"type": "integer"}, "type": "array"}},
+    "required": ["result"],
+    "type": "object",
+    "additionalProperties": False,
+}
+
+
+async def test_a_list_answer_goes_to_anthropic_wrapped_in_an_object_tool_input(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(anthropic_tool_use("final_result", '{"result": [1, 2, 3]}'))
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        agent = Agent(model, output_type=list[int], output_mode="tool")
+        result, wire = await drive(agent, ctx)
+    assert result.stop_cause is StopCause.COMPLETED
+    assert result.output == [1, 2, 3]
+    [output_tool] = server.requests[0].json()["tools"]
+    wrapped = {k: v for k, v in WRAPPED_INTS.items() if k != "additionalProperties"}
+    assert output_tool["input_schema"] == wrapped
+    assert finished(wire)["result"] == {"stopCause": "completed", "output": [1, 2, 3]}
+
+
+async def test_a_root_model_goes_to_openai_as_a_strict_object_and_comes_back_unwrapped(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(openai_text('{"result": [{"name": "a"}, {"name": "b"}]}'))
+    async with OpenAICompatModel("gpt-4o", base_url=f"{server.url}/v1", api_key="k") as model:
+        agent = Agent(model, output_type=Items)
+        assert agent.output_mode == "native"
+        result, wire = await drive(agent, ctx)
+    assert result.output == Items([Item(name="a"), Item(name="b")])
+    item = {
+        "properties": {"name": {"title": "Name", "type": "string"}},
+        "required": ["name"],
+        "title": "Item",
+        "type": "object",
+        "additionalProperties": False,
+    }
+    assert server.requests[0].json()["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "Items",
+            "schema": {
+                "$defs": {"Item": item},
+                "description": "The items found.",
+                "properties": {
+                    "result": {"items": {"$ref": "#/$defs/Item"}, "type": "array"},
+                },
+                "required": ["result"],
+                "title": "Items",
+                "type": "object",
+                "additionalProperties": False,
+            },
+            "description": "The items found.",
+            "strict": True,
+        },
+    }
+    assert finished(wire)["result"]["output"] == [{"name": "a"}, {"name": "b"}]
+
+
+async def test_an_int_answer_by_the_output_tool_is_unwrapped_and_a_bare_one_asked_again(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    def call(arguments: str) -> Any:
+        chunk = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "final_result", "arguments": arguments},
+        }
+        return openai_sse(
+            {"choices": [{"index": 0, "delta": {"tool_calls": [chunk]}, "finish_reason": None}]},
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+            "[DONE]",
+        )
+
+    server.reply(call('{"answer": 42}'), call('{"result": 42}'))
+    async with OpenAICompatModel(
+        "m", base_url=f"{server.url}/v1", api_key="k", output_modes=("tool", "prompted")
+    ) as model:
+        result, _ = await drive(Agent(model, output_type=int), ctx)
+    assert result.output == 42
+    assert result.state.output_retries == 1
+    first, second = (r.json() for r in server.requests)
+    assert first["tools"][0]["function"]["parameters"] == {
+        "properties": {"result": {"type": "integer"}},
+        "required": ["result"],
+        "type": "object",
+    }
+    assert "result" in second["messages"][-1]["content"]
+
+
+async def test_a_list_answer_in_prompted_mode_is_plain_json(ctx: RunContext) -> None:
+    model = ScriptedModel(["[1, 2]"])
+    result, wire = await drive(Agent(model, output_type=list[int]), ctx)
+    assert result.output == [1, 2]
+    [request] = model.requests
+    assert request.system is not None and '{"items":{"type":"integer"},"type":"array"}' in (
+        request.system
+    )
+    assert finished(wire)["result"]["output"] == [1, 2]
+
+
+# ── Anthropic: native structured output (`output_config.format`) ─────────────────────
+
+
+def anthropic_text(text: str) -> Any:
+    return anthropic_sse(
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_01",
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": "claude-sonnet-4-5",
+                "stop_reason": None,
+                "usage": {"input_tokens": 30, "output_tokens": 1},
+            },
+        },
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 12},
+        },
+        {"type": "message_stop"},
+    )
+
+
+async def test_a_claude_with_structured_outputs_gets_output_config_by_default(
+    server: LocalServer, ctx: RunContext
+) -> None:
+    server.reply(anthropic_text(VALID))
+    async with AnthropicModel("claude-sonnet-4-5", base_url=server.url, api_key="k") as model:
+        agent = Agent(model, system_prompt="You are a weather bot.", output_type=Answer)
+        assert agent.output_mode == "native"
+        result, wire = await drive(agent, ctx)
+    assert result.output == Answer(city="Oslo", celsius=20)
+    assert server.requests[0].json() == {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 4096,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Weather in Oslo?"}]}],
+        "stream": True,
+        "system": "You are a weather bot.",
+        "output_config": {"format": {"type": "json_schema", "schema": STRICT_SCHEMA}},
+    }
+    assert finished(wire)["result"]["output"] == {"city": "Oslo", "celsius": 20}
+
+
+@pytest.mark.parametrize(
+    ("name", "native"),
+    [
+        ("claude-sonnet-4-5", True),
+        ("claude-sonnet-4-5-20250929", True),
+        ("claude-opus-4-5", True),
+        ("claude-haiku-4-5", True),
+        ("claude-opus-4-6", True),
+        ("claude-sonnet-4-6", True),
+        ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", True),
+        ("claude-sonnet-4-20250514", False),
+        ("claude-opus-4-1", False),
+        ("claude-opus-4-1-20250805", False),
+        ("claude-3-7-sonnet-latest", False),
+        ("claude-3-5-haiku-20241022", False),
+        ("my-proxy-model", False),
+    ],
+)
+def test_which_claude_models_take_output_config(name: str, native: bool) -> None:
+    model = AnthropicModel(name, api_key="k")
+    expected = ("native", "tool", "prompted") if native else ("tool", "prompted")
+    assert model.output_modes == expected
+
+
+def test_native_on_a_claude_without_it_is_refused_and_can_be_declared() -> None:
+    older = AnthropicModel(OLDER_CLAUDE, api_key="k")
+    with pytest.raises(UsageError, match=r"does not support output_mode='native'"):
+        Agent(older, output_type=Answer, output_mode="native")
+    # A proxy's own model name: say what it supports.
+    proxied = AnthropicModel("house-claude", api_key="k", output_modes=("native", "tool"))
+    assert Agent(proxied, output_type=Answer).output_mode == "native"
+
+
+class Bounded(BaseModel):
+    """Limits Claude's grammar cannot hold: tiller validates them."""
+
+    name: str = Field(min_length=1, max_length=10, pattern="^[a-z]+$")
+    count: int = Field(ge=0, le=9)
+    tags: list[str] = Field(min_length=2, max_length=5)
+    when: str = Field(json_schema_extra={"format": "date"})
+    colour: str = Field("red", json_schema_extra={"format": "colour"})
+
+
+def test_constraints_claude_cannot_take_are_left_to_tiller_s_validation() -> None:
+    model = AnthropicModel("claude-sonnet-4-5", api_key="k")
+    agent = Agent(model, output_type=Bounded)
+    assert agent.output_mode == "native"
+    structured = agent.structured_output()
+    assert structured is not None
+    request = ModelRequest(system=None, messages=[UserMessage(text="Hi")], output=structured.spec)
+    sent = model.request_body(request)["output_config"]["format"]["schema"]
+    assert sent == {
+        "description": "Limits Claude's grammar cannot hold: tiller validates them.",
+        "properties": {
+            "name": {"pattern": "^[a-z]+$", "title": "Name", "type": "string"},
+            "count": {"title": "Count", "type": "integer"},
+            "tags": {"items": {"type": "string"}, "title": "Tags", "type": "array"},
+            "when": {"format": "date", "title": "When", "type": "string"},
+            "colour": {"default": "red", "title": "Colour", "type": "string"},
+        },
+        "required": ["name", "count", "tags", "when"],  # optional fields stay optional
+        "title": "Bounded",
+        "type": "object",
+        "additionalProperties": False,
+    }
+    assert "maxLength" in str(Bounded.model_json_schema())  # the schema given is unchanged
+
+
+class Tagged(BaseModel):
+    labels: dict[str, str]
+
+
+@pytest.mark.parametrize(
+    ("output_type", "why"),
+    [(Node, "a recursive type"), (Tagged, "a free-form map")],
+)
+def test_a_schema_claude_cannot_take_falls_back_to_the_tool_or_is_refused(
+    output_type: type[BaseModel], why: str
+) -> None:
+    model = AnthropicModel("claude-sonnet-4-5", api_key="k")
+    assert Agent(model, output_type=output_type).output_mode == "tool"
+    with pytest.raises(UsageError, match=rf"cannot take .* natively: {why}.*output_mode='tool'"):
+        Agent(model, output_type=output_type, output_mode="native")
+
+
+def test_native_under_extended_thinking_keeps_output_config_and_forces_nothing() -> None:
+    model = AnthropicModel("claude-sonnet-4-5", api_key="k", thinking_budget=2048)
+    agent = Agent(model, output_type=list[int])
+    assert agent.output_mode == "native"
+    structured = agent.structured_output()
+    assert structured is not None
+    request = ModelRequest(
+        system=None, messages=[UserMessage(text="Hi")], max_tokens=8000, output=structured.spec
+    )
+    body = model.request_body(request)
+    assert body["output_config"] == {
+        "format": {"type": "json_schema", "schema": WRAPPED_INTS},
+    }
+    assert "tool_choice" not in body and "tools" not in body
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}

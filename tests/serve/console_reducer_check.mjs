@@ -406,3 +406,24 @@ test("subagent segments, compactions, and a command's live output", () => {
   assert.equal(thread.subagents["r1-sub-2"].error, "timed out");
   assert.equal(thread.subagents["r1-sub-3"].status, "suspended");
 });
+
+test("a retried model call becomes a notice in plain words", () => {
+  const retry = (value) => ({ type: "CUSTOM", name: "tiller.model_retry", value });
+  const thread = run([
+    { type: "RUN_STARTED", threadId: "t1", runId: "r1" },
+    retry({ attempt: 1, maxAttempts: 4, delaySeconds: 2, error: "HTTP 500: busy" }),
+    retry({ attempt: 2, maxAttempts: 4, delaySeconds: 0.537, error: "the connection dropped" }),
+    retry({ attempt: 3, maxAttempts: 4, delaySeconds: 0, error: "x".repeat(500) }),
+    retry({}),
+  ]);
+  const texts = thread.notices.filter((n) => n.kind === "model-retry").map((n) => n.text);
+  assert.deepEqual(texts.slice(0, 2), [
+    "The model did not answer (HTTP 500: busy); trying again in 2 s, attempt 2 of 4.",
+    "The model did not answer (the connection dropped); trying again in 0.5 s, attempt 3 of 4.",
+  ]);
+  assert.equal(
+    texts[2],
+    `The model did not answer (${"x".repeat(200)}…); trying again now, attempt 4 of 4.`,
+  );
+  assert.equal(texts[3], "The model did not answer; trying again now.");
+});

@@ -22,7 +22,7 @@ class Weather(BaseModel):
 
 
 def test_the_validated_output_is_in_run_finished_result(serve: Callable[..., str]) -> None:
-    # Asked by the output tool (as an Anthropic agent is), the first answer invalid.
+    # Asked by the output tool (as an older Claude is), the first answer invalid.
     model = ScriptedModel(
         [
             {"tool_calls": [{"name": "final_result", "arguments": {"city": "Oslo"}}]},

@@ -12,7 +12,10 @@ without its result. A run still running (its lease is held) is refused, and the 
 holds the lease itself meanwhile, so no resume starts halfway through. What the run spent
 (usage, cost, budget) and its taint stay: a rewind is not a fresh purse (law 7) and not a
 security boundary (law 6). The task checklist goes back too, to how it stood at message
-INDEX (`RunState.tasks_history`). Its typed state is not rewound (it is not snapshotted).
+INDEX (`RunState.tasks_history`), and so does the count of the run's model calls
+(`RunState.model_calls`, which a `ScriptedModel` plays its script by): the resumed run's
+next call is numbered as the one that answered at INDEX, so a scripted run replays its
+script from there. Its typed state is not rewound (it is not snapshotted).
 
 Order, so that a failure can be retried: the truncated conversation is saved first
 (compare-and-set on the checkpoint's revision: a run that moved on meanwhile is refused),
@@ -153,6 +156,10 @@ def _truncated(state: RunState, to: int) -> RunState:
     # The checklist goes back with the conversation: as it stood at message `to`.
     rewound.tasks = rewound.checklist_at(to)
     rewound.tasks_history = [e for e in rewound.tasks_history if e.messages <= to]
+    # The model-call count too: the rewound run's next call is numbered as the one that
+    # answered at the cut, so a scripted model replays its script from there.
+    rewound.model_calls = rewound.model_calls_at(to)
+    rewound.model_calls_history = [e for e in rewound.model_calls_history if e.messages <= to]
     rewound.interrupts = []
     rewound.pending_input = []  # steering given after the point: part of the cut future
     rewound.stop_cause = StopCause.SUSPENDED

@@ -78,7 +78,7 @@ class Agent:
         system_prompt: str | None = None,
         name: str = "agent",
         state_type: type[BaseModel] | None = None,
-        output_type: type[BaseModel] | None = None,
+        output_type: Any = None,
         output_mode: AgentOutputMode = "auto",
         retry: RetryPolicy | None = None,
         config: dict[str, Any] | None = None,
@@ -97,7 +97,7 @@ class Agent:
         #: How the structured answer is asked for (`native`, `tool` or `prompted`; see
         #: `tiller.loop._output`): `output_mode`, or for `"auto"` the best the model
         #: declares, chosen now, so a copy on another model asks the same way.
-        self.output_mode = choose_output_mode(output_mode, self.model)
+        self.output_mode = choose_output_mode(output_mode, self.model, output_type)
         if (
             output_type is not None
             and self.output_mode == "tool"
@@ -125,7 +125,7 @@ class Agent:
             built = self._structured = StructuredOutput(output_type, self.output_mode)
         return built
 
-    def parse_output(self, text: str) -> BaseModel | None:
+    def parse_output(self, text: str) -> Any:
         """The final answer `text` as this agent's `output_type`, as a run's result holds
         it (`RunResult.output`); None when the agent has none. `pydantic.ValidationError`
         when `text` is not one. For a reader that has only a run's transcript (a fleet
@@ -536,14 +536,17 @@ class _LoopRun:
 
     def _run_result(self, loop: Loop) -> dict[str, Any]:
         """`RUN_FINISHED.result`: the stop cause, and the validated structured answer
-        (as JSON) when the run completed with one."""
+        (as JSON) when the run ended with one (completed, or a budget stop's final
+        answer), or why a budget stop's final answer is none (`outputError`)."""
         state = self.state
         result: dict[str, Any] = {"stopCause": state.stop_cause.value if state.stop_cause else None}
         structured = self.agent.structured_output()
         output = loop.turns.final_output
-        completed = state.stop_cause is StopCause.COMPLETED
-        if structured is not None and output is not None and completed:
+        ended = state.stop_cause is StopCause.COMPLETED or state.stop_cause in _EXHAUSTING
+        if structured is not None and output is not None and ended:
             result["output"] = structured.dump(output)
+        if loop.turns.output_error is not None:
+            result["outputError"] = loop.turns.output_error
         return result
 
     def _closing_messages(self, loop: Loop) -> list[dict[str, Any]]:

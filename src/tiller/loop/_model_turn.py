@@ -108,6 +108,8 @@ class ModelTurns:
         self.compaction = Compaction(run, history_rewritten=self._history_rewritten)
         #: The validated structured answer, when the agent has an output type.
         self.final_output: Any = None
+        #: Why the budget stop's final answer is no output (it did not validate).
+        self.output_error: str | None = None
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
 
@@ -192,9 +194,7 @@ class ModelTurns:
         except ValidationError as exc:
             if state.output_retries >= self._run.options.output_retries:
                 state.stop_cause = StopCause.ERROR
-                state.error = (
-                    f"the final answer did not validate as {structured.output_type.__name__}: {exc}"
-                )
+                state.error = f"the final answer did not validate as {structured.type_name}: {exc}"
                 return
             state.output_retries += 1
             state.append_user_text(
@@ -216,7 +216,9 @@ class ModelTurns:
         """The ceiling is reached: one tool-less answer from the reserve."""
         run, state = self._run, self._run.state
         state.stop_cause = ceiling
-        state.append_user_text(FINAL_ANSWER_NUDGE)
+        structured = run.agent.structured_output()
+        nudge = FINAL_ANSWER_NUDGE
+        state.append_user_text(structured.final_nudge(nudge) if structured is not None else nudge)
         request = self._request(tools=False, final_answer=True)
         try:
             # The guardrails judge this call like any step's: a refusal or a handoff
@@ -239,6 +241,11 @@ class ModelTurns:
             state.messages.append(message)
         self._capture.model_call(answer, appended=not message.is_empty)
         state.stop_cause = ceiling
+        if structured is not None:  # validated; the reserve paid for one call: no retry
+            output = answer.output
+            arguments = output.arguments if output is not None else None
+            self.final_output, self.output_error = structured.read_final(message.text, arguments)
+            state.error = self.output_error
         return next_step(run)
 
     def _request(self, *, tools: bool, final_answer: bool = False) -> ModelRequest:

@@ -4,7 +4,9 @@ Every call a run makes to its agent's model (a model turn, the compaction summar
 classifier when it is the run's own model), every attempt counted, a retry included, is
 numbered from 1 in `RunState.model_calls` and stamped on the request as
 `ModelRequest.run_id` and `run_call`. The count lives in the state, so it is checkpointed
-with the run: a run resumed in another process goes on counting where it stopped.
+with the run: a run resumed in another process goes on counting where it stopped. A
+rewind puts it back with the conversation (`RunState.model_calls_at`): the rewound run
+goes on counting from the cut, so a scripted model replays its script from there.
 
 What reads it is an offline model: `ScriptedModel` keeps its place in a script by the
 run's count, not its own, so one module-level scripted agent serves any number of runs,
@@ -40,8 +42,8 @@ class RunCalls:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         state = self._state
-        state.model_calls += 1
-        numbered = dataclasses.replace(request, run_id=state.run_id, run_call=state.model_calls)
+        number = state.count_model_call()
+        numbered = dataclasses.replace(request, run_id=state.run_id, run_call=number)
         events = self.model.stream(numbered)
         try:
             async for event in events:

@@ -50,10 +50,12 @@ from ._output import (
     ToolChoice,
     strict_json_schema,
 )
+from ._output import OUTPUT_WRAPPER_KEY as OUTPUT_WRAPPER_KEY
 
 # For tiller's own packages (not API; not in __all__).
 from ._output import object_root_schema as object_root_schema
 from ._output import schema_name as schema_name
+from ._output import wrap_in_object as wrap_in_object
 from ._request_shape import request_shape as request_shape
 from ._resolve import resolve_model
 from ._retry import RetryNotice, RetryPolicy

@@ -139,7 +139,9 @@ class Model(Protocol):
     `provider` and `name` label usage and pricing; `context_window` (tokens) is None when
     unknown. A model may also declare `output_modes` (a tuple of `OutputMode`, best
     first): the structured-output modes it supports (none declared: `prompted` only by
-    default, any mode on request).
+    default, any mode on request), and `native_schema_problem(schema) -> str | None`:
+    why a schema cannot go natively (`auto` then takes the next mode, `native` is
+    refused).
     """
 
     provider: str

@@ -17,10 +17,12 @@ OpenAI's strict mode (`strict: true`) accepts a subset of JSON Schema: every obj
 `strict_json_schema` makes that form of a schema when it means the same thing, and says
 None when it cannot (a field with a default, a free-form dict, a length limit).
 
-Both OpenAI (`response_format`) and Anthropic (a tool's `input_schema`) want the root to
-be an object schema. Pydantic gives a self-referencing type (`children: list["Node"]`) a
-root that is only `{"$ref": "#/$defs/Node"}`; `object_root_schema` inlines that definition
-at the root (keeping `$defs`, which the recursion still refers to).
+Both OpenAI (`response_format`) and Anthropic (a tool's `input_schema`, `output_config`)
+want the root to be an object schema. Pydantic gives a self-referencing type (`children:
+list["Node"]`) a root that is only `{"$ref": "#/$defs/Node"}`; `object_root_schema` inlines
+that definition at the root (keeping `$defs`, which the recursion still refers to). A type
+whose root is no object at all (`list[int]`, `int`, a `RootModel`, a union) is shown inside
+one, `{"result": ...}` (`wrap_in_object`), and the answer is read out of it.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from typing import Any, Literal
 __all__ = [
     "OUTPUT_MODES",
     "OUTPUT_TOOL_NAME",
+    "OUTPUT_WRAPPER_KEY",
     "ForceTool",
     "object_root_schema",
     "OutputMode",
     "OutputSchema",
     "ToolChoice",
     "strict_json_schema",
+    "wrap_in_object",
 ]
 
 OutputMode = Literal["native", "tool", "prompted"]
@@ -47,6 +51,9 @@ OUTPUT_MODES: tuple[OutputMode, ...] = ("native", "tool", "prompted")
 
 #: The output tool's name in `tool` mode (an agent may not have a tool of its own by it).
 OUTPUT_TOOL_NAME = "final_result"
+
+#: The one property of the object a non-object answer is given in (`wrap_in_object`).
+OUTPUT_WRAPPER_KEY = "result"
 
 
 @dataclass(slots=True, frozen=True)
@@ -127,6 +134,25 @@ def object_root_schema(schema: dict[str, Any]) -> dict[str, Any]:
         return schema  # a reference elsewhere: not ours to resolve
     root = {key: value for key, value in schema.items() if key != "$ref"}
     return {**root, **copy.deepcopy(definition)}
+
+
+def wrap_in_object(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (whose root is no object) as the one required property of an object,
+    `OUTPUT_WRAPPER_KEY`: its `$defs`, `title` and `description` move to the new root, so
+    references still resolve and the schema keeps its name. The schema given is not
+    changed."""
+    inner = {k: v for k, v in schema.items() if k not in _WRAPPER_KEYS}
+    outer = {k: copy.deepcopy(v) for k, v in schema.items() if k in _WRAPPER_KEYS}
+    return {
+        **outer,
+        "properties": {OUTPUT_WRAPPER_KEY: copy.deepcopy(inner)},
+        "required": [OUTPUT_WRAPPER_KEY],
+        "type": "object",
+    }
+
+
+#: What moves from a wrapped schema to its wrapper's root.
+_WRAPPER_KEYS = frozenset({"$defs", "title", "description"})
 
 
 def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any] | None:

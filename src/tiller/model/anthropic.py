@@ -13,11 +13,15 @@ step's tool results, then any text), so the request mapping is direct. What need
   calls from 0, so each `tool_use` block gets the next call index;
 - a `tool_use` block without input deltas has arguments `"{}"` (sent as a delta).
 
-Structured output: by default as a forced output tool (`tool_choice` `{type: tool}` or
-`{type: any}`), which every Claude model with tools supports; `native` sends the schema as
-`output_config.format` (newer models only). With extended thinking on, the API refuses a
-forced tool choice, so the choice is sent as `auto` and the system prompt's instruction to
-call the output tool (and the loop's retry) does the forcing.
+Structured output: on the models that have it (Claude Sonnet, Opus and Haiku 4.5 and
+later), natively: the schema goes as `output_config: {format: {type: "json_schema",
+schema}}` in the form Anthropic's grammar takes (`tiller.model._anthropic_schema`: objects
+closed, the limits it cannot hold left to tiller's validation); it works beside the
+agent's own tools and under extended thinking. A schema with no such form (a recursive
+type, a free-form map) and every older model get a forced output tool (`tool_choice`
+`{type: tool}` or `{type: any}`). With extended thinking on, the API refuses a forced tool
+choice, so the choice is sent as `auto` and the system prompt's instruction to call the
+output tool (and the loop's retry) does the forcing.
 
 The adapter does not retry; a retry wrapper reads `ModelError.retryable`/`retry_after`.
 """
@@ -35,6 +39,7 @@ import orjson
 
 from ..conversation import AssistantMessage, TranscriptError, Usage, UserMessage
 from ..errors import UsageError
+from ._anthropic_schema import native_json_schema, native_schema_problem, supports_native_output
 from ._base import (
     Finish,
     FinishReason,
@@ -79,12 +84,15 @@ class AnthropicModel(HttpModel):
     less than the API's minimum (1024) goes without thinking rather than failing. With
     thinking on, `temperature` is not sent: the API accepts none but the default.
     `timeout` (seconds) bounds connecting and each wait for bytes, also on a `client` you
-    pass; that client stays yours to close. Structured output goes by a forced output tool
-    by default (`output_modes`: tool, native, prompted).
+    pass; that client stays yours to close. Structured output (`output_modes`, best first)
+    is native (`output_config.format`) on a model that has it, told by its name (Claude
+    4.5 and later), then a forced output tool, then prompted; an older model, or a name
+    that says no version, gets the tool first and no native. `output_modes` declares
+    them for a name tiller cannot read (a proxy's own).
     """
 
-    #: The structured-output modes the Messages API supports, best first.
-    output_modes: tuple[OutputMode, ...] = ("tool", "native", "prompted")
+    #: The structured-output modes this model supports, best first.
+    output_modes: tuple[OutputMode, ...]
 
     def __init__(  # noqa: PLR0913  # a public typed constructor: its keywords are the API
         self,
@@ -98,7 +106,14 @@ class AnthropicModel(HttpModel):
         max_tokens_default: int = 4096,
         thinking_budget: int | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        output_modes: tuple[OutputMode, ...] | None = None,
     ) -> None:
+        if output_modes is not None:
+            self.output_modes = tuple(output_modes)
+        elif supports_native_output(model):
+            self.output_modes = ("native", "tool", "prompted")
+        else:
+            self.output_modes = ("tool", "prompted")
         if thinking_budget is not None and thinking_budget < MIN_THINKING_BUDGET:
             raise UsageError(
                 f"thinking_budget={thinking_budget} is below Anthropic's minimum of "
@@ -180,13 +195,19 @@ class AnthropicModel(HttpModel):
             body["tool_choice"] = _tool_choice(request.tool_choice, thinking=budget is not None)
         output = request.output
         if output is not None and output.mode == "native":
-            body["output_config"] = {"format": {"type": "json_schema", "schema": output.schema}}
+            schema = native_json_schema(output.schema)
+            body["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         if budget is not None:
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         elif request.temperature is not None:
             body["temperature"] = request.temperature
         body.update(request.extra)
         return body
+
+    def native_schema_problem(self, schema: dict[str, Any]) -> str | None:
+        """Why `schema` cannot go as `output_config.format` (Anthropic's grammar has no
+        form of it), or None; an agent asks before choosing `native`."""
+        return native_schema_problem(schema)
 
     def _thinking_budget(self, max_tokens: int) -> int | None:
         if self.thinking_budget is None:

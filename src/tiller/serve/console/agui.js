@@ -144,7 +144,30 @@ function applyCustom(thread, name, value) {
     note(thread, value.source ?? "notice", String(value.text ?? ""));
   } else if (name === "tiller.queued_input" && value) {
     note(thread, "steering", `Steering reached the run: ${value.text ?? ""}`);
+  } else if (name === "tiller.model_retry" && value && typeof value === "object") {
+    note(thread, "model-retry", retryNotice(value));
   }
+}
+
+/** The most of a provider's error message a retry notice shows (characters). */
+const RETRY_ERROR_SHOWN = 200;
+
+/** A retried model call (tiller.model_retry), as a person reads it: "The model did not
+ * answer (HTTP 500: …); trying again in 2 s, attempt 2 of 4." `attempt` is the one that
+ * failed, so the one about to start is the next. The provider's text is kept as text (the
+ * view never parses it as markup) and cut to a line. */
+export function retryNotice(value) {
+  let error = String(value.error ?? "").trim();
+  if (error.length > RETRY_ERROR_SHOWN) error = `${error.slice(0, RETRY_ERROR_SHOWN)}…`;
+  const why = error ? ` (${error})` : "";
+  const delay = Number(value.delaySeconds);
+  const when =
+    Number.isFinite(delay) && delay >= 0.1 ? `in ${Number(delay.toFixed(1))} s` : "now";
+  const attempt = Number(value.attempt);
+  const max = Number(value.maxAttempts);
+  const which =
+    Number.isInteger(attempt) && Number.isInteger(max) ? `, attempt ${attempt + 1} of ${max}` : "";
+  return `The model did not answer${why}; trying again ${when}${which}.`;
 }
 
 /** Change `thread` by one AG-UI event (a parsed JSON object). Unknown types are ignored:
