@@ -102,6 +102,7 @@ STEP_VARIANTS = (
     PYDANTIC_AI_ASYNC,
 )
 MEM_VARIANTS = (BARE, FLOOR, TILLER, LANGGRAPH, PYDANTIC_AI)
+IMPORTS = ("pydantic", "tiller", "tiller --help", "pydantic_ai", "langchain create_agent")
 TRACED = (BARE, FLOOR, TILLER)  # tracemalloc slows a batch several times: only where needed
 
 
@@ -131,7 +132,17 @@ def jobs(python: str, quick: bool, out_dir: Path, *, traced: bool) -> list[Job]:
             Job(v.mem_key, (python, "mem_bench.py", "child", v.fw, v.variant, *shape), 1800)
         )
     reps = "3" if quick else "5"
-    imports = (python, "import_bench.py", "--reps", reps, "--out", str(out_dir / "imports.json"))
+    only = ",".join(IMPORTS)
+    imports = (
+        python,
+        "import_bench.py",
+        "--reps",
+        reps,
+        "--only",
+        only,
+        "--out",
+        str(out_dir / "imports.json"),
+    )
     listed.append(Job("imports", imports, 1800, out_file=True))
     own = (python, str(Path(__file__).resolve()), *(["--quick"] if quick else []), "--child")
     listed += [Job(name, (*own, name), 900) for name in ("loop", "durable", "events")]
@@ -455,11 +466,11 @@ def _about(python: str) -> dict[str, Any]:
     script = (
         "import json, platform, importlib.metadata as m, tiller\n"
         "names = ('pydantic', 'pydantic-ai-slim', 'langgraph', 'langchain', 'langchain-core',"
-        " 'langgraph-checkpoint-sqlite', 'openai-agents')\n"
+        " 'langgraph-checkpoint-sqlite')\n"
         "versions = {}\n"
         "for n in names:\n"
         "    try: versions[n] = m.version(n)\n"
-        "    except m.PackageNotFoundError: versions[n] = 'not installed'\n"
+        "    except m.PackageNotFoundError: versions[n] = None\n"
         "print(json.dumps({'python': platform.python_implementation() + ' '"
         " + platform.python_version(), 'versions': versions, 'tiller': tiller.__file__}))"
     )
@@ -696,6 +707,14 @@ def main() -> None:
         }
         print(json.dumps(makers[args.child](args.quick)))
         return
+    missing = [
+        n for n, v in _about(args.python).get("versions", {"tiller": None}).items() if v is None
+    ]
+    if missing:
+        raise SystemExit(
+            f"hot_path: {args.python} lacks {', '.join(missing)}: run "
+            "scripts/setup-bench-anchors.sh and use .venv-anchors/bin/python (or --python)"
+        )
     rounds = args.rounds or (1 if args.quick else 3)
     started = datetime.now(UTC)
     results = run_rounds(args.python, rounds, args.quick, args.seed)
