@@ -302,13 +302,29 @@ def durable_budget_ratio(rnd: Round, steps: int, cpu: bool = False) -> float | N
 class Target:
     name: str
     budget: str
-    value: Callable[[Round, bool], float | None]  # (round, by CPU time) -> figure
+    value: Callable[[Round, bool], float | None]  # (round, by CPU time) -> the figure
     met: Callable[[float], bool]
     unit: str = "x"
     by_cpu: bool = True  # whether a CPU-time reading exists
 
     def per_round(self, rounds: Sequence[Round], cpu: bool = False) -> list[float | None]:
         return [self.value(r, cpu) for r in rounds]
+
+
+Figure = Callable[[Round, bool], float | None]
+
+
+def _step_ratio(top: Variant, bottom: Variant) -> Figure:
+    """`top`'s step over `bottom`'s, at 20 steps."""
+    return lambda r, c: _div(step_us(r, top, 20, c), step_us(r, bottom, 20, c))
+
+
+def _flatness(v: Variant) -> Figure:
+    return lambda r, c: flatness(r, v, c)
+
+
+def _durable_budget(steps: int) -> Figure:
+    return lambda r, c: durable_budget_ratio(r, steps, c)
 
 
 def targets() -> list[Target]:
@@ -319,19 +335,19 @@ def targets() -> list[Target]:
             Target(
                 f"step ({tool} tool, 20 steps) / typed floor's",
                 "≤ 8x",
-                lambda r, c, v=v: _div(step_us(r, v, 20, c), step_us(r, FLOOR, 20, c)),
+                _step_ratio(v, FLOOR),
                 lambda x: x <= 8,
             ),
             Target(
                 f"LangGraph `create_agent`'s step / tiller's ({tool} tool, 20 steps)",
                 "≥ 15x",
-                lambda r, c, v=v: _div(step_us(r, LANGGRAPH, 20, c), step_us(r, v, 20, c)),
+                _step_ratio(LANGGRAPH, v),
                 lambda x: x >= 15,
             ),
             Target(
                 f"step at 200 steps / at 20 ({tool} tool)",
                 "≤ 1.2x",
-                lambda r, c, v=v: flatness(r, v, c),
+                _flatness(v),
                 lambda x: x <= 1.2,
             ),
         ]
@@ -374,7 +390,7 @@ def targets() -> list[Target]:
         Target(
             "durable step at 200 steps / at 20",
             "≤ 1.2x",
-            lambda r, c: flatness(r, TILLER_DURABLE, c),
+            _flatness(TILLER_DURABLE),
             lambda x: x <= 1.2,
         ),
     ]
@@ -382,7 +398,7 @@ def targets() -> list[Target]:
         Target(
             f"durable step / (3 x a step + one SQLite commit), {steps} steps",
             "≤ 1x",
-            lambda r, c, steps=steps: durable_budget_ratio(r, steps, c),
+            _durable_budget(steps),
             lambda x: x <= 1,
         )
         for steps in (20, 200)
@@ -578,7 +594,7 @@ def tiller_only_table(rounds: list[Round]) -> list[str]:
             "driver: `run_agent` + emitters + SSE",
         )
     ):
-        rate = m(lambda r, i=index: get(r, "events", i, 2))
+        rate = median([get(r, "events", index, 2) for r in rounds])
         rows.append(f"| `bench/events.py`: events/s, {label} | {fmt(rate, ',.0f')} | — |")
     return rows
 
