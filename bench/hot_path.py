@@ -400,6 +400,7 @@ def targets() -> list[Target]:
             "≤ 1x",
             _durable_budget(steps),
             lambda x: x <= 1,
+            by_cpu=False,  # the commit is a wall time: a CPU reading would mix the two
         )
         for steps in (20, 200)
     ]
@@ -621,6 +622,19 @@ def targets_table(rounds: list[Round]) -> tuple[list[str], int, int]:
     return rows, met, known
 
 
+def _busy(rounds: list[Round]) -> str:
+    """A warning when the machine was loaded past its cores during the run."""
+    cores = os.cpu_count() or 1
+    peak = max((max(r["_load"]["start"][0], r["_load"]["end"][0]) for r in rounds), default=0.0)
+    if peak <= cores:
+        return ""
+    return (
+        f"**BUSY**: the 1-minute load reached {peak:.1f} on {cores} CPUs. Wall-time ratios "
+        "against the floors are inflated (a floor's run fits in one time slice, a longer run "
+        "is preempted): read the CPU column beside them, and measure again on a quiet machine."
+    )
+
+
 def errors(rounds: list[Round]) -> list[str]:
     lines = []
     for n, r in enumerate(rounds, 1):
@@ -656,6 +670,9 @@ def report(python: str, rounds: list[Round], started: datetime, quick: bool) -> 
         "",
         *target_rows,
     ]
+    busy = _busy(rounds)
+    if busy:
+        lines += ["", busy]
     failures = errors(rounds)
     if failures:
         lines += ["", "Processes that failed (their figures are missing above):", *failures]

@@ -8,6 +8,7 @@ up; they check the arithmetic that turns a round's records into a target's verdi
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -107,3 +108,12 @@ def test_a_batch_with_failed_runs_gives_no_memory_figure() -> None:
     assert target.value({hp.TILLER.mem_key: ok}, False) == 12.0
     failed = {**ok, "ok_runs": 998, "errors": 2}
     assert target.value({hp.TILLER.mem_key: failed}, False) is None
+
+
+def test_a_run_on_a_loaded_machine_says_so() -> None:
+    hp = _hot_path()
+    cores = float(os.cpu_count() or 1)
+    quiet = {"_load": {"start": (0.2, 0.2, 0.2), "end": (cores, 0.5, 0.5)}}
+    busy = {"_load": {"start": (0.2, 0.2, 0.2), "end": (cores + 1, 0.5, 0.5)}}
+    assert hp._busy([quiet]) == ""
+    assert hp._busy([quiet, busy]).startswith("**BUSY**")
