@@ -491,11 +491,13 @@ def _about(python: str) -> dict[str, Any]:
         "print(json.dumps({'python': platform.python_implementation() + ' '"
         " + platform.python_version(), 'versions': versions, 'tiller': tiller.__file__}))"
     )
-    done = subprocess.run([python, "-c", script], capture_output=True, text=True, env=child_env())
     try:
+        done = subprocess.run(
+            [python, "-c", script], capture_output=True, text=True, env=child_env(), check=False
+        )
         about: dict[str, Any] = json.loads(done.stdout)
-    except ValueError:
-        return {}
+    except (OSError, ValueError):
+        return {}  # it does not run, or cannot import tiller
     return about
 
 
@@ -740,8 +742,14 @@ def main() -> None:
         }
         print(json.dumps(makers[args.child](args.quick)))
         return
+    if os.sep in args.python:  # the children run in bench/anchors: no relative path
+        args.python = os.path.abspath(args.python)  # (not resolve(): a venv's is a symlink)
     missing = [
-        n for n, v in _about(args.python).get("versions", {"tiller": None}).items() if v is None
+        n
+        for n, v in _about(args.python)
+        .get("versions", {"tiller (or it does not run)": None})
+        .items()
+        if v is None
     ]
     if missing:
         raise SystemExit(
