@@ -447,13 +447,24 @@ def _git(*args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def header(python: str, rounds: list[Round], started: datetime, quick: bool) -> list[str]:
+@dataclass(frozen=True)
+class Sitting:
+    """What a run's header says about it, read when it starts."""
+
+    python: str
+    started: datetime
+    quick: bool
+    commit: str  # the checkout measured, as `abc1234` (+ whether src/ or bench/ differ)
+
+
+def checkout() -> str:
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = (
-        " (with uncommitted changes in src/ or bench/)"
-        if _git("status", "--porcelain", "--", "src", "bench")
-        else ""
-    )
+    dirty = _git("status", "--porcelain", "--", "src", "bench")
+    return f"`{commit}`" + (" (with uncommitted changes in src/ or bench/)" if dirty else "")
+
+
+def header(sitting: Sitting, rounds: list[Round]) -> list[str]:
+    python, started, quick = sitting.python, sitting.started, sitting.quick
     about = _about(python)
     loads = "; ".join(
         f"round {n}: {_loadavg(r['_load']['start'])} → {_loadavg(r['_load']['end'])}"
@@ -462,7 +473,7 @@ def header(python: str, rounds: list[Round], started: datetime, quick: bool) -> 
     return [
         "### Issue 19: the hot path beside the anchors (`bench/hot_path.py`)",
         "",
-        f"`bench/hot_path.py{' --quick' if quick else ''}` at `{commit}`{dirty}, "
+        f"`bench/hot_path.py{' --quick' if quick else ''}` at {sitting.commit}, "
         f"{started:%Y-%m-%d %H:%M} UTC, {len(rounds)} round(s), every figure from a fresh "
         f"process in an order shuffled per round; {os.cpu_count()} CPUs, "
         f"{about.get('python', '?')}. "
@@ -647,11 +658,11 @@ def errors(rounds: list[Round]) -> list[str]:
     return lines
 
 
-def report(python: str, rounds: list[Round], started: datetime, quick: bool) -> str:
+def report(sitting: Sitting, rounds: list[Round]) -> str:
     target_rows, met, known = targets_table(rounds)
     total = len(targets())
     lines = [
-        *header(python, rounds, started, quick),
+        *header(sitting, rounds),
         "",
         "Per runtime (medians of the rounds; a step is a model turn calling `add` and the "
         "runtime running it; fixed cost = a 1-step run minus a step at 20 steps; the "
@@ -757,11 +768,11 @@ def main() -> None:
             "scripts/setup-bench-anchors.sh and use .venv-anchors/bin/python (or --python)"
         )
     rounds = args.rounds or (1 if args.quick else 3)
-    started = datetime.now(UTC)
+    sitting = Sitting(args.python, datetime.now(UTC), args.quick, checkout())
     results = run_rounds(args.python, rounds, args.quick, args.seed)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    print(report(args.python, results, started, args.quick))
+    print(report(sitting, results))
 
 
 if __name__ == "__main__":
