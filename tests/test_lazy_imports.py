@@ -39,6 +39,7 @@ NOT_FOR_THE_FRONT_DOOR = (
     "mcp",
     "nats",
     "pygments",
+    "regex",
     "rich",
     "starlette",
     "tree_sitter",

@@ -19,10 +19,7 @@ from ... import _public
 
 if TYPE_CHECKING:
     # For tiller's own packages (not API; not in __all__).
-    from ._agent_tool import AGENT_TOOL as AGENT_TOOL
-    from ._agent_tool import SubagentReport as SubagentReport
-    from ._agent_tool import SubagentRunner, agent
-    from ._agent_tool import describe_report as describe_report
+    from ._agent_tool import agent
     from ._ask import ask_user
     from ._background import background_process
     from ._coding import coding_tools
@@ -32,6 +29,10 @@ if TYPE_CHECKING:
     from ._patch import apply_patch
     from ._search import grep
     from ._shell import execute_command, execute_command_tool
+    from ._subagent_report import AGENT_TOOL as AGENT_TOOL
+    from ._subagent_report import SubagentReport as SubagentReport
+    from ._subagent_report import SubagentRunner
+    from ._subagent_report import describe_report as describe_report
     from ._tasks import task_create, task_list, task_update
     from ._web import web_fetch
 
@@ -61,13 +62,7 @@ __all__ = [
 #: Where each tool lives: a tool's module (and what it needs: httpx for `web_fetch`, the
 #: shell's parser for `execute_command`) is imported when the tool is first asked for.
 _HOMES = {
-    "._agent_tool": (
-        "AGENT_TOOL",
-        "SubagentReport",
-        "SubagentRunner",
-        "agent",
-        "describe_report",
-    ),
+    "._agent_tool": ("agent",),
     "._ask": ("ask_user",),
     "._background": ("background_process",),
     "._coding": ("coding_tools",),
@@ -77,6 +72,7 @@ _HOMES = {
     "._patch": ("apply_patch",),
     "._search": ("grep",),
     "._shell": ("execute_command", "execute_command_tool"),
+    "._subagent_report": ("AGENT_TOOL", "SubagentReport", "SubagentRunner", "describe_report"),
     "._tasks": ("task_create", "task_list", "task_update"),
     "._web": ("web_fetch",),
 }
