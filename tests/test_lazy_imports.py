@@ -56,6 +56,7 @@ TILLER_NOT_FOR_THE_FRONT_DOOR = (
     "tiller.policy._shell_commands",
     "tiller.policy._shell_parse",
     "tiller.serve",
+    "tiller.store._file_checkpoints",
     "tiller.store._sqlite",
     "tiller.tools.builtin._ask",
     "tiller.tools.builtin._files",
@@ -107,6 +108,7 @@ def test_a_scripted_run_still_loads_only_what_it_uses() -> None:
     loaded = _loaded_after(code)
     assert sorted(_packages(loaded) & set(NOT_FOR_THE_FRONT_DOOR) - {"ag_ui"}) == []
     assert "tiller.tools.builtin._web" not in loaded
+    assert "tiller.store._file_checkpoints" not in loaded  # a run without a store
 
 
 def test_tiller_help_loads_no_provider_web_or_loop_code() -> None:
