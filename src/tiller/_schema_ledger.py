@@ -138,12 +138,13 @@ LEDGER: Mapping[str, RecordKind] = dict(
         ),
         _kind(
             "run_checkpoint_steps",
-            "`tiller-run-checkpoints`, key `<run_id>/steps/<gen>/<n>`",
+            "`tiller-run-checkpoints`, key `<run_id>/steps/<n>`",
             ("store/_checkpoints.py", "store/_checkpoint_steps.py"),
             SchemaVersion(
                 1,
                 "0.1.0",
-                "A segment of the step deltas after a checkpoint: `{epoch, gen, deltas}`, "
+                "A segment of the step deltas after the checkpoint of its `gen`: "
+                "`{epoch, gen, deltas}`, "
                 "each delta `{at, messages?, calls?, result_ids?, fields?}` (keep the "
                 "first `at` messages, append these; the call records, result ids and "
                 "other fields that changed). " + _WRITTEN_BY,

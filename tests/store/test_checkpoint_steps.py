@@ -202,7 +202,7 @@ async def test_a_rewritten_history_a_suspension_and_the_end_write_the_state_whol
     await port.take_lease("R", "worker", TTL)
     state = _fresh()
     await port.save(state, "running")
-    for n in range(1, 4):
+    for n in range(1, 3 * SEGMENT_DELTAS):  # three segments
         _step(state, n)
         await port.save(state, "running")
 
@@ -213,15 +213,17 @@ async def test_a_rewritten_history_a_suspension_and_the_end_write_the_state_whol
 
     state.messages[1:5] = [UserMessage(text="summary of steps 1 and 2")]  # compaction
     assert await wrote_whole("running")
-    _step(state, 4)
+    _step(state, 3 * SEGMENT_DELTAS)
     assert not await wrote_whole("running")
+    # Segment 0 is the new checkpoint's now; 1 and 2, an older one's, are not read.
+    _assert_same((await CheckpointStore(bus, BUCKET).load("R")).state, state)
     assert await wrote_whole("suspended")
     _assert_same((await CheckpointStore(bus, BUCKET).load("R")).state, state)
     _step(state, 5)
     assert not await wrote_whole("running")
     assert await wrote_whole("finished")
     store = CheckpointStore(bus, BUCKET)
-    assert await (await bus.kv(BUCKET)).keys("R/steps/") == []  # the end keeps no steps
+    assert await (await bus.kv(BUCKET)).keys("R/steps/") == ["R/steps/0", "R/steps/1", "R/steps/2"]
     assert await store.run_ids() == ["R"]
     loaded = await store.load("R")
     assert loaded.status == "finished"
@@ -389,7 +391,8 @@ async def test_a_checkpoint_in_the_previous_format_still_loads(bus: Bus, clock: 
     }
     kv = await bus.kv(BUCKET)
     await kv.put("R", orjson.dumps(record))
-    await kv.put("R/steps/x/0", b'{"schema_version": 1, "gen": "x", "deltas": []}')
+    stray = {"schema_version": 1, "gen": "x", "deltas": [{"at": 0}]}
+    await kv.put("R/steps/0", orjson.dumps(stray))
     loaded = await CheckpointStore(bus, BUCKET).load("R")
     _assert_same(loaded.state, state)
     port = StoreDurability(bus, BUCKET)
@@ -407,6 +410,6 @@ async def test_steps_of_a_newer_schema_are_refused_naming_their_writer(
     await store.save(_fresh(), "running")
     newer = {"schema_version": 99, "written_by": "9.0.0", "gen": store.last_gen, "deltas": []}
     kv = await bus.kv(BUCKET)
-    await kv.put(f"R/steps/{store.last_gen}/0", orjson.dumps(newer))
+    await kv.put("R/steps/0", orjson.dumps(newer))
     with pytest.raises(StoreError, match=r"9\.0\.0"):
         await store.load("R")

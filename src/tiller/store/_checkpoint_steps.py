@@ -22,8 +22,8 @@ compared: the cost is the step's, not the run's. Everything else is compared as 
 
 Loading applies the deltas to the base's state as decoded JSON, then reads it as a
 `RunState` (`apply_delta`), so the state loaded is the one a whole write would have
-stored. The deltas live in *segments* (`<run_id>/steps/<gen>/<n>`, see `CheckpointStore`),
-a few deltas each, so a step rewrites one small record.
+stored. The deltas live in *segments* (`<run_id>/steps/<n>`, see `CheckpointStore`), a
+few deltas each, so a step rewrites one small record.
 """
 
 from __future__ import annotations
@@ -75,7 +75,12 @@ class Pending:
     """A delta computed and not yet written: `StepDeltas.wrote(pending)` once it is."""
 
     data: bytes
-    written: _Written
+    at: int
+    messages: list[Message]
+    calls: dict[str, dict[str, Any]]
+    result_ids: dict[str, str]
+    fields: dict[str, Any]
+    step: int
 
 
 @dataclass(slots=True)
@@ -90,8 +95,6 @@ class StepDeltas:
     in_segment: list[bytes] = field(default_factory=list)
     #: Bytes of deltas written since the base.
     delta_bytes: int = 0
-    #: Every segment written since the base (to delete once a new base replaces them).
-    segments: int = 0
 
     @classmethod
     def after_base(cls, state: RunState, gen: str, base_bytes: int) -> StepDeltas:
@@ -139,21 +142,8 @@ class StepDeltas:
         data = orjson.dumps(record)
         if self.delta_bytes + len(data) > max(_REBASE_RATIO * self.base_bytes, _DELTA_FLOOR):
             return None
-        messages_now = last.messages[:at]
-        messages_now.extend(new)
-        calls_now = dict(last.calls)
-        for call_id in calls:
-            calls_now[call_id] = dict(state.calls[call_id].__dict__)
-        return Pending(
-            data,
-            _Written(
-                messages_now,
-                calls_now,
-                {**last.result_ids, **result_ids},
-                fields,
-                state.step,
-            ),
-        )
+        snapshots = {call_id: dict(state.calls[call_id].__dict__) for call_id in calls}
+        return Pending(data, at, new, snapshots, result_ids, fields, state.step)
 
     def next_segment(self, data: bytes) -> tuple[int, list[bytes]]:
         """Where `data` goes: the segment, and every delta that segment then holds."""
@@ -166,10 +156,14 @@ class StepDeltas:
 
     def wrote(self, pending: Pending, segment: int, deltas: list[bytes]) -> None:
         """`pending` is in the store, in `segment` (which holds `deltas`)."""
-        self.written = pending.written
+        last = self.written
+        del last.messages[pending.at :]
+        last.messages.extend(pending.messages)
+        last.calls.update(pending.calls)
+        last.result_ids.update(pending.result_ids)
+        last.fields, last.step = pending.fields, pending.step
         self.segment, self.in_segment = segment, deltas
         self.delta_bytes += len(pending.data)
-        self.segments = max(self.segments, segment + 1)
 
 
 def _changed_calls(state: RunState, last: _Written) -> list[str] | None:

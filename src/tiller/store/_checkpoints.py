@@ -14,14 +14,15 @@ One bucket (`tiller-run-checkpoints` by default) holds, per run:
   (an older tiller's) read as not idempotent;
 - `<run_id>/lease`: the run's lease (a process is running it now), and `<run_id>/epoch`:
   `{"epoch": n, "owner"}`, the run's lease epoch (see *Fencing* below);
-- `<run_id>/steps/<gen>/<n>`: `{"schema_version", "written_by", "epoch", "gen",
-  "deltas"}` — the steps since the checkpoint (issue 19). A checkpoint record (version 3)
-  carries a `gen`, new at each write of it; a durable run writes it whole only now and
-  then (`_checkpoint_steps`), and between, at each step, a *delta* of what changed, into
-  the segments of its `gen`, 0, 1, ... (a few deltas each). Loading reads the checkpoint,
-  then its `gen`'s segments in order until one is missing, and applies their deltas: a
-  crash between two writes leaves the state of the last one. A segment of another `gen`
-  is left over (the checkpoint was written since) and never read;
+- `<run_id>/steps/<n>`: `{"schema_version", "written_by", "epoch", "gen", "deltas"}` —
+  the steps since the checkpoint (issue 19). A checkpoint record (version 3) carries a
+  `gen`, new at each write of it; a durable run writes it whole only now and then
+  (`_checkpoint_steps`), and between, at each step, a *delta* of what changed, into
+  segments 0, 1, ... (a few deltas each, marked with the checkpoint's `gen`). Loading
+  reads the checkpoint, then the segments in order until one is missing or of another
+  `gen` (left from before the checkpoint was last written: the next steps overwrite it,
+  so nothing is ever deleted and a run keeps as many segments as its longest chain),
+  and applies their deltas: a crash between two writes leaves the state of the last one;
 - `thread/<thread_id>`: the thread's latest run id (an AG-UI resume arrives with a new run
   id on the same thread).
 
@@ -296,10 +297,12 @@ class CheckpointStore:
         epoch = 0
         segment = 0
         while True:
-            entry = await kv.get(_steps_key(run_id, gen, segment))
+            entry = await kv.get(_steps_key(run_id, segment))
             if entry is None:
                 return epoch
             record: dict[str, Any] = orjson.loads(entry.value)
+            if record.get("gen") != gen:
+                return epoch  # an older checkpoint's: the steps of this one end here
             version = record.get("schema_version")
             if version != STEPS_VERSION:
                 problem = f"the steps of checkpoint {run_id!r} have schema version {version}"
@@ -333,32 +336,12 @@ class CheckpointStore:
             "gen": gen,
             "deltas": [orjson.Fragment(delta) for delta in deltas],
         }
-        key = _steps_key(run_id, gen, segment)
+        key = _steps_key(run_id, segment)
         data = orjson.dumps(record)
         if epoch is None:
             await kv.put(key, data)
             return
         await self._write_fenced(kv, run_id, key, data, epoch, read_epoch=False)
-        if segment:
-            self._written.pop(_steps_key(run_id, gen, segment - 1), None)  # never again
-
-    async def drop_steps(self, run_id: str, gen: str, segments: int) -> None:
-        """Delete the `segments` segments of step deltas after checkpoint `gen` (a newer
-        checkpoint replaced them). Best kept after that checkpoint's write: before it,
-        a crash would lose the steps."""
-        kv = await self._bucket()
-        for segment in range(segments):
-            key = _steps_key(run_id, gen, segment)
-            self._written.pop(key, None)
-            await kv.delete(key)
-
-    async def drop_all_steps(self, run_id: str) -> None:
-        """Delete every segment of step deltas of the run (it finished: nothing follows
-        its last checkpoint)."""
-        kv = await self._bucket()
-        for key in await kv.keys(f"{run_id}/steps/"):
-            self._written.pop(key, None)
-            await kv.delete(key)
 
     async def run_ids(self) -> list[str]:
         """Every checkpointed run's id, sorted. A run's own records (its lease, its call
@@ -731,8 +714,8 @@ def new_gen() -> str:
     return os.urandom(8).hex()
 
 
-def _steps_key(run_id: str, gen: str, segment: int) -> str:
-    return f"{run_id}/steps/{gen}/{segment}"
+def _steps_key(run_id: str, segment: int) -> str:
+    return f"{run_id}/steps/{segment}"
 
 
 def _epoch_of(value: bytes) -> int:

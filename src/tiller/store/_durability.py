@@ -193,11 +193,6 @@ class StoreDurability:
             self._steps[run_id] = StepDeltas.after_base(
                 state, checkpoints.last_gen, checkpoints.last_size
             )
-            # The steps the checkpoint replaced are never read again.
-            if status == "finished":
-                await self._checkpoints.drop_all_steps(run_id)
-            elif steps is not None and steps.segments:
-                await self._checkpoints.drop_steps(run_id, steps.gen, steps.segments)
 
         await self._fenced(run_id, save)
 
