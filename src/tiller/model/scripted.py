@@ -41,13 +41,14 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Literal, TypeAlias, get_args
+from typing import Any, ClassVar, Final, Literal, TypeAlias, get_args
 
 import orjson
 import pydantic
@@ -316,6 +317,8 @@ class ScriptedModel:
         self._shared_calls = 0
         self._function: TurnFunction | None = None
         self._turns: tuple[Turn, ...] = ()
+        #: Counts the input of each run's requests, incrementally (`_InputEstimate`).
+        self._input = _InputEstimate()
         if isinstance(turns, str | Mapping | Turn):
             turns = [turns]
         if callable(turns):
@@ -406,7 +409,7 @@ class ScriptedModel:
         else:
             result = self._function(request.messages, TurnInfo(number, request))
             if inspect.isasyncgen(result):
-                async for event in _stream_chunks(result, request):
+                async for event in _stream_chunks(result, request, self._input):
                     yield event
                 return
             if inspect.isawaitable(result):
@@ -417,7 +420,10 @@ class ScriptedModel:
                     "return a string, a mapping or a Turn"
                 )
             turn = Turn.parse(result)  # type: ignore[arg-type]  # checked at runtime
-        async for event in _stream_turn(turn, number, request):
+        if turn.delay > 0:
+            await asyncio.sleep(turn.delay)
+        # The events are made here, in this one generator's frame: a turn is plain data.
+        for event in _turn_events(turn, number, request, self._input):
             yield event
 
     def _turn_number(self, request: ModelRequest) -> int:
@@ -462,11 +468,10 @@ class ScriptedModel:
 # -- streaming -------------------------------------------------------------------------
 
 
-async def _stream_turn(
-    turn: Turn, number: int, request: ModelRequest
-) -> AsyncIterator[StreamEvent]:
-    if turn.delay > 0:
-        await asyncio.sleep(turn.delay)
+def _turn_events(
+    turn: Turn, number: int, request: ModelRequest, estimate: _InputEstimate
+) -> Iterator[StreamEvent]:
+    """The turn's events, in order; a turn with an error raises it after its content."""
     for block in turn.reasoning:
         if block.text:
             yield ReasoningDelta(text=block.text)
@@ -476,21 +481,24 @@ async def _stream_turn(
             yield ReasoningDelta(redacted=block.redacted)
     for chunk in turn.chunks if turn.chunks is not None else _words(turn.text):
         yield TextDelta(chunk)
+    output_chars = len(turn.text) + sum(len(block.text) for block in turn.reasoning)
     for index, call in enumerate(turn.tool_calls):
         provider_id = f"call-{number}-{index}" if call.id is None else call.id
         yield ToolCallStart(index, provider_id, call.name)
-        for fragment in _fragments(call.arguments_text()):
+        arguments = call.arguments_text()
+        output_chars += len(call.name) + len(arguments)
+        for fragment in _fragments(arguments):
             yield ToolCallArgsDelta(index, fragment)
         if turn.error is None:
             yield ToolCallEnd(index)
     if turn.error is not None:
         raise turn.error.build()
-    yield UsageReport(turn.usage or _estimate(request, _output_chars(turn)))
+    yield UsageReport(turn.usage or estimate.usage(request, output_chars))
     yield Finish(turn.finish or ("tool_calls" if turn.tool_calls else "stop"))
 
 
 async def _stream_chunks(
-    chunks: AsyncIterator[Any], request: ModelRequest
+    chunks: AsyncIterator[Any], request: ModelRequest, estimate: _InputEstimate
 ) -> AsyncIterator[StreamEvent]:
     written = 0
     try:
@@ -506,7 +514,7 @@ async def _stream_chunks(
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             await aclose()
-    yield UsageReport(_estimate(request, written))
+    yield UsageReport(estimate.usage(request, written))
     yield Finish("stop")
 
 
@@ -527,24 +535,51 @@ def _tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
-def _output_chars(turn: Turn) -> int:
-    return (
-        len(turn.text)
-        + sum(len(block.text) for block in turn.reasoning)
-        + sum(len(call.name) + len(call.arguments_text()) for call in turn.tool_calls)
-    )
+class _InputEstimate:
+    """The usage estimate's input side, 4 characters a token, in time proportional to
+    what is new: for each run (by `ModelRequest.run_id`) it keeps the messages of the
+    run's last request and their characters, and a request that repeats them and adds
+    some counts only the added ones. Whether the earlier messages are the ones counted
+    is one comparison of the two lists (by identity first, as `==` on lists does), never
+    a second reading of their content: a history rewritten anywhere (compaction thins a
+    result in place, a window shortens it) fails it and is counted again in full, so the
+    figures are always those of a full count.
+
+    It remembers the last `_RUNS_KEPT` runs; an older one is counted in full again."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        #: run id -> (the messages last counted, their characters).
+        self._seen: dict[str | None, tuple[tuple[Any, ...], int]] = {}
+
+    def usage(self, request: ModelRequest, output_chars: int) -> Usage:
+        messages = tuple(request.messages)
+        key = request.run_id
+        seen = self._seen.pop(key, None)
+        start = chars = 0
+        if seen is not None:
+            counted, counted_chars = seen
+            size = len(counted)
+            if size <= len(messages) and messages[:size] == counted:
+                start, chars = size, counted_chars
+        for index in range(start, len(messages)):
+            chars += _message_chars(messages[index])
+        if len(self._seen) >= _RUNS_KEPT:
+            del self._seen[next(iter(self._seen))]  # the run heard from longest ago
+        self._seen[key] = (messages, chars)
+        chars += len(request.system or "")
+        return Usage(input_tokens=_tokens(chars), output_tokens=_tokens(output_chars), requests=1)
 
 
-def _estimate(request: ModelRequest, output_chars: int) -> Usage:
-    """A deterministic stand-in for the provider's count: 4 characters a token."""
-    chars = len(request.system or "")
-    for message in request.messages:
-        chars += len(message.text)
-        if isinstance(message, AssistantMessage):
-            chars += sum(len(call.arguments) for call in message.tool_calls)
-        else:
-            chars += sum(len(result.content) for result in message.tool_results)
-    return Usage(input_tokens=_tokens(chars), output_tokens=_tokens(output_chars), requests=1)
+#: Runs whose last request `_InputEstimate` remembers.
+_RUNS_KEPT: Final = 1024
+
+
+def _message_chars(message: UserMessage | AssistantMessage) -> int:
+    if isinstance(message, AssistantMessage):
+        return len(message.text) + sum(len(call.arguments) for call in message.tool_calls)
+    return len(message.text) + sum(len(result.content) for result in message.tool_results)
 
 
 # -- parsing ---------------------------------------------------------------------------
