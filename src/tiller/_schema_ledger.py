@@ -109,6 +109,15 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "it stopped and a scripted model continues the run's script. A version 4 "
                 "state reads with `model_calls` equal to its `step`.",
             ),
+            SchemaVersion(
+                6,
+                "0.1.0",
+                "The recorded policy's `mailbox` (review of issue 18): the run's mailbox "
+                "route (`name`, `deliver`, `bucket`, `max_per_turn`, `max_bytes`, "
+                "`max_pending`, `send_tool`), so a run started with `--mailbox` keeps its "
+                "mailbox and `message_send` when it is approved or resumed in another "
+                "process. A version 5 state reads with no mailbox.",
+            ),
         ),
         _kind(
             "run_checkpoint",

@@ -50,6 +50,9 @@ __all__ = [
 #: 3 → 4: `folded_steers` and `folded_mail` (issue 16). A version 3 state has no steer
 #:        ids (it reads with none), and its mail is not known: `folded_mail` reads as
 #:        None, so a continued run re-delivers nothing it may already have folded.
+#: 4 → 5: `model_calls`; a version 4 state reads with its `step` as `model_calls`.
+#: 5 → 6: the recorded policy's `mailbox` (the run's mailbox route); a version 5 state
+#:        has none, and reads unchanged.
 SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable

@@ -23,6 +23,7 @@ from ._dispatch import CALL_RERUN_EVENT
 from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
 from ._iter import AgentRun
 from ._mailbox_route import MailboxRoute
+from ._mailbox_route import give_send_tool as give_send_tool  # tiller's own (not in __all__)
 from ._model_turn import ResponseTooLarge
 from ._model_wrapper import ModelWrapper
 from ._options import RunOptions

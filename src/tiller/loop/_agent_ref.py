@@ -11,8 +11,10 @@ checkpoint carries instead:
   `tiller serve MODULE:AGENT`, `tiller submit`, workers, evals);
 - `RunState.policy`: the run's policy *as data* (`policy_of`): the jail and its limits,
   the phase, the withheld tools, the budget's limits and what the run tree has spent, and
-  the loop's serializable options (caps and the built-in review policies), and the
-  configuration pinned when the run started (`RunContext.pinned_policy`, law 11).
+  the loop's serializable options (caps and the built-in review policies), the
+  configuration pinned when the run started (`RunContext.pinned_policy`, law 11), and
+  the run's mailbox route (`mailbox`: its name, whether it receives, whether it was given
+  `message_send`; run state version 6 — an older state has none).
   `run_context_from(state, store=..., approver=...)` rebuilds the `RunContext`, the caller
   giving only what is not data; `options_from(state)` rebuilds the `RunOptions`.
 
@@ -41,6 +43,7 @@ from ..store import Bus
 from ..tools import SPILL_SUBDIR, Jail, SafetyMode, WebAccess
 from ._budget import Budget, Pricing
 from ._context import RunContext
+from ._mailbox_route import MailboxRoute
 from ._options import RunOptions
 from ._review import (
     NeverReview,
@@ -224,6 +227,10 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
     if run_ctx.pinned_policy is not None:
         # The configuration read when the run started (law 11): resumes use it as is.
         policy["pinned"] = dict(run_ctx.pinned_policy)
+    if run_ctx.mailbox is not None:
+        # Who the run is in the mailbox, read once with the rest: every process that
+        # continues it attaches the same route (law 11).
+        policy["mailbox"] = run_ctx.mailbox.to_data()
     if options is not None:
         policy["options"] = {
             "max_steps": options.max_steps,
@@ -284,8 +291,12 @@ def run_context_from(
 
     The caller gives what is not data: the `store`, the `approver` (None: calls that need
     approval are blocked), the `cancel` token. `workspace` replaces the stored jail root
-    (the run continues on another machine, where the project lives elsewhere)."""
+    (the run continues on another machine, where the project lives elsewhere). A run that
+    had a mailbox gets its route back, on `store` (without a store, none: a resume
+    refuses that, see `tiller.loop.FromCheckpoint`)."""
     policy = _stored_policy(state)
+    recorded = policy.get("mailbox")
+    route = MailboxRoute.from_data(store, recorded) if recorded and store is not None else None
     root = Path(workspace) if workspace is not None else Path(policy["jail_root"])
     spill = policy.get("spill_dir")
     jail = Jail(
@@ -326,6 +337,7 @@ def run_context_from(
         compact_at_tokens=policy["compact_at_tokens"],
         store=store,
         pinned_policy=policy.get("pinned"),
+        mailbox=route,
     )
 
 
