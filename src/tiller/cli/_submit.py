@@ -2,8 +2,10 @@
 `--wait` or `--follow` stay to see it end.
 
 Everything that can be refused is checked before anything is enqueued: the agent is a
-`module:attr` reference whose module this process can find (`--no-check` when only the
-workers have it), the budgets are positive, the workspace exists. A refusal is one line on
+`module:attr` reference that loads here as an `Agent` (or a factory returning one), as
+`tiller run --agent` loads it, and not from the shared workspace its runs write (law 11;
+`--no-check` when only the workers have it), the budgets are positive, the workspace
+exists. A refusal is one line on
 stderr and exit code 2. `--follow` prints the run's AG-UI events, one JSON object a line,
 from its event log (`RunHandle.events()`); `--wait` and `--follow` then print the result
 and exit with its status's code: 0 completed (or held for a person: `tiller approvals
@@ -79,7 +81,7 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         False, "--follow", help="Print the run's events as they come (JSON lines), then its result."
     ),
     no_check: bool = typer.Option(
-        False, "--no-check", help="Do not check that the agent's module is importable here."
+        False, "--no-check", help="Do not load the agent here (only the workers have its code)."
     ),
 ) -> None:
     """Queue a run of AGENT on PROMPT for the fleet's workers; print its run id."""
@@ -87,8 +89,6 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
 
     def start() -> Coroutine[Any, Any, int]:
         text = _prompt(prompt, prompt_file)
-        if not no_check:
-            _check_agent(agent)
         budget = _budget(max_steps, max_tokens, max_cost)
         if workspace is not None and not snapshot and not workspace.is_dir():
             raise UsageError(
@@ -98,6 +98,8 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         if snapshot and workspace is None:
             raise UsageError("--snapshot needs --workspace DIR (the directory to store)")
         shared = str(workspace.resolve()) if workspace is not None and not snapshot else None
+        if not no_check:
+            _check_agent(agent, model, Path(shared) if shared is not None else None)
 
         async def work(bus: Bus) -> int:
             from ..fleet import Fleet, snapshot_workspace
@@ -145,9 +147,11 @@ def _prompt(prompt: str | None, prompt_file: Path | None) -> str:
     return text
 
 
-def _check_agent(agent: str) -> None:
-    """A reference a worker could never load is refused here: its form, and whether its
-    module can be found from this directory (importing it could run anything: not done)."""
+def _check_agent(agent: str, model: str | None, shared: Path | None) -> None:
+    """A reference a worker could never load is refused here, loaded as `tiller run
+    --agent` loads it: its form, its module found from this directory, the object an
+    `Agent` (or a factory returning one, given `model`). An agent defined in the `shared`
+    workspace, which the runs' model writes, is refused before it is imported (law 11)."""
     module, sep, attr = agent.partition(":")
     if not sep or not module or not attr:
         raise UsageError(f"the agent must be a module:attr reference, not {agent!r}")
@@ -160,6 +164,9 @@ def _check_agent(agent: str) -> None:
             f"no module {module!r} is importable here (agent {agent!r}); run from the "
             "directory that holds it, or pass --no-check if only the workers have it"
         )
+    from ..loop import load_agent
+
+    load_agent(agent, model=model, outside=shared)
 
 
 def _budget(
