@@ -1,9 +1,11 @@
-"""`--store sqlite:///PATH` naming a file that is not a tiller store (review of issue 18).
+"""`--store sqlite:///PATH` naming a file that is not a tiller store, and a bad
+`$TILLER_STORE` (review of issue 18).
 
 Before: a 0-byte file passed the "a store is there" check of the reading commands, and
 SQLite made a store in it (40 KB written into the user's file); a file of another kind
 was "file is not a database" from deep inside the store, or a directory "cannot open the
-SQLite store".
+SQLite store"; and a bad `$TILLER_STORE` was reported as a bad `--store`, which the
+person never typed.
 """
 
 from __future__ import annotations
@@ -67,6 +69,26 @@ def test_the_real_command_says_it_in_one_line(tmp_path: Path) -> None:
         "empty); give the store the run used, or set $TILLER_STORE (see tiller runs list --help)"
     ]
     assert (tmp_path / "empty.db").read_bytes() == b""
+
+
+@pytest.mark.parametrize(
+    ("command", "value", "says"),
+    [
+        (["runs", "list"], "sqlite:///{here}/nope.db", "there is no store at"),
+        (["runs", "list"], "store.db", "is not a store URL"),
+        (["run", "x", "-m", "scripted:s.yaml"], "redis://x", "is not a store URL"),
+        (["runs", "list"], "sqlite:///{here}/empty.db", "is not a tiller store"),
+    ],
+)
+def test_a_bad_tiller_store_is_named_as_the_variable(
+    here: Path, command: list[str], value: str, says: str
+) -> None:
+    env = {"TILLER_STORE": value.replace("{here}", str(here))}
+    result = CliRunner(env=env).invoke(app, command)
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.splitlines()
+    assert says in line
+    assert "$TILLER_STORE: " in line and "--store" not in line, line
 
 
 def test_a_real_sqlite_store_still_opens(here: Path) -> None:

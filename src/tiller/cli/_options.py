@@ -1,8 +1,9 @@
 """Options several commands share, declared once so they mean one thing everywhere.
 
 - `--store`: every command that takes one reads `TILLER_STORE` when it is not given, and
-  refuses a URL of no known kind while the command line is parsed, before anything is
-  opened or created;
+  refuses a URL of no known kind (or a file that is no store) while the command line is
+  parsed, before anything is opened or created; a refused value that came from the
+  variable is named as `$TILLER_STORE`, not as the `--store` the person never typed;
 - `--workspace`: an existing directory (a file, or a path that is not there, is refused:
   the commands never make a jail at a mistyped path);
 - `--agent`: an agent reference, in the words `tiller.loop.load_agent` uses: an `Agent`,
@@ -153,8 +154,17 @@ def store_option(what: str, *, existing: bool = False) -> Any:
     `existing`: the command reads the store, so a SQLite file must be there already."""
     check = existing_store_url if existing else check_store_url
 
-    def callback(value: str) -> str:
-        return check(value)
+    def callback(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+        # A value from $TILLER_STORE is named as the variable: the person typed no --store.
+        # (By name: typer ships its own click, whose `ParameterSource` is not click's.)
+        source = ctx.get_parameter_source(param.name) if param.name is not None else None
+        from_env = getattr(source, "name", None) == "ENVIRONMENT"
+        if not from_env:
+            return check(value)
+        try:
+            return check(value, from_env=True)
+        except typer.BadParameter as exc:
+            raise typer.BadParameter(exc.message, ctx=ctx, param_hint=f"'${STORE_ENV}'") from None
 
     return typer.Option(
         DEFAULT_STORE,
