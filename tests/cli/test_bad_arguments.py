@@ -78,7 +78,10 @@ BAD = [
     (["taint", "show", "-w", "{here}/nope"], "does not exist"),
     (["mail", "list", "--store", "mysql://x"], "not a store URL"),
     (["eval", "run", "evals.py", "--epochs", "0"], "--epochs"),
-    (["replay", "r1", "--tools", "bogus"], "replay: --tools is 'recorded' or 'live'"),
+    (
+        ["replay", "r1", "--tools", "bogus", "--store", "memory://"],
+        "replay: --tools is 'recorded' or 'live'",
+    ),
     (["demo", "--agui", "--city", "Paris"], "--city: is Oslo, Lisbon or Tokyo, not 'Paris'"),
 ]
 
