@@ -9,6 +9,7 @@ import typer
 
 from ._one_line import OneLineErrors
 from ._options import ModeChoice, agent_help, positive_amount, store_option, workspace_option
+from ._safe import echo
 
 __all__ = ["app", "main"]
 
@@ -149,7 +150,7 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
         )
         code = asyncio.run(run_task(task, settings))
     except TillerError as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         code = 2
     raise typer.Exit(code)
 

@@ -41,6 +41,7 @@ from ._held import (
 )
 from ._options import agent_help, store_option
 from ._runs import CHECKPOINTS_BUCKET, _resume_view, _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,7 +86,7 @@ def list_approvals(
             bus, include_decided=all_records, buckets=Buckets(approvals=bucket)
         )
         if not records:
-            typer.echo("no pending approvals" if not all_records else "no held approvals")
+            echo("no pending approvals" if not all_records else "no held approvals")
             return EXIT_OK
         now = bus.clock()
         rows = [
@@ -198,9 +199,9 @@ async def decide_and_resume(
     verdict = "approved" if approve else "denied"
     edited = f" with {short_json(edited_arguments, 200)}" if edited_arguments is not None else ""
     why = f": {reason}" if reason else ""
-    typer.echo(f"{verdict} {decided.id} ({decided.tool}{edited}, run {decided.run_id}){why}")
+    echo(f"{verdict} {decided.id} ({decided.tool}{edited}, run {decided.run_id}){why}")
     if done.waiting:
-        typer.echo(f"waiting for: {', '.join(done.waiting)} (the run resumes once each is decided)")
+        echo(f"waiting for: {', '.join(done.waiting)} (the run resumes once each is decided)")
         return EXIT_OK
     if await _continue_on_fleet(bus, decided.run_id):
         return EXIT_OK
@@ -249,7 +250,7 @@ async def _continue_on_fleet(bus: Bus, run_id: str) -> bool:
         return False
     queue = record.queue or RUN_QUEUE
     job_id = await Fleet(bus, queue).continue_run(run_id)  # the queue's lease, kept
-    typer.echo(
+    echo(
         f"run {run_id} is a fleet run: queued its continuation {job_id} on {queue}; "
         "a worker resumes it (not this process)"
     )
@@ -268,7 +269,7 @@ async def _resume(
 
     run_id = next(iter(records.values())).run_id
     console = terminal_console()
-    typer.echo(f"resuming run {run_id}")
+    echo(f"resuming run {run_id}")
     view = _resume_view(console)
     try:
         # The policy the run was started with, from its checkpoint: never the
@@ -279,7 +280,7 @@ async def _resume(
     except AlreadyResumed:
         raise  # someone else continued it: nothing to retry
     except TillerError:
-        typer.echo(
+        echo(
             f"tiller: the decisions are recorded; once this is fixed, resume the run with "
             f"them: tiller approvals resume {run_id}",
             err=True,

@@ -26,6 +26,7 @@ from ..errors import UsageError
 from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish
 from ._options import AGENT_FACTORY_HELP, store_option
 from ._runs import _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..fleet import JobBudget, RunOutcomeRecord, WorkspaceSpec
@@ -111,14 +112,14 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             handle = await fleet.submit(
                 agent, text, workspace=spec, budget=budget, run_id=run_id, batch=batch, model=model
             )
-            typer.echo(handle.run_id)
+            echo(handle.run_id)
             if not (wait or follow):
                 return EXIT_OK
             if follow:
                 import orjson
 
                 async for event in handle.events():
-                    typer.echo(orjson.dumps(event).decode())
+                    echo(orjson.dumps(event).decode())
             record = await handle.result()
             print_result(record)
             return exit_code_of(record)
@@ -187,15 +188,15 @@ def _budget(
 def print_result(record: RunOutcomeRecord) -> None:
     """How a fleet run ended, a few lines."""
     cause = f" ({record.stop_cause})" if record.stop_cause else ""
-    typer.echo(f"{record.run_id}  {record.status}{cause}  steps {record.steps}")
+    echo(f"{record.run_id}  {record.status}{cause}  steps {record.steps}")
     if record.text:
-        typer.echo(f"final text  {record.text}")
+        echo(f"final text  {record.text}")
     if record.error:
-        typer.echo(f"error: {record.error}")
+        echo(f"error: {record.error}")
     if record.status == "suspended":
-        typer.echo("it waits for a person: tiller approvals list, then tiller approve | deny")
+        echo("it waits for a person: tiller approvals list, then tiller approve | deny")
     if record.blocked_calls:
-        typer.echo(f"uncertain calls: {', '.join(record.blocked_calls)} (tiller runs reconcile)")
+        echo(f"uncertain calls: {', '.join(record.blocked_calls)} (tiller runs reconcile)")
 
 
 def exit_code_of(record: RunOutcomeRecord) -> int:
