@@ -83,8 +83,10 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         None,
         "--mailbox",
         metavar="NAME",
-        help="Attach the store's mailbox to every run: each receives mail sent to NAME at "
-        "its steps, and may send with message_send.",
+        help="Attach the store's mailbox to every run: every run served here claims from "
+        "the one mailbox NAME (tiller mail send --to NAME), so with several runs at once each "
+        "message goes to one of them, whichever takes its next step first; each may send "
+        "as NAME with message_send. A run keeps its mailbox when resumed, on any server.",
     ),
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
