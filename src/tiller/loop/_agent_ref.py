@@ -87,8 +87,9 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
     approval or a denial in another process would otherwise run what the model wrote, on
     the host).
 
-    Every failure is a `UsageError` saying what to fix (the module cannot be imported, the
-    attribute is missing, the object is not an agent, its code is in the jail)."""
+    Every failure is a `UsageError` saying what to fix (the module cannot be imported or
+    fails as it runs, the attribute is missing, the object is not an agent, the factory
+    raises, its code is in the jail)."""
     from ._agent import Agent  # here: `_agent` imports the loop, which may import this
 
     module_name, sep, attr_path = ref.partition(":")
@@ -98,14 +99,7 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
         )
     if outside is not None:
         refuse_code_inside(module_name, outside, ref=ref)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(
-            f"cannot import module {module_name!r} of agent reference {ref!r}: {exc}. "
-            "Is it installed, or is its directory the current one or on PYTHONPATH?"
-        ) from exc
-    target: Any = module
+    target: Any = _import(module_name, ref)
     for part in attr_path.split("."):
         try:
             target = getattr(target, part)
@@ -130,6 +124,10 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
             f"calling {ref!r} failed ({exc}); an agent factory takes no arguments, or "
             "only `model` (the model string, e.g. def make(model: str | None = None))"
         ) from exc
+    except UsageError:
+        raise  # the factory's own, saying what to fix (the coding agent's "needs a model")
+    except Exception as exc:
+        raise UsageError(f"the agent factory {ref!r} failed: {_failure(exc)}") from exc
     if not isinstance(built, Agent):
         raise UsageError(f"{ref!r}() returned a {type(built).__name__}, not an Agent")
     if built.ref is None:
@@ -173,6 +171,28 @@ def jail_root_of(state: RunState) -> Path | None:
     policy = state.policy or {}
     root = policy.get("jail_root")
     return Path(root) if isinstance(root, str) else None
+
+
+def _import(module_name: str, ref: str) -> Any:
+    """The module, or a `UsageError` saying why it cannot be had."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(
+            f"cannot import module {module_name!r} of agent reference {ref!r}: {exc}. "
+            "Is it installed, or is its directory the current one or on PYTHONPATH?"
+        ) from exc
+    except Exception as exc:  # the module's own code failed as it ran (or did not parse)
+        raise UsageError(
+            f"importing module {module_name!r} of agent reference {ref!r} failed: {_failure(exc)}"
+        ) from exc
+
+
+def _failure(exc: BaseException) -> str:
+    """`RuntimeError: no config file`; a syntax error with where it is."""
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _takes_model(factory: Any) -> bool:
