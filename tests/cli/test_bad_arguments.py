@@ -51,6 +51,8 @@ BAD = [
     (["run", "x", "-m", "scripted:s.yaml", "--config", "nope.toml"], "does not exist"),
     (["run", "x", "-m", "scripted:s.yaml", "--bogus"], "No such option: --bogus"),
     (["run"], "Missing argument 'task'"),
+    (["run", "", "-m", "scripted:s.yaml"], "run: task: is empty; say what the agent should do"),
+    (["run", " \n ", "-m", "scripted:s.yaml"], "run: task: is empty; say what the agent should do"),
     (["serve", "--port", "-1"], "--port: "),
     (["serve", "--port", "99999"], "--port: "),
     (["serve", "-w", "some_file"], "is a file"),

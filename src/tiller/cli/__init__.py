@@ -63,10 +63,17 @@ def demo(
     raise typer.Exit(asyncio.run(run_demo(steer=not no_steer, keep=keep)))
 
 
+def _task_text(value: str) -> str:
+    """A task that says something (an empty one would start a run on nothing)."""
+    if not value.strip():
+        raise typer.BadParameter("is empty; say what the agent should do")
+    return value
+
+
 @app.command()
 def run(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
-    task: str = typer.Argument(..., help="What the agent should do."),
+    task: str = typer.Argument(..., callback=_task_text, help="What the agent should do."),
     model: str | None = typer.Option(
         None,
         "--model",
