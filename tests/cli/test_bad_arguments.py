@@ -64,6 +64,8 @@ BAD = [
     (["submit", "m:a", "hi", "--no-check", "--max-steps", "-1"], "--max-steps must be at least 1"),
     (["submit", "m:a", "hi", "--no-check", "--max-tokens", "0"], "--max-tokens must be at least"),
     (["submit", "m:a", "hi", "--no-check", "--max-cost", "-1"], "--max-cost must be a non-neg"),
+    (["submit", "m:a", "hi", "--no-check", "--max-cost", "inf"], "--max-cost must be a non-neg"),
+    (["submit", "m:a", "hi", "--no-check", "--max-cost", "nan"], "--max-cost must be a non-neg"),
     (["submit", "m:a", "hi", "--store", "store.db"], "not a store URL"),
     (["approve", "ap-1", "--store", STORE], "there is no store at"),
     (["deny", "ap-1", "--reason", "no", "--store", STORE], "there is no store at"),

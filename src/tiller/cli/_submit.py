@@ -15,6 +15,7 @@ list`), 1 anything else.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -176,8 +177,8 @@ def _budget(
     for option, value in (("--max-steps", max_steps), ("--max-tokens", max_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{option} must be at least 1, not {value}")
-    if max_cost is not None and not max_cost >= 0:
-        raise UsageError(f"--max-cost must be a non-negative number of USD, not {max_cost}")
+    if max_cost is not None and not 0 <= max_cost < math.inf:
+        raise UsageError(f"--max-cost must be a non-negative, finite number of USD, not {max_cost}")
     if max_steps is None and max_tokens is None and max_cost is None:
         return None
     from ..fleet import JobBudget
