@@ -23,6 +23,9 @@ resumed run stopped short, 2 a refusal.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -261,21 +264,33 @@ async def _resume(
     bus: Bus, records: dict[str, HeldApproval], agent: str | None, checkpoints_bucket: str
 ) -> int:
     """Resume the run with every decision, showing its stream; then say how it ended."""
+    from ..cancel import CancellationToken
     from ..ops import resume_decided
     from ..state import StopCause
     from ..store import AlreadyResumed, ApprovalStore
     from ._render import terminal_console
-    from ._run import _print_held
+    from ._run import _print_held, _sigint_handler
 
     run_id = next(iter(records.values())).run_id
     console = terminal_console()
     echo(f"resuming run {run_id}")
     view = _resume_view(console)
+    # Ctrl+C cancels the resumed run as it does `tiller run`'s: it ends `cancelled`,
+    # keeping what it did; a second Ctrl+C exits at once.
+    cancel = CancellationToken()
+    event_loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        event_loop.add_signal_handler(signal.SIGINT, _sigint_handler(console, cancel))
     try:
         # The policy the run was started with, from its checkpoint: never the
         # workspace's tiller.toml, which the model may have written (law 11).
         result = await resume_decided(
-            bus, records, agent=agent, bucket=checkpoints_bucket, on_event=view.on_event
+            bus,
+            records,
+            agent=agent,
+            bucket=checkpoints_bucket,
+            on_event=view.on_event,
+            cancel=cancel,
         )
     except AlreadyResumed:
         raise  # someone else continued it: nothing to retry
@@ -288,6 +303,8 @@ async def _resume(
         raise
     finally:
         view.close()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            event_loop.remove_signal_handler(signal.SIGINT)
     code = _summary(console, result, shown_error=view.error_shown)
     if result.stop_cause is StopCause.SUSPENDED:
         # The calls it holds now are new calls, with records of their own: name them.
