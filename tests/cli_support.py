@@ -31,3 +31,20 @@ def tiller(
         cwd=cwd,
         env=environ,
     )
+
+
+def made_store(path: Path) -> str:
+    """The URL of an empty tiller store made at `path` (the reading commands refuse a
+    SQLite store that is not there, and a file that is not one)."""
+    import asyncio
+
+    from tiller.store import open_bus
+
+    url = f"sqlite:///{path}"
+
+    async def make() -> None:
+        async with await open_bus(url):
+            pass
+
+    asyncio.run(make())
+    return url

@@ -38,6 +38,8 @@ from tiller.store import (
     open_bus,
 )
 
+from .cli_support import made_store
+
 T = TypeVar("T")
 
 AGENT_MODULE = '''
@@ -87,8 +89,7 @@ def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     # There, empty: the reading commands refuse a SQLite store that is not there.
-    (tmp_path / "store.db").touch()
-    return f"sqlite:///{tmp_path / 'store.db'}"
+    return made_store(tmp_path / "store.db")
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ from tiller.state import RunState, StopCause
 from tiller.store import FILE_BLOBS_BUCKET, Bus, CheckpointStore, FileCheckpoints, open_bus
 from tiller.tools import CheckpointOrigin
 
+from .cli_support import made_store
+
 T = TypeVar("T")
 
 RUN = "r-rw"
@@ -61,8 +63,7 @@ def agent_ref(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     # There, empty: the reading commands refuse a SQLite store that is not there.
-    (tmp_path / "store.db").touch()
-    return f"sqlite:///{tmp_path / 'store.db'}"
+    return made_store(tmp_path / "store.db")
 
 
 @pytest.fixture

@@ -43,6 +43,8 @@ from tiller.policy import AllowAll
 from tiller.state import RunState, StopCause
 from tiller.store import DEFAULT_BUCKET, Bus, CheckpointStore, open_bus
 
+from .cli_support import made_store
+
 T = TypeVar("T")
 
 AGENT_MODULE = '''
@@ -106,8 +108,7 @@ def agent_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture
 def url(tmp_path: Path) -> str:
     # There, empty: the reading commands refuse a SQLite store that is not there.
-    (tmp_path / "store.db").touch()
-    return f"sqlite:///{tmp_path / 'store.db'}"
+    return made_store(tmp_path / "store.db")
 
 
 def on_store(url: str, work: Callable[[Bus], Coroutine[Any, Any, T]]) -> T:

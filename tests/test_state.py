@@ -19,7 +19,7 @@ from tiller.conversation import (
     UserMessage,
 )
 from tiller.phase import Phase
-from tiller.state import CallRecord, RunState, RunStateError, StopCause
+from tiller.state import SCHEMA_VERSION, CallRecord, RunState, RunStateError, StopCause
 
 
 def full_state() -> RunState:
@@ -84,7 +84,7 @@ def test_a_full_state_round_trips_through_json() -> None:
 
 def test_the_json_carries_its_schema_version() -> None:
     raw = orjson.loads(full_state().to_json())
-    assert raw["schema_version"] == 6
+    assert raw["schema_version"] == SCHEMA_VERSION
     assert raw["stop_cause"] == "suspended"
     assert raw["phase"] == "plan"
     assert raw["messages"][1]["role"] == "assistant"
@@ -263,7 +263,7 @@ def test_a_version_1_state_is_read_and_migrated() -> None:
         for call in message.get("tool_calls", ()):
             del call["provider_id"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert loaded.schema_version == 6
+    assert loaded.schema_version == SCHEMA_VERSION
     assert loaded.agent_state == full_state().agent_state
     calls = [c for m in loaded.messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
     assert calls and all(c.provider_id == "" for c in calls)
@@ -281,10 +281,10 @@ def test_a_version_3_state_reads_with_no_steers_folded_and_its_mail_unknown() ->
     raw["schema_version"] = 3
     del raw["folded_steers"], raw["folded_mail"], raw["model_calls"], raw["model_calls_history"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.folded_steers, loaded.folded_mail) == (6, [], None)
+    assert (loaded.schema_version, loaded.folded_steers, loaded.folded_mail) == (SCHEMA_VERSION, [], None)
     assert RunState(run_id="r", thread_id="t").folded_mail == []
     again = RunState.from_json(loaded.to_json())
-    assert (again.schema_version, again.folded_mail) == (6, None)
+    assert (again.schema_version, again.folded_mail) == (SCHEMA_VERSION, None)
 
 
 def test_a_version_4_state_counts_one_model_call_a_step() -> None:
@@ -297,7 +297,7 @@ def test_a_version_4_state_counts_one_model_call_a_step() -> None:
     raw["schema_version"] = 4
     del raw["model_calls"], raw["model_calls_history"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.model_calls) == (6, 3)
+    assert (loaded.schema_version, loaded.model_calls) == (SCHEMA_VERSION, 3)
     assert orjson.loads(loaded.to_json())["model_calls"] == 3
 
 
@@ -330,12 +330,12 @@ def test_a_version_2_state_is_read_with_its_agent_state_and_call_steps() -> None
     assert loaded.calls["c1"].step == 1
     assert loaded.children["c9"].agent_state == {"child": True}
     assert loaded.children["c9"].calls["k1"].step == 4
-    assert loaded.schema_version == 6
+    assert loaded.schema_version == SCHEMA_VERSION
     child.folded_mail = None  # a version 2 child's mail is not known either
-    migrated = {"schema_version": 6, "folded_mail": None, "model_calls": original.step}
+    migrated = {"schema_version": SCHEMA_VERSION, "folded_mail": None, "model_calls": original.step}
     assert loaded == original.model_copy(update=migrated)
     again = orjson.loads(loaded.to_json())
-    assert again["schema_version"] == 6 and "state" not in again
+    assert again["schema_version"] == SCHEMA_VERSION and "state" not in again
     assert again["agent_state"] == {"todo": ["a", "b"], "count": 2}
     # A checkpoint reads its state through `from_data`: the same migration.
     assert RunState.from_data(raw).agent_state == {"todo": ["a", "b"], "count": 2}
@@ -358,7 +358,7 @@ def test_a_version_5_state_reads_with_no_model_call_history() -> None:
     raw["schema_version"] = 5
     del raw["model_calls_history"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.model_calls_history) == (6, [])
+    assert (loaded.schema_version, loaded.model_calls_history) == (SCHEMA_VERSION, [])
     assert loaded.model_calls_at(1) == 4
 
 

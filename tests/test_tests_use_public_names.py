@@ -106,13 +106,17 @@ ALLOWED_PRIVATE = frozenset(
         # eval's test can reach case by case (not API).
         "evals/test_fleet_diff_apply.py -> tiller.evals._diff_apply",
         # The cli package exports only its app: unit tests of its parts (line router,
-        # terminal approver and questions, views, release check, serve's token rule).
+        # terminal approver and questions, views and their safe printing, release check,
+        # serve's token rule).
         "cli/test_bad_arguments.py -> tiller.cli._options",
         "cli/test_eval_progress_bar.py -> tiller.cli._eval_progress",
         "cli/test_line_router.py -> tiller.cli._run",
         "cli/test_outbox_release.py -> tiller.cli._release",
         "cli/test_serve_cli.py -> tiller.cli._serve",
         "cli/test_terminal_approver.py -> tiller.cli._run",
+        "cli/test_view_hostile.py -> tiller.cli._progress_view",
+        "cli/test_view_hostile.py -> tiller.cli._safe",
+        "cli/test_view_hostile.py -> tiller.cli._view",
         "cli/test_view_progress.py -> tiller.cli._progress_view",
         "cli/test_view_progress.py -> tiller.cli._view",
         "tools/test_ask_user.py -> tiller.cli._run",

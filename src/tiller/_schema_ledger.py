@@ -117,6 +117,15 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "`model_calls` back with the conversation. A version 5 state reads with "
                 "none; a rewind of it keeps its count.",
             ),
+            SchemaVersion(
+                7,
+                "0.1.0",
+                "The recorded policy's `mailbox` (review of issue 18): the run's mailbox "
+                "route (`name`, `deliver`, `bucket`, `max_per_turn`, `max_bytes`, "
+                "`max_pending`, `send_tool`), so a run started with `--mailbox` keeps its "
+                "mailbox and `message_send` when it is approved or resumed in another "
+                "process. A version 6 or older state reads with no mailbox.",
+            ),
         ),
         _kind(
             "run_checkpoint",

@@ -54,6 +54,8 @@ __all__ = [
 #: 4 → 5: `model_calls` (issue 18); a version 4 state reads with it equal to `step`.
 #: 5 → 6: `model_calls_history` (issue 18), for a rewind; an older state reads with none
 #:        (a rewind of it keeps the count: nothing earlier is known).
+#: 6 → 7: the recorded policy's `mailbox` (the run's mailbox route); an older state has
+#:        none, and reads unchanged.
 SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable

@@ -51,6 +51,8 @@ BAD = [
     (["run", "x", "-m", "scripted:s.yaml", "--config", "nope.toml"], "does not exist"),
     (["run", "x", "-m", "scripted:s.yaml", "--bogus"], "No such option: --bogus"),
     (["run"], "Missing argument 'task'"),
+    (["run", "", "-m", "scripted:s.yaml"], "run: task: is empty; say what the agent should do"),
+    (["run", " \n ", "-m", "scripted:s.yaml"], "run: task: is empty; say what the agent should do"),
     (["serve", "--port", "-1"], "--port: "),
     (["serve", "--port", "99999"], "--port: "),
     (["serve", "-w", "some_file"], "is a file"),
@@ -62,6 +64,8 @@ BAD = [
     (["submit", "m:a", "hi", "--no-check", "--max-steps", "-1"], "--max-steps must be at least 1"),
     (["submit", "m:a", "hi", "--no-check", "--max-tokens", "0"], "--max-tokens must be at least"),
     (["submit", "m:a", "hi", "--no-check", "--max-cost", "-1"], "--max-cost must be a non-neg"),
+    (["submit", "m:a", "hi", "--no-check", "--max-cost", "inf"], "--max-cost must be a non-neg"),
+    (["submit", "m:a", "hi", "--no-check", "--max-cost", "nan"], "--max-cost must be a non-neg"),
     (["submit", "m:a", "hi", "--store", "store.db"], "not a store URL"),
     (["approve", "ap-1", "--store", STORE], "there is no store at"),
     (["deny", "ap-1", "--reason", "no", "--store", STORE], "there is no store at"),
@@ -78,7 +82,10 @@ BAD = [
     (["taint", "show", "-w", "{here}/nope"], "does not exist"),
     (["mail", "list", "--store", "mysql://x"], "not a store URL"),
     (["eval", "run", "evals.py", "--epochs", "0"], "--epochs"),
-    (["replay", "r1", "--tools", "bogus"], "replay: --tools is 'recorded' or 'live'"),
+    (
+        ["replay", "r1", "--tools", "bogus", "--store", "memory://"],
+        "replay: --tools is 'recorded' or 'live'",
+    ),
     (["demo", "--agui", "--city", "Paris"], "--city: is Oslo, Lisbon or Tokyo, not 'Paris'"),
 ]
 

@@ -51,3 +51,17 @@ def test_a_console_script_that_is_not_a_js_file_is_refused_before_serving(
     )
     assert result.exit_code == 2
     assert "is not a JavaScript file" in result.output
+
+
+def test_serve_mailbox_help_says_every_run_shares_the_one_mailbox() -> None:
+    """Review of issue 18: every run served claims from the mailbox NAME, so a message
+    goes to whichever run takes its next step first; the help did not say so."""
+    import typer
+
+    from tiller.cli import app
+
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    (option,) = [p for p in serve.params if "--mailbox" in getattr(p, "opts", ())]
+    help_text = " ".join((option.help or "").split())
+    assert "every run served here claims from the one mailbox NAME" in help_text
+    assert "each message goes to one of them" in help_text

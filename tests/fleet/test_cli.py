@@ -192,6 +192,9 @@ async def test_bad_input_is_one_line_and_enqueues_nothing(
         ("no_such_module_here:agent", "go", "no module 'no_such_module_here' is importable"),
         ("just-a-name", "go", "must be a module:attr reference"),
         (None, "   ", "the prompt is empty"),
+        # Loaded first, as `tiller run --agent` does: a non-agent is queued no more.
+        ("os:path", "go", "'os:path' is a module, not an Agent"),
+        ("os:getcwd", "go", "'os:getcwd'() returned a str, not an Agent"),
     ],
 )
 async def test_an_agent_or_prompt_no_worker_could_run_is_refused(
@@ -206,6 +209,22 @@ async def test_an_agent_or_prompt_no_worker_could_run_is_refused(
     async with await store.open() as bus:
         depth = await (await bus.queue("tiller-runs")).depth()
     assert depth.waiting == 0
+
+
+async def test_an_agent_whose_code_is_in_the_shared_workspace_is_refused(
+    agents: ModuleType, tmp_path: Path
+) -> None:
+    """Law 11: the runs' model writes the shared workspace; an agent defined there would
+    run what it wrote when a worker loads it."""
+    store = sqlite(tmp_path)
+    folder = Path(agents.__file__ or "").parent
+    done = await tiller(
+        agents, "submit", ref(agents, "three"), "go", "--store", store.url, "-w", str(folder)
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "inside the run's workspace" in done.stderr
+    async with await store.open() as bus:
+        assert (await (await bus.queue("tiller-runs")).depth()).waiting == 0
 
 
 async def test_no_check_queues_an_agent_only_the_workers_have(

@@ -9,6 +9,7 @@ import typer
 
 from ._one_line import OneLineErrors
 from ._options import ModeChoice, agent_help, positive_amount, store_option, workspace_option
+from ._safe import echo
 
 __all__ = ["app", "main"]
 
@@ -62,10 +63,17 @@ def demo(
     raise typer.Exit(asyncio.run(run_demo(steer=not no_steer, keep=keep)))
 
 
+def _task_text(value: str) -> str:
+    """A task that says something (an empty one would start a run on nothing)."""
+    if not value.strip():
+        raise typer.BadParameter("is empty; say what the agent should do")
+    return value
+
+
 @app.command()
 def run(  # noqa: PLR0913 — a typer command: each parameter is one of its options
     *,
-    task: str = typer.Argument(..., help="What the agent should do."),
+    task: str = typer.Argument(..., callback=_task_text, help="What the agent should do."),
     model: str | None = typer.Option(
         None,
         "--model",
@@ -149,7 +157,7 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
         )
         code = asyncio.run(run_task(task, settings))
     except TillerError as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         code = 2
     raise typer.Exit(code)
 

@@ -23,6 +23,9 @@ resumed run stopped short, 2 a refusal.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +44,7 @@ from ._held import (
 )
 from ._options import agent_help, store_option
 from ._runs import CHECKPOINTS_BUCKET, _resume_view, _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,7 +89,7 @@ def list_approvals(
             bus, include_decided=all_records, buckets=Buckets(approvals=bucket)
         )
         if not records:
-            typer.echo("no pending approvals" if not all_records else "no held approvals")
+            echo("no pending approvals" if not all_records else "no held approvals")
             return EXIT_OK
         now = bus.clock()
         rows = [
@@ -198,9 +202,9 @@ async def decide_and_resume(
     verdict = "approved" if approve else "denied"
     edited = f" with {short_json(edited_arguments, 200)}" if edited_arguments is not None else ""
     why = f": {reason}" if reason else ""
-    typer.echo(f"{verdict} {decided.id} ({decided.tool}{edited}, run {decided.run_id}){why}")
+    echo(f"{verdict} {decided.id} ({decided.tool}{edited}, run {decided.run_id}){why}")
     if done.waiting:
-        typer.echo(f"waiting for: {', '.join(done.waiting)} (the run resumes once each is decided)")
+        echo(f"waiting for: {', '.join(done.waiting)} (the run resumes once each is decided)")
         return EXIT_OK
     if await _continue_on_fleet(bus, decided.run_id):
         return EXIT_OK
@@ -249,7 +253,7 @@ async def _continue_on_fleet(bus: Bus, run_id: str) -> bool:
         return False
     queue = record.queue or RUN_QUEUE
     job_id = await Fleet(bus, queue).continue_run(run_id)  # the queue's lease, kept
-    typer.echo(
+    echo(
         f"run {run_id} is a fleet run: queued its continuation {job_id} on {queue}; "
         "a worker resumes it (not this process)"
     )
@@ -260,26 +264,38 @@ async def _resume(
     bus: Bus, records: dict[str, HeldApproval], agent: str | None, checkpoints_bucket: str
 ) -> int:
     """Resume the run with every decision, showing its stream; then say how it ended."""
+    from ..cancel import CancellationToken
     from ..ops import resume_decided
     from ..state import StopCause
     from ..store import AlreadyResumed, ApprovalStore
     from ._render import terminal_console
-    from ._run import _print_held
+    from ._run import _print_held, _sigint_handler
 
     run_id = next(iter(records.values())).run_id
     console = terminal_console()
-    typer.echo(f"resuming run {run_id}")
+    echo(f"resuming run {run_id}")
     view = _resume_view(console)
+    # Ctrl+C cancels the resumed run as it does `tiller run`'s: it ends `cancelled`,
+    # keeping what it did; a second Ctrl+C exits at once.
+    cancel = CancellationToken()
+    event_loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        event_loop.add_signal_handler(signal.SIGINT, _sigint_handler(console, cancel))
     try:
         # The policy the run was started with, from its checkpoint: never the
         # workspace's tiller.toml, which the model may have written (law 11).
         result = await resume_decided(
-            bus, records, agent=agent, bucket=checkpoints_bucket, on_event=view.on_event
+            bus,
+            records,
+            agent=agent,
+            bucket=checkpoints_bucket,
+            on_event=view.on_event,
+            cancel=cancel,
         )
     except AlreadyResumed:
         raise  # someone else continued it: nothing to retry
     except TillerError:
-        typer.echo(
+        echo(
             f"tiller: the decisions are recorded; once this is fixed, resume the run with "
             f"them: tiller approvals resume {run_id}",
             err=True,
@@ -287,6 +303,8 @@ async def _resume(
         raise
     finally:
         view.close()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            event_loop.remove_signal_handler(signal.SIGINT)
     code = _summary(console, result, shown_error=view.error_shown)
     if result.stop_cause is StopCause.SUSPENDED:
         # The calls it holds now are new calls, with records of their own: name them.

@@ -43,6 +43,7 @@ import typer
 from ..errors import UsageError
 from ._held import EXIT_OK, allow_cwd_imports, finish
 from ._runs import DEFAULT_STORE, _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..cancel import CancellationToken
@@ -147,7 +148,7 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
         allow_cwd_imports()
         loaded = load_eval_spec(spec)
         if max_cost is not None and not (loaded.budget is not None and loaded.budget.pricing):
-            typer.echo(
+            echo(
                 "note: --max-cost counts only priced models, and this spec's budget prices "
                 "none (give the spec a Budget with pricing)",
                 err=True,
@@ -175,7 +176,7 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
         from ._eval_render import print_next_steps, print_scorecard
 
         print_scorecard(report, wall_s=wall_s)
-        typer.echo(f"eval id: {ev.eval_id}")  # before the files: a failed write keeps it
+        echo(f"eval id: {ev.eval_id}")  # before the files: a failed write keeps it
         if report.cancelled:
             same = "".join(
                 f" {option} {value:g}"
@@ -188,14 +189,14 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
             )  # a resumed eval is the same eval: the options that changed it, again
             if fleet_url is not None:
                 same += f" --fleet {_quoted(fleet_url)}"
-            typer.echo(
+            echo(
                 f"cancelled: what ran is kept; resume with: tiller eval run {_quoted(spec)} "
                 f"--id {ev.eval_id}{same} --store {_quoted(store)}"
             )
             try:
                 _write_reports(report, json_path, junit_path, html_path)
             except UsageError as exc:  # still a cancelled eval: its exit code says so
-                typer.echo(f"tiller: {exc}", err=True)
+                echo(f"tiller: {exc}", err=True)
             return EXIT_CANCELLED
         print_next_steps(ev.eval_id, store)
         _write_reports(report, json_path, junit_path, html_path)
@@ -204,7 +205,7 @@ def run_command(  # noqa: PLR0913 — a typer command: each parameter is one of 
     try:
         finish(work)
     except KeyboardInterrupt:  # a second Ctrl+C: Python's own, the runs stopped at once
-        typer.echo(
+        echo(
             "tiller: interrupted again: stopped at once; the runs recorded are kept, "
             f"`tiller eval run {_quoted(spec)} --id ID` resumes",
             err=True,
@@ -253,7 +254,7 @@ def _threshold_code(report: EvalReport, fail_under: float | None) -> int:
     if fail_under is None or rate >= fail_under:
         return EXIT_OK
     unscored = report.total - report.scored
-    typer.echo(
+    echo(
         f"pass rate {rate * 100:.1f}% of all {report.total} runs is below --fail-under "
         f"{fail_under * 100:.1f}%"
         + (f" ({unscored} not scored count as not passed)" if unscored else ""),
@@ -342,7 +343,7 @@ def _writing(path: Path, write: Callable[[Path], object]) -> None:
         write(path)
     except OSError as exc:
         raise UsageError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    typer.echo(f"wrote {path}")
+    echo(f"wrote {path}")
 
 
 async def _reading(url: str, work: Callable[[Bus], Awaitable[int]]) -> int:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-import typer
-
 from ._held import print_table, short_json, timestamp
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..evals import CaseComparison, CaseResult, EvalComparison, EvalRecord, EvalReport
@@ -46,7 +45,7 @@ def _seconds(seconds: float) -> str:
 def print_scorecard(report: EvalReport, *, wall_s: float | None = None) -> None:
     """Per scorer: scored, passed, pass rate, mean, errors (and pass@k, pass^k for k =
     epochs when there are several); then the eval's totals."""
-    typer.echo(f"eval {report.eval_id}: {report.total} run(s), {report.epochs} epoch(s)")
+    echo(f"eval {report.eval_id}: {report.total} run(s), {report.epochs} epoch(s)")
     k = report.epochs
     header = ["SCORER", "SCORED", "PASSED", "PASS RATE", "MEAN", "ERRORS"]
     if k > 1:
@@ -70,7 +69,7 @@ def print_scorecard(report: EvalReport, *, wall_s: float | None = None) -> None:
     if rows:
         print_table(header, rows)
     else:
-        typer.echo("no run has been scored yet")
+        echo("no run has been scored yet")
     totals = [
         f"runs {report.total}",
         f"scored {report.scored}",
@@ -83,14 +82,14 @@ def print_scorecard(report: EvalReport, *, wall_s: float | None = None) -> None:
     ]
     if wall_s is not None:
         totals.append(f"wall time {_seconds(wall_s)}")
-    typer.echo("  ".join(totals))
+    echo("  ".join(totals))
 
 
 def print_next_steps(eval_id: str, store: str) -> None:
     """The commands that look at the eval again: `show` and `rescore`."""
     where = f" --store {shlex.quote(store)}"
-    typer.echo(f"show it:    tiller eval show {eval_id}{where}")
-    typer.echo(f"rescore it: tiller eval rescore {eval_id} --scorer NAME{where}")
+    echo(f"show it:    tiller eval show {eval_id}{where}")
+    echo(f"rescore it: tiller eval rescore {eval_id} --scorer NAME{where}")
 
 
 def _scores_cell(result: CaseResult) -> str:
@@ -107,7 +106,7 @@ def print_cases(report: EvalReport) -> None:
     from ..evals import error_line
 
     if not report.results:
-        typer.echo("no case has run yet")
+        echo("no case has run yet")
         return
     rows = []
     for result in report.results:
@@ -135,11 +134,11 @@ def print_case(report: EvalReport, case_id: str) -> None:
     its error, and its transcript."""
     for result in report.for_case(case_id):
         outcome = result.outcome
-        typer.echo(f"── {case_id} epoch {result.epoch}  run {result.run_id}  {result.status}")
-        typer.echo(f"input:    {short_json(outcome.case.input, 200)}")
+        echo(f"── {case_id} epoch {result.epoch}  run {result.run_id}  {result.status}")
+        echo(f"input:    {short_json(outcome.case.input, 200)}")
         if outcome.case.expected is not None:
-            typer.echo(f"expected: {short_json(outcome.case.expected, 200)}")
-        typer.echo(
+            echo(f"expected: {short_json(outcome.case.expected, 200)}")
+        echo(
             f"stop {outcome.stop_cause.value}, {result.steps} step(s), "
             f"{result.usage.total_tokens} tokens, {_money(result.cost_usd)}"
             + (f" (scoring {_money(result.scoring_cost_usd)})" if result.scoring_cost_usd else "")
@@ -148,21 +147,21 @@ def print_case(report: EvalReport, case_id: str) -> None:
         )
         for name, score in sorted(result.scores.items()):
             verdict = "pass" if score.passed else "FAIL"
-            typer.echo(f"  {name}: {score.value:.3g} {verdict}: {score.explanation}")
+            echo(f"  {name}: {score.value:.3g} {verdict}: {score.explanation}")
             if score.error and score.error != score.explanation:
-                typer.echo("    " + score.error.rstrip().replace("\n", "\n    "))
+                echo("    " + score.error.rstrip().replace("\n", "\n    "))
         if outcome.error:
-            typer.echo("error: " + outcome.error.rstrip())
+            echo("error: " + outcome.error.rstrip())
         if result.workspace_note:
-            typer.echo(f"workspace: {result.workspace_note}")
-        typer.echo("transcript:")
+            echo(f"workspace: {result.workspace_note}")
+        echo("transcript:")
         if not outcome.messages:
-            typer.echo("  (none recorded)")
+            echo("  (none recorded)")
         for message in outcome.messages:
             _print_message(message)
         if outcome.output is not None:
-            typer.echo(f"output: {short_json(outcome.output, 2000)}")
-        typer.echo(f"final text: {outcome.text}")
+            echo(f"output: {short_json(outcome.output, 2000)}")
+        echo(f"final text: {outcome.text}")
 
 
 def _print_message(message: object) -> None:
@@ -170,21 +169,21 @@ def _print_message(message: object) -> None:
 
     if isinstance(message, UserMessage):
         if message.text:
-            typer.echo(f"  user: {message.text}")
+            echo(f"  user: {message.text}")
         for result in message.tool_results:
             mark = " (error)" if result.is_error else ""
-            typer.echo(f"  result {result.name}{mark}: {result.content}")
+            echo(f"  result {result.name}{mark}: {result.content}")
     elif isinstance(message, AssistantMessage):
         if message.text:
-            typer.echo(f"  assistant: {message.text}")
+            echo(f"  assistant: {message.text}")
         for call in message.tool_calls:
-            typer.echo(f"  call {call.name} {call.arguments}")
+            echo(f"  call {call.name} {call.arguments}")
 
 
 def print_evals(records: list[EvalRecord], store: str) -> None:
     """The store's evals, newest first."""
     if not records:
-        typer.echo(f"no evals in {store} (run one: tiller eval run SPEC --store ...)")
+        echo(f"no evals in {store} (run one: tiller eval run SPEC --store ...)")
         return
     rows = [
         (
@@ -207,7 +206,7 @@ def _rate(rate: float | None) -> str:
 def print_comparison(comparison: EvalComparison) -> None:
     """The cases that changed (regressions first), then one line of counts."""
     before, after = comparison.before.eval_id, comparison.after.eval_id
-    typer.echo(f"{before} -> {after}")
+    echo(f"{before} -> {after}")
     changed: list[CaseComparison] = [
         case
         for kind in ("regressed", "improved", "added", "removed", "unscored")
@@ -232,9 +231,9 @@ def print_comparison(comparison: EvalComparison) -> None:
             )
         print_table(("CHANGE", "CASE", "BEFORE", "AFTER", "SCORERS"), rows)
     else:
-        typer.echo("every case passes as often as before")
+        echo("every case passes as often as before")
     counts = comparison.counts()
-    typer.echo(
+    echo(
         ", ".join(f"{count} {kind}" for kind, count in counts.items())
         + f"; pass rate {_percent(comparison.before.pass_rate)} -> "
         f"{_percent(comparison.after.pass_rate)}"

@@ -18,6 +18,7 @@ import typer
 from ._held import EXIT_OK, age, finish, print_table, timestamp
 from ._options import store_option
 from ._runs import _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..fleet import FleetStatus
@@ -57,7 +58,7 @@ def status_command(
         if as_json:
             import orjson
 
-            typer.echo(orjson.dumps(_as_json(queue, status, letters, dead_letters)).decode())
+            echo(orjson.dumps(_as_json(queue, status, letters, dead_letters)).decode())
         else:
             _print(bus, queue, status, letters, dead_letters)
         return EXIT_OK
@@ -81,7 +82,7 @@ def cancel_command(
 
         fleet = Fleet(bus, queue)
         runs = await fleet.cancel_batch(batch, reason)
-        typer.echo(f"cancelled batch {batch}: {len(runs)} run(s) asked to stop")
+        echo(f"cancelled batch {batch}: {len(runs)} run(s) asked to stop")
         return EXIT_OK
 
     finish(lambda: _with_store(store, namespace, work))
@@ -124,7 +125,7 @@ def _print(
     bus: Bus, queue: str, status: FleetStatus, letters: list[DeadLetter], listed: bool
 ) -> None:
     now = bus.clock()
-    typer.echo(
+    echo(
         f"queue {queue}: {status.depth.waiting} waiting, {status.in_flight} in flight, "
         f"{status.dead_letters} dead letter(s); lease {status.options.lease:g} s, "
         f"{status.options.max_deliver} deliveries"
@@ -145,7 +146,7 @@ def _print(
         header = ("WORKER", "HOST", "PID", "QUEUE", "CONCURRENCY", "IN FLIGHT", "LAST BEAT")
         print_table(header, rows)
     else:
-        typer.echo("no live workers (start one: tiller worker --store ...)")
+        echo("no live workers (start one: tiller worker --store ...)")
     if listed and letters:
         print_table(
             ("DEAD LETTER", "ATTEMPT", "AT", "REASON"),

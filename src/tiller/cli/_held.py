@@ -19,6 +19,7 @@ from typing import Any
 import typer
 
 from ..errors import TillerError, UsageError
+from ._safe import echo
 
 __all__ = [
     "EXIT_NOT_COMPLETED",
@@ -44,7 +45,7 @@ def finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
     try:
         code = asyncio.run(work())
     except TillerError as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         code = EXIT_REFUSED
     raise typer.Exit(code)
 
@@ -115,4 +116,4 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     for row in (header, *rows):
         cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        typer.echo("  ".join(cells).rstrip())
+        echo("  ".join(cells).rstrip())

@@ -19,6 +19,7 @@ from ..errors import UsageError
 from ._held import EXIT_OK, age, finish, print_table
 from ._options import store_option
 from ._runs import _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..store import Bus, MailMessage
@@ -75,7 +76,7 @@ def list_mail(
         messages = await mailbox.list(to, None if all_messages else "pending")
         if not messages:
             where = f" for {to}" if to is not None else ""
-            typer.echo(f"no messages waiting{where}" if not all_messages else f"no messages{where}")
+            echo(f"no messages waiting{where}" if not all_messages else f"no messages{where}")
         else:
             now = bus.clock()
             rows = [
@@ -93,7 +94,7 @@ def list_mail(
             print_table(("ID", "FROM", "TO", "TAINT", "AGE", "STATUS", "TEXT"), rows)
         bad = await mailbox.quarantined(to)
         if bad:
-            typer.echo(
+            echo(
                 f"{len(bad)} unreadable record(s) were moved aside and never delivered "
                 f"(keys under bad/ in {bucket})"
             )
@@ -141,7 +142,7 @@ def send_mail(
         async def work(bus: Bus) -> int:
             mailbox = MailboxStore(bus, bucket)
             message = await mailbox.send(to, text, sender=identity, taint=taint)
-            typer.echo(f"sent {message.id} to {to} (from {sender}, taint: {_taint(message)})")
+            echo(f"sent {message.id} to {to} (from {sender}, taint: {_taint(message)})")
             return EXIT_OK
 
         return _with_store(store, namespace, work)

@@ -20,6 +20,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from ._safe import echo
+
 __all__ = ["OneLineErrors", "one_line"]
 
 #: The exit code of a usage error (click's `UsageError.exit_code`).
@@ -60,12 +62,12 @@ class OneLineErrors(TyperGroup):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.Abort:
-            typer.echo("Aborted!", err=True)
+            echo("Aborted!", err=True)
             sys.exit(1)
         except typer.TyperException as error:  # click's ClickException, as typer ships it
             exit_code = int(getattr(error, "exit_code", 1))
             if exit_code == _USAGE:
-                typer.echo(one_line(error), err=True)
+                echo(one_line(error), err=True)
             else:
                 error.show()  # type: ignore[attr-defined]
             sys.exit(exit_code)

@@ -38,6 +38,7 @@ from ._held import (
 )
 from ._options import agent_help, store_option, workspace_option
 from ._runs import CHECKPOINTS_BUCKET, _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..store import Bus, OutboxItem
@@ -187,10 +188,10 @@ async def _ask_at_terminal(item: OutboxItem, arguments: dict[str, Any]) -> bool:
     """Show what would be sent and ask; the prompt blocks, so it runs in a thread."""
     from ..conversation import Taint  # pydantic loads with the command, not with the CLI
 
-    typer.echo(f"send {item.id}: {item.tool}({_encode(arguments)})")
-    typer.echo(f"  in {item.workspace}, taint: {_taint(item)}")
+    echo(f"send {item.id}: {item.tool}({_encode(arguments)})")
+    echo(f"  in {item.workspace}, taint: {_taint(item)}")
     if item.taint & Taint.PRIVATE_DATA and item.taint & Taint.UNTRUSTED_INPUT:
-        typer.echo(
+        echo(
             "  warning: this was drafted after the conversation read private data and "
             "untrusted input; check that nothing private leaves by mistake"
         )
@@ -224,7 +225,7 @@ def list_items(
         if not all_items:
             items = [item for item in items if item.status in ("staged", "sending")]
         if not items:
-            typer.echo("no staged items" if not all_items else "the outbox is empty")
+            echo("no staged items" if not all_items else "the outbox is empty")
             return EXIT_OK
         now = bus.clock()
         rows = [
@@ -254,31 +255,31 @@ def show_item(
 
     async def work(bus: Bus) -> int:
         item = await OutboxStore(bus, bucket).get(item_id)
-        typer.echo(f"item       {item.id}")
-        typer.echo(f"status     {item.status}")
-        typer.echo(f"run        {item.run_id} (thread {item.thread_id})")
-        typer.echo(f"call       {item.tool} [{item.call_id}]")
-        typer.echo(f"taint      {_taint(item)}")
-        typer.echo(f"workspace  {item.workspace or '-'}")
-        typer.echo(f"staged     {timestamp(item.created_at)}")
-        typer.echo(f"updated    {timestamp(item.updated_at)}")
-        typer.echo("drafted arguments")
-        typer.echo(f"  {pretty(item.drafted_arguments)}")
+        echo(f"item       {item.id}")
+        echo(f"status     {item.status}")
+        echo(f"run        {item.run_id} (thread {item.thread_id})")
+        echo(f"call       {item.tool} [{item.call_id}]")
+        echo(f"taint      {_taint(item)}")
+        echo(f"workspace  {item.workspace or '-'}")
+        echo(f"staged     {timestamp(item.created_at)}")
+        echo(f"updated    {timestamp(item.updated_at)}")
+        echo("drafted arguments")
+        echo(f"  {pretty(item.drafted_arguments)}")
         if item.edited_arguments is None:
-            typer.echo("edited arguments: none (a send uses the draft)")
+            echo("edited arguments: none (a send uses the draft)")
         else:
-            typer.echo("edited arguments (a send uses these)")
-            typer.echo(f"  {pretty(item.edited_arguments)}")
+            echo("edited arguments (a send uses these)")
+            echo(f"  {pretty(item.edited_arguments)}")
         if item.result is not None:
             label = "result (an error)" if item.result.is_error else "result"
-            typer.echo(label)
-            typer.echo(f"  {item.result.content}")
+            echo(label)
+            echo(f"  {item.result.content}")
         if item.reject_reason is not None:
-            typer.echo(f"rejected   {item.reject_reason}")
+            echo(f"rejected   {item.reject_reason}")
         if item.failure is not None:
-            typer.echo(f"failure    {item.failure}")
+            echo(f"failure    {item.failure}")
         if item.status == "sending":
-            typer.echo(
+            echo(
                 "being sent; if its sender died, whether it went out is unknown, and it is "
                 "not sent again"
             )
@@ -303,8 +304,8 @@ def edit_item(
 
         async def work(bus: Bus) -> int:
             edited = await OutboxStore(bus, bucket).edit(item_id, arguments)
-            typer.echo(f"edited {edited.id}: {edited.tool}({short_json(edited.arguments, 200)})")
-            typer.echo(f"send it with: tiller outbox send {edited.id}")
+            echo(f"edited {edited.id}: {edited.tool}({short_json(edited.arguments, 200)})")
+            echo(f"send it with: tiller outbox send {edited.id}")
             return EXIT_OK
 
         return _with_store(store, namespace, work)
@@ -360,16 +361,16 @@ def send_item(
             checkpoints_bucket=checkpoints_bucket,
         )
         if item.status == "staged":
-            typer.echo(f"not sent: {item.id} stays staged")
+            echo(f"not sent: {item.id} stays staged")
             return EXIT_NOT_COMPLETED
         if item.status == "failed":
-            typer.echo(f"{item.id} failed while sending: {item.failure}", err=True)
+            echo(f"{item.id} failed while sending: {item.failure}", err=True)
             return EXIT_NOT_COMPLETED
         assert item.result is not None
         if item.result.is_error:
-            typer.echo(f"sent {item.id}; {item.tool} reported an error: {item.result.content}")
+            echo(f"sent {item.id}; {item.tool} reported an error: {item.result.content}")
             return EXIT_NOT_COMPLETED
-        typer.echo(f"sent {item.id}: {item.tool} → {item.result.content}")
+        echo(f"sent {item.id}: {item.tool} → {item.result.content}")
         return EXIT_OK
 
     finish(lambda: _with_store(store, namespace, work))
@@ -388,7 +389,7 @@ def reject_item(
 
     async def work(bus: Bus) -> int:
         rejected = await OutboxStore(bus, bucket).reject(item_id, reason)
-        typer.echo(f"rejected {rejected.id} ({rejected.tool}): {reason}")
+        echo(f"rejected {rejected.id} ({rejected.tool}): {reason}")
         return EXIT_OK
 
     finish(lambda: _with_store(store, namespace, work))

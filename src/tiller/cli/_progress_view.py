@@ -14,7 +14,9 @@ hidden, and its latest status. It draws in one of two ways, chosen once:
   quarter, so a download does not print a line per chunk.
 
 Either way an artifact is printed as a one-line label. The board only says what to print
-(`Text` lines) and what the live region holds; `RunView` owns the console.
+(`Text` lines) and what the live region holds; `RunView` owns the console. A report's
+values are a tool's (or a stored log's): each is shown `printable`, and one of an
+unexpected type as text, never converted.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ import re
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from rich.console import Group, RenderableType
 from rich.text import Text
+
+from ._safe import printable
 
 __all__ = ["MAX_OUTPUT_LINES", "ProgressBoard", "checklist_lines", "human_bytes"]
 
@@ -67,7 +71,7 @@ def _clean(line: str) -> str:
     line = line.rstrip("\r")
     if "\r" in line:
         line = line.rsplit("\r", 1)[1]
-    line = _CONTROL.sub("", line.expandtabs(4))
+    line = printable(_CONTROL.sub("", line.expandtabs(4)))  # what the pattern leaves too
     return line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 1] + "…"
 
 
@@ -137,7 +141,7 @@ class ProgressBoard:
         call_id = str(value.get("toolCallId", ""))
         call = self._calls.get(call_id)
         if call is None:
-            call = self._calls[call_id] = _Call(name)
+            call = self._calls[call_id] = _Call(printable(name))
         kind = value.get("kind", "status")
         if kind == "output":
             stream = str(value.get("stream", "stdout"))
@@ -241,39 +245,49 @@ def _activity(kind: str, value: Mapping[str, Any]) -> tuple[str | None, tuple[An
     """A status-like report as one line, and the key that decides whether a streamed
     view prints it (None: never streamed, only shown live)."""
     if kind == "status":
-        message = str(value.get("message", ""))
+        message = printable(value.get("message", ""))
         fraction = value.get("fraction")
-        if isinstance(fraction, int | float):
+        if _finite(fraction):
             return f"{message} ({fraction:.0%})", ("status", message, math.floor(fraction * 4))
+        if fraction is not None:
+            return f"{message} ({printable(fraction)})", ("status", message, str(fraction))
         return message, ("status", message)
     if kind == "bytes":
-        done = int(value.get("done", 0))
-        total = value.get("total")
-        if isinstance(total, int) and total > 0:
+        done, total = value.get("done", 0), value.get("total")
+        if not (isinstance(done, int) and not isinstance(done, bool) and done >= 0):
+            return printable(f"{done} transferred"), ("bytes", str(done))
+        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
             share = done / total
             line = f"{human_bytes(done)} / {human_bytes(total)} ({share:.0%})"
             return line, ("bytes", math.floor(share * 4))
         # No total: print each time the count doubles.
         return f"{human_bytes(done)} transferred", ("bytes", done.bit_length())
     if kind == "subagent_activity":
-        message = str(value.get("message", ""))
+        message = printable(value.get("message", ""))
         return f"subagent: {message}", ("activity", message)
     if kind == "subagent_tool_call":
         tool = value.get("toolName", "?")
         phase = value.get("phase", "")
-        key = None if phase == "finished" else ("call", value.get("childCallId"), phase)
-        return f"subagent: {tool} {phase}", key
+        key = None if phase == "finished" else ("call", str(value.get("childCallId")), str(phase))
+        return printable(f"subagent: {tool} {phase}"), key
     if kind == "subagent_tokens":
-        return f"subagent: {int(value.get('tokens', 0)):,} tokens", None
+        tokens = value.get("tokens", 0)
+        count = f"{tokens:,}" if isinstance(tokens, int) else printable(tokens)
+        return f"subagent: {count} tokens", None
     return None, None
+
+
+def _finite(value: Any) -> TypeGuard[float]:
+    """A finite real number (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _artifact(value: Mapping[str, Any]) -> Text:
     data = str(value.get("data", ""))
     size = len(data) * 3 // 4 - data[-2:].count("=")
-    caption = str(value.get("caption", "")) or "artifact"
+    caption = printable(value.get("caption", "")) or "artifact"
     return Text(f"{_INDENT}▣ {caption}", style="magenta") + Text(
-        f" ({value.get('mime', '?')}, {human_bytes(size)})", style="dim"
+        printable(f" ({value.get('mime', '?')}, {human_bytes(size)})"), style="dim"
     )
 
 
@@ -287,7 +301,7 @@ def checklist_lines(tasks: Sequence[Mapping[str, Any]]) -> list[Text]:
         lines.append(
             Text("    ")
             + Text(mark, style=style)
-            + Text(f" {task.get('id', '?')} ", style="dim")
-            + Text(str(task.get("subject", "")), style=subject_style)
+            + Text(printable(f" {task.get('id', '?')} "), style="dim")
+            + Text(printable(task.get("subject", "")), style=subject_style)
         )
     return lines

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..events import Event
+from ._safe import SafeConsole, printable
 
 __all__ = ["describe", "terminal_console"]
 
@@ -44,7 +45,7 @@ def describe(event: Event) -> Text:
             continue
         shown = repr(value) if key == "delta" and isinstance(value, str) else _short(value)
         parts.append(f"{key}={shown}")
-    line.append(" ".join(parts))
+    line.append(printable(" ".join(parts)))
     return line
 
 
@@ -53,7 +54,8 @@ def terminal_console() -> Console:
     are never wrapped: rich would break them at 80 columns, mid-word, splitting the
     commands and ids printed for a person to copy (`tiller approve ap-…`); a log viewer
     wraps for itself. On a terminal, text wraps at its width, and the lines meant to be
-    copied are printed with `soft_wrap=True` where they are made."""
-    console = Console(highlight=False)
+    copied are printed with `soft_wrap=True` where they are made. It is a `SafeConsole`:
+    a control character in what it prints is drawn, not obeyed."""
+    console = SafeConsole(highlight=False)
     console.soft_wrap = not console.is_terminal
     return console

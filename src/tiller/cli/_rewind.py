@@ -42,6 +42,7 @@ import typer
 from ..errors import TillerError, UsageError
 from ._options import store_option, workspace_option
 from ._runs import CHECKPOINTS_BUCKET
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..state import RunState
@@ -93,7 +94,7 @@ def rewind_command(
     try:
         code = asyncio.run(work())
     except TillerError as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         code = EXIT_USAGE
     raise typer.Exit(code)
 
@@ -202,7 +203,7 @@ async def _rewind(
         if not yes:
             preview = await files.restore_to(state.thread_id, to, jail, dry_run=True)
             if not _confirm(state, to, preview, interactive=interactive):
-                typer.echo("nothing was changed")
+                echo("nothing was changed")
                 return EXIT_NOT_DONE
         rewound = _truncated(state, to)
         try:
@@ -227,8 +228,8 @@ async def _restore_files(files: FileCheckpoints, state: RunState, to: int, jail:
     except FileRestoreFailed as exc:
         _print_files(exc.report, done=True)
         for path, why in exc.report.failed:
-            typer.echo(f"failed    {path}: {why}", err=True)
-        typer.echo(
+            echo(f"failed    {path}: {why}", err=True)
+        echo(
             f"tiller: the conversation of run {state.run_id} was cut to {to} message(s), but "
             f"{len(exc.report.failed)} file(s) could not be restored; fix that and run "
             f"`tiller rewind {state.run_id} --to {to}` again",
@@ -236,24 +237,24 @@ async def _restore_files(files: FileCheckpoints, state: RunState, to: int, jail:
         )
         return EXIT_NOT_DONE
     _print_files(report, done=True)
-    typer.echo(
+    echo(
         f"rewound run {state.run_id} to message {to}: {len(report.restored)} file(s) "
         f"restored, {len(report.deleted)} deleted, {len(report.unchanged)} unchanged"
         f"{_not_restored(report)}; the conversation has {to} message(s) (was {before})"
     )
-    typer.echo(f"continue it: tiller runs resume {state.run_id} (at a terminal, or with --yes)")
+    echo(f"continue it: tiller runs resume {state.run_id} (at a terminal, or with --yes)")
     return EXIT_OK
 
 
 def _print_files(report: RestoreReport, *, done: bool) -> None:
     restore, delete = ("restored", "deleted") if done else ("restore", "delete")
     for path in report.restored:
-        typer.echo(f"{restore:<9} {path}")
+        echo(f"{restore:<9} {path}")
     for path in report.deleted:
-        typer.echo(f"{delete:<9} {path}")
+        echo(f"{delete:<9} {path}")
     if done:
         for path in report.removed_dirs:
-            typer.echo(f"{'rmdir':<9} {path}/")
+            echo(f"{'rmdir':<9} {path}/")
     _print_shell(report)
 
 
@@ -262,11 +263,11 @@ def _print_shell(report: RestoreReport) -> None:
     large to have been saved, and snapshots a cap left partial."""
     for command in report.commands:
         shown = command if len(command) <= 200 else command[:200] + "..."
-        typer.echo(f"{'undo':<9} shell: {shown}")
+        echo(f"{'undo':<9} shell: {shown}")
     for path, why in report.unsaved:
-        typer.echo(f"{'unsaved':<9} {path}: {why}", err=True)
+        echo(f"{'unsaved':<9} {path}: {why}", err=True)
     for note in report.partial:
-        typer.echo(f"{'partial':<9} {note}", err=True)
+        echo(f"{'partial':<9} {note}", err=True)
 
 
 def _not_restored(report: RestoreReport) -> str:
@@ -281,13 +282,13 @@ def _not_restored(report: RestoreReport) -> str:
 
 def _confirm(state: RunState, to: int, preview: RestoreReport, *, interactive: bool) -> bool:
     """Show what the rewind would change and ask; refuse away from a terminal."""
-    typer.echo(
+    echo(
         f"rewind run {state.run_id} to message {to} of {len(state.messages)}: "
         f"{len(preview.restored)} file(s) to restore, {len(preview.deleted)} to delete"
     )
     _print_files(preview, done=False)
     for path, why in preview.failed:
-        typer.echo(f"{'cannot':<9} {path}: {why}")
+        echo(f"{'cannot':<9} {path}: {why}")
     if not interactive:
         raise UsageError(
             "a rewind overwrites files in the workspace; pass --yes to do it without a terminal"

@@ -500,7 +500,7 @@ async def _run(
             run_ctx = with_store_protected(run_ctx.with_store(bus))
             options = RunOptions(checkpoint_bucket=CHECKPOINTS_BUCKET)
             if mailbox is not None:
-                run_ctx = run_ctx.with_mailbox(MailboxRoute(bus, name=mailbox))
+                run_ctx = run_ctx.with_mailbox(MailboxRoute(bus, name=mailbox, send_tool=True))
         if pinned.config.mcp:
             pinned.check_mcp_files()
             for each in await stack.enter_async_context(open_mcp_tools(pinned.config.mcp)):

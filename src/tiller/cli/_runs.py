@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ..errors import TillerError, UsageError
+from ._safe import echo
 
 # The CLI loads this module for every command (and for --help), so the store, the loop
 # and the capture code are imported inside the commands that use them.
@@ -77,10 +78,10 @@ def _finish(work: Callable[[], Coroutine[Any, Any, int]]) -> None:
     try:
         code = asyncio.run(work())
     except (AlreadyResumed, RunStillRunning) as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         code = EXIT_NOT_COMPLETED
     except TillerError as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         code = EXIT_USAGE
     raise typer.Exit(code)
 
@@ -130,13 +131,13 @@ def list_runs(
                 )
             )
         if not rows:
-            typer.echo(f"no runs in bucket {bucket!r} of {store}")
+            echo(f"no runs in bucket {bucket!r} of {store}")
             return EXIT_OK
         header = ("RUN", "THREAD", "STATUS", "STEP", "STOP", "AGENT")
         widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
         for row in (header, *rows):
             cells = (cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-            typer.echo("  ".join(cells).rstrip())
+            echo("  ".join(cells).rstrip())
         return EXIT_OK
 
     _finish(lambda: _with_store(store, namespace, work))
@@ -212,30 +213,30 @@ def show_run(
         state = checkpoint.state
         logs = await checkpoints.calls(run_id)
         stop = state.stop_cause.value if state.stop_cause is not None else "-"
-        typer.echo(f"run        {state.run_id}")
-        typer.echo(f"thread     {state.thread_id}")
-        typer.echo(f"status     {checkpoint.status}")
+        echo(f"run        {state.run_id}")
+        echo(f"thread     {state.thread_id}")
+        echo(f"status     {checkpoint.status}")
         ref = f" ({state.agent_ref})" if state.agent_ref else ""
-        typer.echo(f"agent      {state.agent_name}{ref}")
-        typer.echo(f"step       {state.step}")
-        typer.echo(f"stop cause {stop}")
+        echo(f"agent      {state.agent_name}{ref}")
+        echo(f"step       {state.step}")
+        echo(f"stop cause {stop}")
         usage = state.usage
-        typer.echo(
+        echo(
             f"usage      {usage.input_tokens:,} in / {usage.output_tokens:,} out"
             f" · ${state.cost_usd:.4f}" + ("" if state.usage_complete else " (partial)")
         )
         if state.policy is not None:
-            typer.echo(f"workspace  {state.policy.get('jail_root')}")
+            echo(f"workspace  {state.policy.get('jail_root')}")
         if state.error:
-            typer.echo(f"error      {state.error}")
-        typer.echo("")
-        typer.echo("transcript")
+            echo(f"error      {state.error}")
+        echo("")
+        echo("transcript")
         for line in _transcript(state) or ["(empty)"]:
-            typer.echo(f"  {line}")
+            echo(f"  {line}")
         pending = state.unanswered_calls()
         if pending:
-            typer.echo("")
-            typer.echo("pending calls")
+            echo("")
+            echo("pending calls")
             for call in pending:
                 child = state.children.get(call.id)
                 status = (
@@ -243,11 +244,11 @@ def show_run(
                     if child is not None
                     else _call_status(call, logs)
                 )
-                typer.echo(f"  {_call_line(call)}: {status}")
+                echo(f"  {_call_line(call)}: {status}")
         uncertain = uncertain_calls(state, logs)
         if uncertain:
-            typer.echo("")
-            typer.echo(
+            echo("")
+            echo(
                 f"{len(uncertain)} uncertain call(s): reconcile them before resuming "
                 f"(tiller runs reconcile {run_id})"
             )
@@ -265,12 +266,12 @@ async def _show_events(bus: Bus, run_id: str) -> int:
 
     wire = await EventLog(bus).read(run_id)
     if not wire:
-        typer.echo(f"tiller: no event log for run {run_id!r} (was it durable?)", err=True)
+        echo(f"tiller: no event log for run {run_id!r} (was it durable?)", err=True)
         return EXIT_USAGE
     view = RunView(terminal_console())
     for event in wire:
         view.on_event(event_from_wire(event))
-    typer.echo(f"({len(wire)} events)")
+    echo(f"({len(wire)} events)")
     return EXIT_OK
 
 
@@ -307,15 +308,15 @@ def reconcile_run(
         ]
         settled = await reconcile(bus, run_id, marks, result=result, bucket=bucket)
         for call, verdict in settled.marked:
-            typer.echo(f"marked {_call_line(call)}: {verdict}")
+            echo(f"marked {_call_line(call)}: {verdict}")
         uncertain = settled.uncertain
         if not uncertain:
-            typer.echo(f"run {run_id} has no uncertain calls; it can be resumed")
+            echo(f"run {run_id} has no uncertain calls; it can be resumed")
             return EXIT_OK
-        typer.echo(f"uncertain calls of run {run_id} (started, never completed):")
+        echo(f"uncertain calls of run {run_id} (started, never completed):")
         for call in uncertain:
-            typer.echo(f"  {_call_line(call)}")
-        typer.echo(
+            echo(f"  {_call_line(call)}")
+        echo(
             "mark each: --done CALL_ID [--result TEXT] | --failed CALL_ID [--result TEXT] "
             "| --rerun CALL_ID"
         )
@@ -412,15 +413,15 @@ def resume_run(
                 on_event=view.on_event,
             )
         except ResumeReplayBlocked as exc:
-            typer.echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
+            echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
             for call in exc.calls:
-                typer.echo(f"  {_call_line(call)}: started, never completed", err=True)
+                echo(f"  {_call_line(call)}: started, never completed", err=True)
             for call in exc.reruns:
-                typer.echo(
+                echo(
                     f"  {_call_line(call)}: of an idempotent tool, run again after the others",
                     err=True,
                 )
-            typer.echo(
+            echo(
                 f"reconcile them: tiller runs reconcile {run_id} --done CALL_ID "
                 "[--result TEXT] | --failed CALL_ID | --rerun CALL_ID",
                 err=True,

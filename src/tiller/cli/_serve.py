@@ -12,6 +12,7 @@ import typer
 
 from ..errors import UsageError
 from ._options import AGENT_FACTORY_HELP, positive_seconds, store_option, workspace_option
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..loop import Agent
@@ -82,8 +83,10 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         None,
         "--mailbox",
         metavar="NAME",
-        help="Attach the store's mailbox to every run: each receives mail sent to NAME at "
-        "its steps, and may send with message_send.",
+        help="Attach the store's mailbox to every run: every run served here claims from "
+        "the one mailbox NAME (tiller mail send --to NAME), so with several runs at once each "
+        "message goes to one of them, whichever takes its next step first; each may send "
+        "as NAME with message_send. A run keeps its mailbox when resumed, on any server.",
     ),
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
@@ -107,7 +110,7 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         source = config if config is not None else (here if here.is_file() else None)
         # Read once, by the person starting the server (law 11).
         policy = PinnedPolicy.read(workspace, source) if source is not None else PinnedPolicy()
-        typer.echo(f"tiller serve: {policy.describe()}")
+        echo(f"tiller serve: {policy.describe()}")
         settings = AppSettings(
             policy=policy,
             store=store,
@@ -125,19 +128,19 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         )
         app = create_app(agent, settings)
     except UsageError as exc:
-        typer.echo(f"tiller serve: {exc}", err=True)
+        echo(f"tiller serve: {exc}", err=True)
         raise typer.Exit(2) from None
     if agent_ref is None and model is None:
-        typer.echo(
+        echo(
             "tiller serve: no agent or --model given: serving the offline console demo "
             "(try `write notes.txt: hi`, `ask`, `slow 5`); pass --model for the coding agent"
         )
     shown = f"http://{_url_host(host)}:{port}/"
-    typer.echo(f"tiller serve: {agent.name} on {shown} (AG-UI at {shown}agui), store {store}")
+    echo(f"tiller serve: {agent.name} on {shown} (AG-UI at {shown}agui), store {store}")
     if fleet:
-        typer.echo(f"tiller serve: runs go to the fleet on {queue} (start workers: tiller worker)")
+        echo(f"tiller serve: runs go to the fleet on {queue} (start workers: tiller worker)")
     if app_token is not None and token is None:
-        typer.echo(f"tiller serve: token {app_token} (open {shown}#token={app_token})")
+        echo(f"tiller serve: token {app_token} (open {shown}#token={app_token})")
     run_server(app, host=host, port=port)
 
 

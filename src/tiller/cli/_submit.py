@@ -2,8 +2,10 @@
 `--wait` or `--follow` stay to see it end.
 
 Everything that can be refused is checked before anything is enqueued: the agent is a
-`module:attr` reference whose module this process can find (`--no-check` when only the
-workers have it), the budgets are positive, the workspace exists. A refusal is one line on
+`module:attr` reference that loads here as an `Agent` (or a factory returning one), as
+`tiller run --agent` loads it, and not from the shared workspace its runs write (law 11;
+`--no-check` when only the workers have it), the budgets are positive, the workspace
+exists. A refusal is one line on
 stderr and exit code 2. `--follow` prints the run's AG-UI events, one JSON object a line,
 from its event log (`RunHandle.events()`); `--wait` and `--follow` then print the result
 and exit with its status's code: 0 completed (or held for a person: `tiller approvals
@@ -13,6 +15,7 @@ list`), 1 anything else.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -24,6 +27,7 @@ from ..errors import UsageError
 from ._held import EXIT_NOT_COMPLETED, EXIT_OK, allow_cwd_imports, finish
 from ._options import AGENT_FACTORY_HELP, store_option
 from ._runs import _with_store
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..fleet import JobBudget, RunOutcomeRecord, WorkspaceSpec
@@ -79,7 +83,7 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         False, "--follow", help="Print the run's events as they come (JSON lines), then its result."
     ),
     no_check: bool = typer.Option(
-        False, "--no-check", help="Do not check that the agent's module is importable here."
+        False, "--no-check", help="Do not load the agent here (only the workers have its code)."
     ),
 ) -> None:
     """Queue a run of AGENT on PROMPT for the fleet's workers; print its run id."""
@@ -87,8 +91,6 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
 
     def start() -> Coroutine[Any, Any, int]:
         text = _prompt(prompt, prompt_file)
-        if not no_check:
-            _check_agent(agent)
         budget = _budget(max_steps, max_tokens, max_cost)
         if workspace is not None and not snapshot and not workspace.is_dir():
             raise UsageError(
@@ -98,6 +100,8 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         if snapshot and workspace is None:
             raise UsageError("--snapshot needs --workspace DIR (the directory to store)")
         shared = str(workspace.resolve()) if workspace is not None and not snapshot else None
+        if not no_check:
+            _check_agent(agent, model, Path(shared) if shared is not None else None)
 
         async def work(bus: Bus) -> int:
             from ..fleet import Fleet, snapshot_workspace
@@ -109,14 +113,14 @@ def submit_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             handle = await fleet.submit(
                 agent, text, workspace=spec, budget=budget, run_id=run_id, batch=batch, model=model
             )
-            typer.echo(handle.run_id)
+            echo(handle.run_id)
             if not (wait or follow):
                 return EXIT_OK
             if follow:
                 import orjson
 
                 async for event in handle.events():
-                    typer.echo(orjson.dumps(event).decode())
+                    echo(orjson.dumps(event).decode())
             record = await handle.result()
             print_result(record)
             return exit_code_of(record)
@@ -145,9 +149,11 @@ def _prompt(prompt: str | None, prompt_file: Path | None) -> str:
     return text
 
 
-def _check_agent(agent: str) -> None:
-    """A reference a worker could never load is refused here: its form, and whether its
-    module can be found from this directory (importing it could run anything: not done)."""
+def _check_agent(agent: str, model: str | None, shared: Path | None) -> None:
+    """A reference a worker could never load is refused here, loaded as `tiller run
+    --agent` loads it: its form, its module found from this directory, the object an
+    `Agent` (or a factory returning one, given `model`). An agent defined in the `shared`
+    workspace, which the runs' model writes, is refused before it is imported (law 11)."""
     module, sep, attr = agent.partition(":")
     if not sep or not module or not attr:
         raise UsageError(f"the agent must be a module:attr reference, not {agent!r}")
@@ -160,6 +166,9 @@ def _check_agent(agent: str) -> None:
             f"no module {module!r} is importable here (agent {agent!r}); run from the "
             "directory that holds it, or pass --no-check if only the workers have it"
         )
+    from ..loop import load_agent
+
+    load_agent(agent, model=model, outside=shared)
 
 
 def _budget(
@@ -168,8 +177,8 @@ def _budget(
     for option, value in (("--max-steps", max_steps), ("--max-tokens", max_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{option} must be at least 1, not {value}")
-    if max_cost is not None and not max_cost >= 0:
-        raise UsageError(f"--max-cost must be a non-negative number of USD, not {max_cost}")
+    if max_cost is not None and not 0 <= max_cost < math.inf:
+        raise UsageError(f"--max-cost must be a non-negative, finite number of USD, not {max_cost}")
     if max_steps is None and max_tokens is None and max_cost is None:
         return None
     from ..fleet import JobBudget
@@ -180,15 +189,15 @@ def _budget(
 def print_result(record: RunOutcomeRecord) -> None:
     """How a fleet run ended, a few lines."""
     cause = f" ({record.stop_cause})" if record.stop_cause else ""
-    typer.echo(f"{record.run_id}  {record.status}{cause}  steps {record.steps}")
+    echo(f"{record.run_id}  {record.status}{cause}  steps {record.steps}")
     if record.text:
-        typer.echo(f"final text  {record.text}")
+        echo(f"final text  {record.text}")
     if record.error:
-        typer.echo(f"error: {record.error}")
+        echo(f"error: {record.error}")
     if record.status == "suspended":
-        typer.echo("it waits for a person: tiller approvals list, then tiller approve | deny")
+        echo("it waits for a person: tiller approvals list, then tiller approve | deny")
     if record.blocked_calls:
-        typer.echo(f"uncertain calls: {', '.join(record.blocked_calls)} (tiller runs reconcile)")
+        echo(f"uncertain calls: {', '.join(record.blocked_calls)} (tiller runs reconcile)")
 
 
 def exit_code_of(record: RunOutcomeRecord) -> int:

@@ -17,6 +17,7 @@ import typer
 
 from ._held import print_table
 from ._options import workspace_option
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..tools import TaintIndex
@@ -50,18 +51,18 @@ def show_taint(
 
     index = _index(workspace).load()
     if index.health is IndexHealth.CORRUPT:
-        typer.echo(
+        echo(
             "the taint index is corrupt: every file read in this workspace counts as "
             "untrusted until you clear it (tiller taint clear --all)"
         )
         raise typer.Exit(1)
     if index.health is IndexHealth.FULL:
-        typer.echo(
+        echo(
             "the taint index is full: every file read in this workspace counts as "
             "untrusted until you clear it (tiller taint clear --all)"
         )
     if not index.entries:
-        typer.echo("no file carries taint")
+        echo("no file carries taint")
         return
     rows = []
     for path, entry in sorted(index.entries.items()):
@@ -81,13 +82,13 @@ def clear_taint(
 ) -> None:
     """Say that files are clean: later runs that read them no longer inherit a taint."""
     if not paths and not all_entries:
-        typer.echo("tiller: name the paths to clear, or pass --all", err=True)
+        echo("tiller: name the paths to clear, or pass --all", err=True)
         raise typer.Exit(2)
     from ..tools import TaintIndexError
 
     try:
         gone = _index(workspace).clear(None if all_entries else paths)
     except TaintIndexError as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"cleared {len(gone)} file(s)" + (": " + ", ".join(gone) if gone else ""))
+    echo(f"cleared {len(gone)} file(s)" + (": " + ", ".join(gone) if gone else ""))

@@ -10,10 +10,16 @@ when they return.
 
 The checklist (`tiller.tasks`) is printed as a compact block when it has changed, once
 the burst of changes is over (three `task_create`s in one step print one block).
+
+Everything an event carries is the model's, a tool's or a stored log's: each text is
+shown `printable` (a control sequence is drawn, never obeyed; newlines and tabs kept),
+whatever console the view is given, and a value of an unexpected type is shown as text,
+never converted (an event log is data, not a promise).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -26,6 +32,7 @@ from ..events import Event
 from ..loop import MODEL_RETRY_EVENT, Budget
 from ..tools import PROGRESS_EVENT, TASKS_EVENT
 from ._progress_view import ProgressBoard, checklist_lines
+from ._safe import printable
 
 __all__ = ["RunView"]
 
@@ -87,7 +94,7 @@ class RunView:
         self.console.print(Text("assistant ", style="bold green"), end="")
 
     def _on_text_message_content(self, wire: dict[str, Any]) -> None:
-        self.console.print(wire["delta"], end="", markup=False, highlight=False)
+        self.console.print(printable(wire["delta"]), end="", markup=False, highlight=False)
 
     def _on_text_message_end(self, wire: dict[str, Any]) -> None:
         if self._in_text:
@@ -98,7 +105,7 @@ class RunView:
         self.console.print(Text("thinking ", style="dim italic"), end="")
 
     def _on_reasoning_message_content(self, wire: dict[str, Any]) -> None:
-        self.console.print(Text(wire["delta"], style="dim"), end="")
+        self.console.print(Text(printable(wire["delta"]), style="dim"), end="")
 
     def _on_reasoning_message_end(self, wire: dict[str, Any]) -> None:
         self.console.print()
@@ -106,7 +113,7 @@ class RunView:
     # ── tools ────────────────────────────────────────────────────────────────────
 
     def _on_tool_call_start(self, wire: dict[str, Any]) -> None:
-        self._calls[wire["toolCallId"]] = (wire["toolCallName"], [])
+        self._calls[wire["toolCallId"]] = (printable(wire["toolCallName"]), [])
 
     def _on_tool_call_args(self, wire: dict[str, Any]) -> None:
         call = self._calls.get(wire["toolCallId"])
@@ -123,7 +130,9 @@ class RunView:
         if self._in_text:
             self.console.print()
             self._in_text = False
-        self.console.print(Text("→ ", style="yellow") + Text(f"{name}({shown})", style="yellow"))
+        self.console.print(
+            Text("→ ", style="yellow") + Text(printable(f"{name}({shown})"), style="yellow")
+        )
 
     def _on_tool_call_result(self, wire: dict[str, Any]) -> None:
         call_id = wire["toolCallId"]
@@ -132,7 +141,8 @@ class RunView:
         progress = self._progress.finish(call_id)
         self._refresh_live()  # first, so the region is gone before its lines are printed
         self._print_lines(progress)
-        lines = wire["content"].splitlines() or [""]
+        content = printable(wire["content"])
+        lines = content.splitlines() or [""]
         note = ""
         if name in _CHECKLIST_TOOLS:
             lines = lines[:1]  # the rest is the checklist, printed as its own block
@@ -142,11 +152,7 @@ class RunView:
             note = f"  ({streamed} line{'s' * (streamed != 1)} of output)"
         more = len(lines) - _RESULT_LINES
         shown = lines[:_RESULT_LINES]
-        style = (
-            "red"
-            if wire["content"].startswith(("Denied", "Blocked", "Refused", "Unknown"))
-            else "cyan"
-        )
+        style = "red" if content.startswith(("Denied", "Blocked", "Refused", "Unknown")) else "cyan"
         self.console.print(
             Text(f"← {name}: ", style=style) + Text(shown[0], style="dim") + Text(note, style="dim")
         )
@@ -161,7 +167,9 @@ class RunView:
         name = wire["name"]
         value: Any = wire.get("value")
         if name == "tiller.queued_input" and isinstance(value, dict):
-            self.console.print(Text("steer ", style="bold magenta") + Text(str(value["text"])))
+            self.console.print(
+                Text("steer ", style="bold magenta") + Text(printable(value.get("text", "")))
+            )
         elif name in (PROGRESS_EVENT, _LEGACY_PROGRESS) and isinstance(value, dict):
             call_name, _ = self._calls.get(str(value.get("toolCallId")), ("?", []))
             self._print_lines(self._progress.report(call_name, value))
@@ -178,14 +186,19 @@ class RunView:
         if self._waiting is not None:
             self._waiting.stop()
             self._waiting = None
-        delay = float(value.get("delaySeconds") or 0)
-        shown = f"{delay:.0f} s" if delay >= 1 else f"{delay:.1f} s"
         attempt, most = value.get("attempt"), value.get("maxAttempts")
+        # The attempt that failed is counted from 1; the next one is shown.
+        shown_attempt = attempt + 1 if _number(attempt) and isinstance(attempt, int) else attempt
         self.console.print(
             Text(
-                f"retrying in {shown} (attempt {int(attempt or 0) + 1} of {most}): ", style="yellow"
+                printable(
+                    f"retrying in {_seconds(value.get('delaySeconds'))} (attempt "
+                    f"{shown_attempt if shown_attempt is not None else '?'} of "
+                    f"{most if most is not None else '?'}): "
+                ),
+                style="yellow",
             )
-            + Text(str(value.get("error", "")), style="dim")
+            + Text(printable(value.get("error", "")), style="dim")
         )
 
     # ── progress and the checklist ───────────────────────────────────────────────
@@ -244,7 +257,7 @@ class RunView:
         self._stop_live()
         self.error_shown = str(wire["message"])
         self.console.print(
-            Text(f"error [{wire.get('code', '?')}]: {wire['message']}", style="bold red")
+            Text(printable(f"error [{wire.get('code', '?')}]: {wire['message']}"), style="bold red")
         )
 
 
@@ -259,6 +272,21 @@ def budget_line(budget: Budget) -> str:
     if budget.max_cost_usd is not None:
         cost += f" of ${budget.max_cost_usd:.2f}"
     return f"  ─ {steps} · {tokens} · {cost}"
+
+
+def _number(value: Any) -> bool:
+    """A real number (not a bool, which Python counts as one), finite or not."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _seconds(value: Any) -> str:
+    """A delay as the view says it: `2 s`, `0.5 s`; anything but a finite number of
+    seconds as it is (`soon`, `nan`)."""
+    if value is None:
+        return "0.0 s"
+    if not _number(value) or not math.isfinite(value) or value < 0:
+        return str(value)
+    return f"{value:.0f} s" if value >= 1 else f"{value:.1f} s"
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ._options import agent_help, store_option
+from ._safe import echo
 
 if TYPE_CHECKING:
     from ..fleet import ModelLimit
@@ -81,7 +82,7 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
     try:
         per_model = dict(parse_model_limit(text) for text in model_limit or [])
     except TillerError as exc:
-        typer.echo(f"tiller: --model-limit: {exc}", err=True)
+        echo(f"tiller: --model-limit: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         asyncio.run(
@@ -100,7 +101,7 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
             )
         )
     except TillerError as exc:
-        typer.echo(f"tiller: {exc}", err=True)
+        echo(f"tiller: {exc}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -122,7 +123,7 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
     from ..store import open_bus
 
     def told(run_id: str, what: str) -> None:
-        typer.echo(f"{run_id}  {what}")
+        echo(f"{run_id}  {what}")
 
     async with await open_bus(store, namespace=namespace) as bus:
         limits = None
@@ -151,7 +152,7 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
             nonlocal signals
             signals += 1
             if signals == 1:
-                typer.echo("draining: the runs stop at their next step", err=True)
+                echo("draining: the runs stop at their next step", err=True)
                 worker.drain()
             else:
                 worker.stop()
@@ -162,13 +163,13 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
         for each in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 event_loop.add_signal_handler(each, on_signal)
-        typer.echo(f"worker {worker.name} on {queue} ({concurrency} at once)", err=True)
+        echo(f"worker {worker.name} on {queue} ({concurrency} at once)", err=True)
         try:
             await worker.run()
         finally:
             if limits is not None:
                 await limits.aclose()
-        typer.echo("drained", err=True)
+        echo("drained", err=True)
 
 
 def _dump_tasks() -> None:

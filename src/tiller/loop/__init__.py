@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._guardrails import Guardrail, GuardrailOutcome, MaxResponseLength, RefusalKeywords
     from ._iter import AgentRun
     from ._mailbox_route import MailboxRoute
+    from ._mailbox_route import give_send_tool as give_send_tool  # tiller's own (not in __all__)
     from ._model_turn import ResponseTooLarge
     from ._model_wrapper import ModelWrapper
     from ._options import RunOptions
@@ -128,7 +129,7 @@ _HOMES = {
     "._dispatch": ("CALL_RERUN_EVENT",),
     "._guardrails": ("Guardrail", "GuardrailOutcome", "MaxResponseLength", "RefusalKeywords"),
     "._iter": ("AgentRun",),
-    "._mailbox_route": ("MailboxRoute",),
+    "._mailbox_route": ("MailboxRoute", "give_send_tool"),
     "._model_turn": ("ResponseTooLarge",),
     "._model_wrapper": ("ModelWrapper",),
     "._options": ("RunOptions",),

@@ -51,6 +51,7 @@ from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._iter import AgentRun
 from ._log_first import LogBeforeCheckpoint
+from ._mailbox_route import give_send_tool
 from ._options import RunOptions
 from ._output import AgentOutputMode, StructuredOutput, choose_output_mode
 from ._result import RunResult
@@ -309,6 +310,9 @@ class Agent:
         stream: _Stream,
         watch: StepWatcher | None,
     ) -> RunResult:
+        # A mailbox route that gives `message_send` gives it to every run under it, a
+        # continued one too (its agent reloaded by reference in another process).
+        give_send_tool(self.registry, run_ctx.mailbox)
         # The live controls this run uses (law 13): the context's own, unless another run
         # is using them now (then fresh ones), or the ones a caller passed on to share.
         with run_ctx.controls.for_run() as controls:

@@ -11,8 +11,10 @@ checkpoint carries instead:
   `tiller serve MODULE:AGENT`, `tiller submit`, workers, evals);
 - `RunState.policy`: the run's policy *as data* (`policy_of`): the jail and its limits,
   the phase, the withheld tools, the budget's limits and what the run tree has spent, and
-  the loop's serializable options (caps and the built-in review policies), and the
-  configuration pinned when the run started (`RunContext.pinned_policy`, law 11).
+  the loop's serializable options (caps and the built-in review policies), the
+  configuration pinned when the run started (`RunContext.pinned_policy`, law 11), and
+  the run's mailbox route (`mailbox`: its name, whether it receives, whether it was given
+  `message_send`; run state version 6 — an older state has none).
   `run_context_from(state, store=..., approver=...)` rebuilds the `RunContext`, the caller
   giving only what is not data; `options_from(state)` rebuilds the `RunOptions`.
 
@@ -41,6 +43,7 @@ from ..store import Bus
 from ..tools import SPILL_SUBDIR, Jail, SafetyMode, WebAccess
 from ._budget import Budget, Pricing
 from ._context import RunContext
+from ._mailbox_route import MailboxRoute
 from ._options import RunOptions
 from ._review import (
     NeverReview,
@@ -84,8 +87,9 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
     approval or a denial in another process would otherwise run what the model wrote, on
     the host).
 
-    Every failure is a `UsageError` saying what to fix (the module cannot be imported, the
-    attribute is missing, the object is not an agent, its code is in the jail)."""
+    Every failure is a `UsageError` saying what to fix (the module cannot be imported or
+    fails as it runs, the attribute is missing, the object is not an agent, the factory
+    raises, its code is in the jail)."""
     from ._agent import Agent  # here: `_agent` imports the loop, which may import this
 
     module_name, sep, attr_path = ref.partition(":")
@@ -95,14 +99,7 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
         )
     if outside is not None:
         refuse_code_inside(module_name, outside, ref=ref)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(
-            f"cannot import module {module_name!r} of agent reference {ref!r}: {exc}. "
-            "Is it installed, or is its directory the current one or on PYTHONPATH?"
-        ) from exc
-    target: Any = module
+    target: Any = _import(module_name, ref)
     for part in attr_path.split("."):
         try:
             target = getattr(target, part)
@@ -127,6 +124,10 @@ def load_agent(ref: str, *, model: str | None = None, outside: Path | None = Non
             f"calling {ref!r} failed ({exc}); an agent factory takes no arguments, or "
             "only `model` (the model string, e.g. def make(model: str | None = None))"
         ) from exc
+    except UsageError:
+        raise  # the factory's own, saying what to fix (the coding agent's "needs a model")
+    except Exception as exc:
+        raise UsageError(f"the agent factory {ref!r} failed: {_failure(exc)}") from exc
     if not isinstance(built, Agent):
         raise UsageError(f"{ref!r}() returned a {type(built).__name__}, not an Agent")
     if built.ref is None:
@@ -170,6 +171,28 @@ def jail_root_of(state: RunState) -> Path | None:
     policy = state.policy or {}
     root = policy.get("jail_root")
     return Path(root) if isinstance(root, str) else None
+
+
+def _import(module_name: str, ref: str) -> Any:
+    """The module, or a `UsageError` saying why it cannot be had."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(
+            f"cannot import module {module_name!r} of agent reference {ref!r}: {exc}. "
+            "Is it installed, or is its directory the current one or on PYTHONPATH?"
+        ) from exc
+    except Exception as exc:  # the module's own code failed as it ran (or did not parse)
+        raise UsageError(
+            f"importing module {module_name!r} of agent reference {ref!r} failed: {_failure(exc)}"
+        ) from exc
+
+
+def _failure(exc: BaseException) -> str:
+    """`RuntimeError: no config file`; a syntax error with where it is."""
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _takes_model(factory: Any) -> bool:
@@ -224,6 +247,10 @@ def policy_of(run_ctx: RunContext, options: RunOptions | None = None) -> dict[st
     if run_ctx.pinned_policy is not None:
         # The configuration read when the run started (law 11): resumes use it as is.
         policy["pinned"] = dict(run_ctx.pinned_policy)
+    if run_ctx.mailbox is not None:
+        # Who the run is in the mailbox, read once with the rest: every process that
+        # continues it attaches the same route (law 11).
+        policy["mailbox"] = run_ctx.mailbox.to_data()
     if options is not None:
         policy["options"] = {
             "max_steps": options.max_steps,
@@ -284,8 +311,12 @@ def run_context_from(
 
     The caller gives what is not data: the `store`, the `approver` (None: calls that need
     approval are blocked), the `cancel` token. `workspace` replaces the stored jail root
-    (the run continues on another machine, where the project lives elsewhere)."""
+    (the run continues on another machine, where the project lives elsewhere). A run that
+    had a mailbox gets its route back, on `store` (without a store, none: a resume
+    refuses that, see `tiller.loop.FromCheckpoint`)."""
     policy = _stored_policy(state)
+    recorded = policy.get("mailbox")
+    route = MailboxRoute.from_data(store, recorded) if recorded and store is not None else None
     root = Path(workspace) if workspace is not None else Path(policy["jail_root"])
     spill = policy.get("spill_dir")
     jail = Jail(
@@ -326,6 +357,7 @@ def run_context_from(
         compact_at_tokens=policy["compact_at_tokens"],
         store=store,
         pinned_policy=policy.get("pinned"),
+        mailbox=route,
     )
 
 

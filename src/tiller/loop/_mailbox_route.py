@@ -21,6 +21,14 @@ claimed in a process that died before that checkpoint is delivered again by the 
 that continues the run (the store hands back what was delivered to the run id and is not
 in its state), and a durable run checks its lease before each message it takes: a process
 whose run was taken over claims nothing more, and stops with `LeaseLost`.
+
+The route is part of the run's recorded policy (`RunState.policy["mailbox"]`, run state
+version 6: `to_data` / `from_data`), so a process that continues the run from its
+checkpoint (`tiller approve`, `tiller runs resume`) attaches the same mailbox under the
+same name. `send_tool=True` says the run was given `message_send` with the route (`tiller
+run --mailbox`, `tiller serve --mailbox`): every run under such a route has the tool
+(`give_send_tool`), so an agent reloaded by its reference in another process can still
+make, and run, the approved send.
 """
 
 from __future__ import annotations
@@ -52,7 +60,14 @@ if TYPE_CHECKING:
     from ..state import RunState
     from ..tools import Registry
 
-__all__ = ["DELIVERED_EVENT", "MailboxRoute", "RunMailbox", "RunMailer", "mail_frame"]
+__all__ = [
+    "DELIVERED_EVENT",
+    "MailboxRoute",
+    "RunMailbox",
+    "RunMailer",
+    "give_send_tool",
+    "mail_frame",
+]
 
 _logger: Final = logging.getLogger(__name__)
 
@@ -61,6 +76,17 @@ DELIVERED_EVENT: Final = "tiller.message_delivered"
 
 
 _MARKER: Final = "[message from agent "
+
+
+def give_send_tool(registry: Registry, route: MailboxRoute | None) -> None:
+    """Add `message_send` to `registry` when `route` gives it (`send_tool`) and the
+    registry has no tool of that name."""
+    if route is None or not route.send_tool:
+        return
+    from ..tools.builtin import message_send
+
+    if registry.get(message_send.name) is None:
+        registry.add(message_send)
 
 
 def mail_frame(message: MailMessage) -> str:
@@ -76,12 +102,14 @@ class MailboxRoute:
     """Connect a run to the mailbox in `store` (a `Bus`, or a `MailboxStore` with its own
     limits). `deliver`: whether the run receives. `name`: the identity's agent name
     (default: the agent's). `max_per_turn`: messages folded into one step at most (the
-    rest wait for the next)."""
+    rest wait for the next). `send_tool`: the run is given `message_send` if its agent
+    has none (`give_send_tool`)."""
 
     store: MailboxStore
     deliver: bool
     name: str | None
     max_per_turn: int
+    send_tool: bool
 
     def __init__(
         self,
@@ -91,6 +119,7 @@ class MailboxRoute:
         name: str | None = None,
         bucket: str = MAILBOX_BUCKET,
         max_per_turn: int = 10,
+        send_tool: bool = False,
     ) -> None:
         mailbox = store if isinstance(store, MailboxStore) else MailboxStore(store, bucket)
         if name is not None:
@@ -101,6 +130,33 @@ class MailboxRoute:
         object.__setattr__(self, "deliver", bool(deliver))
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "max_per_turn", max_per_turn)
+        object.__setattr__(self, "send_tool", bool(send_tool))
+
+    def to_data(self) -> dict[str, Any]:
+        """The route as the run's recorded policy stores it (JSON-ready)."""
+        return {
+            "name": self.name,
+            "deliver": self.deliver,
+            "bucket": self.store.bucket,
+            "max_per_turn": self.max_per_turn,
+            "max_bytes": self.store.max_bytes,
+            "max_pending": self.store.max_pending,
+            "send_tool": self.send_tool,
+        }
+
+    @classmethod
+    def from_data(cls, store: Bus, data: dict[str, Any]) -> MailboxRoute:
+        """The route `to_data` recorded, on `store` (the run's)."""
+        limits = {key: int(data[key]) for key in ("max_bytes", "max_pending") if key in data}
+        mailbox = MailboxStore(store, str(data.get("bucket") or MAILBOX_BUCKET), **limits)
+        name = data.get("name")
+        return cls(
+            mailbox,
+            bool(data.get("deliver", True)),
+            name=str(name) if name is not None else None,
+            max_per_turn=int(data.get("max_per_turn", 10)),
+            send_tool=bool(data.get("send_tool", False)),
+        )
 
     @property
     def delivers(self) -> bool:

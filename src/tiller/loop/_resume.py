@@ -415,6 +415,12 @@ def _context_for(state: RunState, ctx: RunContext | FromCheckpoint) -> RunContex
     """The continued run's context: the caller's, or one rebuilt from the checkpoint."""
     if isinstance(ctx, RunContext):
         return ctx
+    if (state.policy or {}).get("mailbox") is not None and ctx.store is None:
+        # Continued without it, the run would neither receive nor send (law 11).
+        raise UsageError(
+            f"run {state.run_id!r} had a mailbox, which lives in its store: give the store "
+            "to continue it (FromCheckpoint(store=bus))"
+        )
     run_ctx = run_context_from(
         state, store=ctx.store, approver=ctx.approver, cancel=ctx.cancel, workspace=ctx.workspace
     )

@@ -12,7 +12,14 @@ from typing import Any
 
 from ..conversation import ToolCall
 from ..errors import UsageError
-from ..loop import Agent, ResumeDecision, jail_root_of, load_agent
+from ..loop import (
+    Agent,
+    MailboxRoute,
+    ResumeDecision,
+    give_send_tool,
+    jail_root_of,
+    load_agent,
+)
 from ..store import (
     AlreadyDecided,
     ApprovalStore,
@@ -157,6 +164,10 @@ async def _decide(
         )
     state = checkpoint.state
     loaded = load_agent(ref, model=state.model_spec, outside=jail_root_of(state))
+    # The tools the run had include the `message_send` its mailbox route gave it.
+    recorded = (state.policy or {}).get("mailbox")
+    if recorded is not None:
+        give_send_tool(loaded.registry, MailboxRoute.from_data(store, recorded))
     if arguments is not None:
         await _check_edited(store, record, ref, loaded, arguments, bucket=buckets.checkpoints)
     pending = await _pending_calls(store, checkpoint, buckets.checkpoints)

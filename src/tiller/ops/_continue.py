@@ -81,12 +81,22 @@ async def resume_decided(
     agent: str | None = None,
     bucket: str = DEFAULT_BUCKET,
     on_event: Callable[[Event], None] | None = None,
+    cancel: CancellationToken | None = None,
 ) -> RunResult:
     """Resume the run whose held calls `records` (by call id, each decided) are, with
-    every decision (`decision_of`)."""
+    every decision (`decision_of`). `cancel`: the resumed run's token (a person's Ctrl+C
+    cancels it: it ends `cancelled`, keeping what it did)."""
     run_id = next(iter(records.values())).run_id
     decisions = {call_id: decision_of(record) for call_id, record in records.items()}
-    return await resume_run(store, run_id, decisions, agent=agent, bucket=bucket, on_event=on_event)
+    return await resume_run(
+        store,
+        run_id,
+        decisions,
+        agent=agent,
+        ctx=FromCheckpoint(cancel=cancel) if cancel is not None else None,
+        bucket=bucket,
+        on_event=on_event,
+    )
 
 
 async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: each is API)

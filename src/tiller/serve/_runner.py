@@ -353,7 +353,7 @@ class Runner:
         reclaim: bool = False,
     ) -> RunResult:
         run_ctx = _spent_so_far(
-            self._context(live, plan.answers, pinned_policy_of(paused)),
+            self._context(live, plan.answers, pinned_policy_of(paused), resumed=paused),
             paused,
             self.settings.workspace,
         )
@@ -375,17 +375,26 @@ class Runner:
         live: LiveRun,
         answers: dict[str, QuestionOutcome],
         pinned: PinnedPolicy | None = None,
+        *,
+        resumed: RunState | None = None,
     ) -> RunContext:
         """A run's context under `pinned` (a resumed run's own), else the policy the
-        server read at startup; never a file the model may have written since."""
+        server read at startup; never a file the model may have written since. A
+        `resumed` run keeps the mailbox it recorded (none if it had none), whatever this
+        server's `--mailbox`: it may have started on another server."""
         policy = pinned if pinned is not None else self.settings.policy
         run_ctx = policy.apply(
             RunContext.sandboxed(self.settings.workspace)
             .with_store(self.bus)
             .with_questions(InterruptQuestions(answers))
         )
-        if self.settings.mailbox is not None:
-            run_ctx = run_ctx.with_mailbox(MailboxRoute(self.bus, name=self.settings.mailbox))
+        if resumed is not None:
+            recorded = (resumed.policy or {}).get("mailbox")
+            if recorded is not None:
+                run_ctx = run_ctx.with_mailbox(MailboxRoute.from_data(self.bus, recorded))
+        elif self.settings.mailbox is not None:
+            route = MailboxRoute(self.bus, name=self.settings.mailbox, send_tool=True)
+            run_ctx = run_ctx.with_mailbox(route)
         if self.settings.configure is not None:
             run_ctx = self.settings.configure(run_ctx)
         # The run's own cancel token and steering queue, whatever `configure` did.
