@@ -281,7 +281,11 @@ def test_a_version_3_state_reads_with_no_steers_folded_and_its_mail_unknown() ->
     raw["schema_version"] = 3
     del raw["folded_steers"], raw["folded_mail"], raw["model_calls"], raw["model_calls_history"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.folded_steers, loaded.folded_mail) == (SCHEMA_VERSION, [], None)
+    assert (loaded.schema_version, loaded.folded_steers, loaded.folded_mail) == (
+        SCHEMA_VERSION,
+        [],
+        None,
+    )
     assert RunState(run_id="r", thread_id="t").folded_mail == []
     again = RunState.from_json(loaded.to_json())
     assert (again.schema_version, again.folded_mail) == (SCHEMA_VERSION, None)
