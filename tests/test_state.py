@@ -108,11 +108,11 @@ def test_another_schema_version_is_refused(version: int) -> None:
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
         f"run state schema version {version} is not supported "
-        "(this tiller reads versions 1, 2, 3, 4, 5, 6)"
+        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7)"
     )
 
 
-@pytest.mark.parametrize("version", [7, 99])
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 99])
 def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> None:
     """Issue 15: a state of a newer schema says which tiller wrote it, and to upgrade."""
     raw = orjson.loads(full_state().to_json())
@@ -122,7 +122,7 @@ def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> No
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
         f"run state schema version {version} is not supported "
-        "(this tiller reads versions 1, 2, 3, 4, 5, 6)"
+        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7)"
         f": it was written by tiller 7.0.0 (this is tiller {tiller.__version__}): "
         "upgrade tiller to read it"
     )
