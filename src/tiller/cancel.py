@@ -461,8 +461,9 @@ class CancelScope:
         if self._state != _ACTIVE:
             raise UsageError("this cancel scope is not active; it was never entered or left twice")
         self._state = _EXITED
-        if self._handle is not None:
-            self._handle.remove()
+        handle, self._handle = self._handle, None  # (it holds `_on_fire`: no cycle left)
+        if handle is not None:
+            handle.remove()
         if not self._issued:
             return False
         # Take back our own cancellation whatever happened, so the task's count stays right

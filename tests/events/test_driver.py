@@ -392,3 +392,53 @@ async def test_transformers_apply_to_the_driven_stream() -> None:
             'RUN_FINISHED r1 thread=t1 {"outcome":{"type":"success"}}',
         ]
     )
+
+
+async def test_run_to_end_drives_the_run_for_its_listeners_only() -> None:
+    seen: list[Event] = []
+
+    async def agent(ctx: AgUiContext[Any]) -> None:
+        ctx.say("hello")
+        await asyncio.sleep(0)  # a real suspension: the caller is not woken by it
+        ctx.say("again")
+
+    stream = run_agent(agent, INPUT, listeners=[seen.append])
+    async with asyncio.timeout(10):  # hang guard only
+        await stream.run_to_end()
+    wire = assert_valid_stream(seen)
+    assert kinds(wire)[-1] == "RUN_FINISHED"
+    assert [e["delta"] for e in wire if e["type"] == "TEXT_MESSAGE_CONTENT"] == [
+        "hello",
+        "again",
+    ]
+    with pytest.raises(StreamConsumed):
+        await stream.run_to_end()
+    with pytest.raises(StreamConsumed):
+        stream.__aiter__()  # its one run is over, and nothing was kept to read
+
+
+async def test_cancelling_run_to_end_cancels_the_run_through_its_token() -> None:
+    seen: list[Event] = []
+    started = asyncio.Event()
+    unwound = asyncio.Event()
+
+    async def agent(ctx: AgUiContext[Any]) -> None:
+        try:
+            with ctx.step("work"):
+                started.set()
+                await ctx.cancelled()
+                ctx.check_cancelled()
+        finally:
+            unwound.set()
+
+    stream = run_agent(agent, INPUT, listeners=[seen.append])
+    task = asyncio.ensure_future(stream.run_to_end())
+    async with asyncio.timeout(10):
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert unwound.is_set() and stream.cancel.is_cancelled
+    wire = assert_valid_stream(seen)
+    assert wire[-1]["type"] == "RUN_FINISHED"
+    assert wire[-1]["outcome"] == {"type": "cancelled"}

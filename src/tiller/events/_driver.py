@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -179,12 +180,35 @@ class RunStream:
         """Read the whole stream into a list."""
         return [event async for event in self]
 
+    async def run_to_end(self) -> None:
+        """Run the agent to its end without reading its events: for a caller that sees
+        them through `listeners` only (`Agent.run`). Nothing is buffered and the caller
+        is woken once, when the run ended, not at every event. Cancelling the caller
+        cancels the run as leaving a read does (through the run's own token, so the
+        stream still ends validly), and waits for it to unwind."""
+        if self._state is not _State.UNOPENED:
+            raise StreamConsumed("this run's events were already read; start a new run")
+        self._start(subscribe=False)
+        task = self._task
+        try:
+            if task is not None:
+                ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                task.add_done_callback(functools.partial(_wake, ended))
+                # (A run task cancelled from outside still ended its stream, with
+                # RUN_ERROR{CANCELLED}: the caller, not cancelled, reads that story.)
+                await ended
+        except BaseException:
+            await self.aclose()
+            raise
+        await self._finish()
+
     # ── the run ──────────────────────────────────────────────────────────────────
 
-    def _start(self) -> None:
+    def _start(self, *, subscribe: bool = True) -> None:
         self._state = _State.OPENED
         sink = EventSink(cancel=self.cancel, transformers=self._transformers, verify=self._verify)
-        self._subscription = sink.subscribe(maxsize=None)
+        if subscribe:
+            self._subscription = sink.subscribe(maxsize=None)
         for listener in self._listeners:
             sink.listen(listener)
         sink.emit_forced(
@@ -328,6 +352,11 @@ class RunStream:
     ) -> None:
         if not sink.terminated:
             sink.emit_terminal(RunErrorEvent(message, code, usage))
+
+
+def _wake(waiter: asyncio.Future[None], _: object) -> None:
+    if not waiter.done():  # (a waiter cancelled with its caller is left alone)
+        waiter.set_result(None)
 
 
 async def _call(agent: AgentLike, ctx: AgUiContext[Any]) -> RunOutcome | None:

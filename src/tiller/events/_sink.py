@@ -352,6 +352,9 @@ class EventSink:
             self._state_observer(event)
         if event.type in _TERMINAL:
             self._terminated = True
+            # No state event comes after the end: the observer (the run's context, which
+            # holds this sink) is let go, so the two make no reference cycle.
+            self._state_observer = None
             for subscription in self._subscribers:
                 subscription._finish()
             self._subscribers.clear()

@@ -141,35 +141,12 @@ class Verifier:
         self._tool_chunk: tuple[str, _OpenCall] | None = None
         self._reasoning_chunk: str | None = None
         self._state = StreamState()
-        self._checks: dict[str, Callable[[Any], Callable[[], None] | None]] = {
-            "RUN_STARTED": self._run_started,
-            "RUN_FINISHED": self._run_finished,
-            "RUN_ERROR": self._run_error,
-            "TEXT_MESSAGE_START": self._text_start,
-            "TEXT_MESSAGE_CONTENT": self._text_content,
-            "TEXT_MESSAGE_END": self._text_end,
-            "TEXT_MESSAGE_CHUNK": self._text_chunk_event,
-            "TOOL_CALL_START": self._tool_start,
-            "TOOL_CALL_ARGS": self._tool_args,
-            "TOOL_CALL_END": self._tool_end,
-            "TOOL_CALL_CHUNK": self._tool_chunk_event,
-            "TOOL_CALL_RESULT": self._tool_result,
-            "REASONING_START": self._reasoning_start,
-            "REASONING_END": self._reasoning_end,
-            "REASONING_MESSAGE_START": self._reasoning_message_start,
-            "REASONING_MESSAGE_CONTENT": self._reasoning_content,
-            "REASONING_MESSAGE_END": self._reasoning_message_end,
-            "REASONING_MESSAGE_CHUNK": self._reasoning_chunk_event,
-            "STEP_STARTED": self._step_started,
-            "STEP_FINISHED": self._step_finished,
-            "SUBAGENT_STARTED": self._subagent_started,
-            "SUBAGENT_FINISHED": self._subagent_closed,
-            "SUBAGENT_ERROR": self._subagent_closed,
-            "MESSAGES_SNAPSHOT": self._messages_snapshot,
-            "STATE_SNAPSHOT": self._state.snapshot,
-            "STATE_DELTA": self._state.delta,
-            "REASONING_ENCRYPTED_VALUE": self._encrypted_value,
-        }
+
+    def _snapshot_event(self, event: Any) -> Callable[[], None] | None:
+        return self._state.snapshot(event)
+
+    def _delta_event(self, event: Any) -> Callable[[], None] | None:
+        return self._state.delta(event)
 
     # ── public ───────────────────────────────────────────────────────────────────
 
@@ -182,8 +159,8 @@ class Verifier:
             # Even RUN_ERROR: clients judge the call's arguments when its chunks end. The
             # driver's last-resort error goes out regardless (`EventSink.emit_terminal`).
             self._check_tool_chunk(kind)
-        check = self._checks.get(kind)
-        commit = check(event) if check is not None else None
+        check = _CHECKS.get(kind)
+        commit = check(self, event) if check is not None else None
         # Only now, with the event accepted, does any other event close a chunk stream.
         if self._text_chunk is not None and kind != "TEXT_MESSAGE_CHUNK":
             self._close_text_chunk()
@@ -574,8 +551,7 @@ class Verifier:
 
         return commit
 
-    @staticmethod
-    def _encrypted_value(event: Any) -> None:
+    def _encrypted_value(self, event: Any) -> None:
         if event.subtype not in ENCRYPTED_SUBTYPES:
             raise ProtocolViolation(
                 "InvalidRole",
@@ -650,3 +626,35 @@ class Verifier:
                 self._finished_subagents.add(sid)
 
         return commit
+
+
+#: Each event type's check, by wire type: one table for every verifier (a run builds one).
+_CHECKS: dict[str, Callable[[Verifier, Any], Callable[[], None] | None]] = {
+    "RUN_STARTED": Verifier._run_started,
+    "RUN_FINISHED": Verifier._run_finished,
+    "RUN_ERROR": Verifier._run_error,
+    "TEXT_MESSAGE_START": Verifier._text_start,
+    "TEXT_MESSAGE_CONTENT": Verifier._text_content,
+    "TEXT_MESSAGE_END": Verifier._text_end,
+    "TEXT_MESSAGE_CHUNK": Verifier._text_chunk_event,
+    "TOOL_CALL_START": Verifier._tool_start,
+    "TOOL_CALL_ARGS": Verifier._tool_args,
+    "TOOL_CALL_END": Verifier._tool_end,
+    "TOOL_CALL_CHUNK": Verifier._tool_chunk_event,
+    "TOOL_CALL_RESULT": Verifier._tool_result,
+    "REASONING_START": Verifier._reasoning_start,
+    "REASONING_END": Verifier._reasoning_end,
+    "REASONING_MESSAGE_START": Verifier._reasoning_message_start,
+    "REASONING_MESSAGE_CONTENT": Verifier._reasoning_content,
+    "REASONING_MESSAGE_END": Verifier._reasoning_message_end,
+    "REASONING_MESSAGE_CHUNK": Verifier._reasoning_chunk_event,
+    "STEP_STARTED": Verifier._step_started,
+    "STEP_FINISHED": Verifier._step_finished,
+    "SUBAGENT_STARTED": Verifier._subagent_started,
+    "SUBAGENT_FINISHED": Verifier._subagent_closed,
+    "SUBAGENT_ERROR": Verifier._subagent_closed,
+    "MESSAGES_SNAPSHOT": Verifier._messages_snapshot,
+    "STATE_SNAPSHOT": Verifier._snapshot_event,
+    "STATE_DELTA": Verifier._delta_event,
+    "REASONING_ENCRYPTED_VALUE": Verifier._encrypted_value,
+}

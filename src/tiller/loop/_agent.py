@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import functools
 import re
-import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from ..store import (
     RunStillRunning,
     StoreUnavailable,
 )
-from ..tools import Registry, Tool, remove_tree
+from ..tools import Jail, Registry, Tool, remove_tree
 from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._iter import AgentRun
@@ -398,9 +397,8 @@ class Agent:
             # step shows that step's spending; a steer pushed there reaches the next step).
             listeners=listeners,
         )
-        async with events:
-            async for _ in events:
-                pass
+        # Everything that watches the run is a listener: no one reads the stream itself.
+        await events.run_to_end()
         if event_log is not None:
             await event_log.wait()  # the log is complete when the run returns
         return adapter.result()
@@ -681,8 +679,13 @@ def _jailed(
     scratch: Path | None = None
     if context is None:
         if workspace is None:
-            scratch = Path(tempfile.mkdtemp(prefix="tiller-"))
-        context = RunContext.sandboxed(scratch or Path(workspace or "."), approver)
+            # Made only when a tool first needs it: most runs never touch a workspace,
+            # and making and removing a directory costs more than a whole short run.
+            jail = Jail.scratch()
+            scratch = jail.root
+            context = RunContext(jail=jail, approver=approver)
+        else:
+            context = RunContext.sandboxed(Path(workspace), approver)
     elif workspace is not None or approver is not None:
         raise UsageError("pass either a RunContext or workspace/approver, not both")
     if cancel is not None:

@@ -412,7 +412,7 @@ class Dispatcher:
         run, state = self._run, self._run.state
         record = state.calls[call.id]
         record.status = "started"
-        ctx = self._services.context_for(call.id, record.step, batch.signals)
+        ctx = self._services.context_for(call.id, record.step, batch.signals, tool)
         if self._durability is not None:
             # Idempotent (declared, law 12): should this attempt be cut short, recovery
             # runs it again instead of asking a person (law 5).

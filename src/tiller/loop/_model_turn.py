@@ -48,7 +48,7 @@ from ._output_call import OutputCall, output_tool_of, read_output_call, without_
 from ._response_cap import fit_response_cap
 from ._retry_event import retry_reporter
 from ._run_calls import RunCalls
-from ._run_parts import RunParts
+from ._run_parts import RunParts, weakly
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
 from ._window import history_window
 
@@ -106,7 +106,7 @@ class ModelTurns:
         self._transcript = TranscriptChecker()
         #: Output tokens this run holds on the shared budget for the call being made.
         self._held: int | None = None
-        self.compaction = Compaction(run, history_rewritten=self._history_rewritten)
+        self.compaction = Compaction(run, history_rewritten=weakly(self._history_rewritten))
         #: The validated structured answer, when the agent has an output type.
         self.final_output: Any = None
         #: Why the budget stop's final answer is no output (it did not validate).

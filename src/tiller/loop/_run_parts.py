@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +15,7 @@ if TYPE_CHECKING:
     from ._context import RunContext
     from ._options import RunOptions
 
-__all__ = ["RunParts"]
+__all__ = ["RunParts", "weakly"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +29,19 @@ class RunParts:
     options: RunOptions
     agui: AgUiContext[Any]
     state: RunState
+
+
+def weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """`method` (bound), called through a weak reference: for a callback a run's part
+    hands to a part of its own, so the two make no reference cycle. A run's parts then
+    go when the run does, by reference counting, not at the next full collection (with
+    a thousand runs in flight those collections were a third of the time). Once the
+    owner is gone the callback does nothing."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call

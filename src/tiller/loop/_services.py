@@ -34,6 +34,7 @@ from ..tools import (
     UserGoal,
     WebBudget,
 )
+from ._run_parts import weakly
 from ._summary import SUMMARY_HEAD
 from ._taint_flow import TaintFlow, shell_holds_network
 
@@ -111,10 +112,11 @@ class RunServices:
                 run_ctx.store, run_id=state.run_id, command_may_write=shell_may_write
             )
         self.scratchpad: Path | None = None
+        self._pad_tried = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
         # The checklist lives in the state, so a resumed run (another process, maybe)
         # goes on with it; the broker is its one writer and tells observers each change.
-        self.tasks = TaskBroker(publish=self._keep_tasks, emit=agui.emit)
+        self.tasks = TaskBroker(publish=weakly(self._keep_tasks), emit=agui.emit)
         self.tasks.seed(state.tasks)
         self._goal = UserGoal()
         self._goal_seen = 0
@@ -204,11 +206,14 @@ class RunServices:
         """The run's services for its calls: built once, again only when the goal moved."""
         goal = self.goal()
         cached = self._cached_services
-        if cached is not None and cached.goal is goal:
+        if cached is not None and cached.goal is goal and self._pad_tried:
             return cached
-        if cached is None:  # the run's first call: now it may need its scratchpad
-            self.scratchpad = self._make_scratchpad()
         run_ctx = self._run_ctx
+        if not self._pad_tried and not run_ctx.jail.root_pending:
+            # The first call that can reach the workspace: now it may need its scratchpad.
+            self._pad_tried = True
+            self.scratchpad = self._make_scratchpad()
+            cached = None
         cached = self._cached_services = ToolServices(
             emit=self._agui.emit,
             state_access=self._agui,
@@ -233,9 +238,15 @@ class RunServices:
         )
         return cached
 
-    def context_for(self, call_id: str, step: int, signals: StepSignals) -> ExecContext:
-        """The `ExecContext` of one call, assembled now (so it reads the live mode now)."""
+    def context_for(
+        self, call_id: str, step: int, signals: StepSignals, tool: Any = None
+    ) -> ExecContext:
+        """The `ExecContext` of one call to `tool`, assembled now (so it reads the live
+        mode now). A scratch jail's root is made here, before the first call that can
+        reach it: a function not given its context cannot."""
         run_ctx = self._run_ctx
+        if getattr(tool, "takes_context", True):
+            run_ctx.jail.materialize()
         state = self._state
         services = self._tool_services()
         site = CallSite(

@@ -58,9 +58,10 @@ class ApprovalBroker:
 
     def __init__(self, approver: Approver, cancel: CancellationToken | None = None) -> None:
         self._approver = approver
-        # Once, not per call: a structural check against a runtime Protocol walks its
-        # members (several µs), and an approver's shape does not change during a run.
-        self._explained = isinstance(approver, ExplainedApprover)
+        # Once, not per call, and by its two members, as `isinstance` against the runtime
+        # Protocol would check them: that check first walks the Protocol's whole
+        # namespace (tens of µs), and a broker is made for every run.
+        self._explained = hasattr(approver, "approve") and hasattr(approver, "approve_explained")
         self._cancel = cancel
         self._always: set[str] = set()
 

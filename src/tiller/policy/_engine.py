@@ -66,6 +66,7 @@ too (law 12: where risk is uncertain, the answer is Ask).
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from collections.abc import Mapping
@@ -204,6 +205,13 @@ def _never_allow_uncertain(decision: PolicyDecision, why: str) -> PolicyDecision
     return decision
 
 
+@functools.lru_cache(maxsize=64)
+def _parts_of(protected: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """The protected paths as path components: parsed once per set (a run without an
+    engine of its own builds one over its jail's, the same set run after run)."""
+    return tuple(PurePosixPath(p).parts for p in protected)
+
+
 class PolicyEngine:
     """Decides one call at a time from its risk, the live safety mode and the user's
     `rules` (see the module docstring). `workspace`, the directory shell commands run
@@ -222,7 +230,7 @@ class PolicyEngine:
     ) -> None:
         self._rules = rules if rules is not None else PolicyRules()
         self._workspace = os.fspath(workspace) if workspace is not None else None
-        self._protected = tuple(PurePosixPath(p).parts for p in protected)
+        self._protected = _parts_of(tuple(protected))
 
     @property
     def rules(self) -> PolicyRules:

@@ -17,9 +17,12 @@ from the jail's directory descriptor with `O_NOFOLLOW` (DESIGN §11).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
+import threading
+import uuid
 from dataclasses import dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final
@@ -106,6 +109,9 @@ class Jail:
     unsandboxed_shell: bool
     protected: tuple[str, ...]
     web: WebAccess
+    # A scratch jail's root is made when something first needs it (`scratch()`); shared
+    # by every copy of the jail, so one `materialize()` serves them all.
+    _pending: _PendingRoot | None = field(compare=False, repr=False)
 
     def __init__(  # noqa: PLR0913  # a public typed constructor: its keywords are the API
         self,
@@ -119,15 +125,21 @@ class Jail:
         unsandboxed_shell: bool = False,
         protected: tuple[str, ...] = PROTECTED_PATHS,
         web: WebAccess | None = None,
+        _pending: _PendingRoot | None = None,
     ) -> None:
         from ._web_access import WebAccess  # _web_access -> _tool -> _exec -> here
 
-        try:
-            real_root = Path(root).resolve(strict=True)
-        except (OSError, RuntimeError) as exc:
-            raise UsageError(f"the workspace {os.fspath(root)!r} does not exist: {exc}") from exc
-        if not real_root.is_dir():
-            raise UsageError(f"the workspace {str(real_root)!r} is not a directory")
+        if _pending is not None and not _pending.made:
+            real_root = Path(root)  # already real (`scratch()`); made when first needed
+        else:
+            try:
+                real_root = Path(root).resolve(strict=True)
+            except (OSError, RuntimeError) as exc:
+                raise UsageError(
+                    f"the workspace {os.fspath(root)!r} does not exist: {exc}"
+                ) from exc
+            if not real_root.is_dir():
+                raise UsageError(f"the workspace {str(real_root)!r} is not a directory")
         if output_budget_bytes < 0:
             raise UsageError("output_budget_bytes must be zero or more")
         if not shell_timeout > 0:
@@ -144,8 +156,36 @@ class Jail:
         object.__setattr__(self, "safety", safety)
         object.__setattr__(self, "network", bool(network))
         object.__setattr__(self, "unsandboxed_shell", bool(unsandboxed_shell))
-        object.__setattr__(self, "protected", _protected_paths(protected))
+        object.__setattr__(self, "protected", _protected_paths(tuple(protected)))
         object.__setattr__(self, "web", WebAccess() if web is None else web)
+        object.__setattr__(self, "_pending", _pending)
+
+    @classmethod
+    def scratch(cls, prefix: str = "tiller-") -> Jail:
+        """A jail with the default limits over a fresh private directory in the system's
+        temporary directory, made (mode 0700, as `tempfile.mkdtemp` makes it) only when
+        something first needs it (`materialize()`): a run whose tools never touch the
+        workspace makes no directory. Whoever made the jail removes the directory
+        (`remove_tree(jail.root)`, which leaves a missing one alone)."""
+        parent = _real_dir(tempfile.gettempdir())
+        # 128 random bits: nobody can guess the name to plant something there first, and
+        # `materialize` refuses anything already at the path (an exclusive mkdir).
+        root = parent / f"{prefix}{uuid.uuid4().hex}"
+        return cls(root, _pending=_PendingRoot())
+
+    @property
+    def root_pending(self) -> bool:
+        """True while a scratch jail's root is not made yet (see `scratch()`)."""
+        pending = self._pending
+        return pending is not None and not pending.made
+
+    def materialize(self) -> Path:
+        """Make a scratch jail's root now, if it is not made yet; returns the root. A
+        jail over an existing directory has nothing to make."""
+        pending = self._pending
+        if pending is not None and not pending.made:
+            pending.make(self.root)
+        return self.root
 
     # ── builders ─────────────────────────────────────────────────────────────────
 
@@ -160,6 +200,8 @@ class Jail:
             "protected": self.protected,
             "web": self.web,
         }
+        if root is None:
+            fields["_pending"] = self._pending  # the same root, made or not
         fields.update(changes)
         return Jail(self.root if root is None else root, **fields)
 
@@ -282,7 +324,7 @@ class Jail:
     def fs(self) -> JailFS:
         """Descriptor-walked file access under this jail: open what `resolve()`
         returned through it, so a symlink swapped in after the check is refused."""
-        return JailFS(self.root, self.protected)
+        return JailFS(self.materialize(), self.protected)
 
     def contains(self, path: str | os.PathLike[str]) -> bool:
         """Whether `resolve(path)` would succeed: a cheap filter for tools that walk."""
@@ -307,9 +349,36 @@ class Jail:
 _FIELDS: Final = tuple(f.name for f in fields(Jail))
 
 
+@functools.lru_cache(maxsize=8)
+def _real_dir(path: str) -> Path:
+    """The real path of the temporary directory `path`: resolved once per process (it
+    names the same directory for as long as it is the temporary directory)."""
+    return Path(path).resolve(strict=True)
+
+
+class _PendingRoot:
+    """Whether a scratch jail's root was made yet; made once, under a lock (a sync tool's
+    worker thread may be the first to need it)."""
+
+    __slots__ = ("_lock", "made")
+
+    def __init__(self) -> None:
+        self.made = False
+        self._lock = threading.Lock()
+
+    def make(self, root: Path) -> None:
+        with self._lock:
+            if self.made:
+                return
+            # Exclusive: a directory (or a link) already there is not ours.
+            os.mkdir(root, 0o700)
+            self.made = True
+
+
+@functools.lru_cache(maxsize=64)
 def _protected_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
     """`paths` normalised (POSIX, no `.`), each once; a `..` or an absolute path is a
-    caller's mistake, refused."""
+    caller's mistake, refused. Cached: every jail normalises the same few sets."""
     normalised: dict[str, None] = {}
     for path in paths:
         pure = PurePosixPath(os.fspath(path))

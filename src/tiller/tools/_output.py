@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
@@ -77,6 +77,7 @@ class OutputBudget:
         spill_dir: Path,
         *,
         relative_to: Path | None = None,
+        prepare: Callable[[], object] | None = None,
     ) -> str:
         """`content` if it fits the remaining budget; else the part that fits, then a
         pointer line to a spill file holding the whole of `content`.
@@ -85,7 +86,7 @@ class OutputBudget:
         bytes not shown and the path is relative to `relative_to` (the jail root, so the
         model can pass it to `read_file`) when the file lies under it. The cut never splits
         a UTF-8 character. The spill file is named after the call id; `spill_dir` is created
-        if needed.
+        if needed, after `prepare()` (which may make the directory it lies in).
         """
         data = content.encode("utf-8")
         granted = self._take(len(data))
@@ -96,6 +97,8 @@ class OutputBudget:
         separator = "" if not head or head.endswith("\n") else "\n"
         more = len(data) - len(kept)
         try:
+            if prepare is not None:
+                prepare()  # a scratch jail's root, made only now that a spill needs it
             spill_file = _write_spill(spill_dir, call_id, data, relative_to)
         except (OSError, PathOutsideJail) as exc:
             # A spill dir a command replaced with a symlink, a full disk: the result is
@@ -109,7 +112,13 @@ class OutputBudget:
 
     def cap_result(self, result: ToolResult, jail: Jail) -> ToolResult:
         """`result` with its content capped (see `cap`), spilling to the run's spill dir."""
-        capped = self.cap(result.content, result.call_id, jail.spill_dir, relative_to=jail.root)
+        capped = self.cap(
+            result.content,
+            result.call_id,
+            jail.spill_dir,
+            relative_to=jail.root,
+            prepare=jail.materialize,
+        )
         if capped is result.content:
             return result
         return result.model_copy(update={"content": capped})

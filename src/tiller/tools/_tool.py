@@ -28,7 +28,10 @@ not a `TillerError`, because it is a signal raised on purpose (STYLE.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import enum
+import functools
 import inspect
 import re
 import sys
@@ -408,6 +411,12 @@ class FunctionTool(CapabilityViews):
             return self._risk_of(arguments)
         return self.risk
 
+    @property
+    def takes_context(self) -> bool:
+        """Whether the function is given the call's `ExecContext` (a parameter typed so):
+        one that is not can reach neither the jail nor the run's services."""
+        return bool(self._ctx_params)
+
     def paths_of(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
         """The workspace paths the call names (by default its `path` argument)."""
         return self._paths_of(arguments)
@@ -445,24 +454,72 @@ class FunctionTool(CapabilityViews):
         if self._is_async:
             result = await self.function(*positional, **keywords)
         else:
-            work = asyncio.ensure_future(asyncio.to_thread(self.function, *positional, **keywords))
-            try:
-                result = await asyncio.shield(work)
-            except asyncio.CancelledError:
-                # A worker thread cannot be interrupted. Give it a moment to notice the
-                # token and stop, so what it did is done before the call is reported
-                # cancelled (law 8), not after; a tool that never checks is left behind.
-                await asyncio.wait({work}, timeout=SYNC_CANCEL_GRACE)
-                # Its outcome no longer has a reader: fetch it, so a failure is not
-                # reported as never retrieved.
-                work.add_done_callback(lambda done: done.cancelled() or done.exception())
-                raise
+            result = await _in_worker_thread(self.function, positional, keywords)
             if inspect.isawaitable(result):
                 result = await result
         return to_output(result)
 
     def __repr__(self) -> str:
         return f"<FunctionTool {self.name!r} read_only={self.read_only}>"
+
+
+async def _in_worker_thread(
+    function: Callable[..., Any], positional: list[Any], keywords: dict[str, Any]
+) -> Any:
+    """`function(*positional, **keywords)` in the loop's default executor, in a copy of
+    this task's context (as `asyncio.to_thread` runs it), awaited without a task or a
+    shield of its own: the thread hands its outcome straight to the waiting task, so the
+    hop costs two turns of the event loop, not five."""
+    event_loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[Any] = event_loop.create_future()
+    call = functools.partial(
+        contextvars.copy_context().run, _report, event_loop, outcome, function, positional, keywords
+    )
+    work = event_loop.run_in_executor(None, call)
+    try:
+        return await outcome
+    except asyncio.CancelledError:
+        # A worker thread cannot be interrupted. Give it a moment to notice the token and
+        # stop, so what it did is done before the call is reported cancelled (law 8), not
+        # after; a tool that never checks is left behind (its outcome has no reader).
+        await asyncio.wait({work}, timeout=SYNC_CANCEL_GRACE)
+        raise
+
+
+def _report(
+    event_loop: asyncio.AbstractEventLoop,
+    outcome: asyncio.Future[Any],
+    function: Callable[..., Any],
+    positional: list[Any],
+    keywords: dict[str, Any],
+) -> None:
+    """In the worker thread: run the call, then hand what it returned or raised to the
+    loop. (The executor's own future ends with None: nothing for anyone to retrieve.)"""
+    try:
+        value = function(*positional, **keywords)
+    except BaseException as exc:  # handed to the awaiting task, which raises it
+        _settle_soon(event_loop, outcome, None, exc)
+    else:
+        _settle_soon(event_loop, outcome, value, None)
+
+
+def _settle_soon(
+    event_loop: asyncio.AbstractEventLoop,
+    outcome: asyncio.Future[Any],
+    value: Any,
+    error: BaseException | None,
+) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+        event_loop.call_soon_threadsafe(_settle, outcome, value, error)
+
+
+def _settle(outcome: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if outcome.done():  # its task was cancelled and stopped waiting
+        return
+    if error is not None:
+        outcome.set_exception(error)
+    else:
+        outcome.set_result(value)
 
 
 def to_output(value: Any) -> ToolOutput:
