@@ -84,7 +84,7 @@ def test_a_full_state_round_trips_through_json() -> None:
 
 def test_the_json_carries_its_schema_version() -> None:
     raw = orjson.loads(full_state().to_json())
-    assert raw["schema_version"] == 6
+    assert raw["schema_version"] == 7
     assert raw["stop_cause"] == "suspended"
     assert raw["phase"] == "plan"
     assert raw["messages"][1]["role"] == "assistant"
@@ -108,11 +108,11 @@ def test_another_schema_version_is_refused(version: int) -> None:
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
         f"run state schema version {version} is not supported "
-        "(this tiller reads versions 1, 2, 3, 4, 5, 6)"
+        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7)"
     )
 
 
-@pytest.mark.parametrize("version", [7, 99])
+@pytest.mark.parametrize("version", [8, 99])
 def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> None:
     """Issue 15: a state of a newer schema says which tiller wrote it, and to upgrade."""
     raw = orjson.loads(full_state().to_json())
@@ -122,7 +122,7 @@ def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> No
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
         f"run state schema version {version} is not supported "
-        "(this tiller reads versions 1, 2, 3, 4, 5, 6)"
+        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7)"
         f": it was written by tiller 7.0.0 (this is tiller {tiller.__version__}): "
         "upgrade tiller to read it"
     )
@@ -263,7 +263,7 @@ def test_a_version_1_state_is_read_and_migrated() -> None:
         for call in message.get("tool_calls", ()):
             del call["provider_id"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert loaded.schema_version == 6
+    assert loaded.schema_version == 7
     assert loaded.agent_state == full_state().agent_state
     calls = [c for m in loaded.messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
     assert calls and all(c.provider_id == "" for c in calls)
@@ -281,10 +281,10 @@ def test_a_version_3_state_reads_with_no_steers_folded_and_its_mail_unknown() ->
     raw["schema_version"] = 3
     del raw["folded_steers"], raw["folded_mail"], raw["model_calls"], raw["model_calls_history"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.folded_steers, loaded.folded_mail) == (6, [], None)
+    assert (loaded.schema_version, loaded.folded_steers, loaded.folded_mail) == (7, [], None)
     assert RunState(run_id="r", thread_id="t").folded_mail == []
     again = RunState.from_json(loaded.to_json())
-    assert (again.schema_version, again.folded_mail) == (6, None)
+    assert (again.schema_version, again.folded_mail) == (7, None)
 
 
 def test_a_version_4_state_counts_one_model_call_a_step() -> None:
@@ -297,7 +297,7 @@ def test_a_version_4_state_counts_one_model_call_a_step() -> None:
     raw["schema_version"] = 4
     del raw["model_calls"], raw["model_calls_history"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.model_calls) == (6, 3)
+    assert (loaded.schema_version, loaded.model_calls) == (7, 3)
     assert orjson.loads(loaded.to_json())["model_calls"] == 3
 
 
@@ -330,12 +330,12 @@ def test_a_version_2_state_is_read_with_its_agent_state_and_call_steps() -> None
     assert loaded.calls["c1"].step == 1
     assert loaded.children["c9"].agent_state == {"child": True}
     assert loaded.children["c9"].calls["k1"].step == 4
-    assert loaded.schema_version == 6
+    assert loaded.schema_version == 7
     child.folded_mail = None  # a version 2 child's mail is not known either
-    migrated = {"schema_version": 6, "folded_mail": None, "model_calls": original.step}
+    migrated = {"schema_version": 7, "folded_mail": None, "model_calls": original.step}
     assert loaded == original.model_copy(update=migrated)
     again = orjson.loads(loaded.to_json())
-    assert again["schema_version"] == 6 and "state" not in again
+    assert again["schema_version"] == 7 and "state" not in again
     assert again["agent_state"] == {"todo": ["a", "b"], "count": 2}
     # A checkpoint reads its state through `from_data`: the same migration.
     assert RunState.from_data(raw).agent_state == {"todo": ["a", "b"], "count": 2}
@@ -358,7 +358,7 @@ def test_a_version_5_state_reads_with_no_model_call_history() -> None:
     raw["schema_version"] = 5
     del raw["model_calls_history"]
     loaded = RunState.from_json(orjson.dumps(raw))
-    assert (loaded.schema_version, loaded.model_calls_history) == (6, [])
+    assert (loaded.schema_version, loaded.model_calls_history) == (7, [])
     assert loaded.model_calls_at(1) == 4
 
 

@@ -117,6 +117,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "`model_calls` back with the conversation. A version 5 state reads with "
                 "none; a rewind of it keeps its count.",
             ),
+            SchemaVersion(
+                7,
+                "0.1.0",
+                "`trace_context` (issue 20): the W3C `traceparent` every segment of the run "
+                "goes under and the previous segment's span, so a resumed run continues "
+                "the same trace and links to the span it continues. A version 6 state "
+                "reads with none.",
+            ),
         ),
         _kind(
             "run_checkpoint",
