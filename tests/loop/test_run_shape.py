@@ -21,7 +21,7 @@ WIDE = {
     # since the part that wraps each model call (`with_model_wrapper`) came.
     "_context.py:RunContext": 34,
     # The loop's tunables: one builder per tunable, like RunContext.
-    "_options.py:RunOptions": 16,
+    "_options.py:RunOptions": 17,
     # A subagent's view of its parent's AgUiContext: one delegating method per emitter.
     "_subagents.py:_SubagentView": 16,
 }

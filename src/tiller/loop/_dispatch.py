@@ -52,6 +52,7 @@ from ._result import ToolTraceEntry
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, Step, Suspend
 from ._suspension import Suspension
+from ._telemetry_hooks import gate_facts
 
 if TYPE_CHECKING:
     from ._gate import Gate
@@ -272,6 +273,8 @@ class Dispatcher:
             # An earlier run gated it and left it to the client: still the client's.
             batch.for_client.append(call)
             return
+        if self._run.trace is not None:
+            self._run.trace.tool_opened(call)
         if call.id in step.recorded:
             # Completed before a crash or suspension: never run twice (law 5).
             content, is_error = step.recorded[call.id]
@@ -295,6 +298,8 @@ class Dispatcher:
         through = flow.sends_through(batch.tools[index], taint, _arguments_or_empty(call))
         can = batch.able[index] | Capability.EXTERNAL_SEND if through else batch.able[index]
         answer = await self._gate.check(call, record, taint, can, through=through)
+        if self._run.trace is not None:
+            self._run.trace.tool_gated(call.id, *gate_facts(answer))
         match answer:
             case ForClient():
                 # Allowed: the client runs it, and its result comes with the next
@@ -429,10 +434,13 @@ class Dispatcher:
         read: list[str] = []
         try:
             watching = watch_reads(read.append)
+            traced = run.trace.tool_running(call.id) if run.trace is not None else None
             try:
                 execution = await run.agent.registry.execute(call, ctx)
             finally:
                 stop_watching_reads(watching)
+                if run.trace is not None:
+                    run.trace.tool_stopped(traced)
         finally:
             ctx.progress.close()  # progress belongs to the call; detached work uses notify
         if self.subagents is not None and self.subagents.holds(call.id):
@@ -508,6 +516,8 @@ class Dispatcher:
         record = state.calls[call.id]
         record.status = "failed" if is_error else "completed"
         record.is_error = is_error
+        if run.trace is not None:
+            run.trace.tool_closed(call.id, content, is_error=is_error)
         self._capture.tool_result(call.id, call.name, content, is_error=is_error)
         handle = step.handles.get(call.id) if show else None
         result_ids = state.result_ids

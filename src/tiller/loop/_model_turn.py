@@ -112,6 +112,8 @@ class ModelTurns:
         self.output_error: str | None = None
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
+        #: Streams one model call: `_stream`, or inside a `chat` span when traced.
+        self._call = self._stream if run.trace is None else self._traced_stream
 
     async def take(self, turn: ModelTurn) -> Step:
         """One model turn; returns the step it leads to."""
@@ -128,7 +130,7 @@ class ModelTurns:
             if verdict.kind != "allow":
                 self._stop_by_guardrail(verdict.reason, verdict.agent)
                 return next_step(run)
-            answer = await self.compaction.model_turn(request, self._stream)
+            answer = await self.compaction.model_turn(request, self._call)
         finally:
             self.release_unspent()
         if answer is None:  # the prompt was too long: compacted, the next step tries again
@@ -227,7 +229,7 @@ class ModelTurns:
             if verdict.kind != "allow":
                 self._stop_by_guardrail(verdict.reason, verdict.agent)
                 return next_step(run)
-            answer = await self._stream(request)
+            answer = await self._call(request)
         finally:
             self.release_unspent()
         # Calls are not run here; a reply that was only calls leaves nothing to keep (law 1).
@@ -348,6 +350,18 @@ class ModelTurns:
         response = without_output_calls(response, answer.output)
         answer.message = response.message
         self._keep_malformed(answer, response, message_id)
+        return answer
+
+    async def _traced_stream(self, request: ModelRequest) -> ModelAnswer:
+        """`_stream` inside the call's `chat` span (`tiller.telemetry`)."""
+        assert self._run.trace is not None
+        chat = self._run.trace.chat(request)
+        try:
+            answer = await self._stream(request)
+        except BaseException as exc:
+            chat.failed(exc)
+            raise
+        chat.done(answer.usage, answer.finish_reason, answer.message)
         return answer
 
     def _show_output_call(

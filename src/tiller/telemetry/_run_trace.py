@@ -21,6 +21,7 @@ goes under the former and links to the latter, then records itself as the newest
 
 from __future__ import annotations
 
+import sys
 import time
 from asyncio import CancelledError as _CancelledError
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..capture import ModelCallRecord
-from ..conversation import AssistantMessage, ToolCall, UserMessage
+from ..conversation import AssistantMessage, ToolCall, Usage, UserMessage
 from ..errors import Cancelled
 from ..state import RunState, TraceContext
 from . import _names as n
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span
 
-    from ..model import AccumulatedResponse, ModelRequest
+    from ..model import ModelRequest
     from ._telemetry import Telemetry
 
 __all__ = ["ChatSpan", "RunTrace", "context_of", "traceparent_of"]
@@ -160,7 +161,10 @@ class RunTrace:
             under = traceparent_of(trace.get_current_span(parent)) if above.is_valid else own
             state.trace_context = TraceContext(parent=under or own, previous=own)
 
-    def ended(self, exc: BaseException | None) -> None:
+    def ended(self) -> None:
+        """The run ended: called from the loop's `finally`, where the exception that
+        ends it, if one does, is the one being handled."""
+        exc = sys.exc_info()[1]
         span, state = self._span, self._state
         if span is None:
             return
@@ -341,24 +345,26 @@ class ChatSpan:
         )
         self._began = time.perf_counter()
 
-    def done(self, response: AccumulatedResponse) -> None:
+    def done(
+        self, usage: Usage | None, finish_reason: str | None, message: AssistantMessage
+    ) -> None:
         run, span = self._run, self._span
         tel = run._telemetry
-        usage = response.usage
+        usage = usage or Usage()
         facts: dict[str, Any] = {
             n.RESPONSE_MODEL: run._model,
             n.USAGE_INPUT_TOKENS: usage.input_tokens,
             n.USAGE_OUTPUT_TOKENS: usage.output_tokens,
             n.RUN_CALL: run._state.model_calls,
         }
-        if response.finish_reason is not None:
-            facts[n.RESPONSE_FINISH_REASONS] = (str(response.finish_reason),)
+        if finish_reason is not None:
+            facts[n.RESPONSE_FINISH_REASONS] = (str(finish_reason),)
         if usage.cached_input_tokens:
             facts[n.USAGE_CACHE_READ_INPUT_TOKENS] = usage.cached_input_tokens
         if usage.reasoning_tokens:
             facts[n.USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
         if tel.record_content:
-            output = _redacted_output(tel, run._state, response)
+            output = _redacted_output(tel, run._state, message, finish_reason)
             if output is not None:
                 facts[n.OUTPUT_MESSAGES] = output
         span.set_attributes(facts)
@@ -451,12 +457,14 @@ def _redacted_input(tel: Telemetry, state: RunState, request: ModelRequest) -> s
     return _json([_parts(_load(m)) for m in record.new_messages])
 
 
-def _redacted_output(tel: Telemetry, state: RunState, response: AccumulatedResponse) -> str | None:
-    record = _redact(tel, _record(state, [], response.message.model_dump(mode="json")))
+def _redacted_output(
+    tel: Telemetry, state: RunState, message: AssistantMessage, finish_reason: str | None
+) -> str | None:
+    record = _redact(tel, _record(state, [], message.model_dump(mode="json")))
     if record is None:
         return None
     shaped = _parts(AssistantMessage.model_validate(record.response))
-    shaped["finish_reason"] = str(response.finish_reason or "")
+    shaped["finish_reason"] = str(finish_reason or "")
     return _json([shaped])
 
 

@@ -1,0 +1,68 @@
+"""A run suspended here and resumed in another process is one trace: the resumed
+segment goes under the span the checkpoint names and links to the segment before it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from tiller.loop import PauseOnTools, RunContext, RunOptions
+from tiller.state import RunState, StopCause
+
+from ._resume_agent import agent
+from ._tree import Recorded
+
+HERE = Path(__file__).parent
+SRC = HERE.parents[1] / "src"
+
+
+async def test_suspend_here_resume_in_another_process_is_one_linked_trace(
+    recorded: Recorded, ctx: RunContext, tmp_path: Path
+) -> None:
+    options = RunOptions(review_policy=PauseOnTools(["write_note"])).with_telemetry(
+        recorded.telemetry
+    )
+    paused = await agent.run_in(ctx, "note it", options=options)
+    assert paused.stop_cause is StopCause.SUSPENDED
+    first = recorded.one("invoke_agent writer")
+    attrs = dict(first.attributes or {})
+    assert attrs["tiller.suspended"] is True
+    assert attrs["tiller.stop_cause"] == "suspended"
+    assert paused.checkpoint is not None
+    trace_context = paused.checkpoint.trace_context
+    assert trace_context is not None
+    first_id = f"00-{first.context.trace_id:032x}-{first.context.span_id:016x}-"
+    assert trace_context.parent == trace_context.previous
+    assert trace_context.parent.startswith(first_id)
+    # The checkpoint carries it through JSON (schema 7).
+    checkpoint = tmp_path / "checkpoint.json"
+    checkpoint.write_bytes(paused.checkpoint.to_json())
+    assert RunState.from_json(checkpoint.read_bytes()).trace_context == trace_context
+
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    done = subprocess.run(
+        [sys.executable, str(HERE / "_resume_child.py"), str(checkpoint), str(ctx.jail.root)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [orjson.loads(line) for line in done.stdout.splitlines()]
+    assert lines[-1] == {"stop_cause": "completed"}
+    spans = {s["name"]: s for s in lines[:-1]}
+    resumed = spans["invoke_agent writer"]
+    trace_id, span_id = f"{first.context.trace_id:032x}", f"{first.context.span_id:016x}"
+    assert resumed["trace_id"] == trace_id  # one logical run, one trace
+    assert resumed["parent_id"] == span_id
+    assert resumed["links"] == [[trace_id, span_id]]
+    assert resumed["attributes"]["tiller.resumed"] is True
+    assert resumed["attributes"]["tiller.stop_cause"] == "completed"
+    tool = spans["execute_tool write_note"]
+    assert tool["parent_id"] == resumed["span_id"]
+    assert tool["attributes"]["tiller.gate.decided_by"] == "user"  # the person's decision
