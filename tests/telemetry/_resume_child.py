@@ -20,11 +20,10 @@ from tiller.state import RunState
 from tiller.telemetry import Telemetry
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _resume_agent import agent  # noqa: E402
+from _resume_agent import agent
 
 
-async def main() -> None:
-    state = RunState.from_json(Path(sys.argv[1]).read_bytes())
+async def main(state: RunState) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -53,4 +52,4 @@ async def main() -> None:
     print(orjson.dumps({"stop_cause": result.stop_cause.value}).decode())
 
 
-asyncio.run(main())
+asyncio.run(main(RunState.from_json(Path(sys.argv[1]).read_bytes())))

@@ -35,8 +35,8 @@ def test_every_gen_ai_attribute_is_the_conventions_own() -> None:
 def test_operations_token_types_and_metrics() -> None:
     operations = {v.value for v in semconv.GenAiOperationNameValues}
     assert {_names.INVOKE_AGENT, _names.CHAT, _names.EXECUTE_TOOL} <= operations
-    assert _names.TOKEN_TYPE_INPUT == semconv.GenAiTokenTypeValues.INPUT.value
-    assert _names.TOKEN_TYPE_OUTPUT == semconv.GenAiTokenTypeValues.OUTPUT.value
+    assert semconv.GenAiTokenTypeValues.INPUT.value == _names.TOKEN_TYPE_INPUT
+    assert semconv.GenAiTokenTypeValues.OUTPUT.value == _names.TOKEN_TYPE_OUTPUT
     assert _names.TOKEN_USAGE == gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE
     assert _names.OPERATION_DURATION == gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION
     assert _names.ERROR_TYPE == error_attributes.ERROR_TYPE

@@ -3,8 +3,8 @@ segment goes under the span the checkpoint names and links to the segment before
 
 from __future__ import annotations
 
+import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,16 +44,19 @@ async def test_suspend_here_resume_in_another_process_is_one_linked_trace(
     assert RunState.from_json(checkpoint.read_bytes()).trace_context == trace_context
 
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    done = subprocess.run(
-        [sys.executable, str(HERE / "_resume_child.py"), str(checkpoint), str(ctx.jail.root)],
-        capture_output=True,
-        text=True,
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HERE / "_resume_child.py"),
+        str(checkpoint),
+        str(ctx.jail.root),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env=env,
-        timeout=120,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr
-    lines = [orjson.loads(line) for line in done.stdout.splitlines()]
+    async with asyncio.timeout(120):  # a hang guard
+        out, err = await child.communicate()
+    assert child.returncode == 0, err.decode()
+    lines = [orjson.loads(line) for line in out.decode().splitlines()]
     assert lines[-1] == {"stop_cause": "completed"}
     spans = {s["name"]: s for s in lines[:-1]}
     resumed = spans["invoke_agent writer"]
