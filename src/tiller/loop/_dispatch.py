@@ -52,7 +52,7 @@ from ._result import ToolTraceEntry
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, Step, Suspend
 from ._suspension import Suspension
-from ._telemetry_hooks import gate_facts
+from ._telemetry_hooks import gate_facts, traced_call
 
 if TYPE_CHECKING:
     from ._gate import Gate
@@ -115,6 +115,8 @@ class Dispatcher:
         #: The run's children, when its agent can start them (set by the loop).
         self.subagents: Subagents | None = None
         self._carried_client_calls: frozenset[str] = frozenset()
+        #: Runs one allowed call: `_run_call`, or inside its `execute_tool` span's context.
+        self._run_one = traced_call(run.trace, self._run_call)
 
     def carry_client_calls(self) -> None:
         """As the run starts: calls an earlier run of this conversation left for the
@@ -251,11 +253,11 @@ class Dispatcher:
             await self._gate_one(batch, index, call)
         allowed = batch.allowed
         if len(allowed) == 1:  # the common case: no task group, no extra loop pass
-            await self._run_call(*allowed[0], batch)
+            await self._run_one(*allowed[0], batch)
         elif allowed:
             async with asyncio.TaskGroup() as group:
                 for call, tool in allowed:
-                    group.create_task(self._run_call(call, tool, batch))
+                    group.create_task(self._run_one(call, tool, batch))
         self._finish_executed(batch, show=True)
         # What the batch wrote carries the taint; the taint may now stop networked jobs.
         wrote = any(tool.read_only is not True for _, tool in allowed)
@@ -434,13 +436,10 @@ class Dispatcher:
         read: list[str] = []
         try:
             watching = watch_reads(read.append)
-            traced = run.trace.tool_running(call.id) if run.trace is not None else None
             try:
                 execution = await run.agent.registry.execute(call, ctx)
             finally:
                 stop_watching_reads(watching)
-                if run.trace is not None:
-                    run.trace.tool_stopped(traced)
         finally:
             ctx.progress.close()  # progress belongs to the call; detached work uses notify
         if self.subagents is not None and self.subagents.holds(call.id):

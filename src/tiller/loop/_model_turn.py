@@ -50,6 +50,7 @@ from ._retry_event import retry_reporter
 from ._run_calls import RunCalls
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
+from ._telemetry_hooks import traced_stream
 from ._window import history_window
 
 __all__ = [
@@ -113,7 +114,7 @@ class ModelTurns:
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
         #: Streams one model call: `_stream`, or inside a `chat` span when traced.
-        self._call = self._stream if run.trace is None else self._traced_stream
+        self._call = traced_stream(run.trace, self._stream)
 
     async def take(self, turn: ModelTurn) -> Step:
         """One model turn; returns the step it leads to."""
@@ -350,18 +351,6 @@ class ModelTurns:
         response = without_output_calls(response, answer.output)
         answer.message = response.message
         self._keep_malformed(answer, response, message_id)
-        return answer
-
-    async def _traced_stream(self, request: ModelRequest) -> ModelAnswer:
-        """`_stream` inside the call's `chat` span (`tiller.telemetry`)."""
-        assert self._run.trace is not None
-        chat = self._run.trace.chat(request)
-        try:
-            answer = await self._stream(request)
-        except BaseException as exc:
-            chat.failed(exc)
-            raise
-        chat.done(answer.usage, answer.finish_reason, answer.message)
         return answer
 
     def _show_output_call(

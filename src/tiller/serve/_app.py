@@ -210,7 +210,9 @@ class _Server:
         if self.fleet is not None:
             return await self.fleet.respond(run_input)
         try:
-            prepared = await self.runner.prepare(run_input)
+            prepared = await self.runner.prepare(
+                run_input, traceparent=request.headers.get("traceparent")
+            )
         except InvalidRunInput as exc:
             return error(400, str(exc))
         live = await self.runner.launch(prepared)
