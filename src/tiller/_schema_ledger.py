@@ -195,6 +195,12 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "dollars and a dollar ceiling stops it. Version 1 is read as version 2 "
                 "without prices.",
             ),
+            SchemaVersion(
+                3,
+                "0.1.0",
+                "`traceparent` (issue 20): the W3C trace context of the submitter, so a "
+                "traced worker's run goes under it. Versions 1 and 2 read without one.",
+            ),
         ),
         _kind(
             "run_result",

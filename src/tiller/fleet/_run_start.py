@@ -31,6 +31,7 @@ from ..ops import decided_records, decision_of, recover_run, resume_run
 from ..pinned_policy import with_store_protected
 from ..state import RunState
 from ..store import DEFAULT_BUCKET, Bus, CheckpointStore
+from ..telemetry import Telemetry
 from ..tools import Jail
 from ._drain import StepBoundary
 from ._guard import Configure
@@ -53,6 +54,8 @@ class RunStarter:
     agent: str | None
     lease: float
     event_log_batch: int
+    #: Where the runs' spans and metrics go (`Worker(telemetry=)`); None: not traced.
+    telemetry: Telemetry | None = None
 
     async def start(
         self,
@@ -80,7 +83,7 @@ class RunStarter:
                 before_call_recorded=before_call_recorded,
             )
         state = (await self.checkpoints.load(run_job.run_id)).state
-        options = self._options(state, before_call_recorded)
+        options = self._traced(self._options(state, before_call_recorded), run_job)
 
         if how == "recover":
             return await recover_run(
@@ -113,6 +116,12 @@ class RunStarter:
             return Taint.NONE.value
         latest = await self.checkpoints.for_thread(thread_id)
         return latest.state.taint if latest is not None else Taint.NONE.value
+
+    def _traced(self, options: RunOptions, run_job: RunJob) -> RunOptions:
+        """`options` with the worker's telemetry, under the job's trace context."""
+        if self.telemetry is None:
+            return options
+        return options.with_telemetry(self.telemetry.with_parent(run_job.traceparent))
 
     def _options(
         self, state: RunState, before_call_recorded: Callable[[str], Awaitable[None]] | None
@@ -149,6 +158,7 @@ class RunStarter:
             event_log_batch=self.event_log_batch,
             before_call_recorded=before_call_recorded,
         )
+        options = self._traced(options, run_job)
         state = RunState(
             run_id=run_job.run_id,
             thread_id=run_job.thread_id or run_job.run_id,

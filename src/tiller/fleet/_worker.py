@@ -104,6 +104,7 @@ from ..store import (
     StoreError,
     StoreUnavailable,
 )
+from ..telemetry import Telemetry
 from ._batch_share import BatchShare, reclaim_share, reserve_share, settle_from_state
 from ._batches import BatchStore
 from ._claim_ramp import ClaimRamp
@@ -151,7 +152,8 @@ class Worker:
     queue's lease as the worker read it when it started.
     `event_log_batch` is how many events a run buffers before writing them to its event
     log (fewer: a live `RunHandle.events()` sees them sooner). `on_job(run_id, what)` is
-    told when a job starts (`"started"`) and how it ended.
+    told when a job starts (`"started"`) and how it ended. `telemetry`: the runs'
+    OpenTelemetry spans and metrics, each run under its job's `traceparent`.
     """
 
     def __init__(  # noqa: PLR0913 (the worker's options, keyword-only: each is API)
@@ -172,6 +174,7 @@ class Worker:
         guard: RunGuard | None = None,
         limits: FleetLimits | None = None,
         on_job: Callable[[str, str], None] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise UsageError(f"a worker's concurrency must be a positive int, not {concurrency!r}")
@@ -211,6 +214,7 @@ class Worker:
             agent,
             lease=self._lease,
             event_log_batch=event_log_batch,
+            telemetry=telemetry,
         )
         self._registry = WorkerRegistry(bus)
         self._draining = asyncio.Event()
