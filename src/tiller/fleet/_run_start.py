@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..conversation import Taint, UserMessage
 from ..errors import UsageError
@@ -31,11 +31,13 @@ from ..ops import decided_records, decision_of, recover_run, resume_run
 from ..pinned_policy import with_store_protected
 from ..state import RunState
 from ..store import DEFAULT_BUCKET, Bus, CheckpointStore
-from ..telemetry import Telemetry
 from ..tools import Jail
 from ._drain import StepBoundary
 from ._guard import Configure
 from ._job import JobBudget, RunJob
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
 
 __all__ = ["How", "RunStarter", "budget_of", "load_run_agent"]
 

@@ -68,7 +68,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pydantic
 
@@ -104,7 +104,6 @@ from ..store import (
     StoreError,
     StoreUnavailable,
 )
-from ..telemetry import Telemetry
 from ._batch_share import BatchShare, reclaim_share, reserve_share, settle_from_state
 from ._batches import BatchStore
 from ._claim_ramp import ClaimRamp
@@ -121,6 +120,9 @@ from ._run_start import How, RunStarter, budget_of, load_run_agent
 from ._worker_registry import WorkerInfo, WorkerRegistry
 from ._workspace import WorkspaceError
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
 
 __all__ = ["Worker"]
 

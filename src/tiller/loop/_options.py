@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from ..telemetry import Telemetry
 from ._capture import CaptureSinkFactory
 from ._guardrails import Guardrail
 from ._review import NeverReview, ReviewPolicy
+
+if TYPE_CHECKING:  # (imported when a run is traced: `import tiller` stays light)
+    from ..telemetry import Telemetry
 
 __all__ = ["RunOptions"]
 

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..events import AgUiContext
 from ..state import RunState
-from ..telemetry import RunTrace
 
 if TYPE_CHECKING:
+    from ..telemetry import RunTrace
     from ._agent import Agent
     from ._context import RunContext
     from ._options import RunOptions

@@ -11,12 +11,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..state import RunState
-from ..telemetry import RunTrace
 from ._gate_answer import ForClient, GateAnswer, Hold, Refuse, Run, Stage
 
 if TYPE_CHECKING:
     from ..conversation import ToolCall
     from ..model import ModelRequest
+    from ..telemetry import RunTrace
     from ..tools import Tool
     from ._agent import Agent
     from ._model_turn import ModelAnswer
@@ -34,6 +34,8 @@ def run_trace_for(
     telemetry = options.telemetry
     if telemetry is None:
         return None
+    from ..telemetry import RunTrace  # only a traced run imports OpenTelemetry
+
     model = agent.model
     trace = RunTrace(
         telemetry,

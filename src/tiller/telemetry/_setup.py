@@ -51,7 +51,10 @@ def configure_otlp(*, record_content: bool = False) -> OtlpSetup:
         raise OtelMissing(
             f"--otel needs the OpenTelemetry SDK and OTLP exporter: {INSTALL_HINT}"
         ) from exc
-    resource = Resource.create({"service.name": "tiller"})  # OTEL_SERVICE_NAME overrides
+    # The service is "tiller" unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES say.
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "tiller"}))
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
