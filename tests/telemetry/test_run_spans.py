@@ -165,3 +165,30 @@ async def test_no_telemetry_records_nothing(recorded: Recorded, ctx: RunContext)
     model = ScriptedModel([calls(("lookup", {"key": "a"})), "the answer"])
     await Agent(model, [lookup]).run_in(ctx, "find a")
     assert recorded.spans() == []
+
+
+async def test_the_apis_no_op_providers_cost_a_run_nothing_and_record_no_trace(
+    ctx: RunContext,
+) -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from tiller.telemetry import Telemetry
+
+    telemetry = Telemetry(NoOpTracerProvider(), NoOpMeterProvider())
+    model = ScriptedModel([calls(("lookup", {"key": "a"})), "the answer"])
+    options = RunOptions().with_telemetry(telemetry)
+    result = await Agent(model, [lookup]).run_in(ctx, "find a", options=options)
+    assert result.stop_cause is StopCause.COMPLETED
+    assert result.state.trace_context is None  # nothing to continue
+
+
+def test_from_global_reads_the_apis_providers() -> None:
+    from opentelemetry import metrics, trace
+
+    from tiller.telemetry import Telemetry
+
+    telemetry = Telemetry.from_global()
+    assert telemetry.tracer_provider is trace.get_tracer_provider()
+    assert telemetry.meter_provider is metrics.get_meter_provider()
+    assert telemetry.record_content is False
