@@ -24,6 +24,12 @@ difference over 50 steps is the durable cost per step. The same on NATS, for sca
 checkpoint — what the loop writes per step, without the loop, so the figure is the store's
 round trips and little else (the realistic state; SQLite and NATS as above).
 
+(4) Flat or growing: the durable step cost at 20 and at 400 steps (issue 19: flat, and at
+most 3x a non-durable step plus one store commit). A run of N instant-model steps on
+SQLite, durable and not; the figure is CPU time per step (`time.process_time_ns`, every
+thread of the process: SQLite works on its own), wall time beside it. "One store commit" is
+the CPU time of one small `put` on the same store.
+
 Replay time of a 100-step capture is measured by `bench/replay.py`.
 
 Run: `python bench/durable.py` (`--quick` for fewer repetitions; `--no-nats` to skip NATS).
@@ -222,6 +228,76 @@ async def fenced_step_us(bus: Bus, state: RunState, repetitions: int) -> float:
     return await median_ms(step, repetitions) * 1e3
 
 
+SCALING_STEPS = (20, 400)
+
+
+async def _cpu_and_wall(
+    fn: Callable[[], Awaitable[object]], repetitions: int
+) -> tuple[float, float]:
+    """Median (CPU ns, wall ns) of `fn`, after a warm-up."""
+    await fn()
+    gc.collect()
+    cpu, wall = [], []
+    for _ in range(repetitions):
+        started_cpu, started_wall = time.process_time_ns(), time.perf_counter_ns()
+        await fn()
+        cpu.append(time.process_time_ns() - started_cpu)
+        wall.append(time.perf_counter_ns() - started_wall)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+async def step_scaling(bus: Bus, root: Path, repetitions: int) -> dict[str, Any]:
+    """Per step of an N-step instant-model run, N in `SCALING_STEPS`, durable and not
+    (CPU and wall µs); and one small store commit (CPU and wall µs)."""
+    ctx = RunContext.sandboxed(root, AllowAll()).with_store(bus)
+    counter = iter(range(10**9))
+    figures: dict[str, Any] = {}
+    for steps in SCALING_STEPS:
+        agent = Agent(InstantModel(steps), [NOOP])
+        plain = RunOptions(max_steps=steps + 1)
+        durable = plain.with_checkpoint_bucket(BUCKET)
+
+        async def run(options: RunOptions, steps: int = steps, agent: Agent = agent) -> None:
+            result = await agent.run_in(ctx, "go", options, run_id=f"scale-{next(counter)}")
+            if result.steps != steps:
+                raise SystemExit(f"the run took {result.steps} steps: {result.error}")
+
+        reps = max(3, repetitions * 20 // steps)
+        for name, options in (("plain", plain), ("durable", durable)):
+            cpu, wall = await _cpu_and_wall(lambda options=options: run(options), reps)
+            figures[f"{name} {steps}"] = (cpu / 1e3 / steps, wall / 1e3 / steps)
+    kv = await bus.kv(BUCKET)
+    commits = iter(range(10**9))
+
+    async def commit() -> None:
+        await kv.put(f"bench-commit/{next(commits)}", b'{"status": "started"}')
+
+    cpu, wall = await _cpu_and_wall(commit, repetitions * 10)
+    figures["commit"] = (cpu / 1e3, wall / 1e3)
+    return figures
+
+
+def print_scaling(figures: dict[str, Any]) -> None:
+    commit_cpu, commit_wall = figures["commit"]
+    print("\nDurable step cost, flat or growing (SQLite, µs per step, CPU / wall):\n")
+    print("| steps | not durable | durable | ratio (CPU) | target: 3x + one commit (CPU) |")
+    print("|---:|---:|---:|---:|---:|")
+    for steps in SCALING_STEPS:
+        plain_cpu, plain_wall = figures[f"plain {steps}"]
+        cpu, wall = figures[f"durable {steps}"]
+        target = 3 * plain_cpu + commit_cpu
+        verdict = "met" if cpu <= target else "missed"
+        print(
+            f"| {steps} | {plain_cpu:.0f} / {plain_wall:.0f} | {cpu:.0f} / {wall:.0f} | "
+            f"{cpu / plain_cpu:.1f}x | {target:.0f}: {verdict} |"
+        )
+    low, high = (figures[f"durable {n}"][0] for n in SCALING_STEPS)
+    print(
+        f"\nDurable step at {SCALING_STEPS[1]} / at {SCALING_STEPS[0]} steps (CPU): "
+        f"{high / low:.2f}; one store commit: {commit_cpu:.0f} µs CPU, {commit_wall:.0f} µs wall."
+    )
+
+
 async def report(repetitions: int, nats: bool) -> None:
     rows: dict[str, dict[str, float]] = {}
     steps: dict[str, tuple[float, float]] = {}
@@ -235,6 +311,7 @@ async def report(repetitions: int, nats: bool) -> None:
             steps["SQLite"] = await durable_step_cost(bus, root / "ws", max(5, repetitions // 4))
             fenced["SQLite"] = await fenced_step_us(bus, state, repetitions * 10)
             writes, reads = await writes_per_step(bus, root / "ws")
+            scaling = await step_scaling(bus, root / "ws", max(3, repetitions // 5))
         if nats:
             namespace = f"bench{uuid.uuid4().hex[:10]}"
             bus = await open_bus(NATS_URL, namespace=namespace)
@@ -265,6 +342,7 @@ async def report(repetitions: int, nats: bool) -> None:
     print(f"KV reads: {reads:.2f}.")
     shown = ", ".join(f"{name} {us:.0f} µs" for name, us in fenced.items())
     print(f"\nStore writes of one durable step, through the durability port: {shown}.")
+    print_scaling(scaling)
     sqlite = rows["SQLite"]
     verdict = "within" if max(sqlite["write"], sqlite["resume"]) < TARGET_MS else "OVER"
     print(
@@ -273,11 +351,25 @@ async def report(repetitions: int, nats: bool) -> None:
     )
 
 
+async def scaling_only(repetitions: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="tiller-bench-") as root_name:
+        root = Path(root_name)
+        async with await open_bus(f"sqlite:///{root / 'store.db'}") as bus:
+            figures = await step_scaling(bus, root / "ws", max(3, repetitions // 5))
+    print_scaling(figures)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--no-nats", action="store_true", help="skip the NATS rows")
+    parser.add_argument(
+        "--scaling", action="store_true", help="only the 20 vs 400 step figure (SQLite)"
+    )
     args = parser.parse_args()
+    if args.scaling:
+        asyncio.run(scaling_only(10 if args.quick else 50))
+        return
     asyncio.run(report(10 if args.quick else 50, nats=not args.no_nats))
 
 

@@ -11,17 +11,23 @@ A class's string annotations were written for the namespace of the module that d
 and tools that read them (`typing.get_type_hints`, pydantic's `TypeAdapter`) look them up in
 the module `__module__` names. `rehome` therefore resolves them in their own module first,
 so changing the name changes nothing those tools see.
+
+`lazy_names` is the other half of keeping imports cheap: it makes a namespace's module
+`__getattr__` (PEP 562), so `from tiller.tools import Tool` imports the module that defines
+`Tool` and not every module the namespace re-exports (the built-in tools, httpx, ...). A
+front-door name is rehomed when its namespace hands it out for the first time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["EAGER", "FRONT", "rehome"]
+__all__ = ["EAGER", "FRONT", "lazy_names", "rehome"]
 
 #: Every name `tiller` re-exports on first use, and the namespace it comes from. A name
 #: here is also listed in `tiller.__all__`.
@@ -71,9 +77,43 @@ def rehome(namespace: str, names: Mapping[str, Any]) -> None:
     """
     for table in (FRONT, EAGER):
         for name, home in table.items():
-            if home != namespace:
-                continue
-            value = names[name]
+            if home == namespace:
+                _rehome_one(namespace, name, names[name])
+
+
+def lazy_names(
+    namespace: str,
+    names: dict[str, Any],
+    homes: Mapping[str, tuple[str, ...]],
+    *,
+    otherwise: Callable[[str], Any] | None = None,
+) -> Callable[[str], Any]:
+    """A module `__getattr__` for `namespace` that imports each name from its home module
+    (`homes`: a relative module name to the names it defines) the first time it is asked
+    for, and keeps it in `names` (the namespace's globals), so later lookups skip it.
+
+    A name no module defines goes to `otherwise` (a deprecated alias, say), or raises
+    `AttributeError` as a missing attribute does.
+    """
+    where = {name: module for module, defined in homes.items() for name in defined}
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            if otherwise is not None:
+                return otherwise(name)
+            raise AttributeError(f"module {namespace!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, namespace), name)
+        _rehome_one(namespace, name, value)
+        names[name] = value
+        return value
+
+    return __getattr__
+
+
+def _rehome_one(namespace: str, name: str, value: Any) -> None:
+    for table in (FRONT, EAGER):
+        if table.get(name) == namespace:
             if isinstance(value, type):
                 _resolve_annotations(value)
             value.__module__ = "tiller"

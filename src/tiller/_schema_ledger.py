@@ -142,6 +142,29 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "a process whose run was taken over writes nothing more). A version 1 "
                 "record reads with epoch 0.",
             ),
+            SchemaVersion(
+                3,
+                "0.1.0",
+                "`gen`, new at each write: a durable run writes its state whole only now "
+                "and then, and per step a delta of what changed after the record of that "
+                "`gen` (`run_checkpoint_steps`, issue 19). A tiller reading version 2 "
+                "only would miss those steps, so it refuses the record. A version 2 "
+                "record reads as before, with no steps after it.",
+            ),
+        ),
+        _kind(
+            "run_checkpoint_steps",
+            "`tiller-run-checkpoints`, key `<run_id>/steps/<n>`",
+            ("store/_checkpoints.py", "store/_checkpoint_steps.py"),
+            SchemaVersion(
+                1,
+                "0.1.0",
+                "A segment of the step deltas after the checkpoint of its `gen`: "
+                "`{epoch, gen, deltas}`, "
+                "each delta `{at, messages?, calls?, result_ids?, fields?}` (keep the "
+                "first `at` messages, append these; the call records, result ids and "
+                "other fields that changed). " + _WRITTEN_BY,
+            ),
         ),
         _kind(
             "held_approval",

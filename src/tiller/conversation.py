@@ -15,7 +15,7 @@ and from its wire format. Its shape follows the transcript rules (law 1):
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -137,12 +137,16 @@ class Usage(_Frozen):
     requests: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-            requests=self.requests + other.requests,
+        # Validated from a dict, as `Usage(**counts)` is, without its keyword detour: a
+        # run adds usages at every step (its own, its budget's).
+        return _validate_usage(
+            {
+                "input_tokens": self.input_tokens + other.input_tokens,
+                "output_tokens": self.output_tokens + other.output_tokens,
+                "cached_input_tokens": self.cached_input_tokens + other.cached_input_tokens,
+                "reasoning_tokens": self.reasoning_tokens + other.reasoning_tokens,
+                "requests": self.requests + other.requests,
+            }
         )
 
     def __sub__(self, other: Usage) -> Usage:
@@ -160,6 +164,10 @@ class Usage(_Frozen):
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+#: `Usage` from a dict of counts, validated (`Usage.__add__`).
+_validate_usage: Callable[[dict[str, int]], Usage] = Usage.__pydantic_validator__.validate_python
 
 
 class Taint(enum.Flag):

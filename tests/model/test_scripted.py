@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tiller.conversation import AssistantMessage, Reasoning, ToolCall, Usage, UserMessage
+from tiller.conversation import (
+    AssistantMessage,
+    Reasoning,
+    ToolCall,
+    ToolResult,
+    Usage,
+    UserMessage,
+)
 from tiller.errors import UsageError
 from tiller.model import (
     ContextOverflow,
@@ -434,3 +442,87 @@ def test_a_malformed_file_is_a_usage_error_naming_it(
 def test_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot read the model script"):
         ScriptedModel.from_file(tmp_path / "nope.yaml")
+
+
+# -- the usage estimate costs a turn what the turn added (issue 19) ----------------------
+
+
+def _history(exchanges: int) -> list[UserMessage | AssistantMessage]:
+    """A run's history: the request, then `exchanges` calls each with its result."""
+    messages: list[UserMessage | AssistantMessage] = [UserMessage(text="add them up")]
+    for n in range(exchanges):
+        call = ToolCall(id=f"c{n}", name="add", arguments=f'{{"a": {n}, "b": 1}}')
+        messages.append(AssistantMessage(text="adding", tool_calls=(call,)))
+        result = ToolResult(call_id=call.id, name="add", content=str(n + 1))
+        messages.append(UserMessage(tool_results=(result,)))
+    return messages
+
+
+def _calls_to_answer(model: ScriptedModel, req: ModelRequest) -> tuple[int, list[StreamEvent]]:
+    """Python and C function calls made while `model` answers `req` (a count, not a time)."""
+    calls = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        if event in ("call", "c_call"):
+            calls += 1
+
+    async def answer() -> list[StreamEvent]:
+        stream = model.stream(req)
+        sys.setprofile(count)
+        try:
+            return [event async for event in stream]
+        finally:
+            sys.setprofile(None)
+
+    events = asyncio.run(answer())
+    return calls, events
+
+
+def _estimated_twice(exchanges: int) -> tuple[int, list[StreamEvent]]:
+    """The calls made to answer a run's second request, `exchanges` deep, and its events."""
+    model = ScriptedModel(["thinking", "done"])
+    history = _history(exchanges)
+    model_request = ModelRequest(system="sys", messages=list(history), run_id="r", run_call=1)
+    asyncio.run(collect(model, model_request))
+    history += [AssistantMessage(text="thinking"), UserMessage(text="go on")]
+    second = ModelRequest(system="sys", messages=list(history), run_id="r", run_call=2)
+    return _calls_to_answer(model, second)
+
+
+def test_the_estimate_of_a_runs_next_request_reads_only_its_new_messages() -> None:
+    short_calls, short_events = _estimated_twice(10)
+    long_calls, long_events = _estimated_twice(300)
+    assert long_calls == short_calls  # the same work, however long the history
+    new = [AssistantMessage(text="thinking"), UserMessage(text="go on")]
+    for exchanges, events in ((10, short_events), (300, long_events)):
+        usage = next(e for e in events if isinstance(e, UsageReport)).usage
+        # the figures are the full count's: system and messages, 4 characters a token
+        chars = len("sys") + _chars_by_hand([*_history(exchanges), *new])
+        assert usage == Usage(input_tokens=-(-chars // 4), output_tokens=1, requests=1)
+
+
+async def test_a_history_rewritten_in_place_is_estimated_again_in_full() -> None:
+    """Compaction thins a result in place: same length, same first and last message."""
+    model = ScriptedModel(["a", "b", "c"])
+    history = _history(40)
+    first = ModelRequest(system=None, messages=list(history), run_id="r", run_call=1)
+    await collect(model, first)
+    thinned = history[2].model_copy(update={"tool_results": ()})
+    rewritten = [*history[:2], thinned, *history[3:]]
+    for call, messages in ((2, rewritten), (3, rewritten[:5])):
+        req = ModelRequest(system=None, messages=messages, run_id="r", run_call=call)
+        report = next(e for e in await collect(model, req) if isinstance(e, UsageReport))
+        assert report.usage.input_tokens == -(-_chars_by_hand(messages) // 4)
+
+
+def _chars_by_hand(messages: Sequence[UserMessage | AssistantMessage]) -> int:
+    """The characters the estimate counts: texts, call arguments, result contents."""
+    chars = 0
+    for message in messages:
+        chars += len(message.text)
+        if isinstance(message, AssistantMessage):
+            chars += sum(len(call.arguments) for call in message.tool_calls)
+        else:
+            chars += sum(len(result.content) for result in message.tool_results)
+    return chars

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..conversation import Taint
 from ..errors import UsageError
 from ._held import (
     EXIT_NOT_COMPLETED,
@@ -186,6 +185,8 @@ def _encode(arguments: dict[str, Any]) -> str:
 
 async def _ask_at_terminal(item: OutboxItem, arguments: dict[str, Any]) -> bool:
     """Show what would be sent and ask; the prompt blocks, so it runs in a thread."""
+    from ..conversation import Taint  # pydantic loads with the command, not with the CLI
+
     typer.echo(f"send {item.id}: {item.tool}({_encode(arguments)})")
     typer.echo(f"  in {item.workspace}, taint: {_taint(item)}")
     if item.taint & Taint.PRIVATE_DATA and item.taint & Taint.UNTRUSTED_INPUT:

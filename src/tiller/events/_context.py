@@ -9,10 +9,9 @@ from the receiver it gets back — no `RUN_STARTED`, no event loop needed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import orjson
-from ag_ui.core import Context, Message, RunAgentInput, TextPart, Tool
 from pydantic import BaseModel, ValidationError
 
 from ..cancel import CancellationToken
@@ -38,6 +37,9 @@ from ._types import (
     jsonable,
 )
 
+if TYPE_CHECKING:  # the AG-UI models load when a run's input is parsed (`parse_input`)
+    from ag_ui.core import Context, Message, RunAgentInput, Tool
+
 __all__ = ["RUNTIME_STATE_KEY", "AgUiContext", "decode_state", "parse_input"]
 
 #: The top-level key of the published state under which the runtime's own facts ride
@@ -51,6 +53,8 @@ _T = TypeVar("_T")
 
 def parse_input(value: RunAgentInput | Mapping[str, Any]) -> RunAgentInput:
     """Accept a `RunAgentInput` or its JSON object (camelCase or snake_case keys)."""
+    from ag_ui.core import RunAgentInput
+
     if isinstance(value, RunAgentInput):
         return value
     try:
@@ -187,6 +191,8 @@ class AgUiContext(Generic[S]):
             content = message.content
             if isinstance(content, str):
                 return content
+            from ag_ui.core import TextPart  # loaded already: the input is one of its models
+
             return "".join(p.text for p in content or () if isinstance(p, TextPart))
         return None
 

@@ -27,9 +27,7 @@ import enum
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
-
-from ag_ui.core import RunAgentInput
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..cancel import CancellationToken
 from ..errors import (
@@ -44,6 +42,9 @@ from ._handles import ToolCallHandle
 from ._outcome import RunOutcome
 from ._sink import EventSink, Subscription, Transformer
 from ._types import Event, RunErrorEvent, RunFinishedEvent, RunStartedEvent
+
+if TYPE_CHECKING:  # the AG-UI models load when a run parses its input (`parse_input`)
+    from ag_ui.core import RunAgentInput
 
 __all__ = ["AgUiAgent", "RunStream", "StreamConsumed", "run_agent"]
 

@@ -76,6 +76,8 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+# Every event class has a docstring: `dataclass` makes one from `inspect.signature` for a
+# class without, which costs more at import than the rest of the class.
 @dataclass(slots=True, kw_only=True)
 class Event:
     """Fields every AG-UI event may carry. Subclasses add their own."""
@@ -123,6 +125,8 @@ def _wire(cls: _E) -> _E:
 @_wire
 @dataclass(slots=True)
 class RunStartedEvent(Event):
+    """The `RUN_STARTED` event."""
+
     type: ClassVar[str] = "RUN_STARTED"
     thread_id: str
     run_id: str
@@ -134,6 +138,8 @@ class RunStartedEvent(Event):
 @_wire
 @dataclass(slots=True)
 class RunFinishedEvent(Event):
+    """The `RUN_FINISHED` event."""
+
     type: ClassVar[str] = "RUN_FINISHED"
     thread_id: str
     run_id: str
@@ -145,6 +151,8 @@ class RunFinishedEvent(Event):
 @_wire
 @dataclass(slots=True)
 class RunErrorEvent(Event):
+    """The `RUN_ERROR` event."""
+
     type: ClassVar[str] = "RUN_ERROR"
     message: str
     code: str | None = None
@@ -154,6 +162,8 @@ class RunErrorEvent(Event):
 @_wire
 @dataclass(slots=True)
 class StepStartedEvent(Event):
+    """The `STEP_STARTED` event."""
+
     type: ClassVar[str] = "STEP_STARTED"
     attributable: ClassVar[bool] = True
     step_name: str
@@ -163,6 +173,8 @@ class StepStartedEvent(Event):
 @_wire
 @dataclass(slots=True)
 class StepFinishedEvent(Event):
+    """The `STEP_FINISHED` event."""
+
     type: ClassVar[str] = "STEP_FINISHED"
     attributable: ClassVar[bool] = True
     step_name: str
@@ -175,6 +187,8 @@ class StepFinishedEvent(Event):
 @_wire
 @dataclass(slots=True)
 class TextMessageStartEvent(Event):
+    """The `TEXT_MESSAGE_START` event."""
+
     type: ClassVar[str] = "TEXT_MESSAGE_START"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -186,6 +200,8 @@ class TextMessageStartEvent(Event):
 @_wire
 @dataclass(slots=True)
 class TextMessageContentEvent(Event):
+    """The `TEXT_MESSAGE_CONTENT` event."""
+
     type: ClassVar[str] = "TEXT_MESSAGE_CONTENT"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -196,6 +212,8 @@ class TextMessageContentEvent(Event):
 @_wire
 @dataclass(slots=True)
 class TextMessageEndEvent(Event):
+    """The `TEXT_MESSAGE_END` event."""
+
     type: ClassVar[str] = "TEXT_MESSAGE_END"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -205,6 +223,8 @@ class TextMessageEndEvent(Event):
 @_wire
 @dataclass(slots=True)
 class TextMessageChunkEvent(Event):
+    """The `TEXT_MESSAGE_CHUNK` event."""
+
     type: ClassVar[str] = "TEXT_MESSAGE_CHUNK"
     attributable: ClassVar[bool] = True
     message_id: str | None = None
@@ -220,6 +240,8 @@ class TextMessageChunkEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ToolCallStartEvent(Event):
+    """The `TOOL_CALL_START` event."""
+
     type: ClassVar[str] = "TOOL_CALL_START"
     attributable: ClassVar[bool] = True
     tool_call_id: str
@@ -231,6 +253,8 @@ class ToolCallStartEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ToolCallArgsEvent(Event):
+    """The `TOOL_CALL_ARGS` event."""
+
     type: ClassVar[str] = "TOOL_CALL_ARGS"
     attributable: ClassVar[bool] = True
     tool_call_id: str
@@ -241,6 +265,8 @@ class ToolCallArgsEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ToolCallEndEvent(Event):
+    """The `TOOL_CALL_END` event."""
+
     type: ClassVar[str] = "TOOL_CALL_END"
     attributable: ClassVar[bool] = True
     tool_call_id: str
@@ -250,6 +276,8 @@ class ToolCallEndEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ToolCallChunkEvent(Event):
+    """The `TOOL_CALL_CHUNK` event."""
+
     type: ClassVar[str] = "TOOL_CALL_CHUNK"
     attributable: ClassVar[bool] = True
     tool_call_id: str | None = None
@@ -262,6 +290,8 @@ class ToolCallChunkEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ToolCallResultEvent(Event):
+    """The `TOOL_CALL_RESULT` event."""
+
     type: ClassVar[str] = "TOOL_CALL_RESULT"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -277,6 +307,8 @@ class ToolCallResultEvent(Event):
 @_wire
 @dataclass(slots=True)
 class StateSnapshotEvent(Event):
+    """The `STATE_SNAPSHOT` event."""
+
     type: ClassVar[str] = "STATE_SNAPSHOT"
     attributable: ClassVar[bool] = True
     snapshot: Any
@@ -292,6 +324,8 @@ class StateSnapshotEvent(Event):
 @_wire
 @dataclass(slots=True)
 class StateDeltaEvent(Event):
+    """The `STATE_DELTA` event."""
+
     type: ClassVar[str] = "STATE_DELTA"
     attributable: ClassVar[bool] = True
     delta: list[dict[str, Any]]
@@ -301,6 +335,8 @@ class StateDeltaEvent(Event):
 @_wire
 @dataclass(slots=True)
 class MessagesSnapshotEvent(Event):
+    """The `MESSAGES_SNAPSHOT` event."""
+
     type: ClassVar[str] = "MESSAGES_SNAPSHOT"
     messages: list[Any]  # ag-ui Message models or their wire dicts
 
@@ -308,6 +344,8 @@ class MessagesSnapshotEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ActivitySnapshotEvent(Event):
+    """The `ACTIVITY_SNAPSHOT` event."""
+
     type: ClassVar[str] = "ACTIVITY_SNAPSHOT"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -320,6 +358,8 @@ class ActivitySnapshotEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ActivityDeltaEvent(Event):
+    """The `ACTIVITY_DELTA` event."""
+
     type: ClassVar[str] = "ACTIVITY_DELTA"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -334,6 +374,8 @@ class ActivityDeltaEvent(Event):
 @_wire
 @dataclass(slots=True)
 class RawEvent(Event):
+    """The `RAW` event."""
+
     type: ClassVar[str] = "RAW"
     attributable: ClassVar[bool] = True
     event: Any
@@ -344,6 +386,8 @@ class RawEvent(Event):
 @_wire
 @dataclass(slots=True)
 class CustomEvent(Event):
+    """The `CUSTOM` event."""
+
     type: ClassVar[str] = "CUSTOM"
     attributable: ClassVar[bool] = True
     name: str
@@ -363,6 +407,8 @@ class CustomEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ReasoningStartEvent(Event):
+    """The `REASONING_START` event."""
+
     type: ClassVar[str] = "REASONING_START"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -372,6 +418,8 @@ class ReasoningStartEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ReasoningMessageStartEvent(Event):
+    """The `REASONING_MESSAGE_START` event."""
+
     type: ClassVar[str] = "REASONING_MESSAGE_START"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -382,6 +430,8 @@ class ReasoningMessageStartEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ReasoningMessageContentEvent(Event):
+    """The `REASONING_MESSAGE_CONTENT` event."""
+
     type: ClassVar[str] = "REASONING_MESSAGE_CONTENT"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -392,6 +442,8 @@ class ReasoningMessageContentEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ReasoningMessageEndEvent(Event):
+    """The `REASONING_MESSAGE_END` event."""
+
     type: ClassVar[str] = "REASONING_MESSAGE_END"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -401,6 +453,8 @@ class ReasoningMessageEndEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ReasoningMessageChunkEvent(Event):
+    """The `REASONING_MESSAGE_CHUNK` event."""
+
     type: ClassVar[str] = "REASONING_MESSAGE_CHUNK"
     attributable: ClassVar[bool] = True
     message_id: str | None = None
@@ -411,6 +465,8 @@ class ReasoningMessageChunkEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ReasoningEndEvent(Event):
+    """The `REASONING_END` event."""
+
     type: ClassVar[str] = "REASONING_END"
     attributable: ClassVar[bool] = True
     message_id: str
@@ -420,6 +476,8 @@ class ReasoningEndEvent(Event):
 @_wire
 @dataclass(slots=True)
 class ReasoningEncryptedValueEvent(Event):
+    """The `REASONING_ENCRYPTED_VALUE` event."""
+
     type: ClassVar[str] = "REASONING_ENCRYPTED_VALUE"
     attributable: ClassVar[bool] = True
     subtype: str  # "tool-call" | "message"
@@ -434,6 +492,8 @@ class ReasoningEncryptedValueEvent(Event):
 @_wire
 @dataclass(slots=True)
 class SubagentStartedEvent(Event):
+    """The `SUBAGENT_STARTED` event."""
+
     type: ClassVar[str] = "SUBAGENT_STARTED"
     subagent_run_id: str
     name: str
@@ -446,6 +506,8 @@ class SubagentStartedEvent(Event):
 @_wire
 @dataclass(slots=True)
 class SubagentFinishedEvent(Event):
+    """The `SUBAGENT_FINISHED` event."""
+
     type: ClassVar[str] = "SUBAGENT_FINISHED"
     subagent_run_id: str
     result: Any = None
@@ -455,6 +517,8 @@ class SubagentFinishedEvent(Event):
 @_wire
 @dataclass(slots=True)
 class SubagentErrorEvent(Event):
+    """The `SUBAGENT_ERROR` event."""
+
     type: ClassVar[str] = "SUBAGENT_ERROR"
     subagent_run_id: str
     message: str

@@ -166,7 +166,10 @@ class Budget:
 
     def price_of(self, provider: str, model: str) -> Pricing | None:
         """The model's price (`"provider:model"` first, then `"model"`), or None."""
-        return self.pricing.get(f"{provider}:{model}") or self.pricing.get(model)
+        pricing = self.pricing
+        if not pricing:
+            return None
+        return pricing.get(f"{provider}:{model}") or pricing.get(model)
 
     def reserve_call(self, max_tokens: int | None) -> int:
         """Hold a step and `max_tokens` for a call about to be made; returns the tokens held.

@@ -161,12 +161,17 @@ class MaxResponseLength:
         return GuardrailOutcome.passed()
 
 
+#: What `run_pre` and `run_post` answer when every guardrail passed (an outcome is frozen:
+#: one serves every step, most of which have no guardrail at all).
+_PASSED: Final = GuardrailOutcome("allow")
+
+
 async def run_pre(guardrails: Sequence[Guardrail], request: ModelRequest) -> GuardrailOutcome:
     for guardrail in guardrails:
         outcome = await guardrail.pre_llm(request)
         if outcome.kind != "allow":
             return outcome
-    return GuardrailOutcome.passed()
+    return _PASSED
 
 
 async def run_post(
@@ -176,4 +181,4 @@ async def run_post(
         outcome = await guardrail.post_llm(request, response)
         if outcome.kind != "allow":
             return outcome
-    return GuardrailOutcome.passed()
+    return _PASSED

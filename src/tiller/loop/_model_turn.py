@@ -67,6 +67,7 @@ FINAL_ANSWER_NUDGE = (
     "The run has reached its budget. Do not call any tools. Give your best final answer now "
     "from what you already know; an honest 'I could not finish X' is a correct answer."
 )
+_NO_MESSAGE_YET = AssistantMessage()  # a `ModelAnswer`'s until its stream ended
 
 
 class ResponseTooLarge(TillerError):
@@ -292,7 +293,7 @@ class ModelTurns:
         # Law 10: each call gets the run's id as it ends; the provider's is kept beside it.
         accumulator = ResponseAccumulator(call_ids=agui.new_tool_call_id)
         message_id = agui.new_message_id()
-        answer = ModelAnswer(AssistantMessage(id=message_id))
+        answer = ModelAnswer(_NO_MESSAGE_YET)  # (a turn that fails is never returned)
         text: MessageHandle | None = None
         reasoning: ReasoningHandle | None = None
         limit = run.options.max_response_bytes

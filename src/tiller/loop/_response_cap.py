@@ -12,10 +12,14 @@ not become a call anyway (law 1).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Final
 
 from ..model import ReasoningDelta, StreamEvent, TextDelta, ToolCallArgsDelta
 
 __all__ = ["fit_response_cap", "response_bytes"]
+
+#: The events that add bytes to a response.
+_SIZED: Final = (TextDelta, ToolCallArgsDelta, ReasoningDelta)
 
 
 def response_bytes(event: StreamEvent) -> int:
@@ -36,8 +40,8 @@ def fit_response_cap(event: StreamEvent, room: int) -> tuple[StreamEvent | None,
     bytes that fit; stream and keep it, then stop. `(None, True)`: nothing of it fits (or
     it cannot be cut); keep and stream nothing of it, and stop.
     """
-    if response_bytes(event) <= room:
-        return event, False
+    if not isinstance(event, _SIZED) or response_bytes(event) <= room:
+        return event, False  # (most events add no bytes: it is called with every one)
     if isinstance(event, TextDelta):
         head = _utf8_prefix(event.text, room)
         return (TextDelta(head) if head else None), True

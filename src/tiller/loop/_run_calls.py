@@ -18,13 +18,17 @@ so a call that a wrapper refuses before it reaches the model is not counted.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
+from dataclasses import fields
+from operator import attrgetter
 
 from ..model import Model, ModelRequest, StreamEvent
 from ..state import RunState
 
 __all__ = ["RunCalls"]
+
+#: A request's fields, in order, read at once (a faster `dataclasses.replace`).
+_FIELDS = attrgetter(*(field.name for field in fields(ModelRequest)))
 
 
 class RunCalls:
@@ -40,18 +44,17 @@ class RunCalls:
         self.context_window = model.context_window
         self._state = state
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """The model's own stream for `request`, numbered: no generator of its own in
+        between, so closing it closes the model's stream, and each event costs nothing
+        here. The call is counted when its stream is asked for, which is when the caller
+        (`stream_with_retry`, a wrapper holding its slot) makes the attempt."""
         state = self._state
         number = state.count_model_call()
-        numbered = dataclasses.replace(request, run_id=state.run_id, run_call=number)
-        events = self.model.stream(numbered)
-        try:
-            async for event in events:
-                yield event
-        finally:  # closed as the caller closes this one (a retry, a cancel, a break)
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        numbered = ModelRequest(*_FIELDS(request))  # a copy: each attempt its own number
+        numbered.run_id = state.run_id
+        numbered.run_call = number
+        return self.model.stream(numbered)
 
     async def aclose(self) -> None:
         """The run does not own its agent's model: closing it is the agent's business."""

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ..conversation import UserMessage
-from ..store import FileCheckpoints
 from ..tools import (
     BackgroundJobs,
     CallSite,
@@ -41,6 +40,7 @@ from ._taint_flow import TaintFlow, shell_holds_network
 if TYPE_CHECKING:
     from ..events import AgUiContext
     from ..state import RunState
+    from ..store import FileCheckpoints
     from ._agent import Agent
     from ._context import RunContext
     from ._mailbox_route import RunMailbox
@@ -103,11 +103,13 @@ class RunServices:
         )
         # With a store, every file mutation is snapshotted first, so `tiller rewind` can
         # put the workspace back; a shell command, unless the policy rates it read-only.
-        self.snapshots = (
-            FileCheckpoints(run_ctx.store, run_id=state.run_id, command_may_write=shell_may_write)
-            if run_ctx.store is not None
-            else None
-        )
+        self.snapshots: FileCheckpoints | None = None
+        if run_ctx.store is not None:
+            from ..store import FileCheckpoints  # loaded by the first run that has a store
+
+            self.snapshots = FileCheckpoints(
+                run_ctx.store, run_id=state.run_id, command_may_write=shell_may_write
+            )
         self.scratchpad: Path | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
         # The checklist lives in the state, so a resumed run (another process, maybe)

@@ -88,6 +88,9 @@ class _CallState:
     #: Set by `ToolCallEnd`: the joined argument text, and whether it parsed.
     arguments: str | None = None
     valid: bool = False
+    #: The call as the transcript holds it, made once it is asked for (it no longer
+    #: changes once it ended).
+    built: ToolCall | None = None
 
 
 @dataclass(slots=True)
@@ -314,32 +317,46 @@ class ResponseAccumulator:
     def get(self, *, id: str = "") -> AccumulatedResponse:
         """The response so far: a legal message (only executable calls), its status, usage,
         finish reason and the calls left out. Cheap enough to call at any point."""
-        calls = tuple(
+        calls = self._calls
+        complete = tuple(
             _tool_call(call, call.arguments)
-            for index in sorted(self._calls)
-            if (call := self._calls[index]).valid and call.arguments is not None
+            for index in (sorted(calls) if len(calls) > 1 else calls)
+            if (call := calls[index]).valid and call.arguments is not None
         )
-        reasoning = tuple(
-            Reasoning(text="".join(block.parts), signature=block.signature, redacted=block.redacted)
-            for block in self._reasoning
-            if block.parts or block.signature is not None or block.redacted is not None
+        reasoning = (
+            tuple(
+                Reasoning(
+                    text="".join(block.parts), signature=block.signature, redacted=block.redacted
+                )
+                for block in self._reasoning
+                if block.parts or block.signature is not None or block.redacted is not None
+            )
+            if self._reasoning
+            else ()
         )
-        message = AssistantMessage(id=id, text=self.text, reasoning=reasoning, tool_calls=calls)
+        message = AssistantMessage(id=id, text=self.text, reasoning=reasoning, tool_calls=complete)
         return AccumulatedResponse(
             message=message,
             status=self.status,
             usage=self.usage,
             finish_reason=self.finish_reason,
-            dropped=self.dropped,
+            dropped=self.dropped if len(complete) < len(calls) else (),
         )
 
 
 def _tool_call(call: _CallState, arguments: str) -> ToolCall:
     """The call as the transcript holds it: the runtime's id when it has one, the
-    provider's beside it."""
-    if call.runtime_id is None:
-        return ToolCall(id=call.id, name=call.name, arguments=arguments)
-    return ToolCall(id=call.runtime_id, name=call.name, arguments=arguments, provider_id=call.id)
+    provider's beside it (made once: `completed_call` and `get` give the same object)."""
+    built = call.built
+    if built is None:
+        if call.runtime_id is None:
+            built = ToolCall(id=call.id, name=call.name, arguments=arguments)
+        else:
+            built = ToolCall(
+                id=call.runtime_id, name=call.name, arguments=arguments, provider_id=call.id
+            )
+        call.built = built
+    return built
 
 
 def _merge(earlier: Usage, later: Usage) -> Usage:

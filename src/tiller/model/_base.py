@@ -75,6 +75,8 @@ class ModelRequest:
 
 @dataclass(slots=True, frozen=True)
 class TextDelta:
+    """A piece of the answer's text."""
+
     text: str
 
 
@@ -89,6 +91,8 @@ class ReasoningDelta:
 
 @dataclass(slots=True, frozen=True)
 class ToolCallStart:
+    """The model starts tool call `index` (the provider's `id`, the tool's `name`)."""
+
     index: int
     id: str
     name: str
@@ -96,6 +100,8 @@ class ToolCallStart:
 
 @dataclass(slots=True, frozen=True)
 class ToolCallArgsDelta:
+    """A piece of tool call `index`'s JSON arguments."""
+
     index: int
     delta: str
 
@@ -116,6 +122,8 @@ class UsageReport:
 
 @dataclass(slots=True, frozen=True)
 class Finish:
+    """The response ended, and why."""
+
     reason: FinishReason
     #: The provider's own word for it, for logs ("end_turn", "max_tokens", ...).
     raw: str | None = None

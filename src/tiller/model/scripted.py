@@ -41,13 +41,14 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Literal, TypeAlias, get_args
+from typing import Any, ClassVar, Final, Literal, TypeAlias, get_args
 
 import orjson
 import pydantic
@@ -187,8 +188,10 @@ class Turn:
                 object.__setattr__(self, "text", joined)
             elif joined != self.text:
                 raise UsageError("`chunks` must join up to `text` (or leave `text` out)")
-        object.__setattr__(self, "reasoning", tuple(self.reasoning))
-        object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if type(self.reasoning) is not tuple:
+            object.__setattr__(self, "reasoning", tuple(self.reasoning))
+        if type(self.tool_calls) is not tuple:
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         if self.finish is not None and self.finish not in _FINISH_REASONS:
             raise UsageError(f"finish {self.finish!r} is not one of {sorted(_FINISH_REASONS)}")
         if self.delay < 0:
@@ -197,29 +200,37 @@ class Turn:
     @classmethod
     def parse(cls, value: TurnLike) -> Turn:
         """A turn from a string (its text), a mapping with the field names, or a `Turn`."""
+        return cls._parse(value, None)
+
+    @classmethod
+    def _parse(cls, value: TurnLike, usages: _Usages | None) -> Turn:
+        """`parse`, looking usages up in `usages` (`_parse_usage`) when given."""
         if isinstance(value, Turn):
             return value
         if isinstance(value, str):
             return cls(text=value)
-        if not isinstance(value, Mapping):
+        if not _is_mapping(value):
             raise UsageError(
                 f"a turn is a string or a mapping, not {type(value).__name__}: {value!r}"
             )
-        unknown = sorted(set(value) - _TURN_KEYS)
-        if unknown:
+        if not _TURN_KEYS.issuperset(value):
+            unknown = sorted(set(value) - _TURN_KEYS)
             raise UsageError(f"unknown key(s) {unknown}; a turn may have {sorted(_TURN_KEYS)}")
-        chunks = value.get("chunks")
+        # (A turn function writes one turn a step: the keys it leaves out cost nothing.)
+        get = value.get
+        chunks, reasoning = get("chunks"), get("reasoning")
+        calls, delay = get("tool_calls", _ABSENT), get("delay", _ABSENT)
         return cls(
             text=_typed(value, "text", str, ""),
             chunks=None if chunks is None else tuple(_str_list(chunks, "chunks")),
-            reasoning=_parse_reasoning(value.get("reasoning")),
-            tool_calls=tuple(
-                _parse_call(call) for call in _list(value.get("tool_calls", []), "tool_calls")
-            ),
-            usage=_parse_usage(value.get("usage")),
+            reasoning=() if reasoning is None else _parse_reasoning(reasoning),
+            tool_calls=()
+            if calls is _ABSENT
+            else tuple(_parse_call(call) for call in _list(calls, "tool_calls")),
+            usage=_parse_usage(get("usage"), usages),
             finish=_typed(value, "finish", str, None),
-            error=_parse_error(value.get("error")),
-            delay=float(_typed(value, "delay", (int, float), 0.0)),
+            error=_parse_error(get("error")),
+            delay=0.0 if delay is _ABSENT else float(_typed(value, "delay", (int, float), 0.0)),
         )
 
 
@@ -227,6 +238,9 @@ _FILE_SETTINGS = frozenset({"name", "context_window", "when_exhausted", "per_run
 _TURN_KEYS = frozenset(
     {"text", "chunks", "reasoning", "tool_calls", "usage", "finish", "error", "delay"}
 )
+_CALL_KEYS = frozenset({"name", "arguments", "id"})
+#: A key the turn does not have (`None` is a value, and refused where it is not one).
+_ABSENT: Final = object()
 
 #: A turn as a script writes it: text, a mapping of `Turn`'s fields, or a `Turn`.
 TurnLike: TypeAlias = str | Mapping[str, Any] | Turn
@@ -316,6 +330,10 @@ class ScriptedModel:
         self._shared_calls = 0
         self._function: TurnFunction | None = None
         self._turns: tuple[Turn, ...] = ()
+        #: Counts the input of each run's requests, incrementally (`_InputEstimate`).
+        self._input = _InputEstimate()
+        #: The usages the turn function gave, parsed once each (`_parse_usage`).
+        self._usages: _Usages = {}
         if isinstance(turns, str | Mapping | Turn):
             turns = [turns]
         if callable(turns):
@@ -405,19 +423,23 @@ class ScriptedModel:
             turn = self._next_turn(number)
         else:
             result = self._function(request.messages, TurnInfo(number, request))
-            if inspect.isasyncgen(result):
-                async for event in _stream_chunks(result, request):
-                    yield event
-                return
-            if inspect.isawaitable(result):
-                result = await result
+            if type(result) not in _PLAIN_TURNS:  # (plain data is neither: no checks)
+                if inspect.isasyncgen(result):
+                    async for event in _stream_chunks(result, request, self._input):
+                        yield event
+                    return
+                if inspect.isawaitable(result):
+                    result = await result
             if result is None:
                 raise UsageError(
                     f"the turn function returned None for turn {number}; "
                     "return a string, a mapping or a Turn"
                 )
-            turn = Turn.parse(result)  # type: ignore[arg-type]  # checked at runtime
-        async for event in _stream_turn(turn, number, request):
+            turn = Turn._parse(result, self._usages)  # type: ignore[arg-type]  # checked at runtime
+        if turn.delay > 0:
+            await asyncio.sleep(turn.delay)
+        # The events are made here, in this one generator's frame: a turn is plain data.
+        for event in _turn_events(turn, number, request, self._input):
             yield event
 
     def _turn_number(self, request: ModelRequest) -> int:
@@ -462,11 +484,10 @@ class ScriptedModel:
 # -- streaming -------------------------------------------------------------------------
 
 
-async def _stream_turn(
-    turn: Turn, number: int, request: ModelRequest
-) -> AsyncIterator[StreamEvent]:
-    if turn.delay > 0:
-        await asyncio.sleep(turn.delay)
+def _turn_events(
+    turn: Turn, number: int, request: ModelRequest, estimate: _InputEstimate
+) -> Iterator[StreamEvent]:
+    """The turn's events, in order; a turn with an error raises it after its content."""
     for block in turn.reasoning:
         if block.text:
             yield ReasoningDelta(text=block.text)
@@ -476,21 +497,24 @@ async def _stream_turn(
             yield ReasoningDelta(redacted=block.redacted)
     for chunk in turn.chunks if turn.chunks is not None else _words(turn.text):
         yield TextDelta(chunk)
+    output_chars = len(turn.text) + sum(len(block.text) for block in turn.reasoning)
     for index, call in enumerate(turn.tool_calls):
         provider_id = f"call-{number}-{index}" if call.id is None else call.id
         yield ToolCallStart(index, provider_id, call.name)
-        for fragment in _fragments(call.arguments_text()):
+        arguments = call.arguments_text()
+        output_chars += len(call.name) + len(arguments)
+        for fragment in _fragments(arguments):
             yield ToolCallArgsDelta(index, fragment)
         if turn.error is None:
             yield ToolCallEnd(index)
     if turn.error is not None:
         raise turn.error.build()
-    yield UsageReport(turn.usage or _estimate(request, _output_chars(turn)))
+    yield UsageReport(turn.usage or estimate.usage(request, output_chars))
     yield Finish(turn.finish or ("tool_calls" if turn.tool_calls else "stop"))
 
 
 async def _stream_chunks(
-    chunks: AsyncIterator[Any], request: ModelRequest
+    chunks: AsyncIterator[Any], request: ModelRequest, estimate: _InputEstimate
 ) -> AsyncIterator[StreamEvent]:
     written = 0
     try:
@@ -506,7 +530,7 @@ async def _stream_chunks(
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             await aclose()
-    yield UsageReport(_estimate(request, written))
+    yield UsageReport(estimate.usage(request, written))
     yield Finish("stop")
 
 
@@ -527,27 +551,63 @@ def _tokens(chars: int) -> int:
     return math.ceil(chars / 4)
 
 
-def _output_chars(turn: Turn) -> int:
-    return (
-        len(turn.text)
-        + sum(len(block.text) for block in turn.reasoning)
-        + sum(len(call.name) + len(call.arguments_text()) for call in turn.tool_calls)
-    )
+class _InputEstimate:
+    """The usage estimate's input side, 4 characters a token, in time proportional to
+    what is new: for each run (by `ModelRequest.run_id`) it keeps the messages of the
+    run's last request and their characters, and a request that repeats them and adds
+    some counts only the added ones. Whether the earlier messages are the ones counted
+    is one comparison of the two lists (by identity first, as `==` on lists does), never
+    a second reading of their content: a history rewritten anywhere (compaction thins a
+    result in place, a window shortens it) fails it and is counted again in full, so the
+    figures are always those of a full count.
+
+    It remembers the last `_RUNS_KEPT` runs; an older one is counted in full again."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        #: run id -> (the messages last counted, their characters).
+        self._seen: dict[str | None, tuple[tuple[Any, ...], int]] = {}
+
+    def usage(self, request: ModelRequest, output_chars: int) -> Usage:
+        messages = tuple(request.messages)
+        key = request.run_id
+        seen = self._seen.pop(key, None)
+        start = chars = 0
+        if seen is not None:
+            counted, counted_chars = seen
+            size = len(counted)
+            if size <= len(messages) and messages[:size] == counted:
+                start, chars = size, counted_chars
+        for index in range(start, len(messages)):
+            chars += _message_chars(messages[index])
+        if len(self._seen) >= _RUNS_KEPT:
+            del self._seen[next(iter(self._seen))]  # the run heard from longest ago
+        self._seen[key] = (messages, chars)
+        chars += len(request.system or "")
+        return Usage(input_tokens=_tokens(chars), output_tokens=_tokens(output_chars), requests=1)
 
 
-def _estimate(request: ModelRequest, output_chars: int) -> Usage:
-    """A deterministic stand-in for the provider's count: 4 characters a token."""
-    chars = len(request.system or "")
-    for message in request.messages:
-        chars += len(message.text)
-        if isinstance(message, AssistantMessage):
-            chars += sum(len(call.arguments) for call in message.tool_calls)
-        else:
-            chars += sum(len(result.content) for result in message.tool_results)
-    return Usage(input_tokens=_tokens(chars), output_tokens=_tokens(output_chars), requests=1)
+#: Runs whose last request `_InputEstimate` remembers.
+_RUNS_KEPT: Final = 1024
+
+
+def _message_chars(message: UserMessage | AssistantMessage) -> int:
+    if isinstance(message, AssistantMessage):
+        return len(message.text) + sum(len(call.arguments) for call in message.tool_calls)
+    return len(message.text) + sum(len(result.content) for result in message.tool_results)
 
 
 # -- parsing ---------------------------------------------------------------------------
+
+
+#: What a turn function returns most: plain data, which is never awaited or iterated.
+_PLAIN_TURNS: Final = frozenset({dict, str, Turn})
+
+
+def _is_mapping(value: Any) -> bool:
+    """`isinstance(value, Mapping)`, without the ABC check for a plain dict."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def _typed(value: Mapping[str, Any], key: str, kind: Any, default: Any) -> Any:
@@ -593,10 +653,10 @@ def _parse_reasoning(value: Any) -> tuple[Reasoning, ...]:
 def _parse_call(value: Any) -> TurnCall:
     if isinstance(value, TurnCall):
         return value
-    if not isinstance(value, Mapping):
+    if not _is_mapping(value):
         raise UsageError(f"a tool call is a mapping with `name`, not {value!r}")
-    unknown = sorted(set(value) - {"name", "arguments", "id"})
-    if unknown:
+    if not _CALL_KEYS.issuperset(value):
+        unknown = sorted(set(value) - _CALL_KEYS)
         raise UsageError(f"unknown tool call key(s) {unknown}; use name, arguments, id")
     name = value.get("name")
     if not isinstance(name, str) or not name:
@@ -604,7 +664,7 @@ def _parse_call(value: Any) -> TurnCall:
     arguments = value.get("arguments", {})
     if arguments is None:
         arguments = {}
-    if not isinstance(arguments, str | Mapping):
+    if not isinstance(arguments, str) and not _is_mapping(arguments):
         raise UsageError(f"tool call {name!r}: `arguments` is a mapping or JSON text")
     call_id = value.get("id")
     if call_id is not None and not isinstance(call_id, str):
@@ -612,15 +672,36 @@ def _parse_call(value: Any) -> TurnCall:
     return TurnCall(name=name, arguments=arguments, id=call_id)
 
 
-def _parse_usage(value: Any) -> Usage | None:
+def _parse_usage(value: Any, usages: _Usages | None = None) -> Usage | None:
     if value is None or isinstance(value, Usage):
         return value
-    if not isinstance(value, Mapping):
+    if not _is_mapping(value):
         raise UsageError(f"`usage` is a mapping of token counts, not {value!r}")
+    key: tuple[tuple[Any, Any], ...] | None = None
+    if usages is not None:
+        # A turn function tends to report the same counts turn after turn: a usage it
+        # gave before (a `Usage` is frozen) is looked up by its items, not validated again.
+        try:
+            key = tuple(value.items())
+            known = usages.get(key)
+        except TypeError:  # an item that cannot be hashed: validated (and refused) below
+            key, known = None, None
+        if known is not None:
+            return known
     try:
-        return Usage.model_validate({"requests": 1, **value})
+        usage = Usage.model_validate({"requests": 1, **value})
     except pydantic.ValidationError as exc:
         raise UsageError(f"`usage`: {_first_error(exc)}") from None
+    if usages is not None and key is not None:
+        if len(usages) >= _USAGES_KEPT:
+            usages.clear()
+        usages[key] = usage
+    return usage
+
+
+#: Usages a turn function gave, by the items of the mapping it gave (`_parse_usage`).
+_Usages: TypeAlias = dict[tuple[tuple[Any, Any], ...], Usage]
+_USAGES_KEPT: Final = 64
 
 
 def _parse_error(value: Any) -> TurnError | None:

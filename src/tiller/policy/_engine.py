@@ -72,12 +72,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..tools import PROTECTED_PATHS, SafetyMode, Tool, ToolDefinitionError
 from ._risk import DecisionKind, PolicyDecision, RiskClass
 from ._rules import PolicyRule, PolicyRules
-from ._shell_risk import ShellRisk, classify_command
+
+if TYPE_CHECKING:  # the shell's parser and tables load with the first shell command
+    from ._shell_risk import ShellRisk
 
 __all__ = ["CallRisk", "PolicyEngine", "mode_default"]
 
@@ -296,6 +298,8 @@ class PolicyEngine:
     # ── internals ────────────────────────────────────────────────────────────────
 
     def _shell(self, command: str) -> CallRisk:
+        from ._shell_risk import classify_command
+
         shell = classify_command(command, workspace=self._workspace)
         return CallRisk(shell.risk, shell.reason, shell=shell)
 

@@ -52,11 +52,13 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ..errors import UsageError
 from ..tools import SafetyMode
-from ._shell_risk import ShellRisk, classify_command
+
+if TYPE_CHECKING:  # the shell's parser and tables load with the first shell command
+    from ._shell_risk import ShellRisk
 
 __all__ = ["PolicyConfigError", "PolicyRule", "PolicyRules", "RuleAction"]
 
@@ -151,6 +153,8 @@ def _check_allow(key: str, command: str | None, tool: str | None) -> None:
             f"an allow rule matches a command and its arguments literally ({command!r} with any "
             "arguments); write no wildcards",
         )
+    from ._shell_risk import classify_command
+
     if classify_command(command).plain is None:
         raise PolicyConfigError(
             f"{key}.command",

@@ -252,6 +252,8 @@ class Lease:
 
 @dataclass(slots=True, frozen=True)
 class BusMessage:
+    """One message received on a subject."""
+
     subject: str
     data: bytes
 

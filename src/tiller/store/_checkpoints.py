@@ -14,6 +14,15 @@ One bucket (`tiller-run-checkpoints` by default) holds, per run:
   (an older tiller's) read as not idempotent;
 - `<run_id>/lease`: the run's lease (a process is running it now), and `<run_id>/epoch`:
   `{"epoch": n, "owner"}`, the run's lease epoch (see *Fencing* below);
+- `<run_id>/steps/<n>`: `{"schema_version", "written_by", "epoch", "gen", "deltas"}` —
+  the steps since the checkpoint (issue 19). A checkpoint record (version 3) carries a
+  `gen`, new at each write of it; a durable run writes it whole only now and then
+  (`_checkpoint_steps`), and between, at each step, a *delta* of what changed, into
+  segments 0, 1, ... (a few deltas each, marked with the checkpoint's `gen`). Loading
+  reads the checkpoint, then the segments in order until one is missing or of another
+  `gen` (left from before the checkpoint was last written: the next steps overwrite it,
+  so nothing is ever deleted and a run keeps as many segments as its longest chain),
+  and applies their deltas: a crash between two writes leaves the state of the last one;
 - `thread/<thread_id>`: the thread's latest run id (an AG-UI resume arrives with a new run
   id on the same thread).
 
@@ -49,6 +58,13 @@ completion that lands while the takeover is stamping is the true result of a cal
 before it. Other fenced writes (held calls, event log batches) read the epoch first; they
 are rare.
 
+A step's delta is fenced as the checkpoint is: it rewrites the segment this store wrote
+last, by compare-and-set on the revision it kept, and a takeover stamps every segment of
+the run as it stamps the checkpoint, before the epoch moves; a new segment is created
+after reading the epoch. A delta never moves the checkpoint's own revision: a claim's
+compare-and-set is on the checkpoint record (a claim writes the state it loaded, deltas
+applied, under a new `gen`, so the deltas it read are never applied twice).
+
 A recovery's claim is a takeover too (`claim(recovering=True)`): the claimed checkpoint
 carries the new epoch, so it fences the process it recovers from before the recovered run
 takes its own lease, and the recovery reads the call records again after it.
@@ -56,7 +72,8 @@ takes its own lease, and the recovery reads the call records again after it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -66,6 +83,7 @@ from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_o
 from ..errors import NewerSchemaError
 from ..state import RunState
 from ._bus import Bus, KeyValue, Lease, NotFound, RevisionConflict, StoreError
+from ._checkpoint_steps import apply_delta
 
 __all__ = [
     "AlreadyResumed",
@@ -81,6 +99,8 @@ SCHEMA_VERSION = LEDGER["run_checkpoint"].current
 #: The record versions this tiller reads (1 has no `epoch`: it reads as 0).
 _READABLE = LEDGER["run_checkpoint"].readable
 DEFAULT_BUCKET = "tiller-run-checkpoints"
+#: The version of a segment of step deltas (`<run_id>/steps/<gen>/<n>`).
+STEPS_VERSION = LEDGER["run_checkpoint_steps"].current
 
 #: `continued`: the run was resumed under a new run id (an AG-UI resume), which goes on
 #: in its place (`Checkpoint.continued_as`); it can never be claimed again.
@@ -169,6 +189,8 @@ class CheckpointStore:
         # The revision of each record this store last wrote fenced: the next fenced write
         # of it is one compare-and-set, read back only when someone else wrote meanwhile.
         self._written: dict[str, int] = {}
+        #: The `gen` and size (bytes) of the checkpoint record this store wrote last.
+        self.last_gen, self.last_size = "", 0
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
@@ -177,13 +199,19 @@ class CheckpointStore:
 
     @staticmethod
     def _encode(
-        state: RunState, status: Status, continued_as: str | None = None, epoch: int = 0
+        state: RunState,
+        status: Status,
+        continued_as: str | None = None,
+        epoch: int = 0,
+        gen: str = "",
     ) -> bytes:
         record: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "written_by": tiller_version(),
             "status": status,
             "epoch": epoch,
+            # New at every write: the step deltas written after it are its `gen`'s.
+            "gen": gen,
             "state": orjson.Fragment(state.to_json()),
         }
         if continued_as is not None:
@@ -204,7 +232,9 @@ class CheckpointStore:
     ) -> int:
         """Write the run's checkpoint (at `expected` revision if given); returns the
         revision. `index=False` leaves the thread's index alone (a write about a run that
-        may no longer be its thread's latest).
+        may no longer be its thread's latest). Each write has a new `gen`, which names it
+        for the step deltas that follow it (`save_steps`): `last_gen` after, and the
+        record's size `last_size`.
 
         `epoch` is the writer's lease epoch: the write is fenced by it (`LeaseLost`, and
         nothing written, once another holder took the run over). Without it the write is
@@ -212,19 +242,21 @@ class CheckpointStore:
         `read_epoch=False` fences by the record's revision alone where this store knows
         it (one compare-and-set; see `_write_fenced`)."""
         kv = await self._bucket()
+        gen = new_gen()
         if epoch is not None:
             if expected is not None:
                 raise ValueError("a fenced checkpoint write finds its own revision")
-            data = self._encode(state, status, continued_as, epoch)
+            data = self._encode(state, status, continued_as, epoch, gen)
             revision = await self._write_fenced(
                 kv, state.run_id, state.run_id, data, epoch, read_epoch=read_epoch
             )
         elif expected is None:
-            data = self._encode(state, status, continued_as, keep_epoch)
+            data = self._encode(state, status, continued_as, keep_epoch, gen)
             revision = await kv.put(state.run_id, data)
         else:
-            data = self._encode(state, status, continued_as, keep_epoch)
+            data = self._encode(state, status, continued_as, keep_epoch, gen)
             revision = await kv.update(state.run_id, data, expected=expected)
+        self.last_gen, self.last_size = gen, len(data)
         if index and (state.thread_id, state.run_id) not in self._indexed:
             await kv.put(f"thread/{state.thread_id}", state.run_id.encode())
             self._indexed.add((state.thread_id, state.run_id))
@@ -247,16 +279,69 @@ class CheckpointStore:
                 writer = written_by_of(record)
                 raise CheckpointFromNewerTiller(f"{problem}: {newer_problem(writer)}", writer)
             raise StoreError(problem)
+        raw = record["state"]
+        epoch = int(record.get("epoch", 0))  # version 1 has none
+        gen = record.get("gen")  # before version 3: no step deltas
+        if isinstance(gen, str):
+            epoch = max(epoch, await self._apply_steps(kv, run_id, gen, raw))
         # Read by the ledger as `RunState.from_json` reads a state: newer refused, older
         # migrated, a version it never had refused.
-        state = RunState.from_data(record["state"])
+        state = RunState.from_data(raw)
         return Checkpoint(
-            state,
-            record["status"],
-            entry.revision,
-            record.get("continued_as"),
-            int(record.get("epoch", 0)),  # version 1 has none
+            state, record["status"], entry.revision, record.get("continued_as"), epoch
         )
+
+    async def _apply_steps(self, kv: KeyValue, run_id: str, gen: str, raw: Any) -> int:
+        """Apply the step deltas written after the checkpoint `gen` to its state `raw`
+        (decoded JSON), segment after segment; the highest epoch they were written under."""
+        epoch = 0
+        segment = 0
+        while True:
+            entry = await kv.get(_steps_key(run_id, segment))
+            if entry is None:
+                return epoch
+            record: dict[str, Any] = orjson.loads(entry.value)
+            if record.get("gen") != gen:
+                return epoch  # an older checkpoint's: the steps of this one end here
+            version = record.get("schema_version")
+            if version != STEPS_VERSION:
+                problem = f"the steps of checkpoint {run_id!r} have schema version {version}"
+                if isinstance(version, int) and version > STEPS_VERSION:
+                    writer = written_by_of(record)
+                    raise CheckpointFromNewerTiller(f"{problem}: {newer_problem(writer)}", writer)
+                raise StoreError(f"{problem}; this tiller reads {STEPS_VERSION}")
+            if isinstance(raw, dict):
+                for delta in record["deltas"]:
+                    apply_delta(raw, delta)
+            epoch = max(epoch, int(record.get("epoch", 0)))
+            segment += 1
+
+    async def save_steps(
+        self,
+        run_id: str,
+        gen: str,
+        segment: int,
+        deltas: Sequence[bytes],
+        *,
+        epoch: int | None = None,
+    ) -> None:
+        """Write segment `segment` of the step deltas after checkpoint `gen`: `deltas`,
+        every delta it holds (encoded), oldest first. Fenced by `epoch` if given, by the
+        revision this store kept from its last write of the segment (see *Fencing*)."""
+        kv = await self._bucket()
+        record = {
+            "schema_version": STEPS_VERSION,
+            "written_by": tiller_version(),
+            "epoch": epoch or 0,
+            "gen": gen,
+            "deltas": [orjson.Fragment(delta) for delta in deltas],
+        }
+        key = _steps_key(run_id, segment)
+        data = orjson.dumps(record)
+        if epoch is None:
+            await kv.put(key, data)
+            return
+        await self._write_fenced(kv, run_id, key, data, epoch, read_epoch=False)
 
     async def run_ids(self) -> list[str]:
         """Every checkpointed run's id, sorted. A run's own records (its lease, its call
@@ -267,6 +352,7 @@ class CheckpointStore:
             for key in await kv.keys()
             if not key.startswith("thread/")
             and "/calls/" not in key
+            and "/steps/" not in key
             and not key.endswith(("/lease", "/epoch", "/reserved"))
         )
 
@@ -421,7 +507,11 @@ class CheckpointStore:
         while True:
             entry = await kv.get(key)
             epoch = 1 if entry is None else _epoch_of(entry.value) + 1
-            await self._stamp(kv, run_id, epoch)
+            if await self._stamp(kv, run_id, epoch):
+                # Its step deltas too, whichever checkpoint they follow: a holder writing
+                # one of an older checkpoint must find it stamped as well.
+                for steps_key in await kv.keys(f"{run_id}/steps/"):
+                    await self._stamp(kv, steps_key, epoch)
             value = orjson.dumps({"epoch": epoch, "owner": owner})
             try:
                 if entry is None:
@@ -437,27 +527,27 @@ class CheckpointStore:
 
     async def _stamp(
         self, kv: KeyValue, key: str, epoch: int, *, started_only: bool = False
-    ) -> None:
+    ) -> bool:
         """Rewrite the record at `key` carrying `epoch`, if it carries an older one (and,
         with `started_only`, is a call record still `started`); nothing else in it changes.
         The revision written is kept: this store's next fenced write of it is one
-        compare-and-set."""
+        compare-and-set. Whether there is a record at `key`."""
         while True:
             entry = await kv.get(key)
             if entry is None:
-                return
+                return False
             record = orjson.loads(entry.value)
             if not isinstance(record, dict) or int(record.get("epoch", 0)) >= epoch:
-                return
+                return True
             if started_only and record.get("status") != "started":
-                return  # completed: its writer never writes it again
+                return True  # completed: its writer never writes it again
             record["epoch"] = epoch
             try:
                 revision = await kv.update(key, orjson.dumps(record), expected=entry.revision)
             except RevisionConflict:
                 continue  # written meanwhile: look again
             self._written[key] = revision
-            return
+            return True
 
     async def epoch(self, run_id: str) -> int:
         """The run's current lease epoch (0: no holder ever took one)."""
@@ -617,6 +707,15 @@ class CheckpointStore:
                 idempotent=record.get("idempotent") is True,
             )
         return logs
+
+
+def new_gen() -> str:
+    """A new checkpoint write's name: its step deltas are found under it."""
+    return os.urandom(8).hex()
+
+
+def _steps_key(run_id: str, segment: int) -> str:
+    return f"{run_id}/steps/{segment}"
 
 
 def _epoch_of(value: bytes) -> int:

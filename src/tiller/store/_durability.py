@@ -18,6 +18,12 @@ process wrote before the takeover is all it ever writes. How the epoch is kept a
 is in `CheckpointStore`'s docstring (*Fencing*): a checkpoint and a call's completion are
 one compare-and-set each on a revision the port already knows, with no read of the epoch.
 
+Checkpoints are a base and step deltas (issue 19, `_checkpoint_steps`): `save` writes the
+whole state at the run's first checkpoint here, at a suspension and the run's end, when the
+history was rewritten, and once the deltas since outweigh the base; at every other step
+boundary it writes only what changed, so a durable step costs what the step added, not
+what the run holds.
+
 The operations a person or an operator drives (approve, resume, recover, reconcile) are
 `tiller.ops`; they read and write the same records through the stores themselves.
 """
@@ -31,6 +37,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from ..state import RunState
 from ._approvals import ApprovalStore
 from ._bus import Bus, Lease, RevisionConflict
+from ._checkpoint_steps import StepDeltas
 from ._checkpoints import DEFAULT_BUCKET, CheckpointStore, LeaseLost, Status
 
 __all__ = ["RunDurability", "StoreDurability"]
@@ -117,6 +124,8 @@ class StoreDurability:
         self._epochs: dict[str, int] = {}
         #: Runs taken over by another process: every later write is refused with this.
         self._lost: dict[str, LeaseLost] = {}
+        #: What this port wrote of each run since its last whole checkpoint of it.
+        self._steps: dict[str, StepDeltas] = {}
 
     def _run_of(self, lease: Lease) -> str:
         return lease.key.removesuffix("/lease")
@@ -167,12 +176,25 @@ class StoreDurability:
         await self._checkpoints.release_hold(lease)
 
     async def save(self, state: RunState, status: Status) -> None:
+        run_id = state.run_id
+        steps = self._steps.get(run_id)
+        pending = steps.delta(state) if steps is not None and status == "running" else None
+
         async def save(epoch: int | None) -> None:
+            if steps is not None and pending is not None:
+                segment, deltas = steps.next_segment(pending.data)
+                await self._checkpoints.save_steps(run_id, steps.gen, segment, deltas, epoch=epoch)
+                steps.wrote(pending, segment, deltas)
+                return
             # Fenced by the checkpoint's revision (kept from this process's last write, or
             # from taking the epoch): one compare-and-set, no epoch read.
-            await self._checkpoints.save(state, status, epoch=epoch, read_epoch=False)
+            checkpoints = self._checkpoints
+            await checkpoints.save(state, status, epoch=epoch, read_epoch=False)
+            self._steps[run_id] = StepDeltas.after_base(
+                state, checkpoints.last_gen, checkpoints.last_size
+            )
 
-        await self._fenced(state.run_id, save)
+        await self._fenced(run_id, save)
 
     async def hold_calls(
         self,

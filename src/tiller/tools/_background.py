@@ -33,14 +33,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
-
-import regex as re
+from typing import TYPE_CHECKING, Final
 
 from ..cancel import CancellationToken
 from ..errors import TillerError, UsageError
 from ._notify import Notifier
 from ._process import CLEANUP_SECONDS, Command, decode_output, describe_exit, spawn
+
+if TYPE_CHECKING:  # `regex` loads with the first pattern a `wait` is given
+    import regex as re
 
 __all__ = [
     "DEFAULT_WAIT_SECONDS",
@@ -364,7 +365,9 @@ class BackgroundJobs:
         `Cancelled` when it fires); the job keeps running either way."""
         job = self._job(job_id)
         if isinstance(pattern, str):
-            pattern = re.compile(pattern, re.MULTILINE)
+            import regex
+
+            pattern = regex.compile(pattern, regex.MULTILINE)
         limit = min(max(timeout, 0.0), MAX_WAIT_SECONDS)
         waiting = self._wait(job, pattern, limit)
         if token is not None:

@@ -58,6 +58,8 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Answered:
+    """The person answered: their `answers` to the questions asked."""
+
     answers: tuple[Answer, ...]
 
 

@@ -13,23 +13,28 @@ tasks to subagents (`coding_tools(subagents=True)`).
 
 from __future__ import annotations
 
-from .._tool import Tool
+from typing import TYPE_CHECKING
 
-# For tiller's own packages (not API; not in __all__).
-from ._agent_tool import AGENT_TOOL as AGENT_TOOL
-from ._agent_tool import SubagentReport as SubagentReport
-from ._agent_tool import SubagentRunner, agent
-from ._agent_tool import describe_report as describe_report
-from ._ask import ask_user
-from ._background import background_process
-from ._files import edit_file, list_dir, read_file, write_file
-from ._glob import glob
-from ._mail import Mailer, message_send
-from ._patch import apply_patch
-from ._search import grep
-from ._shell import execute_command, execute_command_tool
-from ._tasks import task_create, task_list, task_update
-from ._web import web_fetch
+from ... import _public
+
+if TYPE_CHECKING:
+    # For tiller's own packages (not API; not in __all__).
+    from ._agent_tool import agent
+    from ._ask import ask_user
+    from ._background import background_process
+    from ._coding import coding_tools
+    from ._files import edit_file, list_dir, read_file, write_file
+    from ._glob import glob
+    from ._mail import Mailer, message_send
+    from ._patch import apply_patch
+    from ._search import grep
+    from ._shell import execute_command, execute_command_tool
+    from ._subagent_report import AGENT_TOOL as AGENT_TOOL
+    from ._subagent_report import SubagentReport as SubagentReport
+    from ._subagent_report import SubagentRunner
+    from ._subagent_report import describe_report as describe_report
+    from ._tasks import task_create, task_list, task_update
+    from ._web import web_fetch
 
 __all__ = [
     "Mailer",
@@ -54,29 +59,29 @@ __all__ = [
     "write_file",
 ]
 
+#: Where each tool lives: a tool's module (and what it needs: httpx for `web_fetch`, the
+#: shell's parser for `execute_command`) is imported when the tool is first asked for.
+_HOMES = {
+    "._agent_tool": ("agent",),
+    "._ask": ("ask_user",),
+    "._background": ("background_process",),
+    "._coding": ("coding_tools",),
+    "._files": ("edit_file", "list_dir", "read_file", "write_file"),
+    "._glob": ("glob",),
+    "._mail": ("Mailer", "message_send"),
+    "._patch": ("apply_patch",),
+    "._search": ("grep",),
+    "._shell": ("execute_command", "execute_command_tool"),
+    "._subagent_report": ("AGENT_TOOL", "SubagentReport", "SubagentRunner", "describe_report"),
+    "._tasks": ("task_create", "task_list", "task_update"),
+    "._web": ("web_fetch",),
+}
 
-def coding_tools(*, web: bool = False, subagents: bool = False) -> list[Tool]:
-    """The built-in coding tools, read-only ones first: read_file, list_dir, glob, grep,
-    task_create, task_update, task_list, ask_user, write_file, edit_file, apply_patch,
-    execute_command, background_process — web_fetch when `web` is true, and agent when
-    `subagents` is. A new list each time, to extend freely."""
-    tools: list[Tool] = [
-        read_file,
-        list_dir,
-        glob,
-        grep,
-        task_create,
-        task_update,
-        task_list,
-        ask_user,
-        write_file,
-        edit_file,
-        apply_patch,
-        execute_command,
-        background_process,
-    ]
-    if web:
-        tools.append(web_fetch)
-    if subagents:
-        tools.append(agent)
-    return tools
+# Hidden from type checkers, which see the names through the imports above: a visible
+# module `__getattr__` would make every misspelt `tiller.tools.builtin.X` type-check.
+if not TYPE_CHECKING:
+    __getattr__ = _public.lazy_names(__name__, globals(), _HOMES)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
