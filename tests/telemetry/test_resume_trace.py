@@ -69,3 +69,36 @@ async def test_suspend_here_resume_in_another_process_is_one_linked_trace(
     tool = spans["execute_tool write_note"]
     assert tool["parent_id"] == resumed["span_id"]
     assert tool["attributes"]["tiller.gate.decided_by"] == "user"  # the person's decision
+
+
+async def test_a_run_resumed_from_the_store_continues_its_trace(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    """The store's checkpoint (a held call, headless) keeps the trace context: resumed by
+    run id, twice, every segment is in one trace, each linked to the one before."""
+    from tiller.loop import ResumeDecision
+    from tiller.store import open_bus
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+        ctx = RunContext.sandboxed(workspace).with_store(bus)  # no approver: held
+        options = RunOptions(checkpoint_bucket="cp").with_telemetry(recorded.telemetry)
+        paused = await agent.run_in(ctx, "go", options, run_id="traced-1")
+        assert paused.stop_cause is StopCause.SUSPENDED
+        (pending,) = paused.state.waiting_calls()
+        done = await agent.resume(
+            "traced-1",
+            {pending.id: ResumeDecision.approved()},
+            ctx=ctx.with_approver(None),
+            options=options,
+            bucket="cp",
+        )
+        assert done.stop_cause is StopCause.COMPLETED
+    first, second = sorted(recorded.named("invoke_agent writer"), key=lambda s: s.start_time or 0)
+    assert second.context.trace_id == first.context.trace_id
+    assert second.parent is not None and second.parent.span_id == first.context.span_id
+    assert [link.context.span_id for link in second.links] == [first.context.span_id]
+    held = sorted(recorded.named("execute_tool write_note"), key=lambda s: s.start_time or 0)
+    assert dict(held[0].attributes or {})["tiller.gate.decision"] == "hold"
+    assert dict(held[0].attributes or {})["tiller.suspended"] is True
