@@ -114,3 +114,10 @@ GATE_DECIDED_BY: Final = "tiller.gate.decided_by"
 RISK_CLASS: Final = "tiller.risk_class"
 TOOL_IS_ERROR: Final = "tiller.tool.is_error"
 TOOL_ANSWERED_FROM_RECORD: Final = "tiller.tool.recorded"
+#: Why a `chat` span's call was made when it is not a turn of the run (`compaction`).
+PURPOSE: Final = "tiller.purpose"
+#: The event on a run's span when its history was compacted, and its attributes.
+COMPACTION_EVENT: Final = "tiller.compaction"
+COMPACTION_REASON: Final = "tiller.compaction.reason"
+COMPACTION_BEFORE: Final = "tiller.compaction.before_tokens"
+COMPACTION_AFTER: Final = "tiller.compaction.after_tokens"

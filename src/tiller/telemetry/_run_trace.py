@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 import time
 from asyncio import CancelledError as _CancelledError
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -36,6 +36,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..capture import ModelCallRecord
 from ..conversation import AssistantMessage, ToolCall, Usage, UserMessage
 from ..errors import Cancelled
+from ..model import Finish, TextDelta, UsageReport
 from ..state import RunState, TraceContext
 from . import _names as n
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span
 
-    from ..model import ModelRequest
+    from ..model import Model, ModelRequest, StreamEvent
     from ._telemetry import Telemetry
 
 __all__ = ["ChatSpan", "RunTrace", "context_of", "traceparent_of"]
@@ -209,8 +210,28 @@ class RunTrace:
 
     # ── model calls ──────────────────────────────────────────────────────────────
 
-    def chat(self, request: ModelRequest) -> ChatSpan:
-        return ChatSpan(self, request)
+    def chat(self, request: ModelRequest, *, purpose: str | None = None) -> ChatSpan:
+        """A `chat` span for one model call of the run's (`purpose`: why, when it is not
+        a turn of the run, such as `compaction`)."""
+        return ChatSpan(self, request, purpose=purpose)
+
+    def traced_model(self, model: Model, purpose: str) -> Model:
+        """`model`, each of its calls in a `chat` span (for calls the loop makes outside
+        a turn: the compaction summary)."""
+        return _TracedModel(self, model, purpose)
+
+    def compacted(self, reason: str, before: int, after: int) -> None:
+        """The history was compacted (`reason`: threshold or overflow), from about
+        `before` to `after` tokens: an event on the run's span."""
+        if self._span is not None:
+            self._span.add_event(
+                n.COMPACTION_EVENT,
+                {
+                    n.COMPACTION_REASON: reason,
+                    n.COMPACTION_BEFORE: before,
+                    n.COMPACTION_AFTER: after,
+                },
+            )
 
     # ── tool calls ───────────────────────────────────────────────────────────────
 
@@ -312,7 +333,7 @@ class ChatSpan:
 
     __slots__ = ("_began", "_metric", "_run", "_span")
 
-    def __init__(self, run: RunTrace, request: ModelRequest) -> None:
+    def __init__(self, run: RunTrace, request: ModelRequest, *, purpose: str | None = None) -> None:
         self._run = run
         tel = run._telemetry
         attributes: dict[str, Any] = {
@@ -320,6 +341,8 @@ class ChatSpan:
             n.PROVIDER_NAME: run._provider,
             n.REQUEST_MODEL: run._model,
         }
+        if purpose is not None:
+            attributes[n.PURPOSE] = purpose
         if request.max_tokens is not None:
             attributes[n.REQUEST_MAX_TOKENS] = request.max_tokens
         if request.temperature is not None:
@@ -388,6 +411,40 @@ class ChatSpan:
         self._run._telemetry._instruments.operation_duration.record(
             time.perf_counter() - self._began, metric
         )
+
+
+class _TracedModel:
+    """A model whose every call is a `chat` span of `run` (usage and finish reason read
+    from its stream)."""
+
+    __slots__ = ("_model", "_purpose", "_run", "context_window", "name", "provider")
+
+    def __init__(self, run: RunTrace, model: Model, purpose: str) -> None:
+        self._run, self._model, self._purpose = run, model, purpose
+        self.provider, self.name = model.provider, model.name
+        self.context_window = model.context_window
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        chat = self._run.chat(request, purpose=self._purpose)
+        usage: Usage | None = None
+        finish: str | None = None
+        text: list[str] = []
+        try:
+            async for event in self._model.stream(request):
+                if isinstance(event, UsageReport):
+                    usage = event.usage
+                elif isinstance(event, Finish):
+                    finish = str(event.reason)
+                elif isinstance(event, TextDelta):
+                    text.append(event.text)
+                yield event
+        except BaseException as exc:
+            chat.failed(exc)
+            raise
+        chat.done(usage, finish, AssistantMessage(text="".join(text)))
+
+    async def aclose(self) -> None:
+        await self._model.aclose()
 
 
 # ── content, through the capture redactor ────────────────────────────────────────────
