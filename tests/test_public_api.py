@@ -535,6 +535,16 @@ PUBLIC_API: dict[str, list[str]] = {
         "UnknownOutboxItem",
         "open_bus",
     ],
+    "tiller.telemetry": [
+        "SEMCONV_VERSION",
+        "ChatSpan",
+        "OtelMissing",
+        "RunTrace",
+        "Telemetry",
+        "configure_otlp",
+        "context_of",
+        "traceparent_of",
+    ],
     "tiller.tools": [
         "Answer",
         "Answered",
@@ -658,6 +668,7 @@ def test_all_has_no_duplicates_and_every_name_resolves(namespace: str) -> None:
 #: their own documentation and are checked for it.
 DOCUMENTED_VALUES: dict[str, str] = {
     "tiller.__version__": "the installed tiller's version",
+    "tiller.telemetry.SEMCONV_VERSION": "the semantic-conventions release the names follow",
     "tiller.cli.app": "the `tiller` command's Typer application",
     "tiller.events.SSE_CONTENT_TYPE": "the media type of an AG-UI SSE response",
     "tiller.events.TransformerFactory": "builds one run's stream transformers",

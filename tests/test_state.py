@@ -108,7 +108,7 @@ def test_another_schema_version_is_refused(version: int) -> None:
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
         f"run state schema version {version} is not supported "
-        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7)"
+        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7, 8)"
     )
 
 
@@ -122,7 +122,7 @@ def test_a_newer_schema_version_is_refused_naming_its_writer(version: int) -> No
         RunState.from_json(orjson.dumps(raw))
     assert str(caught.value) == (
         f"run state schema version {version} is not supported "
-        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7)"
+        "(this tiller reads versions 1, 2, 3, 4, 5, 6, 7, 8)"
         f": it was written by tiller 7.0.0 (this is tiller {tiller.__version__}): "
         "upgrade tiller to read it"
     )

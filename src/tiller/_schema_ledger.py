@@ -126,6 +126,14 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "mailbox and `message_send` when it is approved or resumed in another "
                 "process. A version 6 or older state reads with no mailbox.",
             ),
+            SchemaVersion(
+                8,
+                "0.1.0",
+                "`trace_context` (issue 20): the W3C `traceparent` every segment of the run "
+                "goes under and the previous segment's span, so a resumed run continues "
+                "the same trace and links to the span it continues. A version 7 or older state "
+                "reads with none.",
+            ),
         ),
         _kind(
             "run_checkpoint",
@@ -218,6 +226,12 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 "output, cached_input}}`, USD per million tokens), so a worker counts its "
                 "dollars and a dollar ceiling stops it. Version 1 is read as version 2 "
                 "without prices.",
+            ),
+            SchemaVersion(
+                3,
+                "0.1.0",
+                "`traceparent` (issue 20): the W3C trace context of the submitter, so a "
+                "traced worker's run goes under it. Versions 1 and 2 read without one.",
             ),
         ),
         _kind(

@@ -35,6 +35,7 @@ __all__ = [
     "RunState",
     "RunStateError",
     "StopCause",
+    "TraceContext",
 ]
 
 #: The versions, in short (the ledger is `tiller._schema_ledger.LEDGER["run_state"]`,
@@ -56,6 +57,8 @@ __all__ = [
 #:        (a rewind of it keeps the count: nothing earlier is known).
 #: 6 → 7: the recorded policy's `mailbox` (the run's mailbox route); an older state has
 #:        none, and reads unchanged.
+#: 7 → 8: `trace_context` (issue 20), the W3C trace ids a resumed run continues; an older
+#:        state reads with none (its resumed segment starts a trace of its own).
 SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable
@@ -207,6 +210,17 @@ class CallsAt(BaseModel):
     model_calls: int
 
 
+class TraceContext(BaseModel):
+    """Where a run's OpenTelemetry spans go (issue 20), as W3C `traceparent` strings:
+    every segment of the run (the first, and each resumed one) goes under `parent`, and
+    links to `previous`, the span of the segment before it. One logical run, one trace."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parent: str
+    previous: str
+
+
 class RunState(BaseModel):
     """The whole of a run, at a step boundary."""
 
@@ -299,6 +313,9 @@ class RunState(BaseModel):
     #: (`tiller.loop.run_context_from`). The live parts (approver, cancel token, hooks, the
     #: store) are not data and are given by whoever resumes. None when not recorded.
     policy: dict[str, Any] | None = None
+    #: The trace the run's segments belong to (`tiller.telemetry`); None when the run was
+    #: not traced, or the state was written before version 7.
+    trace_context: TraceContext | None = None
 
     @model_validator(mode="before")
     @classmethod

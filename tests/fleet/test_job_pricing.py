@@ -26,7 +26,7 @@ def test_a_budget_s_prices_go_into_its_job_and_a_version_1_job_still_reads() -> 
     old = {**orjson.loads(job.encode()), "schema_version": 1, "budget": {"max_steps": 3}}
     read = RunJob.decode("r", orjson.dumps(old))
     assert read.budget == JobBudget(max_steps=3)
-    assert read.schema_version == job.schema_version == 2
+    assert read.schema_version == job.schema_version == 3
     with pytest.raises(MalformedJob, match="schema version True"):
         RunJob.decode("r", orjson.dumps({**old, "schema_version": True}))
 

@@ -21,7 +21,7 @@ WIDE = {
     # since the part that wraps each model call (`with_model_wrapper`) came.
     "_context.py:RunContext": 34,
     # The loop's tunables: one builder per tunable, like RunContext.
-    "_options.py:RunOptions": 16,
+    "_options.py:RunOptions": 17,
     # A subagent's view of its parent's AgUiContext: one delegating method per emitter.
     "_subagents.py:_SubagentView": 16,
 }
@@ -57,7 +57,8 @@ def test_a_run_reads_in_three_files() -> None:
     """The driver, the model turn and the dispatch: what one run does, in order."""
     three = ["_run.py", "_model_turn.py", "_dispatch.py"]
     sizes = {name: len((LOOP / name).read_text().splitlines()) for name in three}
-    assert sum(sizes.values()) < 1300, sizes
+    # (1,310: issue 20's telemetry hooks, one `if run.trace is not None:` at each point.)
+    assert sum(sizes.values()) < 1310, sizes
     driver = (LOOP / "_run.py").read_text()
     # The driver takes each kind of step through exactly one collaborator.
     assert "self.turns.take(" in driver

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import typer
 
 from ._one_line import OneLineErrors
 from ._options import ModeChoice, agent_help, positive_amount, store_option, workspace_option
+from ._otel import OTEL_HELP
 from ._safe import echo
 
 __all__ = ["app", "main"]
@@ -130,6 +132,7 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
         help="Attach the store's mailbox: the run receives mail sent to NAME (tiller mail "
         "send --to NAME) at each step, and may send with message_send.",
     ),
+    otel: bool = typer.Option(False, "--otel", help=OTEL_HELP),
 ) -> None:
     """Run an agent (the built-in coding agent, or yours with --agent) on TASK in a
     workspace, with a live view. Type a line to steer it, /bg to send a running command to
@@ -137,6 +140,7 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
     need a person are held and the run suspends: answer them with `tiller approve` /
     `tiller deny` from any process."""
     from ..errors import TillerError
+    from ._otel import otel_or_exit
     from ._run import RunTaskSettings, run_task
 
     try:
@@ -155,7 +159,8 @@ def run(  # noqa: PLR0913 — a typer command: each parameter is one of its opti
             store=store,
             mailbox=mailbox,
         )
-        code = asyncio.run(run_task(task, settings))
+        with otel_or_exit(otel, "tiller") as telemetry:
+            code = asyncio.run(run_task(task, dataclasses.replace(settings, telemetry=telemetry)))
     except TillerError as exc:
         echo(f"tiller: {exc}", err=True)
         code = 2

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 from rich.console import Console
@@ -65,6 +65,9 @@ from ._coder import CODING_PROMPT, coding_agent, coding_agent_web
 from ._render import terminal_console
 from ._runs import CHECKPOINTS_BUCKET, DEFAULT_STORE
 from ._view import RunView, budget_line
+
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
 
 __all__ = [
     "CODING_PROMPT",
@@ -330,6 +333,8 @@ class RunTaskSettings:
     agent: str | None = None
     #: Attach the store's mailbox under this name (needs `store`).
     mailbox: str | None = None
+    #: Where the run's spans and metrics go (`--otel`); None: not traced.
+    telemetry: Telemetry | None = None
 
 
 def build_agent(settings: RunTaskSettings) -> Agent:
@@ -433,6 +438,7 @@ async def run_task(task: str, settings: RunTaskSettings, *, console: Console | N
             store=settings.store,
             mailbox=settings.mailbox,
             view=view,
+            telemetry=settings.telemetry,
         )
     finally:
         view.close()
@@ -489,6 +495,7 @@ async def _run(
     store: str | None,
     mailbox: str | None,
     view: RunView,
+    telemetry: Telemetry | None = None,
 ) -> tuple[RunResult, list[HeldApproval]]:
     """The run, with the store and the pinned policy's MCP servers open for as long as it
     goes; and the calls it holds for a person if it suspended."""
@@ -505,6 +512,7 @@ async def _run(
             pinned.check_mcp_files()
             for each in await stack.enter_async_context(open_mcp_tools(pinned.config.mcp)):
                 agent.registry.add(each)
+        options = options.with_telemetry(telemetry)
         result = await agent.run_in(run_ctx, task, options, on_event=view.on_event)
         if result.stop_cause is StopCause.SUSPENDED and run_ctx.store is not None:
             held = await ApprovalStore(run_ctx.store).for_run(result.state.run_id)

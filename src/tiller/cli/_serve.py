@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import sys
@@ -12,6 +13,7 @@ import typer
 
 from ..errors import UsageError
 from ._options import AGENT_FACTORY_HELP, positive_seconds, store_option, workspace_option
+from ._otel import OTEL_HELP, otel_or_exit
 from ._safe import echo
 
 if TYPE_CHECKING:
@@ -88,13 +90,17 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         "message goes to one of them, whichever takes its next step first; each may send "
         "as NAME with message_send. A run keeps its mailbox when resumed, on any server.",
     ),
+    otel: bool = typer.Option(False, "--otel", help=OTEL_HELP),
 ) -> None:
     """Serve an agent over AG-UI (POST /agui), with run control under /runs and the web
     console at /."""
     from ..config import CONFIG_FILE
+    from ..loop import RunOptions
     from ..pinned_policy import PinnedPolicy
     from ..serve import AppSettings, create_app, run_server
 
+    otel_scope = contextlib.ExitStack()
+    telemetry = otel_scope.enter_context(otel_or_exit(otel, "tiller serve"))
     try:
         app_token = _token(host, token, no_auth)
         fleet_agent = _fleet_agent(agent_ref, model) if fleet else None
@@ -125,9 +131,11 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
             fleet_model=model if fleet else None,
             console_scripts=console_script,
             mailbox=mailbox,
+            options=RunOptions().with_telemetry(telemetry) if telemetry is not None else None,
         )
         app = create_app(agent, settings)
     except UsageError as exc:
+        otel_scope.close()
         echo(f"tiller serve: {exc}", err=True)
         raise typer.Exit(2) from None
     if agent_ref is None and model is None:
@@ -141,7 +149,8 @@ def serve_command(  # noqa: PLR0913 — a typer command: each parameter is one o
         echo(f"tiller serve: runs go to the fleet on {queue} (start workers: tiller worker)")
     if app_token is not None and token is None:
         echo(f"tiller serve: token {app_token} (open {shown}#token={app_token})")
-    run_server(app, host=host, port=port)
+    with otel_scope:  # the exporters are flushed as the server stops
+        run_server(app, host=host, port=port)
 
 
 def _token(host: str, token: str | None, no_auth: bool) -> str | None:

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from ._options import agent_help, store_option
+from ._otel import OTEL_HELP, otel_or_exit
 from ._safe import echo
 
 if TYPE_CHECKING:
     from ..fleet import ModelLimit
+    from ..telemetry import Telemetry
 
 __all__ = ["worker_command"]
 
@@ -74,6 +76,7 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         help="MODEL=CONCURRENT[/RPM]: that model string's calls at once (and requests a "
         "minute) across the fleet; repeat for more models.",
     ),
+    otel: bool = typer.Option(False, "--otel", help=OTEL_HELP),
 ) -> None:
     """Claim runs from the fleet's queue and run each as a durable run."""
     from ..errors import TillerError
@@ -85,10 +88,11 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         echo(f"tiller: --model-limit: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
-        asyncio.run(
-            _work(
+        with otel_or_exit(otel, "tiller") as telemetry:
+            _run_worker(
                 store,
                 namespace,
+                telemetry,
                 queue=queue,
                 concurrency=concurrency,
                 agent=agent,
@@ -99,10 +103,14 @@ def worker_command(  # noqa: PLR0913 — a typer command: each parameter is one 
                 max_runs=max_runs,
                 per_model=per_model,
             )
-        )
     except TillerError as exc:
         echo(f"tiller: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _run_worker(store: str, namespace: str, telemetry: Telemetry | None, **options: Any) -> None:
+    """The worker until it stops (`_work`, on an event loop of its own)."""
+    asyncio.run(_work(store, namespace, telemetry=telemetry, **options))
 
 
 async def _work(  # noqa: PLR0913 — the command's options, passed on
@@ -118,6 +126,7 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
     event_log_batch: int,
     max_runs: int | None,
     per_model: dict[str, ModelLimit],
+    telemetry: Telemetry | None = None,
 ) -> None:
     from ..fleet import FleetLimits, Worker
     from ..store import open_bus
@@ -143,6 +152,7 @@ async def _work(  # noqa: PLR0913 — the command's options, passed on
             event_log_batch=event_log_batch,
             limits=limits,
             on_job=told,
+            telemetry=telemetry,
         )
         if limits is not None:
             limits.holder = worker.name

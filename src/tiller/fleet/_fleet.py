@@ -106,6 +106,7 @@ class Fleet:
         batch: str | None = None,
         model: str | None = None,
         thread_id: str | None = None,
+        traceparent: str | None = None,
     ) -> RunHandle:
         """Queue a run of `agent` (`"module:attr"`) on `prompt`.
 
@@ -146,6 +147,7 @@ class Fleet:
                 budget=budget,
                 batch=batch,
                 submitted_at=self.bus.clock(),
+                traceparent=traceparent,
             )
         except ValidationError as exc:
             raise UsageError(f"cannot submit run {run_id!r}: {problems(exc)}") from None

@@ -144,6 +144,9 @@ class RunJob(_Strict):
     batch: str | None = None
     #: The submitter's clock (seconds since the epoch).
     submitted_at: float = 0.0
+    #: The submitter's W3C `traceparent` (a served request's, a traced caller's): a
+    #: worker with telemetry runs the job under it. None: a trace of its own.
+    traceparent: str | None = None
 
     @model_validator(mode="after")
     def _start_names_its_agent(self) -> RunJob:
@@ -178,7 +181,9 @@ class RunJob(_Strict):
                 + (" (a newer tiller wrote it: upgrade the workers)" if newer else ""),
             )
         if version != SCHEMA_VERSION:
-            data = orjson.dumps({**raw, "schema_version": SCHEMA_VERSION})  # 1: no prices
+            data = orjson.dumps(
+                {**raw, "schema_version": SCHEMA_VERSION}
+            )  # 1: no prices, 2: no trace
         try:
             return cls.model_validate_json(data, strict=True)
         except ValidationError as exc:

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..conversation import Taint, UserMessage
 from ..errors import UsageError
@@ -36,6 +36,9 @@ from ._drain import StepBoundary
 from ._guard import Configure
 from ._job import JobBudget, RunJob
 
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
+
 __all__ = ["How", "RunStarter", "budget_of", "load_run_agent"]
 
 #: How a job's run starts: from its prompt, from a checkpoint left running, or after a
@@ -53,6 +56,8 @@ class RunStarter:
     agent: str | None
     lease: float
     event_log_batch: int
+    #: Where the runs' spans and metrics go (`Worker(telemetry=)`); None: not traced.
+    telemetry: Telemetry | None = None
 
     async def start(
         self,
@@ -80,7 +85,7 @@ class RunStarter:
                 before_call_recorded=before_call_recorded,
             )
         state = (await self.checkpoints.load(run_job.run_id)).state
-        options = self._options(state, before_call_recorded)
+        options = self._traced(self._options(state, before_call_recorded), run_job)
 
         if how == "recover":
             return await recover_run(
@@ -113,6 +118,12 @@ class RunStarter:
             return Taint.NONE.value
         latest = await self.checkpoints.for_thread(thread_id)
         return latest.state.taint if latest is not None else Taint.NONE.value
+
+    def _traced(self, options: RunOptions, run_job: RunJob) -> RunOptions:
+        """`options` with the worker's telemetry, under the job's trace context."""
+        if self.telemetry is None:
+            return options
+        return options.with_telemetry(self.telemetry.with_parent(run_job.traceparent))
 
     def _options(
         self, state: RunState, before_call_recorded: Callable[[str], Awaitable[None]] | None
@@ -149,6 +160,7 @@ class RunStarter:
             event_log_batch=self.event_log_batch,
             before_call_recorded=before_call_recorded,
         )
+        options = self._traced(options, run_job)
         state = RunState(
             run_id=run_job.run_id,
             thread_id=run_job.thread_id or run_job.run_id,

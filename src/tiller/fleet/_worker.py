@@ -68,7 +68,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pydantic
 
@@ -121,6 +121,9 @@ from ._worker_registry import WorkerInfo, WorkerRegistry
 from ._workspace import WorkspaceError
 from ._workspace_seam import LocalWorkspaces, WorkspaceProvider
 
+if TYPE_CHECKING:
+    from ..telemetry import Telemetry
+
 __all__ = ["Worker"]
 
 _logger = logging.getLogger(__name__)
@@ -151,7 +154,8 @@ class Worker:
     queue's lease as the worker read it when it started.
     `event_log_batch` is how many events a run buffers before writing them to its event
     log (fewer: a live `RunHandle.events()` sees them sooner). `on_job(run_id, what)` is
-    told when a job starts (`"started"`) and how it ended.
+    told when a job starts (`"started"`) and how it ended. `telemetry`: the runs'
+    OpenTelemetry spans and metrics, each run under its job's `traceparent`.
     """
 
     def __init__(  # noqa: PLR0913 (the worker's options, keyword-only: each is API)
@@ -172,6 +176,7 @@ class Worker:
         guard: RunGuard | None = None,
         limits: FleetLimits | None = None,
         on_job: Callable[[str, str], None] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise UsageError(f"a worker's concurrency must be a positive int, not {concurrency!r}")
@@ -211,6 +216,7 @@ class Worker:
             agent,
             lease=self._lease,
             event_log_batch=event_log_batch,
+            telemetry=telemetry,
         )
         self._registry = WorkerRegistry(bus)
         self._draining = asyncio.Event()

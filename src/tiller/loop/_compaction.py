@@ -503,6 +503,8 @@ class Compaction:
             key=key,
         )
         done.changed = True
+        if self._run.trace is not None:
+            self._run.trace.compacted(reason, before, after)
         return done
 
     async def _summarise(
@@ -512,6 +514,8 @@ class Compaction:
         a model call was made."""
         run, state = self._run, self.state
         model = model_to_call(run.run_ctx, RunCalls(run.agent.model, state), state.model_spec)
+        if run.trace is not None:  # the summary call is a `chat` span of the run's
+            model = run.trace.traced_model(model, "compaction")
         window = model.context_window or (self.threshold * 3 // 2 if self.threshold else None)
         if window is None:
             window = max(self._size(messages) // 2, 1000)

@@ -52,6 +52,7 @@ from ._result import ToolTraceEntry
 from ._run_parts import RunParts
 from ._steps import Dispatch, Finish, Step, Suspend
 from ._suspension import Suspension
+from ._telemetry_hooks import gate_facts, traced_call
 
 if TYPE_CHECKING:
     from ._gate import Gate
@@ -114,6 +115,8 @@ class Dispatcher:
         #: The run's children, when its agent can start them (set by the loop).
         self.subagents: Subagents | None = None
         self._carried_client_calls: frozenset[str] = frozenset()
+        #: Runs one allowed call: `_run_call`, or inside its `execute_tool` span's context.
+        self._run_one = traced_call(run.trace, self._run_call)
 
     def carry_client_calls(self) -> None:
         """As the run starts: calls an earlier run of this conversation left for the
@@ -250,11 +253,11 @@ class Dispatcher:
             await self._gate_one(batch, index, call)
         allowed = batch.allowed
         if len(allowed) == 1:  # the common case: no task group, no extra loop pass
-            await self._run_call(*allowed[0], batch)
+            await self._run_one(*allowed[0], batch)
         elif allowed:
             async with asyncio.TaskGroup() as group:
                 for call, tool in allowed:
-                    group.create_task(self._run_call(call, tool, batch))
+                    group.create_task(self._run_one(call, tool, batch))
         self._finish_executed(batch, show=True)
         # What the batch wrote carries the taint; the taint may now stop networked jobs.
         wrote = any(tool.read_only is not True for _, tool in allowed)
@@ -272,6 +275,8 @@ class Dispatcher:
             # An earlier run gated it and left it to the client: still the client's.
             batch.for_client.append(call)
             return
+        if self._run.trace is not None:
+            self._run.trace.tool_opened(call)
         if call.id in step.recorded:
             # Completed before a crash or suspension: never run twice (law 5).
             content, is_error = step.recorded[call.id]
@@ -295,6 +300,8 @@ class Dispatcher:
         through = flow.sends_through(batch.tools[index], taint, _arguments_or_empty(call))
         can = batch.able[index] | Capability.EXTERNAL_SEND if through else batch.able[index]
         answer = await self._gate.check(call, record, taint, can, through=through)
+        if self._run.trace is not None:
+            self._run.trace.tool_gated(call.id, *gate_facts(answer))
         match answer:
             case ForClient():
                 # Allowed: the client runs it, and its result comes with the next
@@ -508,6 +515,8 @@ class Dispatcher:
         record = state.calls[call.id]
         record.status = "failed" if is_error else "completed"
         record.is_error = is_error
+        if run.trace is not None:
+            run.trace.tool_closed(call.id, content, is_error=is_error)
         self._capture.tool_result(call.id, call.name, content, is_error=is_error)
         handle = step.handles.get(call.id) if show else None
         result_ids = state.result_ids

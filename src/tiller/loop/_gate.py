@@ -148,7 +148,7 @@ class Gate:
         tool = lookup.tool
         answer = await self._decide(call, tool, record, _Reach(batch_taint, capabilities, through))
         if isinstance(answer, Run) and tool.runs_on_client is True:
-            return ForClient(answer.tool, answer.risk)
+            return ForClient(answer.tool, answer.risk, answer.by)
         return answer
 
     async def _decide(
@@ -249,7 +249,7 @@ class Gate:
             if decision.to_classifier:
                 vetted = await self._vet(call, tool, arguments, decision)
                 if vetted is None:
-                    return Run(tool, decision.risk)
+                    return Run(tool, decision.risk, by="classifier")
                 ask_reason = vetted
             else:
                 ask_reason = decision.reason
@@ -264,7 +264,7 @@ class Gate:
                 # "Approve always" from a resume: it holds for the rest of the run,
                 # across later suspensions too (it is in the state).
                 self._state.always_approved.append(key)
-            return Run(tool, risk)
+            return Run(tool, risk, by="user")
         return Refuse("user", f"{decided.reason}.", risk, tool.denial_remedy or "")
 
     # ── the stages ───────────────────────────────────────────────────────────────
@@ -330,7 +330,7 @@ class Gate:
     ) -> GateAnswer:
         approver = self._approver
         if remembered and approval_key(call, tool) in self._state.always_approved:
-            return Run(tool, risk)
+            return Run(tool, risk, by="user")
         remedy = tool.denial_remedy or ""
         if approver is None:
             if self._durable:
@@ -346,7 +346,7 @@ class Gate:
         why = AskReason(reason, risk)
         answer: Decision = await approver.ask(call, tool, remembered=remembered, why=why)
         if answer.allowed:
-            return Run(tool, risk)
+            return Run(tool, risk, by=answer.by)
         return Refuse(answer.by, f"{answer.reason}.", risk, remedy)
 
     async def _stage(self, call: ToolCall, taint: Taint, record: CallRecord) -> GateAnswer:

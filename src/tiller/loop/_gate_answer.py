@@ -34,10 +34,12 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Run `tool` (`risk`: its class, when the engine rated it)."""
+    """Run `tool` (`risk`: its class, when the engine rated it; `by`: who allowed it,
+    `policy`, `classifier` or `user`)."""
 
     tool: Any
     risk: RiskClass | None = None
+    by: str = "policy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,7 @@ class ForClient:
 
     tool: Any
     risk: RiskClass | None = None
+    by: str = "policy"
 
 
 GateAnswer: TypeAlias = Run | Refuse | Hold | Stage | ForClient

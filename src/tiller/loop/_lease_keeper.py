@@ -15,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import uuid
 
 from .._task_stop import stop_task
 from ..store import Lease, LeaseLost, RunDurability, StoreError
 
-__all__ = ["LeaseKeeper"]
+__all__ = ["LeaseKeeper", "lease_owner"]
 
 _logger = logging.getLogger(__name__)
 
@@ -71,3 +74,8 @@ class LeaseKeeper:
         finally:
             with contextlib.suppress(StoreError):
                 await self._durability.release_lease(self.lease)
+
+
+def lease_owner() -> str:
+    """Who holds a run's lease: enough for a person to find the process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

@@ -50,6 +50,7 @@ from ._retry_event import retry_reporter
 from ._run_calls import RunCalls
 from ._run_parts import RunParts, weakly
 from ._steps import Dispatch, Finish, ModelTurn, Step, Suspend
+from ._telemetry_hooks import traced_stream
 from ._window import history_window
 
 __all__ = [
@@ -113,6 +114,8 @@ class ModelTurns:
         self.output_error: str | None = None
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
+        #: Streams one model call: `_stream`, or inside a `chat` span when traced.
+        self._call = traced_stream(run.trace, self._stream)
 
     async def take(self, turn: ModelTurn) -> Step:
         """One model turn; returns the step it leads to."""
@@ -129,7 +132,7 @@ class ModelTurns:
             if verdict.kind != "allow":
                 self._stop_by_guardrail(verdict.reason, verdict.agent)
                 return next_step(run)
-            answer = await self.compaction.model_turn(request, self._stream)
+            answer = await self.compaction.model_turn(request, self._call)
         finally:
             self.release_unspent()
         if answer is None:  # the prompt was too long: compacted, the next step tries again
@@ -228,7 +231,7 @@ class ModelTurns:
             if verdict.kind != "allow":
                 self._stop_by_guardrail(verdict.reason, verdict.agent)
                 return next_step(run)
-            answer = await self._stream(request)
+            answer = await self._call(request)
         finally:
             self.release_unspent()
         # Calls are not run here; a reply that was only calls leaves nothing to keep (law 1).

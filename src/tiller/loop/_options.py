@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ._capture import CaptureSinkFactory
 from ._guardrails import Guardrail
 from ._review import NeverReview, ReviewPolicy
+
+if TYPE_CHECKING:  # (imported when a run is traced: `import tiller` stays light)
+    from ..telemetry import Telemetry
 
 __all__ = ["RunOptions"]
 
@@ -35,6 +38,7 @@ class RunOptions:
     - `max_tokens`: the per-call output cap asked of the model (the budget may lower it).
     - `temperature`: passed to the model when set.
     - `capture_sink`: a factory of per-run capture sinks (see `tiller.loop.CaptureSink`).
+    - `telemetry`: OpenTelemetry GenAI spans and metrics (`with_telemetry`); None: none.
     - `compact_keep_recent`, `compact_summary_max_tokens`, `compact_validate`,
       `loop_guard_repeats`: how compaction works once the prompt reaches the run's
       `compact_at_tokens` (see `tiller.loop._compaction`).
@@ -84,6 +88,9 @@ class RunOptions:
     #: After a compaction, stop the run (stop cause `loop`) when the same calls come back
     #: with the same results this many steps in a row. None: no loop guard.
     loop_guard_repeats: int | None = 3
+    #: Where the run's OpenTelemetry spans and metrics go (`tiller.telemetry`). None (the
+    #: default): the loop records nothing and skips every hook.
+    telemetry: Telemetry | None = None
 
     def __post_init__(self) -> None:
         # A value: a list the caller keeps (and appends to later) must not change it.
@@ -161,3 +168,7 @@ class RunOptions:
 
     def with_loop_guard(self, repeats: int | None) -> RunOptions:
         return self._with(loop_guard_repeats=repeats)
+
+    def with_telemetry(self, telemetry: Telemetry | None) -> RunOptions:
+        """Trace the run (and its subagents) with `telemetry`; None: not traced."""
+        return self._with(telemetry=telemetry)

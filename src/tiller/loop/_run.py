@@ -17,9 +17,6 @@ as a port (`tiller.store.RunDurability`), capture as another (`_call_capture.Cal
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,7 +30,7 @@ from ._agent_ref import record_policy
 from ._call_capture import CallCapture
 from ._dispatch import Dispatcher
 from ._gate import Gate
-from ._lease_keeper import LeaseKeeper
+from ._lease_keeper import LeaseKeeper, lease_owner
 from ._model_turn import ModelTurns, ResponseTooLarge, next_step
 from ._run_facts import publish_run_facts
 from ._run_parts import RunParts
@@ -84,7 +81,7 @@ class Loop:
     ) -> None:
         self.agent, self.run_ctx, self.options = agent, run_ctx, options
         self.agui, self.state, self.parent = agui, state, parent
-        self.parts = parts = RunParts(agent, run_ctx, options, agui, state)
+        self.parts = parts = RunParts.of(agent, run_ctx, options, agui, state, parent=parent)
         self._watch = watch
         store, bucket = run_ctx.store, options.checkpoint_bucket
         self.durability: RunDurability | None = (
@@ -131,7 +128,7 @@ class Loop:
             if self.durability is not None:
                 # "A process is running this now": a recovery elsewhere checks it first.
                 ttl = self.options.lease_ttl
-                lease = await self.durability.take_lease(self.state.run_id, _lease_owner(), ttl)
+                lease = await self.durability.take_lease(self.state.run_id, lease_owner(), ttl)
                 self._lease = LeaseKeeper(self.durability, lease, ttl).start()
                 # In the store from its start (with its policy, so it can be recovered),
                 # so any process can find it before its first step ends.
@@ -159,6 +156,8 @@ class Loop:
                 keeper, self._lease = self._lease, None
                 if keeper is not None:
                     await keeper.release()
+                if self.parts.trace is not None:
+                    self.parts.trace.ended()
 
     async def _steps(self) -> None:
         state = self.state
@@ -292,8 +291,3 @@ class Loop:
                 risks=risks,
                 reasons=reasons,
             )
-
-
-def _lease_owner() -> str:
-    """Who holds a run's lease: enough for a person to find the process."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

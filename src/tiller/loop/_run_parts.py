@@ -11,6 +11,7 @@ from ..events import AgUiContext
 from ..state import RunState
 
 if TYPE_CHECKING:
+    from ..telemetry import RunTrace
     from ._agent import Agent
     from ._context import RunContext
     from ._options import RunOptions
@@ -22,13 +23,40 @@ __all__ = ["RunParts", "weakly"]
 class RunParts:
     """What every step of one run is a function of: the agent (model, tools, prompt), the
     run's policy (`run_ctx`), its tunables (`options`), its AG-UI side (`agui`) and its
-    `RunState`, the only one of them the steps change."""
+    `RunState`, the only one of them the steps change; and its telemetry recorder."""
 
     agent: Agent
     run_ctx: RunContext
     options: RunOptions
     agui: AgUiContext[Any]
     state: RunState
+    #: The run's spans and metrics, when its options carry a `Telemetry` (else None, and
+    #: every hook is skipped).
+    trace: RunTrace | None = None
+
+    @classmethod
+    def of(
+        cls,
+        agent: Agent,
+        run_ctx: RunContext,
+        options: RunOptions,
+        agui: AgUiContext[Any],
+        state: RunState,
+        *,
+        parent: object | None,
+    ) -> RunParts:
+        """The parts of a run (a subagent's when it has a `parent` loop); its telemetry
+        span starts here, as the loop is built to run, when its options carry one."""
+        from ._telemetry_hooks import run_trace_for
+
+        return cls(
+            agent,
+            run_ctx,
+            options,
+            agui,
+            state,
+            run_trace_for(agent, options, state, parent is not None),
+        )
 
 
 def weakly(method: Callable[..., None]) -> Callable[..., None]:

@@ -208,9 +208,12 @@ class _Server:
         except ValidationError as exc:
             return error(400, "the body is not a valid RunAgentInput", details=issues(exc))
         if self.fleet is not None:
-            return await self.fleet.respond(run_input)
+            traceparent = request.headers.get("traceparent")
+            return await self.fleet.respond(run_input, traceparent=traceparent)
         try:
-            prepared = await self.runner.prepare(run_input)
+            prepared = await self.runner.prepare(
+                run_input, traceparent=request.headers.get("traceparent")
+            )
         except InvalidRunInput as exc:
             return error(400, str(exc))
         live = await self.runner.launch(prepared)

@@ -86,8 +86,9 @@ class FleetRuns:
         self.results = ResultStore(bus)
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def respond(self, input: RunAgentInput) -> Response:
-        """The request's response: 400 for what no worker could run, else the stream."""
+    async def respond(self, input: RunAgentInput, *, traceparent: str | None = None) -> Response:
+        """The request's response: 400 for what no worker could run, else the stream.
+        `traceparent` (the request's) goes with a new run's job to the worker."""
         try:
             check_ids(input)
             if await self._taken(input.run_id):
@@ -97,7 +98,7 @@ class FleetRuns:
             if input.resume:
                 target, frames = await self._resume(input)
             else:
-                frames = await self._start(input)
+                frames = await self._start(input, traceparent)
         except (InvalidRunInput, _Refused) as exc:
             return error(400, str(exc))
         detached = detach_of(input, self.detach)
@@ -118,7 +119,9 @@ class FleetRuns:
 
         return RunStreamResponse(sse_frames(_idle(tracked(), self.keep_alive)), on_close=on_close)
 
-    async def _start(self, input: RunAgentInput) -> AsyncIterator[Indexed]:
+    async def _start(
+        self, input: RunAgentInput, traceparent: str | None = None
+    ) -> AsyncIterator[Indexed]:
         """Queue the request's new run, or say why the thread cannot take it now."""
         thread = await ThreadView.load(self.checkpoints, input.thread_id)
         # Read first, so a bad request is a 400 whatever the thread's state, as in the
@@ -135,6 +138,7 @@ class FleetRuns:
                 run_id=input.run_id,
                 thread_id=input.thread_id,
                 model=self.model,
+                traceparent=traceparent,
             )
         except UsageError as exc:  # what a fleet job refuses (its run id's own rules)
             raise _Refused(str(exc)) from exc

@@ -130,6 +130,8 @@ class _Prepared:
     input: RunAgentInput
     agent: Agent
     detach: bool
+    #: The request's W3C `traceparent`: a traced run's span goes under it.
+    traceparent: str | None = None
 
 
 class Runner:
@@ -152,9 +154,10 @@ class Runner:
 
     # ── a request ────────────────────────────────────────────────────────────────
 
-    async def prepare(self, input: RunAgentInput) -> _Prepared:
+    async def prepare(self, input: RunAgentInput, *, traceparent: str | None = None) -> _Prepared:
         """Check what makes the request itself bad; `InvalidRunInput` is a 400. The run id
-        is reserved on success (for every process sharing the store)."""
+        is reserved on success (for every process sharing the store). `traceparent`: the
+        request's, for the run's telemetry."""
         check_ids(input)
         taken = f"run id {input.run_id!r} is already in use; send a new one"
         if input.run_id in self.live or input.run_id in self._reserved:
@@ -175,7 +178,7 @@ class Runner:
         except BaseException:
             self._reserved.discard(input.run_id)
             raise
-        return _Prepared(input, agent, detach_of(input, self.settings.detach))
+        return _Prepared(input, agent, detach_of(input, self.settings.detach), traceparent)
 
     async def launch(self, prepared: _Prepared) -> LiveRun:
         """Start the run in a task of its own; its events go to the returned `LiveRun`."""
@@ -288,6 +291,9 @@ class Runner:
             .with_interrupt_ttl(self.settings.interrupt_ttl),
             event_log_batch=_SERVED_LOG_BATCH,
         )
+        if options.telemetry is not None and prepared.traceparent:
+            # The run's span goes under the request's (a resumed one links to it).
+            options = options.with_telemetry(options.telemetry.with_parent(prepared.traceparent))
         if input.resume:
             entries = [entry.model_dump(by_alias=True, exclude_none=True) for entry in input.resume]
             latest = thread.latest

@@ -1,0 +1,90 @@
+"""Message content is recorded only when asked, and then through the capture redactor."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+
+from tiller.capture import CaptureRecord, ToolResultRecord
+from tiller.loop import Agent, RunContext, RunOptions
+from tiller.model import ScriptedModel
+from tiller.tools import tool
+
+from ._tree import Recorded
+
+SECRET = "sk-live-123"
+
+
+@tool(read_only=True)
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"the value is {SECRET}"
+
+
+def scrub(record: CaptureRecord) -> CaptureRecord:
+    """Replace the secret everywhere, as a capture redactor would."""
+    if isinstance(record, ToolResultRecord):
+        return dataclasses.replace(record, content=record.content.replace(SECRET, "[redacted]"))
+    text = orjson.dumps([record.new_messages, record.response]).decode()
+    messages, response = orjson.loads(text.replace(SECRET, "[redacted]"))
+    return dataclasses.replace(record, new_messages=messages, response=response)
+
+
+def model() -> ScriptedModel:
+    return ScriptedModel(
+        [
+            {"tool_calls": [{"name": "lookup", "arguments": {"key": SECRET}}]},
+            f"it is {SECRET}",
+        ]
+    )
+
+
+async def test_content_is_recorded_through_the_redactor(
+    recorded: Recorded, ctx: RunContext
+) -> None:
+    telemetry = recorded.telemetry.with_content(redact=scrub)
+    agent = Agent(model(), [lookup], system_prompt="be brief", name="helper")
+    await agent.run_in(ctx, f"find {SECRET}", options=RunOptions().with_telemetry(telemetry))
+    for span in recorded.spans():
+        for value in (span.attributes or {}).values():
+            assert SECRET not in str(value), (span.name, value)
+    first, second = recorded.named(f"chat {agent.model.name}")
+    asked = orjson.loads(str((first.attributes or {})["gen_ai.input.messages"]))
+    assert asked == [{"role": "user", "parts": [{"type": "text", "content": "find [redacted]"}]}]
+    said = orjson.loads(str((second.attributes or {})["gen_ai.output.messages"]))
+    assert said[0]["role"] == "assistant"
+    assert said[0]["parts"] == [{"type": "text", "content": "it is [redacted]"}]
+    assert said[0]["finish_reason"] == "stop"
+    system = orjson.loads(str((first.attributes or {})["gen_ai.system_instructions"]))
+    assert system == [{"type": "text", "content": "be brief"}]
+    tool_attrs = recorded.one("execute_tool lookup").attributes or {}
+    assert orjson.loads(str(tool_attrs["gen_ai.tool.call.arguments"])) == {"key": "[redacted]"}
+    assert tool_attrs["gen_ai.tool.call.result"] == "the value is [redacted]"
+
+
+async def test_a_failing_redactor_drops_the_content(recorded: Recorded, ctx: RunContext) -> None:
+    def broken(record: CaptureRecord) -> CaptureRecord:
+        raise RuntimeError("the redactor broke")
+
+    telemetry = recorded.telemetry.with_content(redact=broken)
+    agent = Agent(model(), [lookup], name="helper")
+    await agent.run_in(ctx, f"find {SECRET}", options=RunOptions().with_telemetry(telemetry))
+    for span in recorded.spans():
+        attrs = span.attributes or {}
+        assert not {"gen_ai.input.messages", "gen_ai.output.messages"} & set(attrs)
+        assert "gen_ai.tool.call.arguments" not in attrs and "gen_ai.tool.call.result" not in attrs
+        for value in attrs.values():
+            assert SECRET not in str(value)
+
+
+async def test_without_opting_in_no_content_is_recorded(
+    recorded: Recorded, ctx: RunContext
+) -> None:
+    agent = Agent(model(), [lookup], name="helper")
+    await agent.run_in(
+        ctx, f"find {SECRET}", options=RunOptions().with_telemetry(recorded.telemetry)
+    )
+    for span in recorded.spans():
+        for value in (span.attributes or {}).values():
+            assert SECRET not in str(value), (span.name, value)
