@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import orjson
+from typing import TYPE_CHECKING, Any, Final
 
 from ..conversation import Taint, ToolCall
 from ..policy import (
@@ -43,6 +41,7 @@ from ..policy import (
 )
 from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode, Tool
+from ._batch import call_arguments
 from ._gate_answer import ForClient, GateAnswer, Hold, Refuse, Run, Stage
 from ._model_wrapper import model_to_call
 from ._protected_writes import protected_write_refusal
@@ -56,12 +55,11 @@ if TYPE_CHECKING:
 __all__ = ["Gate", "GateAnswer"]
 
 
-def _arguments(call: ToolCall) -> Mapping[str, Any] | None:
-    try:
-        parsed = orjson.loads(call.arguments or "{}")
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
+class _Unparsed:
+    """`Gate.check` was given no parsed arguments: it parses them itself."""
+
+
+_UNPARSED: Final = _Unparsed()
 
 
 class Gate:
@@ -136,26 +134,35 @@ class Gate:
         capabilities: Capability | None = None,
         *,
         through: str = "",
+        arguments: Mapping[str, Any] | _Unparsed | None = _UNPARSED,
     ) -> GateAnswer:
         """Decide one call: `batch_taint` is the conversation's taint with the rest of its
         batch ORed in; `capabilities`, what the call can do in this run; `through`, what
-        it could send through (a networked background job, for a write). An allowed call
-        to a tool the client runs is the client's (`ForClient`)."""
+        it could send through (a networked background job, for a write); `arguments`, the
+        call's arguments if the caller parsed them already (None: not a JSON object). An
+        allowed call to a tool the client runs is the client's (`ForClient`)."""
         run_ctx = self._run_ctx
         lookup = self._registry.lookup(call.name, run_ctx.phase, run_ctx.withheld)
         if lookup.tool is None:
             return _lookup_refusal(call.name, lookup.refusal, self._registry)
         tool = lookup.tool
-        answer = await self._decide(call, tool, record, _Reach(batch_taint, capabilities, through))
+        if isinstance(arguments, _Unparsed):
+            arguments = call_arguments(call)
+        reach = _Reach(batch_taint, capabilities, through)
+        answer = await self._decide(call, tool, arguments, record, reach)
         if isinstance(answer, Run) and tool.runs_on_client is True:
             return ForClient(answer.tool, answer.risk)
         return answer
 
     async def _decide(
-        self, call: ToolCall, tool: Tool, record: CallRecord, reach: _Reach
+        self,
+        call: ToolCall,
+        tool: Tool,
+        arguments: Mapping[str, Any] | None,
+        record: CallRecord,
+        reach: _Reach,
     ) -> GateAnswer:
         """Every stage after the lookup, in the module docstring's order."""
-        arguments = _arguments(call)
         if arguments is None:
             # Not a JSON object: the registry answers it with an error, running nothing.
             return Run(tool)
@@ -281,7 +288,8 @@ class Gate:
             return None
         outcome = await hooks.pre_tool(
             tool=call.name,
-            arguments=arguments,
+            # Their own copy: the registry runs the tool with the gate's (parsed once).
+            arguments=call_arguments(call) or {},
             call_id=call.id,
             run_id=self._state.run_id,
             thread_id=self._state.thread_id,

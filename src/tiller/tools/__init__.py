@@ -60,9 +60,11 @@ from ._errors import (
 from ._exec import CallSite as CallSite
 from ._exec import ExecContext
 from ._exec import LocalState as LocalState
+from ._exec import PendingContext as PendingContext
 from ._exec import StateAccess as StateAccess
 from ._exec import StepSignals as StepSignals
 from ._exec import ToolServices as ToolServices
+from ._exec import resolve_context as resolve_context
 from ._file_snapshots import MAX_SAVED_FILE_BYTES as MAX_SAVED_FILE_BYTES
 from ._file_snapshots import CheckpointOrigin
 

@@ -28,7 +28,9 @@ not a `TillerError`, because it is a signal raised on purpose (STYLE.md).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
+import functools
 import inspect
 import re
 import sys
@@ -46,7 +48,7 @@ from ..errors import InvalidToolArguments
 from ..model import ToolSpec
 from ._docstring import parse_docstring
 from ._errors import ToolDefinitionError
-from ._exec import ExecContext
+from ._exec import ExecContext, PendingContext, resolve_context
 from ._risk_class import RiskClass
 
 __all__ = [
@@ -428,9 +430,10 @@ class FunctionTool(CapabilityViews):
         except ValidationError as exc:
             raise InvalidToolArguments(self.name, _describe(exc)) from None
 
-    async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+    async def call(self, args: dict[str, Any], ctx: ExecContext | PendingContext) -> ToolOutput:
         """Validate `args`, run the function (in a worker thread if it is sync) and turn
-        what it returns into a `ToolOutput`."""
+        what it returns into a `ToolOutput`. A `PendingContext` (the loop's) is built only
+        if the function takes an `ExecContext`."""
         validated = self.validate(args)
         positional: list[Any] = []
         keywords: dict[str, Any] = {}
@@ -440,12 +443,19 @@ class FunctionTool(CapabilityViews):
                 positional.append(value)
             else:
                 keywords[param] = value
-        for param in self._ctx_params:
-            keywords[param] = ctx
+        if self._ctx_params:
+            context = resolve_context(ctx)
+            for param in self._ctx_params:
+                keywords[param] = context
         if self._is_async:
             result = await self.function(*positional, **keywords)
         else:
-            work = asyncio.ensure_future(asyncio.to_thread(self.function, *positional, **keywords))
+            # Straight to the loop's executor, in a copy of this context (what
+            # `asyncio.to_thread` does, without its coroutine and a task to run it);
+            # shielded, so a cancel leaves the thread's future to wait on.
+            run = contextvars.copy_context().run
+            call = functools.partial(run, self.function, *positional, **keywords)
+            work = asyncio.get_running_loop().run_in_executor(None, call)
             try:
                 result = await asyncio.shield(work)
             except asyncio.CancelledError:
