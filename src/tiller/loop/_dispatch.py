@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final, assert_never
 
 import orjson
 
-from ..conversation import ToolCall, ToolResult, UserMessage
+from ..conversation import Taint, ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled, first_leaf
 from ..events import CustomEvent
 from ..policy import Interlock, taint_of
@@ -434,7 +434,9 @@ class Dispatcher:
         # What the call read is now in the conversation (law 6: taint only grows).
         # A file an earlier tainted run wrote brings its taint along.
         flow = self._services.taint_flow
-        state.add_taint(taint_of(flow.capabilities(tool)) | flow.taint_of_reads(read))
+        brought, inherited = taint_of(flow.capabilities(tool)), flow.taint_of_reads(read)
+        if brought is not Taint.NONE or inherited is not Taint.NONE:  # most calls bring none
+            state.add_taint(brought | inherited)
         record.malformed_arguments = execution.malformed_arguments
         batch.executed[call.id] = execution
         if self._durability is not None:
@@ -485,15 +487,23 @@ class Dispatcher:
                     update={"content": interlock.wrap(call.name, result.content)}
                 )
             batch.results[call.id] = self._finish_call(
-                batch.step, call, result.content, is_error=result.is_error, show=show
+                batch.step, call, result.content, is_error=result.is_error, show=show, result=result
             )
 
     def _finish_call(
-        self, step: Dispatch, call: ToolCall, content: str, *, is_error: bool, show: bool = True
+        self,
+        step: Dispatch,
+        call: ToolCall,
+        content: str,
+        *,
+        is_error: bool,
+        show: bool = True,
+        result: ToolResult | None = None,
     ) -> ToolResult:
         """Record the call's answer and show it: on the call's open handle, or, for a call
         an earlier run showed, as a result of its own. `show=False`: the dispatch was
-        interrupted, and the calls' handles are not used again."""
+        interrupted, and the calls' handles are not used again. `result`: the answer as a
+        `ToolResult` already (the executed call's, capped), returned as it is."""
         run, state = self._run, self._run.state
         record = state.calls[call.id]
         record.status = "failed" if is_error else "completed"
@@ -505,8 +515,10 @@ class Dispatcher:
             result_ids[call.id] = handle.result_message_id
             # After a cancel the result cannot be shown, but it is kept (law 8): the loop
             # stops at its next check.
-            with contextlib.suppress(Cancelled):
+            try:  # noqa: SIM105 (not `contextlib.suppress`: three calls more, every call)
                 handle.result(content)
+            except Cancelled:
+                pass
         elif step.resumed:
             # A call of an earlier run: its result keeps the id it was first shown with.
             with contextlib.suppress(Cancelled):
@@ -527,6 +539,8 @@ class Dispatcher:
                 rerun=call.id in step.rerun,
             )
         )
+        if result is not None:
+            return result
         return ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
 
 

@@ -62,6 +62,10 @@ class _Unparsed:
 _UNPARSED: Final = _Unparsed()
 
 
+#: `Capability.EXTERNAL_SEND` as an int (a flag's `&` costs an enum call per call).
+_SENDS: Final = Capability.EXTERNAL_SEND._value_
+
+
 class Gate:
     """One run's gate (see the module docstring)."""
 
@@ -205,7 +209,8 @@ class Gate:
     ) -> bool:
         return (
             self._plain_reads
-            and not (capabilities or Capability.NONE) & Capability.EXTERNAL_SEND
+            and tool.read_only is True
+            and (capabilities is None or not capabilities._value_ & _SENDS)
             and _plain_read(tool, arguments)
             and (self._decided is None or not self._decided.has_decision(call))
         )
@@ -260,7 +265,10 @@ class Gate:
                 ask_reason = vetted
             else:
                 ask_reason = decision.reason
-        return await self._ask(call, tool, decision.risk, ask_reason, remembered=not interlock_asks)
+        remembered = not interlock_asks
+        return await self._ask(
+            call, tool, decision.risk, ask_reason, remembered=remembered, arguments=arguments
+        )
 
     def _apply(self, call: ToolCall, tool: Tool, risk: RiskClass, decided: Decision) -> GateAnswer:
         """A person already answered this call (a resume): their answer replaces the
@@ -335,9 +343,11 @@ class Gate:
         reason: str,
         *,
         remembered: bool = True,
+        arguments: Mapping[str, Any] | None = None,
     ) -> GateAnswer:
         approver = self._approver
-        if remembered and approval_key(call, tool) in self._state.always_approved:
+        always = self._state.always_approved
+        if remembered and always and approval_key(call, tool, arguments) in always:
             return Run(tool, risk)
         remedy = tool.denial_remedy or ""
         if approver is None:
@@ -352,7 +362,9 @@ class Gate:
         # An "always" given earlier does not answer the interlock: it was given before
         # the conversation read what makes this send dangerous.
         why = AskReason(reason, risk)
-        answer: Decision = await approver.ask(call, tool, remembered=remembered, why=why)
+        answer: Decision = await approver.ask(
+            call, tool, remembered=remembered, why=why, arguments=arguments
+        )
         if answer.allowed:
             return Run(tool, risk)
         return Refuse(answer.by, f"{answer.reason}.", risk, remedy)
