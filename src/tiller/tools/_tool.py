@@ -28,12 +28,13 @@ not a `TillerError`, because it is a signal raised on purpose (STYLE.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import enum
-import functools
 import inspect
 import re
 import sys
+import threading
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -450,22 +451,15 @@ class FunctionTool(CapabilityViews):
         if self._is_async:
             result = await self.function(*positional, **keywords)
         else:
-            # Straight to the loop's executor, in a copy of this context (what
-            # `asyncio.to_thread` does, without its coroutine and a task to run it);
-            # shielded, so a cancel leaves the thread's future to wait on.
-            run = contextvars.copy_context().run
-            call = functools.partial(run, self.function, *positional, **keywords)
-            work = asyncio.get_running_loop().run_in_executor(None, call)
+            # Straight to the loop's executor: no task, coroutine or shield per call.
+            work = _InThread(self.function, positional, keywords)
             try:
-                result = await asyncio.shield(work)
+                result = await asyncio.get_running_loop().run_in_executor(None, work)
             except asyncio.CancelledError:
                 # A worker thread cannot be interrupted. Give it a moment to notice the
                 # token and stop, so what it did is done before the call is reported
                 # cancelled (law 8), not after; a tool that never checks is left behind.
-                await asyncio.wait({work}, timeout=SYNC_CANCEL_GRACE)
-                # Its outcome no longer has a reader: fetch it, so a failure is not
-                # reported as never retrieved.
-                work.add_done_callback(lambda done: done.cancelled() or done.exception())
+                await work.settle(SYNC_CANCEL_GRACE)
                 raise
             if inspect.isawaitable(result):
                 result = await result
@@ -499,6 +493,63 @@ def _json_default(value: Any) -> Any:
 
 #: Seconds a cancelled call waits for its sync tool's worker thread to finish.
 SYNC_CANCEL_GRACE: Final = 2.0
+
+
+class _InThread:
+    """A sync tool function as its worker thread runs it, in a copy of the caller's
+    context (as `asyncio.to_thread` does), and whether it started and ended there.
+
+    A cancel cancels the executor's future with the call, so a cancelled call waits on
+    this instead (`settle`): a function that started may finish within the grace; one
+    that had not started never runs (it is abandoned under the lock, which the thread
+    takes before it starts)."""
+
+    __slots__ = ("_args", "_function", "_keywords", "_lock", "_run", "_state", "_waiter")
+
+    def __init__(
+        self, function: Callable[..., Any], args: list[Any], keywords: dict[str, Any]
+    ) -> None:
+        self._function = function
+        self._args = args
+        self._keywords = keywords
+        self._run = contextvars.copy_context().run
+        self._lock = threading.Lock()
+        self._state = "pending"  # -> "started" -> "ended", or "abandoned"
+        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+
+    def __call__(self) -> Any:
+        with self._lock:
+            if self._state == "abandoned":
+                return None  # the call was cancelled before the thread got to it
+            self._state = "started"
+        try:
+            return self._run(self._function, *self._args, **self._keywords)
+        finally:
+            with self._lock:
+                self._state = "ended"
+                waiter = self._waiter
+            if waiter is not None:  # a cancelled call waits for this
+                event_loop, done = waiter
+                with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                    event_loop.call_soon_threadsafe(_set_done, done)
+
+    async def settle(self, grace: float) -> None:
+        """The call was cancelled: wait up to `grace` seconds for a function that started
+        to end, or make sure one that had not started never does."""
+        event_loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = event_loop.create_future()
+        with self._lock:
+            if self._state == "pending":
+                self._state = "abandoned"
+            if self._state != "started":
+                return
+            self._waiter = (event_loop, done)
+        await asyncio.wait({done}, timeout=grace)
+
+
+def _set_done(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 # ── @tool ──────────────────────────────────────────────────────────────────────────
