@@ -63,6 +63,9 @@ SCHEMA_VERSION = LEDGER["run_state"].current
 #: Every version `from_json` reads.
 READABLE_VERSIONS = LEDGER["run_state"].readable
 
+#: Every taint a conversation can hold, by its stored value (`RunState.taint_flags`).
+_TAINTS: tuple[Taint, ...] = tuple(Taint(value) for value in range(4))
+
 
 class RunStateError(TillerError):
     """A serialized run state cannot be loaded (wrong schema version, or corrupt)."""
@@ -326,7 +329,10 @@ class RunState(BaseModel):
 
     @property
     def taint_flags(self) -> Taint:
-        return Taint(self.taint)
+        taint = self.taint
+        if type(taint) is int and 0 <= taint < len(_TAINTS):
+            return _TAINTS[taint]  # read every step: no enum call for a known value
+        return Taint(taint)
 
     def add_taint(self, taint: Taint) -> None:
         """Taint only grows (law 6)."""

@@ -5,6 +5,7 @@ call recorded as started (uncertain), never as completed."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from tiller.loop import Agent, RunContext, RunOptions
@@ -61,6 +62,26 @@ async def test_one_that_raises_leaves_the_call_uncertain(tmp_path: Path) -> None
     # Named by the error itself, not by the task group the calls ran in.
     assert result.error == "OSError: the disk is full"
     assert logs and {log.status for log in logs.values()} == {"started"}
+
+
+async def test_calls_that_fail_alike_are_named_once(tmp_path: Path) -> None:
+    """Both calls of the step fail with the same error (each waits for the other first,
+    so both do, whatever the timing): the run's error says it once."""
+    reached: list[str] = []
+    both = asyncio.Event()
+    async with await open_bus(f"sqlite:///{tmp_path / 'store.db'}") as bus:
+
+        async def fail(call_id: str) -> None:
+            reached.append(call_id)
+            if len(reached) == 2:
+                both.set()
+            await both.wait()
+            raise OSError("the disk is full")
+
+        options = RunOptions(checkpoint_bucket="cp", before_call_recorded=fail)
+        result = await _agent().run_in(_ctx(tmp_path, bus), "go", options, run_id="both")
+    assert len(reached) == 2
+    assert result.error == "OSError: the disk is full"
 
 
 async def test_a_run_without_a_store_never_calls_it(tmp_path: Path) -> None:

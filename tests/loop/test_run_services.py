@@ -166,6 +166,17 @@ async def test_the_detach_switch_fires_only_the_running_turn() -> None:
     assert not second.is_cancelled
 
 
+async def test_a_detach_before_any_call_asked_for_the_token_reaches_the_one_that_asks() -> None:
+    """A step's background token is made when a call first reads it; a detach that came
+    earlier in the step is not lost (nor does it reach the next step)."""
+    switch = DetachSwitch()
+    switch.begin_turn()
+    assert switch.detach()
+    assert switch.token().is_cancelled
+    switch.begin_turn()
+    assert not switch.token().is_cancelled
+
+
 async def test_the_checklist_is_in_the_state_document_and_survives_resume(
     ctx: RunContext,
 ) -> None:
@@ -220,4 +231,24 @@ async def test_a_run_that_calls_no_tool_makes_no_directory(tmp_path: Path) -> No
     ctx = RunContext.sandboxed(workspace, AllowAll())
     result = await Agent(ScriptedModel(["just an answer"])).run_in(ctx, "hi")
     assert result.text == "just an answer"
+    assert list(workspace.iterdir()) == []
+
+
+async def test_calls_whose_tools_take_no_context_assemble_none(tmp_path: Path) -> None:
+    """A call's context is assembled only if its tool reads one: a run whose tools take
+    none makes no scratchpad directory (and its calls pay for no context)."""
+    from tiller.policy import AllowAll
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    model = ScriptedModel([{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}, "3"])
+    ctx = RunContext.sandboxed(workspace, AllowAll())
+    result = await Agent(model, [add]).run_in(ctx, "add")
+    assert result.text == "3"
     assert list(workspace.iterdir()) == []

@@ -153,3 +153,55 @@ async def test_a_cancel_while_a_broken_approver_waits_is_still_the_runs_cancel()
     token.cancel("stop")
     with pytest.raises(Cancelled):
         await asking
+
+
+# ── an approver whose answer is known ──────────────────────────────────────────────
+
+
+async def test_an_allow_all_is_not_asked_and_a_cancelled_run_still_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`AllowAll` allows every call without looking at it (`--yes`, a batch run): the
+    broker answers for it, with no wait or race, but a cancelled run's call never runs."""
+    from tiller.policy import AllowAll
+
+    asked: list[str] = []
+
+    async def approve(self: AllowAll, call: ToolCall, tool: Any) -> Decision:
+        asked.append(call.id)
+        return Decision.allow()
+
+    monkeypatch.setattr(AllowAll, "approve", approve)
+    token = CancellationToken()
+    broker = ApprovalBroker(AllowAll(), token)
+    assert (await broker.ask(call("write_file"), write_file)).allowed
+    assert asked == []
+    token.cancel("stop")
+    with pytest.raises(Cancelled):
+        await broker.ask(call("write_file", call_id="c2"), write_file)
+
+
+async def test_an_approver_built_on_allow_all_that_looks_is_asked() -> None:
+    from tiller.policy import AllowAll, AskReason
+
+    explained: list[str] = []
+
+    class Looking(AllowAll):
+        async def approve(self, call: ToolCall, tool: Any) -> Decision:
+            return Decision.deny("looked, and no")
+
+    class Explaining(AllowAll):
+        async def approve_explained(self, call: ToolCall, tool: Any, why: AskReason) -> Decision:
+            explained.append(why.reason)
+            return Decision.allow()
+
+    assert not (await ApprovalBroker(Looking()).ask(call("write_file"), write_file)).allowed
+    why = AskReason("ask mode asks")
+    assert (await ApprovalBroker(Explaining()).ask(call("w"), write_file, why=why)).allowed
+    assert explained == ["ask mode asks"]
+
+
+def test_a_key_from_arguments_the_caller_parsed() -> None:
+    shell = call("execute_command", '{"command": "make"}')
+    assert approval_key(shell, SHELL, {"command": "make  test"}) == "execute_command:make test"
+    assert approval_key(shell, SHELL) == "execute_command:make"

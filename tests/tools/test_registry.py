@@ -399,3 +399,64 @@ async def test_outside_cancellation_propagates_unchanged(tmp_path: Path) -> None
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+# ── a context built only when a tool reads it, arguments parsed once ──────────────────
+
+
+async def test_a_pending_context_is_built_only_for_a_tool_that_takes_one(
+    ctx: ExecContext,
+) -> None:
+    from tiller.tools import PendingContext
+
+    built: list[ExecContext] = []
+
+    def build() -> ExecContext:
+        built.append(ctx)
+        return ctx
+
+    @tool
+    async def plain(n: int) -> int:
+        """No context."""
+        return n + 1
+
+    @tool
+    def takes(ctx: ExecContext) -> str:
+        """Reads its context."""
+        return ctx.call_id
+
+    class Own(BaseTool):
+        name = "own"
+        description = "A tool of its own class: it gets a context, always."
+        input_schema: dict[str, Any] = {"type": "object"}  # noqa: RUF012
+
+        async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+            return ToolOutput(type(ctx).__name__)
+
+    registry = Registry([plain, takes, Own()])
+    pending = PendingContext(ctx.token, build)
+    done = await registry.execute(ToolCall(id="c1", name="plain", arguments='{"n": 1}'), pending)
+    assert done.result.content == "2" and built == [] and pending.built is None
+    done = await registry.execute(ToolCall(id="c2", name="takes"), pending)
+    assert done.result.content == ctx.call_id and pending.built is ctx
+    again = PendingContext(ctx.token, build)
+    done = await registry.execute(ToolCall(id="c3", name="own"), again)
+    assert done.result.content == "ExecContext" and len(built) == 2
+
+
+async def test_arguments_parsed_by_the_caller_are_the_ones_run(ctx: ExecContext) -> None:
+    """The loop's gate parses a call's arguments once; the registry runs the tool with
+    that object instead of parsing the text again (and still parses when given none)."""
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    registry = Registry([echo])
+    call = ToolCall(id="c1", name="echo", arguments='{"text": "from the text"}')
+    done = await registry.execute(call, ctx, arguments={"text": "as parsed"})
+    assert done.result.content == "as parsed"
+    assert (await registry.execute(call, ctx)).result.content == "from the text"
+    bad = ToolCall(id="c2", name="echo", arguments="[1]")
+    assert (await registry.execute(bad, ctx)).outcome is Outcome.MALFORMED_JSON

@@ -39,3 +39,38 @@ async def test_the_worker_thread_finishes_before_cancelled_is_reported(tmp_path:
     with pytest.raises(Cancelled):
         await call
     assert (tmp_path / "written.txt").read_text() == "done"  # finished before we heard
+
+
+async def test_a_call_cancelled_before_its_worker_thread_started_never_runs(
+    tmp_path: Path,
+) -> None:
+    """A call whose thread had not picked it up when it was cancelled is answered as
+    cancelled at once, and the function does not run later behind the run's back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ran: list[str] = []
+
+    @tool
+    def write(ctx: ExecContext) -> str:
+        """Write."""
+        ran.append("ran")
+        return "written"
+
+    async def scenario() -> None:
+        pool = ThreadPoolExecutor(max_workers=1)  # a loop of its own: its one thread busy
+        asyncio.get_running_loop().set_default_executor(pool)
+        release = threading.Event()
+        busy = asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+        token = CancellationToken()
+        ctx = ExecContext.for_test(tmp_path, token=token)
+        call = asyncio.ensure_future(Registry([write]).execute(ToolCall(id="c", name="write"), ctx))
+        await asyncio.sleep(0.05)  # queued behind the busy thread
+        token.cancel("stop")
+        with pytest.raises(Cancelled):
+            await call
+        release.set()
+        await busy
+        pool.shutdown(wait=True)  # whatever was queued has run, or never will
+
+    await asyncio.to_thread(asyncio.run, scenario())
+    assert ran == []

@@ -609,9 +609,10 @@ class _LoopRun:
 
 def _failure_text(exc: BaseException) -> str:
     """What went wrong, said by the errors themselves: a task group's wrapper ("unhandled
-    errors in a TaskGroup") says nothing a person can act on, so its leaves are named."""
+    errors in a TaskGroup") says nothing a person can act on, so its leaves are named,
+    each once (calls that failed alike fail together or one by one, as timing has it)."""
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_failure_text(inner) for inner in exc.exceptions)
+        return "; ".join(dict.fromkeys(_failure_text(inner) for inner in exc.exceptions))
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, assert_never
+from typing import TYPE_CHECKING, Final, assert_never
 
 import orjson
 
-from ..conversation import ToolCall, ToolResult, UserMessage
+from ..conversation import Taint, ToolCall, ToolResult, UserMessage
 from ..errors import Cancelled, first_leaf
 from ..events import CustomEvent
 from ..policy import Interlock, taint_of
@@ -38,13 +37,13 @@ from ..tools import (
     Execution,
     InterruptQuestions,
     OutputBudget,
-    StepSignals,
     Tool,
     questions_metadata,
     recorded_head,
     stop_watching_reads,
     watch_reads,
 )
+from ._batch import Batch, arguments_or_empty, call_arguments
 from ._call_capture import CallCapture
 from ._gate_answer import ForClient, Hold, Refuse, Run, Stage, recorded_refuser, refusal_text
 from ._model_turn import next_step
@@ -69,26 +68,6 @@ _RERUN_REASON: Final = (
     "an earlier attempt of this call was interrupted before it completed (its process "
     "stopped); the tool declares itself idempotent, so it runs again with the same call id"
 )
-
-
-@dataclass(slots=True)
-class _Batch:
-    """One dispatch: its calls, the interlock's view of them, and what became of each."""
-
-    step: Dispatch
-    calls: tuple[ToolCall, ...]
-    budget: OutputBudget
-    signals: StepSignals
-    tools: list[Tool | None]
-    #: Each call's capabilities, and as the batch's other calls see them.
-    able: list[Capability]
-    seen: list[Capability]
-    results: dict[str, ToolResult] = field(default_factory=dict)
-    executed: dict[str, Execution] = field(default_factory=dict)
-    allowed: list[tuple[ToolCall, Tool]] = field(default_factory=list)
-    held: list[ToolCall] = field(default_factory=list)
-    #: Calls left open for the client (they passed the gate, or an earlier run's did).
-    for_client: list[ToolCall] = field(default_factory=list)
 
 
 class Dispatcher:
@@ -219,26 +198,28 @@ class Dispatcher:
             results.append(self._finish_call(step, call, content, is_error=is_error, show=False))
         state.messages.append(UserMessage(tool_results=tuple(results)))
 
-    def _batch(self, step: Dispatch) -> _Batch:
+    def _batch(self, step: Dispatch) -> Batch:
         # The interlock sees the whole batch: a read and a send in one parallel step
         # cannot slip through together. Each call is checked with the other calls'
         # capabilities ORed into the conversation's taint (its own output comes after it).
-        flow = self._services.taint_flow
+        services = self._services
+        flow = services.taint_flow
         flow.refresh()
+        services.begin_step()
         tools = [self._run.agent.registry.get(c.name) for c in step.calls]
         able = [flow.capabilities(tool) for tool in tools]
-        return _Batch(
+        return Batch(
             step,
             step.calls,
             budget=OutputBudget(self._run.run_ctx.jail.output_budget_bytes),
-            signals=self._services.signals_for_step(),
+            make_signals=services.signals_for_step,
             tools=tools,
             able=able,
             # As the batch's other calls see them: a read may bring an earlier run's taint.
             seen=flow.for_batch(able),
         )
 
-    async def _gate_and_run(self, batch: _Batch) -> Step | None:
+    async def _gate_and_run(self, batch: Batch) -> Step | None:
         """The batch's calls through the gate, the allowed ones run; the next step when
         it is not the next model turn (calls held, or left for the client)."""
         state, flow = self._run.state, self._services.taint_flow
@@ -267,7 +248,7 @@ class Dispatcher:
             return await self._held_or_for_client(batch)
         return None  # the common case: every call answered, the step goes on
 
-    async def _gate_one(self, batch: _Batch, index: int, call: ToolCall) -> None:
+    async def _gate_one(self, batch: Batch, index: int, call: ToolCall) -> None:
         """Answer `call` from its record, or as malformed, or put it through the gate."""
         state, step = self._run.state, batch.step
         record = state.calls[call.id]
@@ -295,11 +276,15 @@ class Dispatcher:
         taint = Interlock.batch_taint(
             state.taint_flags, batch.seen[:index] + batch.seen[index + 1 :]
         )
+        # Parsed once: the gate reads these, and the registry runs the tool with them.
+        arguments = batch.arguments[call.id] = call_arguments(call)
         # A write while a networked background job runs may be a send through it.
         flow = self._services.taint_flow
-        through = flow.sends_through(batch.tools[index], taint, _arguments_or_empty(call))
+        through = flow.sends_through(batch.tools[index], taint, arguments or {})
         can = batch.able[index] | Capability.EXTERNAL_SEND if through else batch.able[index]
-        answer = await self._gate.check(call, record, taint, can, through=through)
+        answer = await self._gate.check(
+            call, record, taint, can, through=through, arguments=arguments
+        )
         if self._run.trace is not None:
             self._run.trace.tool_gated(call.id, *gate_facts(answer))
         match answer:
@@ -328,7 +313,7 @@ class Dispatcher:
             case _:
                 assert_never(answer)
 
-    async def _held_or_for_client(self, batch: _Batch) -> Step | None:
+    async def _held_or_for_client(self, batch: Batch) -> Step | None:
         """Calls held for a person suspend the run; calls left for the client end it."""
         state, calls = self._run.state, batch.calls
         held, subagents = batch.held, self.subagents
@@ -370,7 +355,7 @@ class Dispatcher:
         ]
         return Suspend(tuple(held), "these calls need a person's approval")
 
-    def _interrupted(self, batch: _Batch, exc: BaseException) -> None:
+    def _interrupted(self, batch: Batch, exc: BaseException) -> None:
         """The dispatch was interrupted (a cancel, or an error such as a store that failed
         or a run taken over by another process): keep what ran (the stream is closing, so
         nothing more is shown for it), answer every other call, and put the results into
@@ -415,11 +400,12 @@ class Dispatcher:
             return False
         return isinstance(arguments, dict) and bool(questions_metadata(arguments))
 
-    async def _run_call(self, call: ToolCall, tool: Tool, batch: _Batch) -> None:
+    async def _run_call(self, call: ToolCall, tool: Tool, batch: Batch) -> None:
         run, state = self._run, self._run.state
         record = state.calls[call.id]
         record.status = "started"
-        ctx = self._services.context_for(call.id, record.step, batch.signals, tool)
+        # Assembled only if the tool reads it (most take none).
+        ctx = self._services.pending_context(call.id, record.step, batch.shared_signals)
         if self._durability is not None:
             # Idempotent (declared, law 12): should this attempt be cut short, recovery
             # runs it again instead of asking a person (law 5).
@@ -437,11 +423,15 @@ class Dispatcher:
         try:
             watching = watch_reads(read.append)
             try:
-                execution = await run.agent.registry.execute(call, ctx)
+                execution = await run.agent.registry.execute(
+                    call, ctx, arguments=batch.arguments.get(call.id)
+                )
             finally:
                 stop_watching_reads(watching)
         finally:
-            ctx.progress.close()  # progress belongs to the call; detached work uses notify
+            built = ctx.built
+            if built is not None:
+                built.progress.close()  # progress belongs to the call; detached work uses notify
         if self.subagents is not None and self.subagents.holds(call.id):
             # Its subagent suspended for a person: the call is not done, it waits with it.
             # It stays recorded as started: once the suspended checkpoint holds the child's
@@ -451,7 +441,9 @@ class Dispatcher:
         # What the call read is now in the conversation (law 6: taint only grows).
         # A file an earlier tainted run wrote brings its taint along.
         flow = self._services.taint_flow
-        state.add_taint(taint_of(flow.capabilities(tool)) | flow.taint_of_reads(read))
+        brought, inherited = taint_of(flow.capabilities(tool)), flow.taint_of_reads(read)
+        if brought is not Taint.NONE or inherited is not Taint.NONE:  # most calls bring none
+            state.add_taint(brought | inherited)
         record.malformed_arguments = execution.malformed_arguments
         batch.executed[call.id] = execution
         if self._durability is not None:
@@ -473,7 +465,7 @@ class Dispatcher:
         run_ctx, state = self._run.run_ctx, self._run.state
         await run_ctx.hooks.post_tool(
             tool=call.name,
-            arguments=_arguments_or_empty(call),
+            arguments=arguments_or_empty(call),
             call_id=call.id,
             run_id=state.run_id,
             thread_id=state.thread_id,
@@ -483,7 +475,7 @@ class Dispatcher:
             taint=state.taint_flags,
         )
 
-    def _finish_executed(self, batch: _Batch, *, show: bool) -> None:
+    def _finish_executed(self, batch: Batch, *, show: bool) -> None:
         """Cap the outputs of the calls that ran in call order, so the transcript does not
         depend on which call finished first, and record their results."""
         run_ctx = self._run.run_ctx
@@ -502,15 +494,23 @@ class Dispatcher:
                     update={"content": interlock.wrap(call.name, result.content)}
                 )
             batch.results[call.id] = self._finish_call(
-                batch.step, call, result.content, is_error=result.is_error, show=show
+                batch.step, call, result.content, is_error=result.is_error, show=show, result=result
             )
 
     def _finish_call(
-        self, step: Dispatch, call: ToolCall, content: str, *, is_error: bool, show: bool = True
+        self,
+        step: Dispatch,
+        call: ToolCall,
+        content: str,
+        *,
+        is_error: bool,
+        show: bool = True,
+        result: ToolResult | None = None,
     ) -> ToolResult:
         """Record the call's answer and show it: on the call's open handle, or, for a call
         an earlier run showed, as a result of its own. `show=False`: the dispatch was
-        interrupted, and the calls' handles are not used again."""
+        interrupted, and the calls' handles are not used again. `result`: the answer as a
+        `ToolResult` already (the executed call's, capped), returned as it is."""
         run, state = self._run, self._run.state
         record = state.calls[call.id]
         record.status = "failed" if is_error else "completed"
@@ -524,8 +524,10 @@ class Dispatcher:
             result_ids[call.id] = handle.result_message_id
             # After a cancel the result cannot be shown, but it is kept (law 8): the loop
             # stops at its next check.
-            with contextlib.suppress(Cancelled):
+            try:  # noqa: SIM105 (not `contextlib.suppress`: three calls more, every call)
                 handle.result(content)
+            except Cancelled:
+                pass
         elif step.resumed:
             # A call of an earlier run: its result keeps the id it was first shown with.
             with contextlib.suppress(Cancelled):
@@ -546,15 +548,9 @@ class Dispatcher:
                 rerun=call.id in step.rerun,
             )
         )
+        if result is not None:
+            return result
         return ToolResult(call_id=call.id, name=call.name, content=content, is_error=is_error)
-
-
-def _arguments_or_empty(call: ToolCall) -> dict[str, Any]:
-    try:
-        parsed = call.parsed_arguments()
-    except ValueError:  # not JSON: the call was answered with an error anyway
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _brings_untrusted(tool: Tool | None) -> bool:

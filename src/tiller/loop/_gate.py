@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import orjson
+from typing import TYPE_CHECKING, Any, Final
 
 from ..conversation import Taint, ToolCall
 from ..policy import (
@@ -43,6 +41,7 @@ from ..policy import (
 )
 from ..state import CallRecord, RunState
 from ..tools import Capability, Registry, SafetyMode, Tool
+from ._batch import call_arguments
 from ._gate_answer import ForClient, GateAnswer, Hold, Refuse, Run, Stage
 from ._model_wrapper import model_to_call
 from ._protected_writes import protected_write_refusal
@@ -56,12 +55,15 @@ if TYPE_CHECKING:
 __all__ = ["Gate", "GateAnswer"]
 
 
-def _arguments(call: ToolCall) -> Mapping[str, Any] | None:
-    try:
-        parsed = orjson.loads(call.arguments or "{}")
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
+class _Unparsed:
+    """`Gate.check` was given no parsed arguments: it parses them itself."""
+
+
+_UNPARSED: Final = _Unparsed()
+
+
+#: `Capability.EXTERNAL_SEND` as an int (a flag's `&` costs an enum call per call).
+_SENDS: Final = Capability.EXTERNAL_SEND._value_
 
 
 class Gate:
@@ -136,26 +138,35 @@ class Gate:
         capabilities: Capability | None = None,
         *,
         through: str = "",
+        arguments: Mapping[str, Any] | _Unparsed | None = _UNPARSED,
     ) -> GateAnswer:
         """Decide one call: `batch_taint` is the conversation's taint with the rest of its
         batch ORed in; `capabilities`, what the call can do in this run; `through`, what
-        it could send through (a networked background job, for a write). An allowed call
-        to a tool the client runs is the client's (`ForClient`)."""
+        it could send through (a networked background job, for a write); `arguments`, the
+        call's arguments if the caller parsed them already (None: not a JSON object). An
+        allowed call to a tool the client runs is the client's (`ForClient`)."""
         run_ctx = self._run_ctx
         lookup = self._registry.lookup(call.name, run_ctx.phase, run_ctx.withheld)
         if lookup.tool is None:
             return _lookup_refusal(call.name, lookup.refusal, self._registry)
         tool = lookup.tool
-        answer = await self._decide(call, tool, record, _Reach(batch_taint, capabilities, through))
+        if isinstance(arguments, _Unparsed):
+            arguments = call_arguments(call)
+        reach = _Reach(batch_taint, capabilities, through)
+        answer = await self._decide(call, tool, arguments, record, reach)
         if isinstance(answer, Run) and tool.runs_on_client is True:
             return ForClient(answer.tool, answer.risk, answer.by)
         return answer
 
     async def _decide(
-        self, call: ToolCall, tool: Tool, record: CallRecord, reach: _Reach
+        self,
+        call: ToolCall,
+        tool: Tool,
+        arguments: Mapping[str, Any] | None,
+        record: CallRecord,
+        reach: _Reach,
     ) -> GateAnswer:
         """Every stage after the lookup, in the module docstring's order."""
-        arguments = _arguments(call)
         if arguments is None:
             # Not a JSON object: the registry answers it with an error, running nothing.
             return Run(tool)
@@ -198,7 +209,8 @@ class Gate:
     ) -> bool:
         return (
             self._plain_reads
-            and not (capabilities or Capability.NONE) & Capability.EXTERNAL_SEND
+            and tool.read_only is True
+            and (capabilities is None or not capabilities._value_ & _SENDS)
             and _plain_read(tool, arguments)
             and (self._decided is None or not self._decided.has_decision(call))
         )
@@ -253,7 +265,10 @@ class Gate:
                 ask_reason = vetted
             else:
                 ask_reason = decision.reason
-        return await self._ask(call, tool, decision.risk, ask_reason, remembered=not interlock_asks)
+        remembered = not interlock_asks
+        return await self._ask(
+            call, tool, decision.risk, ask_reason, remembered=remembered, arguments=arguments
+        )
 
     def _apply(self, call: ToolCall, tool: Tool, risk: RiskClass, decided: Decision) -> GateAnswer:
         """A person already answered this call (a resume): their answer replaces the
@@ -281,7 +296,8 @@ class Gate:
             return None
         outcome = await hooks.pre_tool(
             tool=call.name,
-            arguments=arguments,
+            # Their own copy: the registry runs the tool with the gate's (parsed once).
+            arguments=call_arguments(call) or {},
             call_id=call.id,
             run_id=self._state.run_id,
             thread_id=self._state.thread_id,
@@ -327,9 +343,11 @@ class Gate:
         reason: str,
         *,
         remembered: bool = True,
+        arguments: Mapping[str, Any] | None = None,
     ) -> GateAnswer:
         approver = self._approver
-        if remembered and approval_key(call, tool) in self._state.always_approved:
+        always = self._state.always_approved
+        if remembered and always and approval_key(call, tool, arguments) in always:
             return Run(tool, risk, by="user")
         remedy = tool.denial_remedy or ""
         if approver is None:
@@ -344,7 +362,9 @@ class Gate:
         # An "always" given earlier does not answer the interlock: it was given before
         # the conversation read what makes this send dangerous.
         why = AskReason(reason, risk)
-        answer: Decision = await approver.ask(call, tool, remembered=remembered, why=why)
+        answer: Decision = await approver.ask(
+            call, tool, remembered=remembered, why=why, arguments=arguments
+        )
         if answer.allowed:
             return Run(tool, risk, by=answer.by)
         return Refuse(answer.by, f"{answer.reason}.", risk, remedy)

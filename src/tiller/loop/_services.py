@@ -5,11 +5,13 @@ the step's signals (cancel token, background token, web byte budget), where the 
 dispatched (the jail, the phase, the live safety mode, the transcript's length), and the
 run's services, which live here: the notify channel detached work reports through, the
 background jobs, the task checklist, the file snapshots, the scratchpad, the user's goal,
-and the taint flow (what the interlock watches beyond one call).
+and the taint flow (what the interlock watches beyond one call). A call's context is
+assembled only if its tool reads one (`pending_context`): most calls' tools take none.
 
-The run's first tool call creates the session's scratchpad (a run that calls no tool
-makes no directory); closing kills whatever background work is left (a run never leaves a
-process behind, whether it finished, failed, suspended or was cancelled).
+The first call whose tool reads its context creates the session's scratchpad (a run whose
+tools take no context makes no directory); closing kills whatever background work is left
+(a run never leaves a process behind, whether it finished, failed, suspended or was
+cancelled).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,6 +31,7 @@ from ..tools import (
     ExecContext,
     Notice,
     Notifier,
+    PendingContext,
     StepSignals,
     TaskBroker,
     ToolServices,
@@ -194,11 +198,15 @@ class RunServices:
 
     # ── per call ─────────────────────────────────────────────────────────────────
 
+    def begin_step(self) -> None:
+        """A step's calls are about to be gated: a detach from now on is this step's."""
+        self._run_ctx.detach.begin_turn()
+
     def signals_for_step(self) -> StepSignals:
-        """The signals one step's calls share."""
+        """The signals one step's calls share (made when its first call's context is)."""
         return StepSignals(
             token=self._agui.cancel_token,
-            background=self._run_ctx.detach.token_for_turn(),
+            background=self._run_ctx.detach.token(),
             web_bytes=WebBudget(),
         )
 
@@ -257,6 +265,15 @@ class RunServices:
         )
         return ExecContext.assemble(
             step=step, call_id=call_id, signals=signals, dispatch=site, services=services
+        )
+
+    def pending_context(
+        self, call_id: str, step: int, signals: Callable[[], StepSignals]
+    ) -> PendingContext:
+        """The call's `ExecContext`, assembled (`context_for`) only if its tool reads it,
+        with `signals()`, the step's, then."""
+        return PendingContext(
+            self._agui.cancel_token, lambda: self.context_for(call_id, step, signals())
         )
 
     def goal(self) -> UserGoal:

@@ -57,7 +57,9 @@ __all__ = ["TaintFlow", "shell_holds_network"]
 
 _log = logging.getLogger("tiller.taint")
 
-_TRIFECTA: Final = Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT
+#: As plain ints: a flag's `&` goes through the enum machinery, and these run every step.
+_TRIFECTA: Final = (Taint.PRIVATE_DATA | Taint.UNTRUSTED_INPUT)._value_
+_UNTRUSTED: Final = Taint.UNTRUSTED_INPUT._value_
 #: The index's own files (`taint.json`, its lock and its temporary files).
 _OWN_FILES: Final = f"{TAINT_INDEX.parent.as_posix()}/taint."
 
@@ -72,7 +74,7 @@ def shell_holds_network(jail: Jail, sandbox: Sandbox = DEFAULT_SANDBOX) -> bool:
 
 
 def _trifecta(taint: Taint) -> bool:
-    return taint & _TRIFECTA == _TRIFECTA
+    return taint._value_ & _TRIFECTA == _TRIFECTA
 
 
 class TaintFlow:
@@ -225,7 +227,7 @@ class TaintFlow:
         """Whether a batch on a conversation tainted `taint` needs `before_batch` and
         `after_batch`: only one holding untrusted input does (the common step skips
         both; the trifecta holds it too)."""
-        return bool(taint & Taint.UNTRUSTED_INPUT)
+        return bool(taint._value_ & _UNTRUSTED)
 
     async def before_batch(self, taint: Taint) -> None:
         """A batch is about to be gated; `taint` is the conversation's with every call of

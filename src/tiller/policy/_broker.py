@@ -14,6 +14,7 @@ decides, never its name (law 12).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any, Final, cast
 
 import orjson
@@ -22,25 +23,29 @@ from ..cancel import CancellationToken
 from ..conversation import ToolCall
 from ..errors import Cancelled
 from ..tools import Capability, Tool
-from ._approver import Approver, AskReason, Decision, ExplainedApprover
+from ._approver import AllowAll, Approver, AskReason, Decision, ExplainedApprover
 
 __all__ = ["ApprovalBroker", "approval_key"]
 
 _logger: Final = logging.getLogger(__name__)
 
 
-def approval_key(call: ToolCall, tool: Tool | None) -> str | None:
+def approval_key(
+    call: ToolCall, tool: Tool | None, arguments: Mapping[str, Any] | None = None
+) -> str | None:
     """What "approve always" remembers for `call` to `tool`, or None if it cannot be
     remembered: no tool (nothing declared), or a tool that sends data out and runs no
-    shell command (a shell command is remembered as itself, whatever its tool can do)."""
+    shell command (a shell command is remembered as itself, whatever its tool can do).
+    `arguments`: the call's, when the caller parsed them already."""
     if tool is None:
         return None
-    try:
-        arguments = orjson.loads(call.arguments or "{}")
-    except orjson.JSONDecodeError:
-        arguments = None
-    if not isinstance(arguments, dict):
-        arguments = {}
+    if arguments is None:
+        try:
+            arguments = orjson.loads(call.arguments or "{}")
+        except orjson.JSONDecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            arguments = {}
     try:
         command = tool.command_of(arguments)
     except Exception:  # an unreadable declaration remembers nothing (law 3)
@@ -52,9 +57,23 @@ def approval_key(call: ToolCall, tool: Tool | None) -> str | None:
     return call.name
 
 
+#: The one answer of an approver that allows every call without looking at it.
+_ALLOWED: Final = Decision.allow()
+
+
+def _allows_everything(approver: Approver) -> bool:
+    """Whether `approver` is an `AllowAll` (its `approve`, no explained variant): it
+    answers every call at once with an allow, so there is nothing to wait for or race."""
+    return (
+        getattr(type(approver), "approve", None) is AllowAll.approve
+        and getattr(type(approver), "approve_explained", None) is None
+    )
+
+
 class ApprovalBroker:
     """An `Approver` that asks `approver`, raced against the run's cancel token, and
-    keeps the run's "always" answers."""
+    keeps the run's "always" answers. An `AllowAll` is not asked at all: its answer is
+    known (`--yes`, a batch run), so the call pays for no wait, race or key."""
 
     def __init__(self, approver: Approver, cancel: CancellationToken | None = None) -> None:
         self._approver = approver
@@ -64,6 +83,7 @@ class ApprovalBroker:
         self._explained = hasattr(approver, "approve") and hasattr(approver, "approve_explained")
         self._cancel = cancel
         self._always: set[str] = set()
+        self._allows_everything = _allows_everything(approver)
 
     @property
     def remembered(self) -> frozenset[str]:
@@ -79,11 +99,17 @@ class ApprovalBroker:
         *,
         remembered: bool = True,
         why: AskReason | None = None,
+        arguments: Mapping[str, Any] | None = None,
     ) -> Decision:
         """Ask the approver about `call`; with `remembered` false an earlier "always" does
         not answer (the interlock asks because the conversation changed since then). `why`
-        reaches an `ExplainedApprover`, which shows it to the person."""
-        key = approval_key(call, tool)
+        reaches an `ExplainedApprover`, which shows it to the person; `arguments` are the
+        call's, when the caller parsed them already."""
+        if self._allows_everything:
+            if self._cancel is not None:
+                self._cancel.check()  # a cancelled run's call never runs (as in the race)
+            return _ALLOWED
+        key = approval_key(call, tool, arguments)
         if remembered and key is not None and key in self._always:
             return Decision.allow()
         approver = self._approver

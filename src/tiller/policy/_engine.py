@@ -108,6 +108,12 @@ _MODE_TABLE: Final[dict[SafetyMode, dict[RiskClass, DecisionKind]]] = {
     SafetyMode.FULL_ACCESS: {risk: _A for risk in RiskClass}
     | {R.EXTERNAL_ACCESS: _Q, R.SYSTEM_INSTALL: _Q, R.DESTRUCTIVE: _D},
 }
+#: The same table by the members' values: a member's hash is a Python call, a string's is
+#: not, and the engine reads the table for every call.
+_BY_VALUE: Final[dict[str, dict[str, DecisionKind]]] = {
+    mode._value_: {risk._value_: kind for risk, kind in row.items()}
+    for mode, row in _MODE_TABLE.items()
+}
 #: Risks that reach a person in every mode, whatever a rule says.
 _FLOORS: Final = frozenset({R.EXTERNAL_ACCESS, R.SYSTEM_INSTALL})
 _STRICTNESS: Final[dict[DecisionKind, int]] = {_A: 0, _C: 1, _Q: 2, _D: 3}
@@ -325,12 +331,10 @@ class PolicyEngine:
         return None
 
     def _by_mode(self, call: CallRisk, mode: SafetyMode) -> PolicyDecision:
-        kind = _MODE_TABLE[mode][call.risk]
-        risk = call.risk.value
+        mode_name, risk = mode._value_, call.risk._value_
+        kind = _BY_VALUE[mode_name][risk]
         if kind == _A:
-            return PolicyDecision.allow(
-                call.risk, f"{mode.value} mode allows {risk}: {call.reason}"
-            )
+            return PolicyDecision.allow(call.risk, f"{mode_name} mode allows {risk}: {call.reason}")
         if kind == _C:
             return PolicyDecision.classify(call.risk, f"auto mode vets {risk}: {call.reason}")
         if kind == _Q:

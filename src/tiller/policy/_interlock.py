@@ -73,8 +73,16 @@ class InterlockVerdict:
         return self.kind == "deny"
 
 
+#: The capabilities' bits that bring taint, and the one that sends: read as plain ints on
+#: the hot path (a flag's `&` builds a member through the enum machinery every time).
+_BRINGS: Final = (Capability.PRIVATE_DATA | Capability.UNTRUSTED_INPUT)._value_
+_SENDS: Final = Capability.EXTERNAL_SEND._value_
+
+
 def taint_of(capabilities: Capability) -> Taint:
     """The taint running a tool with these capabilities adds to the conversation."""
+    if not capabilities._value_ & _BRINGS:  # most tools bring none
+        return Taint.NONE
     taint = Taint.NONE
     if capabilities & Capability.PRIVATE_DATA:
         taint |= Taint.PRIVATE_DATA
@@ -107,6 +115,10 @@ def capabilities_of(tool: Tool | None, *, network: bool = True) -> Capability:
     if not network and tool.sandboxed is True:
         return declared & ~_NETWORK_ONLY
     return declared
+
+
+#: The verdict for a call that sends nothing (most calls): one value, made once.
+_ALLOW: Final = InterlockVerdict("allow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +163,8 @@ class Interlock:
         check, pass the *other* calls' capabilities: a call's own output arrives only
         after it ran (it then grows the taint for every later call)."""
         for each in capabilities:
-            taint |= taint_of(each)
+            if each._value_ & _BRINGS:
+                taint |= taint_of(each)
         return taint
 
     # ── one call ─────────────────────────────────────────────────────────────────
@@ -169,8 +182,8 @@ class Interlock:
         `through`: what would do the sending, when the tool itself does not (a
         background job that holds the network, for a write)."""
         able = capabilities if capabilities is not None else capabilities_of(tool)
-        if not able & Capability.EXTERNAL_SEND:
-            return InterlockVerdict("allow")
+        if not able._value_ & _SENDS:
+            return _ALLOW
         private = bool(taint & Taint.PRIVATE_DATA)
         untrusted = bool(taint & Taint.UNTRUSTED_INPUT)
         name = tool.name

@@ -61,9 +61,11 @@ if TYPE_CHECKING:
     from ._exec import CallSite as CallSite
     from ._exec import ExecContext
     from ._exec import LocalState as LocalState
+    from ._exec import PendingContext as PendingContext
     from ._exec import StateAccess as StateAccess
     from ._exec import StepSignals as StepSignals
     from ._exec import ToolServices as ToolServices
+    from ._exec import resolve_context as resolve_context
     from ._file_snapshots import MAX_SAVED_FILE_BYTES as MAX_SAVED_FILE_BYTES
     from ._file_snapshots import CheckpointOrigin
 
@@ -229,9 +231,11 @@ _HOMES = {
         "CallSite",
         "ExecContext",
         "LocalState",
+        "PendingContext",
         "StateAccess",
         "StepSignals",
         "ToolServices",
+        "resolve_context",
     ),
     "._file_snapshots": ("MAX_SAVED_FILE_BYTES", "CheckpointOrigin", "FileSnapshotter"),
     "._file_stamps": ("Stamps", "changed_files", "stamp_workspace"),

@@ -50,9 +50,11 @@ __all__ = [
     "CallSite",
     "ExecContext",
     "LocalState",
+    "PendingContext",
     "StateAccess",
     "ToolServices",
     "StepSignals",
+    "resolve_context",
 ]
 
 S = TypeVar("S")
@@ -440,3 +442,41 @@ class ExecContext:
         except RuntimeError:  # the loop closed meanwhile: no one else touches it
             return fn()
         return done.result()
+
+
+class PendingContext:
+    """A call's `ExecContext`, built the first time a tool asks for it (`get`).
+
+    Most calls never read one: a `@tool` function without an `ExecContext` parameter
+    takes none, and building one (its progress channel, the step's signals, the run's
+    services, the session's scratchpad) costs more than the rest of such a call. The loop
+    hands the registry this instead; `token` (the call's cancellation token) is there
+    without building anything, and `built` says whether a context was made (its progress
+    channel is closed when the call ends)."""
+
+    __slots__ = ("_build", "_built", "token")
+
+    def __init__(self, token: CancellationToken, build: Callable[[], ExecContext]) -> None:
+        self.token = token
+        self._build = build
+        self._built: ExecContext | None = None
+
+    def get(self) -> ExecContext:
+        """The call's context, built now if this is the first time it is asked for."""
+        built = self._built
+        if built is None:
+            built = self._built = self._build()
+        return built
+
+    @property
+    def built(self) -> ExecContext | None:
+        """The context, if something asked for it; else None (none was built)."""
+        return self._built
+
+    def __repr__(self) -> str:
+        return f"<PendingContext built={self._built is not None}>"
+
+
+def resolve_context(ctx: ExecContext | PendingContext) -> ExecContext:
+    """`ctx` as an `ExecContext`, built now if it is still pending."""
+    return ctx.get() if isinstance(ctx, PendingContext) else ctx

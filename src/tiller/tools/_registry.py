@@ -22,8 +22,8 @@ from ..errors import Cancelled, InvalidToolArguments
 from ..model import ToolSpec
 from ..phase import Phase
 from ._errors import DuplicateTool, PathOutsideJail, ToolDefinitionError
-from ._exec import ExecContext
-from ._tool import Capability, Tool, ToolError, ToolOutput, missing_members
+from ._exec import ExecContext, PendingContext
+from ._tool import Capability, FunctionTool, Tool, ToolError, ToolOutput, missing_members
 
 __all__ = ["Execution", "Lookup", "Outcome", "Refusal", "Registry"]
 
@@ -194,13 +194,22 @@ class Registry:
 
     # ── execution ────────────────────────────────────────────────────────────────
 
-    async def execute(self, call: ToolCall, ctx: ExecContext) -> Execution:
+    async def execute(
+        self,
+        call: ToolCall,
+        ctx: ExecContext | PendingContext,
+        *,
+        arguments: dict[str, Any] | None = None,
+    ) -> Execution:
         """Run one call and return its one result; the run goes on whatever happened.
 
-        The arguments are parsed here (not JSON, or not an object: an error result), then
-        validated and run by the tool inside `ctx.token.scope()`, so cancelling the call's
-        token interrupts an async tool. A `ToolError` becomes an error result with its
-        message; any other exception, `tool X failed: Type: message`. `Cancelled` and
+        The arguments are parsed here (not JSON, or not an object: an error result) unless
+        the caller parsed them already (`arguments`: `call.arguments` as a JSON object, as
+        the loop's gate read them), then validated and run by the tool inside
+        `ctx.token.scope()`, so cancelling the call's token interrupts an async tool (a
+        `PendingContext` is built only for a tool that reads its context). A `ToolError`
+        becomes an error result with its message; any other exception, `tool X failed:
+        Type: message`. `Cancelled` and
         `asyncio.CancelledError` propagate: the call has no result, and the loop decides
         what the transcript says.
 
@@ -215,15 +224,18 @@ class Registry:
             return self._error(
                 call, f"unknown tool {call.name!r}; the tools are: {known}", Outcome.UNKNOWN_TOOL
             )
-        try:
-            args = call.parsed_arguments()
-        except orjson.JSONDecodeError as exc:
-            return self._error(
-                call,
-                f"the arguments are not valid JSON: {exc}. Send the arguments of "
-                f"{call.name!r} as one JSON object.",
-                Outcome.MALFORMED_JSON,
-            )
+        if arguments is not None:
+            args: Any = arguments
+        else:
+            try:
+                args = call.parsed_arguments()
+            except orjson.JSONDecodeError as exc:
+                return self._error(
+                    call,
+                    f"the arguments are not valid JSON: {exc}. Send the arguments of "
+                    f"{call.name!r} as one JSON object.",
+                    Outcome.MALFORMED_JSON,
+                )
         if not isinstance(args, dict):
             return self._error(
                 call,
@@ -231,9 +243,11 @@ class Registry:
                 f"arguments of {call.name!r} as one JSON object.",
                 Outcome.MALFORMED_JSON,
             )
+        if isinstance(ctx, PendingContext) and type(tool).call is not FunctionTool.call:
+            ctx = ctx.get()  # only `FunctionTool.call` knows to build it when it needs it
         try:
             with ctx.token.scope():
-                output = await tool.call(args, ctx)
+                output = await tool.call(args, ctx)  # type: ignore[arg-type]
         except Cancelled:
             raise
         except InvalidToolArguments as exc:

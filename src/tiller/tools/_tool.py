@@ -31,10 +31,10 @@ import asyncio
 import contextlib
 import contextvars
 import enum
-import functools
 import inspect
 import re
 import sys
+import threading
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,7 +49,7 @@ from ..errors import InvalidToolArguments
 from ..model import ToolSpec
 from ._docstring import parse_docstring
 from ._errors import ToolDefinitionError
-from ._exec import ExecContext
+from ._exec import ExecContext, PendingContext, resolve_context
 from ._risk_class import RiskClass
 
 __all__ = [
@@ -437,9 +437,10 @@ class FunctionTool(CapabilityViews):
         except ValidationError as exc:
             raise InvalidToolArguments(self.name, _describe(exc)) from None
 
-    async def call(self, args: dict[str, Any], ctx: ExecContext) -> ToolOutput:
+    async def call(self, args: dict[str, Any], ctx: ExecContext | PendingContext) -> ToolOutput:
         """Validate `args`, run the function (in a worker thread if it is sync) and turn
-        what it returns into a `ToolOutput`."""
+        what it returns into a `ToolOutput`. A `PendingContext` (the loop's) is built only
+        if the function takes an `ExecContext`."""
         validated = self.validate(args)
         positional: list[Any] = []
         keywords: dict[str, Any] = {}
@@ -449,77 +450,29 @@ class FunctionTool(CapabilityViews):
                 positional.append(value)
             else:
                 keywords[param] = value
-        for param in self._ctx_params:
-            keywords[param] = ctx
+        if self._ctx_params:
+            context = resolve_context(ctx)
+            for param in self._ctx_params:
+                keywords[param] = context
         if self._is_async:
             result = await self.function(*positional, **keywords)
         else:
-            result = await _in_worker_thread(self.function, positional, keywords)
+            # Straight to the loop's executor: no task, coroutine or shield per call.
+            work = _InThread(self.function, positional, keywords)
+            try:
+                result = await asyncio.get_running_loop().run_in_executor(None, work)
+            except asyncio.CancelledError:
+                # A worker thread cannot be interrupted. Give it a moment to notice the
+                # token and stop, so what it did is done before the call is reported
+                # cancelled (law 8), not after; a tool that never checks is left behind.
+                await work.settle(SYNC_CANCEL_GRACE)
+                raise
             if inspect.isawaitable(result):
                 result = await result
         return to_output(result)
 
     def __repr__(self) -> str:
         return f"<FunctionTool {self.name!r} read_only={self.read_only}>"
-
-
-async def _in_worker_thread(
-    function: Callable[..., Any], positional: list[Any], keywords: dict[str, Any]
-) -> Any:
-    """`function(*positional, **keywords)` in the loop's default executor, in a copy of
-    this task's context (as `asyncio.to_thread` runs it), awaited without a task or a
-    shield of its own: the thread hands its outcome straight to the waiting task, so the
-    hop costs two turns of the event loop, not five."""
-    event_loop = asyncio.get_running_loop()
-    outcome: asyncio.Future[Any] = event_loop.create_future()
-    call = functools.partial(
-        contextvars.copy_context().run, _report, event_loop, outcome, function, positional, keywords
-    )
-    work = event_loop.run_in_executor(None, call)
-    try:
-        return await outcome
-    except asyncio.CancelledError:
-        # A worker thread cannot be interrupted. Give it a moment to notice the token and
-        # stop, so what it did is done before the call is reported cancelled (law 8), not
-        # after; a tool that never checks is left behind (its outcome has no reader).
-        await asyncio.wait({work}, timeout=SYNC_CANCEL_GRACE)
-        raise
-
-
-def _report(
-    event_loop: asyncio.AbstractEventLoop,
-    outcome: asyncio.Future[Any],
-    function: Callable[..., Any],
-    positional: list[Any],
-    keywords: dict[str, Any],
-) -> None:
-    """In the worker thread: run the call, then hand what it returned or raised to the
-    loop. (The executor's own future ends with None: nothing for anyone to retrieve.)"""
-    try:
-        value = function(*positional, **keywords)
-    except BaseException as exc:  # handed to the awaiting task, which raises it
-        _settle_soon(event_loop, outcome, None, exc)
-    else:
-        _settle_soon(event_loop, outcome, value, None)
-
-
-def _settle_soon(
-    event_loop: asyncio.AbstractEventLoop,
-    outcome: asyncio.Future[Any],
-    value: Any,
-    error: BaseException | None,
-) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-        event_loop.call_soon_threadsafe(_settle, outcome, value, error)
-
-
-def _settle(outcome: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if outcome.done():  # its task was cancelled and stopped waiting
-        return
-    if error is not None:
-        outcome.set_exception(error)
-    else:
-        outcome.set_result(value)
 
 
 def to_output(value: Any) -> ToolOutput:
@@ -546,6 +499,63 @@ def _json_default(value: Any) -> Any:
 
 #: Seconds a cancelled call waits for its sync tool's worker thread to finish.
 SYNC_CANCEL_GRACE: Final = 2.0
+
+
+class _InThread:
+    """A sync tool function as its worker thread runs it, in a copy of the caller's
+    context (as `asyncio.to_thread` does), and whether it started and ended there.
+
+    A cancel cancels the executor's future with the call, so a cancelled call waits on
+    this instead (`settle`): a function that started may finish within the grace; one
+    that had not started never runs (it is abandoned under the lock, which the thread
+    takes before it starts)."""
+
+    __slots__ = ("_args", "_function", "_keywords", "_lock", "_run", "_state", "_waiter")
+
+    def __init__(
+        self, function: Callable[..., Any], args: list[Any], keywords: dict[str, Any]
+    ) -> None:
+        self._function = function
+        self._args = args
+        self._keywords = keywords
+        self._run = contextvars.copy_context().run
+        self._lock = threading.Lock()
+        self._state = "pending"  # -> "started" -> "ended", or "abandoned"
+        self._waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+
+    def __call__(self) -> Any:
+        with self._lock:
+            if self._state == "abandoned":
+                return None  # the call was cancelled before the thread got to it
+            self._state = "started"
+        try:
+            return self._run(self._function, *self._args, **self._keywords)
+        finally:
+            with self._lock:
+                self._state = "ended"
+                waiter = self._waiter
+            if waiter is not None:  # a cancelled call waits for this
+                event_loop, done = waiter
+                with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                    event_loop.call_soon_threadsafe(_set_done, done)
+
+    async def settle(self, grace: float) -> None:
+        """The call was cancelled: wait up to `grace` seconds for a function that started
+        to end, or make sure one that had not started never does."""
+        event_loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = event_loop.create_future()
+        with self._lock:
+            if self._state == "pending":
+                self._state = "abandoned"
+            if self._state != "started":
+                return
+            self._waiter = (event_loop, done)
+        await asyncio.wait({done}, timeout=grace)
+
+
+def _set_done(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
 # ── @tool ──────────────────────────────────────────────────────────────────────────
