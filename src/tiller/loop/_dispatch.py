@@ -94,8 +94,6 @@ class Dispatcher:
         #: The run's children, when its agent can start them (set by the loop).
         self.subagents: Subagents | None = None
         self._carried_client_calls: frozenset[str] = frozenset()
-        #: Runs one allowed call: `_run_call`, or inside its `execute_tool` span's context.
-        self._run_one = traced_call(run.trace, self._run_call)
 
     def carry_client_calls(self) -> None:
         """As the run starts: calls an earlier run of this conversation left for the
@@ -233,12 +231,16 @@ class Dispatcher:
         for index, call in enumerate(batch.calls):
             await self._gate_one(batch, index, call)
         allowed = batch.allowed
+        # Each call inside its `execute_tool` span when traced; the wrapper is made per
+        # batch, not kept on `self` (a bound method its own object holds is a reference
+        # cycle, and a run's parts must go by reference counting).
+        run_one = traced_call(self._run.trace, self._run_call)
         if len(allowed) == 1:  # the common case: no task group, no extra loop pass
-            await self._run_one(*allowed[0], batch)
+            await run_one(*allowed[0], batch)
         elif allowed:
             async with asyncio.TaskGroup() as group:
                 for call, tool in allowed:
-                    group.create_task(self._run_one(call, tool, batch))
+                    group.create_task(run_one(call, tool, batch))
         self._finish_executed(batch, show=True)
         # What the batch wrote carries the taint; the taint may now stop networked jobs.
         wrote = any(tool.read_only is not True for _, tool in allowed)

@@ -19,6 +19,7 @@ the state; calls whose arguments never completed are dropped (law 1).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,8 +115,6 @@ class ModelTurns:
         self.output_error: str | None = None
         #: The agent a guardrail handed the run to (stop cause `handoff`).
         self.handoff: str | None = None
-        #: Streams one model call: `_stream`, or inside a `chat` span when traced.
-        self._call = traced_stream(run.trace, self._stream)
 
     async def take(self, turn: ModelTurn) -> Step:
         """One model turn; returns the step it leads to."""
@@ -284,6 +283,11 @@ class ModelTurns:
             )
         self._capture.sent(request)
         return request
+
+    def _call(self, request: ModelRequest) -> Awaitable[ModelAnswer]:
+        """One model call: `_stream`, inside a `chat` span when the run is traced (not a
+        wrapper kept on `self`: that would be a reference cycle)."""
+        return traced_stream(self._run.trace, self._stream)(request)
 
     async def _stream(self, request: ModelRequest) -> ModelAnswer:
         """Stream one response: text and reasoning go out live, each tool call once its
