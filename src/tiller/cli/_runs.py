@@ -18,7 +18,9 @@ usage error (unknown run, bad store URL or agent reference); 3 uncertain calls b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -363,11 +365,13 @@ def resume_run(
     completed is uncertain: the resume refuses (exit 3) until it is reconciled
     (tiller runs reconcile). Calls that need approval are asked at a terminal, allowed
     with --yes, and blocked otherwise."""
+    from ..cancel import CancellationToken
     from ..loop import ResumeReplayBlocked
     from ..ops import recover_run
     from ..policy import AllowAll, NoOneToAsk
     from ..store import CheckpointStore
     from ._render import terminal_console
+    from ._run import _sigint_handler
 
     if agent is not None:
         _allow_cwd_imports()
@@ -400,6 +404,12 @@ def resume_run(
         view = _resume_view(console)
         if lines is not None:
             lines.start()
+        # Ctrl+C cancels the continued run as it does `tiller run`'s: it ends
+        # `cancelled`, keeping what it did; a second Ctrl+C exits at once.
+        cancel = CancellationToken()
+        event_loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            event_loop.add_signal_handler(signal.SIGINT, _sigint_handler(console, cancel))
         try:
             # Under the run's pinned policy, never the workspace's file (law 11).
             result = await recover_run(
@@ -411,6 +421,7 @@ def resume_run(
                 force=force,
                 bucket=bucket,
                 on_event=view.on_event,
+                cancel=cancel,
             )
         except ResumeReplayBlocked as exc:
             echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
@@ -429,6 +440,8 @@ def resume_run(
             return EXIT_UNCERTAIN
         finally:
             view.close()
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                event_loop.remove_signal_handler(signal.SIGINT)
         return _summary(console, result, shown_error=view.error_shown)
 
     _finish(lambda: _with_store(store, namespace, work))
