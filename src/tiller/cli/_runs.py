@@ -594,21 +594,27 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         live_root.mkdir(parents=True, exist_ok=True)
 
     async def work(bus: Bus) -> int:
-        from ..loop import load_agent
+        from ..loop import jail_root_of, load_agent, refuse_code_inside
 
         capture = await load_capture(bus, run_id, bucket=captures_bucket)
         if not capture.model_calls:
             raise UsageError(f"the capture of run {run_id} has no model calls to replay")
         ref = agent
         model: str | None = None
+        jail: Path | None = None
         try:
             recorded = (await CheckpointStore(bus, bucket).load(run_id)).state
             model = recorded.model_spec
+            jail = jail_root_of(recorded)
             if ref is None:
                 ref = recorded.agent_ref
         except NotFound:
             pass
-        base = load_agent(ref, model=model) if ref is not None else None
+        # Not code from the jail the run's model wrote (law 11), nor from the one a live
+        # replay's tools write.
+        if ref is not None and live_root is not None:
+            refuse_code_inside(ref.partition(":")[0], live_root, ref=ref)
+        base = load_agent(ref, model=model, outside=jail) if ref is not None else None
         replayer = _replay_agent(capture, base, live=tools == "live")
         conversation = [_message(m) for m in capture.model_calls[0].new_messages]
         scratch = None
