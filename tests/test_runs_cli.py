@@ -517,3 +517,32 @@ def test_show_renders_the_run_from_its_event_log(
     missing = tiller("runs", "show", "r-nothing", "--events", "--store", url)
     assert missing.exit_code == 2
     assert "no event log" in missing.output
+
+
+def test_replay_refuses_an_agent_defined_in_the_runs_jail(
+    url: str, tmp_path: Path, agent_module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The model writes its jail: code there must not be what replay imports (law 11), as
+    # `tiller run`, `approve` and `runs resume` refuse it.
+    workspace = tmp_path / "ws"
+
+    async def capture(bus: Bus) -> None:
+        captures = bus_capture(bus)
+        ctx = RunContext.sandboxed(workspace, AllowAll())
+        agent = load_agent(f"{agent_module}:build")
+        result = await agent.run_in(ctx, "go", RunOptions(capture_sink=captures), run_id="r-j")
+        assert result.completed
+        await captures.wait()
+        state = record_policy(RunState(run_id="r-j", thread_id="t"), ctx)
+        await CheckpointStore(bus, CHECKPOINTS_BUCKET).save(state, "finished")
+
+    on_store(url, capture)
+    marker = tmp_path / "ran-on-the-host"
+    name = f"jailed_{uuid.uuid4().hex[:8]}"
+    (workspace / f"{name}.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nfrom {agent_module} import build\n"
+    )
+    monkeypatch.syspath_prepend(str(workspace))  # replay run from inside the jail
+    replayed = tiller("replay", "r-j", "--agent", f"{name}:build", "--store", url)
+    assert replayed.exit_code == 2, replayed.stdout + replayed.stderr
+    assert not marker.exists()

@@ -410,6 +410,13 @@ class RunState(BaseModel):
         self.model_calls += 1
         return self.model_calls
 
+    def history_rewritten_from(self, index: int) -> None:
+        """The conversation's messages from `index` on were rewritten (a compaction): the
+        counts recorded for a length that reaches them (`model_calls_history`) describe a
+        conversation that no longer exists, and are forgotten, so a rewind into the new
+        history does not number its next call as an answer to the old one."""
+        self.model_calls_history = [e for e in self.model_calls_history if e.messages <= index]
+
     def model_calls_at(self, messages: int) -> int:
         """`model_calls` as it stood when the conversation's first `messages` messages were
         first answered: what a rewind to that length puts back, so the rewound run's next

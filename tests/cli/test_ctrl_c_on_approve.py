@@ -74,3 +74,36 @@ def test_ctrl_c_cancels_the_resumed_run_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in shown, shown
     assert "stop cause  cancelled" in shown, shown
     assert approving.returncode == 1, shown
+
+
+def test_ctrl_c_cancels_a_run_continued_by_runs_resume_cleanly(tmp_path: Path) -> None:
+    # `tiller runs resume` continues a run as `tiller approve` does, and a person's Ctrl+C
+    # there is the same: the run ends cancelled, with its summary, not a traceback.
+    (tmp_path / "slow_agent.py").write_text(SLOW_AFTER_APPROVAL)
+    (tmp_path / "ws").mkdir()
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    held = tiller("run", "go", "--agent", "slow_agent:make", "-w", "ws", "--store", store,
+                  cwd=tmp_path)  # fmt: skip
+    (run_id,) = set(re.findall(r"\b(run-[0-9a-f]+)\b", held.stdout))
+    out = tmp_path / "resume.out"
+    with out.open("w") as sink:
+        resuming = subprocess.Popen(
+            [sys.executable, "-m", "tiller", "runs", "resume", run_id, "--yes", "--store", store],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while "→ wait()" not in out.read_text() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            resuming.send_signal(signal.SIGINT)
+            resuming.wait(timeout=60)
+        finally:
+            resuming.kill()
+    shown = out.read_text()
+    assert "Traceback" not in shown, shown
+    assert "stop cause  cancelled" in shown, shown
+    assert resuming.returncode == 1, shown

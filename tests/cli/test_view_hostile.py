@@ -210,3 +210,40 @@ def test_a_held_call_whose_arguments_look_like_markup_is_printed_as_text(tmp_pat
     assert held.returncode == 0, held.stdout + held.stderr
     assert re.search(r"ap-[0-9a-f]+  write_file\(path='a.txt', content='\[/x\] \[red\]hi'\)",
                      held.stdout), held.stdout  # fmt: skip
+
+
+CRASHING_TOOL = '''
+from tiller.loop import Agent
+from tiller.model import ScriptedModel
+from tiller.tools import tool
+
+
+@tool(read_only=True)
+def open_page(url: str) -> str:
+    """Open a page."""
+    raise RuntimeError("cannot open " + url)
+
+
+def _next(messages, info):
+    if getattr(messages[-1], "tool_results", ()):
+        return "gave up"
+    return {"tool_calls": [
+        {"name": "open_page", "arguments": {"url": "x\\x1b]0;pwned\\x07\\x1b[2J"}}
+    ]}
+
+
+def make(model=None):
+    return Agent(ScriptedModel(_next), [open_page], name="mine")
+'''
+
+
+def test_a_logged_warning_quoting_the_model_prints_no_control_characters(tmp_path: Path) -> None:
+    # A tool that raises is logged with its traceback (a warning on standard error, from
+    # Python's last-resort handler): the exception's text is the model's arguments.
+    (tmp_path / "crash_agent.py").write_text(CRASHING_TOOL)
+    (tmp_path / "ws").mkdir()
+    ran = tiller("run", "go", "--agent", "crash_agent:make", "-w", "ws", "--store", "memory://",
+                 cwd=tmp_path)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "cannot open x" in ran.stdout + ran.stderr
+    assert not CONTROL.search(ran.stdout + ran.stderr)

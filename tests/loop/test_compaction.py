@@ -402,6 +402,30 @@ async def test_a_300_turn_run_compacts_stays_in_its_window_and_keeps_its_tasks(
     ]
 
 
+async def test_a_compaction_forgets_the_call_counts_of_the_history_it_rewrote(
+    ctx: RunContext,
+) -> None:
+    # `model_calls_history` says at which call each conversation length was first
+    # answered, for a rewind. After a summary, the first messages are the summary's: a
+    # count recorded for them before it (call 0 at length 1) would take a rewind to the
+    # run's first call, not to the summary's time.
+    window = 4000
+    project = Project(60, window)
+    run = await drive(
+        Agent(ScriptedModel(project, context_window=window), TOOLS),
+        PROMPT,
+        ctx,
+        RunOptions(max_steps=400),
+    )
+    state = run.result.state
+    summaries = [r for r in state.compaction.rewritten if "summary" in r.passes]
+    assert summaries, "the run should have compacted with a summary"
+    assert state.messages[0].text.startswith("[Context compacted:")
+    assert state.model_calls_at(1) >= summaries[-1].step
+    calls = [entry.model_calls for entry in state.model_calls_history]
+    assert calls == sorted(calls)
+
+
 async def test_a_run_without_a_threshold_never_compacts(ctx: RunContext) -> None:
     project = Project(40, window=1_000_000)
     run = await drive(Agent(ScriptedModel(project), TOOLS), PROMPT, ctx)

@@ -19,7 +19,7 @@ from tiller.loop import (
     record_policy,
     run_context_from,
 )
-from tiller.model import ScriptedModel
+from tiller.model import ScriptedModel, TurnInfo
 from tiller.state import SCHEMA_VERSION, RunState
 from tiller.store import Bus, MailboxStore, open_bus
 from tiller.tools import Jail
@@ -75,16 +75,40 @@ async def test_a_recorded_mailbox_needs_the_store_to_resume(tmp_path: Path, bus:
         await agent.resume(state, {}, ctx=FromCheckpoint())
 
 
+def _offering(offered: list[list[str]]) -> ScriptedModel:
+    """A model that notes the tools each of its turns is offered, and answers "done"."""
+
+    def turn(messages: object, info: TurnInfo) -> str:
+        offered.append([spec.name for spec in info.tools])
+        return "done"
+
+    return ScriptedModel(turn, per_run=False)
+
+
 async def test_a_route_that_gives_message_send_gives_it_to_the_run(
     tmp_path: Path, bus: Bus
 ) -> None:
-    agent = Agent(ScriptedModel(["done"]), [], name="ops")
+    offered: list[list[str]] = []
+    agent = Agent(_offering(offered), [], name="ops")
     run_ctx = RunContext(jail=Jail(tmp_path)).with_mailbox(
         MailboxRoute(bus, name="ops", send_tool=True)
     )
-    result = await agent.run_in(run_ctx, "hi")
-    assert result.completed
-    assert "message_send" in agent.registry
-    plain = Agent(ScriptedModel(["done"]), [], name="ops")
-    await plain.run_in(RunContext(jail=Jail(tmp_path)).with_mailbox(MailboxRoute(bus)), "hi")
-    assert "message_send" not in plain.registry  # a route gives it only when it says so
+    assert (await agent.run_in(run_ctx, "hi")).completed
+    plain = RunContext(jail=Jail(tmp_path)).with_mailbox(MailboxRoute(bus))
+    assert (await agent.run_in(plain, "hi")).completed
+    assert offered == [["message_send"], []]  # a route gives it only when it says so
+
+
+async def test_the_send_tool_is_the_runs_not_the_shared_agents(tmp_path: Path, bus: Bus) -> None:
+    # One agent, served: a run under a route that gives `message_send` (say, a resumed one
+    # that recorded it) must not leave the tool to the agent's next runs, which have no
+    # mailbox to send from.
+    offered: list[list[str]] = []
+    agent = Agent(_offering(offered), [], name="ops")
+    with_route = RunContext(jail=Jail(tmp_path)).with_mailbox(
+        MailboxRoute(bus, name="ops", send_tool=True)
+    )
+    assert (await agent.run_in(with_route, "hi")).completed
+    assert (await agent.run_in(RunContext(jail=Jail(tmp_path)), "hi")).completed
+    assert offered == [["message_send"], []]
+    assert "message_send" not in agent.registry

@@ -409,3 +409,26 @@ async def test_in_tool_mode_the_final_answer_at_a_budget_stop_offers_only_the_ou
     assert final.messages[-1].text.startswith(
         "The run has reached its budget. Call no tool but final_result, with your answer. "
     )
+
+
+@pytest.mark.parametrize("mode", ["tool", "native"])
+async def test_a_non_object_answer_given_as_text_without_its_wrapper_is_read(
+    ctx: RunContext, mode: Any
+) -> None:
+    # A list is asked for as {"result": [...]}; a model answering in text (in tool mode,
+    # under extended thinking, it may not be forced to call the output tool) may give the
+    # value itself, which says the same: it is the answer, not a reason to pay for a retry.
+    model = ScriptedModel(["[1, 2]"])
+    run = await drive(Agent(model, output_type=list[int], output_mode=mode), "Count.", ctx)
+    assert run.result.stop_cause is StopCause.COMPLETED
+    assert run.result.output == [1, 2]
+    assert run.result.state.output_retries == 0
+
+
+async def test_a_wrapper_with_a_bad_value_is_still_asked_for_again(ctx: RunContext) -> None:
+    # {"result": ...} is the wrapper, whatever the type would take: its value must fit.
+    model = ScriptedModel(['{"result": "x"}', '{"result": {"n": 3}}'])
+    agent = Agent(model, output_type=dict[str, int] | list[int], output_mode="tool")
+    run = await drive(agent, "Count.", ctx)
+    assert run.result.output == {"n": 3}
+    assert run.result.state.output_retries == 1

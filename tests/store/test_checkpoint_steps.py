@@ -71,7 +71,7 @@ def _step(state: RunState, n: int, *, result: str = "done") -> None:
     its record (started, then completed), its result, the counters."""
     call_id = f"R-call-{n}"
     state.step = n
-    state.model_calls += 1
+    state.count_model_call()  # as the loop counts it: at the conversation it answers
     state.messages.append(
         AssistantMessage(
             text=f"step {n}", tool_calls=(ToolCall(id=call_id, name="noop", arguments="{}"),)
@@ -132,6 +132,8 @@ async def test_a_running_step_writes_its_delta_not_the_history(bus: Bus, clock: 
     late = sum(sizes[n] for n in range(101, 201))
     assert late < 1.5 * early, (early, late, whole)
     assert len(whole) <= 3, whole
+    # ... though the run's model-call history (one entry a step, for a rewind) grew.
+    assert len(state.model_calls_history) == 200
     _assert_same((await CheckpointStore(bus, BUCKET).load("R")).state, state)
 
 

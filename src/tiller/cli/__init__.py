@@ -204,4 +204,7 @@ _register_durable_commands()
 
 def main() -> None:
     """The `tiller` command's entry point (`python -m tiller` and the console script)."""
+    from ._safe import log_printably
+
+    log_printably()  # a logged warning may quote the model: shown, not obeyed
     app(prog_name="tiller")

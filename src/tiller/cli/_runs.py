@@ -18,7 +18,9 @@ usage error (unknown run, bad store URL or agent reference); 3 uncertain calls b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -363,11 +365,13 @@ def resume_run(
     completed is uncertain: the resume refuses (exit 3) until it is reconciled
     (tiller runs reconcile). Calls that need approval are asked at a terminal, allowed
     with --yes, and blocked otherwise."""
+    from ..cancel import CancellationToken
     from ..loop import ResumeReplayBlocked
     from ..ops import recover_run
     from ..policy import AllowAll, NoOneToAsk
     from ..store import CheckpointStore
     from ._render import terminal_console
+    from ._run import _sigint_handler
 
     if agent is not None:
         _allow_cwd_imports()
@@ -400,6 +404,12 @@ def resume_run(
         view = _resume_view(console)
         if lines is not None:
             lines.start()
+        # Ctrl+C cancels the continued run as it does `tiller run`'s: it ends
+        # `cancelled`, keeping what it did; a second Ctrl+C exits at once.
+        cancel = CancellationToken()
+        event_loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            event_loop.add_signal_handler(signal.SIGINT, _sigint_handler(console, cancel))
         try:
             # Under the run's pinned policy, never the workspace's file (law 11).
             result = await recover_run(
@@ -411,6 +421,7 @@ def resume_run(
                 force=force,
                 bucket=bucket,
                 on_event=view.on_event,
+                cancel=cancel,
             )
         except ResumeReplayBlocked as exc:
             echo(f"tiller: run {run_id} cannot resume yet: calls are uncertain", err=True)
@@ -429,6 +440,8 @@ def resume_run(
             return EXIT_UNCERTAIN
         finally:
             view.close()
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                event_loop.remove_signal_handler(signal.SIGINT)
         return _summary(console, result, shown_error=view.error_shown)
 
     _finish(lambda: _with_store(store, namespace, work))
@@ -581,21 +594,27 @@ def replay_command(  # noqa: PLR0913 — a typer command: each parameter is one 
         live_root.mkdir(parents=True, exist_ok=True)
 
     async def work(bus: Bus) -> int:
-        from ..loop import load_agent
+        from ..loop import jail_root_of, load_agent, refuse_code_inside
 
         capture = await load_capture(bus, run_id, bucket=captures_bucket)
         if not capture.model_calls:
             raise UsageError(f"the capture of run {run_id} has no model calls to replay")
         ref = agent
         model: str | None = None
+        jail: Path | None = None
         try:
             recorded = (await CheckpointStore(bus, bucket).load(run_id)).state
             model = recorded.model_spec
+            jail = jail_root_of(recorded)
             if ref is None:
                 ref = recorded.agent_ref
         except NotFound:
             pass
-        base = load_agent(ref, model=model) if ref is not None else None
+        # Not code from the jail the run's model wrote (law 11), nor from the one a live
+        # replay's tools write.
+        if ref is not None and live_root is not None:
+            refuse_code_inside(ref.partition(":")[0], live_root, ref=ref)
+        base = load_agent(ref, model=model, outside=jail) if ref is not None else None
         replayer = _replay_agent(capture, base, live=tools == "live")
         conversation = [_message(m) for m in capture.model_calls[0].new_messages]
         scratch = None

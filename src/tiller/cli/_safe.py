@@ -13,18 +13,22 @@ one, it can be applied to a `rich.text.Text` without moving its styles.
 `echo` is `typer.echo` through `printable`; `SafeConsole` is a rich `Console` whose
 `print` does the same to the strings and `Text`s it is given (the console `tiller run`,
 `approve`, `runs resume`, `replay` and `runs show --events` print on). Rich's own styling
-is added after, so colours still work on a terminal.
+is added after, so colours still work on a terminal. `log_printably` does it to the
+warnings tiller logs (a tool that raised, with its traceback: the exception's text may be
+the model's arguments), which Python would otherwise write to standard error as they are.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import IO, Any, Final
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
-__all__ = ["SafeConsole", "echo", "printable", "safe_text"]
+__all__ = ["SafeConsole", "echo", "log_printably", "printable", "safe_text"]
 
 
 def _table() -> dict[int, str]:
@@ -90,3 +94,23 @@ class SafeConsole(Console):
             for o in objects
         ]
         super().print(*cleaned, **options)
+
+
+class _PrintableStderr(logging.Handler):
+    """Python's last-resort handler (warnings and worse, to the standard error of the
+    moment), each record `printable`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(printable(self.format(record)) + "\n")
+        except Exception:  # logging's own contract: a handler never raises
+            self.handleError(record)
+
+
+def log_printably() -> None:
+    """Give a process with no logging set up (the `tiller` command's) a handler that
+    writes what Python's last resort would, but `printable`. A process that set up its
+    own logging keeps it."""
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(_PrintableStderr(logging.WARNING))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import re
 import uuid
@@ -310,12 +311,17 @@ class Agent:
         watch: StepWatcher | None,
     ) -> RunResult:
         # A mailbox route that gives `message_send` gives it to every run under it, a
-        # continued one too (its agent reloaded by reference in another process).
-        give_send_tool(self.registry, run_ctx.mailbox)
+        # continued one too (its agent reloaded by reference in another process): this
+        # run gets a copy of the agent with it, since the agent is shared by its runs.
+        agent = self
+        registry = give_send_tool(self.registry, run_ctx.mailbox)
+        if registry is not self.registry:
+            agent = copy.copy(self)
+            agent.registry = registry
         # The live controls this run uses (law 13): the context's own, unless another run
         # is using them now (then fresh ones), or the ones a caller passed on to share.
         with run_ctx.controls.for_run() as controls:
-            return await self._run_with(
+            return await agent._run_with(
                 # Whatever the run derives while it works shares the run's controls.
                 run_ctx.with_controls(controls.shared_by_all()),
                 conversation,

@@ -592,6 +592,9 @@ class Compaction:
         if record.store_key is None:
             record.originals = [original[index] for index in sorted(changed)]
         state.messages[:] = messages
+        # Counts recorded at lengths that reach a rewritten message refer to the old
+        # history (the messages before the first change are the same in both).
+        state.history_rewritten_from(min(changed, default=0))
         # The loop's incremental checks and capture offsets refer to the old history.
         self._history_rewritten(len(original) - len(messages))
         memory.compactions = record.number

@@ -78,15 +78,20 @@ DELIVERED_EVENT: Final = "tiller.message_delivered"
 _MARKER: Final = "[message from agent "
 
 
-def give_send_tool(registry: Registry, route: MailboxRoute | None) -> None:
-    """Add `message_send` to `registry` when `route` gives it (`send_tool`) and the
-    registry has no tool of that name."""
+def give_send_tool(registry: Registry, route: MailboxRoute | None) -> Registry:
+    """The registry a run under `route` uses: `registry` itself, or, when `route` gives
+    `message_send` (`send_tool`) and `registry` has no tool of that name, a copy with it.
+    Never `registry` changed: an agent's registry is shared by its runs (a served agent,
+    one loaded by reference), and a run without the route must not be offered the tool."""
     if route is None or not route.send_tool:
-        return
+        return registry
     from ..tools.builtin import message_send
 
-    if registry.get(message_send.name) is None:
-        registry.add(message_send)
+    if registry.get(message_send.name) is not None:
+        return registry
+    given = registry.copy()
+    given.add(message_send)
+    return given
 
 
 def mail_frame(message: MailMessage) -> str:

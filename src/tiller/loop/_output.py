@@ -22,7 +22,8 @@ What each mode puts in the request (`ModelRequest.output`, `tools`, `tool_choice
 The output type is anything pydantic validates: a model, `list[Item]`, `int`, a
 `RootModel`, a union. The providers want an object at the root, so in `native` and `tool`
 mode a type whose root is no object is asked for inside one, `{"result": ...}`, and the
-answer is read out of it (`prompted` mode asks for the value itself).
+answer is read out of it (`prompted` mode asks for the value itself; a text answer that
+gives the value without its wrapper is read as it is).
 
 Whatever the mode, the answer is validated, and one that does not fit goes back to the
 model with the error (`RunOptions.output_retries` times). The final answer a budget stop
@@ -229,9 +230,23 @@ class StructuredOutput:
             if body.startswith("```"):
                 body = body.split("\n", 1)[1] if "\n" in body else ""
                 body = body.rsplit("```", 1)[0]
-        if self._wrapper is not None:
+        if self._wrapper is None:
+            return self._adapter.validate_json(body)
+        try:
             return getattr(self._wrapper.model_validate_json(body), OUTPUT_WRAPPER_KEY)
-        return self._adapter.validate_json(body)
+        except ValidationError as asked_for:
+            # An answer in text may be the value itself (`[1, 2]` for `{"result": [1,
+            # 2]}`): it says the same, so it is read. One that is the wrapper, with a
+            # value that does not fit, is not read again as the bare type; the error
+            # the model is shown is the wrapper's, what it was asked for.
+            if arguments is not None or _is_wrapper(body):
+                raise
+            bare_error: ValidationError | None = None
+            try:
+                return self._adapter.validate_json(body)
+            except ValidationError as bare:
+                bare_error = bare
+            raise asked_for from bare_error
 
     def final_nudge(self, nudge: str) -> str:
         """The budget stop's `nudge` ("do not call any tools"), in tool mode saying to call
@@ -271,6 +286,15 @@ class StructuredOutput:
     def dump(self, output: Any) -> Any:
         """`output` as JSON-ready data (for `RUN_FINISHED.result`)."""
         return self._adapter.dump_python(output, mode="json")
+
+
+def _is_wrapper(body: str) -> bool:
+    """`body` is JSON for an object with the wrapper's key (`{"result": ...}`)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and OUTPUT_WRAPPER_KEY in data
 
 
 def _type_name(output_type: Any) -> str:

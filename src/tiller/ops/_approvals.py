@@ -8,7 +8,7 @@ the tool's schema. A decision is recorded once (`AlreadyDecided` for a second)."
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..conversation import ToolCall
 from ..errors import UsageError
@@ -32,6 +32,9 @@ from ._arguments import check_arguments
 from ._buckets import DEFAULT_BUCKETS, Buckets
 from ._pinned import pinned_agent
 from ._settle import expire_held
+
+if TYPE_CHECKING:
+    from ..tools import Registry
 
 __all__ = [
     "Decided",
@@ -164,12 +167,14 @@ async def _decide(
         )
     state = checkpoint.state
     loaded = load_agent(ref, model=state.model_spec, outside=jail_root_of(state))
-    # The tools the run had include the `message_send` its mailbox route gave it.
+    # The tools the run had include the `message_send` its mailbox route gave it (in a
+    # copy of the registry: the loaded agent may be a module's, shared by its runs).
+    tools = loaded.registry
     recorded = (state.policy or {}).get("mailbox")
     if recorded is not None:
-        give_send_tool(loaded.registry, MailboxRoute.from_data(store, recorded))
+        tools = give_send_tool(tools, MailboxRoute.from_data(store, recorded))
     if arguments is not None:
-        await _check_edited(store, record, ref, loaded, arguments, bucket=buckets.checkpoints)
+        await _check_edited(store, record, ref, tools, arguments, bucket=buckets.checkpoints)
     pending = await _pending_calls(store, checkpoint, buckets.checkpoints)
     await _records_for(approvals, record.run_id, pending)  # every held call has a record
     decided = await approvals.decide(
@@ -184,7 +189,7 @@ async def _check_edited(
     store: Bus,
     record: HeldApproval,
     ref: str,
-    loaded: Agent,
+    tools: Registry,
     arguments: dict[str, Any],
     *,
     bucket: str,
@@ -192,7 +197,7 @@ async def _check_edited(
     """Refuse edited arguments that do not fit the held call's tool. The tool may be one
     of an MCP server the run pinned (law 11), which only a started server describes: the
     pinned servers are started for the check when the agent itself has no such tool."""
-    tool = loaded.registry.get(record.tool)
+    tool = tools.get(record.tool)
     if tool is not None:
         check_arguments(tool, arguments)
         return

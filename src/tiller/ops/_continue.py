@@ -113,6 +113,7 @@ async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: e
     options: RunOptions | None = None,
     watch_control: bool = True,
     prepare: Callable[[Agent], Agent] | None = None,
+    cancel: CancellationToken | None = None,
 ) -> RunResult:
     """Recover a run whose process died (or continue one suspended for review), its
     calls that ask going to `approver`; see `tiller.loop.recover`. `configure` adds to
@@ -125,8 +126,11 @@ async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: e
     caller, which then gives the run its own cancel token and steering queue in
     `configure` and watches them itself (a fleet worker does, with `folded_steers`).
     `prepare` is given the agent that continues the run and returns the one that does
-    (as in `resume_run`)."""
-    cancel, steering = CancellationToken(), SteeringQueue()
+    (as in `resume_run`). `cancel`: the continued run's token (a person's Ctrl+C cancels
+    it: it ends `cancelled`, keeping what it did), which a stored cancel request also
+    cancels while the control requests are watched."""
+    given = cancel
+    cancel, steering = cancel if cancel is not None else CancellationToken(), SteeringQueue()
 
     def controlled(run_ctx: RunContext) -> RunContext:
         run_ctx = run_ctx.with_queued_input(steering) if watch_control else run_ctx
@@ -140,7 +144,7 @@ async def recover_run(  # noqa: PLR0913 (the recovery's options, keyword-only: e
             FromCheckpoint(
                 approver=approver,
                 workspace=workspace,
-                cancel=cancel if watch_control else None,
+                cancel=cancel if watch_control or given is not None else None,
                 configure=controlled,
             )
         )

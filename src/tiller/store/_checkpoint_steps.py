@@ -12,6 +12,9 @@ A delta is the JSON of:
   into the user turn that ends the transcript). A deeper rewrite is a base;
 - `calls`: the call records new or changed since the last write, whole;
 - `result_ids`: the entries new or changed;
+- `calls_at` and `model_calls_history`: keep the first `calls_at` entries of the state's
+  `model_calls_history`, then append these (it grows by one entry a step, and loses
+  only entries at its end: a compaction, a rewind);
 - `fields`: every other field of the state whose JSON changed, whole (a field added to
   `RunState` later is covered without a word here).
 
@@ -35,14 +38,22 @@ import orjson
 from pydantic import TypeAdapter
 
 from ..conversation import Message
-from ..state import RunState
+from ..state import CallsAt, RunState
 
 __all__ = ["StepDeltas", "apply_delta"]
 
 #: Fields a delta carries by their own rule; `written_by` is the base's (stamped as it
 #: is written), `schema_version` too.
-_OWN_RULE: set[str] = {"messages", "calls", "result_ids", "written_by", "schema_version"}
+_OWN_RULE: set[str] = {
+    "messages",
+    "calls",
+    "result_ids",
+    "model_calls_history",
+    "written_by",
+    "schema_version",
+}
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_HISTORY: TypeAdapter[list[CallsAt]] = TypeAdapter(list[CallsAt])
 
 #: A segment holds at most this many deltas, or this many bytes of them, then the next
 #: one starts: a step rewrites one bounded record.
@@ -68,6 +79,7 @@ class _Written:
     result_ids: dict[str, str]
     fields: dict[str, Any]
     step: int
+    calls_history: list[CallsAt] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -81,6 +93,9 @@ class Pending:
     result_ids: dict[str, str]
     fields: dict[str, Any]
     step: int
+    #: The entries of `model_calls_history` kept, and those appended after them.
+    calls_at: int
+    calls_history: list[CallsAt]
 
 
 @dataclass(slots=True)
@@ -104,6 +119,7 @@ class StepDeltas:
             dict(state.result_ids),
             _other_fields(state),
             state.step,
+            list(state.model_calls_history),
         )
         return cls(gen, base_bytes, written)
 
@@ -128,9 +144,14 @@ class StepDeltas:
         fields = _other_fields(state)
         changed = {name: value for name, value in fields.items() if last.fields.get(name) != value}
         new = messages[at:]
+        history = state.model_calls_history
+        kept = _kept_history(history, last.calls_history)
         record: dict[str, Any] = {"at": at}
         if new:
             record["messages"] = orjson.Fragment(_MESSAGES.dump_json(new))
+        if kept != len(last.calls_history) or kept != len(history):
+            record["calls_at"] = kept
+            record["model_calls_history"] = orjson.Fragment(_HISTORY.dump_json(history[kept:]))
         if calls:
             record["calls"] = {
                 call_id: state.calls[call_id].model_dump(mode="json") for call_id in calls
@@ -143,7 +164,9 @@ class StepDeltas:
         if self.delta_bytes + len(data) > max(_REBASE_RATIO * self.base_bytes, _DELTA_FLOOR):
             return None
         snapshots = {call_id: dict(state.calls[call_id].__dict__) for call_id in calls}
-        return Pending(data, at, new, snapshots, result_ids, fields, state.step)
+        return Pending(
+            data, at, new, snapshots, result_ids, fields, state.step, kept, history[kept:]
+        )
 
     def next_segment(self, data: bytes) -> tuple[int, list[bytes]]:
         """Where `data` goes: the segment, and every delta that segment then holds."""
@@ -162,6 +185,8 @@ class StepDeltas:
         last.calls.update(pending.calls)
         last.result_ids.update(pending.result_ids)
         last.fields, last.step = pending.fields, pending.step
+        del last.calls_history[pending.calls_at :]
+        last.calls_history.extend(pending.calls_history)
         self.segment, self.in_segment = segment, deltas
         self.delta_bytes += len(pending.data)
 
@@ -184,6 +209,17 @@ def _changed_calls(state: RunState, last: _Written) -> list[str] | None:
             changed.append(call_id)
     changed.reverse()
     return changed
+
+
+def _kept_history(now: list[CallsAt], last: list[CallsAt]) -> int:
+    """How many of the entries of `last` (the history written) begin `now`. The history
+    only loses entries at its end and appends new ones, each counting more calls than
+    any before it, so the scan from the end stops at the first entry both have: the
+    cost is what changed, not the run's length."""
+    kept = min(len(now), len(last))
+    while kept and now[kept - 1] != last[kept - 1]:
+        kept -= 1
+    return kept
 
 
 def _changed_entries(now: dict[str, str], last: dict[str, str]) -> dict[str, str] | None:
@@ -210,4 +246,8 @@ def apply_delta(state: dict[str, Any], delta: dict[str, Any]) -> None:
     messages.extend(delta.get("messages", ()))
     state.setdefault("calls", {}).update(delta.get("calls", {}))
     state.setdefault("result_ids", {}).update(delta.get("result_ids", {}))
+    if "calls_at" in delta:
+        history = state.setdefault("model_calls_history", [])
+        del history[int(delta["calls_at"]) :]
+        history.extend(delta.get("model_calls_history", ()))
     state.update(delta.get("fields", {}))
