@@ -105,6 +105,12 @@ ALLOWED_PRIVATE = frozenset(
         # itself (every text, mode and link the diff carries), far below what a fleet
         # eval's test can reach case by case (not API).
         "evals/test_fleet_diff_apply.py -> tiller.evals._diff_apply",
+        # A durable run's step segments: how many deltas fill one, so a test writes past a
+        # segment's end and across a new one (a storage layout constant, not API).
+        "store/test_checkpoint_steps.py -> tiller.store._checkpoint_steps",
+        # The GenAI attribute and metric names, checked one by one against the semantic
+        # conventions package (the names are constants of the module, not API).
+        "telemetry/test_names.py -> tiller.telemetry._names",
         # The cli package exports only its app: unit tests of its parts (line router,
         # terminal approver and questions, views and their safe printing, release check,
         # serve's token rule).
