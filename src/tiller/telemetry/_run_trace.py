@@ -261,14 +261,26 @@ class RunTrace:
                 n.INTERRUPTS: len(state.interrupts),
             }
         )
-        if state.error:
-            span.set_attribute(n.ERROR, state.error)
+        # An error's text may quote the model's answer, a tool's output or the request
+        # (a provider echoing it): it is content, recorded only when opted in.
+        error = self.said(state.error)
+        if error:
+            span.set_attribute(n.ERROR, error)
         if exc is not None and not cancelled:
-            span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__qualname__))
+            kind = type(exc).__qualname__
+            span.set_attribute(n.ERROR_TYPE, kind)
+            span.set_status(Status(StatusCode.ERROR, self.said(str(exc)) or kind))
         elif cause == "error":
             span.set_attribute(n.ERROR_TYPE, "run_failed")
-            span.set_status(Status(StatusCode.ERROR, state.error or "the run failed"))
+            span.set_status(Status(StatusCode.ERROR, error or "the run failed"))
+
+    def said(self, text: str | None) -> str | None:
+        """`text` (an error's, which may quote messages) as recorded: through the
+        redactor when content is recorded, else None (not recorded)."""
+        tel = self._telemetry
+        if not text or not tel.record_content:
+            return None
+        return _content(lambda: _redacted_text(tel, self._state, text))
 
     # ── model calls ──────────────────────────────────────────────────────────────
 
@@ -498,7 +510,7 @@ class ChatSpan:
         try:
             span.set_attribute(n.ERROR_TYPE, kind)
             if kind != "cancelled":
-                span.set_status(Status(StatusCode.ERROR, str(exc) or kind))
+                span.set_status(Status(StatusCode.ERROR, self._run.said(str(exc)) or kind))
         finally:
             span.end()
         metric = {**self._metric, n.ERROR_TYPE: kind}
@@ -630,6 +642,15 @@ def _redacted_output(
     shaped = _parts(AssistantMessage.model_validate(record.response))
     shaped["finish_reason"] = str(finish_reason or "")
     return _json([shaped])
+
+
+def _redacted_text(tel: Telemetry, state: RunState, text: str) -> str | None:
+    """Free text the run wrote (an error), as the redactor sees a completion's."""
+    response = AssistantMessage(text=text).model_dump(mode="json")
+    record = _redact(tel, _record(state, [], response))
+    if record is None:
+        return None
+    return AssistantMessage.model_validate(record.response).text or None
 
 
 def _redacted_arguments(tel: Telemetry, state: RunState, call: ToolCall) -> str | None:
