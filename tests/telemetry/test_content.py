@@ -154,3 +154,20 @@ async def test_error_text_is_recorded_through_the_redactor_when_opted_in(
     for span in recorded.spans():
         for value in _everything(span):
             assert SECRET not in value, (span.name, value)
+
+
+async def test_a_tool_name_the_agent_does_not_have_is_not_recorded(
+    recorded: Recorded, ctx: RunContext
+) -> None:
+    """The model wrote it: free text (in the span's name too), not one of the agent's."""
+    model = ScriptedModel([{"tool_calls": [{"name": SECRET, "arguments": {}}]}, "done"])
+    agent = Agent(model, [lookup], name="a")
+    await agent.run_in(ctx, "go", RunOptions().with_telemetry(recorded.telemetry))
+    span = recorded.one("execute_tool")
+    attrs = dict(span.attributes or {})
+    assert "gen_ai.tool.name" not in attrs
+    assert attrs["tiller.gate.decided_by"] == "unknown_tool"
+    assert attrs["tiller.tool.is_error"] is True
+    for span in recorded.spans():
+        for value in _everything(span):
+            assert SECRET not in value, (span.name, value)

@@ -311,23 +311,26 @@ class RunTrace:
     # ── tool calls ───────────────────────────────────────────────────────────────
 
     @_guarded
-    def tool_opened(self, call: ToolCall) -> None:
-        """`call` comes to the gate (or is answered from its record)."""
+    def tool_opened(self, call: ToolCall, *, known: bool = True) -> None:
+        """`call` comes to the gate (or is answered from its record). `known`: it names
+        one of the agent's tools; else the name is only what the model wrote (free
+        text, content), and the span is `execute_tool` with no tool name."""
         if call.id in self._tools:
             return
         attributes: dict[str, Any] = {
             n.OPERATION_NAME: n.EXECUTE_TOOL,
-            n.TOOL_NAME: call.name,
             n.TOOL_CALL_ID: call.id,
             n.TOOL_TYPE: "function",
         }
+        if known:
+            attributes[n.TOOL_NAME] = call.name
         tel = self._telemetry
         if tel.record_content:
             arguments = _content(lambda: _redacted_arguments(tel, self._state, call))
             if arguments is not None:
                 attributes[n.TOOL_CALL_ARGUMENTS] = arguments
         span = tel._instruments.tracer.start_span(
-            f"{n.EXECUTE_TOOL} {call.name}",
+            f"{n.EXECUTE_TOOL} {call.name}" if known else n.EXECUTE_TOOL,
             context=self._context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
