@@ -127,8 +127,6 @@ async def test_a_run_that_fails_as_its_loop_is_built_leaves_no_span_open(
     model = ScriptedModel(["done"])
     broken = ctx.with_classifier(AutoClassifier(model)).with_model_wrapper(wrapper)
     ledger = Ledger()
-    try:
-        await Agent(model, name="lead").run_in(broken, "go", _traced(ledger))
-    except WrapperBroke:
-        pass
+    result = await Agent(model, name="lead").run_in(broken, "go", _traced(ledger))
+    assert result.stop_cause is StopCause.ERROR
     assert ledger.left_open() == []
