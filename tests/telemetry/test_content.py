@@ -171,3 +171,40 @@ async def test_a_tool_name_the_agent_does_not_have_is_not_recorded(
     for span in recorded.spans():
         for value in _everything(span):
             assert SECRET not in value, (span.name, value)
+
+
+async def test_the_system_instructions_go_through_the_redactor(
+    recorded: Recorded, ctx: RunContext
+) -> None:
+    """As in a capture, where the redactor sees them in the record's `agent`."""
+
+    def scrub_all(record: CaptureRecord) -> CaptureRecord:
+        record = scrub(record)
+        if not isinstance(record, ToolResultRecord) and record.agent is not None:
+            text = orjson.dumps(record.agent).decode().replace(SECRET, "[redacted]")
+            record = dataclasses.replace(record, agent=orjson.loads(text))
+        return record
+
+    telemetry = recorded.telemetry.with_content(redact=scrub_all)
+    agent = Agent(ScriptedModel(["ok"]), system_prompt=f"the key is {SECRET}", name="a")
+    await agent.run_in(ctx, "hi", RunOptions().with_telemetry(telemetry))
+    chat = recorded.one(f"chat {agent.model.name}")
+    system = orjson.loads(str((chat.attributes or {})["gen_ai.system_instructions"]))
+    assert system == [{"type": "text", "content": "the key is [redacted]"}]
+    for span in recorded.spans():
+        for value in _everything(span):
+            assert SECRET not in value, (span.name, value)
+
+
+async def test_a_failing_redactor_drops_the_system_instructions(
+    recorded: Recorded, ctx: RunContext
+) -> None:
+    def broken(record: CaptureRecord) -> CaptureRecord:
+        raise RuntimeError("the redactor broke")
+
+    telemetry = recorded.telemetry.with_content(redact=broken)
+    agent = Agent(ScriptedModel(["ok"]), system_prompt=f"the key is {SECRET}", name="a")
+    await agent.run_in(ctx, "hi", RunOptions().with_telemetry(telemetry))
+    assert "gen_ai.system_instructions" not in (
+        recorded.one(f"chat {agent.model.name}").attributes or {}
+    )

@@ -454,10 +454,9 @@ class ChatSpan:
             messages = _content(lambda: _redacted_input(tel, run._state, request))
             if messages is not None:
                 attributes[n.INPUT_MESSAGES] = messages
-            if request.system:
-                attributes[n.SYSTEM_INSTRUCTIONS] = _json(
-                    [{"type": "text", "content": request.system}]
-                )
+            system = _content(lambda: _redacted_system(tel, run._state, request))
+            if system is not None:
+                attributes[n.SYSTEM_INSTRUCTIONS] = system
         self._span = tel._instruments.tracer.start_span(
             f"{n.CHAT} {run._model}",
             context=run._context,
@@ -621,10 +620,14 @@ def _redact(tel: Telemetry, record: ModelCallRecord) -> ModelCallRecord | None:
 
 
 def _record(
-    state: RunState, messages: list[dict[str, Any]], response: dict[str, Any]
+    state: RunState,
+    messages: list[dict[str, Any]],
+    response: dict[str, Any],
+    *,
+    agent: dict[str, Any] | None = None,
 ) -> ModelCallRecord:
     return ModelCallRecord(
-        run_id=state.run_id, step=state.step, new_messages=messages, response=response
+        run_id=state.run_id, step=state.step, new_messages=messages, response=response, agent=agent
     )
 
 
@@ -634,6 +637,16 @@ def _redacted_input(tel: Telemetry, state: RunState, request: ModelRequest) -> s
     if record is None:
         return None
     return _json([_parts(_load(m)) for m in record.new_messages])
+
+
+def _redacted_system(tel: Telemetry, state: RunState, request: ModelRequest) -> str | None:
+    """The system prompt, as the redactor sees it in a capture: the record's `agent`."""
+    if not request.system:
+        return None
+    record = _redact(tel, _record(state, [], {}, agent={"system": request.system}))
+    if record is None or not record.agent or not record.agent.get("system"):
+        return None
+    return _json([{"type": "text", "content": str(record.agent["system"])}])
 
 
 def _redacted_output(
