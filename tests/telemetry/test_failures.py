@@ -5,6 +5,7 @@ its event stream exactly as they are without telemetry."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -235,3 +236,17 @@ async def test_a_run_cancelled_mid_tool_with_a_raising_processor_is_cancelled(
     assert result.state.error == expected.state.error
     assert result.state.messages == expected.state.messages
     assert events == expected_events
+
+
+async def test_a_failing_processor_is_one_warning_a_run(
+    ctx: RunContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Said, not swallowed; but once: a broken exporter fails on every span."""
+    processor = RaisingProcessor(on_start=True, on_end=True)
+    with caplog.at_level(logging.DEBUG, logger="tiller.telemetry"):
+        await _run(ctx, _sdk(processor))
+    mine = [r for r in caplog.records if r.name == "tiller.telemetry"]
+    warnings = [r for r in mine if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "run-same" in warnings[0].getMessage()
+    assert warnings[0].exc_info is not None and isinstance(warnings[0].exc_info[1], Broken)
+    assert len(mine) > 1  # the others at debug level
