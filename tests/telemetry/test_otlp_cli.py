@@ -69,19 +69,19 @@ def receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
     server.server_close()
 
 
-async def test_tiller_run_otel_exports_spans_and_metrics_over_otlp_http(
-    receiver: tuple[str, dict[str, list[bytes]]], tmp_path: Path
-) -> None:
-    url, received = receiver
+async def _run_otel(url: str, tmp_path: Path, **otel: str) -> tuple[int | None, str]:
+    """`tiller run --otel` in a child process, exporting to `url` (with the `OTEL_*`
+    variables `otel` adds): its exit code and its stderr."""
     agents, workspace = tmp_path / "agents", tmp_path / "ws"
     agents.mkdir()
     workspace.mkdir()
     (agents / "otel_agent.py").write_text(AGENT)
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
         "PYTHONPATH": str(SRC),
         "OTEL_EXPORTER_OTLP_ENDPOINT": url,
         "OTEL_SERVICE_NAME": "tiller-test",
+        **otel,
     }
     child = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -103,7 +103,15 @@ async def test_tiller_run_otel_exports_spans_and_metrics_over_otlp_http(
     )
     async with asyncio.timeout(120):  # a hang guard
         out, err = await child.communicate()
-    assert child.returncode == 0, (out.decode(), err.decode())
+    return child.returncode, out.decode() + err.decode()
+
+
+async def test_tiller_run_otel_exports_spans_and_metrics_over_otlp_http(
+    receiver: tuple[str, dict[str, list[bytes]]], tmp_path: Path
+) -> None:
+    url, received = receiver
+    code, said = await _run_otel(url, tmp_path)
+    assert code == 0, said
 
     spans = []
     for body in received.get("/v1/traces", []):
@@ -142,6 +150,45 @@ async def test_tiller_run_otel_exports_spans_and_metrics_over_otlp_http(
         "tiller.tool.duration",
         "tiller.runs",
     } <= metric_names
+
+
+@pytest.mark.parametrize(
+    ("variable", "sent", "not_sent"),
+    [("OTEL_METRICS_EXPORTER", "/v1/traces", "/v1/metrics"),
+     ("OTEL_TRACES_EXPORTER", "/v1/metrics", "/v1/traces")],
+)  # fmt: skip
+async def test_an_exporter_set_to_none_sends_nothing(
+    receiver: tuple[str, dict[str, list[bytes]]],
+    tmp_path: Path,
+    variable: str,
+    sent: str,
+    not_sent: str,
+) -> None:
+    """The standard variables say what is exported: `none` is nothing of that signal."""
+    url, received = receiver
+    code, said = await _run_otel(url, tmp_path, **{variable: "none"})
+    assert code == 0, said
+    assert received.get(sent)
+    assert not_sent not in received
+
+
+@pytest.mark.parametrize(
+    "otel",
+    [{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+     {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"},
+     {"OTEL_TRACES_EXPORTER": "zipkin"}],
+    ids=str,
+)  # fmt: skip
+async def test_an_export_otel_cannot_make_is_refused_in_one_line(
+    receiver: tuple[str, dict[str, list[bytes]]], tmp_path: Path, otel: dict[str, str]
+) -> None:
+    """Not sent some other way than the user asked for: refused before the run."""
+    url, received = receiver
+    code, said = await _run_otel(url, tmp_path, **otel)
+    assert code == 2, said
+    (variable,) = otel
+    assert variable in said and "Traceback" not in said, said
+    assert received == {}
 
 
 def test_without_the_sdk_otel_says_what_to_install(

@@ -1,7 +1,8 @@
 """`--otel` for `tiller run`, `tiller serve` and `tiller worker`: the OpenTelemetry SDK
 with OTLP/HTTP exporters, configured from the standard `OTEL_*` environment variables
 (`tiller.telemetry.configure_otlp`). Without the SDK installed the command says, in one
-line, `pip install 'tiller[otel]'`, and exits 2."""
+line, `pip install 'tiller[otel]'`, and exits 2; so it does when `OTEL_*` asks for an
+export it cannot make (another exporter or protocol)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ def otel_or_exit(enabled: bool, command: str) -> Iterator[Telemetry | None]:
     if not enabled:
         yield None
         return
-    from ..telemetry import OtelMissing, configure_otlp
+    from ..errors import UsageError
+    from ..telemetry import configure_otlp
 
     try:
         setup = configure_otlp()
-    except OtelMissing as exc:
+    except UsageError as exc:  # no SDK (OtelMissing), or OTEL_* asking what it cannot do
         typer.echo(f"{command}: {exc}", err=True)
         raise typer.Exit(2) from None
     try:

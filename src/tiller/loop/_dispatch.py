@@ -259,7 +259,7 @@ class Dispatcher:
             batch.for_client.append(call)
             return
         if self._run.trace is not None:
-            self._run.trace.tool_opened(call)
+            self._run.trace.tool_opened(call, known=batch.tools[index] is not None)
         if call.id in step.recorded:
             # Completed before a crash or suspension: never run twice (law 5).
             content, is_error = step.recorded[call.id]

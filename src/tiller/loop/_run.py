@@ -125,6 +125,8 @@ class Loop:
         """Run until a stop cause is set on the state. Cancellation propagates (the edge
         turns it into a cancelled result) after the partial step was kept."""
         try:
+            if self.parts.trace is not None:  # in the `try`: the `finally` ends its span
+                self.parts.trace.started()
             if self.durability is not None:
                 # "A process is running this now": a recovery elsewhere checks it first.
                 ttl = self.options.lease_ttl

@@ -45,8 +45,8 @@ class RunParts:
         *,
         parent: object | None,
     ) -> RunParts:
-        """The parts of a run (a subagent's when it has a `parent` loop); its telemetry
-        span starts here, as the loop is built to run, when its options carry one."""
+        """The parts of a run (a subagent's when it has a `parent` loop), with its
+        telemetry recorder when its options carry one."""
         from ._telemetry_hooks import run_trace_for
 
         return cls(

@@ -30,14 +30,16 @@ __all__ = ["gate_facts", "run_trace_for", "traced_call", "traced_stream"]
 def run_trace_for(
     agent: Agent, options: RunOptions, state: RunState, subagent: bool
 ) -> RunTrace | None:
-    """The run's recorder, or None when its options carry no telemetry."""
+    """The run's recorder, or None when its options carry no telemetry. Its span starts
+    as the loop starts to run (`Loop.run`, whose `finally` ends it), not here: a loop
+    that fails as it is built, or is never run, leaves no span open."""
     telemetry = options.telemetry
     if telemetry is None:
         return None
     from ..telemetry import RunTrace  # only a traced run imports OpenTelemetry
 
     model = agent.model
-    trace = RunTrace(
+    return RunTrace(
         telemetry,
         state,
         agent=agent.name or "agent",
@@ -45,8 +47,6 @@ def run_trace_for(
         model=model.name,
         subagent=subagent,
     )
-    trace.started()
-    return trace
 
 
 def gate_facts(answer: GateAnswer) -> tuple[str, str | None, str | None]:

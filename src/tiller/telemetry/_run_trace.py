@@ -17,15 +17,22 @@ Trace context (DESIGN "one logical run is one trace"): the first segment of a to
 run records in its `RunState.trace_context` the span every later segment goes under (the
 first segment's parent, or the first segment itself) and its own span; a resumed segment
 goes under the former and links to the latter, then records itself as the newest.
+
+Telemetry never breaks, cancels or changes a run (DESIGN §4, laws 2 and 8): every hook
+the loop calls catches what OpenTelemetry (a span processor, an exporter, a meter, the
+user's redactor) raises, logs it (once a run as a warning, then at debug level) and goes
+on; a span whose attributes failed is still ended, so none is left open.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import sys
 import time
 from asyncio import CancelledError as _CancelledError
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import orjson
 from opentelemetry import context as otel_context
@@ -50,6 +57,26 @@ if TYPE_CHECKING:
 __all__ = ["ChatSpan", "RunTrace", "context_of", "traceparent_of"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+_logger = logging.getLogger("tiller.telemetry")
+
+_P = ParamSpec("_P")
+_Self = TypeVar("_Self", "RunTrace", "ChatSpan")
+
+
+def _guarded(
+    method: Callable[Concatenate[_Self, _P], None],
+) -> Callable[Concatenate[_Self, _P], None]:
+    """`method`, a hook the loop calls, never raising: what telemetry raises is logged
+    (`RunTrace.failed`) and the run goes on as if it were not traced."""
+
+    @functools.wraps(method)
+    def hook(self: _Self, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        try:
+            method(self, *args, **kwargs)
+        except Exception:
+            (self if isinstance(self, RunTrace) else self._run).failed(method.__name__)
+
+    return hook
 
 
 def traceparent_of(span: Span) -> str | None:
@@ -87,6 +114,7 @@ class RunTrace:
         "_subagent",
         "_telemetry",
         "_tools",
+        "_warned",
     )
 
     def __init__(
@@ -109,9 +137,24 @@ class RunTrace:
         self._context: Context | None = None
         #: Open `execute_tool` spans by call id, with when the tool began to run.
         self._tools: dict[str, _ToolSpan] = {}
+        self._warned = False
+
+    def failed(self, hook: str) -> None:
+        """A hook raised (called in its `except`): logged, a warning the first time in
+        the run (a broken exporter fails on every span), then at debug level."""
+        level = logging.DEBUG if self._warned else logging.WARNING
+        self._warned = True
+        _logger.log(
+            level,
+            "telemetry failed in %s of run %s; the run goes on untraced there",
+            hook,
+            self._state.run_id,
+            exc_info=True,
+        )
 
     # ── the run ──────────────────────────────────────────────────────────────────
 
+    @_guarded
     def started(self) -> None:
         tel, state = self._telemetry, self._state
         recorded = state.trace_context if not self._subagent else None
@@ -162,6 +205,7 @@ class RunTrace:
             under = traceparent_of(trace.get_current_span(parent)) if above.is_valid else own
             state.trace_context = TraceContext(parent=under or own, previous=own)
 
+    @_guarded
     def ended(self) -> None:
         """The run ended: called from the loop's `finally`, where the exception that
         ends it, if one does, is the one being handled."""
@@ -175,8 +219,30 @@ class RunTrace:
         if cause is None:
             cause = "cancelled" if cancelled or exc is None else "error"
         suspended = cause == "suspended"
-        for call_id in list(self._tools):
-            self._tools.pop(call_id).end(suspended=suspended, cancelled=cancelled)
+        while self._tools:  # each ends, whatever the one before it raised
+            _, open_ = self._tools.popitem()
+            try:
+                open_.end(suspended=suspended, cancelled=cancelled)
+            except Exception:
+                self.failed("ended")
+        try:
+            self._describe_end(span, exc, cause, cancelled=cancelled, suspended=suspended)
+        finally:
+            span.end()  # even when an attribute failed: no span is left open
+        self._telemetry._instruments.runs.add(
+            1, {n.STOP_CAUSE: cause, n.AGENT_NAME: self._agent, n.SUBAGENT: self._subagent}
+        )
+
+    def _describe_end(
+        self,
+        span: Span,
+        exc: BaseException | None,
+        cause: str,
+        *,
+        cancelled: bool,
+        suspended: bool,
+    ) -> None:
+        state = self._state
         usage = state.usage
         span.set_attributes(
             {
@@ -195,18 +261,26 @@ class RunTrace:
                 n.INTERRUPTS: len(state.interrupts),
             }
         )
-        if state.error:
-            span.set_attribute(n.ERROR, state.error)
+        # An error's text may quote the model's answer, a tool's output or the request
+        # (a provider echoing it): it is content, recorded only when opted in.
+        error = self.said(state.error)
+        if error:
+            span.set_attribute(n.ERROR, error)
         if exc is not None and not cancelled:
-            span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
-            span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__qualname__))
+            kind = type(exc).__qualname__
+            span.set_attribute(n.ERROR_TYPE, kind)
+            span.set_status(Status(StatusCode.ERROR, self.said(str(exc)) or kind))
         elif cause == "error":
             span.set_attribute(n.ERROR_TYPE, "run_failed")
-            span.set_status(Status(StatusCode.ERROR, state.error or "the run failed"))
-        span.end()
-        self._telemetry._instruments.runs.add(
-            1, {n.STOP_CAUSE: cause, n.AGENT_NAME: self._agent, n.SUBAGENT: self._subagent}
-        )
+            span.set_status(Status(StatusCode.ERROR, error or "the run failed"))
+
+    def said(self, text: str | None) -> str | None:
+        """`text` (an error's, which may quote messages) as recorded: through the
+        redactor when content is recorded, else None (not recorded)."""
+        tel = self._telemetry
+        if not text or not tel.record_content:
+            return None
+        return _content(lambda: _redacted_text(tel, self._state, text))
 
     # ── model calls ──────────────────────────────────────────────────────────────
 
@@ -220,6 +294,7 @@ class RunTrace:
         a turn: the compaction summary)."""
         return _TracedModel(self, model, purpose)
 
+    @_guarded
     def compacted(self, reason: str, before: int, after: int) -> None:
         """The history was compacted (`reason`: threshold or overflow), from about
         `before` to `after` tokens: an event on the run's span."""
@@ -235,29 +310,34 @@ class RunTrace:
 
     # ── tool calls ───────────────────────────────────────────────────────────────
 
-    def tool_opened(self, call: ToolCall) -> None:
-        """`call` comes to the gate (or is answered from its record)."""
+    @_guarded
+    def tool_opened(self, call: ToolCall, *, known: bool = True) -> None:
+        """`call` comes to the gate (or is answered from its record). `known`: it names
+        one of the agent's tools; else the name is only what the model wrote (free
+        text, content), and the span is `execute_tool` with no tool name."""
         if call.id in self._tools:
             return
         attributes: dict[str, Any] = {
             n.OPERATION_NAME: n.EXECUTE_TOOL,
-            n.TOOL_NAME: call.name,
             n.TOOL_CALL_ID: call.id,
             n.TOOL_TYPE: "function",
         }
+        if known:
+            attributes[n.TOOL_NAME] = call.name
         tel = self._telemetry
         if tel.record_content:
-            arguments = _redacted_arguments(tel, self._state, call)
+            arguments = _content(lambda: _redacted_arguments(tel, self._state, call))
             if arguments is not None:
                 attributes[n.TOOL_CALL_ARGUMENTS] = arguments
         span = tel._instruments.tracer.start_span(
-            f"{n.EXECUTE_TOOL} {call.name}",
+            f"{n.EXECUTE_TOOL} {call.name}" if known else n.EXECUTE_TOOL,
             context=self._context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
         self._tools[call.id] = _ToolSpan(self, span, call.name)
 
+    @_guarded
     def tool_gated(self, call_id: str, decision: str, by: str | None, risk: str | None) -> None:
         """The gate's answer: `decision` (run, refuse, hold, stage, client), who gave it."""
         open_ = self._tools.get(call_id)
@@ -270,6 +350,7 @@ class RunTrace:
             facts[n.RISK_CLASS] = risk
         open_.span.set_attributes(facts)
 
+    @_guarded
     def tool_recorded(self, call_id: str) -> None:
         """Answered from the run's records (it ran before a suspension or a crash)."""
         open_ = self._tools.get(call_id)
@@ -278,35 +359,46 @@ class RunTrace:
 
     def tool_running(self, call_id: str) -> object:
         """The tool begins to run: its span becomes the current one (a subagent, or the
-        tool's own instrumentation, nests under it). Returns what `tool_stopped` takes."""
-        open_ = self._tools.get(call_id)
-        if open_ is None:
+        tool's own instrumentation, nests under it). Returns what `tool_stopped` takes
+        (None: nothing to undo)."""
+        try:
+            open_ = self._tools.get(call_id)
+            if open_ is None:
+                return None
+            open_.began = time.perf_counter()
+            return otel_context.attach(trace.set_span_in_context(open_.span, self._context))
+        except Exception:
+            self.failed("tool_running")
             return None
-        open_.began = time.perf_counter()
-        return otel_context.attach(trace.set_span_in_context(open_.span, self._context))
 
+    @_guarded
     def tool_stopped(self, token: object) -> None:
         if token is not None:
             otel_context.detach(token)  # type: ignore[arg-type]
 
+    @_guarded
     def tool_closed(self, call_id: str, content: str, *, is_error: bool) -> None:
         """The call is answered (`content`): its span ends."""
         open_ = self._tools.pop(call_id, None)
         if open_ is None:
             return
         span = open_.span
-        span.set_attribute(n.TOOL_IS_ERROR, is_error)
-        tel = self._telemetry
-        if tel.record_content:
-            result = _redacted_result(
-                tel, self._state, call_id, open_.name, content, is_error=is_error
-            )
-            if result is not None:
-                span.set_attribute(n.TOOL_CALL_RESULT, result)
-        if is_error:
-            span.set_attribute(n.ERROR_TYPE, "tool_error")
-            span.set_status(Status(StatusCode.ERROR))
-        open_.end(suspended=False, cancelled=False)
+        try:
+            span.set_attribute(n.TOOL_IS_ERROR, is_error)
+            tel = self._telemetry
+            if tel.record_content:
+                result = _content(
+                    lambda: _redacted_result(
+                        tel, self._state, call_id, open_.name, content, is_error=is_error
+                    )
+                )
+                if result is not None:
+                    span.set_attribute(n.TOOL_CALL_RESULT, result)
+            if is_error:
+                span.set_attribute(n.ERROR_TYPE, "tool_error")
+                span.set_status(Status(StatusCode.ERROR))
+        finally:
+            open_.end(suspended=False, cancelled=False)
 
 
 class _ToolSpan:
@@ -317,11 +409,13 @@ class _ToolSpan:
         self.began: float | None = None
 
     def end(self, *, suspended: bool, cancelled: bool) -> None:
-        if suspended:
-            self.span.set_attribute(n.SUSPENDED, True)
-        elif cancelled:
-            self.span.set_attribute(n.ERROR_TYPE, "cancelled")
-        self.span.end()
+        try:
+            if suspended:
+                self.span.set_attribute(n.SUSPENDED, True)
+            elif cancelled:
+                self.span.set_attribute(n.ERROR_TYPE, "cancelled")
+        finally:
+            self.span.end()
         if self.began is not None:
             self.trace._telemetry._instruments.tool_duration.record(
                 time.perf_counter() - self.began, {n.TOOL_NAME: self.name}
@@ -329,18 +423,27 @@ class _ToolSpan:
 
 
 class ChatSpan:
-    """One model call's `chat` span; `done(response)` or `failed(exc)` ends it."""
+    """One model call's `chat` span; `done(response)` or `failed(exc)` ends it (once:
+    the first of them does). None of the three raises."""
 
     __slots__ = ("_began", "_metric", "_run", "_span")
 
     def __init__(self, run: RunTrace, request: ModelRequest, *, purpose: str | None = None) -> None:
         self._run = run
-        tel = run._telemetry
-        attributes: dict[str, Any] = {
+        self._span: Span | None = None
+        self._metric = {
             n.OPERATION_NAME: n.CHAT,
             n.PROVIDER_NAME: run._provider,
             n.REQUEST_MODEL: run._model,
         }
+        self._began = time.perf_counter()
+        self._open(request, purpose)
+
+    @_guarded
+    def _open(self, request: ModelRequest, purpose: str | None) -> None:
+        run = self._run
+        tel = run._telemetry
+        attributes: dict[str, Any] = dict(self._metric)
         if purpose is not None:
             attributes[n.PURPOSE] = purpose
         if request.max_tokens is not None:
@@ -348,65 +451,70 @@ class ChatSpan:
         if request.temperature is not None:
             attributes[n.REQUEST_TEMPERATURE] = request.temperature
         if tel.record_content:
-            messages = _redacted_input(tel, run._state, request)
+            messages = _content(lambda: _redacted_input(tel, run._state, request))
             if messages is not None:
                 attributes[n.INPUT_MESSAGES] = messages
-            if request.system:
-                attributes[n.SYSTEM_INSTRUCTIONS] = _json(
-                    [{"type": "text", "content": request.system}]
-                )
-        self._metric = {
-            n.OPERATION_NAME: n.CHAT,
-            n.PROVIDER_NAME: run._provider,
-            n.REQUEST_MODEL: run._model,
-        }
+            system = _content(lambda: _redacted_system(tel, run._state, request))
+            if system is not None:
+                attributes[n.SYSTEM_INSTRUCTIONS] = system
         self._span = tel._instruments.tracer.start_span(
             f"{n.CHAT} {run._model}",
             context=run._context,
             kind=SpanKind.CLIENT,
             attributes=attributes,
         )
-        self._began = time.perf_counter()
 
+    @_guarded
     def done(
         self, usage: Usage | None, finish_reason: str | None, message: AssistantMessage
     ) -> None:
         run, span = self._run, self._span
+        if span is None:
+            return
+        self._span = None
         tel = run._telemetry
         usage = usage or Usage()
-        facts: dict[str, Any] = {
-            n.RESPONSE_MODEL: run._model,
-            n.USAGE_INPUT_TOKENS: usage.input_tokens,
-            n.USAGE_OUTPUT_TOKENS: usage.output_tokens,
-            n.RUN_CALL: run._state.model_calls,
-        }
-        if finish_reason is not None:
-            facts[n.RESPONSE_FINISH_REASONS] = (str(finish_reason),)
-        if usage.cached_input_tokens:
-            facts[n.USAGE_CACHE_READ_INPUT_TOKENS] = usage.cached_input_tokens
-        if usage.reasoning_tokens:
-            facts[n.USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
-        if tel.record_content:
-            output = _redacted_output(tel, run._state, message, finish_reason)
-            if output is not None:
-                facts[n.OUTPUT_MESSAGES] = output
-        span.set_attributes(facts)
-        span.end()
+        try:
+            facts: dict[str, Any] = {
+                n.RESPONSE_MODEL: run._model,
+                n.USAGE_INPUT_TOKENS: usage.input_tokens,
+                n.USAGE_OUTPUT_TOKENS: usage.output_tokens,
+                n.RUN_CALL: run._state.model_calls,
+            }
+            if finish_reason is not None:
+                facts[n.RESPONSE_FINISH_REASONS] = (str(finish_reason),)
+            if usage.cached_input_tokens:
+                facts[n.USAGE_CACHE_READ_INPUT_TOKENS] = usage.cached_input_tokens
+            if usage.reasoning_tokens:
+                facts[n.USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
+            if tel.record_content:
+                output = _content(lambda: _redacted_output(tel, run._state, message, finish_reason))
+                if output is not None:
+                    facts[n.OUTPUT_MESSAGES] = output
+            span.set_attributes(facts)
+        finally:
+            span.end()
         metric = {**self._metric, n.RESPONSE_MODEL: run._model}
         ins = tel._instruments
         ins.operation_duration.record(time.perf_counter() - self._began, metric)
         ins.token_usage.record(usage.input_tokens, {**metric, n.TOKEN_TYPE: n.TOKEN_TYPE_INPUT})
         ins.token_usage.record(usage.output_tokens, {**metric, n.TOKEN_TYPE: n.TOKEN_TYPE_OUTPUT})
 
+    @_guarded
     def failed(self, exc: BaseException) -> None:
         span = self._span
+        if span is None:
+            return
+        self._span = None
         kind = (
             "cancelled" if isinstance(exc, Cancelled | _CancelledError) else type(exc).__qualname__
         )
-        span.set_attribute(n.ERROR_TYPE, kind)
-        if kind != "cancelled":
-            span.set_status(Status(StatusCode.ERROR, str(exc) or kind))
-        span.end()
+        try:
+            span.set_attribute(n.ERROR_TYPE, kind)
+            if kind != "cancelled":
+                span.set_status(Status(StatusCode.ERROR, self._run.said(str(exc)) or kind))
+        finally:
+            span.end()
         metric = {**self._metric, n.ERROR_TYPE: kind}
         self._run._telemetry._instruments.operation_duration.record(
             time.perf_counter() - self._began, metric
@@ -463,6 +571,19 @@ def _flag_names(flags: Any) -> list[str]:
     return names
 
 
+_Shaped = TypeVar("_Shaped")
+
+
+def _content(shape: Callable[[], _Shaped | None]) -> _Shaped | None:
+    """`shape()`: content as recorded, or None (not recorded) when shaping it fails, as
+    when the redactor returns what no longer reads as a message."""
+    try:
+        return shape()
+    except Exception:
+        _logger.debug("message content could not be recorded; it is left out", exc_info=True)
+        return None
+
+
 def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -499,10 +620,14 @@ def _redact(tel: Telemetry, record: ModelCallRecord) -> ModelCallRecord | None:
 
 
 def _record(
-    state: RunState, messages: list[dict[str, Any]], response: dict[str, Any]
+    state: RunState,
+    messages: list[dict[str, Any]],
+    response: dict[str, Any],
+    *,
+    agent: dict[str, Any] | None = None,
 ) -> ModelCallRecord:
     return ModelCallRecord(
-        run_id=state.run_id, step=state.step, new_messages=messages, response=response
+        run_id=state.run_id, step=state.step, new_messages=messages, response=response, agent=agent
     )
 
 
@@ -514,6 +639,16 @@ def _redacted_input(tel: Telemetry, state: RunState, request: ModelRequest) -> s
     return _json([_parts(_load(m)) for m in record.new_messages])
 
 
+def _redacted_system(tel: Telemetry, state: RunState, request: ModelRequest) -> str | None:
+    """The system prompt, as the redactor sees it in a capture: the record's `agent`."""
+    if not request.system:
+        return None
+    record = _redact(tel, _record(state, [], {}, agent={"system": request.system}))
+    if record is None or not record.agent or not record.agent.get("system"):
+        return None
+    return _json([{"type": "text", "content": str(record.agent["system"])}])
+
+
 def _redacted_output(
     tel: Telemetry, state: RunState, message: AssistantMessage, finish_reason: str | None
 ) -> str | None:
@@ -523,6 +658,15 @@ def _redacted_output(
     shaped = _parts(AssistantMessage.model_validate(record.response))
     shaped["finish_reason"] = str(finish_reason or "")
     return _json([shaped])
+
+
+def _redacted_text(tel: Telemetry, state: RunState, text: str) -> str | None:
+    """Free text the run wrote (an error), as the redactor sees a completion's."""
+    response = AssistantMessage(text=text).model_dump(mode="json")
+    record = _redact(tel, _record(state, [], response))
+    if record is None:
+        return None
+    return AssistantMessage.model_validate(record.response).text or None
 
 
 def _redacted_arguments(tel: Telemetry, state: RunState, call: ToolCall) -> str | None:

@@ -10,8 +10,9 @@ With no `Telemetry` on the run's options (the default) the loop skips every hook
 span, no attribute, no clock read. With one whose providers are the API's no-op ones,
 the spans are the API's non-recording spans.
 
-Content (prompts, completions, tool arguments and results) is recorded only with
-`record_content=True`, and then through `redact`, the same `(record) -> record` a
+Content (prompts, completions, tool arguments and results, and the text of errors, which
+may quote any of them) is recorded only with `record_content=True`, and then through
+`redact`, the same `(record) -> record` a
 capture takes (`tiller.capture.Redactor`): a redactor that fails drops the content.
 """
 
