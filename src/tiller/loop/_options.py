@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _public
 from ..errors import UsageError
 from ._capture import CaptureSinkFactory
 from ._guardrails import Guardrail
@@ -161,3 +162,7 @@ class RunOptions:
 
     def with_loop_guard(self, repeats: int | None) -> RunOptions:
         return self._with(loop_guard_repeats=repeats)
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

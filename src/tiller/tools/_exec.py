@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from .. import _public
 from ..cancel import CancellationToken
 from ..errors import UsageError
 from ..events import Event
@@ -440,3 +441,7 @@ class ExecContext:
         except RuntimeError:  # the loop closed meanwhile: no one else touches it
             return fn()
         return done.result()
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())
