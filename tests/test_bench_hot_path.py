@@ -16,10 +16,15 @@ from types import ModuleType
 from typing import Any
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "hot_path.py"
+IMPORT_BENCH = SCRIPT.parent / "anchors" / "import_bench.py"
 
 
 def _hot_path() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hot_path_under_test", SCRIPT)
+    return _load("hot_path_under_test", SCRIPT)
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
@@ -117,3 +122,18 @@ def test_a_run_on_a_loaded_machine_says_so() -> None:
     busy = {"_load": {"start": (0.2, 0.2, 0.2), "end": (cores + 1, 0.5, 0.5)}}
     assert hp._busy([quiet]) == ""
     assert hp._busy([quiet, busy]).startswith("**BUSY**")
+
+
+def test_tiller_s_import_figure_loads_its_agent_as_the_anchors_figures_do() -> None:
+    """The per-runtime import column sets tiller's row beside `from pydantic_ai import
+    Agent` and `from langchain.agents import create_agent`: it has to load tiller's `Agent`
+    too, not only the front door, which imports `Agent` on first use (so `import tiller`
+    alone costs next to nothing)."""
+    hp = _hot_path()
+    statement = _load("import_bench_under_test", IMPORT_BENCH).TARGETS[hp.TILLER.import_target]
+    assert hp.TILLER.import_target in hp.IMPORTS
+    code = f"{statement}\nimport sys\nprint('Agent' in vars(sys.modules['tiller']))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "True"
