@@ -174,3 +174,44 @@ def test_the_lazy_table_matches_the_imports_type_checkers_see(namespace: str) ->
     table = {n: home for home, defined in module._HOMES.items() for n in defined}
     assert table == seen
     assert set(module.__all__) <= set(table) | set(vars(module))
+
+
+def _first_names(namespace: str) -> list[str]:
+    """One name of each module the namespace imports from: asking for any of them first
+    imports that module first."""
+    table = importlib.import_module(namespace)._HOMES
+    return [defined[0] for defined in table.values()]
+
+
+@pytest.mark.parametrize("namespace", (*LAZY, "tiller"))
+def test_each_module_s_names_import_first_and_alone(namespace: str) -> None:
+    """Which module a namespace imports first depends on which name a program asks for
+    first, so an import cycle can hide behind the order `import *` happens to take. Each
+    child below is forked from an interpreter that has imported nothing of tiller, and
+    imports one name alone: the first name of each home module (every front-door name
+    for `tiller`)."""
+    names = (
+        [n for n in tiller.__all__ if n != "__version__"]
+        if namespace == "tiller"
+        else _first_names(namespace)
+    )
+    script = (
+        "import os, sys\n"
+        "failed = []\n"
+        f"for name in {names!r}:\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        try:\n"
+        f"            exec(f'from {namespace} import {{name}}')\n"
+        "        except BaseException as error:\n"
+        "            print(f'{name}: {error!r}', file=sys.stderr)\n"
+        "            os._exit(1)\n"
+        "        os._exit(0)\n"
+        "    if os.waitpid(pid, 0)[1]:\n"
+        "        failed.append(name)\n"
+        "print(failed)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert done.stdout.strip() == "[]", done.stderr
