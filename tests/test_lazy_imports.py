@@ -215,3 +215,30 @@ def test_each_module_s_names_import_first_and_alone(namespace: str) -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
     )
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_a_cycle_behind_a_lazy_name_is_named_as_a_cycle(tmp_path: Path) -> None:
+    """A name asked for while its module is still being imported (a cycle) is an
+    ImportError that says so and names the module, as Python's own `from m import n`
+    says "partially initialized module ... circular import", not a bare "cannot import
+    name" that reads like a misspelling."""
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from tiller import _public\n"
+        "_HOMES = {'._a': ('A',), '._b': ('B',)}\n"
+        "__getattr__ = _public.lazy_names(__name__, globals(), _HOMES)\n"
+    )
+    (package / "_a.py").write_text("A = 1\nfrom planted import B\n")
+    (package / "_b.py").write_text("from planted import A\nB = 2\n")
+    done = subprocess.run(
+        [sys.executable, "-c", "from planted import B"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: cannot import name 'B' from 'planted'"), last
+    assert "'planted._b' is still being imported (an import cycle)" in last, last

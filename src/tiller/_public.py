@@ -100,7 +100,8 @@ def lazy_names(
     for, and keeps it in `names` (the namespace's globals), so later lookups skip it.
 
     A name no module defines goes to `otherwise` (a deprecated alias, say), or raises
-    `AttributeError` as a missing attribute does.
+    `AttributeError` as a missing attribute does. A name asked for while its module is
+    still being imported (an import cycle) raises an `ImportError` that says so.
     """
     where = {name: module for module, defined in homes.items() for name in defined}
 
@@ -110,7 +111,19 @@ def lazy_names(
             if otherwise is not None:
                 return otherwise(name)
             raise AttributeError(f"module {namespace!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, namespace), name)
+        home = importlib.import_module(module, namespace)
+        try:
+            value = getattr(home, name)
+        except AttributeError:
+            if getattr(home.__spec__, "_initializing", False):
+                # Python's own `from m import n` says "partially initialized module";
+                # through this function it would read "cannot import name", like a typo.
+                raise ImportError(
+                    f"cannot import name {name!r} from {namespace!r}: its module "
+                    f"{home.__name__!r} is still being imported (an import cycle)",
+                    name=namespace,
+                ) from None
+            raise
         names[name] = value
         return value
 
