@@ -416,8 +416,15 @@ def targets() -> list[Target]:
     ]
     found += [
         Target(
-            "`from tiller import Agent` / `import pydantic` (net of a bare interpreter; "
-            "`import tiller` alone defers the Agent)",
+            "`import tiller` / `import pydantic` (net of a bare interpreter)",
+            "≤ 1.5x",
+            lambda r, c: _div(import_ms(r, "tiller"), import_ms(r, "pydantic")),
+            lambda x: x <= 1.5,
+            by_cpu=False,
+        ),
+        Target(
+            "`from tiller import Agent` / `import pydantic` (net; the same budget for the "
+            "front door in use, as `bench/imports.py` reads it: `import tiller` defers Agent)",
             "≤ 1.5x",
             lambda r, c: _div(import_ms(r, "tiller Agent"), import_ms(r, "pydantic")),
             lambda x: x <= 1.5,

@@ -137,3 +137,19 @@ def test_tiller_s_import_figure_loads_its_agent_as_the_anchors_figures_do() -> N
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "True"
+
+
+def test_the_import_targets_read_import_tiller_and_the_front_door_in_use() -> None:
+    hp = _hot_path()
+    bare = _target(hp, "`import tiller` / `import pydantic`")
+    in_use = _target(hp, "`from tiller import Agent` / `import pydantic`")
+    rnd = {
+        "imports": {
+            "pydantic": {"net_ms": 40.0},
+            "tiller": {"net_ms": 20.0},
+            "tiller Agent": {"net_ms": 200.0},
+        }
+    }
+    assert bare.value(rnd, False) == 0.5
+    assert in_use.value(rnd, False) == 5.0
+    assert not in_use.met(5.0)
