@@ -264,6 +264,9 @@ def mem(rnd: Round, v: Variant, figure: str) -> float | None:
     record = rnd.get(v.mem_key, {})
     if record.get("errors") or record.get("ok_runs", CONCURRENT_RUNS) != CONCURRENT_RUNS:
         return None  # a batch with failed runs measures something else
+    traced = record.get("tracemalloc_ok_runs", CONCURRENT_RUNS)
+    if figure.startswith("tracemalloc") and traced != CONCURRENT_RUNS:
+        return None  # the traced batch is a second gather, with its own failures
     return get(rnd, v.mem_key, figure)
 
 

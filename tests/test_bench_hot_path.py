@@ -153,3 +153,13 @@ def test_the_import_targets_read_import_tiller_and_the_front_door_in_use() -> No
     assert bare.value(rnd, False) == 0.5
     assert in_use.value(rnd, False) == 5.0
     assert not in_use.met(5.0)
+
+
+def test_a_traced_batch_with_failed_runs_gives_no_tracemalloc_peak() -> None:
+    """The traced batch is a second gather: its own count of finished runs decides."""
+    hp = _hot_path()
+    target = _target(hp, "1,000 runs: tracemalloc peak")
+    ok = {"ok_runs": 1000, "errors": 0, "tracemalloc_peak_mb": 30.0, "tracemalloc_ok_runs": 1000}
+    assert target.value({hp.TILLER.mem_key: ok}, False) == 30.0
+    failed = {**ok, "tracemalloc_ok_runs": 400}
+    assert target.value({hp.TILLER.mem_key: failed}, False) is None
