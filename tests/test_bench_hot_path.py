@@ -16,10 +16,15 @@ from types import ModuleType
 from typing import Any
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "hot_path.py"
+IMPORT_BENCH = SCRIPT.parent / "anchors" / "import_bench.py"
 
 
 def _hot_path() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hot_path_under_test", SCRIPT)
+    return _load("hot_path_under_test", SCRIPT)
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
@@ -117,3 +122,44 @@ def test_a_run_on_a_loaded_machine_says_so() -> None:
     busy = {"_load": {"start": (0.2, 0.2, 0.2), "end": (cores + 1, 0.5, 0.5)}}
     assert hp._busy([quiet]) == ""
     assert hp._busy([quiet, busy]).startswith("**BUSY**")
+
+
+def test_tiller_s_import_figure_loads_its_agent_as_the_anchors_figures_do() -> None:
+    """The per-runtime import column sets tiller's row beside `from pydantic_ai import
+    Agent` and `from langchain.agents import create_agent`: it has to load tiller's `Agent`
+    too, not only the front door, which imports `Agent` on first use (so `import tiller`
+    alone costs next to nothing)."""
+    hp = _hot_path()
+    statement = _load("import_bench_under_test", IMPORT_BENCH).TARGETS[hp.TILLER.import_target]
+    assert hp.TILLER.import_target in hp.IMPORTS
+    code = f"{statement}\nimport sys\nprint('Agent' in vars(sys.modules['tiller']))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "True"
+
+
+def test_the_import_targets_read_import_tiller_and_the_front_door_in_use() -> None:
+    hp = _hot_path()
+    bare = _target(hp, "`import tiller` / `import pydantic`")
+    in_use = _target(hp, "`from tiller import Agent` / `import pydantic`")
+    rnd = {
+        "imports": {
+            "pydantic": {"net_ms": 40.0},
+            "tiller": {"net_ms": 20.0},
+            "tiller Agent": {"net_ms": 200.0},
+        }
+    }
+    assert bare.value(rnd, False) == 0.5
+    assert in_use.value(rnd, False) == 5.0
+    assert not in_use.met(5.0)
+
+
+def test_a_traced_batch_with_failed_runs_gives_no_tracemalloc_peak() -> None:
+    """The traced batch is a second gather: its own count of finished runs decides."""
+    hp = _hot_path()
+    target = _target(hp, "1,000 runs: tracemalloc peak")
+    ok = {"ok_runs": 1000, "errors": 0, "tracemalloc_peak_mb": 30.0, "tracemalloc_ok_runs": 1000}
+    assert target.value({hp.TILLER.mem_key: ok}, False) == 30.0
+    failed = {**ok, "tracemalloc_ok_runs": 400}
+    assert target.value({hp.TILLER.mem_key: failed}, False) is None

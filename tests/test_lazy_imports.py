@@ -174,3 +174,71 @@ def test_the_lazy_table_matches_the_imports_type_checkers_see(namespace: str) ->
     table = {n: home for home, defined in module._HOMES.items() for n in defined}
     assert table == seen
     assert set(module.__all__) <= set(table) | set(vars(module))
+
+
+def _first_names(namespace: str) -> list[str]:
+    """One name of each module the namespace imports from: asking for any of them first
+    imports that module first."""
+    table = importlib.import_module(namespace)._HOMES
+    return [defined[0] for defined in table.values()]
+
+
+@pytest.mark.parametrize("namespace", (*LAZY, "tiller"))
+def test_each_module_s_names_import_first_and_alone(namespace: str) -> None:
+    """Which module a namespace imports first depends on which name a program asks for
+    first, so an import cycle can hide behind the order `import *` happens to take. Each
+    child below is forked from an interpreter that has imported nothing of tiller, and
+    imports one name alone: the first name of each home module (every front-door name
+    for `tiller`)."""
+    names = (
+        [n for n in tiller.__all__ if n != "__version__"]
+        if namespace == "tiller"
+        else _first_names(namespace)
+    )
+    script = (
+        "import os, sys\n"
+        "failed = []\n"
+        f"for name in {names!r}:\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        try:\n"
+        f"            exec(f'from {namespace} import {{name}}')\n"
+        "        except BaseException as error:\n"
+        "            print(f'{name}: {error!r}', file=sys.stderr)\n"
+        "            os._exit(1)\n"
+        "        os._exit(0)\n"
+        "    if os.waitpid(pid, 0)[1]:\n"
+        "        failed.append(name)\n"
+        "print(failed)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_a_cycle_behind_a_lazy_name_is_named_as_a_cycle(tmp_path: Path) -> None:
+    """A name asked for while its module is still being imported (a cycle) is an
+    ImportError that says so and names the module, as Python's own `from m import n`
+    says "partially initialized module ... circular import", not a bare "cannot import
+    name" that reads like a misspelling."""
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from tiller import _public\n"
+        "_HOMES = {'._a': ('A',), '._b': ('B',)}\n"
+        "__getattr__ = _public.lazy_names(__name__, globals(), _HOMES)\n"
+    )
+    (package / "_a.py").write_text("A = 1\nfrom planted import B\n")
+    (package / "_b.py").write_text("from planted import A\nB = 2\n")
+    done = subprocess.run(
+        [sys.executable, "-c", "from planted import B"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: cannot import name 'B' from 'planted'"), last
+    assert "'planted._b' is still being imported (an import cycle)" in last, last

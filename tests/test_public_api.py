@@ -9,6 +9,7 @@ stays importable from a namespace (`from ._m import X as X`) without being liste
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pickle
 import pkgutil
@@ -831,6 +832,39 @@ def test_every_front_door_name_has_a_home_in_the_table() -> None:
     for name in _FRONT:
         home = importlib.import_module(_home_of(name))
         assert getattr(home, name) is getattr(tiller, name)
+
+
+def _defined_in(name: str) -> str | None:
+    """The module a lazy namespace imports `name` from (None for an eager home)."""
+    namespace = _home_of(name)
+    table = getattr(importlib.import_module(namespace), "_HOMES", {})
+    for module, defined in table.items():
+        if name in defined:
+            return importlib.util.resolve_name(module, namespace)
+    return None
+
+
+@pytest.mark.parametrize("name", [n for n in _FRONT if _defined_in(n) is not None])
+def test_the_module_is_tiller_however_the_name_was_first_reached(name: str) -> None:
+    """tiller's own modules import a name from the module that defines it (the loop takes
+    `RunResult` from `._result`), never asking the namespace: what such a module hands out
+    already says `tiller`, so a result's type, a traceback, help() and a pickle read the same
+    in every process, whether or not anyone asked `tiller.RunResult` first."""
+    module = _defined_in(name)
+    code = (
+        f"import importlib; m = importlib.import_module({module!r}); "
+        f"print(getattr(m, {name!r}).__module__)"
+    )
+    assert _python(code) == "tiller"
+
+
+def test_a_run_s_result_says_tiller_when_only_the_namespace_was_used() -> None:
+    code = (
+        "from tiller.loop import Agent\n"
+        "from tiller.model import ScriptedModel\n"
+        "print(type(Agent(ScriptedModel(['done'])).run_sync('go')).__module__)\n"
+    )
+    assert _python(code) == "tiller"
 
 
 def test_rehomed_values_pickle_repr_and_introspect_as_before() -> None:

@@ -1,11 +1,15 @@
 """The front door's table: which names `tiller` re-exports, and from which namespace.
 
 One table serves two ends. `tiller/__init__.py` imports these names on first use (PEP 562),
-so `import tiller` does not pull in the loop. And each home namespace calls `rehome` once
-its names exist, so each of them reports `tiller` as its `__module__` (as httpx's do) from
+so `import tiller` does not pull in the loop. And each module that defines one of them calls
+`rehome` at its end, so each name reports `tiller` as its `__module__` (as httpx's do) from
 the moment it can be reached at all: `tiller.loop.Agent.__module__` and
 `tiller.Agent.__module__` agree whichever is imported first, and a pickle or a repr says
-`tiller.Agent`, which resolves through the front door.
+`tiller.Agent`, which resolves through the front door. It has to be the defining module,
+not the namespace: the namespaces import their names on first use (`lazy_names`), and
+tiller's own modules import a name from the module that defines it, so a namespace would
+rehome `RunResult` only once someone asked it for `RunResult`, and a run's result would say
+`tiller.loop._result` in one process and `tiller` in another.
 
 A class's string annotations were written for the namespace of the module that defines it,
 and tools that read them (`typing.get_type_hints`, pydantic's `TypeAdapter`) look them up in
@@ -14,8 +18,7 @@ so changing the name changes nothing those tools see.
 
 `lazy_names` is the other half of keeping imports cheap: it makes a namespace's module
 `__getattr__` (PEP 562), so `from tiller.tools import Tool` imports the module that defines
-`Tool` and not every module the namespace re-exports (the built-in tools, httpx, ...). A
-front-door name is rehomed when its namespace hands it out for the first time.
+`Tool` and not every module the namespace re-exports (the built-in tools, httpx, ...).
 """
 
 from __future__ import annotations
@@ -69,16 +72,20 @@ EAGER: Mapping[str, str] = {
 }
 
 
-def rehome(namespace: str, names: Mapping[str, Any]) -> None:
-    """Make each front-door name whose home is `namespace` report `tiller` as its module.
+def rehome(module: str, names: Mapping[str, Any]) -> None:
+    """Make each front-door name that `module` defines report `tiller` as its module.
 
-    `names` is the home namespace's globals. Called at the end of that namespace's
-    module, so no importer ever sees the old name.
+    `names` is the module's globals (the front door passes its own for the names it imports
+    at once). Called at the end of that module, so no importer ever sees the old name.
     """
     for table in (FRONT, EAGER):
         for name, home in table.items():
-            if home == namespace:
-                _rehome_one(namespace, name, names[name])
+            value = names.get(name)
+            inside = module == home or module.startswith(home + ".")
+            if inside and getattr(value, "__module__", None) == module:
+                if isinstance(value, type):
+                    _resolve_annotations(value)
+                value.__module__ = "tiller"
 
 
 def lazy_names(
@@ -93,7 +100,8 @@ def lazy_names(
     for, and keeps it in `names` (the namespace's globals), so later lookups skip it.
 
     A name no module defines goes to `otherwise` (a deprecated alias, say), or raises
-    `AttributeError` as a missing attribute does.
+    `AttributeError` as a missing attribute does. A name asked for while its module is
+    still being imported (an import cycle) raises an `ImportError` that says so.
     """
     where = {name: module for module, defined in homes.items() for name in defined}
 
@@ -103,20 +111,23 @@ def lazy_names(
             if otherwise is not None:
                 return otherwise(name)
             raise AttributeError(f"module {namespace!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, namespace), name)
-        _rehome_one(namespace, name, value)
+        home = importlib.import_module(module, namespace)
+        try:
+            value = getattr(home, name)
+        except AttributeError:
+            if getattr(home.__spec__, "_initializing", False):
+                # Python's own `from m import n` says "partially initialized module";
+                # through this function it would read "cannot import name", like a typo.
+                raise ImportError(
+                    f"cannot import name {name!r} from {namespace!r}: its module "
+                    f"{home.__name__!r} is still being imported (an import cycle)",
+                    name=namespace,
+                ) from None
+            raise
         names[name] = value
         return value
 
     return __getattr__
-
-
-def _rehome_one(namespace: str, name: str, value: Any) -> None:
-    for table in (FRONT, EAGER):
-        if table.get(name) == namespace:
-            if isinstance(value, type):
-                _resolve_annotations(value)
-            value.__module__ = "tiller"
 
 
 def _resolve_annotations(cls: type) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from .. import _public
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, UserMessage
 from ..errors import Cancelled, UsageError
@@ -707,3 +708,7 @@ def _stop_token(context: RunContext | None, cancel: CancellationToken | None) ->
     cancels it), or a fresh one."""
     outer = cancel if cancel is not None else (context.cancel if context is not None else None)
     return outer.child() if outer is not None else CancellationToken()
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

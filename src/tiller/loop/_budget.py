@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import _public
 from ..conversation import Usage
 from ..errors import UsageError
 from ..state import StopCause
@@ -203,3 +204,7 @@ class Budget:
         self.usage = self.usage + usage
         self.cost_usd += cost
         return cost
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from .. import _public
 from ..cancel import CancellationToken
 from ..errors import UsageError
 from ..phase import Phase
@@ -377,3 +378,7 @@ class RunContext:
 
     def with_pinned_policy(self, pinned: Mapping[str, Any] | None) -> RunContext:
         return self._with(pinned_policy=pinned)
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

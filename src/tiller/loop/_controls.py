@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from .. import _public
 from ..cancel import CancellationToken
 from ..errors import UsageError
 from ..tools import LiveSafetyMode, SafetyMode
@@ -238,3 +239,7 @@ class RunControls:
             yield self
         finally:
             self._occupancy.give_back()
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import _public
 from ..errors import UsageError
 from ._capture import CaptureSinkFactory
 from ._guardrails import Guardrail
@@ -172,3 +173,7 @@ class RunOptions:
     def with_telemetry(self, telemetry: Telemetry | None) -> RunOptions:
         """Trace the run (and its subagents) with `telemetry`; None: not traced."""
         return self._with(telemetry=telemetry)
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

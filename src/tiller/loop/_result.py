@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _public
 from ..conversation import Usage
 from ..state import RunState, StopCause
 from ._refusals import RefusedCall, refusals_of
@@ -98,3 +99,7 @@ def _renamed(old: str, new: str) -> None:
     warnings.warn(
         f"{old} is now {new}; {old} goes in the next release", DeprecationWarning, stacklevel=3
     )
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

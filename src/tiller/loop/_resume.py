@@ -41,6 +41,7 @@ from typing import Any, Literal, TypedDict, Unpack
 
 import orjson
 
+from .. import _public
 from ..cancel import CancellationToken
 from ..conversation import AssistantMessage, ToolCall
 from ..errors import TillerError, UsageError
@@ -643,3 +644,7 @@ def _shown_for(decision: ResumeDecision, call: ToolCall) -> bool:
     if decision.drafted_arguments is None:
         return True
     return CallDecision.bind(Decision.allow(), call.name, decision.drafted_arguments).fits(call)
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

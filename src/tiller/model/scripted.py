@@ -53,6 +53,7 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias, get_args
 import orjson
 import pydantic
 
+from .. import _public
 from ..conversation import AssistantMessage, Reasoning, Usage, UserMessage
 from ..errors import UsageError
 from ._base import (
@@ -726,3 +727,7 @@ def _first_error(exc: pydantic.ValidationError) -> str:
     error = exc.errors()[0]
     where = ".".join(str(part) for part in error["loc"])
     return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

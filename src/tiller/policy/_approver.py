@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from .. import _public
 from ..conversation import ToolCall
 from ..errors import UsageError
 from ._risk import RiskClass
@@ -150,3 +151,7 @@ class Callback:
         if isinstance(answer, Decision):
             return answer
         return Decision.allow() if answer else Decision.deny("the approver said no")
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -79,6 +79,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .. import _public
 from .._schema_ledger import LEDGER, newer_problem, tiller_version, written_by_of
 from ..errors import NewerSchemaError
 from ..state import RunState
@@ -722,3 +723,7 @@ def _epoch_of(value: bytes) -> int:
     """The `epoch` a record carries (0 when it has none: written unfenced, or before)."""
     record = orjson.loads(value)
     return int(record.get("epoch", 0)) if isinstance(record, dict) else 0
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

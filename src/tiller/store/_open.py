@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlsplit
 
+from .. import _public
 from ..errors import UsageError
 from ._bus import Bus, Clock, check_namespace, wall_clock
 from ._memory import MemoryBus
@@ -68,3 +69,7 @@ async def open_bus(
     raise UsageError(
         f"{url!r}: unknown store; use 'memory://', 'sqlite:///path.db' or 'nats://host:4222'"
     )
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from .. import _public
 from ..cancel import CancellationToken
 from ..errors import UsageError
 from ..events import Event
@@ -480,3 +481,7 @@ class PendingContext:
 def resolve_context(ctx: ExecContext | PendingContext) -> ExecContext:
     """`ctx` as an `ExecContext`, built now if it is still pending."""
     return ctx.get() if isinstance(ctx, PendingContext) else ctx
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())

@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 from pydantic.fields import FieldInfo
 
+from .. import _public
 from ..errors import InvalidToolArguments
 from ..model import ToolSpec
 from ._docstring import parse_docstring
@@ -801,3 +802,7 @@ def _describe(exc: ValidationError) -> str:
             message = "is not a parameter of this tool"
         problems.append(f"{where}: {message}")
     return "; ".join(problems)
+
+
+# Front-door names report `tiller` as their module from here on (tiller._public).
+_public.rehome(__name__, globals())
