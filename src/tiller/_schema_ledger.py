@@ -161,7 +161,8 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "A segment of the step deltas after the checkpoint of its `gen`: "
-                "`{epoch, gen, deltas}`, "
+                "`{epoch, gen, first, deltas}` (`first`: the number of its first delta "
+                "since the checkpoint), "
                 "each delta `{at, messages?, calls?, result_ids?, fields?}` (keep the "
                 "first `at` messages, append these; the call records, result ids and "
                 "other fields that changed). " + _WRITTEN_BY,

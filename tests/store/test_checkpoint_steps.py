@@ -413,3 +413,61 @@ async def test_steps_of_a_newer_schema_are_refused_naming_their_writer(
     await kv.put("R/steps/0", orjson.dumps(newer))
     with pytest.raises(StoreError, match=r"9\.0\.0"):
         await store.load("R")
+
+
+class _Interleaved:
+    """A bus whose buckets run `before_get[key]` (once) just before `key` is read: a
+    writer in another process acting while a reader is half way through a load."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self.before_get: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bus, name)
+
+    async def kv(self, bucket: str) -> KeyValue:
+        kv = await self._bus.kv(bucket)
+        outer = self
+
+        class Interleaved:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(kv, name)
+
+            async def get(self, key: str) -> Any:
+                hook = outer.before_get.pop(key, None)
+                if hook is not None:
+                    await hook()
+                return await kv.get(key)
+
+        return cast(KeyValue, Interleaved())
+
+
+async def test_a_load_racing_the_writer_into_the_next_segment_loads_a_written_state(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """A reader has read segment 0 with a few deltas; before it reads segment 1 the
+    writer fills segment 0 and starts segment 1. The state loaded is one the writer
+    wrote (the deltas in between are not skipped: that would drop steps' messages and
+    call records from the middle of the transcript)."""
+    writer = StoreDurability(bus, BUCKET)
+    await writer.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await writer.save(state, "running")
+    for n in range(1, 4):
+        _step(state, n)
+        await writer.save(state, "running")
+    written = [state.model_copy(deep=True)]
+
+    async def the_writer_goes_on() -> None:
+        for n in range(4, SEGMENT_DELTAS + 2):
+            _step(state, n)
+            await writer.save(state, "running")
+        written.append(state.model_copy(deep=True))
+
+    reading = _Interleaved(bus)
+    reading.before_get["R/steps/1"] = the_writer_goes_on
+    loaded = await CheckpointStore(cast(Bus, reading), BUCKET).load("R")
+    assert not reading.before_get  # the writer did write in the middle of the load
+    got = loaded.state.model_dump()
+    assert got in [_as_written(s) for s in written], [m.text for m in loaded.state.messages]

@@ -93,6 +93,8 @@ class StepDeltas:
     written: _Written
     segment: int = 0
     in_segment: list[bytes] = field(default_factory=list)
+    #: The number (since the base, from 0) of the first delta in `segment`.
+    segment_first: int = 0
     #: Bytes of deltas written since the base.
     delta_bytes: int = 0
 
@@ -145,24 +147,25 @@ class StepDeltas:
         snapshots = {call_id: dict(state.calls[call_id].__dict__) for call_id in calls}
         return Pending(data, at, new, snapshots, result_ids, fields, state.step)
 
-    def next_segment(self, data: bytes) -> tuple[int, list[bytes]]:
-        """Where `data` goes: the segment, and every delta that segment then holds."""
+    def next_segment(self, data: bytes) -> tuple[int, int, list[bytes]]:
+        """Where `data` goes: the segment, the number of its first delta (see
+        `CheckpointStore.save_steps`), and every delta that segment then holds."""
         held = self.in_segment
         if held and (
             len(held) >= SEGMENT_DELTAS or sum(map(len, held)) + len(data) > SEGMENT_BYTES
         ):
-            return self.segment + 1, [data]
-        return self.segment, [*held, data]
+            return self.segment + 1, self.segment_first + len(held), [data]
+        return self.segment, self.segment_first, [*held, data]
 
-    def wrote(self, pending: Pending, segment: int, deltas: list[bytes]) -> None:
-        """`pending` is in the store, in `segment` (which holds `deltas`)."""
+    def wrote(self, pending: Pending, segment: int, first: int, deltas: list[bytes]) -> None:
+        """`pending` is in the store, in `segment` (which holds `deltas`, from `first`)."""
         last = self.written
         del last.messages[pending.at :]
         last.messages.extend(pending.messages)
         last.calls.update(pending.calls)
         last.result_ids.update(pending.result_ids)
         last.fields, last.step = pending.fields, pending.step
-        self.segment, self.in_segment = segment, deltas
+        self.segment, self.segment_first, self.in_segment = segment, first, deltas
         self.delta_bytes += len(pending.data)
 
 
