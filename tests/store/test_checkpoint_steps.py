@@ -471,3 +471,38 @@ async def test_a_load_racing_the_writer_into_the_next_segment_loads_a_written_st
     assert not reading.before_get  # the writer did write in the middle of the load
     got = loaded.state.model_dump()
     assert got in [_as_written(s) for s in written], [m.text for m in loaded.state.messages]
+
+
+async def test_a_recovery_loses_to_a_step_its_live_writer_wrote_after_the_load(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """The worker's lease lapsed but it is alive (paused, then back). A recovery loads the
+    run; the worker writes its next step (a delta); then the recovery claims. As with a
+    whole checkpoint, the claim of what it loaded must not win over a newer step (law 5:
+    the step's calls ran; a recovery from before it would make them again): it is told
+    the run moved on, and nothing of the worker's step is lost."""
+    worker = StoreDurability(bus, BUCKET)
+    await worker.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await worker.save(state, "running")
+    for n in range(1, 4):
+        _step(state, n)
+        await worker.save(state, "running")
+    clock.advance(TTL + 1)
+    recovery = CheckpointStore(bus, BUCKET)
+    loaded = await recovery.load("R")
+    _step(state, 4)
+    await worker.save(state, "running")  # back from its pause: one more step
+    with pytest.raises(AlreadyResumed):
+        await recovery.claim(loaded, recovering=True)
+    after = await CheckpointStore(bus, BUCKET).load("R")
+    _assert_same(after.state, state)
+    # Loaded again, the run is recovered with the worker's step in it.
+    again = await recovery.load("R")
+    await recovery.claim(again, recovering=True)
+    claimed = await CheckpointStore(bus, BUCKET).load("R")
+    assert claimed.status == "resumed"
+    _assert_same(claimed.state, state)
+    _step(state, 5)
+    with pytest.raises(LeaseLost):
+        await worker.save(state, "running")

@@ -162,6 +162,10 @@ class Checkpoint:
     continued_as: str | None = None
     #: The lease epoch of the process that wrote it (0: unknown, or written unfenced).
     epoch: int = 0
+    #: The record's `gen` (None before version 3) and how many of the step deltas
+    #: written after it are in `state`: a claim checks that no step was written since.
+    gen: str | None = None
+    steps: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -293,7 +297,13 @@ class CheckpointStore:
         # migrated, a version it never had refused.
         state = RunState.from_data(raw)
         return Checkpoint(
-            state, record["status"], entry.revision, record.get("continued_as"), epoch
+            state,
+            record["status"],
+            entry.revision,
+            record.get("continued_as"),
+            epoch,
+            gen if isinstance(gen, str) else None,
+            len(deltas),
         )
 
     async def _read_steps(self, kv: KeyValue, run_id: str, gen: str) -> tuple[list[Any], int]:
@@ -438,7 +448,43 @@ class CheckpointStore:
             raise AlreadyResumed(f"run {run_id!r} was already resumed by another process") from exc
         if recovering:
             await self.take_epoch(run_id, "a recovery")
+        await self._check_no_step_since(checkpoint, revision, epoch)
         return revision
+
+    async def _check_no_step_since(self, checkpoint: Checkpoint, revision: int, epoch: int) -> None:
+        """`AlreadyResumed` if the run's writer wrote a step after `checkpoint` was loaded,
+        with the checkpoint put back as it was, those steps in it.
+
+        A step's delta does not move the checkpoint's revision, so the claim's
+        compare-and-set does not see it: a process whose lease lapsed but which is alive
+        (paused, cut off from the store) may write one between the load and the claim.
+        The claim must not win with the state from before that step (its calls ran; the
+        claimed run would make them again, under the same call ids). It looks after the
+        compare-and-set, and after taking the epoch (a recovery): from then on the writer
+        adds nothing to those segments (a stamped segment refuses it, a new one is
+        created only after reading the epoch), so what is read now is all there is."""
+        if checkpoint.gen is None:
+            return
+        kv = await self._bucket()
+        run_id = checkpoint.state.run_id
+        deltas, _ = await self._read_steps(kv, run_id, checkpoint.gen)
+        if len(deltas) <= checkpoint.steps:
+            return
+        raw = orjson.loads(checkpoint.state.to_json())
+        for delta in deltas[checkpoint.steps :]:
+            apply_delta(raw, delta)
+        await self.save(
+            RunState.from_data(raw),
+            checkpoint.status,
+            expected=revision,
+            continued_as=checkpoint.continued_as,
+            index=False,
+            keep_epoch=epoch,
+        )
+        raise AlreadyResumed(
+            f"run {run_id!r} wrote a step after it was read here (the process running it "
+            "was still alive): nothing was claimed; read it again"
+        )
 
     # ── run ids and threads taken by a request ───────────────────────────────────
 
