@@ -506,3 +506,29 @@ async def test_a_recovery_loses_to_a_step_its_live_writer_wrote_after_the_load(
     _step(state, 5)
     with pytest.raises(LeaseLost):
         await worker.save(state, "running")
+
+
+async def test_a_step_writes_the_model_calls_it_made_not_the_runs_whole_count_history(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """Each model call appends to `model_calls_history` (for a rewind), as the loop counts
+    it. A step's delta carries what was appended, not the whole list: else the delta grows
+    with the run again, and steps 301 to 400 write far more than steps 1 to 100."""
+    recording = _Recording(bus)
+    port = StoreDurability(cast(Bus, recording), BUCKET)
+    await port.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await port.save(state, "running")
+    sizes: dict[int, int] = {}
+    for n in range(1, 401):
+        state.count_model_call()
+        _step(state, n)
+        state.model_calls -= 1  # `_step` counts the call by hand; it was counted above
+        recording.writes.clear()
+        await port.save(state, "running")
+        sizes[n] = sum(size for _, _, size in recording.writes)
+    assert len(state.model_calls_history) == 400
+    early = sum(sizes[n] for n in range(1, 101))
+    late = sum(sizes[n] for n in range(301, 401))
+    assert late < 1.5 * early, (early, late)
+    _assert_same((await CheckpointStore(bus, BUCKET).load("R")).state, state)

@@ -13,7 +13,11 @@ A delta is the JSON of:
 - `calls`: the call records new or changed since the last write, whole;
 - `result_ids`: the entries new or changed;
 - `fields`: every other field of the state whose JSON changed, whole (a field added to
-  `RunState` later is covered without a word here).
+  `RunState` later is covered without a word here);
+- `extend`: `{field: [n, items]}` for such a field that is a list the step only appended
+  to (keep its first `n` items, append these): a list that grows with the run, such as
+  `model_calls_history` (an entry per model call), would else make every delta carry the
+  run's whole list again.
 
 Messages are frozen values, so "unchanged" is identity (a list compare that never reads
 a message). Call records and result ids are changed only in the step that made them (the
@@ -128,7 +132,17 @@ class StepDeltas:
         if calls is None or result_ids is None:
             return None
         fields = _other_fields(state)
-        changed = {name: value for name, value in fields.items() if last.fields.get(name) != value}
+        changed: dict[str, Any] = {}
+        extended: dict[str, list[Any]] = {}
+        for name, value in fields.items():
+            before = last.fields.get(name)
+            if before == value:
+                continue
+            kept = _appended_to(before, value)
+            if kept is not None:
+                extended[name] = [kept, value[kept:]]
+            else:
+                changed[name] = value
         new = messages[at:]
         record: dict[str, Any] = {"at": at}
         if new:
@@ -141,6 +155,8 @@ class StepDeltas:
             record["result_ids"] = result_ids
         if changed:
             record["fields"] = changed
+        if extended:
+            record["extend"] = extended
         data = orjson.dumps(record)
         if self.delta_bytes + len(data) > max(_REBASE_RATIO * self.base_bytes, _DELTA_FLOOR):
             return None
@@ -167,6 +183,15 @@ class StepDeltas:
         last.fields, last.step = pending.fields, pending.step
         self.segment, self.segment_first, self.in_segment = segment, first, deltas
         self.delta_bytes += len(pending.data)
+
+
+def _appended_to(before: Any, value: Any) -> int | None:
+    """The length of `before` if the list `value` is the list `before` with items
+    appended, else None."""
+    if not isinstance(before, list) or not isinstance(value, list):
+        return None
+    kept = len(before)
+    return kept if kept < len(value) and value[:kept] == before else None
 
 
 def _changed_calls(state: RunState, last: _Written) -> list[str] | None:
@@ -214,3 +239,5 @@ def apply_delta(state: dict[str, Any], delta: dict[str, Any]) -> None:
     state.setdefault("calls", {}).update(delta.get("calls", {}))
     state.setdefault("result_ids", {}).update(delta.get("result_ids", {}))
     state.update(delta.get("fields", {}))
+    for name, (kept, items) in delta.get("extend", {}).items():
+        state[name] = [*(state.get(name) or ())[: int(kept)], *items]
