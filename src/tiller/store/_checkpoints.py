@@ -483,7 +483,8 @@ class CheckpointStore:
         )
         raise AlreadyResumed(
             f"run {run_id!r} wrote a step after it was read here (the process running it "
-            "was still alive): nothing was claimed; read it again"
+            "was still alive): the checkpoint is put back with that step in it, unclaimed; "
+            "read it again"
         )
 
     # ── run ids and threads taken by a request ───────────────────────────────────
