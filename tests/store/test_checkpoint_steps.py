@@ -532,3 +532,27 @@ async def test_a_step_writes_the_model_calls_it_made_not_the_runs_whole_count_hi
     late = sum(sizes[n] for n in range(301, 401))
     assert late < 1.5 * early, (early, late)
     _assert_same((await CheckpointStore(bus, BUCKET).load("R")).state, state)
+
+
+async def test_segments_that_do_not_follow_each_other_are_refused_not_read_forever(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """Segment 1 says its first delta is one segment 0 never reaches (a damaged store: a
+    writer only starts a segment once the one before holds every delta up to it). The
+    load says so, instead of reading segment 0 again and again for it to grow."""
+    port = StoreDurability(bus, BUCKET)
+    await port.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await port.save(state, "running")
+    for n in range(1, SEGMENT_DELTAS + 2):
+        _step(state, n)
+        await port.save(state, "running")
+    kv = await bus.kv(BUCKET)
+    entry = await kv.get("R/steps/1")
+    assert entry is not None
+    record = orjson.loads(entry.value)
+    record["first"] = SEGMENT_DELTAS + 5
+    await kv.put("R/steps/1", orjson.dumps(record))
+    async with asyncio.timeout(5):
+        with pytest.raises(StoreError, match="steps of checkpoint 'R'"):
+            await CheckpointStore(bus, BUCKET).load("R")

@@ -320,6 +320,7 @@ class CheckpointStore:
         deltas: list[Any] = []
         epoch = 0
         segment = 0
+        reach = 0  # after a step back: where the segment read again must reach
         while True:
             entry = await kv.get(_steps_key(run_id, segment))
             if entry is None:
@@ -335,9 +336,18 @@ class CheckpointStore:
                     raise CheckpointFromNewerTiller(f"{problem}: {newer_problem(writer)}", writer)
                 raise StoreError(f"{problem}; this tiller reads {STEPS_VERSION}")
             first = int(record.get("first", len(deltas)))
-            if first > len(deltas) and segment > 0:
-                segment -= 1  # the one before grew since it was read: read it again
+            if first > len(deltas) and segment > 0 and reach < first:
+                # The one before grew since it was read (a segment is started only once
+                # the one before reaches its first delta): read that one again.
+                segment, reach = segment - 1, first
                 continue
+            if first > len(deltas) or first + len(record["deltas"]) < reach:
+                raise StoreError(
+                    f"the steps of checkpoint {run_id!r} do not follow each other: segment "
+                    f"{segment} starts at delta {first} and the one before reaches "
+                    f"{len(deltas)} (the store was damaged)"
+                )
+            reach = 0
             deltas[first:] = record["deltas"]
             epoch = max(epoch, int(record.get("epoch", 0)))
             segment += 1
