@@ -169,10 +169,12 @@ LEDGER: Mapping[str, RecordKind] = dict(
                 1,
                 "0.1.0",
                 "A segment of the step deltas after the checkpoint of its `gen`: "
-                "`{epoch, gen, deltas}`, "
-                "each delta `{at, messages?, calls?, result_ids?, fields?}` (keep the "
-                "first `at` messages, append these; the call records, result ids and "
-                "other fields that changed). " + _WRITTEN_BY,
+                "`{epoch, gen, first, deltas}` (`first`: the number of its first delta "
+                "since the checkpoint), "
+                "each delta `{at, messages?, calls?, result_ids?, fields?, extend?}` (keep "
+                "the first `at` messages, append these; the call records, result ids and "
+                "other fields that changed; `extend`: `{field: [n, items]}`, a list field "
+                "kept to its first `n` items with these appended). " + _WRITTEN_BY,
             ),
         ),
         _kind(

@@ -415,3 +415,146 @@ async def test_steps_of_a_newer_schema_are_refused_naming_their_writer(
     await kv.put("R/steps/0", orjson.dumps(newer))
     with pytest.raises(StoreError, match=r"9\.0\.0"):
         await store.load("R")
+
+
+class _Interleaved:
+    """A bus whose buckets run `before_get[key]` (once) just before `key` is read: a
+    writer in another process acting while a reader is half way through a load."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self.before_get: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._bus, name)
+
+    async def kv(self, bucket: str) -> KeyValue:
+        kv = await self._bus.kv(bucket)
+        outer = self
+
+        class Interleaved:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(kv, name)
+
+            async def get(self, key: str) -> Any:
+                hook = outer.before_get.pop(key, None)
+                if hook is not None:
+                    await hook()
+                return await kv.get(key)
+
+        return cast(KeyValue, Interleaved())
+
+
+async def test_a_load_racing_the_writer_into_the_next_segment_loads_a_written_state(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """A reader has read segment 0 with a few deltas; before it reads segment 1 the
+    writer fills segment 0 and starts segment 1. The state loaded is one the writer
+    wrote (the deltas in between are not skipped: that would drop steps' messages and
+    call records from the middle of the transcript)."""
+    writer = StoreDurability(bus, BUCKET)
+    await writer.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await writer.save(state, "running")
+    for n in range(1, 4):
+        _step(state, n)
+        await writer.save(state, "running")
+    written = [state.model_copy(deep=True)]
+
+    async def the_writer_goes_on() -> None:
+        for n in range(4, SEGMENT_DELTAS + 2):
+            _step(state, n)
+            await writer.save(state, "running")
+        written.append(state.model_copy(deep=True))
+
+    reading = _Interleaved(bus)
+    reading.before_get["R/steps/1"] = the_writer_goes_on
+    loaded = await CheckpointStore(cast(Bus, reading), BUCKET).load("R")
+    assert not reading.before_get  # the writer did write in the middle of the load
+    got = loaded.state.model_dump()
+    assert got in [_as_written(s) for s in written], [m.text for m in loaded.state.messages]
+
+
+async def test_a_recovery_loses_to_a_step_its_live_writer_wrote_after_the_load(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """The worker's lease lapsed but it is alive (paused, then back). A recovery loads the
+    run; the worker writes its next step (a delta); then the recovery claims. As with a
+    whole checkpoint, the claim of what it loaded must not win over a newer step (law 5:
+    the step's calls ran; a recovery from before it would make them again): it is told
+    the run moved on, and nothing of the worker's step is lost."""
+    worker = StoreDurability(bus, BUCKET)
+    await worker.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await worker.save(state, "running")
+    for n in range(1, 4):
+        _step(state, n)
+        await worker.save(state, "running")
+    clock.advance(TTL + 1)
+    recovery = CheckpointStore(bus, BUCKET)
+    loaded = await recovery.load("R")
+    _step(state, 4)
+    await worker.save(state, "running")  # back from its pause: one more step
+    with pytest.raises(AlreadyResumed):
+        await recovery.claim(loaded, recovering=True)
+    after = await CheckpointStore(bus, BUCKET).load("R")
+    _assert_same(after.state, state)
+    # Loaded again, the run is recovered with the worker's step in it.
+    again = await recovery.load("R")
+    await recovery.claim(again, recovering=True)
+    claimed = await CheckpointStore(bus, BUCKET).load("R")
+    assert claimed.status == "resumed"
+    _assert_same(claimed.state, state)
+    _step(state, 5)
+    with pytest.raises(LeaseLost):
+        await worker.save(state, "running")
+
+
+async def test_a_step_writes_the_model_calls_it_made_not_the_runs_whole_count_history(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """Each model call appends to `model_calls_history` (for a rewind), as the loop counts
+    it. A step's delta carries what was appended, not the whole list: else the delta grows
+    with the run again, and steps 301 to 400 write far more than steps 1 to 100."""
+    recording = _Recording(bus)
+    port = StoreDurability(cast(Bus, recording), BUCKET)
+    await port.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await port.save(state, "running")
+    sizes: dict[int, int] = {}
+    for n in range(1, 401):
+        state.count_model_call()
+        _step(state, n)
+        state.model_calls -= 1  # `_step` counts the call by hand; it was counted above
+        recording.writes.clear()
+        await port.save(state, "running")
+        sizes[n] = sum(size for _, _, size in recording.writes)
+    assert len(state.model_calls_history) == 400
+    early = sum(sizes[n] for n in range(1, 101))
+    late = sum(sizes[n] for n in range(301, 401))
+    assert late < 1.5 * early, (early, late)
+    _assert_same((await CheckpointStore(bus, BUCKET).load("R")).state, state)
+
+
+async def test_segments_that_do_not_follow_each_other_are_refused_not_read_forever(
+    bus: Bus, clock: FakeClock
+) -> None:
+    """Segment 1 says its first delta is one segment 0 never reaches (a damaged store: a
+    writer only starts a segment once the one before holds every delta up to it). The
+    load says so, instead of reading segment 0 again and again for it to grow."""
+    port = StoreDurability(bus, BUCKET)
+    await port.take_lease("R", "worker", TTL)
+    state = _fresh()
+    await port.save(state, "running")
+    for n in range(1, SEGMENT_DELTAS + 2):
+        _step(state, n)
+        await port.save(state, "running")
+    kv = await bus.kv(BUCKET)
+    entry = await kv.get("R/steps/1")
+    assert entry is not None
+    record = orjson.loads(entry.value)
+    record["first"] = SEGMENT_DELTAS + 5
+    await kv.put("R/steps/1", orjson.dumps(record))
+    async with asyncio.timeout(5):
+        with pytest.raises(StoreError, match="steps of checkpoint 'R'"):
+            await CheckpointStore(bus, BUCKET).load("R")

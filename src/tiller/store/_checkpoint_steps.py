@@ -16,7 +16,10 @@ A delta is the JSON of:
   `model_calls_history`, then append these (it grows by one entry a step, and loses
   only entries at its end: a compaction, a rewind);
 - `fields`: every other field of the state whose JSON changed, whole (a field added to
-  `RunState` later is covered without a word here).
+  `RunState` later is covered without a word here);
+- `extend`: `{field: [n, items]}` for such a field that is a list the step only appended
+  to (keep its first `n` items, append these): a list that grows with the run (such as
+  `tasks_history`) would else make every delta carry the run's whole list again.
 
 Messages are frozen values, so "unchanged" is identity (a list compare that never reads
 a message). Call records and result ids are changed only in the step that made them (the
@@ -108,6 +111,8 @@ class StepDeltas:
     written: _Written
     segment: int = 0
     in_segment: list[bytes] = field(default_factory=list)
+    #: The number (since the base, from 0) of the first delta in `segment`.
+    segment_first: int = 0
     #: Bytes of deltas written since the base.
     delta_bytes: int = 0
 
@@ -142,7 +147,17 @@ class StepDeltas:
         if calls is None or result_ids is None:
             return None
         fields = _other_fields(state)
-        changed = {name: value for name, value in fields.items() if last.fields.get(name) != value}
+        changed: dict[str, Any] = {}
+        extended: dict[str, list[Any]] = {}
+        for name, value in fields.items():
+            before = last.fields.get(name)
+            if before == value:
+                continue
+            kept = _appended_to(before, value)
+            if kept is not None:
+                extended[name] = [kept, value[kept:]]
+            else:
+                changed[name] = value
         new = messages[at:]
         history = state.model_calls_history
         kept = _kept_history(history, last.calls_history)
@@ -160,6 +175,8 @@ class StepDeltas:
             record["result_ids"] = result_ids
         if changed:
             record["fields"] = changed
+        if extended:
+            record["extend"] = extended
         data = orjson.dumps(record)
         if self.delta_bytes + len(data) > max(_REBASE_RATIO * self.base_bytes, _DELTA_FLOOR):
             return None
@@ -168,17 +185,18 @@ class StepDeltas:
             data, at, new, snapshots, result_ids, fields, state.step, kept, history[kept:]
         )
 
-    def next_segment(self, data: bytes) -> tuple[int, list[bytes]]:
-        """Where `data` goes: the segment, and every delta that segment then holds."""
+    def next_segment(self, data: bytes) -> tuple[int, int, list[bytes]]:
+        """Where `data` goes: the segment, the number of its first delta (see
+        `CheckpointStore.save_steps`), and every delta that segment then holds."""
         held = self.in_segment
         if held and (
             len(held) >= SEGMENT_DELTAS or sum(map(len, held)) + len(data) > SEGMENT_BYTES
         ):
-            return self.segment + 1, [data]
-        return self.segment, [*held, data]
+            return self.segment + 1, self.segment_first + len(held), [data]
+        return self.segment, self.segment_first, [*held, data]
 
-    def wrote(self, pending: Pending, segment: int, deltas: list[bytes]) -> None:
-        """`pending` is in the store, in `segment` (which holds `deltas`)."""
+    def wrote(self, pending: Pending, segment: int, first: int, deltas: list[bytes]) -> None:
+        """`pending` is in the store, in `segment` (which holds `deltas`, from `first`)."""
         last = self.written
         del last.messages[pending.at :]
         last.messages.extend(pending.messages)
@@ -187,8 +205,17 @@ class StepDeltas:
         last.fields, last.step = pending.fields, pending.step
         del last.calls_history[pending.calls_at :]
         last.calls_history.extend(pending.calls_history)
-        self.segment, self.in_segment = segment, deltas
+        self.segment, self.segment_first, self.in_segment = segment, first, deltas
         self.delta_bytes += len(pending.data)
+
+
+def _appended_to(before: Any, value: Any) -> int | None:
+    """The length of `before` if the list `value` is the list `before` with items
+    appended, else None."""
+    if not isinstance(before, list) or not isinstance(value, list):
+        return None
+    kept = len(before)
+    return kept if kept < len(value) and value[:kept] == before else None
 
 
 def _changed_calls(state: RunState, last: _Written) -> list[str] | None:
@@ -251,3 +278,5 @@ def apply_delta(state: dict[str, Any], delta: dict[str, Any]) -> None:
         del history[int(delta["calls_at"]) :]
         history.extend(delta.get("model_calls_history", ()))
     state.update(delta.get("fields", {}))
+    for name, (kept, items) in delta.get("extend", {}).items():
+        state[name] = [*(state.get(name) or ())[: int(kept)], *items]

@@ -14,7 +14,7 @@ One bucket (`tiller-run-checkpoints` by default) holds, per run:
   (an older tiller's) read as not idempotent;
 - `<run_id>/lease`: the run's lease (a process is running it now), and `<run_id>/epoch`:
   `{"epoch": n, "owner"}`, the run's lease epoch (see *Fencing* below);
-- `<run_id>/steps/<n>`: `{"schema_version", "written_by", "epoch", "gen", "deltas"}` —
+- `<run_id>/steps/<n>`: `{"schema_version", "written_by", "epoch", "gen", "first", "deltas"}` —
   the steps since the checkpoint (issue 19). A checkpoint record (version 3) carries a
   `gen`, new at each write of it; a durable run writes it whole only now and then
   (`_checkpoint_steps`), and between, at each step, a *delta* of what changed, into
@@ -100,7 +100,7 @@ SCHEMA_VERSION = LEDGER["run_checkpoint"].current
 #: The record versions this tiller reads (1 has no `epoch`: it reads as 0).
 _READABLE = LEDGER["run_checkpoint"].readable
 DEFAULT_BUCKET = "tiller-run-checkpoints"
-#: The version of a segment of step deltas (`<run_id>/steps/<gen>/<n>`).
+#: The version of a segment of step deltas (`<run_id>/steps/<n>`).
 STEPS_VERSION = LEDGER["run_checkpoint_steps"].current
 
 #: `continued`: the run was resumed under a new run id (an AG-UI resume), which goes on
@@ -163,6 +163,10 @@ class Checkpoint:
     continued_as: str | None = None
     #: The lease epoch of the process that wrote it (0: unknown, or written unfenced).
     epoch: int = 0
+    #: The record's `gen` (None before version 3) and how many of the step deltas
+    #: written after it are in `state`: a claim checks that no step was written since.
+    gen: str | None = None
+    steps: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -283,27 +287,48 @@ class CheckpointStore:
         raw = record["state"]
         epoch = int(record.get("epoch", 0))  # version 1 has none
         gen = record.get("gen")  # before version 3: no step deltas
+        deltas: list[Any] = []
         if isinstance(gen, str):
-            epoch = max(epoch, await self._apply_steps(kv, run_id, gen, raw))
+            deltas, steps_epoch = await self._read_steps(kv, run_id, gen)
+            epoch = max(epoch, steps_epoch)
+            if isinstance(raw, dict):
+                for delta in deltas:
+                    apply_delta(raw, delta)
         # Read by the ledger as `RunState.from_json` reads a state: newer refused, older
         # migrated, a version it never had refused.
         state = RunState.from_data(raw)
         return Checkpoint(
-            state, record["status"], entry.revision, record.get("continued_as"), epoch
+            state,
+            record["status"],
+            entry.revision,
+            record.get("continued_as"),
+            epoch,
+            gen if isinstance(gen, str) else None,
+            len(deltas),
         )
 
-    async def _apply_steps(self, kv: KeyValue, run_id: str, gen: str, raw: Any) -> int:
-        """Apply the step deltas written after the checkpoint `gen` to its state `raw`
-        (decoded JSON), segment after segment; the highest epoch they were written under."""
+    async def _read_steps(self, kv: KeyValue, run_id: str, gen: str) -> tuple[list[Any], int]:
+        """The step deltas written after the checkpoint `gen`, oldest first, and the
+        highest epoch they were written under.
+
+        The segments are read one after the other while their writer may be writing them
+        (another process: a reader never holds the run). A segment says the number of its
+        first delta (`first`): when it is past the deltas read so far, the writer filled
+        the segment read before and went on meanwhile, so that one is read again (it grew),
+        and the deltas are never read with a gap in the middle. A segment of another gen
+        ends them: it is left from before the checkpoint was written (or the writer has
+        written a new checkpoint since: what was read is still a state it wrote)."""
+        deltas: list[Any] = []
         epoch = 0
         segment = 0
+        reach = 0  # after a step back: where the segment read again must reach
         while True:
             entry = await kv.get(_steps_key(run_id, segment))
             if entry is None:
-                return epoch
+                return deltas, epoch
             record: dict[str, Any] = orjson.loads(entry.value)
             if record.get("gen") != gen:
-                return epoch  # an older checkpoint's: the steps of this one end here
+                return deltas, epoch  # an older checkpoint's: the steps of this one end here
             version = record.get("schema_version")
             if version != STEPS_VERSION:
                 problem = f"the steps of checkpoint {run_id!r} have schema version {version}"
@@ -311,9 +336,20 @@ class CheckpointStore:
                     writer = written_by_of(record)
                     raise CheckpointFromNewerTiller(f"{problem}: {newer_problem(writer)}", writer)
                 raise StoreError(f"{problem}; this tiller reads {STEPS_VERSION}")
-            if isinstance(raw, dict):
-                for delta in record["deltas"]:
-                    apply_delta(raw, delta)
+            first = int(record.get("first", len(deltas)))
+            if first > len(deltas) and segment > 0 and reach < first:
+                # The one before grew since it was read (a segment is started only once
+                # the one before reaches its first delta): read that one again.
+                segment, reach = segment - 1, first
+                continue
+            if first > len(deltas) or first + len(record["deltas"]) < reach:
+                raise StoreError(
+                    f"the steps of checkpoint {run_id!r} do not follow each other: segment "
+                    f"{segment} starts at delta {first} and the one before reaches "
+                    f"{len(deltas)} (the store was damaged)"
+                )
+            reach = 0
+            deltas[first:] = record["deltas"]
             epoch = max(epoch, int(record.get("epoch", 0)))
             segment += 1
 
@@ -324,17 +360,22 @@ class CheckpointStore:
         segment: int,
         deltas: Sequence[bytes],
         *,
+        first: int,
         epoch: int | None = None,
     ) -> None:
         """Write segment `segment` of the step deltas after checkpoint `gen`: `deltas`,
-        every delta it holds (encoded), oldest first. Fenced by `epoch` if given, by the
-        revision this store kept from its last write of the segment (see *Fencing*)."""
+        every delta it holds (encoded), oldest first; `first` is the number of the first
+        (the deltas after the checkpoint are numbered from 0), by which a reader sees that
+        it read a segment before the writer filled it (`_read_steps`). Fenced by `epoch`
+        if given, by the revision this store kept from its last write of the segment (see
+        *Fencing*)."""
         kv = await self._bucket()
         record = {
             "schema_version": STEPS_VERSION,
             "written_by": tiller_version(),
             "epoch": epoch or 0,
             "gen": gen,
+            "first": first,
             "deltas": [orjson.Fragment(delta) for delta in deltas],
         }
         key = _steps_key(run_id, segment)
@@ -418,7 +459,44 @@ class CheckpointStore:
             raise AlreadyResumed(f"run {run_id!r} was already resumed by another process") from exc
         if recovering:
             await self.take_epoch(run_id, "a recovery")
+        await self._check_no_step_since(checkpoint, revision, epoch)
         return revision
+
+    async def _check_no_step_since(self, checkpoint: Checkpoint, revision: int, epoch: int) -> None:
+        """`AlreadyResumed` if the run's writer wrote a step after `checkpoint` was loaded,
+        with the checkpoint put back as it was, those steps in it.
+
+        A step's delta does not move the checkpoint's revision, so the claim's
+        compare-and-set does not see it: a process whose lease lapsed but which is alive
+        (paused, cut off from the store) may write one between the load and the claim.
+        The claim must not win with the state from before that step (its calls ran; the
+        claimed run would make them again, under the same call ids). It looks after the
+        compare-and-set, and after taking the epoch (a recovery): from then on the writer
+        adds nothing to those segments (a stamped segment refuses it, a new one is
+        created only after reading the epoch), so what is read now is all there is."""
+        if checkpoint.gen is None:
+            return
+        kv = await self._bucket()
+        run_id = checkpoint.state.run_id
+        deltas, _ = await self._read_steps(kv, run_id, checkpoint.gen)
+        if len(deltas) <= checkpoint.steps:
+            return
+        raw = orjson.loads(checkpoint.state.to_json())
+        for delta in deltas[checkpoint.steps :]:
+            apply_delta(raw, delta)
+        await self.save(
+            RunState.from_data(raw),
+            checkpoint.status,
+            expected=revision,
+            continued_as=checkpoint.continued_as,
+            index=False,
+            keep_epoch=epoch,
+        )
+        raise AlreadyResumed(
+            f"run {run_id!r} wrote a step after it was read here (the process running it "
+            "was still alive): the checkpoint is put back with that step in it, unclaimed; "
+            "read it again"
+        )
 
     # ── run ids and threads taken by a request ───────────────────────────────────
 

@@ -182,9 +182,11 @@ class StoreDurability:
 
         async def save(epoch: int | None) -> None:
             if steps is not None and pending is not None:
-                segment, deltas = steps.next_segment(pending.data)
-                await self._checkpoints.save_steps(run_id, steps.gen, segment, deltas, epoch=epoch)
-                steps.wrote(pending, segment, deltas)
+                segment, first, deltas = steps.next_segment(pending.data)
+                await self._checkpoints.save_steps(
+                    run_id, steps.gen, segment, deltas, first=first, epoch=epoch
+                )
+                steps.wrote(pending, segment, first, deltas)
                 return
             # Fenced by the checkpoint's revision (kept from this process's last write, or
             # from taking the epoch): one compare-and-set, no epoch read.
