@@ -56,7 +56,7 @@ def test_decoding_names_what_is_wrong() -> None:
     ("attr", "expected"),
     [
         ("missing", "has no attribute 'missing'"),
-        ("broken", "failed to load: RuntimeError: this factory always fails"),
+        ("broken", "failed: RuntimeError: this factory always fails"),
     ],
 )
 async def test_an_agent_that_does_not_load_fails_its_run(
