@@ -497,6 +497,14 @@ def _report(
     loop. (The executor's own future ends with None: nothing for anyone to retrieve.)"""
     try:
         value = function(*positional, **keywords)
+    except StopIteration as exc:
+        # A future refuses StopIteration (`set_exception` raises TypeError in the loop's
+        # callback, and the call would wait forever): as a coroutine turns it into a
+        # RuntimeError (PEP 479), so does this hop. `next()` on an empty iterator does it.
+        detail = f": {exc}" if str(exc) else ""
+        error = RuntimeError(f"the tool function raised StopIteration{detail}")
+        error.__cause__ = exc
+        _settle_soon(event_loop, outcome, None, error)
     except BaseException as exc:  # handed to the awaiting task, which raises it
         _settle_soon(event_loop, outcome, None, exc)
     else:
