@@ -15,6 +15,8 @@ import pytest
 
 from tiller import Agent, AllowAll, ScriptedModel, StopCause, tool
 from tiller.errors import UsageError
+from tiller.loop import RunContext
+from tiller.policy import HookSet, ShellHook
 from tiller.tools import ExecContext, Jail, SafetyMode
 
 
@@ -184,3 +186,44 @@ def test_a_removed_scratch_jail_makes_no_root_again(temp_root: Path) -> None:
     assert _left(temp_root) == []
     Jail(temp_root).remove_scratch()  # not a scratch jail: nothing to remove
     assert temp_root.is_dir()
+
+
+async def test_a_scratch_jail_s_hooks_run_in_its_workspace(temp_root: Path) -> None:
+    # A shell hook runs with the workspace as its directory: under a scratch jail whose
+    # root was not made yet, bash could not start there, and the hook refused every call.
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    seen = temp_root / "seen"
+    hook = ShellHook(f"pwd >> {seen}")
+    jail = Jail.scratch()
+    ctx = RunContext(
+        jail=jail, approver=AllowAll(), hooks=HookSet(pre_tool=[hook], post_tool=[hook])
+    )
+    model = ScriptedModel([_call("add", a=2, b=3), "done"])
+    try:
+        result = await Agent(model, [add]).run_in(ctx, "sum")
+        assert result.stop_cause is StopCause.COMPLETED
+        content = result.state.messages[2].tool_results[0].content
+        assert content == "5", content
+        assert seen.read_text(encoding="utf-8").split() == [str(jail.root)] * 2
+    finally:
+        jail.remove_scratch()
+    assert _left(temp_root) == [seen]
+
+
+async def test_a_scratch_jail_s_session_end_hook_runs_in_its_workspace(temp_root: Path) -> None:
+    seen = temp_root / "seen"
+    jail = Jail.scratch()
+    ctx = RunContext(
+        jail=jail, approver=AllowAll(), hooks=HookSet(session_end=[ShellHook(f"pwd > {seen}")])
+    )
+    try:
+        result = await Agent(ScriptedModel(["hello"])).run_in(ctx, "hi")
+        assert result.stop_cause is StopCause.COMPLETED
+        assert seen.read_text(encoding="utf-8").split() == [str(jail.root)]
+    finally:
+        jail.remove_scratch()
+    assert _left(temp_root) == [seen]

@@ -272,7 +272,8 @@ class Loop:
         cause = self.state.stop_cause or (
             StopCause.CANCELLED if self.agui.is_cancelled else StopCause.ERROR
         )
-        await tell_session_end(hooks, self.state, self.run_ctx.jail.root, cause)
+        # The hooks run in the workspace: a scratch jail's root is made for them now.
+        await tell_session_end(hooks, self.state, self.run_ctx.jail.materialize(), cause)
 
     async def _checkpoint(self, status: Literal["running", "suspended", "finished"]) -> None:
         """Durable mode: the state at this step boundary goes to the store; a suspended
