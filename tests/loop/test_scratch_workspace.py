@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import stat
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
 from tiller import Agent, AllowAll, ScriptedModel, StopCause, tool
+from tiller.errors import UsageError
+from tiller.loop import RunContext
+from tiller.policy import HookSet, ShellHook
 from tiller.tools import ExecContext, Jail, SafetyMode
 
 
@@ -128,3 +132,98 @@ def test_a_scratch_jail_refuses_a_directory_someone_else_made(temp_root: Path) -
     with pytest.raises(FileExistsError):
         jail.materialize()
     assert jail.root_pending
+
+
+def _fixed_scratch_name(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Scratch roots get this name, so a test can stand where another user would."""
+    fixed = uuid.UUID(int=0x5C)
+    monkeypatch.setattr(uuid, "uuid4", lambda: fixed)
+    return f"tiller-{fixed.hex}"
+
+
+async def test_a_run_leaves_alone_a_directory_it_never_made(
+    temp_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Someone else's directory at the scratch path (a shared /tmp): the run never made
+    # its root, so when it ends it has nothing of its own there to remove.
+    theirs = temp_root / _fixed_scratch_name(monkeypatch)
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("not the run's", encoding="utf-8")
+    result = await Agent(ScriptedModel(["hello"])).run("hi")
+    assert result.stop_cause is StopCause.COMPLETED
+    assert (theirs / "keep.txt").read_text(encoding="utf-8") == "not the run's"
+
+
+async def test_a_run_that_refused_a_planted_directory_leaves_it(
+    temp_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    theirs = temp_root / _fixed_scratch_name(monkeypatch)
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("not the run's", encoding="utf-8")
+
+    @tool
+    def look(ctx: ExecContext) -> str:
+        """Look at the workspace."""
+        return ", ".join(sorted(path.name for path in ctx.workdir.iterdir()))
+
+    model = ScriptedModel([_call("look"), "done"])
+    result = await Agent(model, [look]).run("look", approver=AllowAll())
+    assert result.stop_cause is StopCause.ERROR  # it refused the directory it found
+    assert "keep.txt" not in str(result.state.messages)
+    assert (theirs / "keep.txt").read_text(encoding="utf-8") == "not the run's"
+
+
+def test_a_removed_scratch_jail_makes_no_root_again(temp_root: Path) -> None:
+    made = Jail.scratch()
+    made.materialize()
+    (made.root / "file.txt").write_text("x", encoding="utf-8")
+    made.remove_scratch()
+    assert _left(temp_root) == []
+    never = Jail.scratch()
+    never.remove_scratch()
+    with pytest.raises(UsageError, match="removed"):
+        never.materialize()  # a thread left behind by the run cannot make it now
+    assert _left(temp_root) == []
+    Jail(temp_root).remove_scratch()  # not a scratch jail: nothing to remove
+    assert temp_root.is_dir()
+
+
+async def test_a_scratch_jail_s_hooks_run_in_its_workspace(temp_root: Path) -> None:
+    # A shell hook runs with the workspace as its directory: under a scratch jail whose
+    # root was not made yet, bash could not start there, and the hook refused every call.
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    seen = temp_root / "seen"
+    hook = ShellHook(f"pwd >> {seen}")
+    jail = Jail.scratch()
+    ctx = RunContext(
+        jail=jail, approver=AllowAll(), hooks=HookSet(pre_tool=[hook], post_tool=[hook])
+    )
+    model = ScriptedModel([_call("add", a=2, b=3), "done"])
+    try:
+        result = await Agent(model, [add]).run_in(ctx, "sum")
+        assert result.stop_cause is StopCause.COMPLETED
+        content = result.state.messages[2].tool_results[0].content
+        assert content == "5", content
+        assert seen.read_text(encoding="utf-8").split() == [str(jail.root)] * 2
+    finally:
+        jail.remove_scratch()
+    assert _left(temp_root) == [seen]
+
+
+async def test_a_scratch_jail_s_session_end_hook_runs_in_its_workspace(temp_root: Path) -> None:
+    seen = temp_root / "seen"
+    jail = Jail.scratch()
+    ctx = RunContext(
+        jail=jail, approver=AllowAll(), hooks=HookSet(session_end=[ShellHook(f"pwd > {seen}")])
+    )
+    try:
+        result = await Agent(ScriptedModel(["hello"])).run_in(ctx, "hi")
+        assert result.stop_cause is StopCause.COMPLETED
+        assert seen.read_text(encoding="utf-8").split() == [str(jail.root)]
+    finally:
+        jail.remove_scratch()
+    assert _left(temp_root) == [seen]

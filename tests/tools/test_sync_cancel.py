@@ -74,3 +74,20 @@ async def test_a_call_cancelled_before_its_worker_thread_started_never_runs(
 
     await asyncio.to_thread(asyncio.run, scenario())
     assert ran == []
+
+
+async def test_a_sync_tool_that_raises_stop_iteration_fails_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    # `next(x for x in items if ...)` with nothing found raises StopIteration. A future
+    # refuses to carry it (TypeError in the loop's callback), so the call waited forever.
+    @tool
+    def first_match() -> str:
+        """Find the first match."""
+        return next(name for name in ["a", "b"] if name == "z")
+
+    ctx = ExecContext.for_test(tmp_path)
+    async with asyncio.timeout(30):  # hang guard only
+        execution = await Registry([first_match]).execute(ToolCall(id="c", name="first_match"), ctx)
+    assert execution.result.is_error
+    assert "StopIteration" in execution.result.content, execution.result.content

@@ -47,7 +47,7 @@ from ..store import (
     RunStillRunning,
     StoreUnavailable,
 )
-from ..tools import Jail, Registry, Tool, remove_tree
+from ..tools import Jail, Registry, Tool
 from ._agui_messages import agui_messages
 from ._context import RunContext
 from ._iter import AgentRun
@@ -187,7 +187,7 @@ class Agent:
             )
         finally:
             if scratch is not None:
-                remove_tree(scratch)  # iterative: the model may have nested it deep
+                scratch.remove_scratch()  # only if the run made it
 
     def run_sync(  # noqa: PLR0913 (mirrors run(): the same keywords)
         self,
@@ -264,7 +264,7 @@ class Agent:
                 return await self._run_in(jailed, conversation, options, stream, watch)
             finally:
                 if scratch is not None:
-                    remove_tree(scratch)
+                    scratch.remove_scratch()  # only if the run made it
 
         return AgentRun(start, stop)
 
@@ -679,19 +679,19 @@ def _jailed(
     approver: Approver | None,
     context: RunContext | None,
     cancel: CancellationToken | None,
-) -> tuple[RunContext, Path | None]:
+) -> tuple[RunContext, Jail | None]:
     """The context `run` and `iter` use: the caller's, or one jailed to `workspace` with
-    `approver` (with no workspace either, to a fresh temporary directory, returned to be
-    removed when the run ends). `cancel` runs it under that token, keeping the context's
-    own live controls (its steering queue and budget are the run's)."""
-    scratch: Path | None = None
+    `approver` (with no workspace either, to a fresh temporary directory: its scratch
+    jail is returned, to be ended when the run ends). `cancel` runs it under that token,
+    keeping the context's own live controls (its steering queue and budget are the
+    run's)."""
+    scratch: Jail | None = None
     if context is None:
         if workspace is None:
             # Made only when a tool first needs it: most runs never touch a workspace,
             # and making and removing a directory costs more than a whole short run.
-            jail = Jail.scratch()
-            scratch = jail.root
-            context = RunContext(jail=jail, approver=approver)
+            scratch = Jail.scratch()
+            context = RunContext(jail=scratch, approver=approver)
         else:
             context = RunContext.sandboxed(Path(workspace), approver)
     elif workspace is not None or approver is not None:

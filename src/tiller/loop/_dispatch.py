@@ -471,7 +471,7 @@ class Dispatcher:
             call_id=call.id,
             run_id=state.run_id,
             thread_id=state.thread_id,
-            workspace=run_ctx.jail.root,
+            workspace=run_ctx.jail.materialize(),  # it runs there (a scratch root: made)
             result=execution.result.content,
             is_error=execution.result.is_error,
             taint=state.taint_flags,

@@ -301,7 +301,8 @@ class Gate:
             call_id=call.id,
             run_id=self._state.run_id,
             thread_id=self._state.thread_id,
-            workspace=self._run_ctx.jail.root,
+            # A hook runs in the workspace: a scratch jail's root is made for it now.
+            workspace=self._run_ctx.jail.materialize(),
             taint=taint,
             risk=risk,
         )

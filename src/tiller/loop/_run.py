@@ -266,14 +266,14 @@ class Loop:
         return await self.subagents.detached.wait_and_report()
 
     async def _session_end(self) -> None:
-        """Tell the session_end hooks how the run stopped (see `tell_session_end`)."""
+        """Tell the session_end hooks how the run stopped, in the (made) workspace."""
         hooks = self.run_ctx.hooks
         if self.parent is not None or not hooks.watches("session_end"):
             return  # a subagent's end is not the session's
         cause = self.state.stop_cause or (
             StopCause.CANCELLED if self.agui.is_cancelled else StopCause.ERROR
         )
-        await tell_session_end(hooks, self.state, self.run_ctx.jail.root, cause)
+        await tell_session_end(hooks, self.state, self.run_ctx.jail.materialize(), cause)
 
     async def _checkpoint(self, status: Literal["running", "suspended", "finished"]) -> None:
         """Durable mode: the state at this step boundary goes to the store; a suspended

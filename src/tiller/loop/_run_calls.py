@@ -18,8 +18,9 @@ so a call that a wrapper refuses before it reaches the model is not counted.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import fields
+from inspect import isasyncgen
 from operator import attrgetter
 
 from ..model import Model, ModelRequest, StreamEvent
@@ -48,16 +49,34 @@ class RunCalls:
         """The model's own stream for `request`, numbered: no generator of its own in
         between, so closing it closes the model's stream, and each event costs nothing
         here. The call is counted when its stream is asked for, which is when the caller
-        (`stream_with_retry`, a wrapper holding its slot) makes the attempt."""
+        (`stream_with_retry`, a wrapper holding its slot) makes the attempt.
+
+        Only an async generator is handed out as it is: one is closed when it is let go,
+        even by a wrapper that only iterates it (`async for`, as the fleet's limits do).
+        Any other stream (an iterator object over a connection) is not, so it gets a
+        generator that closes it however the reading ends."""
         state = self._state
         number = state.count_model_call()
         numbered = ModelRequest(*_FIELDS(request))  # a copy: each attempt its own number
         numbered.run_id = state.run_id
         numbered.run_call = number
-        return self.model.stream(numbered)
+        events = self.model.stream(numbered)
+        real_generator = isasyncgen(events)  # (a look-alike class has no finalizer)
+        return events if real_generator else _closing(events)
 
     async def aclose(self) -> None:
         """The run does not own its agent's model: closing it is the agent's business."""
 
     def __repr__(self) -> str:
         return f"RunCalls({self.model!r}, run {self._state.run_id!r})"
+
+
+async def _closing(events: AsyncIterator[StreamEvent]) -> AsyncGenerator[StreamEvent, None]:
+    """`events`, closed when this generator ends: exhausted, failed, closed or let go."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -32,6 +32,7 @@ from ._errors import PathOutsideJail, PathTooLong
 from ._fs import PATH_MAX, JailFS, check_path_text
 from ._protected import protected_match
 from ._safety import LiveSafetyMode, SafetyMode
+from ._walk import remove_tree
 
 if TYPE_CHECKING:
     from ._web_access import WebAccess
@@ -165,8 +166,8 @@ class Jail:
         """A jail with the default limits over a fresh private directory in the system's
         temporary directory, made (mode 0700, as `tempfile.mkdtemp` makes it) only when
         something first needs it (`materialize()`): a run whose tools never touch the
-        workspace makes no directory. Whoever made the jail removes the directory
-        (`remove_tree(jail.root)`, which leaves a missing one alone)."""
+        workspace makes no directory. Whoever made the jail ends it with
+        `remove_scratch()`, which removes the directory only if the jail made it."""
         parent = _real_dir(tempfile.gettempdir())
         # 128 random bits: nobody can guess the name to plant something there first, and
         # `materialize` refuses anything already at the path (an exclusive mkdir).
@@ -186,6 +187,16 @@ class Jail:
         if pending is not None and not pending.made:
             pending.make(self.root)
         return self.root
+
+    def remove_scratch(self) -> None:
+        """End a scratch jail (`scratch()`): its root is removed if this jail made it, and
+        no copy of the jail makes it again (a worker thread left behind by a cancelled
+        run gets a `UsageError`, not a new directory nobody removes). A root it never
+        made is left alone, whatever is at that path now: in a shared temporary directory
+        it may be another user's. A jail over an existing directory has nothing to end."""
+        pending = self._pending
+        if pending is not None and pending.close():
+            remove_tree(self.root)  # iterative: the model may have nested it deep
 
     # ── builders ─────────────────────────────────────────────────────────────────
 
@@ -358,21 +369,33 @@ def _real_dir(path: str) -> Path:
 
 class _PendingRoot:
     """Whether a scratch jail's root was made yet; made once, under a lock (a sync tool's
-    worker thread may be the first to need it)."""
+    worker thread may be the first to need it), and never after the jail was ended."""
 
-    __slots__ = ("_lock", "made")
+    __slots__ = ("_closed", "_lock", "made")
 
     def __init__(self) -> None:
         self.made = False
+        self._closed = False
         self._lock = threading.Lock()
 
     def make(self, root: Path) -> None:
         with self._lock:
             if self.made:
                 return
+            if self._closed:
+                raise UsageError(
+                    f"the scratch workspace {str(root)!r} was removed when its run ended"
+                )
             # Exclusive: a directory (or a link) already there is not ours.
             os.mkdir(root, 0o700)
             self.made = True
+
+    def close(self) -> bool:
+        """No root is made from now on; returns whether one was (then it is ours to
+        remove). Under the lock: a `make` under way finishes first and is counted."""
+        with self._lock:
+            self._closed = True
+            return self.made
 
 
 @functools.lru_cache(maxsize=64)

@@ -531,6 +531,13 @@ class _InThread:
             self._state = "started"
         try:
             return self._run(self._function, *self._args, **self._keywords)
+        except StopIteration as exc:
+            # A future refuses StopIteration (`set_exception` raises TypeError in the
+            # loop's callback, and the call would wait forever): as a coroutine turns it
+            # into a RuntimeError (PEP 479), so does this hop. `next()` on an empty
+            # iterator does it.
+            detail = f": {exc}" if str(exc) else ""
+            raise RuntimeError(f"the tool function raised StopIteration{detail}") from exc
         finally:
             with self._lock:
                 self._state = "ended"
