@@ -129,7 +129,7 @@ def test_a_scratch_jail_makes_its_root_once_for_all_its_copies(temp_root: Path) 
 def test_a_scratch_jail_refuses_a_directory_someone_else_made(temp_root: Path) -> None:
     jail = Jail.scratch()
     jail.root.mkdir()
-    with pytest.raises(FileExistsError):
+    with pytest.raises(UsageError, match="already exists and was not made by this run"):
         jail.materialize()
     assert jail.root_pending
 
@@ -168,7 +168,9 @@ async def test_a_run_that_refused_a_planted_directory_leaves_it(
 
     model = ScriptedModel([_call("look"), "done"])
     result = await Agent(model, [look]).run("look", approver=AllowAll())
-    assert result.stop_cause is StopCause.ERROR  # it refused the directory it found
+    # The call that needed the workspace failed, saying why; nothing of theirs was read.
+    (answer,) = [r for m in result.state.messages for r in getattr(m, "tool_results", ())]
+    assert answer.is_error and "already exists and was not made by this run" in answer.content
     assert "keep.txt" not in str(result.state.messages)
     assert (theirs / "keep.txt").read_text(encoding="utf-8") == "not the run's"
 

@@ -387,7 +387,14 @@ class _PendingRoot:
                     f"the scratch workspace {str(root)!r} was removed when its run ended"
                 )
             # Exclusive: a directory (or a link) already there is not ours.
-            os.mkdir(root, 0o700)
+            try:
+                os.mkdir(root, 0o700)
+            except FileExistsError:
+                raise UsageError(
+                    f"the run's scratch workspace {str(root)!r} already exists and was not "
+                    "made by this run, so it is not used (in a shared temporary directory "
+                    "it may be another user's): give the run a workspace, or remove it"
+                ) from None
             self.made = True
 
     def close(self) -> bool:
