@@ -168,6 +168,8 @@ async def test_plain_text_usage_and_the_request_the_server_got(
         UsageReport(usage(135, 15, cached=100)),
         Finish("stop", "end_turn"),
     ]
+    # The model that answered, as message_start names it.
+    assert events[-1].model == "claude-sonnet-4-5-20250929"
     [request] = server.requests
     assert (request.method, request.path) == ("POST", "/v1/messages")
     assert request.headers["x-api-key"] == "sk-ant-test"

@@ -161,6 +161,8 @@ async def test_plain_text_and_the_request_the_server_got(
         UsageReport(usage(19, 2, cached=6)),
         Finish("stop", "stop"),
     ]
+    # The model that answered, as the chunks name it (not the "gpt-4o" asked for).
+    assert events[-1].model == "gpt-4o-2024-08-06"
     [request] = server.requests
     assert (request.method, request.path) == ("POST", "/v1/chat/completions")
     assert request.headers["authorization"] == "Bearer sk-test"

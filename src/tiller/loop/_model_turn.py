@@ -83,6 +83,7 @@ class ModelAnswer:
     handles: dict[str, ToolCallHandle] = field(default_factory=dict)
     usage: Usage | None = None
     finish_reason: str | None = None
+    response_model: str | None = None  # who answered, if the provider said (for traces)
     #: The model's stream events, kept only when the run is captured (for replay).
     events: list[StreamEvent] | None = None
     #: Calls whose finished arguments were not JSON: call id -> the text the model wrote.
@@ -351,8 +352,8 @@ class ModelTurns:
         response = accumulator.get(id=message_id)
         self._charge(response.usage)
         answer.message = response.message
-        answer.usage = response.usage
-        answer.finish_reason = response.finish_reason
+        answer.usage, answer.finish_reason = response.usage, response.finish_reason
+        answer.response_model = accumulator.response_model
         response = without_output_calls(response, answer.output)
         answer.message = response.message
         self._keep_malformed(answer, response, message_id)

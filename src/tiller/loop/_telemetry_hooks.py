@@ -81,7 +81,7 @@ def traced_stream(
         except BaseException as exc:
             chat.failed(exc)
             raise
-        chat.done(answer.usage, answer.finish_reason, answer.message)
+        chat.done(answer.usage, answer.finish_reason, answer.message, answer.response_model)
         return answer
 
     return call

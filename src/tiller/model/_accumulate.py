@@ -271,6 +271,11 @@ class ResponseAccumulator:
         return None if self._finish is None else self._finish.reason
 
     @property
+    def response_model(self) -> str | None:
+        """The model that answered, if the provider said (`Finish.model`)."""
+        return None if self._finish is None else self._finish.model
+
+    @property
     def usage(self) -> Usage:
         """The call's usage as reported so far (`requests` is 1: this is one call)."""
         if self._usage is None:

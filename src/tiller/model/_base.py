@@ -127,6 +127,10 @@ class Finish:
     reason: FinishReason
     #: The provider's own word for it, for logs ("end_turn", "max_tokens", ...).
     raw: str | None = None
+    #: The model that answered, as the provider names it ("gpt-4o-2024-08-06"), when it
+    #: says (traces' `gen_ai.response.model`). A fact about who answered, not part of the
+    #: answer: two finishes that differ only in it are equal.
+    model: str | None = field(default=None, compare=False)
 
 
 StreamEvent = (

@@ -320,6 +320,8 @@ class _EventDecoder:
         self._blocks: dict[int, _Block] = {}
         self._calls = 0
         self._stop: str | None = None
+        #: The model that answered (`message_start`'s), for `Finish.model`.
+        self._model: str | None = None
         self._input = 0
         self._cache_read = 0
         self._cache_write = 0
@@ -343,6 +345,9 @@ class _EventDecoder:
         elif kind == "message_start":
             message = data.get("message")
             usage = message.get("usage") if isinstance(message, dict) else None
+            model = message.get("model") if isinstance(message, dict) else None
+            if isinstance(model, str) and model:
+                self._model = model
             self._usage(usage, events)
         elif kind == "message_delta":
             delta = data.get("delta")
@@ -354,7 +359,7 @@ class _EventDecoder:
                 self._block_stop(block, events)
             raw = self._stop
             reason: FinishReason = _STOP_REASONS.get(raw, "other") if raw else "stop"
-            events.append(Finish(reason, raw))
+            events.append(Finish(reason, raw, model=self._model))
             self.done = True
         elif kind == "error":
             raise error_from_payload(data.get("error"), provider=self.provider)

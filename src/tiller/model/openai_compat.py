@@ -280,6 +280,8 @@ class _ChunkDecoder:
         self._calls: list[_Call] = []
         self._by_index: dict[int, _Call] = {}
         self._finish: str | None = None
+        #: The model that answered (each chunk's `model`), for `Finish.model`.
+        self._model: str | None = None
         self._refused = False
 
     def feed(self, data: str) -> list[StreamEvent]:
@@ -298,6 +300,9 @@ class _ChunkDecoder:
         if chunk.get("error"):
             raise error_from_payload(chunk["error"], provider=self.provider)
         events: list[StreamEvent] = []
+        model = chunk.get("model")
+        if isinstance(model, str) and model:
+            self._model = model
         choice = _first_choice(chunk.get("choices"))
         if choice is not None:
             delta = choice.get("delta")
@@ -328,7 +333,7 @@ class _ChunkDecoder:
             reason = "refusal"
         elif reason == "stop" and self._calls:
             reason = "tool_calls"
-        events.append(Finish(reason, raw))
+        events.append(Finish(reason, raw, model=self._model))
         return events
 
     def _delta(self, delta: dict[str, Any], events: list[StreamEvent]) -> None:

@@ -466,8 +466,15 @@ class ChatSpan:
 
     @_guarded
     def done(
-        self, usage: Usage | None, finish_reason: str | None, message: AssistantMessage
+        self,
+        usage: Usage | None,
+        finish_reason: str | None,
+        message: AssistantMessage,
+        response_model: str | None = None,
     ) -> None:
+        """The call answered. `response_model`: the model that did, when the provider said
+        (the conventions want `gen_ai.response.model` only if it is known: never the
+        request's model standing in for it)."""
         run, span = self._run, self._span
         if span is None:
             return
@@ -476,11 +483,12 @@ class ChatSpan:
         usage = usage or Usage()
         try:
             facts: dict[str, Any] = {
-                n.RESPONSE_MODEL: run._model,
                 n.USAGE_INPUT_TOKENS: usage.input_tokens,
                 n.USAGE_OUTPUT_TOKENS: usage.output_tokens,
                 n.RUN_CALL: run._state.model_calls,
             }
+            if response_model:
+                facts[n.RESPONSE_MODEL] = response_model
             if finish_reason is not None:
                 facts[n.RESPONSE_FINISH_REASONS] = (str(finish_reason),)
             if usage.cached_input_tokens:
@@ -494,7 +502,9 @@ class ChatSpan:
             span.set_attributes(facts)
         finally:
             span.end()
-        metric = {**self._metric, n.RESPONSE_MODEL: run._model}
+        metric = dict(self._metric)
+        if response_model:
+            metric[n.RESPONSE_MODEL] = response_model
         ins = tel._instruments
         ins.operation_duration.record(time.perf_counter() - self._began, metric)
         ins.token_usage.record(usage.input_tokens, {**metric, n.TOKEN_TYPE: n.TOKEN_TYPE_INPUT})
@@ -536,20 +546,21 @@ class _TracedModel:
         chat = self._run.chat(request, purpose=self._purpose)
         usage: Usage | None = None
         finish: str | None = None
+        answered_by: str | None = None
         text: list[str] = []
         try:
             async for event in self._model.stream(request):
                 if isinstance(event, UsageReport):
                     usage = event.usage
                 elif isinstance(event, Finish):
-                    finish = str(event.reason)
+                    finish, answered_by = str(event.reason), event.model
                 elif isinstance(event, TextDelta):
                     text.append(event.text)
                 yield event
         except BaseException as exc:
             chat.failed(exc)
             raise
-        chat.done(usage, finish, AssistantMessage(text="".join(text)))
+        chat.done(usage, finish, AssistantMessage(text="".join(text)), answered_by)
 
     async def aclose(self) -> None:
         await self._model.aclose()
